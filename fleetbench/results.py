@@ -1,0 +1,445 @@
+"""Result records (schema 1): building, validating, an append-only JSONL store, loading,
+aggregation of repeats and scaling efficiency.
+
+One record per run, one JSON object per line. Appends are one write of one line, flushed and
+fsynced, under an exclusive lock, so a crash can at worst leave a torn *last* line; `load` reports
+and skips that line and keeps every line before it.
+"""
+import datetime
+import fcntl
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import uuid
+
+from fleetbench.timing import summarize
+
+SCHEMA = 1
+DEFAULT_PATH = "results/runs.jsonl"
+MODES = ("collective", "ps")
+UNITS = ("images/s", "tokens/s", "samples/s", "words/s", "examples/s")
+# A record with `source` set was not measured here (e.g. a published table); see docs/results.md.
+SOURCE_KINDS = ("published",)
+# Conventional method name of a plain single-device run: the baseline of every method of its
+# benchmark when no 1-device run of the method itself exists (see `baseline_for`).
+SINGLE = "single"
+RESULT_PREFIX = "FLEETBENCH_RESULT "
+
+
+class RecordError(ValueError):
+    """A record or results file that does not follow schema 1; the message is one line."""
+
+
+# ---------------------------------------------------------------------------------------------
+# building records
+
+def network_from_env() -> dict | None:
+    """The network dict a sweep/cluster put in FLEETBENCH_NETWORK (JSON), or None."""
+    text = os.environ.get("FLEETBENCH_NETWORK", "").strip()
+    if not text:
+        return None
+    try:
+        network = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecordError(f"FLEETBENCH_NETWORK: expected a JSON object, got {text!r} ({exc.msg})")
+    if not isinstance(network, dict):
+        raise RecordError(f"FLEETBENCH_NETWORK: expected a JSON object, got {text!r}")
+    return network
+
+
+def git_sha() -> str | None:
+    """Commit of the checkout this code runs from; None outside a git work tree."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=2)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    sha = out.stdout.strip()
+    return sha if out.returncode == 0 and sha else None
+
+
+def make_record(*, benchmark: str, mode: str, method: str, preset: str | None, config: dict,
+                nodes: int, devices_per_node: int, world_size: int, metrics: dict | None,
+                error: str | None = None, network: dict | None = None) -> dict:
+    """A complete schema-1 record: the caller's measurements plus id, time, env, topology, git."""
+    env_info, topology_info = _collect_env()
+    return {
+        "schema": SCHEMA,
+        "id": uuid.uuid4().hex,
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
+        "benchmark": benchmark, "mode": mode, "method": method, "preset": preset,
+        "config": config, "nodes": nodes, "devices_per_node": devices_per_node,
+        "world_size": world_size,
+        "network": network if network is not None else network_from_env(),
+        "metrics": metrics,
+        "env": env_info,
+        "topology": topology_info,
+        "git": git_sha(),
+        "error": error,
+    }
+
+
+def _collect_env() -> tuple[dict | None, dict | None]:
+    # TODO(results): remove this ImportError fallback (and the matching one in _problem) as soon
+    # as fleetbench/env.py and fleetbench/topology.py are committed; every record must carry env.
+    try:
+        from fleetbench import env, topology  # lazy: collecting the environment runs tools
+    except ImportError:
+        return None, None
+    return env.collect(), topology.detect_for_record()
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _problem(record) -> str | None:
+    """What is wrong with `record`, or None. Checks in reading order; first problem wins."""
+    if not isinstance(record, dict):
+        return f"expected a JSON object, got {type(record).__name__}"
+    if record.get("schema") != SCHEMA:
+        return f"schema: expected {SCHEMA}, got {record.get('schema')!r}"
+    for key in ("id", "time", "benchmark", "method"):
+        if not isinstance(record.get(key), str) or not record.get(key):
+            return f"{key}: expected a non-empty string, got {record.get(key)!r}"
+    if record.get("mode") not in MODES:
+        return f"mode: expected one of {'|'.join(MODES)}, got {record.get('mode')!r}"
+    if record.get("preset") is not None and not isinstance(record["preset"], str):
+        return f"preset: expected a string or null, got {record['preset']!r}"
+    if not isinstance(record.get("config"), dict):
+        return f"config: expected an object, got {record.get('config')!r}"
+    for key in ("nodes", "devices_per_node", "world_size"):
+        if not _is_int(record.get(key)) or record[key] < 1:
+            return f"{key}: expected an integer >= 1, got {record.get(key)!r}"
+    network = record.get("network")
+    if network is not None and not isinstance(network, dict):
+        return f"network: expected an object or null, got {network!r}"
+    error = record.get("error")
+    if error is not None and (not isinstance(error, str) or not error):
+        return f"error: expected null or a non-empty message, got {error!r}"
+    problem = _metrics_problem(record.get("metrics"), failed=error is not None)
+    if problem:
+        return problem
+    source = record.get("source")
+    if source is not None:
+        if not isinstance(source, dict) or source.get("kind") not in SOURCE_KINDS:
+            return f"source: expected null or an object with kind in {'|'.join(SOURCE_KINDS)}"
+        if not isinstance(source.get("citation"), str) or not source["citation"]:
+            return "source.citation: expected where the numbers were published"
+    env = record.get("env")
+    # TODO(results): drop the `env is not None` escape with the fallback in _collect_env.
+    if source is None and env is not None and not isinstance(env, dict):
+        return "env: expected an object (every result measured here carries its environment)"
+    if source is not None and env is not None and not isinstance(env, dict):
+        return f"env: expected an object or null, got {env!r}"
+    if record.get("topology") is not None and not isinstance(record["topology"], dict):
+        return f"topology: expected an object or null, got {record['topology']!r}"
+    if record.get("git") is not None and not isinstance(record["git"], str):
+        return f"git: expected a commit sha or null, got {record['git']!r}"
+    return None
+
+
+def _metrics_problem(metrics, failed: bool) -> str | None:
+    if metrics is None:
+        return None if failed else "metrics: missing (only a failed run, with error set, may omit it)"
+    if not isinstance(metrics, dict):
+        return f"metrics: expected an object, got {metrics!r}"
+    if failed and "throughput" not in metrics:
+        return None  # partial metrics of a failed run
+    throughput = metrics.get("throughput")
+    if not _is_number(throughput):
+        return f"metrics.throughput: expected a finite number, got {throughput!r}"
+    if throughput < 0:
+        return f"metrics.throughput: expected >= 0, got {throughput!r}"
+    if "unit" not in metrics:
+        return f"metrics.unit: missing (expected one of {', '.join(UNITS)})"
+    if metrics["unit"] not in UNITS:
+        return f"metrics.unit: expected one of {', '.join(UNITS)}, got {metrics['unit']!r}"
+    std = metrics.get("throughput_std")
+    if std is not None and (not _is_number(std) or std < 0):
+        return f"metrics.throughput_std: expected a number >= 0 or null, got {std!r}"
+    repeats = metrics.get("repeats")
+    if repeats is not None and (not _is_int(repeats) or repeats < 1):
+        return f"metrics.repeats: expected an integer >= 1 or null, got {repeats!r}"
+    return None
+
+
+def validate(record, where: str = "") -> None:
+    """Raise RecordError("<where>: <field>: <what was expected>") if `record` breaks schema 1."""
+    problem = _problem(record)
+    if problem:
+        raise RecordError(f"{where or 'record'}: {problem}")
+
+
+# ---------------------------------------------------------------------------------------------
+# store
+
+def dumps(record: dict) -> str:
+    """The one serialisation of a record: one line, keys sorted (diffable, stable)."""
+    return json.dumps(record, sort_keys=True, ensure_ascii=False)
+
+
+def append(path: str, record: dict) -> None:
+    """Validate, then add `record` to `path` as one line in one write, flushed and fsynced.
+
+    A torn last line left by an earlier crash is moved to `<path>.torn` first (kept, not
+    deleted), so the new line does not get glued to it.
+    """
+    validate(record, f"{path}: new record")
+    data = (dumps(record) + "\n").encode()
+    directory = os.path.dirname(path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # concurrent writers must not see each other's half lines
+        _set_aside_torn_tail(fd, path)
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _set_aside_torn_tail(fd: int, path: str) -> None:
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    start = size
+    while start > 0:  # scan back to the last newline in chunks
+        chunk_start = max(0, start - 65536)
+        chunk = os.pread(fd, start - chunk_start, chunk_start)
+        cut = chunk.rfind(b"\n")
+        if cut >= 0:
+            start = chunk_start + cut + 1
+            break
+        start = chunk_start
+    tail = os.pread(fd, size - start, start)
+    with open(path + ".torn", "ab") as side:
+        side.write(tail + b"\n")
+        side.flush()
+        os.fsync(side.fileno())
+    os.ftruncate(fd, start)
+    print(f"fleetbench: warning: {path}: moved a torn last line ({len(tail)} bytes, from an "
+          f"interrupted write) to {path}.torn", file=sys.stderr)
+
+
+def emit(path: str, record: dict) -> None:
+    """Print the record for log scrapers (`FLEETBENCH_RESULT {json}`) and append it to `path`."""
+    print(RESULT_PREFIX + dumps(record), flush=True)
+    append(path, record)
+
+
+def load(paths) -> list[dict]:
+    """Records of every file in `paths`, in order. A torn last line (no newline, not JSON) is
+    reported on stderr and skipped; any other bad line raises RecordError naming file:line."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    records = []
+    for path in paths:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError as exc:
+            raise RecordError(f"{path}: cannot read results file ({exc.strerror})")
+        lines = data.split(b"\n")
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                record = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                torn = number == len(lines)  # the last piece has no newline after it
+                if torn:
+                    print(f"fleetbench: warning: {where}: skipped a torn last line ({len(raw)} "
+                          f"bytes, no newline: an interrupted write)", file=sys.stderr)
+                    continue
+                raise RecordError(f"{where}: not a JSON record ({getattr(exc, 'msg', exc)})")
+            validate(record, where)
+            records.append(record)
+    return records
+
+
+def config_hash(record_or_config: dict) -> str:
+    """Stable hash of what makes a run the same cell: benchmark, preset, resolved config,
+    mode/method, nodes/devices and network. A bare config dict is hashed as the config."""
+    if "config" in record_or_config:
+        keys = ("benchmark", "preset", "config", "mode", "method", "nodes", "devices_per_node",
+                "world_size", "network")
+        subject = {key: record_or_config.get(key) for key in keys}
+    else:
+        subject = {"config": record_or_config}
+    text = json.dumps(subject, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# aggregation
+
+def network_profile(network: dict | None) -> str | None:
+    """Name of a network setting: its profile, else a name built from its shaping numbers."""
+    if not network:
+        return None
+    if network.get("profile"):
+        return str(network["profile"])
+    parts = [f"{network[k]}{unit}" for k, unit in (("rate_gbit", "gbit"), ("delay_ms", "ms"))
+             if network.get(k) is not None]
+    return "-".join(parts) or "custom"
+
+
+def source_name(record: dict) -> str | None:
+    """None for results measured here; the citation for published ones (never pooled with ours)."""
+    source = record.get("source")
+    return source["citation"] if source else None
+
+
+def cell_key(record: dict) -> tuple:
+    """Repeats of the same cell share this key. Beyond (benchmark, mode, method, network, nodes,
+    devices) it holds the preset and unit (a tiny and a full run are different experiments) and
+    the source (published numbers are never averaged with ours)."""
+    unit = (record.get("metrics") or {}).get("unit")
+    return (source_name(record) or "", record["benchmark"], record.get("preset") or "",
+            record["mode"], record["method"], network_profile(record.get("network")) or "",
+            record["nodes"], record["devices_per_node"], record["world_size"], unit or "")
+
+
+def _flat(config: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = json.dumps(value, sort_keys=True, default=str)
+    return flat
+
+
+def _differing_keys(configs: list[dict]) -> list[str]:
+    flats = [_flat(c) for c in configs]
+    keys = set().union(*flats) if flats else set()
+    return sorted(k for k in keys if len({f.get(k) for f in flats}) > 1)
+
+
+def aggregate(records: list[dict]) -> list[dict]:
+    """One cell per cell_key: throughput n/mean/std/median/min/max over successful runs.
+
+    Failed runs (error set) are counted in `failed` and excluded from the statistics. A published
+    record that already is a mean ± std (metrics.throughput_std) is passed through as published:
+    its n is metrics.repeats (null when the source does not say). `config_differs` lists config
+    keys whose values differ between pooled runs, so silent pooling shows up in reports.
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for record in records:
+        groups.setdefault(cell_key(record), []).append(record)
+    cells = []
+    for key in sorted(groups, key=_sort_key):
+        members = groups[key]
+        ok = [r for r in members if r.get("error") is None]
+        failed = [r for r in members if r.get("error") is not None]
+        first = members[0]
+        cell = {
+            "source": key[0] or None, "benchmark": key[1], "preset": key[2] or None,
+            "mode": key[3], "method": key[4], "network": key[5] or None, "nodes": key[6],
+            "devices_per_node": key[7], "world_size": key[8], "unit": key[9] or None,
+            "failed": len(failed), "errors": sorted({r["error"] for r in failed}),
+            "config_differs": _differing_keys([r["config"] for r in members]),
+            "config": first["config"],
+        }
+        published = [r for r in ok if r.get("source") and "throughput_std" in r["metrics"]]
+        if published:
+            if len(ok) != 1:
+                raise RecordError(f"{cell['source']}: {len(ok)} published aggregates for one cell "
+                                  f"{key[1:]}; expected one")
+            metrics = published[0]["metrics"]
+            cell.update({"n": metrics.get("repeats"), "mean": metrics["throughput"],
+                         "std": metrics["throughput_std"], "median": None, "min": None, "max": None,
+                         "published_aggregate": True})
+        else:
+            cell.update(summarize([r["metrics"]["throughput"] for r in ok]))
+            cell["published_aggregate"] = False
+        cells.append(cell)
+    return cells
+
+
+def _sort_key(key: tuple) -> tuple:
+    return tuple((0, v) if isinstance(v, int) else (1, str(v)) for v in key)
+
+
+def series_key(cell: dict) -> tuple:
+    """Cells of one scaling curve: everything but the size of the job."""
+    return (cell["source"] or "", cell["benchmark"], cell["preset"] or "", cell["mode"],
+            cell["method"], cell["network"] or "", cell["unit"] or "")
+
+
+def _usable(cell: dict) -> bool:
+    return cell.get("mean") is not None
+
+
+def baseline_for(cell: dict, cells: list[dict]) -> tuple[dict | None, str, str]:
+    """(baseline cell, axis, note) for the scaling efficiency of `cell`.
+
+    Looked for among `cells` (the same results), in this order:
+      1. the 1-device cell of the same curve (same method and network);
+      2. the 1-device cell of the same method with no network setting (one device sends nothing);
+      3. the 1-device `single` run of the same benchmark (plain training, no distribution);
+      4. the 1-node cell of the same curve with the same devices per node (axis "nodes").
+    The baseline must share source, benchmark, preset and unit. No match: (None, axis, why).
+    """
+    same = [c for c in cells if _usable(c) and c["source"] == cell["source"]
+            and c["benchmark"] == cell["benchmark"] and c["preset"] == cell["preset"]
+            and c["unit"] == cell["unit"] and c["world_size"] == 1]
+    tiers = (
+        ("same method and network", lambda c: c["mode"] == cell["mode"] and c["method"] == cell["method"]
+         and c["network"] == cell["network"]),
+        ("same method, no network", lambda c: c["mode"] == cell["mode"]
+         and c["method"] == cell["method"] and c["network"] is None),
+        ("single-device run", lambda c: c["method"] == SINGLE),
+    )
+    for label, match in tiers:
+        found = [c for c in same if match(c)]
+        if len(found) == 1:
+            return found[0], "devices", f"baseline: 1 device, {label}"
+        if len(found) > 1:
+            return None, "devices", f"no efficiency: {len(found)} candidate 1-device baselines ({label})"
+    one_node = [c for c in cells if _usable(c) and series_key(c) == series_key(cell)
+                and c["nodes"] == 1 and c["devices_per_node"] == cell["devices_per_node"]]
+    if one_node and cell["world_size"] > 1:
+        return one_node[0], "nodes", "baseline: 1 node of the same curve"
+    return None, "devices", ("no efficiency: no 1-device or 1-node baseline of this benchmark "
+                             "in these results")
+
+
+def add_efficiency(cells: list[dict]) -> list[dict]:
+    """Copies of `cells` with scale, ideal, speedup and efficiency = thr(N) / (N x thr(1)) against
+    the measured baseline found by `baseline_for`, plus a `baseline_note` saying which one."""
+    out = []
+    for cell in cells:
+        cell = dict(cell)
+        baseline, axis, note = baseline_for(cell, cells) if _usable(cell) else (None, "devices", "")
+        scale = cell["world_size"] if axis == "devices" else cell["nodes"]
+        cell.update({"axis": axis, "scale": scale, "baseline_note": note, "baseline": None,
+                     "ideal": None, "speedup": None, "efficiency": None})
+        if baseline is not None and baseline["mean"] > 0:
+            cell["baseline"] = {k: baseline[k] for k in ("method", "network", "nodes",
+                                                         "devices_per_node", "world_size", "mean",
+                                                         "std", "n")}
+            cell["ideal"] = scale * baseline["mean"]
+            cell["speedup"] = cell["mean"] / baseline["mean"]
+            cell["efficiency"] = cell["speedup"] / scale
+        out.append(cell)
+    return out
+
+
+def summarize_records(records: list[dict]) -> list[dict]:
+    """aggregate + add_efficiency: the summary a sweep or a report prints."""
+    return add_efficiency(aggregate(records))
