@@ -1,0 +1,103 @@
+"""Image classification data for the CNN benchmarks (ResNet50, VGG16).
+
+Two sources, the same batches for the loop:
+- synthetic: a learnable task held in memory, generated once per rank (never per step), so the
+  reader costs nothing and loss can fall: each class has a fixed random template and an image is
+  its class template plus noise;
+- an ImageNet-style folder (one sub-folder of JPEG/PNG files per class), decoded and augmented by
+  `paddle.io.DataLoader` worker processes and sharded across ranks by DistributedBatchSampler.
+
+`write_image_folder` writes a small folder of real JPEG files in that layout for tests and demos.
+"""
+import os
+from pathlib import Path
+
+import numpy as np
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp")
+IMAGENET_MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
+IMAGENET_STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
+
+
+def synthetic_batches(num_batches, batch_size, image_size, num_classes, data_format, seed, rank):
+    """`num_batches` (image, label) tensor pairs; templates are shared by all ranks, samples are not."""
+    import paddle
+
+    templates = np.random.default_rng(seed).standard_normal((num_classes, 3, image_size, image_size))
+    rng = np.random.default_rng([seed, rank])
+    batches = []
+    for _ in range(num_batches):
+        labels = rng.integers(0, num_classes, size=batch_size)
+        noise = rng.standard_normal((batch_size, 3, image_size, image_size))
+        images = (templates[labels] + noise).astype("float32")
+        if data_format == "NHWC":
+            images = np.ascontiguousarray(images.transpose(0, 2, 3, 1))
+        batches.append((paddle.to_tensor(images), paddle.to_tensor(labels.astype("int64")[:, None])))
+    return batches
+
+
+def check_image_folder(path) -> int:
+    """Number of classes in an ImageNet-style folder, or ValueError naming what is wrong."""
+    root = Path(path)
+    if not root.is_dir():
+        raise ValueError(f"data.path {root}: not a directory (expected one sub-folder of images per class)")
+    classes = sorted(d for d in root.iterdir() if d.is_dir())
+    if not classes:
+        raise ValueError(f"data.path {root}: no class sub-folders (expected <root>/<class>/<image>.jpg)")
+    empty = [d.name for d in classes if not any(f.suffix.lower() in IMAGE_EXTENSIONS for f in d.iterdir())]
+    if empty:
+        raise ValueError(f"data.path {root}: class folder '{empty[0]}' has no images {IMAGE_EXTENSIONS}")
+    return len(classes)
+
+
+def folder_loader(path, batch_size, image_size, data_format, num_workers, seed):
+    """DataLoader over an ImageNet-style folder with the standard training augmentation."""
+    import paddle
+    from paddle.vision import transforms as T
+    from paddle.vision.datasets import DatasetFolder
+
+    transform = T.Compose([
+        T.RandomResizedCrop(image_size),
+        T.RandomHorizontalFlip(),
+        T.Transpose() if data_format == "NCHW" else (lambda img: np.asarray(img, dtype="float32")),
+        T.Normalize(IMAGENET_MEAN, IMAGENET_STD, data_format="CHW" if data_format == "NCHW" else "HWC"),
+    ])
+    dataset = DatasetFolder(str(path), transform=transform, extensions=IMAGE_EXTENSIONS)
+    sampler = paddle.io.DistributedBatchSampler(dataset, batch_size=batch_size, shuffle=True, drop_last=True)
+    sampler.set_epoch(seed)
+    if len(sampler) == 0:
+        raise ValueError(f"data.path {path}: {len(dataset)} images are fewer than one batch of "
+                         f"{batch_size} per rank")
+    return paddle.io.DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers,
+                                return_list=True, use_shared_memory=False)
+
+
+def set_data_format(model, data_format: str):
+    """Switch a paddle.vision CNN between NCHW and NHWC in place.
+
+    paddle.vision.models builds NCHW layers only; conv, batch-norm and pooling layers all take the
+    layout from one attribute at run time, so flipping it gives the channels-last model that GPU
+    tensor cores prefer without re-implementing the network.
+    """
+    if data_format == "NCHW":
+        return model
+    for layer in model.sublayers(include_self=True):
+        for attr in ("_data_format", "data_format"):
+            if getattr(layer, attr, None) == "NCHW":
+                setattr(layer, attr, data_format)
+    return model
+
+
+def write_image_folder(out, num_classes=2, images_per_class=8, size=40, seed=0):
+    """Write real JPEG files in ImageNet layout: <out>/class<k>/<i>.jpg. Returns the root path."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for k in range(num_classes):
+        folder = Path(out) / f"class{k:03d}"
+        os.makedirs(folder, exist_ok=True)
+        for i in range(images_per_class):
+            pixels = rng.integers(0, 256, size=(size, size, 3), dtype=np.uint8)
+            pixels[..., k % 3] = 255 - pixels[..., k % 3] // 4  # a class-dependent colour cast
+            Image.fromarray(pixels).save(folder / f"{i:04d}.jpg", quality=90)
+    return Path(out)

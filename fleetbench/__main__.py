@@ -1,0 +1,5 @@
+import sys
+
+from fleetbench.cli import main
+
+sys.exit(main())

@@ -1,0 +1,37 @@
+"""`fleetbench <subcommand>`: each subcommand lives in its own module as `cli(argv) -> int`.
+
+Modules are imported only when their subcommand runs, so `fleetbench env` does not pay for
+matplotlib and `fleetbench report` does not import paddle.
+"""
+import importlib
+import sys
+
+SUBCOMMANDS = {
+    "env": ("fleetbench.env", "environment report (Paddle, CUDA, GPUs, CPU, memory, NICs)"),
+    "topo": ("fleetbench.topology", "parse and analyse `nvidia-smi topo -m`"),
+    "report": ("fleetbench.plot", "charts and README tables from stored results"),
+    "launch": ("fleetbench.launch", "run a script under Paddle's launcher with timeouts and fault reports"),
+    "sweep": ("fleetbench.sweep", "run a matrix of benchmark cells with repeats"),
+    "cluster": ("fleetbench.netem", "emulated multi-node cluster in network namespaces"),
+    "data": ("datasets.cli", "generate and validate data sets"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: fleetbench <subcommand> [args]", "", "subcommands:"]
+    lines += [f"  {name:<8} {help_text}" for name, (_, help_text) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv else 2
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"fleetbench: unknown subcommand {name!r}; expected one of {', '.join(SUBCOMMANDS)}",
+              file=sys.stderr)
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    return int(module.cli(rest) or 0)

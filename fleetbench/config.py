@@ -1,0 +1,223 @@
+"""Typed benchmark configs, YAML presets and `--set key=value` overrides.
+
+Each benchmark declares a dataclass whose defaults are its `full` configuration; a preset in
+`fleetbench/presets/<benchmark>.yaml` overrides only what differs (optionally `extends:` another
+preset). Every mistake is a ConfigError with a one-line message naming the key, raised before any
+training process does work.
+"""
+import argparse
+import dataclasses
+import sys
+import typing
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+PRESET_DIR = Path(__file__).resolve().parent / "presets"
+DEFAULT_RESULTS = "results/runs.jsonl"
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; str(err) is a one-line message naming the key."""
+
+
+@dataclasses.dataclass
+class DataConfig:
+    path: Optional[str] = None  # None: synthetic data generated in memory
+    num_workers: int = 2  # DataLoader worker processes (or dataset threads for PS)
+    strict: bool = False  # stop at the first invalid input line instead of skipping it
+
+
+@dataclasses.dataclass
+class DebugConfig:
+    """Test-only knobs; a record made with them says so in its config."""
+
+    delay_rank: int = -1  # this rank sleeps delay_ms every step (to prove the slowest rank decides)
+    delay_ms: float = 0.0
+
+
+@dataclasses.dataclass
+class BenchConfig:
+    seed: int = 2021
+    batch_size: int = 32  # per device
+    warmup_steps: int = 10  # run, then excluded from every figure
+    steps: int = 110  # total steps including warm-up
+    log_every: int = 10
+    lr: float = 0.1
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    debug: DebugConfig = dataclasses.field(default_factory=DebugConfig)
+
+    def validate(self) -> None:
+        _require(self.batch_size > 0, "batch_size", "must be > 0", self.batch_size)
+        _require(self.warmup_steps >= 0, "warmup_steps", "must be >= 0", self.warmup_steps)
+        _require(self.steps > self.warmup_steps, "steps",
+                 f"must be > warmup_steps ({self.warmup_steps})", self.steps)
+        _require(self.log_every > 0, "log_every", "must be > 0", self.log_every)
+        _require(self.lr > 0, "lr", "must be > 0", self.lr)
+        _require(self.data.num_workers >= 0, "data.num_workers", "must be >= 0", self.data.num_workers)
+        _require(self.debug.delay_ms >= 0, "debug.delay_ms", "must be >= 0", self.debug.delay_ms)
+
+
+@dataclasses.dataclass
+class CollectiveConfig(BenchConfig):
+    # Gradient communication method, see fleetbench.methods and the README's table.
+    method: str = "mgwfbp"
+    comm_buffer_mb: float = 25.0  # bucket size for mgwfbp (Paddle's DataParallel comm_buffer_size)
+    grad_merge_steps: int = 4  # micro-steps per all-reduce for method=grad_merge
+    amp: str = "off"  # off | fp16 | bf16 (GPU only)
+
+    def validate(self) -> None:
+        super().validate()
+        _require(self.amp in ("off", "fp16", "bf16"), "amp", "must be off, fp16 or bf16", self.amp)
+        _require(self.comm_buffer_mb > 0, "comm_buffer_mb", "must be > 0", self.comm_buffer_mb)
+        _require(self.grad_merge_steps >= 1, "grad_merge_steps", "must be >= 1", self.grad_merge_steps)
+
+
+def _require(ok: bool, key: str, expectation: str, value: Any) -> None:
+    if not ok:
+        raise ConfigError(f"config key '{key}' {expectation} (got {value!r})")
+
+
+# ---------------------------------------------------------------- typed assignment
+def _field_types(obj) -> dict:
+    hints = typing.get_type_hints(type(obj))
+    return {f.name: hints[f.name] for f in dataclasses.fields(obj)}
+
+
+def _coerce(kind, value, key: str):
+    """Convert a YAML/CLI value to the declared field type, or raise a one-line ConfigError."""
+    optional = typing.get_origin(kind) is typing.Union and type(None) in typing.get_args(kind)
+    if optional:
+        if value is None or (isinstance(value, str) and value.lower() in ("null", "none", "~")):
+            return None
+        kind = next(a for a in typing.get_args(kind) if a is not type(None))
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+    elif kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value, 10)
+            except ValueError:
+                pass
+    elif kind is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif kind is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    raise ConfigError(f"config key '{key}' expects {getattr(kind, '__name__', kind)} (got {value!r})")
+
+
+def assign(cfg, key: str, value, source: str = "--set") -> None:
+    """Set a dotted key (e.g. `data.path`) on a config, typed by its dataclass field."""
+    target, parts = cfg, key.split(".")
+    for depth, part in enumerate(parts):
+        types = _field_types(target)
+        if part not in types:
+            known = ", ".join(sorted(types))
+            where = ".".join(parts[: depth + 1])
+            raise ConfigError(f"{source}: unknown config key '{where}' (known here: {known})")
+        if depth == len(parts) - 1:
+            if dataclasses.is_dataclass(types[part]):
+                raise ConfigError(f"{source}: config key '{key}' is a group; set one of its fields")
+            setattr(target, part, _coerce(types[part], value, key))
+        else:
+            target = getattr(target, part)
+            if not dataclasses.is_dataclass(target):
+                raise ConfigError(f"{source}: config key '{'.'.join(parts[:depth + 1])}' has no fields")
+
+
+def _flatten(mapping: dict, prefix: str = ""):
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+# ---------------------------------------------------------------- presets
+def load_presets(benchmark: str) -> dict:
+    path = PRESET_DIR / f"{benchmark}.yaml"
+    if not path.exists():
+        raise ConfigError(f"{path}: no presets file for benchmark '{benchmark}'")
+    try:
+        presets = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(presets, dict) or not all(isinstance(v, dict) for v in presets.values()):
+        raise ConfigError(f"{path}: expected a mapping of preset name -> mapping of overrides")
+    return presets
+
+
+def preset_overrides(benchmark: str, name: str) -> list:
+    """The (key, value) overrides of a preset, `extends:` chains resolved, base first."""
+    presets = load_presets(benchmark)
+    chain, seen = [], set()
+    while name is not None:
+        if name not in presets:
+            raise ConfigError(f"--preset: unknown preset '{name}' for {benchmark} "
+                              f"(available: {', '.join(sorted(presets))})")
+        if name in seen:
+            raise ConfigError(f"--preset: preset '{name}' of {benchmark} extends itself")
+        seen.add(name)
+        body = dict(presets[name])
+        name = body.pop("extends", None)
+        chain.append(body)
+    return [item for body in reversed(chain) for item in _flatten(body)]
+
+
+def build(benchmark: str, cls, preset: str = "full", sets=()):
+    """Resolve defaults <- preset <- --set overrides, then validate."""
+    cfg = cls()
+    file = PRESET_DIR / f"{benchmark}.yaml"
+    for key, value in preset_overrides(benchmark, preset):
+        assign(cfg, key, value, source=f"{file} [{preset}]")
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set: expected key=value (got {item!r})")
+        assign(cfg, key.strip(), raw.strip())
+    cfg.validate()
+    return cfg
+
+
+def to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+# ---------------------------------------------------------------- command line
+def arg_parser(benchmark: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=benchmark, description=f"fleetbench {benchmark} benchmark")
+    parser.add_argument("--preset", default="full", help="named preset (default: full)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key, e.g. --set batch_size=64 --set data.path=/data")
+    parser.add_argument("--results", default=DEFAULT_RESULTS, help=f"JSONL store (default {DEFAULT_RESULTS})")
+    parser.add_argument("--check", action="store_true",
+                        help="validate the configuration, print it as JSON and exit (launches nothing)")
+    return parser
+
+
+def parse_args(benchmark: str, cls, argv=None):
+    """Parse a benchmark's command line; on a bad config print one line and exit 2."""
+    args = arg_parser(benchmark).parse_args(argv)
+    try:
+        cfg = build(benchmark, cls, args.preset, args.sets)
+    except ConfigError as err:
+        exit_config_error(benchmark, err)
+    return cfg, args
+
+
+def exit_config_error(benchmark: str, err: Exception) -> None:
+    print(f"{benchmark}: error: {err}", file=sys.stderr)
+    sys.exit(2)

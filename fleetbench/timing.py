@@ -1,0 +1,101 @@
+"""Timing rules shared by every benchmark: the one place for warm-up exclusion, logging windows,
+the per-window log line, and repeat statistics.
+
+Throughput itself (global samples over the slowest rank's wall time) is reduced across ranks by the
+caller (fleetbench.loop, fleetbench.ps), which owns the communicator.
+"""
+import math
+import statistics
+import time
+from typing import Callable, Optional, Sequence
+
+
+def summarize(values: Sequence[float]) -> dict:
+    """n, mean, sample std (ddof=1; 0.0 for a single value), median, min, max."""
+    values = [float(v) for v in values]
+    if not values:
+        return {"n": 0, "mean": None, "std": None, "median": None, "min": None, "max": None}
+    return {
+        "n": len(values),
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def log_line(step: int, total: int, loss: Optional[float], ips: float, unit: str,
+             batch_cost_s: float, reader_cost_s: float, **extra) -> str:
+    """Paddle's benchmark log convention, one line per logging window."""
+    loss_text = "nan" if loss is None or math.isnan(loss) else f"{loss:.4f}"
+    line = (f"step {step}/{total} loss {loss_text} ips {ips:.1f} {unit} "
+            f"avg_batch_cost {batch_cost_s:.5f} s avg_reader_cost {reader_cost_s:.5f} s")
+    for key, value in extra.items():
+        line += f" {key} {value:.4f}" if isinstance(value, float) else f" {key} {value}"
+    return line
+
+
+class WindowTimer:
+    """Accumulates reader and batch time over logging windows and over the measured window.
+
+    Steps 1..warmup_steps are warm-up; the measured window runs from the end of the last warm-up
+    step to the end of the last step. `sync` is called at every window edge so asynchronous device
+    work is inside the window it belongs to (a no-op on CPU, device synchronize on GPU).
+    """
+
+    def __init__(self, warmup_steps: int, sync: Callable[[], None] = lambda: None,
+                 clock: Callable[[], float] = time.perf_counter):
+        self.warmup_steps = warmup_steps
+        self.sync, self.clock = sync, clock
+        self.measure_start = None
+        self.measure_end = None
+        self.measured_reader_s = 0.0
+        self._reset_window()
+
+    def _reset_window(self):
+        self.sync()
+        self.window_start = self.clock()
+        self.window_reader_s = 0.0
+        self.window_steps = 0
+        self.window_units = 0.0
+
+    def start(self) -> None:
+        """Call once before step 1 (and at the start of the measured window if there is no warm-up)."""
+        self._reset_window()
+        if self.warmup_steps == 0:
+            self.measure_start = self.window_start
+
+    def reader_done(self, seconds: float) -> None:
+        self.window_reader_s += seconds
+
+    def step_done(self, step: int, units: float, reader_s: float) -> None:
+        self.window_steps += 1
+        self.window_units += units
+        self.window_reader_s += reader_s
+        if step > self.warmup_steps:
+            self.measured_reader_s += reader_s
+
+    def end_warmup(self, barrier: Callable[[], None] = lambda: None) -> None:
+        """After the last warm-up step: sync, let all ranks line up, start the measured window."""
+        self.sync()
+        barrier()
+        self._reset_window()
+        self.measure_start = self.window_start
+
+    def close_window(self) -> dict:
+        """Sync and return this logging window's figures; starts the next window."""
+        self.sync()
+        now = self.clock()
+        elapsed = max(now - self.window_start, 1e-12)
+        steps = max(self.window_steps, 1)
+        figures = {"ips": self.window_units / elapsed, "batch_cost_s": elapsed / steps,
+                   "reader_cost_s": self.window_reader_s / steps}
+        self.window_start, self.window_reader_s, self.window_steps, self.window_units = now, 0.0, 0, 0.0
+        return figures
+
+    def finish(self) -> float:
+        """Sync and return the measured window's wall time on this rank."""
+        self.sync()
+        self.measure_end = self.clock()
+        return self.measure_end - self.measure_start
