@@ -1,0 +1,375 @@
+"""Environment report saved with every result: software versions, GPUs, CPU, memory, OS, NICs, IB.
+
+`collect()` is called once per benchmark run, so it must be fast and must never raise: every
+field it cannot read is null and `unavailable` says why, keyed by the field's dotted path
+(e.g. {"gpus": "nvidia-smi not found on PATH"}). No hostname, user name, MAC address or home path
+is recorded, so result files can be published.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+
+NVIDIA_SMI_TIMEOUT_S = 1.2  # collect() has a 1.5 s budget; nvidia-smi is the only slow part
+GPU_QUERY = "index,name,memory.total,driver_version,pci.bus_id"
+ENV_PREFIXES = ("FLAGS_", "NCCL_", "GLOG_", "PADDLE_", "GLOO_", "FLEETBENCH_")
+ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# Not stored: credentials (by name) and values that identify machines or people (addresses, paths).
+SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|KEY|AUTH)(_|$)", re.IGNORECASE)
+IDENTIFYING_VALUE = re.compile(r"/|\b\d{1,3}(\.\d{1,3}){3}\b|:\d{2,5}\b")
+
+
+# ---------------------------------------------------------------- pure parsers (tested on text)
+
+def parse_cpuinfo(text: str) -> dict:
+    """Model, sockets, physical cores and hardware threads from /proc/cpuinfo."""
+    blocks = [b for b in text.split("\n\n") if "processor" in b]
+    fields = [dict((k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in b.splitlines())) for b in blocks]
+    model = next((f.get("model name") or f.get("Model") for f in fields if f.get("model name") or f.get("Model")), None)
+    sockets = {f["physical id"] for f in fields if "physical id" in f}
+    cores = {(f["physical id"], f["core id"]) for f in fields if "physical id" in f and "core id" in f}
+    return {"model": model, "sockets": len(sockets) or None, "cores": len(cores) or None,
+            "threads": len(fields) or None,
+            "hypervisor": any("hypervisor" in f.get("flags", "").split() for f in fields[:1])}
+
+
+def parse_meminfo(text: str) -> dict:
+    kib = {k: int(v.split()[0]) for k, _, v in (ln.partition(":") for ln in text.splitlines())
+           if v.strip() and v.split()[0].isdigit()}
+    return {"total_mib": kib["MemTotal"] // 1024 if "MemTotal" in kib else None,
+            "available_mib": kib["MemAvailable"] // 1024 if "MemAvailable" in kib else None}
+
+
+def parse_os_release(text: str) -> dict:
+    values = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip().strip('"')
+    return {"name": values.get("PRETTY_NAME") or values.get("NAME"), "id": values.get("ID"),
+            "version_id": values.get("VERSION_ID")}
+
+
+def parse_gpu_query(text: str) -> list:
+    """Rows of `nvidia-smi --query-gpu=GPU_QUERY --format=csv,noheader,nounits`."""
+    gpus = []
+    for line in text.strip().splitlines():
+        index, name, memory, driver, bus = [c.strip() for c in line.split(",")][:5]
+        gpus.append({"index": int(index), "name": name,
+                     "memory_mib": int(float(memory)) if memory.replace(".", "").isdigit() else None,
+                     "driver": driver, "pci_bus_id": bus})
+    return gpus
+
+
+def parse_ib_rate(rate: str):
+    """'100 Gb/sec (4X EDR)' -> 100.0 (Gbit/s)."""
+    m = re.match(r"\s*([\d.]+)\s*Gb/sec", rate or "")
+    return float(m.group(1)) if m else None
+
+
+def _state(text):
+    """'4: ACTIVE' -> 'ACTIVE'."""
+    return text.split(":", 1)[-1].strip() if text else None
+
+
+# ---------------------------------------------------------------- readers (each returns value, reason)
+
+def _read(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read()
+
+
+def _read_or_none(path):
+    try:
+        return _read(path).strip()
+    except OSError:
+        return None
+
+
+def read_paddle():
+    """Versions from paddle.version. When paddle is not imported yet we load only its small
+    generated version module: importing paddle itself takes ~1.5 s, the whole budget."""
+    module = sys.modules.get("paddle.version")
+    if module is None:
+        spec = importlib.util.find_spec("paddle")
+        if spec is None or not spec.submodule_search_locations:
+            return None, {"paddle": "paddle is not installed in this Python"}
+        path = os.path.join(list(spec.submodule_search_locations)[0], "version", "__init__.py")
+        vspec = importlib.util.spec_from_file_location("_fleetbench_paddle_version", path)
+        module = importlib.util.module_from_spec(vspec)
+        vspec.loader.exec_module(module)
+    cuda, cudnn = module.cuda(), module.cudnn()
+    info = {"version": module.full_version, "commit": module.commit,
+            "compiled_with_cuda": cuda not in (False, "False", None, ""),
+            "cuda": None, "cudnn": None, "nccl": None,
+            "mkl": str(getattr(module, "with_mkl", "")).upper() == "ON"}
+    missing = {}
+    if info["compiled_with_cuda"]:
+        info["cuda"], info["cudnn"] = str(cuda), str(cudnn)
+        info["nccl"], reason = _nccl_version()
+        if reason:
+            missing["paddle.nccl"] = reason
+    else:
+        for key in ("cuda", "cudnn", "nccl"):
+            missing[f"paddle.{key}"] = "paddle is a CPU build (compiled without CUDA)"
+    return info, missing
+
+
+def _nccl_version():
+    # paddle.version has no nccl() in 2.6; the NCCL build exposes core.nccl_version() (e.g. 21602).
+    core = sys.modules.get("paddle.base.core") or sys.modules.get("paddle.fluid.core")
+    if core is None:
+        return None, "paddle not imported in this process (NCCL version comes from paddle's core)"
+    if not hasattr(core, "nccl_version"):
+        return None, "paddle compiled without NCCL"
+    v = int(core.nccl_version())
+    major, rest = (v // 10000, v % 10000) if v >= 10000 else (v // 1000, v % 1000)
+    return f"{major}.{rest // 100}.{rest % 100}", None
+
+
+def read_gpus():
+    """(gpus, driver, reason) from nvidia-smi; reason says why both are None."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None, None, "nvidia-smi not found on PATH"
+    try:
+        proc = subprocess.run([exe, f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None, None, f"nvidia-smi timed out after {NVIDIA_SMI_TIMEOUT_S:g} s"
+    except OSError as e:
+        return None, None, f"nvidia-smi could not run: {e}"
+    if proc.returncode != 0:
+        first = next((ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()), "")
+        return None, None, f"nvidia-smi failed (exit {proc.returncode}): {first}"
+    try:
+        gpus = parse_gpu_query(proc.stdout)
+    except ValueError as e:
+        return None, None, f"unexpected nvidia-smi output: {e}"
+    driver = gpus[0].pop("driver") if gpus else None
+    for g in gpus:
+        g.pop("driver", None)
+    return gpus, driver, (None if gpus else "nvidia-smi lists no GPU")
+
+
+def _sysfs_cpu_topology(root):
+    """(sockets, cores) from /sys/devices/system/cpu/cpuN/topology, for CPUs whose
+    /proc/cpuinfo lacks 'physical id' (e.g. ARM)."""
+    packages, cores = set(), set()
+    for name in os.listdir(root):
+        if re.fullmatch(r"cpu\d+", name):
+            topo = os.path.join(root, name, "topology")
+            package = _read_or_none(os.path.join(topo, "physical_package_id"))
+            core = _read_or_none(os.path.join(topo, "core_id"))
+            if package is not None and core is not None:
+                packages.add(package)
+                cores.add((package, core))
+    return len(packages) or None, len(cores) or None
+
+
+def read_cpu(cpuinfo="/proc/cpuinfo", nodes="/sys/devices/system/node", cpus="/sys/devices/system/cpu"):
+    cpu = parse_cpuinfo(_read(cpuinfo))
+    if cpu["sockets"] is None and os.path.isdir(cpus):
+        cpu["sockets"], cpu["cores"] = _sysfs_cpu_topology(cpus)
+    try:
+        cpu["usable_threads"] = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpu["usable_threads"] = os.cpu_count()
+    try:
+        cpu["numa_nodes"] = len([n for n in os.listdir(nodes) if re.fullmatch(r"node\d+", n)]) or None
+    except OSError:
+        cpu["numa_nodes"] = None
+    missing = {f"cpu.{k}": f"not found in {cpuinfo} or {cpus}" for k, v in cpu.items() if v is None}
+    return cpu, missing
+
+
+def read_nics(root="/sys/class/net"):
+    """Network interfaces except loopback: speed (Mbit/s; null when the driver reports none),
+    MTU, state, driver, and whether it is virtual (no backing device)."""
+    nics, missing = [], {}
+    for name in sorted(os.listdir(root)):
+        base = os.path.join(root, name)
+        if _read_or_none(os.path.join(base, "type")) == "772":  # ARPHRD_LOOPBACK
+            continue
+        speed = _read_or_none(os.path.join(base, "speed"))
+        mtu = _read_or_none(os.path.join(base, "mtu"))
+        driver = os.path.join(base, "device", "driver")
+        nic = {"name": name, "speed_mbps": int(speed) if speed and speed.lstrip("-").isdigit() and int(speed) > 0 else None,
+               "mtu": int(mtu) if mtu and mtu.isdigit() else None,
+               "state": _read_or_none(os.path.join(base, "operstate")),
+               "driver": os.path.basename(os.path.realpath(driver)) if os.path.exists(driver) else None,
+               "virtual": not os.path.exists(os.path.join(base, "device"))}
+        if nic["speed_mbps"] is None:
+            missing[f"nics.{name}.speed_mbps"] = ("driver reports no link speed" if speed else
+                                                  "speed not readable (virtual or down interface)")
+        nics.append(nic)
+    return nics, missing
+
+
+def read_infiniband(root="/sys/class/infiniband"):
+    """RDMA devices (InfiniBand or RoCE) with each port's rate, state and link layer."""
+    if not os.path.isdir(root):
+        return []
+    devices = []
+    for name in sorted(os.listdir(root)):
+        base = os.path.join(root, name)
+        ports_dir = os.path.join(base, "ports")
+        ports = []
+        for port in sorted(os.listdir(ports_dir), key=lambda p: int(p) if p.isdigit() else 0) if os.path.isdir(ports_dir) else []:
+            p = os.path.join(ports_dir, port)
+            rate = _read_or_none(os.path.join(p, "rate"))
+            ports.append({"port": int(port) if port.isdigit() else port, "rate": rate,
+                          "rate_gbit": parse_ib_rate(rate), "state": _state(_read_or_none(os.path.join(p, "state"))),
+                          "phys_state": _state(_read_or_none(os.path.join(p, "phys_state"))),
+                          "link_layer": _read_or_none(os.path.join(p, "link_layer"))})
+        netdir = os.path.join(base, "device", "net")
+        devices.append({"device": name, "hca_type": _read_or_none(os.path.join(base, "hca_type")),
+                        "fw_ver": _read_or_none(os.path.join(base, "fw_ver")),
+                        "netdevs": sorted(os.listdir(netdir)) if os.path.isdir(netdir) else [],
+                        "ports": ports})
+    return devices
+
+
+def read_env_vars(environ=None):
+    environ = os.environ if environ is None else environ
+    keep = sorted(k for k in environ if k.startswith(ENV_PREFIXES) or k in ENV_NAMES)
+    return {k: ("<redacted>" if SECRET_NAME.search(k) or IDENTIFYING_VALUE.search(environ[k]) else environ[k])
+            for k in keep}
+
+
+def read_threads():
+    try:
+        from fleetbench import threads_info
+        return threads_info()
+    except Exception:  # an odd OMP_NUM_THREADS must not cost the report
+        return None
+
+
+# ---------------------------------------------------------------- collect
+
+def _guard(result, missing, key, reader, *args):
+    """Run one reader; a failure becomes null + reason instead of an exception."""
+    try:
+        value = reader(*args)
+    except Exception as e:  # the report must never take a benchmark run down
+        result[key] = None
+        missing[key] = f"{type(e).__name__}: {e}"
+        return
+    if isinstance(value, tuple):  # (value, {path: reason})
+        value, more = value
+        missing.update(more or {})
+    result[key] = value
+
+
+def _read_os():
+    info = parse_os_release(_read("/etc/os-release")) if os.path.exists("/etc/os-release") else \
+        {"name": platform.system(), "id": None, "version_id": None}
+    return {**info, "kernel": platform.release(), "machine": platform.machine()}
+
+
+def _read_memory():
+    return parse_meminfo(_read("/proc/meminfo"))
+
+
+def collect() -> dict:
+    """The environment block stored in every result record (see module docstring)."""
+    result, missing = {}, {}
+    result["python"] = {"version": platform.python_version(), "implementation": platform.python_implementation()}
+    _guard(result, missing, "paddle", read_paddle)
+    try:
+        gpus, driver, reason = read_gpus()
+    except Exception as e:
+        gpus, driver, reason = None, None, f"{type(e).__name__}: {e}"
+    result["nvidia_driver"], result["gpus"] = driver, gpus
+    result["gpu_count"] = len(gpus) if gpus is not None else None
+    if reason:
+        missing.update({"nvidia_driver": reason, "gpus": reason, "gpu_count": reason})
+    _guard(result, missing, "cpu", read_cpu)
+    _guard(result, missing, "memory", _read_memory)
+    _guard(result, missing, "os", _read_os)
+    _guard(result, missing, "nics", read_nics)
+    _guard(result, missing, "infiniband", read_infiniband)
+    _guard(result, missing, "env_vars", read_env_vars)
+    result["threads"] = read_threads()
+    result["unavailable"] = missing
+    return result
+
+
+# ---------------------------------------------------------------- rendering + CLI
+
+def _na(value, unit=""):
+    return "n/a" if value is None else f"{value}{unit}"
+
+
+def render_markdown(env: dict) -> str:
+    """A section shaped like FleetX's hand-written 'GPU Environment' / 'CPU Environment'."""
+    miss, cpu, mem, osr, pd = env["unavailable"], env.get("cpu") or {}, env.get("memory") or {}, \
+        env.get("os") or {}, env.get("paddle") or {}
+    out = ["## GPU Environment", ""]
+    if env.get("gpus"):
+        names = {}
+        for g in env["gpus"]:
+            names.setdefault((g["name"], g["memory_mib"]), 0)
+            names[(g["name"], g["memory_mib"])] += 1
+        out += [f"- {name} ({_na(memory, ' MiB')}) x {n}" for (name, memory), n in names.items()]
+        out.append(f"- CUDA Version (Paddle build): {_na(pd.get('cuda'))}, cuDNN {_na(pd.get('cudnn'))}, "
+                   f"NCCL {_na(pd.get('nccl'))}, Driver Version: {_na(env.get('nvidia_driver'))}")
+    else:
+        out.append(f"- no NVIDIA GPU: {miss.get('gpus', 'none listed')}")
+    for dev in env.get("infiniband") or []:
+        for p in dev["ports"]:
+            out.append(f"- {p['link_layer'] or 'RDMA'} {_na(p['rate'])} {p['state'] or ''}, "
+                       f"{dev['device']} ({dev['hca_type'] or 'unknown HCA'})")
+    out += ["", "## CPU Environment", ""]
+    out.append(f"- {_na(cpu.get('model'))}: {_na(cpu.get('sockets'))} socket(s), {_na(cpu.get('cores'))} cores, "
+               f"{_na(cpu.get('threads'))} threads ({_na(cpu.get('usable_threads'))} usable)")
+    out.append(f"- Memory {_na(mem.get('total_mib') and round(mem['total_mib'] / 1024, 1), ' GiB')}")
+    out.append(f"- {_na(osr.get('name'))} (Linux {_na(osr.get('kernel'))} {_na(osr.get('machine'))})")
+    nics = env.get("nics") or []
+    for nic in [n for n in nics if n["state"] in ("up", "unknown")] or nics:  # skip unused tc/ifb devices
+        speed = f"{nic['speed_mbps'] / 1000:g} Gbit/s" if nic["speed_mbps"] else "speed unknown"
+        out.append(f"- Network {nic['name']}: {speed}, MTU {_na(nic['mtu'])}"
+                   f"{' (virtual)' if nic['virtual'] else ''}")
+    out.append(f"- Paddle {_na(pd.get('version'))} (commit {_na(pd.get('commit'))[:8]}), "
+               f"Python {env['python']['version']}")
+    threads = env.get("threads")
+    if threads:
+        out.append(f"- OMP_NUM_THREADS={threads['omp_num_threads']} (set by {threads['source']})")
+    return "\n".join(out)
+
+
+def render_text(env: dict, indent="") -> str:
+    lines = []
+    for key, value in env.items():
+        if isinstance(value, dict) and value and key != "env_vars":
+            lines.append(f"{indent}{key}:")
+            lines.append(render_text(value, indent + "  "))
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            lines.append(f"{indent}{key}:")
+            lines += [f"{indent}  - " + ", ".join(f"{k}={v}" for k, v in item.items()) for item in value]
+        else:
+            shown = json.dumps(value) if isinstance(value, (dict, list)) else _na(value)
+            lines.append(f"{indent}{key}: {shown}")
+    return "\n".join(lines)
+
+
+def cli(argv) -> int:
+    parser = argparse.ArgumentParser(prog="fleetbench env",
+                                     description="Report the software and hardware environment.")
+    form = parser.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="the JSON block stored in every result record")
+    form.add_argument("--markdown", action="store_true", help="a README section like FleetX's environment lists")
+    args = parser.parse_args(argv)
+    env = collect()
+    if args.json:
+        print(json.dumps(env, indent=2))
+    elif args.markdown:
+        print(render_markdown(env))
+    else:
+        print(render_text(env))
+    return 0
