@@ -135,8 +135,9 @@ def _problem(record) -> str | None:
     if source is not None:
         if not isinstance(source, dict) or source.get("kind") not in SOURCE_KINDS:
             return f"source: expected null or an object with kind in {'|'.join(SOURCE_KINDS)}"
-        if not isinstance(source.get("citation"), str) or not source["citation"]:
-            return "source.citation: expected where the numbers were published"
+        for key in ("name", "citation"):
+            if not isinstance(source.get(key), str) or not source[key]:
+                return f"source.{key}: expected a non-empty string (short name; where it was published)"
     env = record.get("env")
     # TODO(results): drop the `env is not None` escape with the fallback in _collect_env.
     if source is None and env is not None and not isinstance(env, dict):
@@ -299,19 +300,18 @@ def network_profile(network: dict | None) -> str | None:
 
 
 def source_name(record: dict) -> str | None:
-    """None for results measured here; the citation for published ones (never pooled with ours)."""
+    """None for results measured here; the short source name for published ones."""
     source = record.get("source")
-    return source["citation"] if source else None
+    return source["name"] if source else None
 
 
 def cell_key(record: dict) -> tuple:
     """Repeats of the same cell share this key. Beyond (benchmark, mode, method, network, nodes,
-    devices) it holds the preset and unit (a tiny and a full run are different experiments) and
-    the source (published numbers are never averaged with ours)."""
-    unit = (record.get("metrics") or {}).get("unit")
+    devices) it holds the preset (a tiny and a full run are different experiments) and the
+    source (published numbers are never averaged with ours)."""
     return (source_name(record) or "", record["benchmark"], record.get("preset") or "",
             record["mode"], record["method"], network_profile(record.get("network")) or "",
-            record["nodes"], record["devices_per_node"], record["world_size"], unit or "")
+            record["nodes"], record["devices_per_node"], record["world_size"])
 
 
 def _flat(config: dict, prefix: str = "") -> dict:
@@ -334,9 +334,10 @@ def aggregate(records: list[dict]) -> list[dict]:
     """One cell per cell_key: throughput n/mean/std/median/min/max over successful runs.
 
     Failed runs (error set) are counted in `failed` and excluded from the statistics. A published
-    record that already is a mean ± std (metrics.throughput_std) is passed through as published:
-    its n is metrics.repeats (null when the source does not say). `config_differs` lists config
-    keys whose values differ between pooled runs, so silent pooling shows up in reports.
+    record (source set) already is a summary: its mean and std (metrics.throughput_std, null when
+    not published) pass through as published, its n is metrics.repeats (null when the source
+    does not say). `config_differs` lists config keys whose values differ between pooled runs,
+    so silent pooling shows up in reports.
     """
     groups: dict[tuple, list[dict]] = {}
     for record in records:
@@ -346,24 +347,26 @@ def aggregate(records: list[dict]) -> list[dict]:
         members = groups[key]
         ok = [r for r in members if r.get("error") is None]
         failed = [r for r in members if r.get("error") is not None]
-        first = members[0]
+        units = sorted({r["metrics"]["unit"] for r in ok})
+        if len(units) > 1:
+            raise RecordError(f"{key[1]}: runs of one cell {key[3:]} report different units "
+                              f"({', '.join(units)}); expected one")
         cell = {
             "source": key[0] or None, "benchmark": key[1], "preset": key[2] or None,
             "mode": key[3], "method": key[4], "network": key[5] or None, "nodes": key[6],
-            "devices_per_node": key[7], "world_size": key[8], "unit": key[9] or None,
+            "devices_per_node": key[7], "world_size": key[8], "unit": units[0] if units else None,
             "failed": len(failed), "errors": sorted({r["error"] for r in failed}),
             "config_differs": _differing_keys([r["config"] for r in members]),
-            "config": first["config"],
+            "config": members[0]["config"],
         }
-        published = [r for r in ok if r.get("source") and "throughput_std" in r["metrics"]]
-        if published:
+        if cell["source"] and ok:
             if len(ok) != 1:
-                raise RecordError(f"{cell['source']}: {len(ok)} published aggregates for one cell "
+                raise RecordError(f"{cell['source']}: {len(ok)} published records for one cell "
                                   f"{key[1:]}; expected one")
-            metrics = published[0]["metrics"]
+            metrics = ok[0]["metrics"]
             cell.update({"n": metrics.get("repeats"), "mean": metrics["throughput"],
-                         "std": metrics["throughput_std"], "median": None, "min": None, "max": None,
-                         "published_aggregate": True})
+                         "std": metrics.get("throughput_std"), "median": None, "min": None,
+                         "max": None, "published_aggregate": True})
         else:
             cell.update(summarize([r["metrics"]["throughput"] for r in ok]))
             cell["published_aggregate"] = False
