@@ -28,14 +28,14 @@ IDENTIFYING_VALUE = re.compile(r"/|\b\d{1,3}(\.\d{1,3}){3}\b|:\d{2,5}\b")
 
 def parse_cpuinfo(text: str) -> dict:
     """Model, sockets, physical cores and hardware threads from /proc/cpuinfo."""
-    blocks = [b for b in text.split("\n\n") if "processor" in b]
-    fields = [dict((k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in b.splitlines())) for b in blocks]
-    model = next((f.get("model name") or f.get("Model") for f in fields if f.get("model name") or f.get("Model")), None)
-    sockets = {f["physical id"] for f in fields if "physical id" in f}
-    cores = {(f["physical id"], f["core id"]) for f in fields if "physical id" in f and "core id" in f}
+    procs = [dict((k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in block.splitlines()))
+             for block in text.split("\n\n") if "processor" in block]
+    model = next((p["model name"] for p in procs if p.get("model name")), None)
+    sockets = {p["physical id"] for p in procs if "physical id" in p}
+    cores = {(p["physical id"], p["core id"]) for p in procs if "physical id" in p and "core id" in p}
     return {"model": model, "sockets": len(sockets) or None, "cores": len(cores) or None,
-            "threads": len(fields) or None,
-            "hypervisor": any("hypervisor" in f.get("flags", "").split() for f in fields[:1])}
+            "threads": len(procs) or None,
+            "hypervisor": bool(procs) and "hypervisor" in procs[0].get("flags", "").split()}
 
 
 def parse_meminfo(text: str) -> dict:
@@ -188,6 +188,20 @@ def read_cpu(cpuinfo="/proc/cpuinfo", nodes="/sys/devices/system/node", cpus="/s
     return cpu, missing
 
 
+def _int_or_none(text):
+    return int(text) if text and text.lstrip("-").isdigit() else None
+
+
+def _nic(base, name):
+    speed = _int_or_none(_read_or_none(os.path.join(base, "speed")))
+    driver = os.path.join(base, "device", "driver")
+    return {"name": name, "speed_mbps": speed if speed and speed > 0 else None,  # -1: driver doesn't know
+            "mtu": _int_or_none(_read_or_none(os.path.join(base, "mtu"))),
+            "state": _read_or_none(os.path.join(base, "operstate")),
+            "driver": os.path.basename(os.path.realpath(driver)) if os.path.exists(driver) else None,
+            "virtual": not os.path.exists(os.path.join(base, "device"))}
+
+
 def read_nics(root="/sys/class/net"):
     """Network interfaces except loopback: speed (Mbit/s; null when the driver reports none),
     MTU, state, driver, and whether it is virtual (no backing device)."""
@@ -196,42 +210,36 @@ def read_nics(root="/sys/class/net"):
         base = os.path.join(root, name)
         if _read_or_none(os.path.join(base, "type")) == "772":  # ARPHRD_LOOPBACK
             continue
-        speed = _read_or_none(os.path.join(base, "speed"))
-        mtu = _read_or_none(os.path.join(base, "mtu"))
-        driver = os.path.join(base, "device", "driver")
-        nic = {"name": name, "speed_mbps": int(speed) if speed and speed.lstrip("-").isdigit() and int(speed) > 0 else None,
-               "mtu": int(mtu) if mtu and mtu.isdigit() else None,
-               "state": _read_or_none(os.path.join(base, "operstate")),
-               "driver": os.path.basename(os.path.realpath(driver)) if os.path.exists(driver) else None,
-               "virtual": not os.path.exists(os.path.join(base, "device"))}
-        if nic["speed_mbps"] is None:
-            missing[f"nics.{name}.speed_mbps"] = ("driver reports no link speed" if speed else
+        nics.append(_nic(base, name))
+        if nics[-1]["speed_mbps"] is None:
+            readable = _read_or_none(os.path.join(base, "speed")) is not None
+            missing[f"nics.{name}.speed_mbps"] = ("driver reports no link speed" if readable else
                                                   "speed not readable (virtual or down interface)")
-        nics.append(nic)
     return nics, missing
 
 
+def _ib_port(path, port):
+    rate = _read_or_none(os.path.join(path, "rate"))
+    return {"port": int(port) if port.isdigit() else port, "rate": rate, "rate_gbit": parse_ib_rate(rate),
+            "state": _state(_read_or_none(os.path.join(path, "state"))),
+            "phys_state": _state(_read_or_none(os.path.join(path, "phys_state"))),
+            "link_layer": _read_or_none(os.path.join(path, "link_layer"))}
+
+
+def _listdir(path):
+    return sorted(os.listdir(path)) if os.path.isdir(path) else []
+
+
 def read_infiniband(root="/sys/class/infiniband"):
-    """RDMA devices (InfiniBand or RoCE) with each port's rate, state and link layer."""
-    if not os.path.isdir(root):
-        return []
+    """RDMA devices (InfiniBand, or RoCE when link_layer is Ethernet) with each port's rate and state."""
     devices = []
-    for name in sorted(os.listdir(root)):
+    for name in _listdir(root):
         base = os.path.join(root, name)
-        ports_dir = os.path.join(base, "ports")
-        ports = []
-        for port in sorted(os.listdir(ports_dir), key=lambda p: int(p) if p.isdigit() else 0) if os.path.isdir(ports_dir) else []:
-            p = os.path.join(ports_dir, port)
-            rate = _read_or_none(os.path.join(p, "rate"))
-            ports.append({"port": int(port) if port.isdigit() else port, "rate": rate,
-                          "rate_gbit": parse_ib_rate(rate), "state": _state(_read_or_none(os.path.join(p, "state"))),
-                          "phys_state": _state(_read_or_none(os.path.join(p, "phys_state"))),
-                          "link_layer": _read_or_none(os.path.join(p, "link_layer"))})
-        netdir = os.path.join(base, "device", "net")
+        ports = sorted(_listdir(os.path.join(base, "ports")), key=lambda p: int(p) if p.isdigit() else 0)
         devices.append({"device": name, "hca_type": _read_or_none(os.path.join(base, "hca_type")),
                         "fw_ver": _read_or_none(os.path.join(base, "fw_ver")),
-                        "netdevs": sorted(os.listdir(netdir)) if os.path.isdir(netdir) else [],
-                        "ports": ports})
+                        "netdevs": _listdir(os.path.join(base, "device", "net")),
+                        "ports": [_ib_port(os.path.join(base, "ports", p), p) for p in ports]})
     return devices
 
 

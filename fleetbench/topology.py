@@ -108,8 +108,9 @@ def parse(text: str) -> dict:
     by_name = {}
     for number, tokens in rows:
         name = tokens[0]
-        if name not in devices:
-            raise TopologyError(f"line {number}: row {name!r} is not a column of the header; {EXPECTED}")
+        if name not in devices or name in by_name:
+            problem = "appears twice" if name in by_name else "is not a column of the header"
+            raise TopologyError(f"line {number}: row {name!r} {problem}; {EXPECTED}")
         cells, values = tokens[1:1 + len(devices)], tokens[1 + len(devices):]
         if len(cells) < len(devices):
             raise TopologyError(f"line {number}: row {name} has {len(cells)} link cells for "

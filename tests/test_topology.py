@@ -163,6 +163,7 @@ def test_selection_worst_link_and_warning():
     ("\tGPU0\tGPU1\nGPU0\tNV1\tNV1\nGPU1\tNV1\t X \n", "lacks X on the diagonal"),
     ("\tGPU0\tGPU1\nGPU0\t X \tNV1\t0-3\nGPU1\tNV1\t X \n", "1 values after the links"),
     ("\tGPU0\nGPU0\t X \nGPU7\t X \n", "row 'GPU7' is not a column"),
+    ("\tGPU0\nGPU0\t X \nGPU0\t X \n", "row 'GPU0' appears twice"),
 ])
 def test_malformed_text_gets_one_line_error(text, message):
     with pytest.raises(TopologyError, match=message) as info:
