@@ -83,13 +83,8 @@ def make_record(*, benchmark: str, mode: str, method: str, preset: str | None, c
     }
 
 
-def _collect_env() -> tuple[dict | None, dict | None]:
-    # TODO(results): remove this ImportError fallback (and the matching one in _problem) as soon
-    # as fleetbench/env.py and fleetbench/topology.py are committed; every record must carry env.
-    try:
-        from fleetbench import env, topology  # lazy: collecting the environment runs tools
-    except ImportError:
-        return None, None
+def _collect_env() -> tuple[dict, dict | None]:
+    from fleetbench import env, topology  # lazy: collecting the environment runs tools
     return env.collect(), topology.detect_for_record()
 
 
@@ -139,8 +134,7 @@ def _problem(record) -> str | None:
             if not isinstance(source.get(key), str) or not source[key]:
                 return f"source.{key}: expected a non-empty string (short name; where it was published)"
     env = record.get("env")
-    # TODO(results): drop the `env is not None` escape with the fallback in _collect_env.
-    if source is None and env is not None and not isinstance(env, dict):
+    if source is None and not isinstance(env, dict):
         return "env: expected an object (every result measured here carries its environment)"
     if source is not None and env is not None and not isinstance(env, dict):
         return f"env: expected an object or null, got {env!r}"
