@@ -22,6 +22,7 @@ class ResNet50Config(config.CollectiveConfig):
     momentum: float = 0.9
     weight_decay: float = 1e-4
     synthetic_batches: int = 8  # distinct in-memory batches per rank, cycled
+    synthetic_noise: float = 1.0  # noise scale around each class template (template scale is 1)
 
     def validate(self):
         super().validate()
@@ -44,7 +45,7 @@ def build(cfg: ResNet50Config) -> loop.Workload:
     else:
         batches = images.synthetic_batches(cfg.synthetic_batches, cfg.batch_size, cfg.image_size,
                                            cfg.num_classes, cfg.data_format, cfg.seed,
-                                           paddle.distributed.get_rank())
+                                           paddle.distributed.get_rank(), cfg.synthetic_noise)
     cross_entropy = paddle.nn.CrossEntropyLoss()
     return loop.Workload(model=model, optimizer=optimizer, batches=batches, unit="images/s",
                          loss_fn=lambda net, batch: cross_entropy(net(batch[0]), batch[1]))

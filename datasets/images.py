@@ -3,7 +3,7 @@
 Two sources, the same batches for the loop:
 - synthetic: a learnable task held in memory, generated once per rank (never per step), so the
   reader costs nothing and loss can fall: each class has a fixed random template and an image is
-  its class template plus noise;
+  its class template plus Gaussian noise of a chosen scale;
 - an ImageNet-style folder (one sub-folder of JPEG/PNG files per class), decoded and augmented by
   `paddle.io.DataLoader` worker processes and sharded across ranks by DistributedBatchSampler.
 
@@ -19,7 +19,7 @@ IMAGENET_MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 IMAGENET_STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
 
-def synthetic_batches(num_batches, batch_size, image_size, num_classes, data_format, seed, rank):
+def synthetic_batches(num_batches, batch_size, image_size, num_classes, data_format, seed, rank, noise=1.0):
     """`num_batches` (image, label) tensor pairs; templates are shared by all ranks, samples are not."""
     import paddle
 
@@ -28,7 +28,7 @@ def synthetic_batches(num_batches, batch_size, image_size, num_classes, data_for
     batches = []
     for _ in range(num_batches):
         labels = rng.integers(0, num_classes, size=batch_size)
-        noise = rng.standard_normal((batch_size, 3, image_size, image_size))
+        noise = noise * rng.standard_normal((batch_size, 3, image_size, image_size))
         images = (templates[labels] + noise).astype("float32")
         if data_format == "NHWC":
             images = np.ascontiguousarray(images.transpose(0, 2, 3, 1))

@@ -9,7 +9,27 @@ import os
 
 __version__ = "0.1.0"
 
-_THREADS_SOURCE = "user" if os.environ.get("OMP_NUM_THREADS") else "fleetbench"
+
+def _user_threads():
+    """The thread count the user asked for, or None.
+
+    Paddle's launcher imports paddle, whose bootstrap writes OMP_NUM_THREADS=1 into the launcher's
+    own environment when it is unset, and every rank inherits that. So under the launcher a value of
+    1 is Paddle's default, not a choice; FLEETBENCH_OMP_THREADS (which `fleetbench launch` fills
+    from the user's shell) states a choice explicitly.
+    """
+    explicit = os.environ.get("FLEETBENCH_OMP_THREADS")
+    if explicit:
+        return explicit
+    inherited = os.environ.get("OMP_NUM_THREADS")
+    under_launcher = "PADDLE_TRAINER_ID" in os.environ or "PADDLE_LOCAL_SIZE" in os.environ
+    if inherited and not (under_launcher and inherited == "1"):
+        return inherited
+    return None
+
+
+_USER_THREADS = _user_threads()
+_THREADS_SOURCE = "user" if _USER_THREADS else "fleetbench"
 
 
 def local_process_count() -> int:
@@ -29,8 +49,7 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-if _THREADS_SOURCE == "fleetbench":
-    os.environ["OMP_NUM_THREADS"] = str(max(1, usable_cores() // local_process_count()))
+os.environ["OMP_NUM_THREADS"] = _USER_THREADS or str(max(1, usable_cores() // local_process_count()))
 
 
 def threads_info() -> dict:

@@ -96,20 +96,24 @@ def endless(batches: Iterable):
 
 # ---------------------------------------------------------------- the measured run
 def train(cfg, work: Workload, ctx: Context) -> dict:
-    """Run warm-up + measured steps; return this rank's raw figures."""
+    """Run warm-up + measured steps; return this rank's raw figures.
+
+    Losses stay on the device and are read once per logging window (a read is a device sync);
+    loss_first and loss_last are the mean losses of the first and last logging windows.
+    """
     model, step_fn = methods.prepare(cfg, work, ctx)
     model.train()
     timer = WindowTimer(cfg.warmup_steps, sync=sync_device)
     batches = endless(work.batches)
     units = samples = 0.0
-    loss_first = loss_last = None
+    window_losses, loss_first, loss_last = [], None, None
     delay_s = cfg.debug.delay_ms / 1000 if cfg.debug.delay_rank == ctx.rank else 0.0
     timer.start()
     for step in range(1, cfg.steps + 1):
         tick = time.perf_counter()
         batch = next(batches)
         reader_s = time.perf_counter() - tick
-        loss = step_fn(batch)
+        window_losses.append(step_fn(batch).detach())
         if delay_s:
             time.sleep(delay_s)  # test-only: makes this rank the slow one
         batch_samples, batch_units = work.counts(batch)
@@ -117,13 +121,12 @@ def train(cfg, work: Workload, ctx: Context) -> dict:
         if step > cfg.warmup_steps:
             samples += batch_samples
             units += batch_units
-        if step == 1:
-            loss_first = float(loss)
-        if step == cfg.steps:
-            loss_last = float(loss)
         if step % cfg.log_every == 0 or step == cfg.steps:
+            loss_last = float(paddle.add_n(window_losses)) / len(window_losses)
+            loss_first = loss_last if loss_first is None else loss_first
+            window_losses = []
             window = timer.close_window()
-            print(log_line(step, cfg.steps, float(loss), window["ips"], work.unit,
+            print(log_line(step, cfg.steps, loss_last, window["ips"], work.unit,
                            window["batch_cost_s"], window["reader_cost_s"]), flush=True)
         if step == cfg.warmup_steps:
             timer.end_warmup(barrier=dist.barrier if ctx.world_size > 1 else lambda: None)

@@ -1,0 +1,103 @@
+"""ResNet50 through Paddle's real launcher: records, arithmetic, slowest rank, learning, bad input."""
+import json
+
+import pytest
+
+from util import fleetrun, rank_summaries, records, run_script
+
+SCRIPT = "collective/resnet50.py"
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(tmp_path_factory):
+    """One 2-process gloo run, long enough for loss to fall on the learnable synthetic task."""
+    tmp = tmp_path_factory.mktemp("r50")
+    proc = fleetrun(tmp / "log", "--nproc_per_node", 2, SCRIPT, "--preset", "tiny",
+                    "--set", "steps=24", "--results", tmp / "r.jsonl")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return tmp
+
+
+def test_two_ranks_write_exactly_one_record(two_rank_run):
+    (rec,) = records(two_rank_run / "r.jsonl")
+    assert rec["world_size"] == 2 and rec["nodes"] == 1 and rec["devices_per_node"] == 2
+    assert rec["benchmark"] == "resnet50" and rec["mode"] == "collective" and rec["error"] is None
+    assert rec["metrics"]["unit"] == "images/s" and rec["env"] is not None
+    assert rec["config"]["runtime"]["threads"]["omp_num_threads"] == 1  # 2 cores / 2 local ranks
+
+
+def test_throughput_is_global_batch_over_slowest_rank_time(two_rank_run):
+    (rec,) = records(two_rank_run / "r.jsonl")
+    logged = rank_summaries(two_rank_run / "log")
+    assert sorted(logged) == [0, 1]
+    measured = rec["config"]["steps"] - rec["config"]["warmup_steps"]
+    slowest = max(elapsed for _, elapsed, _, _ in logged.values())
+    global_batch = rec["config"]["batch_size"] * 2
+    m = rec["metrics"]
+    assert m["measured_steps"] == measured == logged[0][0]
+    assert m["elapsed_s"] == pytest.approx(slowest, rel=1e-5)
+    assert m["throughput"] == pytest.approx(global_batch * measured / slowest, rel=1e-5)
+    assert m["throughput_per_device"] == pytest.approx(m["throughput"] / 2)
+    assert m["step_time_ms"] == pytest.approx(1000 * slowest / measured, rel=1e-5)
+
+
+def test_two_ranks_learn_the_synthetic_task(two_rank_run):
+    (rec,) = records(two_rank_run / "r.jsonl")
+    m = rec["metrics"]
+    assert m["loss_last"] < 0.5 * m["loss_first"], m
+
+
+def test_slowest_rank_decides(tmp_path):
+    """Rank 1 sleeps after every step; its extra time after the last all-reduce shows in its own
+    clock only, and the reported figure must follow it, not rank 0."""
+    delay_ms = 400
+    proc = fleetrun(tmp_path / "log", "--nproc_per_node", 2, SCRIPT, "--preset", "tiny",
+                    "--set", "debug.delay_rank=1", "--set", f"debug.delay_ms={delay_ms}",
+                    "--results", tmp_path / "r.jsonl")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = records(tmp_path / "r.jsonl")
+    m = rec["metrics"]
+    fast, slow = m["rank_elapsed_s"]
+    assert slow - fast > 0.5 * delay_ms / 1000
+    assert m["elapsed_s"] == pytest.approx(slow)
+    assert m["throughput"] == pytest.approx(8 * 2 * m["measured_steps"] / slow, rel=1e-6)
+    assert m["throughput"] < 16 / (delay_ms / 1000)  # no faster than the sleeping rank allows
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "batch_size=0"], "resnet50: error: config key 'batch_size' must be > 0 (got 0)"),
+    (["--set", "nosuch=1"], "resnet50: error: --set: unknown config key 'nosuch'"),
+    (["--preset", "nosuch"], "resnet50: error: --preset: unknown preset 'nosuch' for resnet50"),
+    (["--set", "amp=fp16"], "resnet50: error: config key 'amp' is 'fp16' but this Paddle build has no CUDA"),
+    (["--set", "data.path=/nonexistent"], "resnet50: error: data.path /nonexistent: not a directory"),
+])
+def test_bad_config_is_one_line_and_stores_nothing(tmp_path, args, message):
+    store = tmp_path / "r.jsonl"
+    store.write_text('{"kept": true}\n')
+    proc = run_script(SCRIPT, "--preset", "tiny", *args, "--results", store)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert errors == [errors[0]] and errors[0].startswith(message), proc.stderr[-2000:]
+    assert store.read_text() == '{"kept": true}\n'
+
+
+def test_check_prints_the_resolved_config_and_launches_nothing(tmp_path):
+    proc = run_script(SCRIPT, "--preset", "tiny", "--set", "batch_size=4", "--check",
+                      "--results", tmp_path / "r.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    resolved = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert resolved["batch_size"] == 4 and resolved["image_size"] == 32
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_image_folder_through_dataloader_workers(tmp_path):
+    from datasets.images import write_image_folder
+
+    root = write_image_folder(tmp_path / "imgs", num_classes=3, images_per_class=6, size=40)
+    proc = run_script(SCRIPT, "--preset", "tiny", "--set", f"data.path={root}", "--set", "batch_size=4",
+                      "--set", "data_format=NHWC", "--set", "steps=4", "--set", "warmup_steps=1",
+                      "--results", tmp_path / "r.jsonl")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = records(tmp_path / "r.jsonl")
+    assert rec["config"]["num_classes"] == 3 and rec["config"]["data_format"] == "NHWC"
+    assert rec["metrics"]["throughput"] > 0 and rec["metrics"]["reader_time_ms"] >= 0

@@ -1,0 +1,51 @@
+"""Helpers for tests that run real benchmark jobs."""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+QUIET_ENV = {"GLOG_minloglevel": "2", "PYTHONWARNINGS": "ignore"}
+
+
+def env(**extra) -> dict:
+    merged = dict(os.environ, **QUIET_ENV)
+    merged.pop("OMP_NUM_THREADS", None)  # let fleetbench choose, as on a fresh shell
+    merged.update({k: str(v) for k, v in extra.items()})
+    return merged
+
+
+def run_script(script, *args, timeout=120, **env_extra) -> subprocess.CompletedProcess:
+    """`python SCRIPT args` without a launcher (one process)."""
+    return subprocess.run([PYTHON, str(REPO / script), *map(str, args)], cwd=REPO, env=env(**env_extra),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def fleetrun(log_dir, *args, timeout=300, **env_extra) -> subprocess.CompletedProcess:
+    """`fleetrun --log_dir LOG_DIR args` (Paddle's launcher)."""
+    cmd = [PYTHON, "-m", "paddle.distributed.launch", "--log_dir", str(log_dir), *map(str, args)]
+    return subprocess.run(cmd, cwd=REPO, env=env(**env_extra), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def records(path) -> list:
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+RANK_LINE = re.compile(r"^rank (\d+) measured_steps (\d+) elapsed_s ([\d.]+) samples ([\d.]+) units ([\d.]+)$",
+                       re.M)
+
+
+def rank_summaries(log_dir) -> dict:
+    """{rank: (measured_steps, elapsed_s, samples, units)} from the workers' own log lines."""
+    found = {}
+    for log in Path(log_dir).glob("workerlog.*"):
+        for m in RANK_LINE.finditer(log.read_text(errors="replace")):
+            found[int(m[1])] = (int(m[2]), float(m[3]), float(m[4]), float(m[5]))
+    return found
