@@ -1,16 +1,39 @@
-"""Gradient-communication methods for the collective benchmarks (owned by the methods work, issue 3).
+"""Gradient-communication methods for the collective benchmarks, each built from Paddle's own parts.
 
-The loop calls three functions: check(cfg) before anything runs, strategy(cfg) for fleet.init,
-and prepare(cfg, work, ctx) -> (model, step_fn) where step_fn(batch) runs one optimizer step and
-returns the loss.
+The loop calls three functions: `check(cfg)` before anything runs, `strategy(cfg)` for fleet.init,
+and `prepare(cfg, work, ctx) -> (model, step_fn)`; `step_fn(batch)` runs one step and returns its
+loss. docs/methods.md maps every method to its Paddle knob and shows how each was verified.
 
-This first version implements Paddle's default data parallelism only (overlapped all-reduce in
-25 MB buckets); the method work replaces it with the full set.
+Two facts of Paddle 2.6.2 shape this module (both observed, see docs/methods.md):
+- DataParallel decides in its *forward* whether the next backward is synchronised: forward calls
+  `reducer.prepare_for_backward`, which arms the C++ reducer's gradient hooks. So `no_sync()` must
+  enclose the forward as well as the backward; around `backward()` alone it changes nothing.
+- `DistributedStrategy.fuse_grad_size_in_MB` is an int32 field whose setter ignores any float with
+  a warning (25.0 silently stays 32), and it cannot express the sub-MB buckets a tiny model needs.
+  In pure data-parallel mode `fleet.distributed_model` is just `paddle.DataParallel(model,
+  comm_buffer_size=..., last_comm_buffer_size=..., group=<dp group>)`, so we build that directly.
 """
-import paddle
-from paddle.distributed import fleet
+import contextlib
 
-METHODS = ("mgwfbp",)
+import paddle
+import paddle.distributed as dist
+from paddle.distributed import fleet
+from paddle.distributed.fleet.utils.hybrid_parallel_util import fused_allreduce_gradients
+from paddle.distributed.parallel import _split_tensors, build_groups
+
+METHODS = {
+    "bsp": "backward completes, then all gradients are all-reduced in fused buckets (no overlap)",
+    "wfbp": "one all-reduce per parameter tensor, issued during backward as each gradient is ready",
+    "mgwfbp": "all-reduce of merged buckets of comm_buffer_mb, overlapped with backward (Paddle default)",
+    "grad_merge": "grad_merge_steps micro-steps accumulate locally under no_sync; the last one all-reduces",
+    "fp16_allreduce": "like bsp, but gradients travel as float16 (half the bytes) and are cast back",
+}
+# Buckets of the all-reduce that bsp/fp16_allreduce run after backward: the size Paddle's
+# fused_allreduce_gradients uses, so a model of <= 128 MB of gradients is one all-reduce.
+POST_BACKWARD_BUCKET_MB = 128
+# Paddle's default last_comm_buffer_size: the bucket holding the gradients ready *last* is kept
+# small because nothing is left to overlap it with.
+LAST_BUCKET_MB = 1.0
 
 
 def check(cfg) -> None:
@@ -18,25 +41,148 @@ def check(cfg) -> None:
 
     if cfg.method not in METHODS:
         raise ConfigError(f"config key 'method' must be one of {', '.join(METHODS)} (got {cfg.method!r})")
+    if cfg.method == "grad_merge":
+        k = cfg.grad_merge_steps
+        # The loop times whole steps it is given; each call of step_fn is one micro-step, so the
+        # warm-up/measured windows must hold whole accumulation cycles to be comparable.
+        for key in ("warmup_steps", "steps"):
+            if getattr(cfg, key) % k:
+                raise ConfigError(f"config key '{key}' must be a multiple of grad_merge_steps ({k}) for "
+                                  f"method=grad_merge (got {getattr(cfg, key)})")
 
 
 def strategy(cfg):
-    strategy = fleet.DistributedStrategy()
-    strategy.fuse_grad_size_in_MB = cfg.comm_buffer_mb
-    return strategy
+    """The Fleet strategy: pure data parallelism; bucket sizes are set on DataParallel (see above)."""
+    return fleet.DistributedStrategy()
+
+
+def bucket_mb(cfg):
+    """(comm_buffer_size, last_comm_buffer_size) in MB for DataParallel's reducer, or None if unused."""
+    if cfg.method == "wfbp":
+        return 0.0, 0.0  # every parameter tensor is its own group (observed: group_indices [[0], [1], ...])
+    if cfg.method in ("mgwfbp", "grad_merge"):
+        return cfg.comm_buffer_mb, min(LAST_BUCKET_MB, cfg.comm_buffer_mb)
+    return None  # bsp, fp16_allreduce: the reducer never runs (every forward is inside no_sync)
+
+
+def wrap(model, cfg, ctx):
+    """DataParallel with the method's buckets (what fleet.distributed_model builds in DP mode)."""
+    if ctx.world_size == 1:
+        return model
+    sizes = bucket_mb(cfg) or (POST_BACKWARD_BUCKET_MB, LAST_BUCKET_MB)
+    group = fleet.get_hybrid_communicate_group().get_data_parallel_group()
+    return paddle.DataParallel(model, comm_buffer_size=sizes[0], last_comm_buffer_size=sizes[1], group=group)
+
+
+def no_sync(model):
+    """Skip the reducer for forward+backward inside; a no-op for a single process."""
+    return model.no_sync() if isinstance(model, paddle.DataParallel) else contextlib.nullcontext()
+
+
+def allreduce_fp16(parameters, world_size, bucket_mb=POST_BACKWARD_BUCKET_MB) -> int:
+    """Average gradients across ranks, sending them as float16 in fused buckets; returns the calls.
+
+    The float16 twin of Paddle's fused_allreduce_gradients (same bucketing helpers), which has no
+    cast: Fleet's `fp16_allreduce` strategy exists for static graphs only.
+    """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if world_size == 1 or not grads:
+        return 0
+    with paddle.no_grad():
+        buckets = build_groups(grads, int(bucket_mb * 2**20))
+        for flat, _, _ in buckets:
+            wire = flat.astype("float16")
+            wire.scale_(1.0 / world_size)  # scale before the sum keeps float16 partial sums in range
+            dist.all_reduce(wire)
+            paddle.assign(wire.astype(flat.dtype), flat)
+        _split_tensors(buckets)
+    return len(buckets)
+
+
+class _Amp:
+    """cfg.amp on GPU: auto_cast O1 around the forward, loss scaling for float16."""
+
+    def __init__(self, amp: str):
+        self.enabled = amp != "off"
+        self.dtype = "bfloat16" if amp == "bf16" else "float16"
+        self.scaler = paddle.amp.GradScaler() if amp == "fp16" else None
+
+    def forward(self):
+        if not self.enabled:
+            return contextlib.nullcontext()
+        return paddle.amp.auto_cast(level="O1", dtype=self.dtype)
+
+    def backward(self, loss):
+        (self.scaler.scale(loss) if self.scaler else loss).backward()
+
+    def step(self, optimizer):
+        if self.scaler:
+            self.scaler.step(optimizer)
+            self.scaler.update()
+        else:
+            optimizer.step()
+        optimizer.clear_grad()
 
 
 def prepare(cfg, work, ctx):
-    model, optimizer = work.model, work.optimizer
-    if ctx.world_size > 1:
-        model = fleet.distributed_model(model)
-        optimizer = fleet.distributed_optimizer(optimizer)
+    """Wrap the workload's model for the method; return (model, step_fn).
 
-    def step_fn(batch):
-        loss = work.loss_fn(model, batch)
-        loss.backward()
-        optimizer.step()
-        optimizer.clear_grad()
+    `work.loss_fn(model, batch)` must call `model(...)` exactly once: DataParallel arms or skips
+    the all-reduce in that call.
+    """
+    model = wrap(work.model, cfg, ctx)
+    optimizer = fleet.distributed_optimizer(work.optimizer) if ctx.world_size > 1 else work.optimizer
+    amp = _Amp(cfg.amp)
+    params = [p for p in work.model.parameters() if not p.stop_gradient]
+
+    def overlapped(batch):  # wfbp, mgwfbp: the reducer's hooks all-reduce buckets during backward
+        with amp.forward():
+            loss = work.loss_fn(model, batch)
+        amp.backward(loss)
+        amp.step(optimizer)
         return loss
 
-    return model, step_fn
+    def after_backward(batch, fp16=False):  # bsp, fp16_allreduce: the reducer never runs
+        with no_sync(model):
+            with amp.forward():
+                loss = work.loss_fn(model, batch)
+            amp.backward(loss)
+        if fp16:
+            allreduce_fp16(params, ctx.world_size)
+        elif ctx.world_size > 1:  # Paddle's own: fused buckets of 128 MB, scaled by 1/world_size
+            fused_allreduce_gradients(params, fleet.get_hybrid_communicate_group())
+        amp.step(optimizer)
+        return loss
+
+    micro = {"n": 0}
+
+    def grad_merge(batch):
+        k = cfg.grad_merge_steps
+        micro["n"] += 1
+        last = micro["n"] % k == 0
+        with (contextlib.nullcontext() if last else no_sync(model)):
+            with amp.forward():
+                loss = work.loss_fn(model, batch)
+            amp.backward(loss / k)  # k micro-batches of b average like one batch of k*b
+        if last:
+            amp.step(optimizer)
+        return loss
+
+    steps = {"bsp": after_backward, "wfbp": overlapped, "mgwfbp": overlapped, "grad_merge": grad_merge,
+             "fp16_allreduce": lambda batch: after_backward(batch, fp16=True)}
+    if ctx.rank == 0:
+        print(describe(cfg, model, params), flush=True)
+    return model, steps[cfg.method]
+
+
+def describe(cfg, model, params) -> str:
+    """One log line: the method and the all-reduce schedule it produces on this model."""
+    mb = sum(int(p.numel()) * p.element_size() for p in params) / 2**20
+    if isinstance(model, paddle.DataParallel) and bucket_mb(cfg) is not None:
+        comm = f"{len(model.group_indices)} reducer buckets per sync (comm_buffer {bucket_mb(cfg)[0]:g} MB)"
+    elif isinstance(model, paddle.DataParallel):
+        comm = f"all-reduce after backward in buckets of {POST_BACKWARD_BUCKET_MB} MB"
+    else:
+        comm = "single process: no all-reduce"
+    return (f"method {cfg.method}: {METHODS[cfg.method]}; {len(params)} tensors, {mb:.1f} MB of gradients; "
+            f"{comm}")
