@@ -7,6 +7,8 @@ With --readme the markdown replaces only the text between the two marker lines; 
 markdown goes to stdout. Output is byte-identical for the same input (Agg backend, one fixed
 style, no timestamps in PNG metadata, inputs ordered deterministically).
 """
+from __future__ import annotations
+
 import argparse
 import csv
 import io
@@ -38,6 +40,9 @@ STYLE = {
 COLORS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 PS_HATCH = "///"  # parameter-server series are hatched, collective ones are plain
 FIGSIZE = (9.0, 4.6)
+# Fixed margins (not a layout engine): room for the legend on the right and the caption below,
+# and one draw per figure instead of two.
+MARGINS = {"left": 0.075, "right": 0.775, "top": 0.86, "bottom": 0.2}
 DPI = 100
 SAVE = {"dpi": DPI, "format": "png", "metadata": {"Software": None}}  # no version/time stamps
 LABEL_ROTATE_OVER = 3  # more series than this: efficiency labels are written vertically
@@ -169,12 +174,17 @@ def _series(members, label, row_key) -> list[dict]:
     return [{"label": k, "mode": v[0]["mode"], "cells": v} for k, v in series.items()]
 
 
+def _size_noun(cells: list[dict]) -> str:
+    """Parameter-server jobs grow by workers (their world size); collective ones by devices."""
+    return "worker" if all(c["mode"] == "ps" for c in cells) else "device"
+
+
 def _scaling_chart(name, title, members, label, row_key) -> dict:
     columns = _columns(members)
     return {"name": name, "title": title, "kind": "scaling",
             "groups": [(layout, text) for layout, text in columns],
             "series": _series(members, label, row_key),
-            "xlabel": "devices (world size)", "unit": members[0]["unit"]}
+            "xlabel": f"{_size_noun(members)}s (world size)", "unit": members[0]["unit"]}
 
 
 def _network_chart(prefix, benchmark, preset, source, drawn, methods, networks, modes):
@@ -230,7 +240,8 @@ def write_csv(path: str, rows: list[dict]) -> None:
 def draw(chart: dict) -> bytes:
     """PNG bytes of a grouped bar chart with std error bars, ideal marks and efficiency labels."""
     with matplotlib.rc_context(STYLE):
-        fig = Figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
+        fig = Figure(figsize=FIGSIZE, dpi=DPI)
+        fig.subplots_adjust(**MARGINS)
         ax = fig.add_subplot()
         groups = [g for g, _ in chart["groups"]]
         nseries = len(chart["series"])
@@ -273,8 +284,10 @@ def draw(chart: dict) -> bytes:
             labels.append("hatched: parameter server")
         ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         caption = "error bars: std; labels: speedup and efficiency vs " + "; ".join(sorted(notes))
+        failed = sum(c["failed"] for series in chart["series"] for c in series["cells"])
+        if failed:
+            caption += f"; {failed} failed run(s) not drawn (see table)"
         fig.text(0.01, 0.005, caption, fontsize=7, ha="left", va="bottom", wrap=True)
-        fig.get_layout_engine().set(h_pad=0.25)
         buffer = io.BytesIO()
         fig.savefig(buffer, **SAVE)
     return buffer.getvalue()
@@ -282,7 +295,7 @@ def draw(chart: dict) -> bytes:
 
 def _baseline_text(cell: dict) -> str:
     base = cell["baseline"]
-    where = "1 node" if cell["axis"] == "nodes" else "1 device"
+    where = "1 node" if cell["axis"] == "nodes" else "world size 1"
     return f"{where} '{base['method']}' run = {fmt(base['mean'])} {cell['unit']} (from these results)"
 
 
@@ -296,7 +309,7 @@ def _label_bars(ax, chart, width, vertical) -> None:
     groups = [g for g, _ in chart["groups"]]
     for i, series in enumerate(chart["series"]):
         for cell in series["cells"]:
-            if cell["efficiency"] is None:
+            if cell["efficiency"] is None or cell["scale"] == 1:  # the baseline itself: 1.00x
                 continue
             x = groups.index(_group_of(chart, cell)) - 0.4 + width * (i + 0.5)
             # above the ideal mark too, so a label never hides the mark it is measured against
@@ -313,7 +326,8 @@ def table_markdown(table: dict) -> str:
     cells, columns = table["cells"], table["columns"]
     ns = {c["n"] for c in cells if c["mean"] is not None}
     per_cell_n = len(ns) > 1
-    head = ["Network", "Method"] + [f"{text} device{'s' if layout[0] > 1 else ''}"
+    noun = _size_noun(cells)
+    head = ["Network", "Method"] + [f"{text} {noun}{'s' if layout[0] > 1 else ''}"
                                     for layout, text in columns]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     rows: dict[tuple, dict] = {}
@@ -353,7 +367,8 @@ def _caption(table: dict) -> str:
                   if ns == [None] else f"n = {', '.join(str(n) for n in ns)}")
         origin = f"Published numbers, not measured here: {first['source']}. {spread}."
     else:
-        spread = (f"n = {ns[0]} runs per cell" if len(ns) == 1 else "n per cell as shown")
+        spread = (f"n = {ns[0]} run{'s' if ns[0] != 1 else ''} per cell" if len(ns) == 1
+                  else "n per cell as shown")
         origin = f"Measured by fleetbench: mean ± sample std over repeats, {spread}."
     notes = sorted({c["baseline_note"] for c in cells if c["world_size"] > 1})
     failed = sum(c["failed"] for c in table["cells"])

@@ -5,6 +5,8 @@ One record per run, one JSON object per line. Appends are one write of one line,
 fsynced, under an exclusive lock, so a crash can at worst leave a torn *last* line; `load` reports
 and skips that line and keeps every line before it.
 """
+from __future__ import annotations
+
 import datetime
 import fcntl
 import hashlib
@@ -405,15 +407,17 @@ def baseline_for(cell: dict, cells: list[dict]) -> tuple[dict | None, str, str]:
     for label, match in tiers:
         found = [c for c in same if match(c)]
         if len(found) == 1:
-            return found[0], "devices", f"baseline: 1 device, {label}"
+            return found[0], "devices", f"baseline: world size 1, {label}"
         if len(found) > 1:
-            return None, "devices", f"no efficiency: {len(found)} candidate 1-device baselines ({label})"
-    one_node = [c for c in cells if _usable(c) and series_key(c) == series_key(cell)
-                and c["nodes"] == 1 and c["devices_per_node"] == cell["devices_per_node"]]
-    if one_node and cell["world_size"] > 1:
+            return None, "devices", f"no efficiency: {len(found)} candidate world-size-1 baselines ({label})"
+    # The nodes axis exists only where the curve really spans several nodes of equal size.
+    curve = [c for c in cells if _usable(c) and series_key(c) == series_key(cell)
+             and c["devices_per_node"] == cell["devices_per_node"]]
+    one_node = [c for c in curve if c["nodes"] == 1]
+    if one_node and any(c["nodes"] > 1 for c in curve):
         return one_node[0], "nodes", "baseline: 1 node of the same curve"
-    return None, "devices", ("no efficiency: no 1-device or 1-node baseline of this benchmark "
-                             "in these results")
+    return None, "devices", ("no efficiency: no world-size-1 or 1-node baseline of this "
+                             "benchmark in these results")
 
 
 def add_efficiency(cells: list[dict]) -> list[dict]:

@@ -7,6 +7,8 @@ Each "mean +- std" cell becomes one published record carrying mean and std as pr
 computed or typed in here: every number comes from the table. Column meaning and the other
 decisions are explained in docs/results.md ("Reference results").
 """
+from __future__ import annotations
+
 import re
 import sys
 import uuid

@@ -1,0 +1,182 @@
+"""`fleetbench report`: tables equal the published ddl-benchmarks table, charts come with the CSV
+of their numbers, README regeneration touches only the marked section, output is reproducible."""
+import csv
+import hashlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleetbench import plot, results
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "results" / "reference" / "ddl-benchmarks-2020-05-29.jsonl"
+SEED = Path(os.environ.get("FLEETBENCH_SEEDS", REPO.parent / "shared" / "seeds")) / \
+    "ddl_benchmarks_results_2020-05-29.md"
+README = f"# Title\n\nintro text\n\n{plot.BEGIN}\nold generated text\n{plot.END}\n\n## After\nkept\n"
+
+
+def digest(directory: Path) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def reference_report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ref")
+    (root / "README.md").write_text(README)
+    assert plot.cli([str(REFERENCE), "--images", str(root / "images"),
+                     "--readme", str(root / "README.md")]) == 0
+    return root
+
+
+# ---- the published table, cell by cell --------------------------------------------------------
+
+def published_rows():
+    """The seed table parsed here, independently of the converter."""
+    if not SEED.exists():
+        pytest.skip(f"published seed table not found at {SEED} (set FLEETBENCH_SEEDS)")
+    rows = []
+    for line in SEED.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] not in ("DNN", "") and not cells[0].startswith("-"):
+            rows.append(cells)
+    return rows
+
+
+def generated_tables(markdown: str) -> dict:
+    """{benchmark: {(network, method): {devices: (mean, std)}}} from the generated section."""
+    tables, bench, header = {}, None, None
+    for line in markdown.splitlines():
+        if line.startswith("### "):
+            bench, header = line[4:].split(" ")[0], None
+            tables[bench] = {}
+        elif line.startswith("| Network"):
+            header = [int(c.split()[0]) for c in line.strip("| \n").split(" | ")[2:]]
+        elif line.startswith("|") and not line.startswith("|---") and header:
+            network, method, *values = [c.strip() for c in line.strip().strip("|").split("|")]
+            row = tables[bench].setdefault((network, method), {})
+            for devices, text in zip(header, values):
+                if text:
+                    match = re.match(r"^([\d.]+)(?: ± ([\d.]+))?", text)
+                    row[devices] = (float(match[1]), match[2] and float(match[2]))
+    return tables
+
+
+def test_generated_table_equals_published_table_cell_by_cell(reference_report):
+    tables = generated_tables((reference_report / "README.md").read_text())
+    benchmarks = {"ResNet-50": "resnet50", "BERT-Large": "bert_large", "BERT-Base": "bert_base"}
+    networks = {"10GbE with TCP/IP": "10gbe", "100GbIB with RDMA": "100gbib-rdma",
+                "100GbE with TCP/IP": "100gbe"}
+    compared = 0
+    for dnn, _bs, connection, method, baseline, *values in published_rows():
+        table = tables[benchmarks[dnn]]
+        assert table[("—", "single")] == {1: (float(baseline), None)}
+        row = table[(networks[connection], method)]
+        assert sorted(row) == [4, 8, 16, 32]
+        for devices, value in zip((4, 8, 16, 32), values):
+            mean, std = (float(x) for x in value.split("+-"))
+            assert row[devices] == (mean, std), (dnn, connection, method, devices)
+            compared += 1
+    assert compared == 63 * 4
+    assert sum(len(t) for t in tables.values()) == 63 + 3  # nothing extra either
+
+
+def test_nine_method_charts_and_their_csvs(reference_report):
+    images = reference_report / "images"
+    scaling = sorted(p.stem for p in images.glob("*.png") if "-networks-" not in p.stem)
+    assert scaling == sorted(f"ddl-benchmarks-2020-05-29-{b}-{n}" for b in
+                             ("resnet50", "bert_large", "bert_base")
+                             for n in ("10gbe", "100gbib-rdma", "100gbe"))
+    with open(images / "ddl-benchmarks-2020-05-29-resnet50-10gbe.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 7 * 4
+    first = rows[0]
+    assert (first["series"], first["world_size"], first["mean"], first["std"]) == \
+        ("BSP-A2A", "4", "925.02", "4.42")
+    assert float(first["ideal"]) == pytest.approx(4 * 253.1)  # the published 1-GPU baseline
+    assert float(first["efficiency"]) == pytest.approx(925.02 / (4 * 253.1))
+
+
+# ---- README section and reproducibility --------------------------------------------------------
+
+def test_readme_only_the_marked_section_changes_and_rerun_is_idempotent(reference_report):
+    text = (reference_report / "README.md").read_text()
+    head, rest = text.split(plot.BEGIN + "\n", 1)
+    section, tail = rest.split(plot.END, 1)
+    assert head == "# Title\n\nintro text\n\n" and tail == "\n\n## After\nkept\n"
+    assert "old generated text" not in section
+    assert "![ddl-benchmarks-2020-05-29-resnet50-10gbe](images/ddl-benchmarks-2020-05-29-resnet50-10gbe.png)" in section
+
+    before = digest(reference_report / "images")
+    mtimes = {p: p.stat().st_mtime_ns for p in reference_report.rglob("*")}
+    assert plot.cli([str(REFERENCE), "--images", str(reference_report / "images"),
+                     "--readme", str(reference_report / "README.md")]) == 0
+    assert (reference_report / "README.md").read_text() == text
+    assert digest(reference_report / "images") == before
+    assert {p: p.stat().st_mtime_ns for p in reference_report.rglob("*")} == mtimes
+
+
+def test_a_second_process_writes_byte_identical_files(reference_report, tmp_path):
+    (tmp_path / "README.md").write_text(README)
+    subprocess.run([sys.executable, "-m", "fleetbench", "report", str(REFERENCE), "--images",
+                    "images", "--readme", "README.md"], cwd=tmp_path, check=True, timeout=120,
+                   env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True)
+    assert digest(tmp_path / "images") == digest(reference_report / "images")
+    assert (tmp_path / "README.md").read_bytes() == (reference_report / "README.md").read_bytes()
+
+
+def test_missing_markers_is_an_error_and_nothing_is_written(tmp_path, capsys):
+    readme = tmp_path / "README.md"
+    readme.write_text("# Title\nno markers here\n")
+    code = plot.cli([str(REFERENCE), "--images", str(tmp_path / "images"), "--readme", str(readme)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err
+    assert err.startswith(f"fleetbench report: {readme}: expected one line '{plot.BEGIN}'")
+    assert readme.read_text() == "# Title\nno markers here\n"
+    assert not (tmp_path / "images").exists()
+
+
+def test_invalid_record_stops_report_with_file_and_line(tmp_path, capsys):
+    path = tmp_path / "runs.jsonl"
+    good = measured(1, 10.0)
+    bad = measured(2, 12.0)
+    del bad["metrics"]["unit"]
+    path.write_text(results.dumps(good) + "\n" + results.dumps(bad) + "\n")
+    assert plot.cli([str(path), "--images", str(tmp_path / "images")]) == 2
+    assert capsys.readouterr().err.strip() == \
+        f"fleetbench report: {path}:2: metrics.unit: missing (expected one of " \
+        f"{', '.join(results.UNITS)})"
+
+
+# ---- our own measured records -------------------------------------------------------------------
+
+def measured(world, throughput, method="allreduce", network=None, error=None):
+    return results.make_record(
+        benchmark="resnet50", mode="collective", method=method, preset="tiny",
+        config={"batch_size": 8}, nodes=1 if network is None else world, world_size=world,
+        devices_per_node=world if network is None else 1, error=error, network=network,
+        metrics=None if error else {"throughput": throughput, "unit": "images/s"})
+
+
+def test_measured_report_labels_efficiency_from_measured_baseline(tmp_path, capsys):
+    records = [measured(1, 40.0), measured(1, 44.0), measured(2, 78.0), measured(2, 80.0),
+               measured(2, 0, error="RuntimeError: boom"),
+               measured(1, 41.0, "fused_allreduce"), measured(2, 81.0, "fused_allreduce")]
+    path = tmp_path / "runs.jsonl"
+    for record in records:
+        results.append(str(path), record)
+    assert plot.cli([str(path), "--images", str(tmp_path / "images")]) == 0
+    markdown = capsys.readouterr().out
+    # 79 / (2 x 42) = 0.94: the baseline is the mean of this file's own 1-device runs
+    assert "| — | allreduce | 42 ± 2.828 n=2 | 79 ± 1.414 (1.88x, 94%) n=2 +1 failed |" in markdown
+    assert "| — | fused_allreduce | 41 n=1 | 81 (1.98x, 99%) n=1 |" in markdown
+    assert "1 failed run(s) are counted, not averaged" in markdown
+    (png,) = (tmp_path / "images").glob("*.png")
+    assert png.name == "resnet50-tiny-local.png"
+    with open(png.with_suffix(".csv")) as handle:
+        rows = {(r["series"], r["world_size"]): r for r in csv.DictReader(handle)}
+    assert float(rows[("allreduce", "2")]["mean"]) == 79.0
+    assert float(rows[("allreduce", "2")]["ideal"]) == 84.0

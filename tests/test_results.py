@@ -1,0 +1,240 @@
+"""Result records: validation, the append-only store, loading, aggregation and efficiency."""
+import json
+import multiprocessing
+import os
+
+import pytest
+
+from fleetbench import results
+from fleetbench.results import RecordError
+
+
+def run(world=1, throughput=10.0, method="allreduce", network=None, nodes=1, error=None,
+        benchmark="resnet50", preset="tiny", unit="images/s"):
+    metrics = None if error else {"throughput": throughput, "unit": unit}
+    return results.make_record(benchmark=benchmark, mode="collective", method=method,
+                               preset=preset, config={"batch_size": 8}, nodes=nodes,
+                               devices_per_node=world // nodes, world_size=world,
+                               metrics=metrics, error=error, network=network)
+
+
+def write_lines(path, lines):
+    path.write_text("".join(line + "\n" for line in lines))
+
+
+# ---- make_record / validate -------------------------------------------------------------------
+
+def test_make_record_fills_identity_env_and_network_from_environment(monkeypatch):
+    monkeypatch.setenv("FLEETBENCH_NETWORK", '{"profile": "10gbe", "rate_gbit": 10}')
+    record = run(world=2)
+    results.validate(record)
+    assert record["schema"] == 1 and len(record["id"]) == 32
+    assert record["time"].endswith("+00:00")
+    assert isinstance(record["env"], dict) and record["env"]  # every measured record has env
+    assert record["network"] == {"profile": "10gbe", "rate_gbit": 10}
+    assert record["git"] is None or len(record["git"]) == 40
+    monkeypatch.setenv("FLEETBENCH_NETWORK", "10gbe")
+    with pytest.raises(RecordError, match="FLEETBENCH_NETWORK: expected a JSON object"):
+        run()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda r: r["metrics"].pop("unit"), "metrics.unit: missing"),
+    (lambda r: r["metrics"].update(throughput=-1.0), "metrics.throughput: expected >= 0"),
+    (lambda r: r["metrics"].update(throughput=float("nan")), "metrics.throughput: expected a finite"),
+    (lambda r: r["metrics"].update(unit="img/s"), "metrics.unit: expected one of"),
+    (lambda r: r.update(world_size=0), "world_size: expected an integer >= 1"),
+    (lambda r: r.update(mode="mpi"), "mode: expected one of collective|ps"),
+    (lambda r: r.update(env=None), "env: expected an object"),
+    (lambda r: r.update(metrics=None), "metrics: missing"),
+])
+def test_validation_errors_are_one_line_naming_file_and_line(tmp_path, change, message):
+    good, bad = run(), run()
+    change(bad)
+    path = tmp_path / "runs.jsonl"
+    write_lines(path, [results.dumps(good), results.dumps(bad), results.dumps(good)])
+    with pytest.raises(RecordError) as caught:
+        results.load([str(path)])
+    text = str(caught.value)
+    assert text.startswith(f"{path}:2: {message}") and "\n" not in text
+
+
+def test_failed_run_may_omit_metrics_and_published_record_may_omit_env():
+    results.validate(run(error="RuntimeError: rank 1 exited with code 9"))
+    published = run()
+    published.update(env=None, source={"kind": "published", "name": "x", "citation": "paper"})
+    results.validate(published)
+    published["source"] = {"kind": "published", "name": "x"}
+    with pytest.raises(RecordError, match="source.citation"):
+        results.validate(published)
+
+
+def test_append_rejects_invalid_record_and_keeps_the_file(tmp_path):
+    path = tmp_path / "r" / "runs.jsonl"
+    results.append(str(path), run())
+    before = path.read_bytes()
+    bad = run()
+    bad["metrics"]["throughput"] = -5.0
+    with pytest.raises(RecordError, match="new record: metrics.throughput"):
+        results.append(str(path), bad)
+    assert path.read_bytes() == before
+
+
+# ---- store ------------------------------------------------------------------------------------
+
+def test_emit_prints_result_line_and_appends(tmp_path, capsys):
+    path = tmp_path / "runs.jsonl"
+    record = run()
+    results.emit(str(path), record)
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("FLEETBENCH_RESULT ")
+    assert json.loads(out[len("FLEETBENCH_RESULT "):]) == record
+    assert results.load(str(path)) == [record]
+
+
+def test_torn_last_line_is_reported_skipped_and_set_aside_on_next_append(tmp_path, capsys):
+    path = tmp_path / "runs.jsonl"
+    first, second, third = run(throughput=1.0), run(throughput=2.0), run(throughput=3.0)
+    results.append(str(path), first)
+    results.append(str(path), second)
+    torn = results.dumps(run())[:57].encode()  # a crash in the middle of a write
+    with open(path, "ab") as handle:
+        handle.write(torn)
+    assert results.load([str(path)]) == [first, second]
+    assert f"{path}:3: skipped a torn last line" in capsys.readouterr().err
+
+    results.append(str(path), third)  # must not glue the new line onto the fragment
+    assert "moved a torn last line" in capsys.readouterr().err
+    assert results.load([str(path)]) == [first, second, third]
+    assert (tmp_path / "runs.jsonl.torn").read_bytes() == torn + b"\n"
+
+
+def test_a_bad_line_before_the_last_is_an_error_not_a_tear(tmp_path):
+    path = tmp_path / "runs.jsonl"
+    write_lines(path, [results.dumps(run()), '{"schema": 1, "id": ', results.dumps(run())])
+    with pytest.raises(RecordError, match=r":2: not a JSON record"):
+        results.load([str(path)])
+
+
+def _append_many(path, count, tag):
+    for i in range(count):
+        record = run(throughput=float(i))
+        record["config"]["writer"] = tag
+        results.append(path, record)
+
+
+def test_concurrent_appenders_never_interleave_lines(tmp_path):
+    path = str(tmp_path / "runs.jsonl")
+    context = multiprocessing.get_context("fork")
+    writers = [context.Process(target=_append_many, args=(path, 40, tag)) for tag in "ab"]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(timeout=60)
+        assert writer.exitcode == 0
+    loaded = results.load([path])
+    assert len(loaded) == 80
+    assert sorted(r["config"]["writer"] for r in loaded) == ["a"] * 40 + ["b"] * 40
+
+
+def test_load_names_a_missing_file(tmp_path):
+    with pytest.raises(RecordError, match="nope.jsonl: cannot read results file"):
+        results.load([str(tmp_path / "nope.jsonl")])
+
+
+def test_config_hash_is_stable_and_covers_the_cell():
+    a = run(world=2, network={"profile": "10gbe"})
+    b = json.loads(json.dumps(a, sort_keys=False))
+    b["config"] = dict(reversed(list(b["config"].items())))
+    b["id"], b["time"] = "other", "later"
+    assert results.config_hash(a) == results.config_hash(b)
+    assert results.config_hash(a) != results.config_hash(run(world=2, network={"profile": "1gbe"}))
+    assert results.config_hash(a) != results.config_hash(run(world=1))
+    assert results.config_hash({"lr": 0.1}) == results.config_hash({"lr": 0.1})
+
+
+# ---- aggregation and efficiency -----------------------------------------------------------------
+
+def fixture_records():
+    return [run(1, 10.0), run(1, 12.0), run(1, 14.0),
+            run(2, 18.0), run(2, 19.0), run(2, error="RuntimeError: rank 1 timed out"),
+            run(4, 30.0), run(4, 34.0)]
+
+
+def cell(cells, world, method="allreduce"):
+    (found,) = [c for c in cells if c["world_size"] == world and c["method"] == method]
+    return found
+
+
+def test_aggregate_repeats_and_count_failures_apart():
+    cells = results.aggregate(fixture_records())
+    one, two, four = cell(cells, 1), cell(cells, 2), cell(cells, 4)
+    assert (one["n"], one["mean"], one["std"], one["median"], one["min"], one["max"]) == \
+        (3, 12.0, 2.0, 12.0, 10.0, 14.0)
+    assert (two["n"], two["mean"], two["failed"]) == (2, 18.5, 1)  # failure excluded from mean
+    assert two["errors"] == ["RuntimeError: rank 1 timed out"]
+    assert four["std"] == pytest.approx(2.8284271247461903)
+    assert one["failed"] == 0 and one["unit"] == "images/s"
+
+
+def test_efficiency_uses_the_baseline_measured_in_the_same_results():
+    cells = results.summarize_records(fixture_records())
+    four = cell(cells, 4)
+    assert four["baseline"]["mean"] == 12.0 and four["baseline"]["world_size"] == 1
+    assert four["speedup"] == pytest.approx(32.0 / 12.0)
+    assert four["efficiency"] == pytest.approx(32.0 / (4 * 12.0))
+    assert four["ideal"] == pytest.approx(48.0)
+    # a different measured baseline gives a different efficiency: nothing is typed in
+    faster = [r for r in fixture_records() if r["world_size"] > 1] + [run(1, 16.0)]
+    assert cell(results.summarize_records(faster), 4)["efficiency"] == pytest.approx(32.0 / 64.0)
+
+
+def test_no_baseline_is_said_not_guessed():
+    cells = results.summarize_records([run(2, 18.0), run(4, 30.0)])
+    for c in cells:
+        assert c["efficiency"] is None and c["ideal"] is None
+        assert c["baseline_note"].startswith("no efficiency: no world-size-1 or 1-node baseline")
+
+
+def test_baseline_falls_back_to_unshaped_then_single_and_to_one_node():
+    shaped = {"profile": "1gbe", "rate_gbit": 1}
+    cells = results.summarize_records([run(1, 10.0), run(2, 15.0, network=shaped, nodes=2)])
+    assert cell(cells, 2)["baseline_note"] == "baseline: world size 1, same method, no network"
+    assert cell(cells, 2)["efficiency"] == pytest.approx(0.75)
+
+    cells = results.summarize_records([run(1, 10.0, method="single"), run(4, 20.0, method="geo")])
+    assert cell(cells, 4, "geo")["baseline_note"] == "baseline: world size 1, single-device run"
+
+    cells = results.summarize_records([run(2, 10.0, nodes=1), run(6, 24.0, nodes=3)])
+    six = cell(cells, 6)
+    assert (six["axis"], six["scale"], six["efficiency"]) == ("nodes", 3, pytest.approx(0.8))
+
+
+def test_presets_sources_and_units_are_never_pooled():
+    records = [run(1, 10.0), run(1, 100.0, preset="full")]
+    assert sorted(c["mean"] for c in results.aggregate(records)) == [10.0, 100.0]
+    with pytest.raises(RecordError, match="different units"):
+        results.aggregate([run(1, 10.0), run(1, 10.0, unit="samples/s")])
+
+
+def test_published_aggregate_passes_through_as_published():
+    record = run(4, 925.02)
+    record["metrics"].update(throughput_std=4.42, repeats=None)
+    record.update(env=None, source={"kind": "published", "name": "ddl", "citation": "table"})
+    (only,) = results.aggregate([record])
+    assert (only["mean"], only["std"], only["n"], only["source"]) == (925.02, 4.42, None, "ddl")
+
+
+def test_config_differences_inside_a_cell_are_reported():
+    a, b = run(1, 10.0), run(1, 11.0)
+    b["config"]["batch_size"] = 16
+    (only,) = results.aggregate([a, b])
+    assert only["config_differs"] == ["batch_size"]
+
+
+def test_reference_file_loads_and_every_record_names_its_source():
+    path = os.path.join(os.path.dirname(__file__), "..", "results", "reference",
+                        "ddl-benchmarks-2020-05-29.jsonl")
+    records = results.load([path])
+    assert len(records) == 3 * 3 * 7 * 4 + 3
+    assert all(r["source"]["kind"] == "published" and r["env"] is None for r in records)
