@@ -4,6 +4,7 @@ Modules are imported only when their subcommand runs, so `fleetbench env` does n
 matplotlib and `fleetbench report` does not import paddle.
 """
 import importlib
+import signal
 import sys
 
 SUBCOMMANDS = {
@@ -33,5 +34,6 @@ def main(argv=None) -> int:
         print(f"fleetbench: unknown subcommand {name!r}; expected one of {', '.join(SUBCOMMANDS)}",
               file=sys.stderr)
         return 2
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `fleetbench env | head` ends quietly
     module = importlib.import_module(SUBCOMMANDS[name][0])
     return int(module.cli(rest) or 0)
