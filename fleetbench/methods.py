@@ -21,6 +21,8 @@ from paddle.distributed import fleet
 from paddle.distributed.fleet.utils.hybrid_parallel_util import fused_allreduce_gradients
 from paddle.distributed.parallel import _split_tensors, build_groups
 
+from fleetbench.amp import Precision
+
 METHODS = {
     "bsp": "backward completes, then all gradients are all-reduced in fused buckets (no overlap)",
     "wfbp": "one all-reduce per parameter tensor, issued during backward as each gradient is ready",
@@ -49,6 +51,10 @@ def check(cfg) -> None:
             if getattr(cfg, key) % k:
                 raise ConfigError(f"config key '{key}' must be a multiple of grad_merge_steps ({k}) for "
                                   f"method=grad_merge (got {getattr(cfg, key)})")
+    if cfg.method == "fp16_allreduce" and cfg.amp == "fp16":
+        # fp16 AMP's loss scaling (2^15) makes gradients overflow float16 on the wire.
+        raise ConfigError("config key 'amp' fp16 cannot be combined with method=fp16_allreduce "
+                          "(loss-scaled gradients overflow float16); use amp=bf16 or another method")
 
 
 def strategy(cfg):
@@ -99,31 +105,6 @@ def allreduce_fp16(parameters, world_size, bucket_mb=POST_BACKWARD_BUCKET_MB) ->
     return len(buckets)
 
 
-class _Amp:
-    """cfg.amp on GPU: auto_cast O1 around the forward, loss scaling for float16."""
-
-    def __init__(self, amp: str):
-        self.enabled = amp != "off"
-        self.dtype = "bfloat16" if amp == "bf16" else "float16"
-        self.scaler = paddle.amp.GradScaler() if amp == "fp16" else None
-
-    def forward(self):
-        if not self.enabled:
-            return contextlib.nullcontext()
-        return paddle.amp.auto_cast(level="O1", dtype=self.dtype)
-
-    def backward(self, loss):
-        (self.scaler.scale(loss) if self.scaler else loss).backward()
-
-    def step(self, optimizer):
-        if self.scaler:
-            self.scaler.step(optimizer)
-            self.scaler.update()
-        else:
-            optimizer.step()
-        optimizer.clear_grad()
-
-
 def prepare(cfg, work, ctx):
     """Wrap the workload's model for the method; return (model, step_fn).
 
@@ -132,14 +113,18 @@ def prepare(cfg, work, ctx):
     """
     model = wrap(work.model, cfg, ctx)
     optimizer = fleet.distributed_optimizer(work.optimizer) if ctx.world_size > 1 else work.optimizer
-    amp = _Amp(cfg.amp)
+    amp = Precision(cfg.amp)  # cfg.amp on GPU: auto_cast around the forward, loss scaling for fp16
     params = [p for p in work.model.parameters() if not p.stop_gradient]
+
+    def apply(optimizer):
+        amp.step(optimizer)
+        optimizer.clear_grad()
 
     def overlapped(batch):  # wfbp, mgwfbp: the reducer's hooks all-reduce buckets during backward
         with amp.forward():
             loss = work.loss_fn(model, batch)
         amp.backward(loss)
-        amp.step(optimizer)
+        apply(optimizer)
         return loss
 
     def after_backward(batch, fp16=False):  # bsp, fp16_allreduce: the reducer never runs
@@ -151,7 +136,7 @@ def prepare(cfg, work, ctx):
             allreduce_fp16(params, ctx.world_size)
         elif ctx.world_size > 1:  # Paddle's own: fused buckets of 128 MB, scaled by 1/world_size
             fused_allreduce_gradients(params, fleet.get_hybrid_communicate_group())
-        amp.step(optimizer)
+        apply(optimizer)
         return loss
 
     micro = {"n": 0}
@@ -165,7 +150,7 @@ def prepare(cfg, work, ctx):
                 loss = work.loss_fn(model, batch)
             amp.backward(loss / k)  # k micro-batches of b average like one batch of k*b
         if last:
-            amp.step(optimizer)
+            apply(optimizer)
         return loss
 
     steps = {"bsp": after_backward, "wfbp": overlapped, "mgwfbp": overlapped, "grad_merge": grad_merge,
