@@ -180,3 +180,11 @@ def test_measured_report_labels_efficiency_from_measured_baseline(tmp_path, caps
         rows = {(r["series"], r["world_size"]): r for r in csv.DictReader(handle)}
     assert float(rows[("allreduce", "2")]["mean"]) == 79.0
     assert float(rows[("allreduce", "2")]["ideal"]) == 84.0
+
+
+def test_reference_file_is_exactly_what_the_converter_makes_of_the_seed(capsys):
+    published_rows()  # skips with a reason when the seed is not on this machine
+    import runpy
+    converter = runpy.run_path(str(REPO / "results" / "reference" / "convert_ddl_benchmarks.py"))
+    assert converter["main"]([str(SEED)]) == 0
+    assert capsys.readouterr().out == REFERENCE.read_text()
