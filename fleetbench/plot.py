@@ -482,8 +482,10 @@ def cli(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"fleetbench report: {exc}", file=sys.stderr)
         return 2
-    print(f"fleetbench report: {len(written)} files in {args.images}"
-          + (f" and {args.readme}" if args.readme else ""), file=sys.stderr)
+    charts = sum(path.endswith(".png") for path in written)
+    print(f"fleetbench report: {charts} charts (PNG + CSV) in {args.images}"
+          + (f"; results section of {args.readme} regenerated" if args.readme else ""),
+          file=sys.stderr)
     return 0
 
 
