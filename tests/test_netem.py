@@ -1,0 +1,211 @@
+"""fleetbench cluster: pure parsers and planning, and (as root) a real cluster up/status/down."""
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from fleetbench import netem
+
+# `tc -s qdisc show` as printed on this machine for a shaped veth, and for a tbf+netem pair.
+TBF_TEXT = """qdisc tbf 8003: root refcnt 3 rate 1Gbit burst 250000b lat 50ms 
+ Sent 377151928 bytes 249118 pkt (dropped 0, overlimits 2174 requeues 0) 
+ backlog 0b 0p requeues 0
+"""
+TBF_NETEM_TEXT = """qdisc tbf 1: root refcnt 2 rate 10Gbit burst 2500000b lat 50ms 
+ Sent 1000 bytes 10 pkt (dropped 1, overlimits 2 requeues 0) 
+ backlog 0b 0p requeues 0
+qdisc netem 10: parent 1:1 limit 1000 delay 25us
+ Sent 1000 bytes 10 pkt (dropped 0, overlimits 0 requeues 0) 
+ backlog 0b 0p requeues 0
+"""
+
+
+@pytest.mark.parametrize("text, bits", [
+    ("10gbit", 10e9), ("1Gbit", 1e9), ("100mbit", 100e6), ("1.5gbit", 1.5e9), ("500kbit", 500e3),
+    ("1000000", 1e6), ("2tbit", 2e12),
+])
+def test_parse_rate(text, bits):
+    assert netem.parse_rate(text) == bits
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("10gbps", "bytes/s"), ("fast", "expected a number"), ("0gbit", "positive"), ("10g", "expected"),
+])
+def test_parse_rate_rejects(text, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        netem.parse_rate(text)
+
+
+@pytest.mark.parametrize("text, ms", [("0.05ms", 0.05), ("2ms", 2.0), ("50us", 0.05), ("1s", 1000.0), ("0", 0.0)])
+def test_parse_delay(text, ms):
+    assert netem.parse_delay(text) == pytest.approx(ms)
+
+
+def test_parse_delay_rejects_unitless():
+    with pytest.raises(ValueError, match="0.05ms"):
+        netem.parse_delay("5")
+
+
+def test_shaping_from_flags():
+    assert netem.shaping_from("1gbe") == netem.Shaping("1gbe", 1e9, 0.0)
+    assert netem.shaping_from("unshaped") == netem.Shaping("unshaped", None, 0.0)
+    assert netem.shaping_from(None, "10gbit", "0.05ms") == netem.Shaping("custom", 10e9, 0.05)
+    assert netem.shaping_from() == netem.Shaping("unshaped")
+    with pytest.raises(ValueError, match="alternatives"):
+        netem.shaping_from("1gbe", "1gbit")
+    with pytest.raises(ValueError, match="expected one of unshaped, 1gbe"):
+        netem.shaping_from("40gbe")
+
+
+def test_plan_layout():
+    lay = netem.plan_layout(3)
+    assert [n.netns for n in lay.nodes] == ["fb-node0", "fb-node1", "fb-node2"]
+    assert [n.ip for n in lay.nodes] == ["10.77.0.1", "10.77.0.2", "10.77.0.3"]
+    assert [(n.ifname, n.host_if) for n in lay.nodes][0] == ("fb-n0", "fb-h0")
+    assert lay.bridge == "fb-br" and netem.Layout.from_dict(lay.to_dict()) == lay
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"nodes": 0}, "--nodes"), ({"nodes": 2, "subnet": "8.8.8.0/24"}, "private"),
+    ({"nodes": 5, "subnet": "10.1.0.0/30"}, "fewer than --nodes 5"), ({"nodes": 2, "prefix": "Fb"}, "--name"),
+    ({"nodes": 2, "subnet": "10.1.0.0/33"}, "--subnet"),
+])
+def test_plan_layout_rejects(kwargs, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        netem.plan_layout(**kwargs)
+
+
+def test_both_directions_are_shaped_and_delay_hangs_under_tbf():
+    lay = netem.plan_layout(2)
+    cmds = netem.shaping_commands(lay, netem.Shaping("custom", 1e9, 0.1))
+    rates = [c for what, c in cmds if what == "rate"]
+    delays = [c for what, c in cmds if what == "delay"]
+    # every node: its namespace end (node -> bridge) and the host end (bridge -> node)
+    assert {tuple(c[:3]) for c in rates} == {("tc", "qdisc", "replace"), ("tc", "-n", "fb-node0"),
+                                            ("tc", "-n", "fb-node1")}
+    assert sorted(c[c.index("dev") + 1] for c in rates) == ["fb-h0", "fb-h1", "fb-n0", "fb-n1"]
+    assert all(c[c.index("rate") + 1] == "1000000000bit" and "tbf" in c for c in rates)
+    # half the one-way delay on each of the two egresses a packet crosses
+    assert all(c[c.index("parent") + 1] == "1:1" and c[-1] == "50us" for c in delays) and len(delays) == 4
+    assert netem.shaping_commands(lay, netem.Shaping("unshaped")) == []
+
+
+def test_parse_qdiscs():
+    (q,) = netem.parse_qdiscs(TBF_TEXT)
+    assert q["kind"] == "tbf" and q["parent"] == "root" and q["rate_bit"] == 1e9
+    assert (q["sent_bytes"], q["sent_packets"], q["dropped"], q["overlimits"]) == (377151928, 249118, 0, 2174)
+    tbf, net = netem.parse_qdiscs(TBF_NETEM_TEXT)
+    assert tbf["rate_bit"] == 10e9 and net["kind"] == "netem" and net["parent"] == "1:1" and net["delay"] == "25us"
+    assert netem.describe_link([tbf, net]) == "tbf 10Gbit + netem 25us"
+    assert netem.describe_link(netem.parse_qdiscs("qdisc noqueue 0: root refcnt 2\n")) == "unshaped"
+
+
+def test_network_dict_says_what_was_not_applied():
+    d = netem.network_dict(netem.Shaping("custom", 1e9, 0.05), 2, ["delay 0.05 ms: netem not usable here (x)"])
+    assert d["delay_ms"] == 0.0 and d["delay_ms_requested"] == 0.05 and d["rate_gbit"] == 1.0
+    assert d["not_applied"] and d["nodes"] == 2 and d["profile"] == "custom"
+
+
+def test_cli_bad_profile_is_one_line_and_creates_nothing(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(tmp_path))
+    assert netem.cli(["up", "--profile", "40gbe", "--name", "fbq"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--profile '40gbe'" in err[0]
+    assert not list(tmp_path.iterdir())
+
+
+def test_non_root_gets_a_clear_reason(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert netem.requirements_problem() == "fleetbench cluster needs root (network namespaces and tc)"
+    with pytest.raises(netem.ClusterError, match="needs root"):
+        netem.up(2, netem.Shaping("1gbe", 1e9), prefix="fbq")
+
+
+# ---------------------------------------------------------------------------------------------
+# real cluster (root + iproute2)
+
+PROBLEM = netem.requirements_problem()
+needs_cluster = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
+
+
+@pytest.fixture
+def cluster_name(tmp_path, monkeypatch):
+    """A private name (so concurrent users of `fb` are untouched); always torn down."""
+    monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(tmp_path))
+    name = f"fbt{os.getpid() % 100000}"
+    yield name
+    netem.down(name)
+
+
+def _tcp_gbit(client_ns, server_ns, server_ip, seconds=1.0):
+    """Raw TCP goodput between two namespaces (a plain socket transfer, via `ip netns exec`)."""
+    port = 20000 + os.getpid() % 10000
+    server = subprocess.Popen(["ip", "netns", "exec", server_ns, sys.executable, "-c", (
+        "import socket;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+        f"s.bind(('{server_ip}',{port}));s.listen(1);print('ready',flush=True);c,_=s.accept()\n"
+        "while c.recv(1<<20): pass")], stdout=subprocess.PIPE, text=True)
+    assert server.stdout.readline().strip() == "ready"
+    client = subprocess.run(["ip", "netns", "exec", client_ns, sys.executable, "-c", (
+        "import socket,time;c=socket.create_connection(('%s',%d));b=b'x'*(1<<20);n=0;t=time.time()\n"
+        "while time.time()-t<%f:\n c.sendall(b);n+=len(b)\n"
+        "c.close();print(n*8/(time.time()-t)/1e9)") % (server_ip, port, seconds)],
+        capture_output=True, text=True, timeout=30)
+    server.wait(timeout=10)
+    return float(client.stdout)
+
+
+@needs_cluster
+def test_cluster_up_status_down(cluster_name):
+    state = netem.up(2, netem.shaping_from(None, "1gbit", "0.1ms"), prefix=cluster_name)
+    st = netem.status(cluster_name)
+    assert [n["ip"] for n in st["nodes"]] == ["10.77.0.1", "10.77.0.2"]
+    for n in st["nodes"]:  # shaped in both directions
+        assert netem.describe_link(n["egress"]).startswith("tbf 1Gbit")
+        assert netem.describe_link(n["ingress"]).startswith("tbf 1Gbit")
+    has_netem = any(q["kind"] == "netem" for q in st["nodes"][0]["egress"])
+    assert has_netem == (not state["not_applied"])  # delay applied, or said not to be
+    text = netem.format_status(st)
+    assert f"{cluster_name}-node1" in text and "10.77.0.2" in text
+    if not has_netem:
+        assert "not applied: delay 0.1 ms" in text
+
+    gbit = _tcp_gbit(f"{cluster_name}-node0", f"{cluster_name}-node1", "10.77.0.2")
+    assert 0.5 < gbit < 1.1, f"tbf 1gbit link carried {gbit:.2f} Gbit/s"
+
+    # re-shaping an existing cluster replaces the qdiscs
+    netem.up(2, netem.shaping_from("unshaped"), prefix=cluster_name)
+    st = netem.status(cluster_name)
+    assert all(netem.describe_link(n["egress"]) == "unshaped" for n in st["nodes"])
+
+    # `down` removes what `up` created, and only that
+    stranger = f"{cluster_name}-node7"
+    subprocess.run(["ip", "netns", "add", stranger], check=True)
+    try:
+        removed = netem.down(cluster_name)
+        assert f"netns {cluster_name}-node0" in removed and f"link {cluster_name}-br" in removed
+        assert _eventually(lambda: netem.leftovers(cluster_name) == [stranger])
+        assert netem.down(cluster_name) == []  # idempotent
+        assert netem.status(cluster_name) is None
+    finally:
+        subprocess.run(["ip", "netns", "del", stranger])
+
+
+@needs_cluster
+def test_up_with_another_layout_is_refused(cluster_name):
+    netem.up(1, netem.shaping_from("10gbe"), prefix=cluster_name)
+    with pytest.raises(netem.ClusterError, match="already up with a different layout"):
+        netem.up(2, netem.shaping_from("10gbe"), prefix=cluster_name)
+
+
+def _eventually(check, timeout=5.0):
+    """Link removal finishes asynchronously in the kernel: poll with a deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
