@@ -359,21 +359,24 @@ def _cell_text(cell, per_cell_n: bool) -> str:
 
 def _caption(table: dict) -> str:
     cells = [c for c in table["cells"] if c["mean"] is not None]
-    units = sorted({c["unit"] for c in cells if c["unit"]})
+    failed = sum(c["failed"] for c in table["cells"])
+    if not cells:
+        return f"All {failed} run(s) of this benchmark failed; the errors are in the records."
+    units = sorted({c["unit"] for c in cells})
     ns = sorted({c["n"] for c in cells}, key=lambda n: (n is None, n or 0))
     if table["source"]:
-        first = next(c for c in table["cells"])
         spread = ("n not published; ± is the published std (population std, ddof 0)"
                   if ns == [None] else f"n = {', '.join(str(n) for n in ns)}")
-        origin = f"Published numbers, not measured here: {first['source']}. {spread}."
+        origin = f"Published numbers, not measured here: {table['source']}. {spread}."
     else:
         spread = (f"n = {ns[0]} run{'s' if ns[0] != 1 else ''} per cell" if len(ns) == 1
                   else "n per cell as shown")
         origin = f"Measured by fleetbench: mean ± sample std over repeats, {spread}."
+    text = f"Throughput in {', '.join(units)}. {origin}"
     notes = sorted({c["baseline_note"] for c in cells if c["world_size"] > 1})
-    failed = sum(c["failed"] for c in table["cells"])
-    text = (f"Throughput in {', '.join(units) or '—'}. {origin} In brackets: speedup and "
-            f"scaling efficiency = throughput(N) / (N × baseline); " + "; ".join(notes) + ".")
+    if notes:
+        text += (" In brackets: speedup and scaling efficiency = throughput(N) / "
+                 f"(N × baseline); {'; '.join(notes)}.")
     if failed:
         text += f" {failed} failed run(s) are counted, not averaged."
     differs = sorted({k for c in table["cells"] for k in c["config_differs"]})
@@ -453,9 +456,8 @@ def run(paths, images_dir, readme=None, title="Results") -> list[str]:
             raise ValueError(f"{readme}: cannot read ({exc.strerror})")
         replace_section(readme_text, "", readme)  # check the markers before any output
     records = results.load(paths)
-    if not any(r.get("error") is None for r in records):
-        raise ValueError(f"{', '.join(paths)}: no successful runs to report "
-                         f"({len(records)} records)")
+    if not records:  # failed runs alone still make a table: failures are results
+        raise ValueError(f"{', '.join(paths)}: no records to report")
     plans = plan(records)
     os.makedirs(images_dir, exist_ok=True)
     base = os.path.dirname(os.path.abspath(readme)) if readme else os.getcwd()
@@ -483,7 +485,7 @@ def cli(argv: list[str]) -> int:
         print(f"fleetbench report: {exc}", file=sys.stderr)
         return 2
     charts = sum(path.endswith(".png") for path in written)
-    print(f"fleetbench report: {charts} charts (PNG + CSV) in {args.images}"
+    print(f"fleetbench report: {charts} chart(s) (PNG + CSV) in {args.images}"
           + (f"; results section of {args.readme} regenerated" if args.readme else ""),
           file=sys.stderr)
     return 0

@@ -165,6 +165,9 @@ def test_measured_report_labels_efficiency_from_measured_baseline(tmp_path, caps
     records = [measured(1, 40.0), measured(1, 44.0), measured(2, 78.0), measured(2, 80.0),
                measured(2, 0, error="RuntimeError: boom"),
                measured(1, 41.0, "fused_allreduce"), measured(2, 81.0, "fused_allreduce")]
+    only_failed = measured(1, 0, error="RuntimeError: out of memory")
+    only_failed["benchmark"] = "vgg16"
+    records.append(only_failed)
     path = tmp_path / "runs.jsonl"
     for record in records:
         results.append(str(path), record)
@@ -174,6 +177,8 @@ def test_measured_report_labels_efficiency_from_measured_baseline(tmp_path, caps
     assert "| — | allreduce | 42 ± 2.828 n=2 | 79 ± 1.414 (1.88x, 94%) n=2 +1 failed |" in markdown
     assert "| — | fused_allreduce | 41 n=1 | 81 (1.98x, 99%) n=1 |" in markdown
     assert "1 failed run(s) are counted, not averaged" in markdown
+    assert "All 1 run(s) of this benchmark failed" in markdown  # failures are results too
+    assert "| — | allreduce | failed ×1 |" in markdown
     (png,) = (tmp_path / "images").glob("*.png")
     assert png.name == "resnet50-tiny-local.png"
     with open(png.with_suffix(".csv")) as handle:
