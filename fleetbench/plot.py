@@ -243,54 +243,65 @@ def draw(chart: dict) -> bytes:
         fig = Figure(figsize=FIGSIZE, dpi=DPI)
         fig.subplots_adjust(**MARGINS)
         ax = fig.add_subplot()
-        groups = [g for g, _ in chart["groups"]]
-        nseries = len(chart["series"])
-        width = 0.8 / nseries
-        tops, ideal_drawn, notes = [0.0], False, set()
-        for i, series in enumerate(chart["series"]):
-            cells = series["cells"]
-            xs = [groups.index(_group_of(chart, c)) - 0.4 + width * (i + 0.5) for c in cells]
-            means = [c["mean"] for c in cells]
-            stds = [c["std"] or 0.0 for c in cells]
-            bars = ax.bar(xs, means, width * 0.92, yerr=stds, label=series["label"],
-                          color=COLORS[i % len(COLORS)], edgecolor="black", linewidth=0.5,
-                          error_kw={"elinewidth": 0.8, "ecolor": "black"})
-            for bar, cell in zip(bars, cells):
-                bar.set_hatch(PS_HATCH if cell["mode"] == "ps" else None)
-            for x, cell, std in zip(xs, cells, stds):
-                tops.append(cell["mean"] + std)
-                if cell["ideal"] is not None:
-                    ax.hlines(cell["ideal"], x - width / 2, x + width / 2, colors="black",
-                              linestyles="--", linewidth=1.0,
-                              label=None if ideal_drawn else "ideal (N × baseline)")
-                    ideal_drawn = True
-                    tops.append(cell["ideal"])
-                    notes.add(_baseline_text(cell))
-                else:
-                    notes.add(cell["baseline_note"])
+        width = 0.8 / len(chart["series"])
+        tops, notes = _draw_bars(ax, chart, width)
         vertical = _vertical_labels(chart)
         _label_bars(ax, chart, width, vertical)
         ax.set_ylim(0, max(tops) * (1.32 if vertical else 1.18) or 1)
-        long_ticks = max(len(text) for _, text in chart["groups"]) * len(groups) > 60
-        ax.set_xticks(range(len(groups)), [text for _, text in chart["groups"]],
-                      rotation=15 if long_ticks else 0, ha="right" if long_ticks else "center")
-        ax.set_xlabel(chart["xlabel"])
-        ax.set_ylabel(f"throughput ({chart['unit']})")
-        ax.set_title(chart["title"], loc="left")
-        handles, labels = ax.get_legend_handles_labels()
-        if any(c["mode"] == "ps" for series in chart["series"] for c in series["cells"]):
-            handles.append(Patch(facecolor="white", edgecolor="black", linewidth=0.5,
-                                 hatch=PS_HATCH))
-            labels.append("hatched: parameter server")
-        ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-        caption = "error bars: std; labels: speedup and efficiency vs " + "; ".join(sorted(notes))
-        failed = sum(c["failed"] for series in chart["series"] for c in series["cells"])
-        if failed:
-            caption += f"; {failed} failed run(s) not drawn (see table)"
-        fig.text(0.01, 0.005, caption, fontsize=7, ha="left", va="bottom", wrap=True)
+        _decorate(fig, ax, chart, notes)
         buffer = io.BytesIO()
         fig.savefig(buffer, **SAVE)
     return buffer.getvalue()
+
+
+def _bar_x(chart: dict, cell: dict, index: int, width: float) -> float:
+    groups = [g for g, _ in chart["groups"]]
+    return groups.index(_group_of(chart, cell)) - 0.4 + width * (index + 0.5)
+
+
+def _draw_bars(ax, chart: dict, width: float) -> tuple[list[float], set[str]]:
+    """Bars, error bars and ideal marks; returns the heights drawn and the baseline notes."""
+    tops, notes, ideal_label = [0.0], set(), "ideal (N × baseline)"
+    for i, series in enumerate(chart["series"]):
+        cells = series["cells"]
+        xs = [_bar_x(chart, c, i, width) for c in cells]
+        stds = [c["std"] or 0.0 for c in cells]
+        bars = ax.bar(xs, [c["mean"] for c in cells], width * 0.92, yerr=stds,
+                      label=series["label"], color=COLORS[i % len(COLORS)], edgecolor="black",
+                      linewidth=0.5, error_kw={"elinewidth": 0.8, "ecolor": "black"})
+        for bar, x, cell, std in zip(bars, xs, cells, stds):
+            bar.set_hatch(PS_HATCH if cell["mode"] == "ps" else None)
+            tops.append(cell["mean"] + std)
+            if cell["ideal"] is None:
+                notes.add(cell["baseline_note"])
+                continue
+            ax.hlines(cell["ideal"], x - width / 2, x + width / 2, colors="black",
+                      linestyles="--", linewidth=1.0, label=ideal_label)
+            ideal_label = None  # one legend entry for all marks
+            tops.append(cell["ideal"])
+            notes.add(_baseline_text(cell))
+    return tops, notes
+
+
+def _decorate(fig, ax, chart: dict, notes: set[str]) -> None:
+    """Axes labels, ticks, title, legend (with the PS hatch key) and the caption."""
+    ticks = [text for _, text in chart["groups"]]
+    long_ticks = max(len(text) for text in ticks) * len(ticks) > 60
+    ax.set_xticks(range(len(ticks)), ticks, rotation=15 if long_ticks else 0,
+                  ha="right" if long_ticks else "center")
+    ax.set_xlabel(chart["xlabel"])
+    ax.set_ylabel(f"throughput ({chart['unit']})")
+    ax.set_title(chart["title"], loc="left")
+    handles, labels = ax.get_legend_handles_labels()
+    if any(c["mode"] == "ps" for series in chart["series"] for c in series["cells"]):
+        handles.append(Patch(facecolor="white", edgecolor="black", linewidth=0.5, hatch=PS_HATCH))
+        labels.append("hatched: parameter server")
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    caption = "error bars: std; labels: speedup and efficiency vs " + "; ".join(sorted(notes))
+    failed = sum(c["failed"] for series in chart["series"] for c in series["cells"])
+    if failed:
+        caption += f"; {failed} failed run(s) not drawn (see table)"
+    fig.text(0.01, 0.005, caption, fontsize=7, ha="left", va="bottom", wrap=True)
 
 
 def _baseline_text(cell: dict) -> str:
@@ -306,12 +317,11 @@ def _vertical_labels(chart: dict) -> bool:
 
 
 def _label_bars(ax, chart, width, vertical) -> None:
-    groups = [g for g, _ in chart["groups"]]
     for i, series in enumerate(chart["series"]):
         for cell in series["cells"]:
             if cell["efficiency"] is None or cell["scale"] == 1:  # the baseline itself: 1.00x
                 continue
-            x = groups.index(_group_of(chart, cell)) - 0.4 + width * (i + 0.5)
+            x = _bar_x(chart, cell, i, width)
             # above the ideal mark too, so a label never hides the mark it is measured against
             y = max(cell["mean"] + (cell["std"] or 0.0), cell["ideal"])
             text = eff_label(cell).replace(" ", " " if vertical else "\n")
@@ -403,8 +413,8 @@ def report_markdown(title: str, plans: list[dict], images: dict, inputs: list[st
 # ---- README section -----------------------------------------------------------------------------
 
 def replace_section(text: str, section: str, path: str) -> str:
-    """`text` with the lines between the marker lines replaced by `section`; RecordError-free
-    ValueError with a one-line message when the markers are missing or out of order."""
+    """`text` with the lines between the marker lines replaced by `section`. Raises ValueError
+    (one line) when the markers are missing, repeated or out of order."""
     lines = text.splitlines(keepends=True)
     begins = [i for i, line in enumerate(lines) if line.strip() == BEGIN]
     ends = [i for i, line in enumerate(lines) if line.strip() == END]
