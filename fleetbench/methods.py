@@ -116,9 +116,13 @@ def prepare(cfg, work, ctx):
     amp = Precision(cfg.amp)  # cfg.amp on GPU: auto_cast around the forward, loss scaling for fp16
     params = [p for p in work.model.parameters() if not p.stop_gradient]
 
+    schedule = work.optimizer._learning_rate  # Paddle keeps an LRScheduler here; it steps by hand
+
     def apply(optimizer):
         amp.step(optimizer)
         optimizer.clear_grad()
+        if isinstance(schedule, paddle.optimizer.lr.LRScheduler):
+            schedule.step()  # once per optimizer step (grad_merge: per k micro-steps)
 
     def overlapped(batch):  # wfbp, mgwfbp: the reducer's hooks all-reduce buckets during backward
         with amp.forward():

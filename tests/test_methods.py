@@ -208,3 +208,19 @@ def test_two_ranks_match_one_rank_with_the_same_global_batch(runs, method):
     mean2 = [(a["loss"] + b["loss"]) / 2 for a, b in zip(reports["w2-r0"][method]["steps"],
                                                          reports["w2-r1"][method]["steps"])]
     np.testing.assert_allclose(mean2, [s["loss"] for s in reports["w1-r0"][method]["steps"]], rtol=1e-4)
+
+
+@pytest.mark.parametrize("changes, expected", [
+    (dict(method="horovod"), "config key 'method' must be one of bsp, wfbp, mgwfbp, grad_merge, fp16_allreduce"),
+    (dict(method="grad_merge", grad_merge_steps=4, warmup_steps=2), "'warmup_steps' must be a multiple of"),
+    (dict(method="grad_merge", grad_merge_steps=4, steps=10), "'steps' must be a multiple of grad_merge_steps"),
+    (dict(method="fp16_allreduce", amp="fp16"), "cannot be combined with method=fp16_allreduce"),
+])
+def test_bad_method_settings_are_one_line_config_errors(changes, expected):
+    from fleetbench import config, methods
+
+    cfg = config.CollectiveConfig(warmup_steps=4, steps=12)
+    for key, value in changes.items():
+        setattr(cfg, key, value)
+    with pytest.raises(config.ConfigError, match=expected):
+        methods.check(cfg)
