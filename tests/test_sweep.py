@@ -1,0 +1,244 @@
+"""fleetbench sweep: expanding sweep files, commands per node, and real resumable sweeps."""
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+import yaml
+
+from fleetbench import launch, netem, results, sweep
+from util import PYTHON, REPO, env, records
+
+TINY = {"steps": 4, "warmup_steps": 1, "log_every": 1}  # resnet50 tiny, cut to seconds
+
+
+def _spec(*cells, **top):
+    return dict(top, cells=list(cells))
+
+
+# ---------------------------------------------------------------------------------------------
+# sweep files -> cells (pure)
+
+def test_axes_expand_to_their_product_in_file_order():
+    cells = sweep.expand(_spec({"benchmark": "resnet50", "preset": "tiny", "devices_per_node": [1, 2],
+                                "set": {"batch_size": [4, 8]}}))
+    assert [(c.devices_per_node, c.sets) for c in cells] == [
+        (1, ("batch_size=4",)), (1, ("batch_size=8",)), (2, ("batch_size=4",)), (2, ("batch_size=8",))]
+    assert all(c.repeats == 3 and c.mode == "collective" and c.script.endswith("collective/resnet50.py")
+               for c in cells)
+    assert cells[3].world_size == 2 and cells[3].label() == "resnet50 tiny collective 1x2 batch_size=8"
+
+
+def test_method_network_and_top_level_knobs():
+    (a, b) = sweep.expand(_spec({"benchmark": "resnet50", "method": "mgwfbp", "network": ["1gbe", "10gbe"]},
+                                repeats=2, timeout=60))
+    assert (a.network, a.nodes, a.world_size, a.repeats, a.timeout) == ("1gbe", 2, 2, 2, 60.0)
+    assert a.sets == ("method=mgwfbp",) and a.method == "mgwfbp" and b.network == "10gbe"
+    assert a.label() == "resnet50 full collective mgwfbp 2x1 net=1gbe"
+
+
+def test_ps_cells_pair_servers_and_workers(tmp_path):
+    (tmp_path / "parameter_server").mkdir()
+    (tmp_path / "parameter_server" / "ctr.py").write_text("")
+    cells = sweep.expand(_spec({"benchmark": "ctr", "preset": "tiny", "method": ["async", "geo"],
+                                "servers_workers": ["1/1", "2/2"]}), root=tmp_path)
+    assert [(c.mode, c.method, c.servers, c.workers, c.world_size) for c in cells] == [
+        ("ps", "async", 1, 1, 1), ("ps", "async", 2, 2, 2), ("ps", "geo", 1, 1, 1), ("ps", "geo", 2, 2, 2)]
+    assert cells[1].sets == (f"{sweep.METHOD_KEY['ps']}=async",) and cells[1].label() == "ctr tiny ps async 2s/2w"
+
+
+@pytest.mark.parametrize("cell, fragment", [
+    ({"benchmark": "resnet50", "bogus": 1}, "cells[1]: unknown key 'bogus'"),
+    ({"benchmark": "nosuch"}, "no script for benchmark 'nosuch'"),
+    ({"benchmark": ["resnet50"]}, "`benchmark` must name one benchmark"),
+    ({"benchmark": "resnet50", "network": "40gbe"}, "network '40gbe': expected one of"),
+    ({"benchmark": "resnet50", "nodes": 2}, "needs a `network` profile"),
+    ({"benchmark": "resnet50", "devices_per_node": 0}, "devices_per_node 0"),
+    ({"benchmark": "resnet50", "repeats": 0}, "repeats 0"),
+    ({"benchmark": "resnet50", "timeout": -1}, "timeout -1"),
+    ({"benchmark": "resnet50", "set": ["a=1"]}, "`set` must be a mapping"),
+    ({"benchmark": "resnet50", "mode": "ps", "servers_workers": "2"}, "servers_workers '2'"),
+])
+def test_bad_cells_name_the_cell_and_key(cell, fragment):
+    with pytest.raises(sweep.SweepError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
+        sweep.expand(_spec(cell), "s.yaml")
+
+
+def test_bad_sweep_files(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cells: [\n")
+    with pytest.raises(sweep.SweepError, match="bad.yaml: not valid YAML"):
+        sweep.load_spec(str(bad))
+    bad.write_text("repeat: 3\ncells: [{benchmark: resnet50}]\n")
+    with pytest.raises(sweep.SweepError, match="unknown key 'repeat'"):
+        sweep.load_spec(str(bad))
+    bad.write_text("cells: []\n")
+    with pytest.raises(sweep.SweepError, match="non-empty list `cells`"):
+        sweep.load_spec(str(bad))
+
+
+def test_run_key_ignores_runtime_and_what_the_network_could_not_apply():
+    net = netem.network_dict(netem.shaping_from(None, "1gbit", "1ms"), 2)
+    net_missing = netem.network_dict(netem.shaping_from(None, "1gbit", "1ms"), 2, ["delay 1 ms: no netem"])
+    k = sweep.run_key("b", "tiny", {"lr": 1, "runtime": {"threads": 2}}, "collective", 2, 2, net)
+    assert k == sweep.run_key("b", "tiny", {"lr": 1}, "collective", 2, 2, net_missing)
+    assert k != sweep.run_key("b", "tiny", {"lr": 2}, "collective", 2, 2, net)
+    assert k != sweep.run_key("b", "tiny", {"lr": 1}, "collective", 2, 2, netem.network_dict(netem.shaping_from("10gbe"), 2))
+    assert k != sweep.run_key("b", "tiny", {"lr": 1}, "collective", 1, 2, net)
+
+
+def test_progress_line():
+    (cell,) = sweep.expand(_spec({"benchmark": "resnet50", "preset": "tiny"}))
+    assert sweep.progress_line(2, 5, cell, 1, 75, 130) == (
+        "cell 2/5 resnet50 tiny collective 1x1 repeat 1/3 | elapsed 1m15s ETA 2m10s")
+    assert sweep.progress_line(1, 5, cell, 1, 0, None).endswith("elapsed 0s ETA ?")
+
+
+def _state(nodes, shaping="1gbe"):
+    layout = netem.plan_layout(nodes)
+    return {"layout": layout.to_dict(), "created": [["netns", n.netns] for n in layout.nodes],
+            "shaping": {"profile": shaping, "rate_bit": netem.PROFILES[shaping], "delay_ms": 0.0},
+            "not_applied": []}
+
+
+def test_collective_nodes_each_run_a_launcher_in_their_namespace():
+    (cell,) = sweep.expand(_spec({"benchmark": "resnet50", "preset": "tiny", "network": "1gbe", "nodes": 2,
+                                  "devices_per_node": 1}))
+    launches, network = sweep.node_launches(cell, _state(2), "/L", "/r.jsonl", {"PATH": "/bin"})
+    assert [l.name for l in launches] == ["node0", "node1"] and network["profile"] == "1gbe"
+    masters = set()
+    for i, l in enumerate(launches):
+        cmd = l.cmd
+        assert cmd[:4] == ["ip", "netns", "exec", f"fb-node{i}"]
+        flag = lambda f: cmd[cmd.index(f) + 1]
+        masters.add(flag("--master"))
+        assert (flag("--nnodes"), flag("--nproc_per_node"), flag("--host")) == ("2", "1", f"10.77.0.{i + 1}")
+        assert flag("--log_dir") == f"/L/node{i}" and cmd[-2:] == ["--results", "/r.jsonl"]
+        assert l.env["GLOO_SOCKET_IFNAME"] == f"fb-n{i}" and l.env["FLEETBENCH_NODES"] == "2"
+        assert json.loads(l.env["FLEETBENCH_NETWORK"])["rate_gbit"] == 1.0
+        assert l.env["FLEETBENCH_OMP_THREADS"] == str(max(1, __import__("fleetbench").usable_cores() // 2))
+    assert len(masters) == 1 and masters.pop().startswith("10.77.0.1:")
+
+
+def test_ps_servers_and_workers_spread_over_nodes(tmp_path):
+    (tmp_path / "parameter_server").mkdir()
+    (tmp_path / "parameter_server" / "ctr.py").write_text("")
+    (cell,) = sweep.expand(_spec({"benchmark": "ctr", "method": "async", "servers_workers": "1/3",
+                                  "network": "10gbe", "nodes": 2}), root=tmp_path)
+    launches, _ = sweep.node_launches(cell, _state(2, "10gbe"), "/L", "/r.jsonl", {})
+    assert len(launches) == 2
+    flag = lambda cmd, f: cmd[cmd.index(f) + 1]
+    servers = flag(launches[0].cmd, "--servers").split(",")
+    trainers = flag(launches[0].cmd, "--trainers").split(",")
+    assert [s.split(":")[0] for s in servers] == ["10.77.0.1"]
+    # contiguous per node: Paddle numbers a node's trainers from its first endpoint
+    assert [t.split(":")[0] for t in trainers] == ["10.77.0.1", "10.77.0.1", "10.77.0.2"]
+    assert all(flag(l.cmd, "--servers") == ",".join(servers) for l in launches)
+    assert [l.env["POD_IP"] for l in launches] == ["10.77.0.1", "10.77.0.2"]
+    assert flag(launches[0].cmd, "--gloo_port") == flag(launches[1].cmd, "--gloo_port")
+
+
+def test_sweep_presets_are_valid_files():
+    names = sorted(f for f in os.listdir(sweep.SWEEP_DIR) if f.endswith(".yaml"))
+    assert "demo.yaml" in names
+    for name in names:
+        path = os.path.join(sweep.SWEEP_DIR, name)
+        try:
+            sweep.expand(sweep.load_spec(path), path)
+        except sweep.SweepError as e:
+            if "no script for benchmark" in str(e):
+                pytest.skip(f"{name}: a benchmark it names is not written yet ({e})")
+            raise
+
+
+# ---------------------------------------------------------------------------------------------
+# real sweeps
+
+def _write(tmp_path, spec):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def _sweep_cmd(spec_path, store, *extra):
+    return [PYTHON, "-m", "fleetbench", "sweep", spec_path, "--results", str(store), "--log-dir",
+            os.path.join(os.path.dirname(spec_path), "log"), *extra]
+
+
+def test_bad_config_fails_before_anything_runs(tmp_path):
+    spec = _write(tmp_path, _spec({"benchmark": "resnet50", "preset": "tiny", "set": dict(TINY)},
+                                  {"benchmark": "resnet50", "preset": "tiny", "set": {"bogus_key": 1}}))
+    store = tmp_path / "runs.jsonl"
+    p = subprocess.run(_sweep_cmd(spec, store), cwd=tmp_path, env=env(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2
+    (line,) = p.stderr.strip().splitlines()
+    assert line.startswith("fleetbench sweep: error: cell 2 (resnet50 tiny collective 1x1 bogus_key=1)")
+    assert "bogus_key" in line and not store.exists() and not (tmp_path / "log").exists()
+
+
+def _job_processes(token):
+    marker = f"SWEEP_TEST_TOKEN={token}".encode()
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker in open(f"/proc/{pid}/environ", "rb").read().split(b"\0") and launch._alive(int(pid)):
+                out.append(int(pid))
+        except OSError:
+            pass
+    return out
+
+
+def _wait_for(check, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_interrupted_sweep_resumes_and_a_failing_cell_does_not_stop_the_others(tmp_path):
+    first = {"benchmark": "resnet50", "preset": "tiny", "set": dict(TINY)}
+    failing = {"benchmark": "resnet50", "preset": "tiny", "set": dict(TINY, seed=7), "timeout": 1}
+    last = {"benchmark": "resnet50", "preset": "tiny", "set": dict(TINY, seed=8)}
+    spec = _write(tmp_path, _spec(first, failing, last, repeats=1))
+    store = tmp_path / "runs.jsonl"
+    token = uuid.uuid4().hex
+
+    # 1. interrupt the sweep once the first cell is stored
+    proc = subprocess.Popen(_sweep_cmd(spec, store), cwd=tmp_path, env=env(SWEEP_TEST_TOKEN=token),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert _wait_for(lambda: any(r["error"] is None for r in records(store)), 120), "first cell never stored"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "resume" in err
+    assert _job_processes(token) == []
+    (done,) = [r for r in records(store) if r["error"] is None]
+    assert done["config"]["seed"] == 2021
+
+    # 2. resume: the first cell is skipped, the failing cell fails again, the last cell runs
+    p = subprocess.run(_sweep_cmd(spec, store), cwd=tmp_path, env=env(SWEEP_TEST_TOKEN=token),
+                       capture_output=True, text=True, timeout=240)
+    assert p.returncode == 1, p.stdout + p.stderr
+    (line1,) = [l for l in p.stdout.splitlines() if l.startswith("cell 1/3 ")]
+    assert line1.endswith(": 1/1 done earlier, skipped")
+    assert "repeat 1/1 | elapsed" in p.stdout and "-> FAILED: timeout" in p.stdout
+    assert _job_processes(token) == []
+    recs = records(store)
+    ok = [r for r in recs if r["error"] is None]
+    assert [r["config"]["seed"] for r in ok] == [2021, 8]
+    assert ok[0]["id"] == done["id"]  # not re-run
+    failed = [r for r in recs if r["error"]]
+    assert failed and all(r["config"]["seed"] == 7 and "timeout" in r["error"] for r in failed)
+    # summary: one row per cell, mean ± std and the failures counted
+    table = p.stdout[p.stdout.index("benchmark  preset"):].splitlines()
+    assert len(table) == 4 and "seed=7" in table[2] and table[2].split()[8] == "0"
+    assert " ± " in table[1] and " ± " in table[3]
