@@ -63,7 +63,7 @@ class BenchConfig:
 class CollectiveConfig(BenchConfig):
     # Gradient communication method, see fleetbench.methods and the README's table.
     method: str = "mgwfbp"
-    comm_buffer_mb: int = 25  # bucket size for mgwfbp (Paddle's DataParallel comm_buffer_size)
+    comm_buffer_mb: float = 25.0  # bucket size for mgwfbp (Paddle's DataParallel comm_buffer_size)
     grad_merge_steps: int = 4  # micro-steps per all-reduce for method=grad_merge
     amp: str = "off"  # off | fp16 | bf16 (GPU only)
 
