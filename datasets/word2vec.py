@@ -1,0 +1,274 @@
+"""1-Billion-word-style text for skip-gram Word2Vec: preprocessing, a Zipfian synthetic corpus,
+and the data-generator process that turns id lines into training pairs.
+
+Preprocessing (what the benchmark trains on), from UTF-8 text with one sentence per line:
+    tokenise   lower-case, split on whitespace (the 1-Billion-word corpus is already tokenised,
+               punctuation separated by spaces)
+    count      occurrences of every token
+    dictionary tokens seen >= min_count times, most frequent first (ties by token), written as
+               `dict.txt`: one `token count` per line; a token's id is its line number from 0
+    ids        `ids/part-NNNNN`: each sentence as its in-dictionary ids separated by spaces
+               (out-of-dictionary tokens are dropped, as word2vec.c does); sentences with fewer
+               than two ids are dropped; lines dealt round-robin into K files
+
+Training examples (the pipe): for every sentence, each word is kept with word2vec.c's sub-sampling
+probability (sqrt(f / (t N)) + 1) (t N) / f, with f its count, N the corpus size and t = `sample`;
+each kept word is a centre whose contexts are the words within a window drawn uniformly from
+1..`window` on each side; each (centre, context) pair gets `neg` negatives drawn from the unigram
+distribution raised to 0.75. A line that is not space-separated ids below the dictionary size is
+invalid (skipped and counted).
+"""
+import argparse
+import bisect
+import itertools
+import json
+import math
+import re
+import sys
+import zlib
+from collections import Counter
+from pathlib import Path
+
+SLOTS = ["center", "context", "negatives", "words"]
+_IDS = re.compile(rb"[0-9]+(?: [0-9]+)*")
+
+
+# ------------------------------------------------------------------ preprocessing
+def tokenise(line: str) -> list:
+    return line.lower().split()
+
+
+def count_words(paths) -> Counter:
+    counts = Counter()
+    for path in paths:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                counts.update(tokenise(line))
+    return counts
+
+
+def build_dictionary(counts: Counter, min_count: int) -> list:
+    """[(token, count)] with count >= min_count, most frequent first, ties broken by token."""
+    return sorted(((w, c) for w, c in counts.items() if c >= min_count), key=lambda wc: (-wc[1], wc[0]))
+
+
+def write_dictionary(path, dictionary) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.writelines(f"{word} {count}\n" for word, count in dictionary)
+
+
+def read_counts(path) -> list:
+    """The counts column of a dictionary file, in id order."""
+    counts = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            parts = line.split()
+            if len(parts) != 2 or not parts[1].isdigit():
+                raise ValueError(f"{path}:{number}: expected `token count`, got {line.rstrip()!r}")
+            counts.append(int(parts[1]))
+    if not counts:
+        raise ValueError(f"{path}: empty dictionary")
+    return counts
+
+
+def preprocess(text_paths, out, min_count: int = 5, files: int = 1) -> dict:
+    """Text files -> `out/dict.txt` and `out/ids/part-*`. Returns counts of what was written."""
+    out = Path(out)
+    (out / "ids").mkdir(parents=True, exist_ok=True)
+    dictionary = build_dictionary(count_words(text_paths), min_count)
+    if not dictionary:
+        raise ValueError(f"no token occurs {min_count} times or more; lower min_count")
+    write_dictionary(out / "dict.txt", dictionary)
+    ids = {word: i for i, (word, _) in enumerate(dictionary)}
+    handles = [open(out / "ids" / f"part-{k:05d}", "w") for k in range(files)]
+    sentences = words = 0
+    try:
+        for path in text_paths:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                for line in handle:
+                    row = [ids[w] for w in tokenise(line) if w in ids]
+                    if len(row) < 2:
+                        continue
+                    handles[sentences % files].write(" ".join(map(str, row)) + "\n")
+                    sentences += 1
+                    words += len(row)
+    finally:
+        for h in handles:
+            h.close()
+    return {"vocabulary": len(dictionary), "sentences": sentences, "words": words}
+
+
+# ------------------------------------------------------------------ synthetic corpus
+def synthetic_corpus(path, sentences: int, vocabulary: int = 10000, seed: int = 0, topics: int = 50) -> None:
+    """Text whose word frequencies follow Zipf's law (rank r has weight 1/r), with structure to
+    learn: each sentence has a topic, and half its words come from that topic's own words."""
+    import numpy as np
+    rng = np.random.default_rng([seed, 0x77])
+    words = np.array([f"w{i}" for i in range(vocabulary)])
+    zipf = 1.0 / np.arange(1, vocabulary + 1)
+    zipf /= zipf.sum()
+    topic_words = np.array_split(rng.permutation(vocabulary), topics)
+    with open(path, "w", encoding="utf-8") as handle:
+        for _ in range(sentences):
+            length = int(rng.integers(5, 30))
+            own = topic_words[int(rng.integers(topics))]
+            background = rng.choice(vocabulary, size=length, p=zipf)
+            local = own[np.minimum(rng.zipf(1.5, length) - 1, len(own) - 1)]
+            choose = rng.random(length) < 0.5
+            handle.write(" ".join(words[np.where(choose, local, background)]) + "\n")
+
+
+def generate(out, sentences: int, vocabulary: int = 10000, files: int = 1, min_count: int = 5,
+             seed: int = 0) -> dict:
+    """A synthetic corpus in `out/corpus.txt`, preprocessed into `out/dict.txt` and `out/ids/`."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    synthetic_corpus(out / "corpus.txt", sentences, vocabulary, seed)
+    return preprocess([out / "corpus.txt"], out, min_count, files)
+
+
+def id_files(path) -> list:
+    """The id files of a preprocessed directory `path` (holding dict.txt and ids/)."""
+    path = Path(path)
+    if not (path / "dict.txt").is_file():
+        raise ValueError(f"{path}: expected a preprocessed directory with dict.txt and ids/ "
+                         f"(make one with `fleetbench data gen word2vec`)")
+    files = sorted(p for p in (path / "ids").glob("part-*") if p.is_file())
+    if not files:
+        raise ValueError(f"{path / 'ids'}: no id files (part-*)")
+    return files
+
+
+# ------------------------------------------------------------------ sampling
+def keep_probabilities(counts, sample: float) -> list:
+    """word2vec.c's sub-sampling: probability of keeping each word (capped at 1)."""
+    total = float(sum(counts))
+    threshold = sample * total
+    return [1.0 if sample <= 0 else min(1.0, (math.sqrt(c / threshold) + 1) * threshold / c) if c else 0.0
+            for c in counts]
+
+
+def negative_table(counts, power: float = 0.75) -> list:
+    """Cumulative unigram^power distribution over ids (sample with bisect on a uniform draw)."""
+    weights = [c ** power for c in counts]
+    total = sum(weights)
+    return list(itertools.accumulate(w / total for w in weights))
+
+
+def check_line(raw: bytes, vocabulary: int):
+    line = raw.rstrip(b"\r\n")
+    if not _IDS.fullmatch(line):
+        return "expected ids separated by single spaces"
+    if any(int(t) >= vocabulary for t in line.split()):
+        return f"id >= dictionary size {vocabulary}"
+    return None
+
+
+def first_error(paths, vocabulary: int):
+    for path in paths:
+        with open(path, "rb") as handle:
+            for number, raw in enumerate(handle, 1):
+                reason = check_line(raw, vocabulary)
+                if reason:
+                    return f"{path}:{number}: {reason}"
+    return None
+
+
+class PairMaker:
+    """Sentences of ids -> (centre, context, negatives) pairs, all randomness from one seed."""
+
+    def __init__(self, counts, window: int, neg: int, sample: float, seed: int):
+        import random
+        self.vocabulary, self.window, self.neg = len(counts), window, neg
+        self.keep = keep_probabilities(counts, sample)
+        self.table = negative_table(counts)
+        self.random = random.Random(seed)
+
+    def negatives(self) -> list:
+        rand, table, last = self.random.random, self.table, self.vocabulary - 1
+        return [min(bisect.bisect_left(table, rand()), last) for _ in range(self.neg)]
+
+    def pairs(self, ids: list):
+        rand, keep = self.random.random, self.keep
+        kept = [i for i in ids if rand() < keep[i]]
+        for pos, centre in enumerate(kept):
+            span = self.random.randint(1, self.window)
+            for ctx in kept[max(0, pos - span):pos] + kept[pos + 1:pos + 1 + span]:
+                yield centre, ctx, self.negatives()
+
+
+def pipe(stdin, stdout, counts, window=5, neg=5, sample=1e-3, seed=0, stats_path=None) -> dict:
+    """Fleet's pipe_command: id lines in, MultiSlot pairs out (slots `SLOTS`). The `words` slot
+    carries each sentence's word count on its first pair (carried to the next pair when a
+    sentence yields none), so summing it over the batches a trainer consumed counts corpus words
+    read, sub-sampled ones included, as word2vec.c reports words/s."""
+    maker = None
+    stats = {"valid": 0, "invalid": 0, "words": 0, "pairs": 0}
+    carry = 0
+    write = stdout.write
+    for raw in stdin:
+        if check_line(raw, len(counts)):
+            stats["invalid"] += 1
+            continue
+        ids = [int(t) for t in raw.split()]
+        if maker is None:  # seeded by the first line too, so different files draw differently
+            maker = PairMaker(counts, window, neg, sample, seed * 1000003 + zlib.crc32(raw))
+        stats["valid"] += 1
+        stats["words"] += len(ids)
+        carry += len(ids)
+        for centre, ctx, negs in maker.pairs(ids):
+            write("1 %d 1 %d %d %s 1 %d\n" % (centre, ctx, neg, " ".join(map(str, negs)), carry))
+            carry = 0
+            stats["pairs"] += 1
+    stdout.flush()
+    stats["words_unsent"] = carry
+    if stats_path:
+        from fleetbench.ps import append_pipe_counts
+        append_pipe_counts(stats_path, stats)
+    return stats
+
+
+# ------------------------------------------------------------------ command lines
+def cli(argv=None) -> int:
+    """`fleetbench data gen word2vec --out DIR (--sentences N | --text FILE...) [...]`."""
+    parser = argparse.ArgumentParser(prog="fleetbench data gen word2vec",
+                                     description="preprocess text (or a synthetic Zipfian corpus) for Word2Vec")
+    parser.add_argument("--out", required=True, help="output directory (dict.txt, ids/)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--sentences", type=int, help="make a synthetic corpus of this many sentences")
+    source.add_argument("--text", nargs="+", help="text files, one sentence per line (e.g. 1B-words shards)")
+    parser.add_argument("--vocabulary", type=int, default=10000, help="synthetic vocabulary size")
+    parser.add_argument("--files", type=int, default=1, help="id files to write (>= workers)")
+    parser.add_argument("--min-count", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    try:
+        if args.text:
+            summary = preprocess(args.text, args.out, args.min_count, args.files)
+        else:
+            summary = generate(args.out, args.sentences, args.vocabulary, args.files, args.min_count, args.seed)
+    except (ValueError, OSError) as err:
+        parser.error(str(err))
+    print(json.dumps(summary))
+    return 0
+
+
+def main(argv=None) -> int:
+    """`python -m datasets.word2vec pipe --dict DICT [...]` (Fleet's pipe_command)."""
+    parser = argparse.ArgumentParser(prog="python -m datasets.word2vec")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("pipe", help="id lines on stdin -> MultiSlot pairs on stdout")
+    p.add_argument("--dict", required=True)
+    p.add_argument("--window", type=int, default=5)
+    p.add_argument("--neg", type=int, default=5)
+    p.add_argument("--sample", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stats", default=None)
+    args = parser.parse_args(argv)
+    pipe(sys.stdin.buffer, sys.stdout, read_counts(args.dict), args.window, args.neg, args.sample, args.seed,
+         args.stats)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
