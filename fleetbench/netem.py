@@ -6,6 +6,11 @@ BOTH directions (node -> bridge on the namespace end, bridge -> node on the host
 of a switch. Delay needs `netem`; it is attached under tbf only where the kernel has it, and
 `status` says what could not be applied.
 
+Inside a namespace the machine's hostname must name the node's own address: programs that find
+"their" address by resolving the hostname (Paddle's launcher, and the gloo of Fleet's role maker,
+which ignores GLOO_SOCKET_IFNAME) would otherwise advertise 127.0.0.1 to the other nodes. `ip netns
+exec` bind-mounts /etc/netns/<namespace>/hosts over /etc/hosts, so `up` writes one per node.
+
 What `up` creates is written to a state file BEFORE it is created, so `down` removes exactly that
 (and nothing else), also after an interrupted `up`, and is safe to repeat.
 
@@ -22,6 +27,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -41,6 +47,7 @@ IFNAMSIZ = 15  # Linux interface names are at most 15 characters
 BURST_S = 0.002
 MIN_BURST_BYTES = 64 * 1024
 TBF_LATENCY = "50ms"
+NETNS_ETC = "/etc/netns"  # per-namespace configuration files that `ip netns exec` mounts
 
 
 class ClusterError(RuntimeError):
@@ -234,6 +241,15 @@ def parse_qdiscs(text):
     return out
 
 
+def hosts_file(original, hostname, ip):
+    """/etc/hosts for a node: the machine's file without lines naming its hostname, plus
+    `ip hostname` so the hostname resolves to the node's own address."""
+    names = {hostname, hostname.split(".")[0]}
+    kept = [line for line in original.splitlines()
+            if not (set(line.split("#")[0].split()[1:]) & names)]
+    return "\n".join(kept + [f"{ip} {' '.join(sorted(names, key=len, reverse=True))}"]) + "\n"
+
+
 def describe_link(qdiscs):
     """One short phrase for the shaping one egress really has, from parse_qdiscs() output."""
     parts = []
@@ -337,8 +353,23 @@ def _build(state, layout):
     _create(state, "link", layout.bridge, ["ip", "link", "add", layout.bridge, "type", "bridge"])
     _run(["ip", "link", "set", layout.bridge, "up"])
     plen = ipaddress.ip_network(layout.subnet).prefixlen
+    try:
+        with open("/etc/hosts") as f:
+            etc_hosts = f.read()
+    except OSError:
+        etc_hosts = "127.0.0.1 localhost\n"
+    if not os.path.isdir(NETNS_ETC):
+        state["created"].append(["etcdir", NETNS_ETC])
+        _save_state(state)
     for n in layout.nodes:
         _create(state, "netns", n.netns, ["ip", "netns", "add", n.netns])
+        etc_dir = os.path.join(NETNS_ETC, n.netns)
+        if not os.path.exists(etc_dir):
+            state["created"].append(["etc", etc_dir])
+            _save_state(state)
+            os.makedirs(etc_dir)
+            with open(os.path.join(etc_dir, "hosts"), "w") as f:
+                f.write(hosts_file(etc_hosts, socket.gethostname(), n.ip))
         _create(state, "link", n.host_if, ["ip", "link", "add", n.host_if, "type", "veth", "peer", "name", n.ifname])
         _run(["ip", "link", "set", n.ifname, "netns", n.netns])
         _run(["ip", "link", "set", n.host_if, "master", layout.bridge])
@@ -381,9 +412,22 @@ def down(prefix=DEFAULT_PREFIX):
 
 def _teardown(state):
     removed = []
-    # Links first (deleting a host veth end deletes its peer inside the namespace), then namespaces.
-    order = sorted(state["created"], key=lambda r: r[0] != "link")
+    # Links first (deleting a host veth end deletes its peer inside the namespace), then namespaces
+    # and their files, and last /etc/netns itself if we made it and it is empty.
+    order = sorted(state["created"], key=lambda r: {"link": 0, "etcdir": 2}.get(r[0], 1))
     for kind, name in order:
+        if kind == "etcdir":
+            try:
+                os.rmdir(name)
+                removed.append(f"{kind} {name}")
+            except OSError:
+                pass  # not empty (someone else's namespaces have files there) or already gone
+            continue
+        if kind == "etc":
+            if os.path.dirname(name) == NETNS_ETC and os.path.isdir(name):  # never anything else
+                shutil.rmtree(name)
+                removed.append(f"{kind} {name}")
+            continue
         cmd = ["ip", "link", "del", name] if kind == "link" else ["ip", "netns", "del", name]
         p = _run(cmd, check=False)
         if p.returncode == 0:

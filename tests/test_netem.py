@@ -104,6 +104,12 @@ def test_parse_qdiscs():
     assert netem.describe_link(netem.parse_qdiscs("qdisc noqueue 0: root refcnt 2\n")) == "unshaped"
 
 
+def test_hosts_file_names_the_node():
+    original = "127.0.0.1 localhost\n127.0.0.1 vm  # the machine\n10.0.0.5 db vm.example vm2\n::1 localhost\n"
+    text = netem.hosts_file(original, "vm.example", "10.77.0.2")
+    assert text == "127.0.0.1 localhost\n::1 localhost\n10.77.0.2 vm.example vm\n"
+
+
 def test_network_dict_says_what_was_not_applied():
     d = netem.network_dict(netem.Shaping("custom", 1e9, 0.05), 2, ["delay 0.05 ms: netem not usable here (x)"])
     assert d["delay_ms"] == 0.0 and d["delay_ms_requested"] == 0.05 and d["rate_gbit"] == 1.0
@@ -173,6 +179,12 @@ def test_cluster_up_status_down(cluster_name):
     if not has_netem:
         assert "not applied: delay 0.1 ms" in text
 
+    # the hostname resolves to the node's own address inside its namespace (gloo, Paddle rely on it)
+    resolve = "import socket; print(socket.gethostbyname(socket.gethostname()))"
+    out = subprocess.run(["ip", "netns", "exec", f"{cluster_name}-node1", sys.executable, "-c", resolve],
+                         capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip() == "10.77.0.2", out.stderr
+
     gbit = _tcp_gbit(f"{cluster_name}-node0", f"{cluster_name}-node1", "10.77.0.2")
     assert 0.5 < gbit < 1.1, f"tbf 1gbit link carried {gbit:.2f} Gbit/s"
 
@@ -188,6 +200,7 @@ def test_cluster_up_status_down(cluster_name):
         removed = netem.down(cluster_name)
         assert f"netns {cluster_name}-node0" in removed and f"link {cluster_name}-br" in removed
         assert _eventually(lambda: netem.leftovers(cluster_name) == [stranger])
+        assert not os.path.exists(f"/etc/netns/{cluster_name}-node0")
         assert netem.down(cluster_name) == []  # idempotent
         assert netem.status(cluster_name) is None
     finally:
