@@ -1,0 +1,214 @@
+"""Real parameter-server jobs on tiny presets, under both of Paddle's launchers.
+
+Each job must end by itself (servers told to stop) with exit 0, leave no process behind, and write
+one record. Together they cover: CTR and Word2Vec x async and GEO x 1 server/1 worker and 2/2,
+`--server_num` alone, the legacy launcher (`--worker_num`), explicit endpoints for both launchers,
+learning (AUC), sharding, skipped and strict invalid lines, and the refused sync mode.
+"""
+import os
+import re
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from util import PYTHON, REPO, env, records
+
+from datasets import criteo
+
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """Synthetic data made once for the module (the scripts cache it by parameters)."""
+    return tmp_path_factory.mktemp("data-cache")
+
+
+def free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def group_alive(pgid) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def job(tmp_path, cache, launcher, script, *sets, timeout=240, expect=0):
+    """Run `fleetrun LAUNCHER SCRIPT --preset tiny --set ...`; return (output, records, logs)."""
+    log_dir, store = tmp_path / "log", tmp_path / "runs.jsonl"
+    args = [a for kv in sets for a in ("--set", kv)]
+    cmd = [PYTHON, "-m", "paddle.distributed.launch", "--log_dir", str(log_dir), *launcher,
+           str(REPO / "parameter_server" / script), "--preset", "tiny", *args, "--results", str(store)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env(FLEETBENCH_DATA_CACHE=cache), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out = proc.communicate()[0]
+        pytest.fail(f"job did not end within {timeout} s:\n{out[-3000:]}")
+    logs = {p.name: p.read_text(errors="replace") for p in sorted(log_dir.glob("*log.*"))}
+    detail = out[-2000:] + "".join(f"\n--- {k}\n{v[-2500:]}" for k, v in logs.items())
+    # the job ended by itself: nothing of it is left running
+    for _ in range(50):
+        if not group_alive(proc.pid):
+            break
+        subprocess.run(["sleep", "0.1"])
+    else:
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"processes of the job were still running after it exited:\n{detail}")
+    assert proc.returncode == expect, detail
+    return out, records(store), logs
+
+
+def check_record(rec, benchmark, mode, workers, unit):
+    assert rec["benchmark"] == benchmark and rec["mode"] == "ps" and rec["method"] == mode
+    assert rec["preset"] == "tiny" and rec["world_size"] == workers and rec["error"] is None
+    m = rec["metrics"]
+    assert m["unit"] == unit and m["throughput"] > 0 and m["elapsed_s"] > 0
+    assert len(m["rank_elapsed_s"]) == workers and m["elapsed_s"] == max(m["rank_elapsed_s"])
+    assert m["workers"] == workers and m["measured_steps"] > 0
+    assert m["loss_first"] > 0 and m["loss_last"] > 0
+    return m
+
+
+def rank_lines(logs):
+    found = {}
+    for text in logs.values():
+        for m in re.finditer(r"^rank (\d+) measured_steps (\d+) elapsed_s ([\d.]+) samples (\d+) units (\d+)$",
+                             text, re.M):
+            found[int(m[1])] = (int(m[2]), float(m[3]), int(m[4]), int(m[5]))
+    return found
+
+
+def worker_files(logs):
+    found = {}
+    for text in logs.values():
+        for m in re.finditer(r"^worker (\d+)/\d+ .* files (.*)$", text, re.M):
+            found[int(m[1])] = m[2].split()
+    return found
+
+
+# ------------------------------------------------------------------ CTR
+def test_ctr_async_one_server_one_worker_learns(tmp_path, cache):
+    out, recs, logs = job(tmp_path, cache, ["--server_num", "1", "--trainer_num", "1"], "ctr.py")
+    assert len(recs) == 1
+    m = check_record(recs[0], "ctr", "async", 1, "examples/s")
+    # the planted relation is learned through the servers within one pass (progressive AUC:
+    # every batch is scored before the update it causes)
+    assert m["auc"] >= 0.65, m
+    assert 0 < m["logloss"] < 0.62  # below the entropy of the ~30 % click rate
+    assert m["invalid_lines"] == 0 and m["valid_lines"] == 12000 and m["examples"] <= 12000
+    assert "FLEETBENCH_RESULT " in logs["workerlog.0"]
+    assert re.search(r"^step \d+/\d+ loss [\d.]+ ips [\d.]+ examples/s avg_batch_cost", logs["workerlog.0"], re.M)
+    # Paddle's table-configuration prints and INFO lines are kept out of the worker's log
+    assert "table_name" not in logs["workerlog.0"] and "communicator config" not in logs["workerlog.0"]
+
+
+def test_ctr_async_two_by_two_legacy_launcher_shards_and_skips_invalid_lines(tmp_path, cache):
+    data = tmp_path / "criteo"
+    files = criteo.generate(data, rows=4000, files=4, seed=3)
+    bad = ["1\t2\n", "x" + "\t" * 39 + "\n", "0" + "\t" * 38 + "\tdeadbeeg\n"]
+    with open(files[1], "a") as f:
+        f.writelines(bad[:2])
+    with open(files[2], "a") as f:
+        f.write(bad[2])
+    out, recs, logs = job(tmp_path, cache, ["--server_num", "2", "--worker_num", "2"], "ctr.py",
+                          f"data.path={data}", "warmup_steps=0")
+    m = check_record(recs[0], "ctr", "async", 2, "examples/s")
+    assert m["invalid_lines"] == 3 and m["valid_lines"] == 4000 and m["examples"] == 4000
+    # sharding: disjoint shares whose union is the data set, each read exactly once
+    shares = worker_files(logs)
+    assert set(shares) == {0, 1}
+    assert not set(shares[0]) & set(shares[1])
+    assert sorted(shares[0] + shares[1]) == sorted(str(f) for f in files)
+    ranks = rank_lines(logs)
+    for worker, names in shares.items():
+        valid = sum(criteo.validate([n])["valid"] for n in names)
+        assert ranks[worker][2] == valid  # every valid line of its own files, nothing else
+    assert sum(r[2] for r in ranks.values()) == 4000
+
+
+def test_ctr_geo_server_num_only(tmp_path, cache):
+    # `--server_num` alone: the new launcher starts one trainer; the job must still end
+    out, recs, logs = job(tmp_path, cache, ["--server_num", "4"], "ctr.py", "mode=geo")
+    m = check_record(recs[0], "ctr", "geo", 1, "examples/s")
+    assert recs[0]["config"]["runtime"]["servers"] == 4 and m["auc"] > 0.5
+
+
+def test_ctr_geo_two_by_two(tmp_path, cache):
+    out, recs, logs = job(tmp_path, cache, ["--server_num", "2", "--trainer_num", "2"], "ctr.py", "mode=geo")
+    check_record(recs[0], "ctr", "geo", 2, "examples/s")
+    assert set(rank_lines(logs)) == {0, 1}
+
+
+def test_ctr_strict_names_file_and_line_and_the_job_ends(tmp_path, cache):
+    data = tmp_path / "criteo"
+    files = criteo.generate(data, rows=400, files=2, seed=4)
+    with open(files[1], "a") as f:
+        f.write("1\t2\n")
+    out, recs, logs = job(tmp_path, cache, ["--server_num", "1", "--trainer_num", "2"], "ctr.py",
+                          f"data.path={data}", "data.strict=true", expect=1)
+    assert len(recs) == 1 and recs[0]["metrics"] is None
+    assert f"{files[1]}:201: expected 40 tab-separated fields, got 2" in recs[0]["error"]
+    assert "worker 1:" in recs[0]["error"]
+
+
+# ------------------------------------------------------------------ Word2Vec
+def test_word2vec_async_one_by_one(tmp_path, cache):
+    out, recs, logs = job(tmp_path, cache, ["--server_num", "1", "--trainer_num", "1"], "word2vec.py")
+    m = check_record(recs[0], "word2vec", "async", 1, "words/s")
+    assert m["loss_last"] < m["loss_first"]  # the embeddings learn
+    # words/s counts corpus words read (sub-sampled ones too): all of them, minus warm-up
+    assert 0 < m["throughput"] * m["elapsed_s"] <= m["valid_lines"] * 30
+
+
+def test_word2vec_async_two_by_two_explicit_endpoints_legacy(tmp_path, cache):
+    ports = free_ports(4)
+    servers = ",".join(f"127.0.0.1:{p}" for p in ports[:2])
+    workers = ",".join(f"127.0.0.1:{p}" for p in ports[2:])
+    out, recs, logs = job(tmp_path, cache, ["--servers", servers, "--workers", workers], "word2vec.py")
+    check_record(recs[0], "word2vec", "async", 2, "words/s")
+
+
+def test_word2vec_geo_one_by_one_legacy(tmp_path, cache):
+    out, recs, logs = job(tmp_path, cache, ["--server_num", "1", "--worker_num", "1"], "word2vec.py", "mode=geo")
+    check_record(recs[0], "word2vec", "geo", 1, "words/s")
+
+
+def test_word2vec_geo_two_by_two_explicit_endpoints_new_launcher(tmp_path, cache):
+    ports = free_ports(5)
+    servers = ",".join(f"127.0.0.1:{p}" for p in ports[:2])
+    trainers = ",".join(f"127.0.0.1:{p}" for p in ports[2:4])
+    out, recs, logs = job(tmp_path, cache, ["--servers", servers, "--trainers", trainers, "--gloo_port",
+                                            str(ports[4])], "word2vec.py", "mode=geo")
+    check_record(recs[0], "word2vec", "geo", 2, "words/s")
+
+
+# ------------------------------------------------------------------ refused before launch
+def run_plain(*args):
+    return subprocess.run([PYTHON, str(REPO / "parameter_server" / "ctr.py"), *args], cwd=REPO, env=env(),
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_sync_is_refused_with_the_reason():
+    done = run_plain("--preset", "tiny", "--set", "mode=sync")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "'mode' is 'sync'" in lines[0] and "docs/ps.md" in lines[0]
+
+
+def test_outside_the_launcher_is_a_clear_error():
+    done = run_plain("--preset", "tiny")
+    assert done.returncode == 2 and "run this script under Paddle's launcher" in done.stderr
