@@ -1,0 +1,142 @@
+"""The PS driver's pure parts: sharding, config checks, roles and threads from the environment,
+pipe counters, the synthetic-data cache (no Paddle job is started here)."""
+import json
+import os
+import threading
+
+import pytest
+
+from fleetbench import config, ps
+
+
+def test_shards_are_disjoint_and_cover_every_file():
+    files = [f"part-{i:05d}" for i in range(7)]
+    for workers in (1, 2, 3, 7, 9):
+        shares = [ps.shard(files, w, workers) for w in range(workers)]
+        union = [f for share in shares for f in share]
+        assert sorted(union) == files  # union is the data set ...
+        assert len(union) == len(set(union))  # ... and no file is read twice
+        sizes = [len(s) for s in shares]
+        assert max(sizes) - min(sizes) <= 1  # balanced by file count
+
+
+def _build(*sets):
+    cfg = ps.PSConfig()
+    for item in sets:
+        key, _, value = item.partition("=")
+        config.assign(cfg, key, value)
+    cfg.validate()
+    return cfg
+
+
+def test_config_refuses_sync_with_the_reason_and_bad_values_by_name():
+    with pytest.raises(config.ConfigError) as err:
+        _build("mode=sync")
+    assert "'mode' is 'sync'" in str(err.value) and "SendBarrierOp" in str(err.value)
+    for item, key in [("mode=bsp", "'mode'"), ("dataset=Foo", "'dataset'"), ("passes=0", "'passes'"),
+                      ("steps=100", "'steps'"), ("data.num_workers=0", "'data.num_workers'"),
+                      ("k_steps=0", "'k_steps'"), ("data.path=/no/such/dir", "'data.path'")]:
+        with pytest.raises(config.ConfigError) as err:
+            _build(item)
+        assert key in str(err.value) and "\n" not in str(err.value)
+    assert _build("mode=geo", "k_steps=10", "dataset=QueueDataset").mode == "geo"
+
+
+def test_presets_resolve():
+    from parameter_server import ctr, word2vec  # a namespace package: the scripts import without paddle
+    tiny = config.build("ctr", ctr.CTRConfig, "tiny")
+    assert tiny.batch_size == 32 and tiny.data.num_workers == 1 and tiny.mode == "async"
+    full = config.build("ctr", ctr.CTRConfig, "full")
+    assert (full.buckets, full.embedding_dim, full.fc_sizes, full.batch_size) == (1000001, 9, "400,400,400", 512)
+    w2v = config.build("word2vec", word2vec.Word2VecConfig, "full")
+    assert (w2v.embedding_dim, w2v.window, w2v.neg, w2v.sample, w2v.min_count) == (300, 5, 5, 0.001, 5)
+    assert config.build("word2vec", word2vec.Word2VecConfig, "tiny").embedding_dim == 16
+
+
+def test_role_from_env(monkeypatch):
+    for key in list(os.environ):
+        if key.startswith(("PADDLE_", "TRAINING_ROLE", "POD_IP", "FLEETBENCH_NODES")):
+            monkeypatch.delenv(key)
+    with pytest.raises(config.ConfigError, match="Paddle's launcher"):
+        ps.role_from_env()
+    monkeypatch.setenv("TRAINING_ROLE", "TRAINER")
+    monkeypatch.setenv("PADDLE_PSERVERS_IP_PORT_LIST", "10.0.0.1:1,10.0.0.2:2")
+    monkeypatch.setenv("PADDLE_TRAINER_ENDPOINTS", "10.0.0.1:3,10.0.0.1:4,10.0.0.2:5")
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "3")
+    monkeypatch.setenv("POD_IP", "10.0.0.1")
+    role = ps.role_from_env()
+    assert role["role"] == "worker" and role["workers"] == 3 and role["nodes"] == 2
+    assert role["local_workers"] == 2 and len(role["servers"]) == 2
+
+
+def test_threads_split_cores_between_local_workers_and_dataset_threads(monkeypatch):
+    monkeypatch.setattr(ps.fleetbench, "threads_info", lambda: {"omp_num_threads": 1, "source": "fleetbench"})
+    monkeypatch.setattr(ps.fleetbench, "usable_cores", lambda: 8)
+    cfg = _build("data.num_workers=2")
+    ps.set_threads(cfg, {"role": "worker", "local_workers": 2})
+    assert os.environ["OMP_NUM_THREADS"] == "2"
+    ps.set_threads(cfg, {"role": "server", "local_workers": 2})
+    assert os.environ["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setattr(ps.fleetbench, "threads_info", lambda: {"omp_num_threads": 3, "source": "user"})
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    ps.set_threads(cfg, {"role": "worker", "local_workers": 2})
+    assert os.environ["OMP_NUM_THREADS"] == "3"  # the user's choice stands
+
+
+def test_quiet_environment_turns_gloo_on_for_the_legacy_launcher(monkeypatch):
+    monkeypatch.setenv("PADDLE_WITH_GLOO", "0")
+    monkeypatch.setenv("PADDLE_GLOO_HTTP_ENDPOINT", "127.0.0.1:1234")
+    monkeypatch.delenv("GLOG_minloglevel", raising=False)
+    ps.quiet_environment()
+    assert os.environ["PADDLE_WITH_GLOO"] == "1" and os.environ["GLOG_minloglevel"] == "1"
+
+
+def test_pipe_counts_add_up_across_processes(tmp_path):
+    path = str(tmp_path / "counts.jsonl")
+    threads = [threading.Thread(target=ps.append_pipe_counts, args=(path, {"valid": 3, "invalid": 1}))
+               for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert ps.read_pipe_counts(path) == {"valid": 60, "invalid": 20}
+    assert ps.read_pipe_counts(str(tmp_path / "none")) == {}
+
+
+def test_pipe_command_runs_the_module_with_the_repo_importable(tmp_path):
+    import subprocess
+    command = ps.pipe_command("datasets.criteo", "pipe", "--buckets", 11)
+    line = "\t".join(["1"] + [""] * 13 + [""] * 26) + "\n"
+    out = subprocess.run(command, shell=True, input=line, capture_output=True, text=True, cwd=tmp_path,
+                         env={"PATH": os.environ["PATH"]})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[:2] == ["13", "0"] and out.stdout.split()[-2:] == ["1", "1"]
+
+
+def test_synthetic_dir_is_made_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLEETBENCH_DATA_CACHE", str(tmp_path))
+    calls = []
+
+    def make(out):
+        calls.append(out)
+        (out / "part-00000").write_text("x\n")
+
+    first = ps.synthetic_dir("demo", {"rows": 1}, make)
+    again = ps.synthetic_dir("demo", {"rows": 1}, make)
+    other = ps.synthetic_dir("demo", {"rows": 2}, make)
+    assert first == again != other and len(calls) == 2
+    assert (first / "part-00000").read_text() == "x\n"
+    assert json.loads((first / ".params.json").read_text()) == {"rows": 1}
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".demo-") and p.is_dir()]  # no leftovers
+
+
+def test_a_failed_generation_leaves_nothing_behind(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLEETBENCH_DATA_CACHE", str(tmp_path))
+
+    def broken(out):
+        (out / "half").write_text("x")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        ps.synthetic_dir("demo", {"rows": 3}, broken)
+    assert not [p for p in tmp_path.iterdir() if p.is_dir()]

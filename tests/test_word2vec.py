@@ -1,0 +1,93 @@
+"""Word2Vec data: preprocessing (tokenise, count, dictionary with min_count, id files), the Zipfian
+synthetic corpus, sub-sampling, negative sampling, pair windows and the pipe."""
+import io
+import json
+from collections import Counter
+
+import numpy as np
+
+from datasets import cli as data_cli
+from datasets import word2vec
+
+
+def test_preprocess_dictionary_and_ids(tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("The cat sat on the mat .\nthe dog sat\nrare words here\n\nThe the cat\n")
+    summary = word2vec.preprocess([text], tmp_path / "out", min_count=2, files=2)
+    dictionary = (tmp_path / "out" / "dict.txt").read_text().splitlines()
+    # lower-cased, counted, >= min_count, most frequent first, ties alphabetical
+    assert dictionary == ["the 5", "cat 2", "sat 2"]
+    assert summary == {"vocabulary": 3, "sentences": 3, "words": 9}
+    ids = [p.read_text().splitlines() for p in word2vec.id_files(tmp_path / "out")]
+    # "rare words here" keeps no word and "the dog sat" keeps two; lines dealt round-robin
+    assert ids == [["0 1 2 0", "0 0 1"], ["0 2"]]
+
+
+def test_synthetic_corpus_is_zipfian_and_deterministic(tmp_path):
+    word2vec.synthetic_corpus(tmp_path / "a.txt", sentences=3000, vocabulary=1000, seed=1)
+    word2vec.synthetic_corpus(tmp_path / "b.txt", sentences=3000, vocabulary=1000, seed=1)
+    assert (tmp_path / "a.txt").read_bytes() == (tmp_path / "b.txt").read_bytes()
+    counts = Counter((tmp_path / "a.txt").read_text().split())
+    ranked = [c for _, c in counts.most_common()]
+    # log-count falls with log-rank (Zipf): slope clearly negative over the head
+    slope = np.polyfit(np.log(np.arange(1, 51)), np.log(ranked[:50]), 1)[0]
+    assert slope < -0.5
+    assert ranked[0] > 20 * ranked[len(ranked) // 2]
+
+
+def test_gen_cli_writes_dictionary_and_ids(tmp_path, capsys):
+    assert data_cli.cli(["gen", "word2vec", "--out", str(tmp_path / "w"), "--sentences", "200", "--vocabulary",
+                         "300", "--files", "3", "--min-count", "2"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert len(word2vec.id_files(tmp_path / "w")) == 3
+    assert summary["vocabulary"] == len(word2vec.read_counts(tmp_path / "w" / "dict.txt"))
+    assert "word2vec" in data_cli.generators()
+
+
+def test_subsampling_matches_word2vec_c():
+    counts = [1000000, 10000, 100, 1]
+    keep = word2vec.keep_probabilities(counts, 1e-3)
+    total = sum(counts)
+    f0 = counts[0] / total
+    assert abs(keep[0] - (np.sqrt(f0 / 1e-3) + 1) * 1e-3 / f0) < 1e-12
+    assert keep[0] < 0.1 and keep[-1] == 1.0  # frequent words dropped often, rare ones kept
+    assert word2vec.keep_probabilities(counts, 0) == [1.0] * 4
+
+
+def test_negatives_follow_unigram_to_the_075():
+    counts = [8000, 1000, 100, 10]
+    maker = word2vec.PairMaker(counts, window=5, neg=5, sample=0, seed=3)
+    draws = Counter(n for _ in range(20000) for n in maker.negatives())
+    expected = np.array(counts, float) ** 0.75
+    expected /= expected.sum()
+    observed = np.array([draws[i] for i in range(4)], float) / 100000
+    assert np.allclose(observed, expected, atol=0.01)
+
+
+def test_pairs_stay_inside_the_window():
+    maker = word2vec.PairMaker([10] * 50, window=2, neg=3, sample=0, seed=0)
+    sentence = list(range(20))
+    pairs = list(maker.pairs(sentence))
+    assert pairs and all(1 <= abs(c - x) <= 2 for c, x, _ in pairs)
+    assert all(len(n) == 3 for _, _, n in pairs)
+    assert {c for c, _, _ in pairs} == set(sentence)  # no sub-sampling: every word is a centre
+
+
+def test_pipe_counts_words_on_the_pairs_and_skips_invalid_lines(tmp_path):
+    counts = [50, 40, 30, 20, 10]
+    lines = b"0 1 2 3 4\n0 1\n0 9\nnot ids\n3 3 2\n"
+    out = io.StringIO()
+    stats = word2vec.pipe(io.BytesIO(lines), out, counts, window=5, neg=2, sample=0, seed=1,
+                          stats_path=str(tmp_path / "s.jsonl"))
+    assert stats["valid"] == 3 and stats["invalid"] == 2 and stats["words"] == 10
+    rows = [list(map(int, l.split())) for l in out.getvalue().splitlines()]
+    assert len(rows) == stats["pairs"]
+    # slots: 1 centre | 1 context | 2 negatives | 1 words
+    assert all(r[0] == 1 and r[2] == 1 and r[4] == 2 and r[7] == 1 for r in rows)
+    assert sum(r[8] for r in rows) + stats["words_unsent"] == stats["words"]
+
+
+def test_first_error_names_file_and_line(tmp_path):
+    path = tmp_path / "part-00000"
+    path.write_text("0 1 2\n1 7\n")
+    assert word2vec.first_error([path], 5) == f"{path}:2: id >= dictionary size 5"
