@@ -20,6 +20,7 @@ Features given to the model:
 import argparse
 import json
 import math
+import os
 import re
 import sys
 import zlib
@@ -110,10 +111,16 @@ def first_error(paths):
 
 
 # ------------------------------------------------------------------ features
+# CRC-32 of "C<slot>:" per slot: crc32(value, start) continues it, so hashing a value needs no
+# string building (the pipe hashes 26 values per line).
+_SLOT_CRC = [zlib.crc32(b"C%d:" % slot) for slot in range(1, NUM_SPARSE + 1)]
+
+
 def hash_category(slot: int, value: bytes, buckets: int) -> int:
     """Id in [1, buckets) of categorical value `value` (hex bytes, may be empty) of slot `slot`
-    (1..26). Id 0 is left free as the conventional padding id."""
-    return 1 + zlib.crc32(b"C%d:%s" % (slot, value.lower())) % (buckets - 1)
+    (1..26): CRC-32 of b"C<slot>:<value in lower case>". Id 0 is left free as the conventional
+    padding id."""
+    return 1 + zlib.crc32(value.lower(), _SLOT_CRC[slot - 1]) % (buckets - 1)
 
 
 def dense_value(field: bytes) -> float:
@@ -128,11 +135,39 @@ def features(line: bytes, buckets: int):
     return int(fields[0]), dense, ids
 
 
-def multislot(label: int, dense, ids) -> str:
-    """One example in Fleet's MultiSlot text format, slots in SLOTS order: each slot is
-    `<count> <values...>`."""
-    return ("13 " + " ".join("%.6g" % d for d in dense) + " "
-            + " ".join("1 %d" % i for i in ids) + " 1 %d" % label)
+class Encoder:
+    """A valid line -> one example in Fleet's MultiSlot text format, slots in SLOTS order, each
+    slot written as `<count> <values...>`: the same features as `features`, made fast for the
+    pipe by remembering the text of values already seen (feature values repeat a lot: integer
+    counts are small, categories Zipf-skewed). Each memo is emptied when it reaches `limit`."""
+
+    def __init__(self, buckets: int, limit: int = 100000):
+        self.buckets, self.limit = buckets, limit
+        self.dense_memo = {}
+        self.sparse_memos = [{} for _ in range(NUM_SPARSE)]
+
+    def _dense(self, field: bytes) -> str:
+        text = "%.6g" % dense_value(field)
+        if len(self.dense_memo) >= self.limit:
+            self.dense_memo.clear()
+        self.dense_memo[field] = text
+        return text
+
+    def _sparse(self, slot: int, field: bytes) -> str:
+        memo = self.sparse_memos[slot - 1]
+        text = str(hash_category(slot, field, self.buckets))
+        if len(memo) >= self.limit:
+            memo.clear()
+        memo[field] = text
+        return text
+
+    def __call__(self, line: bytes) -> str:
+        fields = line.split(b"\t")
+        dense_memo, sparse_memos = self.dense_memo, self.sparse_memos
+        dense = " ".join([dense_memo.get(f) or self._dense(f) for f in fields[1:1 + NUM_DENSE]])
+        ids = " 1 ".join([memo.get(f) or self._sparse(slot, f)
+                          for slot, (memo, f) in enumerate(zip(sparse_memos, fields[1 + NUM_DENSE:]), 1)])
+        return "13 %s 1 %s 1 %s\n" % (dense, ids, fields[0].decode())
 
 
 # ------------------------------------------------------------------ pipe (data generator)
@@ -141,19 +176,29 @@ def pipe(stdin, stdout, buckets: int, stats_path=None) -> dict:
     counted. The counts go to `stats_path` (one JSON line appended) so the trainer can report
     exactly how many examples it consumed and how many lines it skipped."""
     counts = {"valid": 0, "invalid": 0}
-    write = stdout.write
+    encode, valid, write = Encoder(buckets), _VALID.fullmatch, stdout.write
     for raw in stdin:
-        line = strip_terminator(raw)
-        if not _VALID.fullmatch(line):
+        line = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1] if raw.endswith(b"\n") else raw
+        if valid(line):
+            counts["valid"] += 1
+            write(encode(line))
+        else:
             counts["invalid"] += 1
-            continue
-        counts["valid"] += 1
-        write(multislot(*features(line, buckets)) + "\n")
     stdout.flush()
     if stats_path:
-        from fleetbench.ps import append_pipe_counts
-        append_pipe_counts(stats_path, counts)
+        append_counts(stats_path, counts)
     return counts
+
+
+def append_counts(path: str, counts: dict) -> None:
+    """A pipe's counts at the end of its input, for fleetbench.ps.read_pipe_counts: one JSON line
+    in one O_APPEND write (the pipes of a worker's threads share the file). Kept here, not in
+    fleetbench.ps, so a pipe process (one per file) starts without importing the driver."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, (json.dumps(counts) + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 # ------------------------------------------------------------------ synthetic generator

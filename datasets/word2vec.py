@@ -19,7 +19,6 @@ distribution raised to 0.75. A line that is not space-separated ids below the di
 invalid (skipped and counted).
 """
 import argparse
-import bisect
 import itertools
 import json
 import math
@@ -149,19 +148,25 @@ def keep_probabilities(counts, sample: float) -> list:
 
 
 def negative_table(counts, power: float = 0.75) -> list:
-    """Cumulative unigram^power distribution over ids (sample with bisect on a uniform draw)."""
+    """Cumulative unigram^power distribution over ids (sample by searching it for uniform draws)."""
     weights = [c ** power for c in counts]
     total = sum(weights)
     return list(itertools.accumulate(w / total for w in weights))
 
 
-def check_line(raw: bytes, vocabulary: int):
+def parse_ids(raw: bytes, vocabulary: int):
+    """(ids, None) for a valid id line, (None, reason) otherwise."""
     line = raw.rstrip(b"\r\n")
     if not _IDS.fullmatch(line):
-        return "expected ids separated by single spaces"
-    if any(int(t) >= vocabulary for t in line.split()):
-        return f"id >= dictionary size {vocabulary}"
-    return None
+        return None, "expected ids separated by single spaces"
+    ids = list(map(int, line.split()))
+    if max(ids) >= vocabulary:
+        return None, f"id >= dictionary size {vocabulary}"
+    return ids, None
+
+
+def check_line(raw: bytes, vocabulary: int):
+    return parse_ids(raw, vocabulary)[1]
 
 
 def first_error(paths, vocabulary: int):
@@ -175,26 +180,51 @@ def first_error(paths, vocabulary: int):
 
 
 class PairMaker:
-    """Sentences of ids -> (centre, context, negatives) pairs, all randomness from one seed."""
+    """Sentences of ids -> training pairs as MultiSlot lines; all randomness from one seed.
+    Vectorised per sentence with numpy (a pipe must outrun training, see bench/)."""
 
     def __init__(self, counts, window: int, neg: int, sample: float, seed: int):
-        import random
-        self.vocabulary, self.window, self.neg = len(counts), window, neg
-        self.keep = keep_probabilities(counts, sample)
-        self.table = negative_table(counts)
-        self.random = random.Random(seed)
+        import numpy as np
+        self.np, self.window, self.neg = np, window, neg
+        self.keep = np.array(keep_probabilities(counts, sample))
+        self.table = np.array(negative_table(counts))
+        self.last = len(counts) - 1
+        self.rng = np.random.default_rng(seed)
+        self.format = "1 %d 1 %d " + str(neg) + " %d" * neg + " 1 %d\n"
 
-    def negatives(self) -> list:
-        rand, table, last = self.random.random, self.table, self.vocabulary - 1
-        return [min(bisect.bisect_left(table, rand()), last) for _ in range(self.neg)]
+    def negatives(self, n: int):
+        """n x neg ids drawn from the unigram^0.75 table."""
+        return self.np.minimum(self.np.searchsorted(self.table, self.rng.random((n, self.neg))), self.last)
 
-    def pairs(self, ids: list):
-        rand, keep = self.random.random, self.keep
-        kept = [i for i in ids if rand() < keep[i]]
-        for pos, centre in enumerate(kept):
-            span = self.random.randint(1, self.window)
-            for ctx in kept[max(0, pos - span):pos] + kept[pos + 1:pos + 1 + span]:
-                yield centre, ctx, self.negatives()
+    def pairs(self, ids):
+        """(centres, contexts, negatives) arrays: each word kept with its sub-sampling
+        probability is a centre; its contexts lie within a window drawn from 1..window."""
+        np, rng = self.np, self.rng
+        ids = np.asarray(ids)
+        kept = ids[rng.random(len(ids)) < self.keep[ids]]
+        spans = rng.integers(1, self.window + 1, len(kept))
+        centres, contexts = [], []
+        for offset in range(1, self.window + 1):
+            if offset >= len(kept):
+                break
+            right = np.nonzero(spans[:-offset] >= offset)[0]  # centre i, context i + offset
+            left = np.nonzero(spans[offset:] >= offset)[0] + offset  # centre j, context j - offset
+            centres += [kept[right], kept[left]]
+            contexts += [kept[right + offset], kept[left - offset]]
+        if not centres:
+            return ids[:0], ids[:0], np.zeros((0, self.neg), dtype=ids.dtype)
+        centres, contexts = np.concatenate(centres), np.concatenate(contexts)
+        return centres, contexts, self.negatives(len(centres))
+
+    def lines(self, ids, words: int) -> list:
+        """MultiSlot lines of a sentence's pairs; `words` goes on the first pair's words slot."""
+        centres, contexts, negatives = self.pairs(ids)
+        if not len(centres):
+            return []
+        rows = self.np.column_stack([centres, contexts, negatives, self.np.zeros(len(centres), dtype=int)])
+        rows[0, -1] = words
+        fmt = self.format
+        return [fmt % tuple(row) for row in rows.tolist()]
 
 
 def pipe(stdin, stdout, counts, window=5, neg=5, sample=1e-3, seed=0, stats_path=None) -> dict:
@@ -205,26 +235,27 @@ def pipe(stdin, stdout, counts, window=5, neg=5, sample=1e-3, seed=0, stats_path
     maker = None
     stats = {"valid": 0, "invalid": 0, "words": 0, "pairs": 0}
     carry = 0
-    write = stdout.write
+    vocabulary, write = len(counts), stdout.writelines
     for raw in stdin:
-        if check_line(raw, len(counts)):
+        ids, problem = parse_ids(raw, vocabulary)
+        if problem:
             stats["invalid"] += 1
             continue
-        ids = [int(t) for t in raw.split()]
         if maker is None:  # seeded by the first line too, so different files draw differently
-            maker = PairMaker(counts, window, neg, sample, seed * 1000003 + zlib.crc32(raw))
+            maker = PairMaker(counts, window, neg, sample, [seed, zlib.crc32(raw)])
         stats["valid"] += 1
         stats["words"] += len(ids)
         carry += len(ids)
-        for centre, ctx, negs in maker.pairs(ids):
-            write("1 %d 1 %d %d %s 1 %d\n" % (centre, ctx, neg, " ".join(map(str, negs)), carry))
+        lines = maker.lines(ids, carry)
+        if lines:
+            write(lines)
             carry = 0
-            stats["pairs"] += 1
+            stats["pairs"] += len(lines)
     stdout.flush()
     stats["words_unsent"] = carry
     if stats_path:
-        from fleetbench.ps import append_pipe_counts
-        append_pipe_counts(stats_path, stats)
+        from datasets.criteo import append_counts
+        append_counts(stats_path, stats)
     return stats
 
 

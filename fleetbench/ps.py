@@ -16,8 +16,8 @@ data pipe, optimizer); `main()` does the rest under Paddle's launcher:
     shutdown  all workers meet at a barrier, then worker 0 tells the servers to stop, so the
               whole job ends by itself under either launcher
 
-This module imports paddle only inside functions: the pipe processes import it for
-`append_pipe_counts`, and the config must be checked before paddle starts.
+This module imports paddle only inside functions: the config must be checked before paddle
+starts (and OMP_NUM_THREADS set for the process's role).
 """
 import contextlib
 import dataclasses
@@ -112,16 +112,8 @@ def pipe_command(module: str, *args) -> str:
     return f"PYTHONPATH={shlex.quote(path)} " + " ".join(shlex.quote(w) for w in words)
 
 
-def append_pipe_counts(path: str, counts: dict) -> None:
-    """Called by a pipe process at the end of its input: one JSON line, one O_APPEND write."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, (json.dumps(counts) + "\n").encode())
-    finally:
-        os.close(fd)
-
-
 def read_pipe_counts(path: str) -> dict:
+    """Sum of the counts every pipe process appended (datasets.criteo.append_counts)."""
     totals = {}
     if os.path.exists(path):
         for line in Path(path).read_text().splitlines():

@@ -176,3 +176,14 @@ def test_fleetbench_data_command_end_to_end(tmp_path):
                            cwd=REPO, env=env(), capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     assert json.loads(check.stdout)["valid"] == 50
+
+
+def test_pipe_encoding_is_the_features(tmp_path):
+    encode = criteo.Encoder(buckets=1009)
+    for raw in criteo.generate(tmp_path / "d", rows=300, files=1, seed=2)[0].read_bytes().splitlines():
+        label, dense, ids = criteo.features(raw, 1009)
+        tokens = encode(raw).split()
+        assert tokens[0] == "13" and [float(t) for t in tokens[1:14]] == pytest.approx(dense, rel=1e-5)
+        assert [int(t) for t in tokens[15:15 + 2 * 26:2]] == ids and tokens[14:14 + 2 * 26:2] == ["1"] * 26
+        assert tokens[-2:] == ["1", str(label)]
+        assert ids[2] == criteo.hash_category(3, raw.split(b"\t")[16], 1009)

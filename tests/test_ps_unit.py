@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from datasets import criteo
 from fleetbench import config, ps
 
 
@@ -93,7 +94,7 @@ def test_quiet_environment_turns_gloo_on_for_the_legacy_launcher(monkeypatch):
 
 def test_pipe_counts_add_up_across_processes(tmp_path):
     path = str(tmp_path / "counts.jsonl")
-    threads = [threading.Thread(target=ps.append_pipe_counts, args=(path, {"valid": 3, "invalid": 1}))
+    threads = [threading.Thread(target=criteo.append_counts, args=(path, {"valid": 3, "invalid": 1}))
                for _ in range(20)]
     for t in threads:
         t.start()

@@ -57,7 +57,7 @@ def test_subsampling_matches_word2vec_c():
 def test_negatives_follow_unigram_to_the_075():
     counts = [8000, 1000, 100, 10]
     maker = word2vec.PairMaker(counts, window=5, neg=5, sample=0, seed=3)
-    draws = Counter(n for _ in range(20000) for n in maker.negatives())
+    draws = Counter(maker.negatives(20000).ravel().tolist())
     expected = np.array(counts, float) ** 0.75
     expected /= expected.sum()
     observed = np.array([draws[i] for i in range(4)], float) / 100000
@@ -67,10 +67,16 @@ def test_negatives_follow_unigram_to_the_075():
 def test_pairs_stay_inside_the_window():
     maker = word2vec.PairMaker([10] * 50, window=2, neg=3, sample=0, seed=0)
     sentence = list(range(20))
-    pairs = list(maker.pairs(sentence))
-    assert pairs and all(1 <= abs(c - x) <= 2 for c, x, _ in pairs)
-    assert all(len(n) == 3 for _, _, n in pairs)
-    assert {c for c, _, _ in pairs} == set(sentence)  # no sub-sampling: every word is a centre
+    centres, contexts, negatives = maker.pairs(sentence)
+    assert len(centres) and all(1 <= abs(c - x) <= 2 for c, x in zip(centres, contexts))
+    assert negatives.shape == (len(centres), 3)
+    assert set(centres.tolist()) == set(sentence)  # no sub-sampling: every word is a centre
+    # every word has at least its nearest neighbours as contexts, at most 2 on each side
+    per_centre = Counter(centres.tolist())
+    assert all(1 <= n <= 4 for n in per_centre.values())
+    frequent = word2vec.PairMaker([10**6] + [1] * 49, window=2, neg=3, sample=1e-3, seed=0)
+    kept = frequent.pairs([0] * 1000)[0]
+    assert len(kept) < 2 * 4 * 100  # the very frequent word is mostly sub-sampled away
 
 
 def test_pipe_counts_words_on_the_pairs_and_skips_invalid_lines(tmp_path):
