@@ -136,38 +136,53 @@ def features(line: bytes, buckets: int):
 
 
 class Encoder:
-    """A valid line -> one example in Fleet's MultiSlot text format, slots in SLOTS order, each
-    slot written as `<count> <values...>`: the same features as `features`, made fast for the
-    pipe by remembering the text of values already seen (feature values repeat a lot: integer
-    counts are small, categories Zipf-skewed). Each memo is emptied when it reaches `limit`."""
+    """Raw line (terminator stripped) -> one example in Fleet's MultiSlot text format, slots in
+    SLOTS order, each written as `<count> <values...>`; None for an invalid line. The same
+    features as `features` and the same rules as `check_line`, made fast for the pipe: the text
+    of every field value already seen is remembered (values repeat a lot: integer counts are
+    small, categories Zipf-skewed), so a line is mostly two C-level dict lookups per field, and
+    only a value not seen before is checked with the format's regexes and hashed. Each memo is
+    emptied when it holds `limit` values."""
 
-    def __init__(self, buckets: int, limit: int = 100000):
+    def __init__(self, buckets: int, limit: int = 200000):
         self.buckets, self.limit = buckets, limit
         self.dense_memo = {}
         self.sparse_memos = [{} for _ in range(NUM_SPARSE)]
 
-    def _dense(self, field: bytes) -> str:
-        text = "%.6g" % dense_value(field)
+    def _dense(self, field: bytes):
+        if field and not _INT.fullmatch(field):
+            return None
         if len(self.dense_memo) >= self.limit:
             self.dense_memo.clear()
-        self.dense_memo[field] = text
+        text = self.dense_memo[field] = "%.6g" % dense_value(field)
         return text
 
-    def _sparse(self, slot: int, field: bytes) -> str:
+    def _sparse(self, slot: int, field: bytes):
+        if field and not _HEX.fullmatch(field):
+            return None
         memo = self.sparse_memos[slot - 1]
-        text = str(hash_category(slot, field, self.buckets))
         if len(memo) >= self.limit:
             memo.clear()
-        memo[field] = text
+        text = memo[field] = str(hash_category(slot, field, self.buckets))
         return text
 
-    def __call__(self, line: bytes) -> str:
+    def __call__(self, line: bytes):
         fields = line.split(b"\t")
-        dense_memo, sparse_memos = self.dense_memo, self.sparse_memos
-        dense = " ".join([dense_memo.get(f) or self._dense(f) for f in fields[1:1 + NUM_DENSE]])
-        ids = " 1 ".join([memo.get(f) or self._sparse(slot, f)
-                          for slot, (memo, f) in enumerate(zip(sparse_memos, fields[1 + NUM_DENSE:]), 1)])
-        return "13 %s 1 %s 1 %s\n" % (dense, ids, fields[0].decode())
+        if len(fields) != NUM_FIELDS or fields[0] not in (b"0", b"1"):
+            return None
+        dense = list(map(self.dense_memo.get, fields[1:1 + NUM_DENSE]))
+        while None in dense:  # values not seen before (few per line): check, convert, remember
+            i = dense.index(None)
+            dense[i] = self._dense(fields[1 + i])
+            if dense[i] is None:
+                return None
+        sparse = list(map(dict.get, self.sparse_memos, fields[1 + NUM_DENSE:]))
+        while None in sparse:
+            i = sparse.index(None)
+            sparse[i] = self._sparse(i + 1, fields[1 + NUM_DENSE + i])
+            if sparse[i] is None:
+                return None
+        return "13 %s 1 %s 1 %s\n" % (" ".join(dense), " 1 ".join(sparse), "1" if fields[0] == b"1" else "0")
 
 
 # ------------------------------------------------------------------ pipe (data generator)
@@ -175,16 +190,17 @@ def pipe(stdin, stdout, buckets: int, stats_path=None) -> dict:
     """Fleet's pipe_command: Criteo lines in, MultiSlot lines out; invalid lines are skipped and
     counted. The counts go to `stats_path` (one JSON line appended) so the trainer can report
     exactly how many examples it consumed and how many lines it skipped."""
-    counts = {"valid": 0, "invalid": 0}
-    encode, valid, write = Encoder(buckets), _VALID.fullmatch, stdout.write
+    encode, write = Encoder(buckets), stdout.write
+    valid = invalid = 0
     for raw in stdin:
-        line = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1] if raw.endswith(b"\n") else raw
-        if valid(line):
-            counts["valid"] += 1
-            write(encode(line))
+        text = encode(raw[:-2] if raw.endswith(b"\r\n") else raw[:-1] if raw.endswith(b"\n") else raw)
+        if text is None:
+            invalid += 1
         else:
-            counts["invalid"] += 1
+            valid += 1
+            write(text)
     stdout.flush()
+    counts = {"valid": valid, "invalid": invalid}
     if stats_path:
         append_counts(stats_path, counts)
     return counts
