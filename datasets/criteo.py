@@ -18,6 +18,7 @@ Features given to the model:
             (Python's hash() of str is salted per process by PYTHONHASHSEED and must never be used)
 """
 import argparse
+import functools
 import json
 import math
 import os
@@ -233,7 +234,7 @@ INFORMATIVE_SLOTS = (1, 2, 4, 5, 8, 10, 13, 14, 16, 17, 19, 20, 22, 25)  # 0-bas
 HEAD, WEIGHT_STD, TAIL_STD = 50, 0.8, 0.2
 DENSE_COEF = [0.8, -0.5, 0.0, 0.5, -0.4, 0.0, 0.6, 0.0, 0.0, 0.4, 0.0, 0.0, -0.5]
 BIAS = -1.0
-GENERATOR_VERSION = 2  # part of the synthetic cache key: bump when the output changes
+GENERATOR_VERSION = 3  # part of the synthetic cache key: bump when the output changes
 
 
 def _relation(seed: int):
@@ -249,6 +250,15 @@ def _relation(seed: int):
             weights.append(np.zeros(size))
     salts = rng.integers(0, 2**32, NUM_SPARSE)
     return weights, salts
+
+
+@functools.lru_cache(maxsize=None)
+def _zipf_cdf(size: int):
+    import numpy as np
+    weights = np.arange(1, size + 1, dtype=float) ** -ZIPF_A
+    cdf = np.cumsum(weights / weights.sum())
+    cdf[-1] = 1.0
+    return cdf
 
 
 def generate_rows(rows: int, seed: int, part: int, relation=None):
@@ -268,7 +278,7 @@ def generate_rows(rows: int, seed: int, part: int, relation=None):
         logit += DENSE_COEF[j] * (x - 1.5 * ~missing)
         columns.append(np.where(missing, "", values.astype(str)).tolist())
     for slot, size in enumerate(CARDINALITY):
-        ranks = (rng.zipf(ZIPF_A, rows) - 1) % size
+        ranks = np.searchsorted(_zipf_cdf(size), rng.random(rows))  # Zipf truncated to the slot's values
         missing = rng.random(rows) < SPARSE_MISSING[slot]
         logit += np.where(missing, 0.0, weights[slot][ranks])
         # (rank * odd constant + salt) mod 2^32 is a bijection: distinct ranks, distinct values.
