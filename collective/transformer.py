@@ -44,7 +44,7 @@ class TransformerConfig(config.CollectiveConfig):
 
 def sinusoid(length, d):  # the fixed positional encoding of the Transformer paper
     angle = np.arange(length)[:, None] / np.power(10000.0, np.arange(0, d, 2) / d)
-    return np.stack([np.sin(angle), np.cos(angle)], axis=-1).reshape(length, d).astype("float32")
+    return np.stack([np.sin(angle), np.cos(angle)], -1).reshape(length, d).astype("float32")
 
 
 class Seq2Seq(nn.Layer):
@@ -68,11 +68,13 @@ class Seq2Seq(nn.Layer):
 
 
 def smoothed_loss(model, b, eps):  # label-smoothed cross entropy per non-padding target token
-    logp = F.log_softmax(model(b["src"], b["tgt_in"]), axis=-1)  # no [tokens, vocab] one-hot needed
-    nll = -paddle.take_along_axis(logp, b["tgt_out"].unsqueeze(-1), axis=-1).squeeze(-1)
-    per_token = (1 - eps) * nll - eps * logp.mean(axis=-1)
-    mask = (b["tgt_out"] != wmt16.PAD).astype(per_token.dtype)
-    return (per_token * mask).sum() / mask.sum()
+    # The smoothing term -mean_v log p_v is logsumexp - mean of the logits: no [tokens, vocab]
+    # one-hot and no log_softmax (~100x slower than fused cross_entropy on CPU in Paddle 2.6.2).
+    logits = model(b["src"], b["tgt_in"])
+    nll = F.cross_entropy(logits, b["tgt_out"].unsqueeze(-1), reduction="none").squeeze(-1)
+    uniform = paddle.logsumexp(logits, axis=-1) - logits.mean(axis=-1)
+    mask = (b["tgt_out"] != wmt16.PAD).astype(nll.dtype)
+    return (((1 - eps) * nll + eps * uniform) * mask).sum() / mask.sum()
 
 
 def to_tensors(b):  # in the reader's time; tokens = target tokens incl. </s>, as FleetX counts
@@ -84,11 +86,7 @@ def build(cfg: TransformerConfig) -> loop.Workload:
     model = Seq2Seq(cfg)
     schedule = paddle.optimizer.lr.NoamDecay(cfg.d_model, cfg.lr_warmup, learning_rate=cfg.lr)
     optimizer = paddle.optimizer.Adam(schedule, 0.9, 0.997, 1e-9, parameters=model.parameters())
-    if cfg.data.path:
-        _, pairs, skipped = wmt16.load(cfg.data.path, cfg.max_len)
-        print(f"{cfg.data.path}: {len(pairs)} pairs; {skipped} longer than {cfg.max_len} skipped", flush=True)
-    else:
-        pairs = wmt16.generate(cfg.synthetic_pairs, cfg.vocab_size, cfg.max_len, cfg.seed)
+    pairs = wmt16.source(cfg.data.path, cfg.max_len, cfg.synthetic_pairs, cfg.vocab_size, cfg.seed)
     batches = wmt16.Batches(pairs, cfg.batch_size, paddle.distributed.get_rank(),
                             paddle.distributed.get_world_size(), cfg.seed, cfg.data.path, convert=to_tensors)
     return loop.Workload(model=model, optimizer=optimizer, batches=batches, unit="tokens/s",

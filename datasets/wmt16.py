@@ -89,6 +89,15 @@ def load(path, max_len: int):
     return vocab_size, pairs, len(src) - len(pairs)
 
 
+def source(path, max_len, synthetic_pairs, vocab_size, seed) -> list:
+    """The pairs of the directory at `path` (saying how many were skipped), else synthetic pairs."""
+    if not path:
+        return generate(synthetic_pairs, vocab_size, max_len, seed)
+    _, pairs, skipped = load(path, max_len)
+    print(f"{path}: {len(pairs)} sentence pairs; {skipped} longer than {max_len} tokens skipped", flush=True)
+    return pairs
+
+
 def generate(n, vocab_size, max_len, seed=0):
     """N synthetic pairs: the target is a fixed token-wise mapping of the source, locally reordered,
     so a Transformer can learn it; lengths follow a WMT-like skewed distribution."""
