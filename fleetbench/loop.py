@@ -108,7 +108,6 @@ def train(cfg, work: Workload, ctx: Context) -> dict:
     units = samples = 0.0
     window_losses, loss_first, loss_last = [], None, None
     delay_s = cfg.debug.delay_ms / 1000 if cfg.debug.delay_rank == ctx.rank else 0.0
-    timer.start()
     for step in range(1, cfg.steps + 1):
         tick = time.perf_counter()
         batch = next(batches)

@@ -37,11 +37,11 @@ def log_line(step: int, total: int, loss: Optional[float], ips: float, unit: str
 
 
 class WindowTimer:
-    """Accumulates reader and batch time over logging windows and over the measured window.
+    """Wall time of logging windows and of the measured window, warm-up excluded.
 
     Steps 1..warmup_steps are warm-up; the measured window runs from the end of the last warm-up
     step to the end of the last step. `sync` is called at every window edge so asynchronous device
-    work is inside the window it belongs to (a no-op on CPU, device synchronize on GPU).
+    work lands in the window it belongs to (a no-op on CPU, device synchronize on GPU).
     """
 
     def __init__(self, warmup_steps: int, sync: Callable[[], None] = lambda: None,
@@ -49,25 +49,15 @@ class WindowTimer:
         self.warmup_steps = warmup_steps
         self.sync, self.clock = sync, clock
         self.measure_start = None
-        self.measure_end = None
         self.measured_reader_s = 0.0
-        self._reset_window()
-
-    def _reset_window(self):
-        self.sync()
-        self.window_start = self.clock()
-        self.window_reader_s = 0.0
-        self.window_steps = 0
-        self.window_units = 0.0
-
-    def start(self) -> None:
-        """Call once before step 1 (and at the start of the measured window if there is no warm-up)."""
-        self._reset_window()
-        if self.warmup_steps == 0:
+        self._open_window()
+        if warmup_steps == 0:
             self.measure_start = self.window_start
 
-    def reader_done(self, seconds: float) -> None:
-        self.window_reader_s += seconds
+    def _open_window(self):
+        self.sync()
+        self.window_start = self.clock()
+        self.window_reader_s, self.window_steps, self.window_units = 0.0, 0, 0.0
 
     def step_done(self, step: int, units: float, reader_s: float) -> None:
         self.window_steps += 1
@@ -80,22 +70,20 @@ class WindowTimer:
         """After the last warm-up step: sync, let all ranks line up, start the measured window."""
         self.sync()
         barrier()
-        self._reset_window()
+        self._open_window()
         self.measure_start = self.window_start
 
     def close_window(self) -> dict:
-        """Sync and return this logging window's figures; starts the next window."""
+        """Sync and return this logging window's figures; the next window starts now."""
         self.sync()
-        now = self.clock()
-        elapsed = max(now - self.window_start, 1e-12)
+        elapsed = max(self.clock() - self.window_start, 1e-12)
         steps = max(self.window_steps, 1)
         figures = {"ips": self.window_units / elapsed, "batch_cost_s": elapsed / steps,
                    "reader_cost_s": self.window_reader_s / steps}
-        self.window_start, self.window_reader_s, self.window_steps, self.window_units = now, 0.0, 0, 0.0
+        self._open_window()
         return figures
 
     def finish(self) -> float:
         """Sync and return the measured window's wall time on this rank."""
         self.sync()
-        self.measure_end = self.clock()
-        return self.measure_end - self.measure_start
+        return self.clock() - self.measure_start

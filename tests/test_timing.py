@@ -1,0 +1,57 @@
+"""Timing rules on a fake clock: warm-up excluded, windows synced at their edges, repeat statistics."""
+import pytest
+
+from fleetbench.timing import WindowTimer, log_line, summarize
+
+
+class FakeClock:
+    def __init__(self):
+        self.now, self.syncs = 0.0, 0
+
+    def __call__(self):
+        return self.now
+
+    def sync(self):
+        self.syncs += 1
+
+
+def test_measured_window_starts_after_warmup_and_excludes_its_reader_time():
+    clock = FakeClock()
+    timer = WindowTimer(warmup_steps=2, sync=clock.sync, clock=clock)
+    barriers = []
+    for step in range(1, 7):
+        clock.now += 10.0 if step <= 2 else 1.0  # slow warm-up steps must not count
+        timer.step_done(step, units=8, reader_s=0.5 if step <= 2 else 0.1)
+        if step == 2:
+            timer.end_warmup(barrier=lambda: barriers.append(step))
+    assert barriers == [2]
+    assert timer.finish() == pytest.approx(4.0)
+    assert timer.measured_reader_s == pytest.approx(0.4)
+    assert clock.syncs >= 3  # construction, end of warm-up, finish
+
+
+def test_logging_window_figures():
+    clock = FakeClock()
+    timer = WindowTimer(warmup_steps=0, sync=clock.sync, clock=clock)
+    for step in range(1, 5):
+        clock.now += 0.5
+        timer.step_done(step, units=32, reader_s=0.05)
+    window = timer.close_window()
+    assert window == pytest.approx({"ips": 64.0, "batch_cost_s": 0.5, "reader_cost_s": 0.05})
+    clock.now += 1.0
+    timer.step_done(5, units=32, reader_s=0.0)
+    assert timer.close_window()["ips"] == pytest.approx(32.0)
+    assert timer.finish() == pytest.approx(3.0)
+
+
+def test_summarize_uses_sample_std():
+    s = summarize([10.0, 12.0, 14.0])
+    assert (s["n"], s["mean"], s["median"], s["min"], s["max"]) == (3, 12.0, 12.0, 10.0, 14.0)
+    assert s["std"] == pytest.approx(2.0)
+    assert summarize([5.0])["std"] == 0.0 and summarize([])["n"] == 0
+
+
+def test_log_line_convention():
+    line = log_line(40, 100, 2.31, 1234.5, "images/s", 0.052, 0.001)
+    assert line == ("step 40/100 loss 2.3100 ips 1234.5 images/s avg_batch_cost 0.05200 s "
+                    "avg_reader_cost 0.00100 s")
