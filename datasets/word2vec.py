@@ -181,76 +181,96 @@ def first_error(paths, vocabulary: int):
 
 class PairMaker:
     """Sentences of ids -> training pairs as MultiSlot lines; all randomness from one seed.
-    Vectorised per sentence with numpy (a pipe must outrun training, see bench/)."""
+    Vectorised with numpy over blocks of sentences (a pipe must outrun training, see bench/)."""
 
-    def __init__(self, counts, window: int, neg: int, sample: float, seed: int):
+    def __init__(self, counts, window: int, neg: int, sample: float, seed):
         import numpy as np
         self.np, self.window, self.neg = np, window, neg
         self.keep = np.array(keep_probabilities(counts, sample))
         self.table = np.array(negative_table(counts))
         self.last = len(counts) - 1
         self.rng = np.random.default_rng(seed)
-        self.format = "1 %d 1 %d " + str(neg) + " %d" * neg + " 1 %d\n"
 
     def negatives(self, n: int):
         """n x neg ids drawn from the unigram^0.75 table."""
         return self.np.minimum(self.np.searchsorted(self.table, self.rng.random((n, self.neg))), self.last)
 
-    def pairs(self, ids):
-        """(centres, contexts, negatives) arrays: each word kept with its sub-sampling
-        probability is a centre; its contexts lie within a window drawn from 1..window."""
+    def block_pairs(self, sentences: list):
+        """(sentence index, centre, context, negatives) arrays for a block of sentences, in
+        sentence order: each word kept with its sub-sampling probability is a centre; its
+        contexts are the kept words of the same sentence within a window drawn from 1..window."""
         np, rng = self.np, self.rng
-        ids = np.asarray(ids)
-        kept = ids[rng.random(len(ids)) < self.keep[ids]]
-        spans = rng.integers(1, self.window + 1, len(kept))
+        lengths = np.fromiter(map(len, sentences), dtype=np.int64, count=len(sentences))
+        ids = np.fromiter(itertools.chain.from_iterable(sentences), dtype=np.int64, count=int(lengths.sum()))
+        sid = np.repeat(np.arange(len(sentences)), lengths)
+        kept = rng.random(len(ids)) < self.keep[ids]
+        ids, sid = ids[kept], sid[kept]
+        spans = rng.integers(1, self.window + 1, len(ids))
         centres, contexts = [], []
-        for offset in range(1, self.window + 1):
-            if offset >= len(kept):
-                break
-            right = np.nonzero(spans[:-offset] >= offset)[0]  # centre i, context i + offset
-            left = np.nonzero(spans[offset:] >= offset)[0] + offset  # centre j, context j - offset
-            centres += [kept[right], kept[left]]
-            contexts += [kept[right + offset], kept[left - offset]]
+        for offset in range(1, min(self.window, len(ids) - 1) + 1):
+            same = sid[:-offset] == sid[offset:]
+            right = np.nonzero(same & (spans[:-offset] >= offset))[0]  # centre i, context i + offset
+            left = np.nonzero(same & (spans[offset:] >= offset))[0] + offset  # centre j, context j - offset
+            centres += [right, left]
+            contexts += [right + offset, left - offset]
         if not centres:
-            return ids[:0], ids[:0], np.zeros((0, self.neg), dtype=ids.dtype)
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty, np.zeros((0, self.neg), dtype=np.int64)
         centres, contexts = np.concatenate(centres), np.concatenate(contexts)
-        return centres, contexts, self.negatives(len(centres))
+        order = np.argsort(sid[centres], kind="stable")
+        centres, contexts = centres[order], contexts[order]
+        return sid[centres], ids[centres], ids[contexts], self.negatives(len(centres))
 
-    def lines(self, ids, words: int) -> list:
-        """MultiSlot lines of a sentence's pairs; `words` goes on the first pair's words slot."""
-        centres, contexts, negatives = self.pairs(ids)
-        if not len(centres):
-            return []
-        rows = self.np.column_stack([centres, contexts, negatives, self.np.zeros(len(centres), dtype=int)])
-        rows[0, -1] = words
-        fmt = self.format
-        return [fmt % tuple(row) for row in rows.tolist()]
+    def pairs(self, ids):
+        """(centres, contexts, negatives) of one sentence."""
+        return self.block_pairs([ids])[1:]
+
+    def lines(self, sentences: list, carry: int = 0):
+        """(MultiSlot text of a block's pairs, words not yet put on a pair). The words slot of a
+        sentence's first pair holds its word count plus the words of preceding sentences that
+        yielded no pair (and `carry`, words from earlier blocks)."""
+        np = self.np
+        sid, centres, contexts, negatives = self.block_pairs(sentences)
+        cum = np.cumsum([len(s) for s in sentences]) + carry
+        if not len(sid):
+            return "", int(cum[-1]) if len(cum) else carry
+        words = np.zeros(len(sid), dtype=np.int64)
+        firsts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])  # first pair of each sentence with pairs
+        upto = cum[sid[firsts]]
+        words[firsts] = np.diff(np.r_[0, upto])
+        left = int(cum[-1] - upto[-1])
+        columns = [centres, contexts, *negatives.T, words]
+        strings = [list(map(str, c.tolist())) for c in columns]
+        one, neg = itertools.repeat("1"), itertools.repeat(str(self.neg))
+        rows = zip(one, strings[0], one, strings[1], neg, *strings[2:-1], one, strings[-1])
+        return "\n".join(map(" ".join, rows)) + "\n", left
 
 
-def pipe(stdin, stdout, counts, window=5, neg=5, sample=1e-3, seed=0, stats_path=None) -> dict:
+def pipe(stdin, stdout, counts, window=5, neg=5, sample=1e-3, seed=0, stats_path=None, block=2000) -> dict:
     """Fleet's pipe_command: id lines in, MultiSlot pairs out (slots `SLOTS`). The `words` slot
     carries each sentence's word count on its first pair (carried to the next pair when a
     sentence yields none), so summing it over the batches a trainer consumed counts corpus words
     read, sub-sampled ones included, as word2vec.c reports words/s."""
     maker = None
     stats = {"valid": 0, "invalid": 0, "words": 0, "pairs": 0}
-    carry = 0
-    vocabulary, write = len(counts), stdout.writelines
-    for raw in stdin:
-        ids, problem = parse_ids(raw, vocabulary)
-        if problem:
-            stats["invalid"] += 1
+    carry, vocabulary = 0, len(counts)
+    for raws in iter(lambda: list(itertools.islice(stdin, block)), []):
+        sentences = []
+        for raw in raws:
+            ids, problem = parse_ids(raw, vocabulary)
+            if problem:
+                stats["invalid"] += 1
+            else:
+                sentences.append(ids)
+        if not sentences:
             continue
         if maker is None:  # seeded by the first line too, so different files draw differently
-            maker = PairMaker(counts, window, neg, sample, [seed, zlib.crc32(raw)])
-        stats["valid"] += 1
-        stats["words"] += len(ids)
-        carry += len(ids)
-        lines = maker.lines(ids, carry)
-        if lines:
-            write(lines)
-            carry = 0
-            stats["pairs"] += len(lines)
+            maker = PairMaker(counts, window, neg, sample, [seed, zlib.crc32(raws[0])])
+        stats["valid"] += len(sentences)
+        stats["words"] += sum(map(len, sentences))
+        text, carry = maker.lines(sentences, carry)
+        stats["pairs"] += text.count("\n")
+        stdout.write(text)
     stdout.flush()
     stats["words_unsent"] = carry
     if stats_path:

@@ -323,12 +323,16 @@ class StepMeter:
         self.lock = threading.Lock()
         self.delay_s = cfg.debug.delay_ms / 1000 if cfg.debug.delay_rank == worker else 0.0
         self.step = 0
-        self.start = self.last = time.perf_counter()
-        self.window = self._empty_window(self.start)
-        self.measure_start = self.start if cfg.warmup_steps == 0 else None
+        self.begin()
         self.auc_start = None
         self.examples = self.units = self.loss_sum = 0.0
         self.loss_first = self.loss_last = None
+
+    def begin(self):
+        """Training starts now (the first logging window, and the measured one without warm-up)."""
+        self.start = self.last = time.perf_counter()
+        self.window = self._empty_window(self.start)
+        self.measure_start = self.start if self.cfg.warmup_steps == 0 else None
 
     @staticmethod
     def _empty_window(now):
@@ -392,8 +396,8 @@ class StepMeter:
                 self._log(self.last)
             measured = self.step - self.cfg.warmup_steps
             if measured <= 0:
-                raise RuntimeError(f"worker {self.worker}: warm-up ({self.cfg.warmup_steps} steps) used all "
-                                   f"{self.step} steps; lower warmup_steps, add passes or data")
+                raise ValueError(f"warm-up ({self.cfg.warmup_steps} steps) used all {self.step} steps; "
+                                 f"lower warmup_steps, add passes or data")
             return {"steps": measured, "elapsed_s": self.last - self.measure_start,
                     "examples": self.examples, "units": self.units, "loss_sum": self.loss_sum,
                     "loss_first": self.loss_first, "loss_last": self.loss_last}
@@ -435,11 +439,27 @@ def count_lines(files) -> int:
     return total
 
 
+def load_data(cfg: PSConfig, work: Workload, mine: list, first_error: Callable, counts_path: str):
+    """This worker's dataset: (dataset, rows per pass, load seconds). ValueError for bad data."""
+    if not mine:
+        raise ValueError("no data file for this worker: each worker reads whole files, so there must "
+                         "be at least as many files as workers")
+    if cfg.data.strict:
+        bad = first_error(mine)
+        if bad:
+            raise ValueError(f"invalid input line (data.strict): {bad}")
+    with Quiet():
+        dataset = make_dataset(cfg, work, mine, counts_path)
+        if cfg.dataset == "QueueDataset":  # streams the files during each pass
+            return dataset, count_lines(mine), 0.0
+        tick = time.perf_counter()
+        dataset.load_into_memory()
+        return dataset, dataset.get_memory_data_size(), time.perf_counter() - tick
+
+
 def run_worker(benchmark, cfg, args, role, build, files, first_error) -> int:
-    import numpy as np
     import paddle
     from paddle.distributed import fleet
-    from fleetbench import results
 
     worker, workers = fleet.worker_index(), fleet.worker_num()
     gloo = Gloo(worker, workers)
@@ -451,72 +471,77 @@ def run_worker(benchmark, cfg, args, role, build, files, first_error) -> int:
         exe.run(startup)
         fleet.init_worker()
 
-    # Data: agree on errors before anyone trains, so no worker waits for one that gave up.
-    mine, problem, counts_dir = [], None, tempfile.mkdtemp(prefix="fleetbench-pipe-")
-    counts_path = os.path.join(counts_dir, "counts.jsonl")
-    load_s = 0.0
-    try:
-        mine = shard(files, worker, workers)
-        if not mine:
-            raise ValueError(f"{len(files)} data files for {workers} workers: each worker reads whole "
-                             f"files, so generate at least {workers} files")
-        if cfg.data.strict:
-            bad = first_error(mine)
-            if bad:
-                raise ValueError(f"invalid input line (data.strict): {bad}")
+    # Every worker learns every worker's problem before anyone trains, so none waits for one
+    # that gave up, and all end the job together.
+    mine = shard(files, worker, workers)
+    with tempfile.TemporaryDirectory(prefix="fleetbench-pipe-") as counts_dir:
+        counts_path, problem = os.path.join(counts_dir, "counts.jsonl"), None
+        try:
+            dataset, rows_per_pass, load_s = load_data(cfg, work, mine, first_error, counts_path)
+        except (ValueError, OSError) as err:
+            problem = str(err)
+        if fail_together(gloo.agree_on_errors(problem), worker, gloo, benchmark, args, cfg, role):
+            return 1
+        meter.total_hint = cfg.passes * -(-rows_per_pass // cfg.batch_size)  # for the log lines only
+        say(f"worker {worker}/{workers} mode {cfg.mode} dataset {cfg.dataset} threads {cfg.data.num_workers} "
+            f"omp {fleetbench.threads_info()['omp_num_threads']} files {' '.join(str(f) for f in mine)}")
+        gloo.barrier()  # every worker starts its first pass together
+        meter.begin()
         with Quiet():
-            dataset = make_dataset(cfg, work, mine, counts_path)
-            tick = time.perf_counter()
-            if cfg.dataset == "InMemoryDataset":
-                dataset.load_into_memory()
-                load_s = time.perf_counter() - tick
-                rows_per_pass = dataset.get_memory_data_size()
-            else:
-                rows_per_pass = count_lines(mine)
-    except (ValueError, OSError) as err:
-        problem = str(err)
-    errors = gloo.agree_on_errors(problem)
-    if errors:
-        for line in errors:
-            say(f"error: {line}")
-        if worker == 0:
-            results.emit(args.results, record_for(benchmark, args.preset, cfg, role, None, "; ".join(errors)))
-        stop_job(worker, gloo, role["servers"])
-        return 1
-
-    meter.total_hint = cfg.passes * -(-rows_per_pass // cfg.batch_size)  # for the log lines only
-    say(f"worker {worker}/{workers} mode {cfg.mode} dataset {cfg.dataset} threads {cfg.data.num_workers} "
-        f"omp {fleetbench.threads_info()['omp_num_threads']} files {' '.join(str(f) for f in mine)}")
-    gloo.barrier()  # every worker starts its first pass together
-    with Quiet():
-        for _ in range(cfg.passes):
-            exe.train_from_dataset(program=main_program, dataset=dataset, thread=cfg.data.num_workers)
-    raw = meter.finish()
-    pipe = read_pipe_counts(counts_path)
-    shutil.rmtree(counts_dir, ignore_errors=True)
+            for _ in range(cfg.passes):
+                exe.train_from_dataset(program=main_program, dataset=dataset, thread=cfg.data.num_workers)
+        try:
+            raw, problem = meter.finish(), None
+        except ValueError as err:
+            raw, problem = None, str(err)
+        if fail_together(gloo.agree_on_errors(problem), worker, gloo, benchmark, args, cfg, role):
+            return 1
+        raw["pipe"] = read_pipe_counts(counts_path)
+        raw["load_s"] = load_s
     say(f"rank {worker} measured_steps {raw['steps']} elapsed_s {raw['elapsed_s']:.6f} "
         f"samples {raw['examples']:.0f} units {raw['units']:.0f}")
+    report(benchmark, cfg, args, role, work, meter, raw, worker, workers, gloo)
+    stop_job(worker, gloo, role["servers"])
+    return 0
 
-    sums = gloo.sum([raw["examples"], raw["units"], raw["loss_sum"], raw["steps"],
-                     raw["loss_first"], raw["loss_last"], pipe.get("valid", 0), pipe.get("invalid", 0)])
-    maxes = gloo.max([raw["elapsed_s"], load_s, peak_memory_mib()])
+
+def report(benchmark, cfg, args, role, work, meter, raw, worker, workers, gloo) -> None:
+    """Reduce every worker's figures (sums; the slowest window) and, on worker 0, store them."""
+    import numpy as np
+    from paddle.distributed import fleet
+    from fleetbench import results
+    sums = gloo.sum([raw["examples"], raw["units"], raw["loss_sum"], raw["steps"], raw["loss_first"],
+                     raw["loss_last"], raw["pipe"].get("valid", 0), raw["pipe"].get("invalid", 0)])
+    maxes = gloo.max([raw["elapsed_s"], raw["load_s"], peak_memory_mib()])
     rank_elapsed = gloo.per_worker(raw["elapsed_s"])
     auc = None
-    if work.auc_stats:
+    if work.auc_stats:  # the AUC buckets' change over the measured window, summed over workers
         end = meter.snapshot_auc()
         start = meter.auc_start or [np.zeros_like(a) for a in end]
         auc = fleet.metrics.auc(end[0] - start[0], end[1] - start[1])
+    if worker != 0:
+        return
+    totals = dict(zip(["examples", "units", "loss_sum", "steps", "loss_first", "loss_last", "valid", "invalid"],
+                      sums.tolist()))
+    totals.update(zip(["elapsed_s", "load_s", "peak_mem_mib"], maxes.tolist()))
+    figures = metrics(cfg, work, totals, rank_elapsed, workers, auc)
+    results.emit(args.results, record_for(benchmark, args.preset, cfg, role, figures, None))
+    say(f"throughput {figures['throughput']:.1f} {work.unit} over {workers} workers"
+        + (f" auc {auc:.4f}" if auc is not None else "") + f" invalid_lines {figures['invalid_lines']}")
+
+
+def fail_together(errors: list, worker, gloo, benchmark, args, cfg, role) -> bool:
+    """When any worker reported an error (all workers know the same list): log them, store the
+    failed run (worker 0), end the job cleanly everywhere. False when there is nothing to do."""
+    if not errors:
+        return False
+    from fleetbench import results
+    for line in errors:
+        say(f"error: {line}")
     if worker == 0:
-        totals = dict(zip(["examples", "units", "loss_sum", "steps", "loss_first", "loss_last", "valid",
-                           "invalid"], sums.tolist()))
-        totals.update(zip(["elapsed_s", "load_s", "peak_mem_mib"], maxes.tolist()))
-        figures = metrics(cfg, work, totals, rank_elapsed, workers, auc)
-        results.emit(args.results, record_for(benchmark, args.preset, cfg, role, figures, None))
-        say(f"throughput {figures['throughput']:.1f} {work.unit} over {workers} workers"
-            + (f" auc {auc:.4f}" if auc is not None else "")
-            + f" invalid_lines {figures['invalid_lines']}")
+        results.emit(args.results, record_for(benchmark, args.preset, cfg, role, None, "; ".join(errors)))
     stop_job(worker, gloo, role["servers"])
-    return 0
+    return True
 
 
 def peak_memory_mib() -> float:

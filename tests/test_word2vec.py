@@ -97,3 +97,15 @@ def test_first_error_names_file_and_line(tmp_path):
     path = tmp_path / "part-00000"
     path.write_text("0 1 2\n1 7\n")
     assert word2vec.first_error([path], 5) == f"{path}:2: id >= dictionary size 5"
+
+
+def test_pairs_never_cross_sentences_and_words_are_all_counted():
+    maker = word2vec.PairMaker([10] * 100, window=5, neg=2, sample=0, seed=4)
+    sentences = [list(range(0, 8)), [50], list(range(20, 30)), [60, 61]]
+    sid, centres, contexts, _ = maker.block_pairs(sentences)
+    for s, c, x in zip(sid, centres, contexts):
+        assert c in sentences[s] and x in sentences[s]
+    assert list(sid) == sorted(sid) and 1 not in set(sid.tolist())  # a one-word sentence has no pair
+    text, left = maker.lines(sentences, carry=7)
+    words = [int(line.split()[-1]) for line in text.splitlines()]
+    assert sum(words) + left == 7 + sum(map(len, sentences))
