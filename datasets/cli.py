@@ -3,9 +3,10 @@
     fleetbench data gen NAME [args]           write synthetic data for data set NAME
     fleetbench data validate criteo PATH...   check files against the Criteo format [--json]
 
-Generators are a registry by module name: `fleetbench data gen NAME ...` runs `cli(argv)` of
-`datasets/NAME.py`. A data set gets a generator by defining `cli(argv) -> int` in its own module
-(as datasets/bert.py, wmt16.py and images.py do); nothing here needs editing.
+The registry is by module name: `fleetbench data gen NAME ...` runs `cli(argv)` of
+`datasets/NAME.py`, and `fleetbench data validate NAME ...` its `validate_cli(argv)`. A data set
+gets either command by defining that top-level function in its own module (as datasets/bert.py
+and wmt16.py define `cli`); nothing here needs editing.
 """
 import argparse
 import importlib
@@ -15,18 +16,24 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 NOT_DATA_SETS = {"__init__", "cli"}
-# Validators by data set: (module, function taking argv).
-VALIDATORS = {"criteo": ("datasets.criteo", "validate_cli")}
+
+
+def modules_defining(function: str) -> list:
+    """Names of the data-set modules with a top-level `function` (their source is read, not
+    imported, so listing them imports neither paddle nor numpy)."""
+    names = []
+    for path in sorted(HERE.glob("*.py")):
+        if path.stem not in NOT_DATA_SETS and re.search(rf"^def {function}\(", path.read_text(), re.M):
+            names.append(path.stem)
+    return names
 
 
 def generators() -> list:
-    """Names of the data sets whose module defines a top-level `cli(argv)` (read, not imported,
-    so listing them does not import paddle or numpy)."""
-    names = []
-    for path in sorted(HERE.glob("*.py")):
-        if path.stem not in NOT_DATA_SETS and re.search(r"^def cli\(", path.read_text(), re.M):
-            names.append(path.stem)
-    return names
+    return modules_defining("cli")
+
+
+def validators() -> list:
+    return modules_defining("validate_cli")
 
 
 def _dispatch(kind: str, name: str, table: dict, rest: list) -> int:
@@ -44,7 +51,7 @@ def cli(argv=None) -> int:
                                      usage="fleetbench data {gen,validate} NAME [args]")
     parser.add_argument("action", choices=["gen", "validate"])
     parser.add_argument("name", nargs="?", help="data set: gen " + "|".join(generators())
-                        + "; validate " + "|".join(VALIDATORS))
+                        + "; validate " + "|".join(validators()))
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else 2
@@ -53,9 +60,8 @@ def cli(argv=None) -> int:
         parser.error("missing data set name")
     rest = argv[2:]
     if args.action == "gen":
-        table = {name: (f"datasets.{name}", "cli") for name in generators()}
-        return _dispatch("gen", args.name, table, rest)
-    return _dispatch("validate", args.name, VALIDATORS, rest)
+        return _dispatch("gen", args.name, {n: (f"datasets.{n}", "cli") for n in generators()}, rest)
+    return _dispatch("validate", args.name, {n: (f"datasets.{n}", "validate_cli") for n in validators()}, rest)
 
 
 if __name__ == "__main__":
