@@ -56,6 +56,9 @@ PADDLE_FLAGS = {
     "--coordinator_num", "--coordinators", "--backend", "--http_port",
 }
 DEVICE_FLAGS = ("--gpus", "--devices", "--xpus", "--npus")
+INT_FLAGS = ("--nproc_per_node", "--server_num", "--trainer_num", "--worker_num", "--heter_worker_num",
+             "--coordinator_num", "--rank", "--start_port", "--gloo_port", "--max_restart", "--elastic_level",
+             "--elastic_timeout", "--http_port")
 PS_FLAGS = ("--server_num", "--trainer_num", "--servers", "--trainers", "--worker_num", "--workers")
 # Environment a caller may have inherited from an enclosing job; it would re-rank our launcher.
 RANK_ENV = ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ENDPOINTS", "PADDLE_CURRENT_ENDPOINT",
@@ -163,6 +166,10 @@ def parse_argv(argv):
         else:
             if name in DEVICE_FLAGS:
                 value = expand_devices(value, name)
+            if name in INT_FLAGS and not re.fullmatch(r"-?\d+", value):
+                raise LaunchError(f"{name} {value!r}: expected an integer")
+            if name == "--nnodes" and not re.fullmatch(r"\d+(:\d+)?", value):
+                raise LaunchError(f"--nnodes {value!r}: expected N or MIN:MAX")
             out.paddle += [name, value]
     if out.script is None:
         raise LaunchError("missing SCRIPT (usage: fleetbench launch [launcher flags] SCRIPT [script args])")

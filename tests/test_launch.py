@@ -54,6 +54,8 @@ def test_equals_forms_and_own_flags():
     (["--stall", "0", "s.py"], "must be > 0"),
     (["--nproc_per_node", "2"], "missing SCRIPT"),
     (["--gpus", "3-1", "s.py"], "--gpus '3-1'"),
+    (["--nproc_per_node", "x", "s.py"], "--nproc_per_node 'x': expected an integer"),
+    (["--nnodes", "two", "s.py"], "--nnodes 'two'"),
 ])
 def test_bad_command_lines(argv, message):
     with pytest.raises(launch.LaunchError, match=message):
@@ -195,3 +197,11 @@ def test_resnet50_tiny_on_two_processes(tmp_path):
     (rec,) = records(store)
     assert rec["error"] is None and rec["world_size"] == 2 and rec["benchmark"] == "resnet50"
     assert rec["metrics"]["throughput"] > 0
+
+
+def test_launcher_failing_before_any_rank_is_reported_with_its_own_log(tmp_path):
+    # `--devices` on a CPU-only Paddle fails inside Paddle's launcher, before any rank starts.
+    p, took, new = _run_fault(tmp_path, "none", -1, "--devices", "0", "--timeout", "60")
+    assert p.returncode == 1, p.stderr
+    assert "the launcher on node0 exited with code 1" in p.stderr and "launcher.log ---" in p.stderr
+    assert len(new) == 1 and new[0]["error"].startswith("launch: the launcher on node0 exited with code 1")
