@@ -70,7 +70,7 @@ RANK_ENV = ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ENDPOINT
 PROGRESS = re.compile(r"^(?:step (\d+)/(\d+)\b|FLEETBENCH_RESULT )")
 RANK_LOG = re.compile(r"^(worker|server|heter|coordinator)log\.(\d+)$")
 STOP_GRACE_S = 3.0   # SIGTERM, then SIGKILL after this long
-PS_SERVER_GRACE_S = 10.0  # servers still up this long after every worker finished: stop them
+PS_SERVER_GRACE_S = 3.0  # processes still up this long after every worker finished: stop them
 
 
 class LaunchError(ValueError):
@@ -384,7 +384,7 @@ class Supervisor:
         self.job_id = job_id or uuid.uuid4().hex[:12]
         self.ranks = {}    # status-file path -> _Rank
         self.logs = {}     # log path -> _LogTail
-        self.offsets = {}  # (node, status path) -> bytes read
+        self.offsets = {}  # status path -> bytes read
         self.procs = []
         self.interrupted = None
 
@@ -432,7 +432,7 @@ class Supervisor:
         if self.interrupted:
             return "interrupted", None, f"interrupted by {signal_name(self.interrupted)}"
         abnormal = [r for r in self.ranks.values() if r.exit and r.exit["code"] != 0]
-        vanished = [r for r in self.ranks.values() if not r.exit and not _alive(r.pid)]
+        vanished = self._vanished()
         if abnormal or vanished:
             # Root cause: the earliest abnormal exit of a rank nobody had asked to stop.
             abnormal.sort(key=lambda r: (r.exit.get("stopped", False), r.exit["t"]))
@@ -449,13 +449,22 @@ class Supervisor:
         if workers and all(r.exit for r in workers):  # PS: servers may wait forever for more work
             self.workers_done_t = self.workers_done_t or now
             if now - self.workers_done_t > PS_SERVER_GRACE_S:
-                return "ok", None, f"all workers finished; servers stopped after {PS_SERVER_GRACE_S:g} s"
+                return "ok", None, f"all workers finished; stopped what still ran {PS_SERVER_GRACE_S:g} s later"
             return None
         if self.timeout and now - self.start_t > self.timeout:
             return "timeout", self._laggard(), f"timeout: still running after {self.timeout:g} s"
         if self.stall and now - self.last_progress_t > self.stall:
             return "stalled", self._laggard(), f"stalled: no progress line from any rank for {self.stall:g} s"
         return None
+
+    def _vanished(self):
+        """Ranks whose wrapper is gone without an exit event. The event is written just before the
+        wrapper exits, so read the file again before concluding (it may have exited since _scan)."""
+        gone = [(path, r) for path, r in self.ranks.items() if not r.exit and not _alive(r.pid)]
+        nodes = {n.name: n for n in self.nodes}
+        for path, r in gone:
+            self._read_events(nodes[r.node], path)
+        return [r for _, r in gone if not r.exit]
 
     def _how(self, rank):
         if not rank.exit:
