@@ -4,7 +4,7 @@ What it adds to `python -m paddle.distributed.launch`:
 - device ranges (`--gpus 0-3,6`), which Paddle 2.6.2 rejects, expanded to plain lists;
 - a fresh log directory per job, and a wall-clock `--timeout`;
 - a stall watchdog: no progress line (`step N/M ...` or `FLEETBENCH_RESULT`) in any rank log for
-  `--stall S` seconds stops the job;
+  `--stall S` seconds stops the job (before the first progress line: `--startup S`, default S);
 - on a failed or stalled rank: the whole job stops (every process of this job and nothing else),
   the report names the rank, role, exit code or signal and the last lines of that rank's log,
   a record with `error` set is appended to the results file, and the exit code is non-zero.
@@ -104,6 +104,7 @@ class LaunchArgs:
     log_dir: str = None
     timeout: float = None
     stall: float = None
+    startup: float = None
     tail: int = 20
     quiet: bool = False
     check: bool = True
@@ -126,7 +127,7 @@ class LaunchArgs:
         return default
 
 
-OWN_FLAGS = {"--timeout": float, "--stall": float, "--tail": int}
+OWN_FLAGS = {"--timeout": float, "--stall": float, "--startup": float, "--tail": int}
 
 
 def parse_argv(argv):
@@ -146,7 +147,7 @@ def parse_argv(argv):
         name, eq, value = tok.partition("=")
         if name not in PADDLE_FLAGS and name not in OWN_FLAGS:
             raise LaunchError(f"unknown launcher flag {name} (before SCRIPT: Paddle launcher flags, "
-                              f"--timeout S, --stall S, --tail N, --quiet, --no-check)")
+                              f"--timeout S, --stall S, --startup S, --tail N, --quiet, --no-check)")
         if not eq:
             if i + 1 >= len(argv):
                 raise LaunchError(f"{name} needs a value")
@@ -378,9 +379,12 @@ def _become_subreaper():
 
 
 class Supervisor:
-    def __init__(self, nodes, timeout=None, stall=None, tail=20, echo=None, poll_s=0.2, job_id=None):
+    def __init__(self, nodes, timeout=None, stall=None, startup=None, tail=20, echo=None, poll_s=0.2,
+                 job_id=None):
         self.nodes = nodes
         self.timeout, self.stall, self.tail_n, self.echo, self.poll_s = timeout, stall, tail, echo, poll_s
+        self.startup = startup or stall  # allowance until the first progress line (import, rendezvous)
+        self.progressed = False
         self.job_id = job_id or uuid.uuid4().hex[:12]
         self.ranks = {}    # status-file path -> _Rank
         self.logs = {}     # log path -> _LogTail
@@ -401,6 +405,7 @@ class Supervisor:
             lines = log.poll()
             if any(progress_step(line) is not None for line in lines):
                 self.last_progress_t = time.monotonic()
+                self.progressed = True
             if self.echo and path == self._echo_path():
                 for line in lines:
                     print(line, file=self.echo, flush=True)
@@ -453,8 +458,10 @@ class Supervisor:
             return None
         if self.timeout and now - self.start_t > self.timeout:
             return "timeout", self._laggard(), f"timeout: still running after {self.timeout:g} s"
-        if self.stall and now - self.last_progress_t > self.stall:
+        if self.progressed and self.stall and now - self.last_progress_t > self.stall:
             return "stalled", self._laggard(), f"stalled: no progress line from any rank for {self.stall:g} s"
+        if not self.progressed and self.startup and now - self.start_t > self.startup:
+            return "stalled", self._laggard(), f"stalled: no progress line from any rank within {self.startup:g} s of the start"
         return None
 
     def _vanished(self):
@@ -705,7 +712,8 @@ USAGE = """usage: fleetbench launch [launcher flags] SCRIPT [script args]
 launcher flags: any flag of `python -m paddle.distributed.launch` (device lists accept ranges:
   --gpus 0-3,6), plus
   --timeout S   stop the job after S seconds of wall time
-  --stall S     stop the job when no rank logs a progress line for S seconds (include start-up)
+  --stall S     stop the job when no rank logs a progress line for S seconds
+  --startup S   ... and when none has logged one S seconds after the start (default: --stall)
   --tail N      log lines shown for a failed rank (default 20)
   --quiet       do not echo rank 0's log
   --no-check    skip the benchmark's `--check` before launching
@@ -731,7 +739,8 @@ def cli(argv):
     log_dir = args.log_dir or new_log_dir()
     cmd = paddle_command(args.paddle, log_dir, args.script, args.script_args)
     print(f"fleetbench launch: logs in {log_dir}; running: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    sup = Supervisor([NodeLaunch(cmd, log_dir, env)], timeout=args.timeout, stall=args.stall, tail=args.tail,
+    sup = Supervisor([NodeLaunch(cmd, log_dir, env)], timeout=args.timeout, stall=args.stall,
+                     startup=args.startup, tail=args.tail,
                      echo=None if args.quiet else sys.stdout)
     outcome = sup.run()
     print(format_report(outcome), file=sys.stderr, flush=True)

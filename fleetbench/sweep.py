@@ -15,7 +15,8 @@ A sweep file lists cell groups; list values are axes, and a group expands to the
         preset: tiny
         network: [1gbe, 10gbe]      # an emulated cluster per profile (root); nodes default to 2
 
-Other cell keys: script, nodes, set (config overrides; list values are axes too), timeout, stall.
+Other cell keys: script, nodes, set (config overrides; list values are axes too), timeout, stall,
+startup (seconds allowed before the first progress line; default: stall).
 Every cell's config is resolved with the benchmark's own `--check` before anything runs, so a bad
 key fails the sweep at once, naming it. A run's identity is `results.config_hash` of what makes it
 the same cell (benchmark, preset, resolved config, mode, nodes, world size, network); cells whose
@@ -40,10 +41,10 @@ REPO_ROOT = launch.REPO_ROOT
 SWEEP_DIR = os.path.join(REPO_ROOT, "fleetbench", "presets", "sweeps")
 SCRIPT_DIRS = {"collective": "collective", "ps": "parameter_server"}
 METHOD_KEY = {"collective": "method", "ps": "mode"}  # config key that holds the method
-TOP_KEYS = {"description", "repeats", "timeout", "stall", "cells"}
+TOP_KEYS = {"description", "repeats", "timeout", "stall", "startup", "cells"}
 CELL_KEYS = {"benchmark", "script", "mode", "preset", "devices_per_node", "nodes", "method", "servers_workers",
-             "network", "set", "repeats", "timeout", "stall"}
-DEFAULTS = {"repeats": 3, "timeout": 900.0, "stall": 300.0}
+             "network", "set", "repeats", "timeout", "stall", "startup"}
+DEFAULTS = {"repeats": 3, "timeout": 900.0, "stall": 300.0, "startup": None}  # startup None: = stall
 
 
 class SweepError(ValueError):
@@ -66,6 +67,7 @@ class Cell:
     repeats: int = 3
     timeout: float = 900.0
     stall: float = 300.0
+    startup: float = None
 
     @property
     def world_size(self):
@@ -188,12 +190,15 @@ def _cell(at, group, top, script, mode, preset, method, network, per_node, sw, n
         sets = (f"{METHOD_KEY[mode]}={method}",) + sets
     knobs = {k: group.get(k, top[k]) for k in DEFAULTS}
     _positive_int(at, "repeats", knobs["repeats"])
-    for k in ("timeout", "stall"):
-        if not isinstance(knobs[k], (int, float)) or knobs[k] <= 0:
+    for k in ("timeout", "stall", "startup"):
+        if k == "startup" and knobs[k] is None:
+            continue
+        if not isinstance(knobs[k], (int, float)) or isinstance(knobs[k], bool) or knobs[k] <= 0:
             raise SweepError(f"{at}: {k} {knobs[k]!r}: expected seconds > 0")
     return Cell(group["benchmark"], script, mode, str(preset), sets, method, nodes,
                 _positive_int(at, "devices_per_node", per_node), servers, workers, network,
-                knobs["repeats"], float(knobs["timeout"]), float(knobs["stall"]))
+                knobs["repeats"], float(knobs["timeout"]), float(knobs["stall"]),
+                None if knobs["startup"] is None else float(knobs["startup"]))
 
 
 def network_key(network):
@@ -430,7 +435,7 @@ class Sweep:
             self.failed_runs += 1
             self.say(f"  -> FAILED to set up the cluster: {e}")
             return
-        sup = launch.Supervisor(launches, timeout=cell.timeout, stall=cell.stall)
+        sup = launch.Supervisor(launches, timeout=cell.timeout, stall=cell.stall, startup=cell.startup)
         outcome = sup.run()
         if outcome.status == "interrupted":
             raise Interrupted(outcome.detail)

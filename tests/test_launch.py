@@ -42,8 +42,10 @@ def test_gpus_range_expands_in_the_command():
 
 
 def test_equals_forms_and_own_flags():
-    args = launch.parse_argv(["--devices=0-1", "--log_dir=L", "--stall=5", "--quiet", "s.py", "--gpus", "0-9"])
+    args = launch.parse_argv(["--devices=0-1", "--log_dir=L", "--stall=5", "--startup", "60", "--quiet", "s.py",
+                              "--gpus", "0-9"])
     assert args.paddle == ["--devices", "0,1"] and args.log_dir == "L" and args.stall == 5.0 and args.quiet
+    assert args.startup == 60.0
     assert args.script_args == ["--gpus", "0-9"]  # script arguments are the script's, untouched
 
 
@@ -167,16 +169,24 @@ def test_rank_killed_by_sigkill_is_reported(tmp_path):
 
 
 def test_hanging_rank_is_stopped_by_the_stall_watchdog(tmp_path):
-    # 8 s covers start-up (paddle import, gloo rendezvous) on a loaded 2-core machine.
-    stall = 8
-    p, took, new = _run_fault(tmp_path, "hang", 1, "--stall", str(stall), "--timeout", "90", STEPS="6")
+    # start-up (paddle import, gloo rendezvous) has its own allowance: > 8 s on loaded cores
+    stall = 5
+    p, took, new = _run_fault(tmp_path, "hang", 1, "--stall", str(stall), "--startup", "60", "--timeout", "90",
+                              STEPS="6")
     assert p.returncode == 1, p.stderr
     assert f"no progress line from any rank for {stall} s" in p.stderr
     assert "furthest behind: worker rank 1 (last: step 2/6" in p.stderr
     assert "| fault_rank: rank 1 injects hang at step 3" in p.stderr
     # bound: start-up + a few steps + the stall window + stopping (grace 3 s)
-    assert took < 45
+    assert took < 60
     assert len(new) == 1 and "stalled" in new[0]["error"]
+
+
+def test_a_job_that_never_logs_progress_is_stopped_after_the_startup_allowance(tmp_path):
+    p, took, new = _run_fault(tmp_path, "hang", 0, "--startup", "3", "--stall", "60", FAULT_STEP="1")
+    assert p.returncode == 1, p.stderr
+    assert "no progress line from any rank within 3 s of the start" in p.stderr
+    assert took < 20 and len(new) == 1
 
 
 def test_timeout_stops_a_job_that_keeps_logging(tmp_path):

@@ -33,9 +33,10 @@ def test_axes_expand_to_their_product_in_file_order():
 
 
 def test_method_network_and_top_level_knobs():
-    (a, b) = sweep.expand(_spec({"benchmark": "resnet50", "method": "mgwfbp", "network": ["1gbe", "10gbe"]},
-                                repeats=2, timeout=60))
+    (a, b) = sweep.expand(_spec({"benchmark": "resnet50", "method": "mgwfbp", "network": ["1gbe", "10gbe"],
+                                 "startup": 90}, repeats=2, timeout=60))
     assert (a.network, a.nodes, a.world_size, a.repeats, a.timeout) == ("1gbe", 2, 2, 2, 60.0)
+    assert (a.stall, a.startup) == (300.0, 90.0)
     assert a.sets == ("method=mgwfbp",) and a.method == "mgwfbp" and b.network == "10gbe"
     assert a.label() == "resnet50 full collective mgwfbp 2x1 net=1gbe"
 
@@ -59,6 +60,7 @@ def test_ps_cells_pair_servers_and_workers(tmp_path):
     ({"benchmark": "resnet50", "devices_per_node": 0}, "devices_per_node 0"),
     ({"benchmark": "resnet50", "repeats": 0}, "repeats 0"),
     ({"benchmark": "resnet50", "timeout": -1}, "timeout -1"),
+    ({"benchmark": "resnet50", "startup": 0}, "startup 0"),
     ({"benchmark": "resnet50", "set": ["a=1"]}, "`set` must be a mapping"),
     ({"benchmark": "resnet50", "mode": "ps", "servers_workers": "2"}, "servers_workers '2'"),
 ])
