@@ -29,7 +29,9 @@ def _user_threads():
 
 
 _USER_THREADS = _user_threads()
-_THREADS_SOURCE = "user" if _USER_THREADS else "fleetbench"
+# Who chose the count: "fleetbench" (this module), "user", or a tool that chose on the user's
+# behalf and says so in FLEETBENCH_OMP_THREADS_BY (the sweep sharing cores among emulated nodes).
+_THREADS_SOURCE = (os.environ.get("FLEETBENCH_OMP_THREADS_BY") or "user") if _USER_THREADS else "fleetbench"
 
 
 def local_process_count() -> int:

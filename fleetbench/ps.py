@@ -166,8 +166,8 @@ def set_threads(cfg: PSConfig, role: dict) -> None:
     """OpenMP threads per process, unless the user chose: servers mostly wait on the network and
     get 1; the node's cores are shared by its workers' dataset threads (each thread runs whole
     batches, so cores / (local workers x threads), at least 1)."""
-    if fleetbench.threads_info()["source"] == "user":
-        return
+    if fleetbench.threads_info()["source"] != "fleetbench":
+        return  # chosen by the user, or by the sweep for nodes sharing this machine
     if role["role"] == "server":
         threads = 1
     else:

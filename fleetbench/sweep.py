@@ -344,7 +344,9 @@ def node_launches(cell, state, log_dir, results_path, base_env):
         env = launch.child_env(base_env, {"GLOO_SOCKET_IFNAME": node.ifname, "POD_IP": node.ip,
                                           "FLEETBENCH_NODES": str(cell.nodes),
                                           "FLEETBENCH_NETWORK": json.dumps(network)})
-        env.setdefault("FLEETBENCH_OMP_THREADS", str(shared_threads(cell)))
+        if "FLEETBENCH_OMP_THREADS" not in env:
+            env.update(FLEETBENCH_OMP_THREADS=str(shared_threads(cell)),
+                       FLEETBENCH_OMP_THREADS_BY="fleetbench sweep: equal share of cores across emulated nodes")
         launches.append(launch.NodeLaunch(cmd, node_dir, env, name=f"node{node.index}"))
     return launches, network
 
