@@ -198,7 +198,9 @@ def main(benchmark: str, cls, build: Callable[[Any], Workload], argv=None) -> No
         work = build(cfg)
         totals = reduce_across_ranks(train(cfg, work, ctx), ctx)
     except Exception as err:  # a failed run is a result too: store it, then fail loudly
-        if ctx.rank == 0:
+        # Under `fleetbench launch` the supervisor stores the failure, naming the rank that failed
+        # first (which need not be this one); a second record would count one run twice.
+        if ctx.rank == 0 and "FLEETBENCH_JOB_ID" not in os.environ:
             results.emit(args.results, record_for(benchmark, args.preset, cfg, ctx, None,
                                                    f"{type(err).__name__}: {err}"))
         raise

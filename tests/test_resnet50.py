@@ -101,3 +101,17 @@ def test_image_folder_through_dataloader_workers(tmp_path):
     (rec,) = records(tmp_path / "r.jsonl")
     assert rec["config"]["num_classes"] == 3 and rec["config"]["data_format"] == "NHWC"
     assert rec["metrics"]["throughput"] > 0 and rec["metrics"]["reader_time_ms"] >= 0
+
+
+def test_a_run_that_fails_is_stored_with_its_error(tmp_path):
+    """Failures are results: an undecodable image stops training, and the record says why.
+    (With data.num_workers=0 Paddle 2.6.2's DataLoader thread dies silently and the job hangs;
+    `fleetbench launch --stall` is the guard for that, so this test uses a worker process.)"""
+    for k in range(2):
+        (tmp_path / "imgs" / f"c{k}").mkdir(parents=True)
+        (tmp_path / "imgs" / f"c{k}" / "broken.jpg").write_bytes(b"not a jpeg")
+    proc = run_script(SCRIPT, "--preset", "tiny", "--set", f"data.path={tmp_path / 'imgs'}",
+                      "--set", "batch_size=1", "--set", "data.num_workers=1", "--results", tmp_path / "r.jsonl")
+    assert proc.returncode != 0
+    (rec,) = records(tmp_path / "r.jsonl")
+    assert rec["metrics"] is None and "data reader raises an exception" in rec["error"], rec["error"]
