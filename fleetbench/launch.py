@@ -344,9 +344,9 @@ class _LogTail:
         return lines[-n:]
 
 
-def job_pids(job_id):
+def job_pids(job_id, variable=JOB_ENV):
     """Pids of live processes whose environment carries this job's id (zombies excluded)."""
-    marker = f"{JOB_ENV}={job_id}".encode()
+    marker = f"{variable}={job_id}".encode()
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():

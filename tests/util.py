@@ -2,8 +2,10 @@
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -18,17 +20,33 @@ def env(**extra) -> dict:
     return merged
 
 
+def _run(cmd, timeout, env_extra) -> subprocess.CompletedProcess:
+    """Run a job; on timeout kill every process tagged with its job id (Paddle's launcher starts
+    each rank in a session of its own, so killing the launcher alone would leave ranks running)."""
+    from fleetbench.launch import job_pids
+
+    job_id = uuid.uuid4().hex
+    try:
+        return subprocess.run(cmd, cwd=REPO, env=env(FLEETBENCH_TEST_JOB=job_id, **env_extra),
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for pid in job_pids(job_id, variable="FLEETBENCH_TEST_JOB"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        raise
+
+
 def run_script(script, *args, timeout=120, **env_extra) -> subprocess.CompletedProcess:
     """`python SCRIPT args` without a launcher (one process)."""
-    return subprocess.run([PYTHON, str(REPO / script), *map(str, args)], cwd=REPO, env=env(**env_extra),
-                          capture_output=True, text=True, timeout=timeout)
+    return _run([PYTHON, str(REPO / script), *map(str, args)], timeout, env_extra)
 
 
 def fleetrun(log_dir, *args, timeout=300, **env_extra) -> subprocess.CompletedProcess:
     """`fleetrun --log_dir LOG_DIR args` (Paddle's launcher)."""
     cmd = [PYTHON, "-m", "paddle.distributed.launch", "--log_dir", str(log_dir), *map(str, args)]
-    return subprocess.run(cmd, cwd=REPO, env=env(**env_extra), capture_output=True, text=True,
-                          timeout=timeout)
+    return _run(cmd, timeout, env_extra)
 
 
 def records(path) -> list:
