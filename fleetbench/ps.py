@@ -183,6 +183,22 @@ def quiet_environment() -> None:
         os.environ["PADDLE_WITH_GLOO"] = "1"
 
 
+def import_http_server_elsewhere() -> None:
+    """With gloo's HTTP rendezvous (the legacy launcher; see quiet_environment) worker 0 runs
+    Paddle's KV server, whose module opens `http.log` in the current directory when imported
+    (a logging.FileHandler, which keeps the absolute path). Import it first from a temporary
+    directory and drop that handler, so nothing lands in the user's directory; the log only
+    lists the rendezvous' HTTP requests."""
+    import logging
+    with tempfile.TemporaryDirectory(prefix="fleetbench-http-") as scratch, contextlib.chdir(scratch):
+        from paddle.distributed.fleet.utils import http_server
+    logger = logging.getLogger(http_server.__name__)
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    logger.addHandler(logging.NullHandler())
+
+
 class Quiet:
     """Swallow Paddle's plain print()s (table configs, program ids) and its warnings; they are
     replayed on stderr if the wrapped block fails. Our own lines go to the real stdout."""
@@ -457,6 +473,22 @@ def load_data(cfg: PSConfig, work: Workload, mine: list, first_error: Callable, 
         return dataset, dataset.get_memory_data_size(), time.perf_counter() - tick
 
 
+def train_pass(exe, program, dataset, threads: int) -> None:
+    """One pass of exe.train_from_dataset, leaving nothing in the user's directory: Paddle 2.6.2
+    writes its trainer description to `<id(program)>_train_desc.prototxt` in the current directory
+    on every call (Executor._dump_debug_info, unconditionally). The files read by the dataset may
+    be relative paths, so the directory cannot be changed around the call; the file is removed."""
+    try:
+        exe.train_from_dataset(program=program, dataset=dataset, thread=threads)
+    finally:
+        names = [f"{id(program)}_train_desc.prototxt"]
+        if program._fleet_opt and "fleet_desc" in program._fleet_opt:  # Paddle's own condition
+            names.append("fleet_desc.prototxt")
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(name)
+
+
 def run_worker(benchmark, cfg, args, role, build, files, first_error) -> int:
     import paddle
     from paddle.distributed import fleet
@@ -489,7 +521,7 @@ def run_worker(benchmark, cfg, args, role, build, files, first_error) -> int:
         meter.begin()
         with Quiet():
             for _ in range(cfg.passes):
-                exe.train_from_dataset(program=main_program, dataset=dataset, thread=cfg.data.num_workers)
+                train_pass(exe, main_program, dataset, cfg.data.num_workers)
         try:
             raw, problem = meter.finish(), None
         except ValueError as err:
@@ -603,6 +635,7 @@ def main(benchmark: str, cls, build: Callable, data_files: Callable, first_error
         import paddle
     from paddle.distributed import fleet
     paddle.enable_static()
+    import_http_server_elsewhere()
     with Quiet():
         fleet.init(log_level="WARNING")
     if role["role"] == "server":

@@ -69,6 +69,9 @@ def job(tmp_path, cache, launcher, script, *sets, timeout=240, expect=0):
         os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail(f"processes of the job were still running after it exited:\n{detail}")
     assert proc.returncode == expect, detail
+    # nothing left in the job's working directory (Paddle writes <id>_train_desc.prototxt on
+    # every train_from_dataset, and http.log when gloo's HTTP rendezvous server is imported)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".prototxt" or p.name == "http.log") == []
     return out, records(store), logs
 
 
