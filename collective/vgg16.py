@@ -11,30 +11,17 @@ import paddle
 from paddle import nn
 
 from datasets import images
-from fleetbench import config, loop
+from fleetbench import loop
 
 
 @dataclasses.dataclass
-class VGG16Config(config.CollectiveConfig):
-    # FleetX's setup: 224x224, batch 32 per device, fp32, momentum SGD; weight decay of the VGG paper.
-    image_size: int = 224
-    num_classes: int = 1000
+class VGG16Config(images.ImageConfig):
+    # FleetX's setup (ImageConfig's defaults) with the VGG paper's learning rate and weight decay.
     lr: float = 0.01
-    momentum: float = 0.9
     weight_decay: float = 5e-4
     # True: the conv layers + global average pool + one linear layer instead of the three fully
     # connected layers (102M of VGG16's 138M parameters); for CPU-sized runs only.
     small_head: bool = False
-    synthetic_batches: int = 8  # distinct in-memory batches per rank, cycled
-    synthetic_noise: float = 1.0  # noise scale around each class template (template scale is 1)
-
-    def validate(self):
-        super().validate()
-        if self.data.path is not None:
-            try:
-                self.num_classes = images.check_image_folder(self.data.path)
-            except ValueError as err:
-                raise config.ConfigError(str(err)) from None
 
 
 def vgg16(cfg: VGG16Config) -> nn.Layer:
@@ -48,16 +35,7 @@ def build(cfg: VGG16Config) -> loop.Workload:
     model = vgg16(cfg)
     optimizer = paddle.optimizer.Momentum(learning_rate=cfg.lr, momentum=cfg.momentum,
                                           weight_decay=cfg.weight_decay, parameters=model.parameters())
-    if cfg.data.path:
-        batches = images.folder_loader(cfg.data.path, cfg.batch_size, cfg.image_size, "NCHW",
-                                       cfg.data.num_workers, cfg.seed)
-    else:
-        batches = images.synthetic_batches(cfg.synthetic_batches, cfg.batch_size, cfg.image_size,
-                                           cfg.num_classes, "NCHW", cfg.seed, paddle.distributed.get_rank(),
-                                           cfg.synthetic_noise)
-    cross_entropy = nn.CrossEntropyLoss()
-    return loop.Workload(model=model, optimizer=optimizer, batches=batches, unit="images/s",
-                         loss_fn=lambda net, batch: cross_entropy(net(batch[0]), batch[1]))
+    return images.workload(cfg, model, optimizer)
 
 
 if __name__ == "__main__":
