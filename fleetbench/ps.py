@@ -564,13 +564,15 @@ def report(benchmark, cfg, args, role, work, meter, raw, worker, workers, gloo) 
 
 def fail_together(errors: list, worker, gloo, benchmark, args, cfg, role) -> bool:
     """When any worker reported an error (all workers know the same list): log them, store the
-    failed run (worker 0), end the job cleanly everywhere. False when there is nothing to do."""
+    failed run (worker 0, unless supervised), end the job cleanly everywhere. False when there is nothing to do."""
     if not errors:
         return False
     from fleetbench import results
     for line in errors:
         say(f"error: {line}")
-    if worker == 0:
+    # Under `fleetbench launch` the supervisor stores the failure, naming the rank that failed
+    # first (which need not be this one); a second record would count one run twice.
+    if worker == 0 and "FLEETBENCH_JOB_ID" not in os.environ:
         results.emit(args.results, record_for(benchmark, args.preset, cfg, role, None, "; ".join(errors)))
     stop_job(worker, gloo, role["servers"])
     return True

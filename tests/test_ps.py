@@ -44,13 +44,13 @@ def group_alive(pgid) -> bool:
         return False
 
 
-def job(tmp_path, cache, launcher, script, *sets, timeout=240, expect=0):
+def job(tmp_path, cache, launcher, script, *sets, timeout=240, expect=0, extra_env=None):
     """Run `fleetrun LAUNCHER SCRIPT --preset tiny --set ...`; return (output, records, logs)."""
     log_dir, store = tmp_path / "log", tmp_path / "runs.jsonl"
     args = [a for kv in sets for a in ("--set", kv)]
     cmd = [PYTHON, "-m", "paddle.distributed.launch", "--log_dir", str(log_dir), *launcher,
            str(REPO / "parameter_server" / script), "--preset", "tiny", *args, "--results", str(store)]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env(FLEETBENCH_DATA_CACHE=cache), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env(FLEETBENCH_DATA_CACHE=cache, **(extra_env or {})), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -166,6 +166,11 @@ def test_ctr_strict_names_file_and_line_and_the_job_ends(tmp_path, cache):
     assert len(recs) == 1 and recs[0]["metrics"] is None
     assert f"{files[1]}:201: expected 40 tab-separated fields, got 2" in recs[0]["error"]
     assert "worker 1:" in recs[0]["error"]
+    # supervised by `fleetbench launch`, the failure is the supervisor's to store: no second record
+    (tmp_path / "runs.jsonl").unlink()
+    out, recs, logs = job(tmp_path, cache, ["--server_num", "1", "--trainer_num", "2"], "ctr.py",
+                          f"data.path={data}", "data.strict=true", expect=1, extra_env={"FLEETBENCH_JOB_ID": "t"})
+    assert recs == [] and "expected 40 tab-separated fields" in out + "".join(logs.values())
 
 
 # ------------------------------------------------------------------ Word2Vec
