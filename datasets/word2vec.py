@@ -280,6 +280,71 @@ def pipe(stdin, stdout, counts, window=5, neg=5, sample=1e-3, seed=0, stats_path
 
 
 # ------------------------------------------------------------------ command lines
+# ------------------------------------------------------------------ analogy questions
+def read_tokens(path) -> list:
+    """The token column of a dictionary file, in id order."""
+    with open(path, encoding="utf-8") as handle:
+        return [line.split()[0] for line in handle if line.strip()]
+
+
+def read_analogies(path) -> list:
+    """Questions `a b c d` (a is to b as c is to d) of a questions-words.txt-style file, lower-cased;
+    `: section` headers and blank lines are skipped. ValueError names file:line of a bad line."""
+    questions = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            words = line.lower().split()
+            if not words or words[0].startswith(":"):
+                continue
+            if len(words) != 4:
+                raise ValueError(f"{path}:{number}: expected an analogy `a b c d` or a `: section` header, "
+                                 f"got {line.rstrip()!r}")
+            questions.append(tuple(words))
+    return questions
+
+
+def analogy_ids(questions, tokens) -> tuple:
+    """(ids of the questions whose four words are all in the dictionary [n x 4], skipped count)."""
+    import numpy as np
+    index = {t: i for i, t in enumerate(tokens)}
+    known = [[index[w] for w in q] for q in questions if all(w in index for w in q)]
+    return np.array(known, dtype=np.int64).reshape(-1, 4), len(questions) - len(known)
+
+
+def analogy_accuracy(vectors, questions, chunk: int = 256) -> float:
+    """3CosAdd (word2vec's compute-accuracy): the answer to `a b c ?` is the word whose unit vector
+    has the largest cosine with b - a + c (of unit vectors), a, b and c themselves excluded.
+    `questions` is an [n x 4] id array; returns the fraction answered with d (nan when n = 0)."""
+    import numpy as np
+    if len(questions) == 0:
+        return math.nan
+    unit = np.asarray(vectors, dtype=np.float32)  # a chunk's scores: chunk x vocabulary floats
+    unit = unit / np.maximum(np.linalg.norm(unit, axis=1, keepdims=True), 1e-12)
+    right = 0
+    for start in range(0, len(questions), chunk):
+        q = np.asarray(questions[start:start + chunk])
+        scores = (unit[q[:, 1]] - unit[q[:, 0]] + unit[q[:, 2]]) @ unit.T
+        rows = np.arange(len(q))[:, None]
+        scores[rows, q[:, :3]] = -np.inf
+        right += int((scores.argmax(axis=1) == q[:, 3]).sum())
+    return right / len(questions)
+
+
+def synthetic_analogies(path, tokens, questions: int, seed: int = 0, unknown: float = 0.1) -> None:
+    """A questions-words.txt-style file over the synthetic corpus' words: random distinct in-dictionary
+    quadruples (the corpus plants no analogies, so expect near-chance accuracy: this exercises the
+    metric, it does not measure quality), and a fraction `unknown` naming a word outside it."""
+    import numpy as np
+    rng = np.random.default_rng([seed, 0xA7])
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(": synthetic\n")
+        for n in range(questions):
+            words = [tokens[i] for i in rng.choice(len(tokens), size=4, replace=False)]
+            if rng.random() < unknown:
+                words[int(rng.integers(4))] = f"oov{n}"
+            handle.write(" ".join(words).upper() + "\n")  # upper case: the reader is case-insensitive
+
+
 def cli(argv=None) -> int:
     """`fleetbench data gen word2vec --out DIR (--sentences N | --text FILE...) [...]`."""
     parser = argparse.ArgumentParser(prog="fleetbench data gen word2vec",
@@ -292,12 +357,18 @@ def cli(argv=None) -> int:
     parser.add_argument("--files", type=int, default=1, help="id files to write (>= workers)")
     parser.add_argument("--min-count", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--analogies", type=int, default=0,
+                        help="also write OUT/analogies.txt: this many questions over the dictionary's words")
     args = parser.parse_args(argv)
     try:
         if args.text:
             summary = preprocess(args.text, args.out, args.min_count, args.files)
         else:
             summary = generate(args.out, args.sentences, args.vocabulary, args.files, args.min_count, args.seed)
+        if args.analogies:
+            synthetic_analogies(Path(args.out) / "analogies.txt", read_tokens(Path(args.out) / "dict.txt"),
+                                args.analogies, args.seed)
+            summary["analogies"] = args.analogies
     except (ValueError, OSError) as err:
         parser.error(str(err))
     print(json.dumps(summary))

@@ -96,6 +96,8 @@ class Workload:
     units_var: object = None  # per-example count of units (e.g. corpus words); None: 1 per example
     auc_stats: Optional[tuple] = None  # (stat_pos, stat_neg) of paddle.static.auc
     loss_is_logloss: bool = False  # the loss is the mean log loss (then stored as metrics.logloss)
+    # worker 0, after the last pass, while the servers still hold the tables: () -> extra metrics
+    after_training: Optional[Callable[[], dict]] = None
 
 
 # ------------------------------------------------------------------ data files and the pipe
@@ -329,6 +331,25 @@ def stop_job(worker: int, gloo: Gloo, servers: list) -> None:
             say("warning: servers still accept connections 30 s after the stop request")
 
 
+def sparse_table_rows(name: str):
+    """Every row of the servers' sparse table for parameter `name` (row i = id i), pulled to this
+    worker: Paddle's client pulls ids 0..rows-1 from every server and writes one tensor file
+    (DistFleetWrapper.recv_and_save_model, what fleet's inference save uses for such tables),
+    read back here. Observed on 2.6.2: all 1002 rows of a 2-server table, trained values."""
+    import numpy as np
+    from paddle.base import core
+    from paddle.distributed import fleet
+    runtime = fleet.fleet._runtime_handle
+    table = {ctx.origin_varnames()[0]: ctx.table_id() for ctx in runtime._send_ctx.values() if ctx.is_sparse()}
+    if f"{name}@GRAD" not in table:
+        raise ValueError(f"no sparse table for parameter {name!r} (tables: {sorted(table)})")
+    with tempfile.TemporaryDirectory(prefix="fleetbench-table-") as out:
+        runtime._worker.recv_and_save_model(table[f"{name}@GRAD"], out)
+        tensor = core.LoDTensor()
+        core.load_lod_tensor(tensor, os.path.join(out, name))
+        return np.array(tensor)
+
+
 # ------------------------------------------------------------------ the measured window
 class StepMeter:
     """Called after every batch (from Paddle's trainer threads, through a py_func op)."""
@@ -530,6 +551,12 @@ def run_worker(benchmark, cfg, args, role, build, files, first_error) -> int:
             return 1
         raw["pipe"] = read_pipe_counts(counts_path)
         raw["load_s"] = load_s
+        try:
+            raw["extra"], problem = (work.after_training() if work.after_training and worker == 0 else {}), None
+        except (ValueError, OSError) as err:
+            raw["extra"], problem = {}, str(err)
+        if fail_together(gloo.agree_on_errors(problem), worker, gloo, benchmark, args, cfg, role):
+            return 1
     say(f"rank {worker} measured_steps {raw['steps']} elapsed_s {raw['elapsed_s']:.6f} "
         f"samples {raw['examples']:.0f} units {raw['units']:.0f}")
     report(benchmark, cfg, args, role, work, meter, raw, worker, workers, gloo)
@@ -557,6 +584,7 @@ def report(benchmark, cfg, args, role, work, meter, raw, worker, workers, gloo) 
                       sums.tolist()))
     totals.update(zip(["elapsed_s", "load_s", "peak_mem_mib"], maxes.tolist()))
     figures = metrics(cfg, work, totals, rank_elapsed, workers, auc)
+    figures.update(raw["extra"])
     results.emit(args.results, record_for(benchmark, args.preset, cfg, role, figures, None))
     say(f"throughput {figures['throughput']:.1f} {work.unit} over {workers} workers"
         + (f" auc {auc:.4f}" if auc is not None else "") + f" invalid_lines {figures['invalid_lines']}")

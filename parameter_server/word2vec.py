@@ -6,14 +6,16 @@ Word2Vec benchmark on the 1-Billion-word corpus).
     fleetrun --server_num 1 --trainer_num 1 parameter_server/word2vec.py --preset tiny
 
 Three sparse tables on the servers (input vectors, output vectors, output biases); pairs,
-negatives (unigram^0.75) and sub-sampling come from the data pipe. Figures: words/s and loss.
+negatives (unigram^0.75) and sub-sampling come from the data pipe. Figures: words/s and loss, and
+3CosAdd analogy accuracy when `--set analogy_path=questions-words.txt` is given.
 """
 import fleetbench  # noqa: F401  (first: sets OpenMP threads before paddle starts)
 
 import dataclasses
+from typing import Optional
 
 from datasets import word2vec
-from fleetbench import ps
+from fleetbench import config, ps
 
 
 @dataclasses.dataclass
@@ -32,6 +34,18 @@ class Word2VecConfig(ps.PSConfig):
     synthetic_sentences: int = 200000  # used when data.path is unset
     synthetic_vocabulary: int = 50000
     synthetic_files: int = 32
+    analogy_path: Optional[str] = None  # questions-words.txt-style file: adds 3CosAdd analogy accuracy
+    analogy_vocabulary: int = 30000  # answers among the most frequent words only (word2vec.c's default)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.analogy_vocabulary < 4:
+            raise config.ConfigError(f"config key 'analogy_vocabulary' must be >= 4 (got {self.analogy_vocabulary!r})")
+        if self.analogy_path is not None:  # format errors now, before anything is launched
+            try:
+                word2vec.read_analogies(self.analogy_path)
+            except (ValueError, OSError) as err:
+                raise config.ConfigError(f"config key 'analogy_path': {err}") from None
 
 
 def build(cfg: Word2VecConfig) -> ps.Workload:
@@ -63,7 +77,18 @@ def build(cfg: Word2VecConfig) -> ps.Workload:
     command = ps.pipe_command("datasets.word2vec", "pipe", "--dict", dictionary(cfg), "--window", cfg.window,
                               "--neg", cfg.neg, "--sample", cfg.sample, "--seed", cfg.seed)
     return ps.Workload(inputs=[center, context, negatives, words], loss=loss, units_var=words, unit="words/s",
-                       optimizer=paddle.optimizer.SGD(cfg.lr), pipe_command=command)
+                       optimizer=paddle.optimizer.SGD(cfg.lr), pipe_command=command,
+                       after_training=(lambda: analogy_metrics(cfg)) if cfg.analogy_path else None)
+
+
+def analogy_metrics(cfg: Word2VecConfig) -> dict:
+    """Worker 0, after training: 3CosAdd accuracy of the servers' input vectors ("emb") over the
+    `analogy_vocabulary` most frequent words; questions using any other word are skipped."""
+    tokens = word2vec.read_tokens(dictionary(cfg))[:cfg.analogy_vocabulary]  # ids are frequency ranks
+    questions, skipped = word2vec.analogy_ids(word2vec.read_analogies(cfg.analogy_path), tokens)
+    accuracy = word2vec.analogy_accuracy(ps.sparse_table_rows("emb")[:len(tokens)], questions)
+    return {"analogy_accuracy": None if len(questions) == 0 else accuracy,
+            "analogy_questions": len(questions), "analogy_skipped": skipped}
 
 
 def data_dir(cfg: Word2VecConfig):

@@ -16,7 +16,7 @@ import pytest
 
 from util import PYTHON, REPO, env, records
 
-from datasets import criteo
+from datasets import criteo, word2vec
 
 
 
@@ -186,8 +186,16 @@ def test_word2vec_async_two_by_two_explicit_endpoints_legacy(tmp_path, cache):
     ports = free_ports(4)
     servers = ",".join(f"127.0.0.1:{p}" for p in ports[:2])
     workers = ",".join(f"127.0.0.1:{p}" for p in ports[2:])
-    out, recs, logs = job(tmp_path, cache, ["--servers", servers, "--workers", workers], "word2vec.py")
-    check_record(recs[0], "word2vec", "async", 2, "words/s")
+    # with an analogy file: worker 0 pulls the trained input vectors from both servers' shards
+    data = tmp_path / "w2v"
+    word2vec.generate(data, sentences=600, vocabulary=2000, files=4, min_count=2, seed=2021)
+    word2vec.synthetic_analogies(data / "analogies.txt", word2vec.read_tokens(data / "dict.txt"), 300, seed=1)
+    out, recs, logs = job(tmp_path, cache, ["--servers", servers, "--workers", workers], "word2vec.py",
+                          f"data.path={data}", f"analogy_path={data / 'analogies.txt'}")
+    m = check_record(recs[0], "word2vec", "async", 2, "words/s")
+    assert m["analogy_questions"] + m["analogy_skipped"] == 300 and 10 <= m["analogy_skipped"] <= 60
+    # random questions (nothing planted): a fraction, near chance over ~1000 words
+    assert 0.0 <= m["analogy_accuracy"] <= 0.1
 
 
 def test_word2vec_geo_one_by_one_legacy(tmp_path, cache):

@@ -109,3 +109,46 @@ def test_pairs_never_cross_sentences_and_words_are_all_counted():
     text, left = maker.lines(sentences, carry=7)
     words = [int(line.split()[-1]) for line in text.splitlines()]
     assert sum(words) + left == 7 + sum(map(len, sentences))
+
+
+def test_analogy_3cosadd_on_hand_made_vectors(tmp_path):
+    # man, king, woman, queen, prince: king - man + woman points exactly at queen; prince is the
+    # nearest word to king itself, and a, b, c must be excluded from the answers
+    tokens = ["man", "king", "woman", "queen", "prince", "apple"]
+    vectors = np.array([[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 1, 1, 0], [1, 1.1, 0, 0.1], [0, 0, 0, 1]],
+                       float)
+    path = tmp_path / "questions-words.txt"
+    path.write_text(": royalty\nMan King Woman Queen\n\nman king woman prince\n"
+                    ": other\nking man queen woman\nman king woman duchess\n")
+    questions = word2vec.read_analogies(path)
+    assert questions[0] == ("man", "king", "woman", "queen") and len(questions) == 4
+    ids, skipped = word2vec.analogy_ids(questions, tokens)
+    assert skipped == 1 and ids.tolist() == [[0, 1, 2, 3], [0, 1, 2, 4], [1, 0, 3, 2]]
+    # q1 right (queen), q2 wrong (answer is queen, not prince), q3 right: queen - king + man = woman
+    assert word2vec.analogy_accuracy(vectors, ids) == 2 / 3
+    assert word2vec.analogy_accuracy(vectors, ids, chunk=1) == 2 / 3  # chunking changes nothing
+    # the answer is never one of a, b, c, even when it is the closest (here b - a + c is b)
+    same = np.array([[1, 0], [0, 1], [1, 0], [0.6, 0.8]])
+    assert word2vec.analogy_accuracy(same, np.array([[0, 1, 2, 3]])) == 1.0
+    assert np.isnan(word2vec.analogy_accuracy(vectors, np.zeros((0, 4), int)))
+
+
+def test_analogy_file_errors_name_the_line(tmp_path):
+    path = tmp_path / "q.txt"
+    path.write_text(": s\na b c d\na b c\n")
+    try:
+        word2vec.read_analogies(path)
+    except ValueError as err:
+        assert str(err).startswith(f"{path}:3: expected an analogy `a b c d`")
+    else:
+        raise AssertionError("a 3-word line was accepted")
+
+
+def test_synthetic_analogies_use_the_dictionary(tmp_path):
+    assert data_cli.cli(["gen", "word2vec", "--out", str(tmp_path / "w"), "--sentences", "200", "--vocabulary",
+                         "300", "--files", "2", "--min-count", "2", "--analogies", "200"]) == 0
+    tokens = word2vec.read_tokens(tmp_path / "w" / "dict.txt")
+    questions = word2vec.read_analogies(tmp_path / "w" / "analogies.txt")
+    ids, skipped = word2vec.analogy_ids(questions, tokens)
+    assert len(questions) == 200 and 5 <= skipped <= 40 and len(ids) + skipped == 200
+    assert all(len(set(q)) == 4 for q in ids.tolist())
