@@ -183,7 +183,8 @@ def test_hanging_rank_is_stopped_by_the_stall_watchdog(tmp_path):
 
 
 def test_a_job_that_never_logs_progress_is_stopped_after_the_startup_allowance(tmp_path):
-    p, took, new = _run_fault(tmp_path, "hang", 0, "--startup", "3", "--stall", "60", FAULT_STEP="1")
+    # rank 0 hangs before step 1; rank 1 waits in step 1's all-reduce: neither ever logs progress
+    p, took, new = _run_fault(tmp_path, "hang", 0, "--startup", "3", "--stall", "60", FAULT_STEP="0")
     assert p.returncode == 1, p.stderr
     assert "no progress line from any rank within 3 s of the start" in p.stderr
     assert took < 20 and len(new) == 1
