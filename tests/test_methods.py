@@ -164,7 +164,7 @@ def test_mgwfbp_merges_tensors_into_fewer_buckets_than_wfbp(runs):
     _, reports, log = runs
     r = reports["w2-r0"]
     groups = r["mgwfbp"]["groups"]
-    assert 1 < groups < r["wfbp"]["groups"]
+    assert r["wfbp"]["groups"] > groups > 1
     assert reducer_counts(log, "mgwfbp") == [groups] * STEPS and python_counts(r, "mgwfbp") == [0] * STEPS
     assert log[("mgwfbp", 1)].index("hook") >= 1  # the first bucket left before backward ended
 
