@@ -24,7 +24,8 @@ test: install
 	$(PY) -m pytest -q tests
 
 bench: install
-	$(PY) bench/loop_overhead.py
+	$(PY) bench/loop_overhead.py --preset small --repeats 5
+	$(PY) bench/reader_throughput.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
