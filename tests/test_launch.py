@@ -118,15 +118,7 @@ def _earlier_record(path):
 
 def _job_processes(token):
     """Live processes that inherited this test's token (the whole job, whatever its tree)."""
-    marker = f"FAULT_TEST_TOKEN={token}".encode()
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker in open(f"/proc/{pid}/environ", "rb").read().split(b"\0") and launch._alive(int(pid)):
-                found.append(int(pid))
-        except OSError:
-            pass
-    return found
+    return launch.job_pids(token, variable="FAULT_TEST_TOKEN")
 
 
 def _run_fault(tmp_path, kind, rank, *launch_flags, timeout=120, **extra_env):

@@ -183,15 +183,8 @@ def test_bad_config_fails_before_anything_runs(tmp_path):
 
 
 def _job_processes(token):
-    marker = f"SWEEP_TEST_TOKEN={token}".encode()
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker in open(f"/proc/{pid}/environ", "rb").read().split(b"\0") and launch._alive(int(pid)):
-                out.append(int(pid))
-        except OSError:
-            pass
-    return out
+    """Live processes that inherited this test's token (the whole job, whatever its tree)."""
+    return launch.job_pids(token, variable="SWEEP_TEST_TOKEN")
 
 
 def _wait_for(check, timeout):
