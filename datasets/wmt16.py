@@ -34,14 +34,20 @@ class DataError(ConfigError):
     """Malformed data; str(err) is one line that names the file (a bad `data.path` value)."""
 
 
+def _nonempty_lines(path: Path, expected: str) -> list:
+    """The lines of a text file, or a one-line DataError when it is missing or empty."""
+    if not path.is_file():
+        raise DataError(f"{path}: no such file (expected {expected})")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if not lines:
+        raise DataError(f"{path}: empty file (expected {expected})")
+    return lines
+
+
 def read_vocab(path) -> int:
     """Size of the vocabulary in `path` after checking its special tokens."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file (expected one token per line, starting {' '.join(SPECIALS)})")
-    tokens = path.read_text(encoding="utf-8").splitlines()
-    if not tokens:
-        raise DataError(f"{path}: empty file (expected one token per line, starting {' '.join(SPECIALS)})")
+    tokens = _nonempty_lines(path, f"one token per line, starting {' '.join(SPECIALS)}")
     if tuple(tokens[:4]) != SPECIALS:
         raise DataError(f"{path}: the first four tokens must be {' '.join(SPECIALS)} "
                         f"(got {' '.join(tokens[:4])})")
@@ -51,11 +57,7 @@ def read_vocab(path) -> int:
 def read_ids(path, vocab_size: int) -> list:
     """Every line of `path` as an int32 array of ids in [0, vocab_size)."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file (expected token ids, one sentence per line)")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    if not lines:
-        raise DataError(f"{path}: empty file (expected token ids, one sentence per line)")
+    lines = _nonempty_lines(path, "token ids, one sentence per line")
     sentences = []
     for number, line in enumerate(lines, 1):
         try:
