@@ -3,7 +3,6 @@ processes, generator output, the pipe, and the `fleetbench data` command lines."
 import io
 import json
 import subprocess
-import sys
 
 import pytest
 

@@ -1,8 +1,6 @@
 """fleetbench launch: argument lists, and real fault runs (gloo jobs whose chosen rank fails)."""
-import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 

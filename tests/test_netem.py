@@ -1,9 +1,7 @@
 """fleetbench cluster: pure parsers and planning, and (as root) a real cluster up/status/down."""
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest

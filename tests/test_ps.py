@@ -10,7 +10,6 @@ import re
 import signal
 import socket
 import subprocess
-from pathlib import Path
 
 import pytest
 

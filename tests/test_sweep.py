@@ -9,8 +9,8 @@ import uuid
 import pytest
 import yaml
 
-from fleetbench import launch, netem, results, sweep
-from util import PYTHON, REPO, env, records
+from fleetbench import launch, netem, sweep
+from util import PYTHON, env, records
 
 TINY = {"steps": 4, "warmup_steps": 1, "log_every": 1}  # resnet50 tiny, cut to seconds
 
