@@ -18,7 +18,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fleetbench import config, timing, usable_cores  # noqa: E402
+from fleetbench import usable_cores  # noqa: E402
+from fleetbench.measure import config, timing  # noqa: E402
 
 
 def launch(nproc, script_args, log_dir, threads):

@@ -31,7 +31,8 @@ MIN_LINES = 100000  # the sustained rates read the preset's files again until th
 sys.path.insert(0, str(REPO))
 
 import fleetbench  # noqa: E402,F401
-from fleetbench import config, ps  # noqa: E402
+from fleetbench.measure import config  # noqa: E402
+from fleetbench.train import ps  # noqa: E402
 
 
 def script(benchmark):

@@ -12,7 +12,8 @@ from paddle import nn
 from paddle.nn import functional as F
 
 from datasets import bert
-from fleetbench import config, loop
+from fleetbench.measure import config
+from fleetbench.train import loop
 
 
 @dataclasses.dataclass

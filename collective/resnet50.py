@@ -10,8 +10,7 @@ import dataclasses
 
 import paddle
 
-from datasets import images
-from fleetbench import loop
+from fleetbench.train import images, loop
 
 
 @dataclasses.dataclass

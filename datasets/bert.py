@@ -25,16 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetbench.config import ConfigError
+from datasets import DataError
 
 PAD, CLS, SEP, MASK = 0, 1, 2, 3  # special ids of generated data; words are ids >= FIRST_WORD
 FIRST_WORD = 4
 INT_KEYS = ("input_ids", "segment_ids", "masked_positions", "masked_labels", "next_sentence_labels")
 KEYS = INT_KEYS + ("masked_weights", "vocab_size")
 
-
-class DataError(ConfigError):
-    """Malformed data file; str(err) is one line that names the file (a bad `data.path` value)."""
 
 
 def generate(n, seq_len, vocab_size, max_predictions, seed=0, short_seq_prob=0.1) -> dict:

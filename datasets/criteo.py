@@ -27,6 +27,8 @@ import sys
 import zlib
 from pathlib import Path
 
+from datasets import append_counts
+
 NUM_DENSE = 13
 NUM_SPARSE = 26
 NUM_FIELDS = 1 + NUM_DENSE + NUM_SPARSE
@@ -205,17 +207,6 @@ def pipe(stdin, stdout, buckets: int, stats_path=None) -> dict:
     if stats_path:
         append_counts(stats_path, counts)
     return counts
-
-
-def append_counts(path: str, counts: dict) -> None:
-    """A pipe's counts at the end of its input, for fleetbench.ps.read_pipe_counts: one JSON line
-    in one O_APPEND write (the pipes of a worker's threads share the file). Kept here, not in
-    fleetbench.ps, so a pipe process (one per file) starts without importing the driver."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, (json.dumps(counts) + "\n").encode())
-    finally:
-        os.close(fd)
 
 
 # ------------------------------------------------------------------ synthetic generator

@@ -7,61 +7,17 @@ Two sources, the same batches for the loop:
 - an ImageNet-style folder (one sub-folder of JPEG/PNG files per class), decoded and augmented by
   `paddle.io.DataLoader` worker processes and sharded across ranks by DistributedBatchSampler.
 
-`ImageConfig` and `workload` are what the CNN scripts share: the data settings, their checks,
-and the classification workload (batches + cross entropy) over a model and optimizer they declare.
+The CNN scripts' shared config and workload live with the training code (fleetbench.train.images).
 `write_image_folder` writes a small folder of real JPEG files in that layout for tests and demos.
 """
-import dataclasses
 import os
 from pathlib import Path
 
 import numpy as np
 
-from fleetbench import config
-
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp")
 IMAGENET_MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 IMAGENET_STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
-
-
-@dataclasses.dataclass
-class ImageConfig(config.CollectiveConfig):
-    """Image-classification settings; defaults are FleetX's: 224x224, batch 32 per device, fp32."""
-
-    image_size: int = 224
-    num_classes: int = 1000  # taken from the folder when data.path is set
-    data_format: str = "NCHW"
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
-    synthetic_batches: int = 8  # distinct in-memory batches per rank, cycled
-    synthetic_noise: float = 1.0  # noise scale around each class template (template scale is 1)
-
-    def validate(self):
-        super().validate()
-        if self.data_format not in ("NCHW", "NHWC"):
-            raise config.ConfigError(f"config key 'data_format' must be NCHW or NHWC (got {self.data_format!r})")
-        if self.data.path is not None:
-            try:
-                self.num_classes = check_image_folder(self.data.path)
-            except ValueError as err:
-                raise config.ConfigError(str(err)) from None
-
-
-def workload(cfg: ImageConfig, model, optimizer):
-    """The classification workload: this rank's batches and cross entropy over `model`."""
-    import paddle
-
-    from fleetbench import loop
-
-    if cfg.data.path:
-        batches = folder_loader(cfg.data.path, cfg.batch_size, cfg.image_size, cfg.data_format,
-                                cfg.data.num_workers, cfg.seed)
-    else:
-        batches = synthetic_batches(cfg.synthetic_batches, cfg.batch_size, cfg.image_size, cfg.num_classes,
-                                    cfg.data_format, cfg.seed, paddle.distributed.get_rank(), cfg.synthetic_noise)
-    cross_entropy = paddle.nn.CrossEntropyLoss()
-    return loop.Workload(model=set_data_format(model, cfg.data_format), optimizer=optimizer, batches=batches,
-                         unit="images/s", loss_fn=lambda net, batch: cross_entropy(net(batch[0]), batch[1]))
 
 
 def synthetic_batches(num_batches, batch_size, image_size, num_classes, data_format, seed, rank, noise=1.0):
@@ -73,8 +29,9 @@ def synthetic_batches(num_batches, batch_size, image_size, num_classes, data_for
     batches = []
     for _ in range(num_batches):
         labels = rng.integers(0, num_classes, size=batch_size)
-        noise = noise * rng.standard_normal((batch_size, 3, image_size, image_size))
-        images = (templates[labels] + noise).astype("float32")
+        # a fresh draw scaled by `noise` for every batch (the scale itself is never overwritten)
+        images = (templates[labels] + noise * rng.standard_normal((batch_size, 3, image_size, image_size)))
+        images = images.astype("float32")
         if data_format == "NHWC":
             images = np.ascontiguousarray(images.transpose(0, 2, 3, 1))
         batches.append((paddle.to_tensor(images), paddle.to_tensor(labels.astype("int64")[:, None])))

@@ -23,15 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetbench.config import ConfigError
+from datasets import DataError
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
 FILES = ("vocab.txt", "train.src", "train.tgt")
 
-
-class DataError(ConfigError):
-    """Malformed data; str(err) is one line that names the file (a bad `data.path` value)."""
 
 
 def _nonempty_lines(path: Path, expected: str) -> list:

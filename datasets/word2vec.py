@@ -274,7 +274,7 @@ def pipe(stdin, stdout, counts, window=5, neg=5, sample=1e-3, seed=0, stats_path
     stdout.flush()
     stats["words_unsent"] = carry
     if stats_path:
-        from datasets.criteo import append_counts
+        from datasets import append_counts
         append_counts(stats_path, stats)
     return stats
 

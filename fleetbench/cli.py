@@ -8,12 +8,12 @@ import signal
 import sys
 
 SUBCOMMANDS = {
-    "env": ("fleetbench.env", "environment report (Paddle, CUDA, GPUs, CPU, memory, NICs)"),
-    "topo": ("fleetbench.topology", "parse and analyse `nvidia-smi topo -m`"),
-    "report": ("fleetbench.plot", "charts and README tables from stored results"),
-    "launch": ("fleetbench.launch", "run a script under Paddle's launcher with timeouts and fault reports"),
-    "sweep": ("fleetbench.sweep", "run a matrix of benchmark cells with repeats"),
-    "cluster": ("fleetbench.netem", "emulated multi-node cluster in network namespaces"),
+    "env": ("fleetbench.machine.env", "environment report (Paddle, CUDA, GPUs, CPU, memory, NICs)"),
+    "topo": ("fleetbench.machine.topology", "parse and analyse `nvidia-smi topo -m`"),
+    "report": ("fleetbench.report.plot", "charts and README tables from stored results"),
+    "launch": ("fleetbench.cluster.launch", "run a script under Paddle's launcher with timeouts and fault reports"),
+    "sweep": ("fleetbench.cluster.sweep", "run a matrix of benchmark cells with repeats"),
+    "cluster": ("fleetbench.cluster.netem", "emulated multi-node cluster in network namespaces"),
     "data": ("datasets.cli", "generate and validate data sets"),
 }
 

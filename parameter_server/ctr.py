@@ -12,7 +12,7 @@ import fleetbench  # noqa: F401  (first: sets OpenMP threads before paddle start
 import dataclasses
 
 from datasets import criteo
-from fleetbench import ps
+from fleetbench.train import ps
 
 
 @dataclasses.dataclass

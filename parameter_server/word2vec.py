@@ -15,7 +15,8 @@ import dataclasses
 from typing import Optional
 
 from datasets import word2vec
-from fleetbench import config, ps
+from fleetbench.measure import config
+from fleetbench.train import ps
 
 
 @dataclasses.dataclass

@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from fleetbench import config
+from fleetbench.measure import config
 
 
 @dataclasses.dataclass

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetbench import env
+from fleetbench.machine import env
 
 REPO = Path(__file__).resolve().parents[1]
 TOP_KEYS = {"python", "paddle", "nvidia_driver", "gpus", "gpu_count", "cpu", "memory", "os", "nics",
@@ -112,7 +112,7 @@ def test_a_failing_reader_never_raises(monkeypatch):
 
 def test_collect_does_not_import_paddle():
     """Importing paddle costs about the whole time budget of collect(); the version file is enough."""
-    code = "import sys, fleetbench.env as e; r = e.collect(); print(r['paddle']['version'], 'paddle' in sys.modules)"
+    code = "import sys, fleetbench.machine.env as e; r = e.collect(); print(r['paddle']['version'], 'paddle' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [metadata.version("paddlepaddle"), "False"]
@@ -218,7 +218,7 @@ def test_fleetbench_env_subcommand():
 
 
 def test_result_records_carry_env_and_topology():
-    results = pytest.importorskip("fleetbench.results")
+    results = pytest.importorskip("fleetbench.measure.results")
     record = results.make_record(benchmark="resnet50", mode="collective", method="allreduce", preset="tiny",
                                  config={"batch_size": 2}, nodes=1, devices_per_node=1, world_size=1,
                                  metrics=None, error="env block test")

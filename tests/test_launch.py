@@ -6,7 +6,8 @@ import uuid
 
 import pytest
 
-from fleetbench import launch, results
+from fleetbench.cluster import launch
+from fleetbench.measure import results
 from util import PYTHON, REPO, env, records
 
 FAULT_SCRIPT = str(REPO / "tests" / "scripts" / "fault_rank.py")
@@ -72,7 +73,7 @@ def test_job_shape():
 
 
 def test_progress_lines_are_the_timing_log_format():
-    from fleetbench.timing import log_line
+    from fleetbench.measure.timing import log_line
 
     assert launch.progress_step(log_line(40, 100, 2.31, 1234.5, "images/s", 0.05, 0.001)) == (40, 100)
     assert launch.progress_step('FLEETBENCH_RESULT {"a": 1}') == (None, None)

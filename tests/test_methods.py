@@ -29,7 +29,8 @@ def probe(out_dir: Path, batch_size: int) -> None:
     import fleetbench  # noqa: F401
     import paddle
     import paddle.distributed as dist
-    from fleetbench import config, loop, methods
+    from fleetbench.measure import config
+    from fleetbench.train import loop, methods
 
     path = Path(__file__).resolve().parents[1] / "collective/bert_large.py"
     spec = importlib.util.spec_from_file_location("bert_large", path)
@@ -217,7 +218,8 @@ def test_two_ranks_match_one_rank_with_the_same_global_batch(runs, method):
     (dict(method="fp16_allreduce", amp="fp16"), "cannot be combined with method=fp16_allreduce"),
 ])
 def test_bad_method_settings_are_one_line_config_errors(changes, expected):
-    from fleetbench import config, methods
+    from fleetbench.measure import config
+    from fleetbench.train import methods
 
     cfg = config.CollectiveConfig(warmup_steps=4, steps=12)
     for key, value in changes.items():

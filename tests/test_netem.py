@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from fleetbench import netem
+from fleetbench.cluster import netem
 
 # `tc -s qdisc show` as printed on this machine for a shaped veth, and for a tbf+netem pair.
 TBF_TEXT = """qdisc tbf 8003: root refcnt 3 rate 1Gbit burst 250000b lat 50ms 

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import yaml
 
-from fleetbench import netem
+from fleetbench.cluster import netem
 from util import PYTHON, REPO, env, records
 
 PROBLEM = netem.requirements_problem()

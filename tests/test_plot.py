@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetbench import plot, results
+from fleetbench.report import plot
+from fleetbench.measure import results
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "results" / "reference" / "ddl-benchmarks-2020-05-29.jsonl"

@@ -7,7 +7,8 @@ import threading
 import pytest
 
 from datasets import criteo
-from fleetbench import config, ps
+from fleetbench.measure import config
+from fleetbench.train import ps
 
 
 def test_shards_are_disjoint_and_cover_every_file():

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from fleetbench import results
-from fleetbench.results import RecordError
+from fleetbench.measure import results
+from fleetbench.measure.results import RecordError
 
 
 def run(world=1, throughput=10.0, method="allreduce", network=None, nodes=1, error=None,

@@ -9,7 +9,7 @@ import uuid
 import pytest
 import yaml
 
-from fleetbench import launch, netem, sweep
+from fleetbench.cluster import launch, netem, sweep
 from util import PYTHON, env, records
 
 TINY = {"steps": 4, "warmup_steps": 1, "log_every": 1}  # resnet50 tiny, cut to seconds

@@ -1,7 +1,7 @@
 """Timing rules on a fake clock: warm-up excluded, windows synced at their edges, repeat statistics."""
 import pytest
 
-from fleetbench.timing import WindowTimer, log_line, summarize
+from fleetbench.measure.timing import WindowTimer, log_line, summarize
 
 
 class FakeClock:

@@ -13,7 +13,7 @@ import re
 import sys
 import uuid
 
-from fleetbench import results
+from fleetbench.measure import results
 
 NAME = "ddl-benchmarks-2020-05-29"
 CITATION = ("HKBU-HPML/ddl-benchmarks, results/2020-05-29/README.md (Shi et al., "

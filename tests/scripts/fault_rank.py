@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from fleetbench.timing import log_line
+from fleetbench.measure.timing import log_line
 
 rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
 world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))

@@ -38,11 +38,10 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 import fleetbench
-from fleetbench import config
+from fleetbench.measure import config, registry
 
 MODES = ("sync", "async", "geo")
 DATASETS = ("InMemoryDataset", "QueueDataset")
-REPO_ROOT = Path(__file__).resolve().parents[1]
 # Why mode=sync is refused: measured on paddlepaddle 2.6.2 (CPU), evidence in docs/ps.md.
 SYNC_REFUSAL = (
     "config key 'mode' is 'sync', which Paddle 2.6.2's CPU parameter server cannot run: its sync "
@@ -109,7 +108,7 @@ def shard(files: list, worker: int, workers: int) -> list:
 
 def pipe_command(module: str, *args) -> str:
     """`python -m MODULE args` with the repository importable, for Dataset.set_pipe_command."""
-    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
+    path = os.pathsep.join(p for p in (str(registry.REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
     words = [sys.executable, "-m", module, *map(str, args)]
     return f"PYTHONPATH={shlex.quote(path)} " + " ".join(shlex.quote(w) for w in words)
 
@@ -422,7 +421,7 @@ class StepMeter:
         loss = win["loss"] / max(win["rows"], 1)
         self.loss_first = loss if self.loss_first is None else self.loss_first
         self.loss_last = loss
-        from fleetbench.timing import log_line
+        from fleetbench.measure.timing import log_line
         say(log_line(self.step, self.total_hint, loss, win["units"] / elapsed, self.unit,
                      elapsed / max(win["steps"], 1), math.nan))
         self.window = self._empty_window(now)
@@ -568,7 +567,7 @@ def report(benchmark, cfg, args, role, work, meter, raw, worker, workers, gloo) 
     """Reduce every worker's figures (sums; the slowest window) and, on worker 0, store them."""
     import numpy as np
     from paddle.distributed import fleet
-    from fleetbench import results
+    from fleetbench.measure import results
     sums = gloo.sum([raw["examples"], raw["units"], raw["loss_sum"], raw["steps"], raw["loss_first"],
                      raw["loss_last"], raw["pipe"].get("valid", 0), raw["pipe"].get("invalid", 0)])
     maxes = gloo.max([raw["elapsed_s"], raw["load_s"], peak_memory_mib()])
@@ -595,7 +594,7 @@ def fail_together(errors: list, worker, gloo, benchmark, args, cfg, role) -> boo
     failed run (worker 0, unless supervised), end the job cleanly everywhere. False when there is nothing to do."""
     if not errors:
         return False
-    from fleetbench import results
+    from fleetbench.measure import results
     for line in errors:
         say(f"error: {line}")
     # Under `fleetbench launch` the supervisor stores the failure, naming the rank that failed
@@ -636,7 +635,7 @@ def metrics(cfg, work: Workload, t: dict, rank_elapsed: list, workers: int, auc)
 
 def record_for(benchmark, preset, cfg, role, figures, error):
     import paddle
-    from fleetbench import results
+    from fleetbench.measure import results
     resolved = config.to_dict(cfg)
     resolved["runtime"] = {"threads": fleetbench.threads_info(), "paddle": paddle.__version__,
                            "servers": len(role["servers"]), "workers": role["workers"]}

@@ -14,8 +14,7 @@ from typing import Any, Optional
 
 import yaml
 
-PRESET_DIR = Path(__file__).resolve().parent / "presets"
-DEFAULT_RESULTS = "results/runs.jsonl"
+from fleetbench.measure.registry import DEFAULT_RESULTS, PRESET_DIR
 
 
 class ConfigError(ValueError):
@@ -61,7 +60,7 @@ class BenchConfig:
 
 @dataclasses.dataclass
 class CollectiveConfig(BenchConfig):
-    # Gradient communication method, see fleetbench.methods and the README's table.
+    # Gradient communication method, see fleetbench.train.methods and the README's table.
     method: str = "mgwfbp"
     comm_buffer_mb: float = 25.0  # bucket size for mgwfbp (Paddle's DataParallel comm_buffer_size)
     grad_merge_steps: int = 4  # micro-steps per all-reduce for method=grad_merge
@@ -188,7 +187,12 @@ def build(benchmark: str, cls, preset: str = "full", sets=()):
         if not sep or not key:
             raise ConfigError(f"--set: expected key=value (got {item!r})")
         assign(cfg, key.strip(), raw.strip())
-    cfg.validate()
+    try:
+        cfg.validate()
+    except ConfigError:
+        raise
+    except ValueError as err:  # a data reader's one-line error (datasets.DataError) found by a check
+        raise ConfigError(str(err)) from None
     return cfg
 
 

@@ -2,7 +2,7 @@
 the per-window log line, and repeat statistics.
 
 Throughput itself (global samples over the slowest rank's wall time) is reduced across ranks by the
-caller (fleetbench.loop, fleetbench.ps), which owns the communicator.
+caller (fleetbench.train.loop, fleetbench.train.ps), which owns the communicator.
 """
 import math
 import statistics

@@ -35,12 +35,12 @@ import time
 
 import yaml
 
-from fleetbench import launch, netem, results
+from fleetbench.cluster import launch, netem
+from fleetbench.measure import registry, results
 
-REPO_ROOT = launch.REPO_ROOT
-SWEEP_DIR = os.path.join(REPO_ROOT, "fleetbench", "presets", "sweeps")
-SCRIPT_DIRS = {"collective": "collective", "ps": "parameter_server"}
-METHOD_KEY = {"collective": "method", "ps": "mode"}  # config key that holds the method
+REPO_ROOT = str(registry.REPO_ROOT)
+SWEEP_DIR = str(registry.SWEEP_DIR)
+METHOD_KEY = registry.METHOD_KEY
 TOP_KEYS = {"description", "repeats", "timeout", "stall", "startup", "cells"}
 CELL_KEYS = {"benchmark", "script", "mode", "preset", "devices_per_node", "nodes", "method", "servers_workers",
              "network", "set", "repeats", "timeout", "stall", "startup"}
@@ -114,16 +114,15 @@ def load_spec(path):
 
 
 def find_script(benchmark, script=None, root=REPO_ROOT):
-    """(path, mode) of a benchmark's script: collective/<b>.py or parameter_server/<b>.py."""
+    """(path, family) of a registered benchmark; with `script:` a file of the benchmark's family
+    (a variant of it); (None, None) when there is none."""
+    bench = registry.BENCHMARKS.get(benchmark)
+    if bench is None:
+        return None, None
     if script:
         path = script if os.path.isabs(script) else os.path.join(root, script)
-        mode = "ps" if os.path.basename(os.path.dirname(path)) == SCRIPT_DIRS["ps"] else "collective"
-        return (path, mode) if os.path.exists(path) else (None, None)
-    for mode, directory in SCRIPT_DIRS.items():
-        path = os.path.join(root, directory, f"{benchmark}.py")
-        if os.path.exists(path):
-            return path, mode
-    return None, None
+        return (path, bench.family) if os.path.exists(path) else (None, None)
+    return str(bench.path), bench.family
 
 
 def _axis(value):
@@ -146,9 +145,9 @@ def expand(spec, where="sweep", root=REPO_ROOT):
         script, mode = find_script(group["benchmark"], group.get("script"), root)
         if script is None:
             raise SweepError(f"{at}: no script for benchmark {group['benchmark']!r} "
-                             f"(looked for collective/ and parameter_server/{group['benchmark']}.py)")
+                             f"(registered: {', '.join(registry.BENCHMARKS)})")
         mode = group.get("mode", mode)
-        if mode not in SCRIPT_DIRS:
+        if mode not in METHOD_KEY:
             raise SweepError(f"{at}: mode {mode!r}: expected collective or ps")
         sets = group.get("set") or {}
         if not isinstance(sets, dict):
@@ -489,7 +488,7 @@ def _parser():
     p = argparse.ArgumentParser(prog="fleetbench sweep", description="Run a matrix of benchmark cells.")
     p.add_argument("file", nargs="?", help="sweep file (YAML)")
     p.add_argument("--preset", help=f"a sweep from {os.path.relpath(SWEEP_DIR, REPO_ROOT)}/NAME.yaml")
-    p.add_argument("--results", default=results.DEFAULT_PATH, help=f"results file (default {results.DEFAULT_PATH})")
+    p.add_argument("--results", default=registry.DEFAULT_RESULTS, help=f"results file (default {registry.DEFAULT_RESULTS})")
     p.add_argument("--repeats", type=int, help="override every cell's repeats")
     p.add_argument("--log-dir", default=None, help="where run logs go (default log/sweep-<name>)")
     p.add_argument("--cluster-name", default=netem.DEFAULT_PREFIX, help="emulated cluster name prefix (default fb)")

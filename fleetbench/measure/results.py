@@ -17,10 +17,9 @@ import subprocess
 import sys
 import uuid
 
-from fleetbench.timing import summarize
+from fleetbench.measure.timing import summarize
 
 SCHEMA = 1
-DEFAULT_PATH = "results/runs.jsonl"
 MODES = ("collective", "ps")
 UNITS = ("images/s", "tokens/s", "samples/s", "words/s", "examples/s")
 # A record with `source` set was not measured here (e.g. a published table); see docs/results.md.
@@ -86,7 +85,7 @@ def make_record(*, benchmark: str, mode: str, method: str, preset: str | None, c
 
 
 def _collect_env() -> tuple[dict, dict | None]:
-    from fleetbench import env, topology  # lazy: collecting the environment runs tools
+    from fleetbench.machine import env, topology  # lazy: collecting the environment runs tools
     return env.collect(), topology.detect_for_record()
 
 

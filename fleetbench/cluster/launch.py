@@ -38,8 +38,9 @@ import subprocess
 import time
 import uuid
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PRESET_DIR = os.path.join(REPO_ROOT, "fleetbench", "presets")
+from fleetbench.measure import registry
+
+REPO_ROOT = str(registry.REPO_ROOT)
 JOB_ENV = "FLEETBENCH_JOB_ID"
 WRAPPER_FLAG = "--fleetbench-rank-wrapper"
 
@@ -642,9 +643,8 @@ class RunIdentity:
 
 
 def is_benchmark(script):
-    """fleetbench benchmark scripts have presets and a side-effect-free `--check`."""
-    stem = os.path.splitext(os.path.basename(script))[0]
-    return os.path.exists(os.path.join(PRESET_DIR, f"{stem}.yaml"))
+    """Registered benchmark scripts have presets and a side-effect-free `--check`."""
+    return registry.for_script(script) is not None
 
 
 def check_config(script, script_args, env, timeout=120):
@@ -659,7 +659,7 @@ def check_config(script, script_args, env, timeout=120):
 
 
 def identity_for(args, config=None, network=None):
-    stem = os.path.splitext(os.path.basename(args.script))[0]
+    stem = registry.name_for_script(args.script)
     mode, nodes, per_node, world = job_shape(args)
     if config is None:
         config = {"script": args.script, "script_args": args.script_args}
@@ -669,7 +669,7 @@ def identity_for(args, config=None, network=None):
 
 
 def failure_record(identity, outcome):
-    from fleetbench import results
+    from fleetbench.measure import results
 
     return results.make_record(
         benchmark=identity.benchmark, mode=identity.mode, method=identity.method, preset=identity.preset,
@@ -724,7 +724,7 @@ def cli(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
-    from fleetbench import results
+    from fleetbench.measure import results
 
     try:
         args = parse_argv(argv)
@@ -748,7 +748,7 @@ def cli(argv):
         return 0
     if outcome.status == "interrupted":  # cancelled by the user: not a result of the benchmark
         return 130
-    path = args.script_flag("--results", results.DEFAULT_PATH)
+    path = args.script_flag("--results", registry.DEFAULT_RESULTS)
     results.append(path, failure_record(identity, outcome))
     print(f"fleetbench launch: failure recorded in {path}", file=sys.stderr)
     return 1

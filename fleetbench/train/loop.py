@@ -17,8 +17,9 @@ import paddle.distributed as dist
 from paddle.distributed import fleet
 
 import fleetbench
-from fleetbench import config, methods, results
-from fleetbench.timing import WindowTimer, log_line
+from fleetbench.measure import config, results
+from fleetbench.train import methods
+from fleetbench.measure.timing import WindowTimer, log_line
 
 
 @dataclasses.dataclass

@@ -22,7 +22,7 @@ matplotlib.use("Agg")  # before anything imports pyplot: no display, determinist
 from matplotlib.figure import Figure  # noqa: E402  (after use())
 from matplotlib.patches import Patch  # noqa: E402
 
-from fleetbench import results  # noqa: E402
+from fleetbench.measure import results  # noqa: E402
 
 BEGIN = "<!-- fleetbench:results:begin -->"
 END = "<!-- fleetbench:results:end -->"

@@ -21,7 +21,7 @@ from paddle.distributed import fleet
 from paddle.distributed.fleet.utils.hybrid_parallel_util import fused_allreduce_gradients
 from paddle.distributed.parallel import _split_tensors, build_groups
 
-from fleetbench.amp import Precision
+from fleetbench.train.amp import Precision
 
 METHODS = {
     "bsp": "backward completes, then all gradients are all-reduced in fused buckets (no overlap)",
@@ -39,7 +39,7 @@ LAST_BUCKET_MB = 1.0
 
 
 def check(cfg) -> None:
-    from fleetbench.config import ConfigError
+    from fleetbench.measure.config import ConfigError
 
     if cfg.method not in METHODS:
         raise ConfigError(f"config key 'method' must be one of {', '.join(METHODS)} (got {cfg.method!r})")

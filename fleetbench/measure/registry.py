@@ -1,0 +1,67 @@
+"""The benchmark registry: every benchmark fleetbench knows, and where the repository's parts live.
+
+Adding a benchmark is one script plus one line in BENCHMARKS (and its presets file). Sweeps,
+`fleetbench launch`, the scripts' own command line and the report find benchmarks here and
+nowhere else. Imports nothing heavy: the launcher and the report read it without paddle.
+"""
+import dataclasses
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PRESET_DIR = REPO_ROOT / "fleetbench" / "presets"
+SWEEP_DIR = PRESET_DIR / "sweeps"
+DEFAULT_RESULTS = "results/runs.jsonl"
+FAMILIES = ("collective", "ps", "comm")  # the record's `mode`
+METHOD_KEY = {"collective": "method", "ps": "mode", "comm": "op"}  # config key a sweep's `method` sets
+
+
+@dataclasses.dataclass(frozen=True)
+class Benchmark:
+    name: str
+    script: str  # relative to REPO_ROOT
+    family: str  # one of FAMILIES
+    unit: str  # what metrics.throughput counts
+
+    @property
+    def path(self) -> Path:
+        return REPO_ROOT / self.script
+
+    @property
+    def presets(self) -> Path:
+        return PRESET_DIR / f"{self.name}.yaml"
+
+
+BENCHMARKS = {b.name: b for b in (
+    Benchmark("resnet50", "collective/resnet50.py", "collective", "images/s"),
+    Benchmark("vgg16", "collective/vgg16.py", "collective", "images/s"),
+    Benchmark("bert_large", "collective/bert_large.py", "collective", "tokens/s"),
+    Benchmark("transformer", "collective/transformer.py", "collective", "tokens/s"),
+    Benchmark("ctr", "parameter_server/ctr.py", "ps", "examples/s"),
+    Benchmark("word2vec", "parameter_server/word2vec.py", "ps", "words/s"),
+)}
+
+
+class UnknownBenchmark(ValueError):
+    """str(err) is one line naming the benchmark and the known ones."""
+
+
+def get(name: str) -> Benchmark:
+    if name not in BENCHMARKS:
+        raise UnknownBenchmark(f"unknown benchmark {name!r} (known: {', '.join(BENCHMARKS)})")
+    return BENCHMARKS[name]
+
+
+def for_script(script) -> Benchmark | None:
+    """The registered benchmark a script path is, or None (a user's own script)."""
+    try:
+        resolved = Path(script).resolve()
+    except OSError:
+        return None
+    return next((b for b in BENCHMARKS.values() if b.path == resolved), None)
+
+
+def name_for_script(script) -> str:
+    """A script's registered name, else its file's stem (a script outside the registry, such as
+    a test's own probe, still gets records named after it)."""
+    bench = for_script(script)
+    return bench.name if bench else Path(script).stem
