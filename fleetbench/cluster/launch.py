@@ -41,7 +41,7 @@ import uuid
 from fleetbench.measure import registry
 
 REPO_ROOT = str(registry.REPO_ROOT)
-JOB_ENV = "FLEETBENCH_JOB_ID"
+JOB_ENV = registry.JOB_ENV
 WRAPPER_FLAG = "--fleetbench-rank-wrapper"
 
 # Flags of Paddle 2.6.2's launcher (paddle/distributed/launch/context/args_envs.py) and of the

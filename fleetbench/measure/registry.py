@@ -11,6 +11,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PRESET_DIR = REPO_ROOT / "fleetbench" / "presets"
 SWEEP_DIR = PRESET_DIR / "sweeps"
 DEFAULT_RESULTS = "results/runs.jsonl"
+# Set by `fleetbench launch` in every process of a supervised job: the job is found by it, and a
+# rank under supervision leaves the failure record to the supervisor (one record per run).
+JOB_ENV = "FLEETBENCH_JOB_ID"
 FAMILIES = ("collective", "ps", "comm")  # the record's `mode`
 METHOD_KEY = {"collective": "method", "ps": "mode", "comm": "op"}  # config key a sweep's `method` sets
 
