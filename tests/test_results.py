@@ -109,6 +109,34 @@ def test_torn_last_line_is_reported_skipped_and_set_aside_on_next_append(tmp_pat
     assert (tmp_path / "runs.jsonl.torn").read_bytes() == torn + b"\n"
 
 
+def test_a_valid_last_record_without_newline_is_kept_on_the_next_append(tmp_path, capsys):
+    path = tmp_path / "runs.jsonl"
+    first, second, third = run(throughput=1.0), run(throughput=2.0), run(throughput=3.0)
+    # a file edited by hand or concatenated: the last record is complete, only its newline is missing
+    path.write_text(results.dumps(first) + "\n" + results.dumps(second))
+    assert results.load([str(path)]) == [first, second]
+    results.append(str(path), third)
+    assert results.load([str(path)]) == [first, second, third]
+    assert not (tmp_path / "runs.jsonl.torn").exists()
+    assert "torn" not in capsys.readouterr().err
+    assert path.read_bytes().endswith(b"}\n") and path.read_bytes().count(b"\n") == 3
+
+
+def test_emit_prints_the_record_before_storing_and_names_the_path_when_it_cannot_store(
+        tmp_path, capsys):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    path = blocker / "runs.jsonl"  # its parent is a file: the append must fail
+    record = run()
+    with pytest.raises(OSError) as caught:
+        results.emit(str(path), record)
+    assert isinstance(caught.value, results.StoreError)
+    message = str(caught.value)
+    assert str(path) in message and "FLEETBENCH_RESULT" in message and "\n" not in message
+    out = capsys.readouterr().out.strip()  # the record is not lost: it is in the log
+    assert json.loads(out[len(results.RESULT_PREFIX):]) == record
+
+
 def test_a_bad_line_before_the_last_is_an_error_not_a_tear(tmp_path):
     path = tmp_path / "runs.jsonl"
     write_lines(path, [results.dumps(run()), '{"schema": 1, "id": ', results.dumps(run())])

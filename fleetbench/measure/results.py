@@ -189,8 +189,9 @@ def dumps(record: dict) -> str:
 def append(path: str, record: dict) -> None:
     """Validate, then add `record` to `path` as one line in one write, flushed and fsynced.
 
-    A torn last line left by an earlier crash is moved to `<path>.torn` first (kept, not
-    deleted), so the new line does not get glued to it.
+    A last line without its newline is completed first: a line that parses (a file edited by hand
+    or concatenated) gets its newline and stays; a torn one left by an earlier crash is moved to
+    `<path>.torn` (kept, not deleted). Either way the new line is not glued to it.
     """
     validate(record, f"{path}: new record")
     data = (dumps(record) + "\n").encode()
@@ -200,27 +201,34 @@ def append(path: str, record: dict) -> None:
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # concurrent writers must not see each other's half lines
-        _set_aside_torn_tail(fd, path)
+        _complete_last_line(fd, path)
         os.write(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
 
 
-def _set_aside_torn_tail(fd: int, path: str) -> None:
+def _last_line_start(fd: int, size: int) -> int:
+    """Offset just after the last newline of the file (0 when it has none)."""
+    start = size
+    while start > 0:  # scan back in chunks: a record can be long
+        chunk_start = max(0, start - 65536)
+        cut = os.pread(fd, start - chunk_start, chunk_start).rfind(b"\n")
+        if cut >= 0:
+            return chunk_start + cut + 1
+        start = chunk_start
+    return 0
+
+
+def _complete_last_line(fd: int, path: str) -> None:
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
         return
-    start = size
-    while start > 0:  # scan back to the last newline in chunks
-        chunk_start = max(0, start - 65536)
-        chunk = os.pread(fd, start - chunk_start, chunk_start)
-        cut = chunk.rfind(b"\n")
-        if cut >= 0:
-            start = chunk_start + cut + 1
-            break
-        start = chunk_start
+    start = _last_line_start(fd, size)
     tail = os.pread(fd, size - start, start)
+    if _parses(tail):  # the same test `load` applies: a line that parses is a record, not a tear
+        os.write(fd, b"\n")
+        return
     with open(path + ".torn", "ab") as side:
         side.write(tail + b"\n")
         side.flush()
@@ -230,10 +238,31 @@ def _set_aside_torn_tail(fd: int, path: str) -> None:
           f"interrupted write) to {path}.torn", file=sys.stderr)
 
 
+def _parses(raw: bytes) -> bool:
+    try:
+        json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return True
+
+
+class StoreError(OSError):
+    """A result could not be appended to its store; the message names the store and says where
+    the record is kept instead (the FLEETBENCH_RESULT line printed before the append)."""
+
+
 def emit(path: str, record: dict) -> None:
-    """Print the record for log scrapers (`FLEETBENCH_RESULT {json}`) and append it to `path`."""
+    """Print the record (`FLEETBENCH_RESULT {json}`), then append it to `path`.
+
+    The line is printed first so that a store that cannot be written never loses the result: it
+    stays in the rank's log, and the StoreError raised says so.
+    """
     print(RESULT_PREFIX + dumps(record), flush=True)
-    append(path, record)
+    try:
+        append(path, record)
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot append the result ({exc.strerror or exc}); the record is "
+                         f"kept in this rank's log as the {RESULT_PREFIX.strip()} line") from exc
 
 
 def load(paths) -> list[dict]:
