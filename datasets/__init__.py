@@ -16,3 +16,38 @@ def append_counts(path: str, counts: dict) -> None:
         os.write(fd, (json.dumps(counts) + "\n").encode())
     finally:
         os.close(fd)
+
+
+class Batches:
+    """Re-iterable: each pass is one epoch of this rank's slices of the shared global batches.
+
+    `arrays` maps names to arrays of equal length (one row per example). Each epoch draws one
+    permutation shared by all ranks (seeded by seed and epoch); global batch i holds examples
+    [i*B*W, (i+1)*B*W) of it and rank r takes slice r, so W processes with B each see exactly what
+    one process with B*W sees, every rank gets the same number of batches, and the last partial
+    global batch is dropped.
+    """
+
+    def __init__(self, arrays: dict, batch_size: int, rank: int, world_size: int, seed: int, where=None,
+                 convert=lambda batch: batch):
+        self.arrays, self.batch_size, self.rank, self.world = arrays, batch_size, rank, world_size
+        self.convert = convert  # e.g. numpy -> paddle tensors, so it counts as reader time
+        self.seed, self.epoch = seed, 0
+        self.global_batch = batch_size * world_size
+        self.examples = len(next(iter(arrays.values())))
+        if self.examples < self.global_batch:
+            raise DataError(f"{where or 'synthetic data'}: {self.examples} examples are fewer "
+                            f"than one global batch ({batch_size} per rank x {world_size} ranks)")
+
+    def __len__(self):
+        return self.examples // self.global_batch
+
+    def __iter__(self):
+        import numpy as np  # here, not at the top: the Criteo pipe processes import this package
+
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(self.examples)
+        self.epoch += 1
+        for i in range(len(self)):
+            start = i * self.global_batch + self.rank * self.batch_size
+            index = order[start:start + self.batch_size]
+            yield self.convert({k: v[index] for k, v in self.arrays.items()})

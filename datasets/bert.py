@@ -15,7 +15,7 @@ masking (15% of tokens, at most P per example) and next-sentence pairing are don
 The reader checks every array against the model's vocab/sequence/prediction sizes and rejects
 malformed input with a one-line error naming the file.
 
-Batches are cut from a global order shared by all ranks: global batch i holds examples
+Batches (datasets.Batches) are cut from a global order shared by all ranks: global batch i holds examples
 [i*B*W, (i+1)*B*W) of an epoch's permutation and rank r takes slice r, so W processes with B each
 see exactly what one process with B*W sees (the methods tests rely on this).
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datasets import DataError
+from datasets import Batches, DataError  # noqa: F401  (bert.Batches: the shared batcher)
 
 PAD, CLS, SEP, MASK = 0, 1, 2, 3  # special ids of generated data; words are ids >= FIRST_WORD
 FIRST_WORD = 4
@@ -155,31 +155,6 @@ def source(path, synthetic_examples, vocab_size, seq_len, max_predictions, seed)
     arrays = generate(synthetic_examples, seq_len, vocab_size, max_predictions, seed, short_seq_prob=0.0)
     arrays.pop("vocab_size")
     return arrays
-
-
-class Batches:
-    """Re-iterable: each pass is one epoch of this rank's slices of the shared global batches."""
-
-    def __init__(self, arrays: dict, batch_size: int, rank: int, world_size: int, seed: int, where=None,
-                 convert=lambda batch: batch):
-        self.arrays, self.batch_size, self.rank, self.world = arrays, batch_size, rank, world_size
-        self.convert = convert  # e.g. numpy -> paddle tensors, so it counts as reader time
-        self.seed, self.epoch = seed, 0
-        self.global_batch = batch_size * world_size
-        if len(arrays["input_ids"]) < self.global_batch:
-            raise DataError(f"{where or 'synthetic data'}: {len(arrays['input_ids'])} examples are fewer "
-                            f"than one global batch ({batch_size} per rank x {world_size} ranks)")
-
-    def __len__(self):
-        return len(self.arrays["input_ids"]) // self.global_batch
-
-    def __iter__(self):
-        order = np.random.default_rng([self.seed, self.epoch]).permutation(len(self.arrays["input_ids"]))
-        self.epoch += 1
-        for i in range(len(self)):
-            start = i * self.global_batch + self.rank * self.batch_size
-            index = order[start:start + self.batch_size]
-            yield self.convert({k: v[index] for k, v in self.arrays.items()})
 
 
 def cli(argv=None) -> int:
