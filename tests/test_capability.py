@@ -1,0 +1,111 @@
+"""What each family, method and precision needs from the installed Paddle, checked before launch.
+
+These run on every Paddle `make test` uses (2.6.2 in .venv, the current 3.x in .venv3): each test
+asserts what that Paddle can and cannot do, so the same file proves the refusal on 3.x and the
+absence of a false refusal on 2.6.2.
+"""
+import configparser
+import subprocess
+
+import pytest
+import util
+
+from fleetbench.measure import config
+from fleetbench.train import capability
+
+CTR = "parameter_server/ctr.py"
+
+
+def paddle_release():
+    import paddle
+    return tuple(int(part) for part in paddle.__version__.split(".")[:2])
+
+
+def test_parameter_server_support_is_found_exactly_where_paddle_has_it():
+    import paddle
+    reason = capability.ps_missing()
+    if paddle_release() < (3, 0):
+        assert reason is None  # 2.6.2: DistFleetWrapper, the PS operators, the legacy static graph
+    elif paddle_release() >= (3, 1):  # 3.1.0 lacks the operators, 3.1.1+ DistFleetWrapper too
+        assert reason.startswith(f"Paddle {paddle.__version__} (CPU build) has no parameter-server support (no ")
+        assert reason.endswith("pip install -e '.[ps]'") and "\n" not in reason
+
+
+def ps_job_is_refused():
+    return capability.ps_missing() is not None
+
+
+@pytest.mark.parametrize("how", ["script", "launch"])
+def test_a_parameter_server_job_on_a_paddle_without_it_is_one_line_before_anything_starts(tmp_path, how):
+    """Acceptance (issue 14): ctr.py under 3.3.1 -> one line naming the version and the fix, exit 2,
+    nothing launched, nothing stored. On 2.6.2 the same --check passes."""
+    store = tmp_path / "r.jsonl"
+    store.write_text('{"kept": true}\n')
+    script_args = [CTR, "--preset", "tiny", "--results", store]
+    if how == "script":
+        done = util.run_script(*script_args, "--check", timeout=120)
+    elif ps_job_is_refused():  # on a PS-capable Paddle this would run a real job (test_ps.py does)
+        done = subprocess.run([util.PYTHON, "-m", "fleetbench", "launch", "--log_dir", tmp_path / "log",
+                               "--server_num", "1", "--worker_num", "1", *map(str, script_args)],
+                              cwd=util.REPO, env=util.env(), capture_output=True, text=True, timeout=120)
+    else:
+        pytest.skip("this Paddle runs parameter-server jobs: the launch path is test_ps.py's")
+    if not ps_job_is_refused():
+        assert done.returncode == 0 and '"mode": "async"' in done.stdout, done.stderr[-2000:]
+        return
+    import paddle
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
+    assert f"ctr: error: Paddle {paddle.__version__} (CPU build) has no parameter-server support" in lines[0]
+    assert "paddlepaddle==2.6.2" in lines[0] and "'.[ps]'" in lines[0]
+    assert not (tmp_path / "log").exists() and store.read_text() == '{"kept": true}\n'
+
+
+@pytest.mark.skipif(capability.amp_missing("fp16") is None, reason="a GPU is visible: AMP can run here")
+@pytest.mark.parametrize("amp", ["fp16", "bf16"])
+def test_amp_without_a_gpu_names_the_paddle_build(amp):
+    import paddle
+    reason = capability.amp_missing(amp)
+    assert reason.startswith(f"config key 'amp' is '{amp}' but this Paddle build has no CUDA "
+                             f"(Paddle {paddle.__version__}): auto_cast does nothing on CPU")
+    assert capability.amp_missing("off") is None
+
+
+def test_every_method_finds_what_it_is_built_from_here():
+    from fleetbench.train import methods
+
+    assert set(capability.METHOD_NEEDS) == set(methods.METHODS)
+    for method in methods.METHODS:
+        assert capability.method_missing(method) is None, method
+        cfg = config.CollectiveConfig(method=method, grad_merge_steps=2, warmup_steps=2, steps=4)
+        capability.check("collective", cfg)  # raises nothing
+
+
+def test_a_method_whose_paddle_function_is_gone_is_refused_naming_it(monkeypatch):
+    import paddle
+    gone = "paddle.distributed.parallel:no_such_bucket_helper"
+    monkeypatch.setitem(capability.METHOD_NEEDS, "bsp", (capability.NO_SYNC, gone))
+    with pytest.raises(config.ConfigError) as err:
+        capability.check("collective", config.CollectiveConfig(method="bsp"))
+    assert str(err.value) == (f"config key 'method' is 'bsp' but Paddle {paddle.__version__} (CPU build) lacks "
+                              f"{gone}, which it is built from; use another method, or paddlepaddle 2.6.2 to 3.3.1")
+
+
+def test_resolve_walks_modules_and_attributes():
+    import paddle
+    assert capability.resolve(capability.NO_SYNC) is paddle.DataParallel.no_sync
+    with pytest.raises(AttributeError):
+        capability.resolve("paddle:DataParallel.no_such_method")
+    with pytest.raises(ImportError):
+        capability.resolve("paddle.no_such_module:x")
+
+
+def test_installing_fleetbench_never_replaces_the_users_paddle():
+    """Paddle is an extra, never a requirement: pip leaves an installed (GPU, 3.x) Paddle alone."""
+    setup = configparser.ConfigParser()
+    setup.read(util.REPO / "setup.cfg")
+    required = setup["options"]["install_requires"].split()
+    assert not [r for r in required if r.startswith("paddle")] and "numpy<2" in required
+    extras = {name: value.strip() for name, value in setup["options.extras_require"].items()}
+    assert extras["ps"] == extras["cpu"] == "paddlepaddle==2.6.2"
+    assert extras["gpu"] == "paddlepaddle-gpu==2.6.2" and extras["cpu3"].startswith("paddlepaddle==3.")
