@@ -1,31 +1,63 @@
-# fleetbench: `make demo` and `make test` work on a fresh machine; each creates .venv on first use.
+# fleetbench: `make demo` and `make test` work on a fresh machine; each creates its virtualenvs on first use.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 # The gpu build when nvidia-smi lists a GPU, else the CPU build (the only one with parameter-server support).
 EXTRA  := $(shell nvidia-smi -L 2>/dev/null | grep -q '^GPU' && echo gpu || echo cpu)
 STAMP  := $(VENV)/.installed-$(EXTRA)
+# A second virtualenv with the current Paddle 3.x CPU build: the collective family and the core are
+# tested on it too (3.x has no parameter-server support; those tests skip there, naming why).
+VENV3  := .venv3
+PY3    := $(VENV3)/bin/python
+STAMP3 := $(VENV3)/.installed-cpu3
+# The tests that touch Paddle's collective side or the core every family shares; the rest
+# (parsers, plots, data readers, the PS family) do not depend on the 3.x build.
+PADDLE3_TESTS := tests/test_capability.py tests/test_methods.py tests/test_models.py tests/test_resnet50.py \
+	tests/test_config.py tests/test_timing.py tests/test_images.py tests/test_launch.py tests/test_ps.py
 
-.PHONY: install demo test bench clean
+comma := ,
+# $(call make-venv,DIR,EXTRAS): create DIR if needed and install fleetbench with EXTRAS into it.
+define make-venv
+test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+$(1)/bin/python -m pip install --quiet --upgrade pip
+$(1)/bin/python -m pip install --quiet -e ".[$(2)]"
+touch $@
+endef
+
+.PHONY: install install-paddle3 demo test test-paddle3 bench versions clean
 
 install: $(STAMP)
 
 $(STAMP): setup.cfg pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[$(EXTRA),test]"
-	touch $@
+	$(call make-venv,$(VENV),$(EXTRA)$(comma)test)
+
+install-paddle3: $(STAMP3)
+
+$(STAMP3): setup.cfg pyproject.toml
+	$(call make-venv,$(VENV3),cpu3$(comma)test)
 
 demo: install
 	$(VENV)/bin/fleetbench sweep --preset demo --results results/demo.jsonl
 	$(VENV)/bin/fleetbench report results/demo.jsonl --images images --readme README.md
 
-test: install
+# The whole suite on 2.6.2, then the collective and core tests on 3.x.
+test: install install-paddle3
 	$(PY) -m pytest -q tests
+	$(MAKE) --no-print-directory test-paddle3
+
+test-paddle3: install-paddle3
+	$(PY3) -m pytest -q $(PADDLE3_TESTS)
 
 bench: install
 	$(PY) bench/loop_overhead.py --preset small --repeats 5
 	$(PY) bench/reader_throughput.py
 
+# The same collective cells under 2.6.2 and 3.x, 3 repeats each, one file per Paddle (a file's
+# resumable cells are keyed without the Paddle version), reported side by side. Needs a quiet machine.
+versions: install install-paddle3
+	$(VENV)/bin/fleetbench sweep --preset versions --results results/versions-paddle2.jsonl --log-dir log/sweep-versions-paddle2
+	$(VENV3)/bin/fleetbench sweep --preset versions --results results/versions-paddle3.jsonl --log-dir log/sweep-versions-paddle3
+	$(VENV)/bin/fleetbench report results/versions-paddle2.jsonl results/versions-paddle3.jsonl --images images/versions --title "Paddle versions"
+
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(VENV3) build *.egg-info
