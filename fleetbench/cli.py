@@ -11,6 +11,7 @@ SUBCOMMANDS = {
     "env": ("fleetbench.machine.env", "environment report (Paddle, CUDA, GPUs, CPU, memory, NICs)"),
     "topo": ("fleetbench.machine.topology", "parse and analyse `nvidia-smi topo -m`"),
     "report": ("fleetbench.report.plot", "charts and README tables from stored results"),
+    "explain": ("fleetbench.analysis.explain", "why not better: step-time breakdown, prediction, validation"),
     "launch": ("fleetbench.cluster.launch", "run a script under Paddle's launcher with timeouts and fault reports"),
     "sweep": ("fleetbench.cluster.sweep", "run a matrix of benchmark cells with repeats"),
     "cluster": ("fleetbench.cluster.netem", "emulated multi-node cluster in network namespaces"),

@@ -1,0 +1,140 @@
+"""The step time of a multi-device training cell taken apart, and the scaling efficiency lost to
+each part. Definitions (all in ms per step; docs/explain.md says why):
+
+  compute       the median rank's step time minus its reader wait in the method=none control of
+                the same shape (ranks run free there, each at its own speed, sharing the machine as
+                in the measured cell); without a control, the 1-device run's, and then core
+                sharing cannot be told from communication (both land in exposed communication)
+  imbalance     slowest minus median rank step time of the control (in a synchronised cell every
+                rank waits for the slowest, so its own per-rank times are equal)
+  reader        the cell's reader wait per step (slowest rank)
+  exposed comm  measured(method) - measured(none): what synchronisation costs the step
+  predicted     the gradient bytes through the all-reduce link model (alphabeta)
+  overlap       predicted - exposed: communication hidden behind computation (negative: the
+                all-reduce cost more than the link model says)
+  explained     compute + exposed + imbalance + reader; it must equal measured within 5%
+                (ACCOUNTING_TOLERANCE): the parts come from two runs, and a difference means a part
+                is counted twice or the reader behaves differently under synchronisation
+
+Efficiency = 1-device step / cell step (per-rank work is the same, so this equals
+throughput(N) / (N x throughput(1))); the loss 1 - efficiency splits exactly into contention
+(compute - 1-device compute), communication (exposed), imbalance, reader (beyond the 1-device
+run's) and what the accounting left unexplained.
+"""
+from __future__ import annotations
+
+from fleetbench.analysis import cells as cellmod
+from fleetbench.analysis.cells import Cell
+
+ACCOUNTING_TOLERANCE = 0.05
+PARTS = ("compute_ms", "exposed_comm_ms", "imbalance_ms", "reader_ms")
+LOSSES = ("contention", "communication", "imbalance", "reader", "unexplained")
+
+
+def identity(cell: Cell) -> dict:
+    return {"benchmark": cell.benchmark, "preset": cell.preset, "method": cell.method,
+            "network": cell.network, "nodes": cell.shape.nodes,
+            "devices_per_node": cell.shape.devices_per_node, "world_size": cell.shape.world_size,
+            "runs": cell.runs, "unit": cell.unit}
+
+
+def _base_parts(cell: Cell, control: Cell | None, single: Cell | None) -> dict:
+    """compute, imbalance, exposed communication: from the control, else from the 1-device run."""
+    if control is not None:
+        return {"compute_ms": control.median_rank_ms - control.median_reader_ms,
+                "imbalance_ms": control.max_rank_ms - control.median_rank_ms,
+                "exposed_comm_ms": cell.step_ms - control.step_ms}
+    return {"compute_ms": single.step_ms - single.median_reader_ms,
+            "imbalance_ms": cell.max_rank_ms - cell.median_rank_ms,
+            "exposed_comm_ms": cell.step_ms - single.step_ms}
+
+
+def _losses(out: dict, single: Cell, has_control: bool) -> dict:
+    """Shares of the cell's step time the 1-device run did not spend; they sum to 1 - efficiency."""
+    total = out["measured_step_ms"]
+    compute_1 = single.step_ms - single.median_reader_ms
+    shares = {"contention": (out["compute_ms"] - compute_1) if has_control else 0.0,
+              "communication": out["exposed_comm_ms"], "imbalance": out["imbalance_ms"],
+              "reader": out["reader_ms"] - single.median_reader_ms,
+              "unexplained": total - out["explained_step_ms"]}
+    return {name: value / total for name, value in shares.items()}
+
+
+def predicted_comm(cell: Cell, comm: list) -> tuple[float | None, str, str]:
+    """(ms, link description, problem) of the cell's gradient all-reduces per step."""
+    if cell.comm_bytes is None:
+        return None, "", "the records carry no gradient bytes per step (comm_bytes_per_step)"
+    link, problem = cellmod.link_for(cell.network, cell.shape, comm)
+    if link is None:
+        return None, "", problem
+    return link.allreduce_ms(cell.comm_bytes, cell.comm_buckets or 1), link.describe(), ""
+
+
+def breakdown(cell: Cell, cells: list[Cell], comm: list) -> dict:
+    """The breakdown of one multi-device training cell (see the module docstring)."""
+    out = identity(cell)
+    out.update({"measured_step_ms": cell.step_ms, "measured_step_std_ms": cell.step_std_ms,
+                "throughput": cell.throughput, "notes": []})
+    control, control_note = cellmod.find_control(cell, cells)
+    single = cellmod.find_single(cell, cells)
+    if control is None and single is None:
+        out["notes"].append("no method=none control and no 1-device run of this work: no breakdown")
+        return out
+    out.update(_base_parts(cell, control, single))
+    out["reader_ms"] = cell.reader_ms
+    out["compute_source"] = control_note if control else (
+        f"1-device run ({single.method}); no method=none control, so core sharing is counted "
+        "in exposed communication")
+    out["explained_step_ms"] = sum(out[part] for part in PARTS)
+    out["accounting_error"] = out["explained_step_ms"] / cell.step_ms - 1
+    out["accounting_ok"] = abs(out["accounting_error"]) <= ACCOUNTING_TOLERANCE
+    comm_ms, link_text, problem = predicted_comm(cell, comm)
+    out.update({"predicted_comm_ms": comm_ms, "link": link_text or None,
+                "comm_bytes": cell.comm_bytes, "comm_buckets": cell.comm_buckets})
+    if problem:
+        out["notes"].append(f"no predicted communication: {problem}")
+    out["overlap_ms"] = None if comm_ms is None else comm_ms - out["exposed_comm_ms"]
+    out["overlap_fraction"] = (out["overlap_ms"] / comm_ms) if comm_ms else None
+    out["contention_ms"] = None
+    out["efficiency"] = out["losses"] = None
+    if single is not None:
+        out["efficiency"] = single.step_ms / cell.step_ms
+        out["losses"] = _losses(out, single, control is not None)
+        if control is not None:
+            out["contention_ms"] = out["compute_ms"] - (single.step_ms - single.median_reader_ms)
+    else:
+        out["notes"].append("no 1-device run of this work: no efficiency")
+    return out
+
+
+def training_cells(cells: list[Cell]) -> list[Cell]:
+    """The cells a breakdown is made for: several devices, a real training method."""
+    return [c for c in cells if c.shape.world_size > 1 and not c.control]
+
+
+def overlap_fractions(breakdowns: list[dict]) -> dict:
+    """Measured overlap fraction per (benchmark, preset, method) and per method, clipped to
+    [0, 1]: what prediction assumes a method hides. Post-backward methods hide nothing."""
+    per_work: dict[tuple, list[float]] = {}
+    per_method: dict[str, list[float]] = {}
+    for b in breakdowns:
+        if b.get("overlap_fraction") is None or b["method"] in cellmod.POST_BACKWARD:
+            continue
+        value = min(1.0, max(0.0, b["overlap_fraction"]))
+        per_work.setdefault((b["benchmark"], b["preset"], b["method"]), []).append(value)
+        per_method.setdefault(b["method"], []).append(value)
+    mean = lambda values: sum(values) / len(values)  # noqa: E731
+    return {"work": {k: mean(v) for k, v in per_work.items()},
+            "method": {k: mean(v) for k, v in per_method.items()}}
+
+
+def overlap_for(benchmark: str, preset, method: str, fractions: dict) -> tuple[float, str]:
+    if method in cellmod.POST_BACKWARD:
+        return 0.0, f"{method} all-reduces after backward: no overlap"
+    if (benchmark, preset, method) in fractions["work"]:
+        value = fractions["work"][(benchmark, preset, method)]
+        return value, f"overlap {value:.0%} measured on other {benchmark} {method} cells"
+    if method in fractions["method"]:
+        value = fractions["method"][method]
+        return value, f"overlap {value:.0%} measured on other {method} cells"
+    return 0.0, f"no other {method} cell with a predicted communication: overlap taken as 0"

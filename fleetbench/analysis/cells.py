@@ -1,0 +1,259 @@
+"""Result records pooled into cells, and the matching the breakdown needs: a training cell's
+method=none control, its 1-device run, and the all-reduce link of its shape and network.
+
+A cell is every successful run of one experiment: same benchmark, preset, method, network, nodes,
+devices per node and resolved config (runtime facts such as threads aside). Its figures are means
+over those runs. Parameter-server records are not explained (no all-reduce) and are skipped.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+
+from fleetbench.analysis import alphabeta
+from fleetbench.measure import results
+
+CONTROL = "none"  # the method of the no-synchronisation control (a measurement, never training)
+POST_BACKWARD = ("bsp", "fp16_allreduce")  # methods that all-reduce after backward: no overlap
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    nodes: int
+    devices_per_node: int
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.devices_per_node
+
+    def __str__(self) -> str:
+        return f"{self.nodes}x{self.devices_per_node}"
+
+
+@dataclasses.dataclass
+class Cell:
+    benchmark: str
+    preset: str | None
+    method: str
+    network: str | None
+    shape: Shape
+    signature: str  # the resolved config without method and runtime
+    runs: int
+    step_ms: float  # slowest rank's wall time per step (metrics.step_time_ms), mean over runs
+    step_std_ms: float
+    reader_ms: float  # slowest rank's reader wait per step
+    median_reader_ms: float  # the median rank's (the slowest rank's when ranks are not recorded)
+    median_rank_ms: float  # per-rank step times: the median rank's and the slowest rank's
+    max_rank_ms: float
+    throughput: float
+    unit: str
+    units_per_rank_step: float
+    comm_bytes: float | None  # bytes each rank all-reduces per step (None: not recorded)
+    comm_buckets: float | None  # all-reduce calls per step
+    threads: int | None
+    cores: int | None  # usable CPU threads of the host
+    emulated: bool  # nodes are network namespaces of one host (they share its cores)
+    gpu: bool
+    rate_gbit: float | None
+
+    @property
+    def control(self) -> bool:
+        return self.method == CONTROL
+
+    @property
+    def label(self) -> str:
+        return " ".join(str(p) for p in (self.benchmark, self.preset or "", self.method,
+                                          self.network or "local", self.shape) if p != "")
+
+
+@dataclasses.dataclass
+class CommCell:
+    network: str | None
+    shape: Shape
+    link: alphabeta.Link
+    rate_gbit: float | None
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return statistics.fmean(values) if values else None
+
+
+def _signature(config: dict) -> str:
+    kept = {k: v for k, v in config.items() if k not in ("method", "runtime")}
+    return json.dumps(kept, sort_keys=True, default=str)
+
+
+def _rank_steps(metrics: dict) -> list[float]:
+    """Per-rank mean step times in ms: recorded, else from each rank's measured-window time."""
+    if metrics.get("rank_step_ms"):
+        return [float(v) for v in metrics["rank_step_ms"]]
+    steps = metrics.get("measured_steps") or 0
+    elapsed = metrics.get("rank_elapsed_s") or []
+    return [1000.0 * e / steps for e in elapsed] if steps else [metrics["step_time_ms"]]
+
+
+def _run_figures(record: dict) -> dict:
+    m = record["metrics"]
+    ranks = _rank_steps(m)
+    runtime = record["config"].get("runtime") or {}
+    reader = m.get("reader_time_ms") or 0.0
+    return {"step_ms": m["step_time_ms"], "reader_ms": reader,
+            "median_reader_ms": statistics.median(m.get("rank_reader_ms") or [reader]),
+            "median_rank_ms": statistics.median(ranks), "max_rank_ms": max(ranks),
+            "throughput": m["throughput"],
+            "units_per_rank_step": m["throughput"] * m["step_time_ms"] / 1e3 / record["world_size"],
+            "comm_bytes": m.get("comm_bytes_per_step"), "comm_buckets": m.get("comm_buckets_per_step"),
+            "threads": m.get("omp_num_threads"),
+            "cores": ((record.get("env") or {}).get("cpu") or {}).get("usable_threads"),
+            "gpu": str(runtime.get("device", "cpu")).startswith("gpu")}
+
+
+def _cell(key: tuple, members: list[dict]) -> Cell:
+    benchmark, preset, method, network, nodes, per_node, signature = key
+    figures = [_run_figures(r) for r in members]
+    mean = {name: _mean(f[name] for f in figures) for name in figures[0]}
+    steps = [f["step_ms"] for f in figures]
+    net = members[0].get("network") or {}
+    return Cell(benchmark, preset, method, network, Shape(nodes, per_node), signature, len(members),
+                mean["step_ms"], statistics.stdev(steps) if len(steps) > 1 else 0.0,
+                mean["reader_ms"], mean["median_reader_ms"], mean["median_rank_ms"], mean["max_rank_ms"], mean["throughput"],
+                members[0]["metrics"]["unit"], mean["units_per_rank_step"], mean["comm_bytes"],
+                mean["comm_buckets"], figures[0]["threads"], figures[0]["cores"],
+                bool(net.get("emulated")), figures[0]["gpu"], net.get("rate_gbit"))
+
+
+def _comm_fit(record: dict) -> tuple[float, float] | None:
+    """(alpha_us, bandwidth_GBps) of all_reduce in one float32 comm run: the record's own fit
+    (metrics.ops.all_reduce, or the top level when all_reduce is the run's headline op), else a
+    fit of its all_reduce rows; None when the run did not measure all_reduce in float32."""
+    metrics = record.get("metrics") or {}
+    if record["config"].get("dtype", "float32") != "float32":
+        return None
+    part = (metrics.get("ops") or {}).get(alphabeta.ALLREDUCE)
+    if part is None and metrics.get("op", record["method"]) == alphabeta.ALLREDUCE:
+        part = metrics
+    rows = [r for r in metrics.get("rows") or [] if r.get("op", alphabeta.ALLREDUCE) == alphabeta.ALLREDUCE]
+    if part and part.get("alpha_us") is not None and part.get("bandwidth_GBps"):
+        return float(part["alpha_us"]), float(part["bandwidth_GBps"])
+    return alphabeta.fit_rows(rows, record["world_size"]) if rows else None
+
+
+def _comm_cells(records: list[dict]) -> list[CommCell]:
+    groups: dict[tuple, list] = {}
+    for record in records:
+        if record["world_size"] < 2:
+            continue  # one rank sends nothing: no fit
+        try:
+            fit = _comm_fit(record)
+        except alphabeta.FitError as err:
+            raise alphabeta.FitError(f"comm record {record['id']}: {err}") from None
+        if fit is not None:
+            key = (results.network_profile(record.get("network")), record["nodes"],
+                   record["devices_per_node"])
+            groups.setdefault(key, []).append((fit, record))
+    out = []
+    for (network, nodes, per_node), members in groups.items():
+        shape = Shape(nodes, per_node)
+        source = f"comm record{'s' if len(members) > 1 else ''} {network or 'local'} {shape}, n={len(members)}"
+        link = alphabeta.pooled_link([fit for fit, _ in members], shape.world_size, source)
+        rate = (members[0][1].get("network") or {}).get("rate_gbit")
+        out.append(CommCell(network, shape, link, rate))
+    return out
+
+
+def pool(records: list[dict]) -> tuple[list[Cell], list[CommCell]]:
+    """Training cells (collective, successful runs) and all_reduce comm cells of `records`."""
+    groups: dict[tuple, list[dict]] = {}
+    for record in records:
+        if record.get("error") is not None or record.get("source") or record["mode"] != "collective":
+            continue
+        key = (record["benchmark"], record.get("preset"), record["method"],
+               results.network_profile(record.get("network")), record["nodes"],
+               record["devices_per_node"], _signature(record["config"]))
+        groups.setdefault(key, []).append(record)
+    comm = [r for r in records if r["mode"] == "comm" and r.get("error") is None]
+    return [_cell(key, members) for key, members in groups.items()], _comm_cells(comm)
+
+
+# ---- matching ---------------------------------------------------------------------------------
+
+def same_work(a: Cell, b: Cell) -> bool:
+    """Same model and per-rank work: benchmark, preset and config (method aside)."""
+    return (a.benchmark, a.preset, a.signature) == (b.benchmark, b.preset, b.signature)
+
+
+def find_control(cell: Cell, cells: list[Cell]) -> tuple[Cell | None, str]:
+    """The method=none control of the same work and shape; same network preferred (a control
+    sends no gradients, so another network's control of the same shape is the fallback)."""
+    found = [c for c in cells if c.control and same_work(c, cell) and c.shape == cell.shape]
+    for c in found:
+        if c.network == cell.network:
+            return c, f"method=none control, {c.shape}"
+    if found:
+        return found[0], f"method=none control, {found[0].shape}, network {found[0].network or 'local'}"
+    return None, ""
+
+
+def find_single(cell: Cell, cells: list[Cell]) -> Cell | None:
+    """The 1-device run of the same work: the same method's, else any training method's."""
+    found = [c for c in cells if c.shape.world_size == 1 and not c.control and same_work(c, cell)]
+    same_method = [c for c in found if c.method == cell.method]
+    return (same_method or sorted(found, key=lambda c: -c.runs) or [None])[0]
+
+
+def _nearest(candidates: list[CommCell], ranks: int) -> CommCell | None:
+    return min(candidates, key=lambda c: (abs(c.shape.world_size - ranks), -c.shape.world_size),
+               default=None)
+
+
+def known_rate(network: str | None, comm: list[CommCell], cells: list[Cell] = ()) -> float | None:
+    """The shaped rate (Gbit/s) of a network name: as recorded with it, else the profile's."""
+    for item in list(comm) + list(cells):
+        if item.network == network and item.rate_gbit:
+            return item.rate_gbit
+    from fleetbench.cluster.netem import PROFILES  # stdlib-only module: the profile table
+
+    rate = PROFILES.get(network or "")
+    return rate / 1e9 if rate else None
+
+
+def _flat(network, ranks: int, intra: bool, comm: list[CommCell], rate_gbit=None):
+    """A ring of `ranks` ranks, all in one node (intra) or one per node: the nearest measured ring
+    of the same kind and network, re-sized; or a link known by its rate with a measured latency."""
+    kind = [c for c in comm if (c.shape.nodes == 1) == intra
+            and (c.shape.devices_per_node == 1 or intra)]
+    if rate_gbit is None:
+        # inside a node the network profile does not matter: prefer its own, then any
+        same = [c for c in kind if c.network == network] or (kind if intra else [])
+        found = _nearest(same, ranks)
+        if found:
+            return found.link.at(ranks), ""
+        rate_gbit = None if intra else known_rate(network, comm)
+        if rate_gbit is None:
+            where = "intra-node" if intra else f"network {network or 'local'}"
+            return None, f"no all_reduce comm record for {where} and no known link rate"
+    latency = _nearest(kind, ranks)
+    hop = latency.link.hop_alpha_us if latency else 0.0
+    note = (f"latency from comm record {latency.network or 'local'} {latency.shape}" if latency
+            else "latency unknown, taken as 0")
+    return alphabeta.rate_link(rate_gbit, ranks, hop, f"link rate {rate_gbit:g} Gbit/s, {note}"), ""
+
+
+def link_for(network: str | None, shape: Shape, comm: list[CommCell], rate_gbit: float | None = None):
+    """(link, problem): the all-reduce cost model for `shape` on `network` (or on a link of
+    `rate_gbit`). An exact comm record of the shape and network wins; else one node or one device
+    per node is a ring fitted at another size; else hierarchical (intra-node + inter-node)."""
+    if shape.world_size == 1:
+        return None, "one device: no all-reduce"
+    exact = [c for c in comm if c.network == network and c.shape == shape]
+    if exact and rate_gbit is None:
+        return exact[0].link, ""
+    if shape.nodes == 1 or shape.devices_per_node == 1:
+        return _flat(network, shape.world_size, shape.nodes == 1, comm, rate_gbit)
+    intra, problem = _flat(network, shape.devices_per_node, True, comm)
+    inter, problem2 = _flat(network, shape.nodes, False, comm, rate_gbit)
+    if intra is None or inter is None:
+        return None, problem or problem2
+    return alphabeta.Hierarchical(intra, inter), ""

@@ -1,0 +1,255 @@
+"""`fleetbench explain`: why a multi-device cell is not N times faster, and what unmeasured cells
+would do.
+
+    fleetbench explain RESULTS.jsonl... [--json] [--predict SPEC]... [--validate SELECTOR]...
+                       [--images DIR] [--markdown]
+
+Without options: one console line per multi-device training cell (breakdown of its step time and
+the efficiency lost to each part). --predict nodes=3[,network=1gbe|rate_gbit=5][,devices_per_node=2]
+[,benchmark=..,preset=..,method=..]: every measured cell passing the filters, moved to the new
+shape/network. --validate nodes=2: fit on the records the selector picks, predict the others.
+--json: a list of cells (kind measured | predicted | validation). --images DIR: a stacked-bar chart
+per benchmark with its CSV. --markdown: the section `fleetbench report` puts in the README.
+The model and its assumptions: docs/explain.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from fleetbench.analysis import predict
+from fleetbench.analysis.breakdown import ACCOUNTING_TOLERANCE, LOSSES
+
+# The stacks of a breakdown bar, bottom to top: (CSV column, legend label).
+SEGMENTS = (("compute_1dev_ms", "compute (1 device)"), ("contention_ms", "core sharing"),
+            ("exposed_comm_ms", "exposed communication"), ("imbalance_ms", "rank imbalance"),
+            ("reader_ms", "reader wait"))
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{value:+.0%}"
+
+
+def _acct(cell: dict) -> str:
+    """The accounting error, marked `!` beyond the tolerance."""
+    if cell.get("accounting_error") is None:
+        return "-"
+    return _pct(cell["accounting_error"]) + ("" if cell["accounting_ok"] else "!")
+
+
+def _losses_text(cell: dict) -> str:
+    if not cell.get("losses"):
+        return "-"
+    return " ".join(f"{name[:4]} {cell['losses'][name]:.0%}" for name in LOSSES)
+
+
+def cell_name(cell: dict) -> str:
+    shape = f"{cell['nodes']}x{cell['devices_per_node']}"
+    return " ".join(str(p) for p in (cell["benchmark"], cell["preset"] or "", cell["method"],
+                                      cell["network"] or "local", shape) if p != "")
+
+
+def console_table(cells: list[dict]) -> str:
+    head = ("cell", "n", "measured", "explained", "acct", "predicted", "err", "compute", "exposed",
+            "pred.comm", "overlap", "imbal", "reader", "eff", "efficiency lost to")
+    rows = [head]
+    for c in cells:
+        rows.append((cell_name(c), str(c["runs"]), _ms(c["measured_step_ms"]), _ms(c.get("explained_step_ms")),
+                     _acct(c), _ms(c.get("predicted_step_ms")),
+                     _pct(c.get("prediction_error")), _ms(c.get("compute_ms")), _ms(c.get("exposed_comm_ms")),
+                     _ms(c.get("predicted_comm_ms")), _ms(c.get("overlap_ms")), _ms(c.get("imbalance_ms")),
+                     _ms(c.get("reader_ms")), "-" if c.get("efficiency") is None else f"{c['efficiency']:.0%}",
+                     _losses_text(c)))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    notes = sorted({f"{cell_name(c)}: {n}" for c in cells for n in c.get("notes", [])})
+    legend = (f"(ms per step; acct: explained/measured - 1, ! beyond {ACCOUNTING_TOLERANCE:.0%}; "
+              f"efficiency lost to {', '.join(LOSSES)})")
+    return "\n".join(lines + [legend] + notes)
+
+
+def predictions_table(rows: list[dict], title: str) -> str:
+    lines = [title]
+    for r in rows:
+        measured = r.get("measured_step_ms")
+        head = r.get("target") or r.get("cell")
+        text = f"  {head}: predicted {_ms(r['predicted_step_ms'])} ms"
+        if measured is not None:
+            text += f", measured {_ms(measured)} ms, error {_pct(r.get('error'))}"
+        if r.get("predicted_throughput") is not None:
+            text += f", {r['predicted_throughput']:.4g} per s"
+        lines.append(text + (f"  [{'; '.join(r['notes'])}]" if r.get("notes") else ""))
+    errors = [abs(r["error"]) for r in rows if r.get("error") is not None]
+    if errors:
+        within = sum(e <= 0.15 for e in errors)
+        lines.append(f"  {within}/{len(errors)} within 15%, worst {max(errors):.0%}")
+    return "\n".join(lines)
+
+
+# ---- chart and markdown ---------------------------------------------------------------------------
+
+def chart_rows(cells: list[dict]) -> list[dict]:
+    """One row per bar: the segments drawn (ms), the measured and predicted marks."""
+    rows = []
+    for c in cells:
+        if c.get("compute_ms") is None:
+            continue
+        contention = c.get("contention_ms") or 0.0
+        rows.append({"cell": cell_name(c), "method": c["method"], "network": c["network"] or "",
+                     "nodes": c["nodes"], "devices_per_node": c["devices_per_node"],
+                     "compute_1dev_ms": c["compute_ms"] - contention, "contention_ms": contention,
+                     "exposed_comm_ms": c["exposed_comm_ms"], "imbalance_ms": c["imbalance_ms"],
+                     "reader_ms": c["reader_ms"], "measured_step_ms": c["measured_step_ms"],
+                     "predicted_step_ms": c.get("predicted_step_ms"), "efficiency": c.get("efficiency")})
+    return rows
+
+
+def draw(rows: list[dict], title: str) -> bytes:
+    """PNG of stacked bars (negative parts, within noise, are drawn as 0; the CSV has them)."""
+    import io
+
+    import matplotlib
+    from fleetbench.report import plot  # the one plot style (and matplotlib's Agg backend)
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context(plot.STYLE):
+        fig = Figure(figsize=plot.FIGSIZE, dpi=plot.DPI)
+        fig.subplots_adjust(**plot.MARGINS)
+        ax = fig.add_subplot()
+        xs = range(len(rows))
+        bottom = [0.0] * len(rows)
+        for i, (key, label) in enumerate(SEGMENTS):
+            heights = [max(0.0, r[key]) for r in rows]
+            ax.bar(xs, heights, 0.6, bottom=bottom, label=label, color=plot.COLORS[i],
+                   edgecolor="black", linewidth=0.5)
+            bottom = [b + h for b, h in zip(bottom, heights)]
+        ax.scatter(xs, [r["measured_step_ms"] for r in rows], marker="_", s=400, color="black",
+                   label="measured step", zorder=3)
+        predicted = [(x, r["predicted_step_ms"]) for x, r in zip(xs, rows) if r["predicted_step_ms"]]
+        if predicted:
+            ax.scatter(*zip(*predicted), marker="x", color=plot.COLORS[3], label="predicted step", zorder=3)
+        ticks = [f"{r['method']}\n{r['network'] or 'local'}\n{r['nodes']}x{r['devices_per_node']}" for r in rows]
+        ax.set_xticks(list(xs), ticks)
+        ax.set_ylabel("time per step (ms)")
+        ax.set_title(title, loc="left")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        fig.text(0.01, 0.005, "bars: parts of the step (docs/explain.md); compute from the method=none "
+                 "control where one exists", fontsize=7, ha="left", va="bottom")
+        buffer = io.BytesIO()
+        fig.savefig(buffer, **plot.SAVE)
+    return buffer.getvalue()
+
+
+def write_charts(cells: list[dict], images_dir: str) -> dict:
+    """images_dir/explain-<benchmark>-<preset>.png beside its CSV; returns {(benchmark, preset): png}."""
+    from fleetbench.report import plot
+
+    os.makedirs(images_dir, exist_ok=True)
+    written = {}
+    for key in dict.fromkeys((c["benchmark"], c["preset"]) for c in cells):
+        rows = chart_rows([c for c in cells if (c["benchmark"], c["preset"]) == key])
+        if not rows:
+            continue
+        png = os.path.join(images_dir, plot.slug("explain", *key) + ".png")
+        plot.write_csv(png[:-4] + ".csv", rows)
+        plot._write_if_changed(png, draw(rows, f"{key[0]} [{key[1]}] — where the step time goes"))
+        written[key] = png
+    return written
+
+
+def markdown(cells: list[dict], images: dict, link_base: str) -> str:
+    """The README section: per benchmark a table of the breakdown and its chart."""
+    out = ["### Why not better", "",
+           "Generated by `fleetbench explain` (model and definitions: docs/explain.md). Times in ms "
+           "per step; the efficiency lost to each part sums to 1 − efficiency.", ""]
+    head = ["Cell", "Measured", "Compute (source)", "Exposed comm", "Predicted comm", "Imbalance",
+            "Reader", "Predicted step", "Efficiency", "Lost to sharing / comm / imbalance / reader"]
+    for key in dict.fromkeys((c["benchmark"], c["preset"]) for c in cells):
+        group = [c for c in cells if (c["benchmark"], c["preset"]) == key]
+        out += [f"#### {key[0]}" + (f" [{key[1]}]" if key[1] else ""), "",
+                "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for c in group:
+            losses = c.get("losses") or {}
+            lost = " / ".join(f"{losses[k]:.0%}" for k in LOSSES[:4]) if losses else "—"
+            source = "control" if "control" in (c.get("compute_source") or "") else "1 device"
+            out.append("| " + " | ".join([
+                cell_name(c), _ms(c["measured_step_ms"]), f"{_ms(c.get('compute_ms'))} ({source})",
+                _ms(c.get("exposed_comm_ms")), _ms(c.get("predicted_comm_ms")), _ms(c.get("imbalance_ms")),
+                _ms(c.get("reader_ms")), _ms(c.get("predicted_step_ms")),
+                "—" if c.get("efficiency") is None else f"{c['efficiency']:.0%}", lost]) + " |")
+        if key in images:
+            link = os.path.relpath(os.path.abspath(images[key]), link_base).replace(os.sep, "/")
+            out += ["", f"![explain {key[0]} {key[1] or ''}]({link})"]
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def report_section(records: list[dict], images_dir: str, link_base: str) -> tuple[str, list[str]]:
+    """For `fleetbench report`: (markdown section, files written); empty when nothing to explain."""
+    cells = predict.explain(records)
+    if not cells:
+        return "", []
+    images = write_charts(cells, images_dir)
+    files = [p for png in images.values() for p in (png, png[:-4] + ".csv")]
+    return markdown(cells, images, link_base), files
+
+
+# ---- command line -------------------------------------------------------------------------------
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fleetbench explain", description=__doc__.split("\n\n")[0])
+    p.add_argument("results", nargs="+", help="JSONL result files (training, method=none and comm records)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of cells")
+    p.add_argument("--predict", action="append", default=[], metavar="SPEC",
+                   help="key=value,... with keys " + ", ".join(predict.FILTER_KEYS + predict.CHANGE_KEYS))
+    p.add_argument("--validate", action="append", default=[], metavar="SELECTOR",
+                   help="fit on records matching key=value,... (keys " + ", ".join(predict.SELECT_KEYS)
+                   + "), predict the others")
+    p.add_argument("--images", help="write a stacked-bar chart (PNG + CSV) per benchmark here")
+    p.add_argument("--markdown", action="store_true", help="print the README section instead of the table")
+    return p
+
+
+def run(args) -> str:
+    """The output text; raises ValueError (one line) on bad input, before writing anything."""
+    from fleetbench.measure import results
+
+    specs = [predict.parse_spec(s, predict.FILTER_KEYS + predict.CHANGE_KEYS, "--predict") for s in args.predict]
+    selectors = [predict.parse_spec(s, predict.SELECT_KEYS, "--validate") for s in args.validate]
+    records = results.load(args.results)
+    cells = [dict(c, kind="measured") for c in predict.explain(records)]
+    predicted = [dict(r, kind="predicted", spec=s) for s in specs for r in predict.predict_spec(records, s)]
+    validation = [dict(r, kind="validation", selector=s) for s in selectors for r in predict.validate(records, s)]
+    images = write_charts(cells, args.images) if args.images else {}
+    if args.json:
+        return json.dumps(cells + predicted + validation, indent=1, sort_keys=True)
+    if args.markdown:
+        return markdown(cells, images, os.getcwd())
+    parts = [console_table(cells) if cells else "no multi-device training cell to explain"]
+    if predicted:
+        parts.append(predictions_table(predicted, "predicted (not measured):"))
+    for selector in selectors:
+        rows = [r for r in validation if r["selector"] is selector]
+        parts.append(predictions_table(rows, f"validation: fitted on {selector}, predicting the other cells"))
+    return "\n\n".join(parts)
+
+
+def cli(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    try:
+        text = run(args)
+    except ValueError as err:  # RecordError, SpecError and FitError are ValueErrors
+        print(f"fleetbench explain: {err}", file=sys.stderr)
+        return 2
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli(sys.argv[1:]))

@@ -1,0 +1,221 @@
+"""Step time and throughput of cells not measured, from the model alone; and its validation.
+
+A prediction of a training cell (work, method, network, nodes x devices per node) is
+
+    predicted = base + allreduce(gradient bytes, buckets) x (1 - overlap of the method)
+
+base: the method=none control's step time of that shape (compute + imbalance + reader), else the
+nearest control (or the 1-device run) scaled by core sharing, else nothing. Core sharing: a
+process runs at min(threads, cores / processes on its host) cores; processes on a host are all the
+job's ranks when the nodes are emulated on one machine, its devices per node otherwise (GPU ranks
+own their device: no scaling). The link: cells.link_for. Overlap: breakdown.overlap_for.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from fleetbench.analysis import breakdown as bd
+from fleetbench.analysis import cells as cellmod
+from fleetbench.analysis.cells import Cell, Shape
+
+FILTER_KEYS = ("benchmark", "preset", "method")
+CHANGE_KEYS = ("nodes", "devices_per_node", "network", "rate_gbit")
+SELECT_KEYS = FILTER_KEYS + ("network", "nodes", "devices_per_node", "world_size")
+
+
+class SpecError(ValueError):
+    """A bad --predict or --validate value; one line naming the flag."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    method: str
+    network: str | None
+    shape: Shape
+    rate_gbit: float | None = None
+
+    def describe(self, ref: Cell) -> str:
+        net = f"rate {self.rate_gbit:g} Gbit/s" if self.rate_gbit else (self.network or "local")
+        return " ".join(p for p in (ref.benchmark, ref.preset or "", self.method, net, str(self.shape)) if p)
+
+
+# ---- the model ----------------------------------------------------------------------------------
+
+def _speed(cell: Cell, shape: Shape, emulated: bool, threads: int | None) -> float:
+    procs = shape.world_size if emulated and shape.nodes > 1 else shape.devices_per_node
+    return min(threads, cell.cores / procs)
+
+
+def share_scale(ref: Cell, shape: Shape, emulated: bool) -> tuple[float, str]:
+    """Factor from `ref`'s compute to the compute of `shape` (see the module docstring)."""
+    if ref.gpu or not ref.cores or not ref.threads:
+        return 1.0, ""
+    ref_procs = ref.shape.world_size if ref.emulated and ref.shape.nodes > 1 else ref.shape.devices_per_node
+    target_procs = shape.world_size if emulated and shape.nodes > 1 else shape.devices_per_node
+    threads = max(1, ref.cores // target_procs)  # what fleetbench and the sweep give each process
+    scale = _speed(ref, ref.shape, ref.emulated, ref.threads) / _speed(ref, shape, emulated, threads)
+    if scale == 1.0:
+        return 1.0, ""
+    return scale, (f"x{scale:.2f} core sharing ({ref_procs} -> {target_procs} processes per host "
+                   f"of {ref.cores} cores, {ref.threads} -> {threads} threads)")
+
+
+def base_for(ref: Cell, shape: Shape, emulated: bool, cells: list[Cell]) -> tuple[float | None, str]:
+    """(compute + imbalance + reader in ms, where from) for `ref`'s work at `shape`."""
+    controls = [c for c in cells if c.control and cellmod.same_work(c, ref)]
+    exact = [c for c in controls if c.shape == shape]
+    if exact:
+        return exact[0].step_ms, f"control {shape}"
+    near = sorted(controls, key=lambda c: (c.shape.devices_per_node != shape.devices_per_node,
+                                           abs(c.shape.world_size - shape.world_size)))
+    source = near[0] if near else cellmod.find_single(ref, cells)
+    if source is None:
+        return None, "no method=none control and no 1-device run of this work"
+    scale, note = share_scale(source, shape, emulated)
+    what = f"control {source.shape}" if source.control else "1-device run"
+    return source.step_ms * scale, f"{what} {note}".strip()
+
+
+def predict(target: Target, ref: Cell, cells: list[Cell], comm: list, fractions: dict,
+            emulated: bool | None = None) -> dict:
+    """Predicted step time (and throughput, efficiency) of `target` for the work and gradient
+    bytes of `ref`, a measured training cell of the same method."""
+    emulated = ref.emulated if emulated is None else emulated
+    out = {"target": target.describe(ref), "predicted_step_ms": None, "predicted_throughput": None,
+           "predicted_efficiency": None, "notes": []}
+    base, base_note = base_for(ref, target.shape, emulated, cells)
+    out["notes"].append(f"base: {base_note}")
+    if target.shape.world_size == 1:
+        comm_ms = 0.0
+    elif ref.comm_bytes is None:
+        comm_ms = None
+        out["notes"].append("no gradient bytes per step in the records")
+    else:
+        link, problem = cellmod.link_for(target.network, target.shape, comm, target.rate_gbit)
+        comm_ms = link.allreduce_ms(ref.comm_bytes, ref.comm_buckets or 1) if link else None
+        out["notes"].append(f"link: {link.describe()}" if link else f"no link: {problem}")
+    fraction, overlap_note = bd.overlap_for(ref.benchmark, ref.preset, target.method, fractions)
+    out["notes"].append(overlap_note)
+    out.update({"base_ms": base, "predicted_comm_ms": comm_ms, "overlap_fraction": fraction})
+    if base is None or comm_ms is None:
+        return out
+    step = base + comm_ms * (1 - fraction)
+    out["predicted_step_ms"] = step
+    out["predicted_throughput"] = ref.units_per_rank_step * target.shape.world_size / step * 1e3
+    single = cellmod.find_single(ref, cells)
+    if single is not None:
+        out["predicted_efficiency"] = single.step_ms / step
+    return out
+
+
+# ---- the measured cells explained -----------------------------------------------------------------
+
+def explain(records: list[dict]) -> list[dict]:
+    """Breakdown of every multi-device training cell, each with the step time the model predicts
+    from its control, its gradient bytes and its comm record (overlap from the other cells)."""
+    cells, comm = cellmod.pool(records)
+    targets = bd.training_cells(cells)
+    breakdowns = [bd.breakdown(c, cells, comm) for c in targets]
+    for cell, b in zip(targets, breakdowns):
+        others = [o for o in breakdowns if o is not b]
+        target = Target(cell.method, cell.network, cell.shape)
+        prediction = predict(target, cell, cells, comm, bd.overlap_fractions(others))
+        b["predicted_step_ms"] = prediction["predicted_step_ms"]
+        b["prediction_error"] = (None if prediction["predicted_step_ms"] is None
+                                 else prediction["predicted_step_ms"] / cell.step_ms - 1)
+        b["prediction_notes"] = prediction["notes"]
+    return breakdowns
+
+
+# ---- --predict and --validate ---------------------------------------------------------------------
+
+def parse_spec(text: str, allowed: tuple, flag: str) -> dict:
+    """`key=value,key=value` (or space separated) into a dict; SpecError names the flag."""
+    spec = {}
+    for part in text.replace(",", " ").split():
+        key, sep, value = part.partition("=")
+        if not sep or key not in allowed or not value:
+            raise SpecError(f"{flag} {text!r}: expected key=value pairs with keys from "
+                            f"{', '.join(allowed)} (got {part!r})")
+        if key in ("nodes", "devices_per_node", "world_size"):
+            if not value.isdigit() or int(value) < 1:
+                raise SpecError(f"{flag} {text!r}: {key} must be an integer >= 1 (got {value!r})")
+            value = int(value)
+        elif key == "rate_gbit":
+            try:
+                value = float(value)
+            except ValueError:
+                raise SpecError(f"{flag} {text!r}: rate_gbit must be a number in Gbit/s (got {value!r})") from None
+        spec[key] = value
+    if not spec:
+        raise SpecError(f"{flag}: expected key=value pairs (keys: {', '.join(allowed)})")
+    return spec
+
+
+def _matches(values: dict, spec: dict) -> bool:
+    return all(str(values.get(k) if values.get(k) is not None else "local") == str(v)
+               for k, v in spec.items())
+
+
+def _cell_values(cell: Cell) -> dict:
+    return {"benchmark": cell.benchmark, "preset": cell.preset, "method": cell.method,
+            "network": cell.network, "nodes": cell.shape.nodes,
+            "devices_per_node": cell.shape.devices_per_node, "world_size": cell.shape.world_size}
+
+
+def predict_spec(records: list[dict], spec: dict) -> list[dict]:
+    """Every measured training cell passing the spec's filters, with its changes applied."""
+    cells, comm = cellmod.pool(records)
+    fractions = bd.overlap_fractions([bd.breakdown(c, cells, comm) for c in bd.training_cells(cells)])
+    filters = {k: v for k, v in spec.items() if k in FILTER_KEYS}
+    out, seen = [], set()
+    for ref in bd.training_cells(cells):
+        if not _matches(_cell_values(ref), filters):
+            continue
+        shape = Shape(spec.get("nodes", ref.shape.nodes), spec.get("devices_per_node", ref.shape.devices_per_node))
+        network = spec.get("network", ref.network)
+        target = Target(ref.method, None if network == "local" else network, shape, spec.get("rate_gbit"))
+        key = (ref.benchmark, ref.preset, ref.signature, target)
+        if key not in seen:
+            seen.add(key)
+            out.append(dict(predict(target, ref, cells, comm, fractions), from_cell=ref.label))
+    return out
+
+
+def _reference(target: Cell, fitted: list[Cell]) -> Cell | None:
+    """A fitted training cell of the target's work and method: same network first, nearest size."""
+    same = [c for c in bd.training_cells(fitted) if c.method == target.method and cellmod.same_work(c, target)]
+    return min(same, key=lambda c: (c.network != target.network,
+                                    abs(c.shape.world_size - target.shape.world_size)), default=None)
+
+
+def record_values(record: dict) -> dict:
+    from fleetbench.measure.results import network_profile
+
+    values = {k: record.get(k) for k in SELECT_KEYS}
+    values["network"] = network_profile(record.get("network"))
+    return values
+
+
+def validate(records: list[dict], selector: dict) -> list[dict]:
+    """Fit on the records the selector picks; predict every other training cell; compare."""
+    fit_records = [r for r in records if _matches(record_values(r), selector)]
+    fitted, comm = cellmod.pool(fit_records)
+    held_out, _ = cellmod.pool([r for r in records if not _matches(record_values(r), selector)])
+    fractions = bd.overlap_fractions([bd.breakdown(c, fitted, comm) for c in bd.training_cells(fitted)])
+    rows = []
+    for cell in bd.training_cells(held_out):
+        ref = _reference(cell, fitted)
+        row = {"cell": cell.label, "measured_step_ms": cell.step_ms, "predicted_step_ms": None,
+               "error": None, "notes": []}
+        if ref is None:
+            row["notes"].append("no fitted cell of this work and method")
+        else:
+            prediction = predict(Target(cell.method, cell.network, cell.shape), ref, cells=fitted,
+                                 comm=comm, fractions=fractions, emulated=cell.emulated)
+            row.update(predicted_step_ms=prediction["predicted_step_ms"], from_cell=ref.label,
+                       notes=prediction["notes"])
+            if prediction["predicted_step_ms"] is not None:
+                row["error"] = prediction["predicted_step_ms"] / cell.step_ms - 1
+        rows.append(row)
+    return rows
