@@ -1,12 +1,18 @@
 """fleetbench cluster: pure parsers and planning, and (as root) a real cluster up/status/down."""
+import contextlib
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from fleetbench.cluster import netem
+from fleetbench.cluster import netem, netem_plan as plan, netem_state
+
+REPO = Path(__file__).resolve().parents[1]
 
 # `tc -s qdisc show` as printed on this machine for a shaped veth, and for a tbf+netem pair.
 TBF_TEXT = """qdisc tbf 8003: root refcnt 3 rate 1Gbit burst 250000b lat 50ms 
@@ -27,7 +33,7 @@ qdisc netem 10: parent 1:1 limit 1000 delay 25us
     ("1000000", 1e6), ("2tbit", 2e12),
 ])
 def test_parse_rate(text, bits):
-    assert netem.parse_rate(text) == bits
+    assert plan.parse_rate(text) == bits
 
 
 @pytest.mark.parametrize("text, fragment", [
@@ -35,36 +41,36 @@ def test_parse_rate(text, bits):
 ])
 def test_parse_rate_rejects(text, fragment):
     with pytest.raises(ValueError, match=fragment):
-        netem.parse_rate(text)
+        plan.parse_rate(text)
 
 
 @pytest.mark.parametrize("text, ms", [("0.05ms", 0.05), ("2ms", 2.0), ("50us", 0.05), ("1s", 1000.0), ("0", 0.0)])
 def test_parse_delay(text, ms):
-    assert netem.parse_delay(text) == pytest.approx(ms)
+    assert plan.parse_delay(text) == pytest.approx(ms)
 
 
 def test_parse_delay_rejects_unitless():
     with pytest.raises(ValueError, match="0.05ms"):
-        netem.parse_delay("5")
+        plan.parse_delay("5")
 
 
 def test_shaping_from_flags():
-    assert netem.shaping_from("1gbe") == netem.Shaping("1gbe", 1e9, 0.0)
-    assert netem.shaping_from("unshaped") == netem.Shaping("unshaped", None, 0.0)
-    assert netem.shaping_from(None, "10gbit", "0.05ms") == netem.Shaping("custom", 10e9, 0.05)
-    assert netem.shaping_from() == netem.Shaping("unshaped")
+    assert plan.shaping_from("1gbe") == plan.Shaping("1gbe", 1e9, 0.0)
+    assert plan.shaping_from("unshaped") == plan.Shaping("unshaped", None, 0.0)
+    assert plan.shaping_from(None, "10gbit", "0.05ms") == plan.Shaping("custom", 10e9, 0.05)
+    assert plan.shaping_from() == plan.Shaping("unshaped")
     with pytest.raises(ValueError, match="alternatives"):
-        netem.shaping_from("1gbe", "1gbit")
+        plan.shaping_from("1gbe", "1gbit")
     with pytest.raises(ValueError, match="expected one of unshaped, 1gbe"):
-        netem.shaping_from("40gbe")
+        plan.shaping_from("40gbe")
 
 
 def test_plan_layout():
-    lay = netem.plan_layout(3)
+    lay = plan.plan_layout(3)
     assert [n.netns for n in lay.nodes] == ["fb-node0", "fb-node1", "fb-node2"]
     assert [n.ip for n in lay.nodes] == ["10.77.0.1", "10.77.0.2", "10.77.0.3"]
     assert [(n.ifname, n.host_if) for n in lay.nodes][0] == ("fb-n0", "fb-h0")
-    assert lay.bridge == "fb-br" and netem.Layout.from_dict(lay.to_dict()) == lay
+    assert lay.bridge == "fb-br" and plan.Layout.from_dict(lay.to_dict()) == lay
 
 
 @pytest.mark.parametrize("kwargs, fragment", [
@@ -74,12 +80,12 @@ def test_plan_layout():
 ])
 def test_plan_layout_rejects(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment):
-        netem.plan_layout(**kwargs)
+        plan.plan_layout(**kwargs)
 
 
 def test_both_directions_are_shaped_and_delay_hangs_under_tbf():
-    lay = netem.plan_layout(2)
-    cmds = netem.shaping_commands(lay, netem.Shaping("custom", 1e9, 0.1))
+    lay = plan.plan_layout(2)
+    cmds = plan.shaping_commands(lay, plan.Shaping("custom", 1e9, 0.1))
     rates = [c for what, c in cmds if what == "rate"]
     delays = [c for what, c in cmds if what == "delay"]
     # every node: its namespace end (node -> bridge) and the host end (bridge -> node)
@@ -89,27 +95,27 @@ def test_both_directions_are_shaped_and_delay_hangs_under_tbf():
     assert all(c[c.index("rate") + 1] == "1000000000bit" and "tbf" in c for c in rates)
     # half the one-way delay on each of the two egresses a packet crosses
     assert all(c[c.index("parent") + 1] == "1:1" and c[-1] == "50us" for c in delays) and len(delays) == 4
-    assert netem.shaping_commands(lay, netem.Shaping("unshaped")) == []
+    assert plan.shaping_commands(lay, plan.Shaping("unshaped")) == []
 
 
 def test_parse_qdiscs():
-    (q,) = netem.parse_qdiscs(TBF_TEXT)
+    (q,) = plan.parse_qdiscs(TBF_TEXT)
     assert q["kind"] == "tbf" and q["parent"] == "root" and q["rate_bit"] == 1e9
     assert (q["sent_bytes"], q["sent_packets"], q["dropped"], q["overlimits"]) == (377151928, 249118, 0, 2174)
-    tbf, net = netem.parse_qdiscs(TBF_NETEM_TEXT)
+    tbf, net = plan.parse_qdiscs(TBF_NETEM_TEXT)
     assert tbf["rate_bit"] == 10e9 and net["kind"] == "netem" and net["parent"] == "1:1" and net["delay"] == "25us"
-    assert netem.describe_link([tbf, net]) == "tbf 10Gbit + netem 25us"
-    assert netem.describe_link(netem.parse_qdiscs("qdisc noqueue 0: root refcnt 2\n")) == "unshaped"
+    assert plan.describe_link([tbf, net]) == "tbf 10Gbit + netem 25us"
+    assert plan.describe_link(plan.parse_qdiscs("qdisc noqueue 0: root refcnt 2\n")) == "unshaped"
 
 
 def test_hosts_file_names_the_node():
     original = "127.0.0.1 localhost\n127.0.0.1 vm  # the machine\n10.0.0.5 db vm.example vm2\n::1 localhost\n"
-    text = netem.hosts_file(original, "vm.example", "10.77.0.2")
+    text = plan.hosts_file(original, "vm.example", "10.77.0.2")
     assert text == "127.0.0.1 localhost\n::1 localhost\n10.77.0.2 vm.example vm\n"
 
 
 def test_network_dict_says_what_was_not_applied():
-    d = netem.network_dict(netem.Shaping("custom", 1e9, 0.05), 2, ["delay 0.05 ms: netem not usable here (x)"])
+    d = plan.network_dict(plan.Shaping("custom", 1e9, 0.05), 2, ["delay 0.05 ms: netem not usable here (x)"])
     assert d["delay_ms"] == 0.0 and d["delay_ms_requested"] == 0.05 and d["rate_gbit"] == 1.0
     assert d["not_applied"] and d["nodes"] == 2 and d["profile"] == "custom"
 
@@ -126,7 +132,7 @@ def test_non_root_gets_a_clear_reason(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert netem.requirements_problem() == "fleetbench cluster needs root (network namespaces and tc)"
     with pytest.raises(netem.ClusterError, match="needs root"):
-        netem.up(2, netem.Shaping("1gbe", 1e9), prefix="fbq")
+        netem.up(2, plan.Shaping("1gbe", 1e9), prefix="fbq")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -164,12 +170,12 @@ def _tcp_gbit(client_ns, server_ns, server_ip, seconds=1.0):
 
 @needs_cluster
 def test_cluster_up_status_down(cluster_name):
-    state = netem.up(2, netem.shaping_from(None, "1gbit", "0.1ms"), prefix=cluster_name)
+    state = netem.up(2, plan.shaping_from(None, "1gbit", "0.1ms"), prefix=cluster_name)
     st = netem.status(cluster_name)
     assert [n["ip"] for n in st["nodes"]] == ["10.77.0.1", "10.77.0.2"]
     for n in st["nodes"]:  # shaped in both directions
-        assert netem.describe_link(n["egress"]).startswith("tbf 1Gbit")
-        assert netem.describe_link(n["ingress"]).startswith("tbf 1Gbit")
+        assert plan.describe_link(n["egress"]).startswith("tbf 1Gbit")
+        assert plan.describe_link(n["ingress"]).startswith("tbf 1Gbit")
     has_netem = any(q["kind"] == "netem" for q in st["nodes"][0]["egress"])
     assert has_netem == (not state["not_applied"])  # delay applied, or said not to be
     text = netem.format_status(st)
@@ -187,9 +193,9 @@ def test_cluster_up_status_down(cluster_name):
     assert 0.5 < gbit < 1.1, f"tbf 1gbit link carried {gbit:.2f} Gbit/s"
 
     # re-shaping an existing cluster replaces the qdiscs
-    netem.up(2, netem.shaping_from("unshaped"), prefix=cluster_name)
+    netem.up(2, plan.shaping_from("unshaped"), prefix=cluster_name)
     st = netem.status(cluster_name)
-    assert all(netem.describe_link(n["egress"]) == "unshaped" for n in st["nodes"])
+    assert all(plan.describe_link(n["egress"]) == "unshaped" for n in st["nodes"])
 
     # `down` removes what `up` created, and only that
     stranger = f"{cluster_name}-node7"
@@ -207,9 +213,9 @@ def test_cluster_up_status_down(cluster_name):
 
 @needs_cluster
 def test_up_with_another_layout_is_refused(cluster_name):
-    netem.up(1, netem.shaping_from("10gbe"), prefix=cluster_name)
+    netem.up(1, plan.shaping_from("10gbe"), prefix=cluster_name)
     with pytest.raises(netem.ClusterError, match="already up with a different layout"):
-        netem.up(2, netem.shaping_from("10gbe"), prefix=cluster_name)
+        netem.up(2, plan.shaping_from("10gbe"), prefix=cluster_name)
 
 
 def _eventually(check, timeout=5.0):
@@ -220,3 +226,133 @@ def _eventually(check, timeout=5.0):
             return True
         time.sleep(0.05)
     return check()
+
+
+# ---------------------------------------------------------------------------------------------
+# ownership: never touch what `up` did not create; no stale state after a failed, interrupted or
+# killed `up` (issue 16, defect 2). The "foreign" objects are made here and removed here.
+
+@contextlib.contextmanager
+def foreign(kind, name):
+    """A namespace, bridge or plain link someone else made, with a name the cluster wants."""
+    make = {"netns": ["ip", "netns", "add", name],
+            "bridge": ["ip", "link", "add", name, "type", "bridge"],
+            "veth": ["ip", "link", "add", name, "type", "veth", "peer", "name", f"{name}p"]}[kind]
+    subprocess.run(make, check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["ip", "netns", "del", name] if kind == "netns" else ["ip", "link", "del", name])
+
+
+def _no_cluster_files(name):
+    """No state file and no /etc/netns entry (staging ones included) of cluster `name`."""
+    etc = os.listdir("/etc/netns") if os.path.isdir("/etc/netns") else []
+    return netem_state.read_state(name) is None and not [p for p in etc if name in p]
+
+
+@needs_cluster
+@pytest.mark.parametrize("kind, suffix", [("netns", "node1"), ("bridge", "br"), ("veth", "h1"),
+                                          ("veth", "n0")])
+def test_up_refuses_a_name_someone_else_holds_and_touches_nothing(cluster_name, kind, suffix, capsys):
+    taken = f"{cluster_name}-{suffix}"
+    with foreign(kind, taken):
+        assert netem.cli(["up", "--nodes", "2", "--name", cluster_name]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f" {taken} already exist" in err[0] and "not created by it" in err[0]
+        assert netem.leftovers(cluster_name) == [taken] and _no_cluster_files(cluster_name)
+        assert netem.cli(["down", "--name", cluster_name]) == 0  # no state: nothing to remove
+        assert netem.leftovers(cluster_name) == [taken]
+        assert netem.cli(["status", "--name", cluster_name]) == 0
+        assert capsys.readouterr().out.strip().endswith(f"cluster {cluster_name}: not up")
+
+
+def _blocking_tool(bin_dir, tool, when):
+    """A stand-in for `ip`/`tc` on PATH that runs the real tool, except for the call whose
+    arguments equal `when` (any call for "*"): that one writes its pid and blocks until killed,
+    so a test can interrupt `up` at a known point."""
+    real = shutil.which(tool)
+    script = bin_dir / tool
+    script.write_text(f'#!/bin/sh\ncase "$*" in {when}) echo $$ > "{bin_dir}/{tool}.blocked"; '
+                      f'exec sleep 600;; esac\nexec {real} "$@"\n')
+    script.chmod(0o755)
+    return bin_dir / f"{tool}.blocked"
+
+
+def _start_up(name, bin_dir, tool, when, tmp_path):
+    """`fleetbench cluster up` in its own process, stopped where `tool` is called with `when`."""
+    bin_dir.mkdir(exist_ok=True)
+    blocked = _blocking_tool(bin_dir, tool, when)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", PYTHONPATH=str(REPO),
+               FLEETBENCH_CLUSTER_STATE_DIR=os.environ["FLEETBENCH_CLUSTER_STATE_DIR"])
+    proc = subprocess.Popen([sys.executable, "-m", "fleetbench", "cluster", "up", "--nodes", "2",
+                             "--profile", "1gbe", "--name", name], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert _eventually(blocked.exists, timeout=60), proc.communicate(timeout=30)
+    assert _eventually(lambda: blocked.read_text().strip().isdigit())
+    return proc, int(blocked.read_text())
+
+
+@needs_cluster
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_up_removes_what_it_made_in_one_line(cluster_name, tmp_path, sig):
+    proc, _ = _start_up(cluster_name, tmp_path / "bin", "tc", "*", tmp_path)
+    assert netem_state.read_state(cluster_name)["created"]  # interrupted with everything made
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert err.strip().splitlines() == ["fleetbench cluster: up interrupted; nothing it created is left"]
+    assert _eventually(lambda: netem.leftovers(cluster_name) == [])
+    assert _no_cluster_files(cluster_name)
+
+
+def _kill_up(cluster_name, tmp_path, tool, when):
+    proc, blocked_pid = _start_up(cluster_name, tmp_path / "bin", tool, when, tmp_path)
+    proc.kill()
+    proc.communicate(timeout=30)
+    os.kill(blocked_pid, signal.SIGKILL)  # the stand-in tool the killed `up` was waiting for
+    state = netem_state.read_state(cluster_name)
+    assert state and not state["complete"]  # what a killed `up` leaves
+    return state
+
+
+@needs_cluster
+def test_after_a_killed_up_down_removes_only_what_still_is_ours(cluster_name, tmp_path, capsys):
+    node0, node1 = f"{cluster_name}-node0", f"{cluster_name}-node1"
+    state = _kill_up(cluster_name, tmp_path, "ip", f'"netns add {node1}"')
+    assert ["netns", node0] in state["created"] and ["netns", node1] not in state["created"]
+    assert netem.status(cluster_name) is None
+    assert netem.cli(["status", "--name", cluster_name]) == 0
+    assert "not up (the state of an interrupted `up`" in capsys.readouterr().out
+
+    # meanwhile someone else removed node0 (its veth pair went with it) and made a namespace of
+    # that name: it is theirs now
+    subprocess.run(["ip", "netns", "del", node0], check=True)
+    with foreign("netns", node0):
+        removed = netem.down(cluster_name)
+        assert [r for r in removed if not r.startswith("etcdir")] == [
+            f"link {cluster_name}-br", f"etc /etc/netns/{node0}"]
+        assert f"kept netns {node0}" in capsys.readouterr().err
+        assert _eventually(lambda: netem.leftovers(cluster_name) == [node0])
+        assert netem_state.read_state(cluster_name) is None
+        with pytest.raises(netem.ClusterError, match=f"netns {node0} already exist"):
+            netem.up(2, plan.shaping_from("1gbe"), prefix=cluster_name)
+        assert netem.leftovers(cluster_name) == [node0]
+    netem.up(2, plan.shaping_from("1gbe"), prefix=cluster_name)  # the name is free again
+    assert netem.status(cluster_name) is not None
+
+
+@needs_cluster
+def test_up_after_a_killed_up_clears_it_and_builds_the_cluster(cluster_name, tmp_path):
+    _kill_up(cluster_name, tmp_path, "tc", "*")  # killed while shaping: every object exists
+    state = netem.up(2, plan.shaping_from("1gbe"), prefix=cluster_name)
+    assert state["complete"] and netem.status(cluster_name) is not None
+    st = netem.status(cluster_name)
+    assert all(plan.describe_link(n["egress"]).startswith("tbf 1Gbit") for n in st["nodes"])
+    # a cluster damaged by hand is not "up": status says so and `up` rebuilds it
+    subprocess.run(["ip", "link", "del", f"{cluster_name}-h1"], check=True)
+    assert netem.status(cluster_name) is None
+    netem.up(2, plan.shaping_from("1gbe"), prefix=cluster_name)
+    assert netem.status(cluster_name) is not None
+    netem.down(cluster_name)
+    assert _eventually(lambda: netem.leftovers(cluster_name) == []) and _no_cluster_files(cluster_name)
