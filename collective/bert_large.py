@@ -94,8 +94,8 @@ def build(cfg: BertConfig) -> loop.Workload:
                          cfg.seq_len, cfg.max_predictions, cfg.seed)
     batches = bert.Batches(arrays, cfg.batch_size, rank, world, cfg.seed, cfg.data.path, convert=to_tensors)
     return loop.Workload(model=model, optimizer=optimizer, batches=batches, loss_fn=pretraining_loss,
-                         unit="tokens/s", count=lambda b: (cfg.batch_size, b["tokens"]))
+                         count=lambda b: (cfg.batch_size, b["tokens"]))
 
 
 if __name__ == "__main__":
-    loop.main("bert_large", BertConfig, build)
+    loop.main(__file__, BertConfig, build)

@@ -26,4 +26,4 @@ def build(cfg: ResNet50Config) -> loop.Workload:
 
 
 if __name__ == "__main__":
-    loop.main("resnet50", ResNet50Config, build)
+    loop.main(__file__, ResNet50Config, build)

@@ -90,10 +90,10 @@ def build(cfg: TransformerConfig) -> loop.Workload:
     pairs = wmt16.source(cfg.data.path, cfg.max_len, cfg.synthetic_pairs, cfg.vocab_size, cfg.seed)
     batches = wmt16.Batches(pairs, cfg.batch_size, paddle.distributed.get_rank(),
                             paddle.distributed.get_world_size(), cfg.seed, cfg.data.path, convert=to_tensors)
-    return loop.Workload(model=model, optimizer=optimizer, batches=batches, unit="tokens/s",
+    return loop.Workload(model=model, optimizer=optimizer, batches=batches,
                          loss_fn=lambda m, b: smoothed_loss(m, b, cfg.label_smoothing),
                          count=lambda b: (b["pairs"], b["tokens"]))
 
 
 if __name__ == "__main__":
-    loop.main("transformer", TransformerConfig, build)
+    loop.main(__file__, TransformerConfig, build)

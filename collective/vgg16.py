@@ -38,4 +38,4 @@ def build(cfg: VGG16Config) -> loop.Workload:
 
 
 if __name__ == "__main__":
-    loop.main("vgg16", VGG16Config, build)
+    loop.main(__file__, VGG16Config, build)

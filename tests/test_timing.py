@@ -21,12 +21,13 @@ def test_measured_window_starts_after_warmup_and_excludes_its_reader_time():
     barriers = []
     for step in range(1, 7):
         clock.now += 10.0 if step <= 2 else 1.0  # slow warm-up steps must not count
-        timer.step_done(step, units=8, reader_s=0.5 if step <= 2 else 0.1)
+        timer.step_done(step, samples=4, units=8, reader_s=0.5 if step <= 2 else 0.1)
         if step == 2:
             timer.end_warmup(barrier=lambda: barriers.append(step))
     assert barriers == [2]
     assert timer.finish() == pytest.approx(4.0)
     assert timer.measured_reader_s == pytest.approx(0.4)
+    assert (timer.measured_samples, timer.measured_units) == (16, 32)  # steps 3..6 only
     assert clock.syncs >= 3  # construction, end of warm-up, finish
 
 
@@ -35,13 +36,30 @@ def test_logging_window_figures():
     timer = WindowTimer(warmup_steps=0, sync=clock.sync, clock=clock)
     for step in range(1, 5):
         clock.now += 0.5
-        timer.step_done(step, units=32, reader_s=0.05)
+        timer.step_done(step, samples=32, units=32, reader_s=0.05)
     window = timer.close_window()
     assert window == pytest.approx({"ips": 64.0, "batch_cost_s": 0.5, "reader_cost_s": 0.05})
     clock.now += 1.0
-    timer.step_done(5, units=32, reader_s=0.0)
+    timer.step_done(5, samples=32, units=32, reader_s=0.0)
     assert timer.close_window()["ips"] == pytest.approx(32.0)
     assert timer.finish() == pytest.approx(3.0)
+
+
+def test_a_caller_that_reports_late_passes_the_step_end():
+    """The PS meter: warm-up ends inside a batch callback, and the job's last figures are taken
+    after train_from_dataset returns, which must not count the time since the last batch."""
+    clock = FakeClock()
+    timer = WindowTimer(warmup_steps=1)
+    timer.clock = clock
+    clock.now = 5.0
+    timer.step_done(1, samples=10, units=10)
+    timer.end_warmup(now=5.0)
+    for step in (2, 3):
+        timer.step_done(step, samples=10, units=10)
+    assert timer.close_window(now=7.0)["ips"] == pytest.approx(10.0)
+    clock.now = 60.0  # train_from_dataset returned long after the last batch
+    assert timer.finish(now=7.0) == pytest.approx(2.0)
+    assert timer.measured_units == 20
 
 
 def test_summarize_uses_sample_std():

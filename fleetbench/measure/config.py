@@ -21,6 +21,12 @@ class ConfigError(ValueError):
     """A bad configuration value; str(err) is a one-line message naming the key."""
 
 
+def require(ok: bool, key: str, expectation: str, value: Any) -> None:
+    """Raise the one-line ConfigError `config key 'KEY' EXPECTATION (got VALUE)` unless ok."""
+    if not ok:
+        raise ConfigError(f"config key '{key}' {expectation} (got {value!r})")
+
+
 @dataclasses.dataclass
 class DataConfig:
     path: Optional[str] = None  # None: synthetic data generated in memory
@@ -38,28 +44,28 @@ class DebugConfig:
 
 @dataclasses.dataclass
 class BenchConfig:
+    """What every benchmark has; a family adds how long a run is (collective: steps, PS: passes)."""
+
     seed: int = 2021
     batch_size: int = 32  # per device
     warmup_steps: int = 10  # run, then excluded from every figure
-    steps: int = 110  # total steps including warm-up
     log_every: int = 10
     lr: float = 0.1
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     debug: DebugConfig = dataclasses.field(default_factory=DebugConfig)
 
     def validate(self) -> None:
-        _require(self.batch_size > 0, "batch_size", "must be > 0", self.batch_size)
-        _require(self.warmup_steps >= 0, "warmup_steps", "must be >= 0", self.warmup_steps)
-        _require(self.steps > self.warmup_steps, "steps",
-                 f"must be > warmup_steps ({self.warmup_steps})", self.steps)
-        _require(self.log_every > 0, "log_every", "must be > 0", self.log_every)
-        _require(self.lr > 0, "lr", "must be > 0", self.lr)
-        _require(self.data.num_workers >= 0, "data.num_workers", "must be >= 0", self.data.num_workers)
-        _require(self.debug.delay_ms >= 0, "debug.delay_ms", "must be >= 0", self.debug.delay_ms)
+        require(self.batch_size > 0, "batch_size", "must be > 0", self.batch_size)
+        require(self.warmup_steps >= 0, "warmup_steps", "must be >= 0", self.warmup_steps)
+        require(self.log_every > 0, "log_every", "must be > 0", self.log_every)
+        require(self.lr > 0, "lr", "must be > 0", self.lr)
+        require(self.data.num_workers >= 0, "data.num_workers", "must be >= 0", self.data.num_workers)
+        require(self.debug.delay_ms >= 0, "debug.delay_ms", "must be >= 0", self.debug.delay_ms)
 
 
 @dataclasses.dataclass
 class CollectiveConfig(BenchConfig):
+    steps: int = 110  # total steps including warm-up
     # Gradient communication method, see fleetbench.train.methods and the README's table.
     method: str = "mgwfbp"
     comm_buffer_mb: float = 25.0  # bucket size for mgwfbp (Paddle's DataParallel comm_buffer_size)
@@ -68,14 +74,11 @@ class CollectiveConfig(BenchConfig):
 
     def validate(self) -> None:
         super().validate()
-        _require(self.amp in ("off", "fp16", "bf16"), "amp", "must be off, fp16 or bf16", self.amp)
-        _require(self.comm_buffer_mb > 0, "comm_buffer_mb", "must be > 0", self.comm_buffer_mb)
-        _require(self.grad_merge_steps >= 1, "grad_merge_steps", "must be >= 1", self.grad_merge_steps)
-
-
-def _require(ok: bool, key: str, expectation: str, value: Any) -> None:
-    if not ok:
-        raise ConfigError(f"config key '{key}' {expectation} (got {value!r})")
+        require(self.steps > self.warmup_steps, "steps",
+                f"must be > warmup_steps ({self.warmup_steps})", self.steps)
+        require(self.amp in ("off", "fp16", "bf16"), "amp", "must be off, fp16 or bf16", self.amp)
+        require(self.comm_buffer_mb > 0, "comm_buffer_mb", "must be > 0", self.comm_buffer_mb)
+        require(self.grad_merge_steps >= 1, "grad_merge_steps", "must be >= 1", self.grad_merge_steps)
 
 
 # ---------------------------------------------------------------- typed assignment
@@ -193,6 +196,8 @@ def build(benchmark: str, cls, preset: str = "full", sets=()):
         raise
     except ValueError as err:  # a data reader's one-line error (datasets.DataError) found by a check
         raise ConfigError(str(err)) from None
+    except OSError as err:  # a data file a check could not read
+        raise ConfigError(f"{err.filename}: {err.strerror}") from None
     return cfg
 
 

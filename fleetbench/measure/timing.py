@@ -1,8 +1,10 @@
 """Timing rules shared by every benchmark: the one place for warm-up exclusion, logging windows,
 the per-window log line, and repeat statistics.
 
-Throughput itself (global samples over the slowest rank's wall time) is reduced across ranks by the
-caller (fleetbench.train.loop, fleetbench.train.ps), which owns the communicator.
+WindowTimer times both families: the collective loop calls it around each step; the
+parameter-server meter (fleetbench.train.ps.meter) calls it from the py_func Paddle's trainer
+threads run after every batch. Reducing figures across ranks (the slowest rank decides) is
+fleetbench.measure.metrics'.
 """
 import math
 import statistics
@@ -40,8 +42,10 @@ class WindowTimer:
     """Wall time of logging windows and of the measured window, warm-up excluded.
 
     Steps 1..warmup_steps are warm-up; the measured window runs from the end of the last warm-up
-    step to the end of the last step. `sync` is called at every window edge so asynchronous device
-    work lands in the window it belongs to (a no-op on CPU, device synchronize on GPU).
+    step to the end of the last step, and counts the samples, units and reader time of the steps
+    after warm-up. `sync` is called at every window edge so asynchronous device work lands in the
+    window it belongs to (a no-op on CPU, device synchronize on GPU). A caller that read the clock
+    at a step's end already, or reports after the step ended, passes that reading as `now`.
     """
 
     def __init__(self, warmup_steps: int, sync: Callable[[], None] = lambda: None,
@@ -49,41 +53,45 @@ class WindowTimer:
         self.warmup_steps = warmup_steps
         self.sync, self.clock = sync, clock
         self.measure_start = None
-        self.measured_reader_s = 0.0
+        self.measured_samples = self.measured_units = self.measured_reader_s = 0.0
         self._open_window()
         if warmup_steps == 0:
             self.measure_start = self.window_start
 
-    def _open_window(self):
+    def _read(self, now: Optional[float]) -> float:
         self.sync()
-        self.window_start = self.clock()
+        return self.clock() if now is None else now
+
+    def _open_window(self, now: Optional[float] = None):
+        self.window_start = self._read(now)
         self.window_reader_s, self.window_steps, self.window_units = 0.0, 0, 0.0
 
-    def step_done(self, step: int, units: float, reader_s: float) -> None:
+    def step_done(self, step: int, samples: float, units: float, reader_s: float = 0.0) -> None:
         self.window_steps += 1
         self.window_units += units
         self.window_reader_s += reader_s
         if step > self.warmup_steps:
+            self.measured_samples += samples
+            self.measured_units += units
             self.measured_reader_s += reader_s
 
-    def end_warmup(self, barrier: Callable[[], None] = lambda: None) -> None:
+    def end_warmup(self, barrier: Callable[[], None] = lambda: None, now: Optional[float] = None) -> None:
         """After the last warm-up step: sync, let all ranks line up, start the measured window."""
         self.sync()
         barrier()
-        self._open_window()
+        self._open_window(now)
         self.measure_start = self.window_start
 
-    def close_window(self) -> dict:
+    def close_window(self, now: Optional[float] = None) -> dict:
         """Sync and return this logging window's figures; the next window starts now."""
-        self.sync()
-        elapsed = max(self.clock() - self.window_start, 1e-12)
+        end = self._read(now)
+        elapsed = max(end - self.window_start, 1e-12)
         steps = max(self.window_steps, 1)
         figures = {"ips": self.window_units / elapsed, "batch_cost_s": elapsed / steps,
                    "reader_cost_s": self.window_reader_s / steps}
-        self._open_window()
+        self._open_window(now)
         return figures
 
-    def finish(self) -> float:
+    def finish(self, now: Optional[float] = None) -> float:
         """Sync and return the measured window's wall time on this rank."""
-        self.sync()
-        return self.clock() - self.measure_start
+        return self._read(now) - self.measure_start

@@ -41,4 +41,4 @@ def workload(cfg: ImageConfig, model, optimizer):
                                            paddle.distributed.get_rank(), cfg.synthetic_noise)
     cross_entropy = paddle.nn.CrossEntropyLoss()
     return loop.Workload(model=images.set_data_format(model, cfg.data_format), optimizer=optimizer,
-                         batches=batches, unit="images/s", loss_fn=lambda net, batch: cross_entropy(net(batch[0]), batch[1]))
+                         batches=batches, loss_fn=lambda net, batch: cross_entropy(net(batch[0]), batch[1]))

@@ -1,35 +1,33 @@
 """The measured training loop shared by every collective (data-parallel) benchmark script.
 
-A script declares its config dataclass and a `build(cfg) -> Workload`; `main()` does the rest:
-config and runtime checks, device and Fleet set-up, warm-up, the measured window, the reduction
-across ranks (slowest rank decides), the log lines, and the result record on rank 0.
+A script declares its config dataclass and a `build(cfg) -> Workload`, and calls
+`main(__file__, ConfigClass, build)`; the run layer (fleetbench.measure.run) parses and checks
+the command line and stores the record, this module does the rest: device and Fleet set-up,
+warm-up, the measured window, the reduction across ranks (slowest rank decides), the log lines.
 """
 import dataclasses
-import json
 import os
-import resource
 import sys
 import time
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable
 
 import paddle
 import paddle.distributed as dist
 from paddle.distributed import fleet
 
 import fleetbench
-from fleetbench.measure import config, results
-from fleetbench.train import methods
+from fleetbench.measure import config, metrics, run
 from fleetbench.measure.timing import WindowTimer, log_line
+from fleetbench.train import methods
 
 
-@dataclasses.dataclass
-class Workload:
+@dataclasses.dataclass(kw_only=True)
+class Workload(run.Workload):
     model: paddle.nn.Layer
-    optimizer: paddle.optimizer.Optimizer
     batches: Iterable  # re-iterable: one pass is an epoch; the loop starts a new one when it ends
     loss_fn: Callable[[paddle.nn.Layer, Any], paddle.Tensor]
-    unit: str = "images/s"
-    # (samples, units) in one batch; units are what `unit` counts (images, tokens, ...)
+    # (samples, units) in one batch; units are what the benchmark's unit counts (images, tokens,
+    # ...); None: the batch's first tensor's rows, both
     count: Callable[[Any], tuple] = None
 
     def counts(self, batch) -> tuple:
@@ -45,6 +43,14 @@ class Context:
     world_size: int
     local_size: int
     device: str
+    # facts learned while setting up (e.g. methods' fp16 wire path), stored in config.runtime
+    runtime: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def placement(self) -> run.Placement:
+        nodes = max(1, self.world_size // max(1, self.local_size))
+        return run.Placement(rank=self.rank, world_size=self.world_size, nodes=nodes,
+                             runtime={"device": self.device, **self.runtime})
 
 
 # ---------------------------------------------------------------- set-up
@@ -79,12 +85,6 @@ def sync_device() -> None:
         paddle.device.cuda.synchronize()
 
 
-def peak_memory_mib() -> float:
-    if paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
-        return paddle.device.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-
-
 def endless(batches: Iterable):
     while True:
         empty = True
@@ -96,8 +96,8 @@ def endless(batches: Iterable):
 
 
 # ---------------------------------------------------------------- the measured run
-def train(cfg, work: Workload, ctx: Context) -> dict:
-    """Run warm-up + measured steps; return this rank's raw figures.
+def train(cfg, work: Workload, ctx: Context, unit: str) -> metrics.RankFigures:
+    """Run warm-up + measured steps; return this rank's figures.
 
     Losses stay on the device and are read once per logging window (a read is a device sync);
     loss_first and loss_last are the mean losses of the first and last logging windows.
@@ -106,7 +106,6 @@ def train(cfg, work: Workload, ctx: Context) -> dict:
     model.train()
     timer = WindowTimer(cfg.warmup_steps, sync=sync_device)
     batches = endless(work.batches)
-    units = samples = 0.0
     window_losses, loss_first, loss_last = [], None, None
     delay_s = cfg.debug.delay_ms / 1000 if cfg.debug.delay_rank == ctx.rank else 0.0
     for step in range(1, cfg.steps + 1):
@@ -116,96 +115,61 @@ def train(cfg, work: Workload, ctx: Context) -> dict:
         window_losses.append(step_fn(batch).detach())
         if delay_s:
             time.sleep(delay_s)  # test-only: makes this rank the slow one
-        batch_samples, batch_units = work.counts(batch)
-        timer.step_done(step, batch_units, reader_s)
-        if step > cfg.warmup_steps:
-            samples += batch_samples
-            units += batch_units
+        timer.step_done(step, *work.counts(batch), reader_s)
         if step % cfg.log_every == 0 or step == cfg.steps:
             loss_last = float(paddle.add_n(window_losses)) / len(window_losses)
             loss_first = loss_last if loss_first is None else loss_first
             window_losses = []
             window = timer.close_window()
-            print(log_line(step, cfg.steps, loss_last, window["ips"], work.unit,
+            print(log_line(step, cfg.steps, loss_last, window["ips"], unit,
                            window["batch_cost_s"], window["reader_cost_s"]), flush=True)
         if step == cfg.warmup_steps:
             timer.end_warmup(barrier=dist.barrier if ctx.world_size > 1 else lambda: None)
-    elapsed = timer.finish()
-    measured = cfg.steps - cfg.warmup_steps
-    print(f"rank {ctx.rank} measured_steps {measured} elapsed_s {elapsed:.6f} "
-          f"samples {samples:.0f} units {units:.0f}", flush=True)
-    return {"elapsed_s": elapsed, "samples": samples, "units": units, "reader_s": timer.measured_reader_s,
-            "loss_first": loss_first, "loss_last": loss_last, "peak_mem_mib": peak_memory_mib()}
+    mine = metrics.RankFigures(
+        elapsed_s=timer.finish(), steps=cfg.steps - cfg.warmup_steps, samples=timer.measured_samples,
+        units=timer.measured_units, reader_s=timer.measured_reader_s,
+        peak_mem_mib=run.peak_memory_mib(ctx.device), loss_first=loss_first, loss_last=loss_last)
+    print(metrics.rank_line(ctx.rank, mine), flush=True)
+    return mine
 
 
-def reduce_across_ranks(raw: dict, ctx: Context) -> dict:
-    """Slowest rank's time (MAX), summed work (SUM), mean loss; plus every rank's time."""
-    if ctx.world_size == 1:
-        return dict(raw, rank_elapsed_s=[raw["elapsed_s"]])
-    maxes = paddle.to_tensor([raw["elapsed_s"], raw["reader_s"], raw["peak_mem_mib"]], dtype="float64")
-    sums = paddle.to_tensor([raw["samples"], raw["units"], raw["loss_first"], raw["loss_last"]],
-                            dtype="float64")
-    dist.all_reduce(maxes, op=dist.ReduceOp.MAX)
-    dist.all_reduce(sums, op=dist.ReduceOp.SUM)
-    per_rank = []
-    dist.all_gather(per_rank, paddle.to_tensor([raw["elapsed_s"]], dtype="float64"))
-    elapsed, reader_s, peak = maxes.numpy().tolist()
-    samples, units, loss_first, loss_last = sums.numpy().tolist()
-    return {"elapsed_s": elapsed, "reader_s": reader_s, "peak_mem_mib": peak, "samples": samples,
-            "units": units, "loss_first": loss_first / ctx.world_size,
-            "loss_last": loss_last / ctx.world_size,
-            "rank_elapsed_s": [float(t.numpy()[0]) for t in per_rank]}
+class Collective:
+    """metrics.Communicator over paddle.distributed (float64, so sums of counts stay exact)."""
+
+    @staticmethod
+    def _reduced(values, op):
+        tensor = paddle.to_tensor(values, dtype="float64")
+        dist.all_reduce(tensor, op=op)
+        return tensor.numpy().tolist()
+
+    def sum(self, values):
+        return self._reduced(values, dist.ReduceOp.SUM)
+
+    def max(self, values):
+        return self._reduced(values, dist.ReduceOp.MAX)
+
+    def gather(self, values):
+        gathered = []
+        dist.all_gather(gathered, paddle.to_tensor(values, dtype="float64"))
+        return [t.numpy().tolist() for t in gathered]
 
 
-def metrics(cfg, unit: str, totals: dict, ctx: Context) -> dict:
-    measured = cfg.steps - cfg.warmup_steps
-    elapsed = totals["elapsed_s"]
-    throughput = totals["units"] / elapsed
-    return {
-        "throughput": throughput, "unit": unit,
-        "throughput_per_device": throughput / ctx.world_size,
-        "samples_per_s": totals["samples"] / elapsed,
-        "step_time_ms": 1000 * elapsed / measured,
-        "reader_time_ms": 1000 * totals["reader_s"] / measured,
-        "peak_mem_mib": totals["peak_mem_mib"],
-        "loss_first": totals["loss_first"], "loss_last": totals["loss_last"],
-        "elapsed_s": elapsed, "rank_elapsed_s": totals["rank_elapsed_s"],
-        "measured_steps": measured, "warmup_steps": cfg.warmup_steps,
-        "omp_num_threads": fleetbench.threads_info()["omp_num_threads"],
-    }
-
-
-def record_for(benchmark, preset, cfg, ctx: Context, metrics_: Optional[dict], error: Optional[str]):
-    resolved = config.to_dict(cfg)
-    resolved["runtime"] = {"device": ctx.device, "threads": fleetbench.threads_info(),
-                           "paddle": paddle.__version__}
-    nodes = max(1, ctx.world_size // max(1, ctx.local_size))
-    return results.make_record(benchmark=benchmark, mode="collective", method=cfg.method, preset=preset,
-                               config=resolved, nodes=nodes, devices_per_node=ctx.world_size // nodes,
-                               world_size=ctx.world_size, metrics=metrics_, error=error)
-
-
-def main(benchmark: str, cls, build: Callable[[Any], Workload], argv=None) -> None:
-    cfg, args = config.parse_args(benchmark, cls, argv)
-    try:
-        check_runtime(cfg)
-    except config.ConfigError as err:
-        config.exit_config_error(benchmark, err)
-    if args.check:
-        print(json.dumps(config.to_dict(cfg), sort_keys=True))
+def main(script: str, cls, build: Callable[[Any], Workload], argv=None) -> None:
+    """`script` is the calling script's path (`__file__`): its registry entry names the run."""
+    bench = run.start(script, cls, "collective", argv, checks=[check_runtime])
+    if bench.check_only:
         return
-    ctx = setup(cfg)
+    ctx = setup(bench.cfg)
     try:
-        work = build(cfg)
-        totals = reduce_across_ranks(train(cfg, work, ctx), ctx)
+        work = build(bench.cfg)
+        unit = bench.unit_for(work)
+        mine = train(bench.cfg, work, ctx, unit)
+        totals = metrics.reduce(mine, Collective() if ctx.world_size > 1 else metrics.Alone())
     except Exception as err:  # a failed run is a result too: store it, then fail loudly
-        # Under `fleetbench launch` the supervisor stores the failure, naming the rank that failed
-        # first (which need not be this one); a second record would count one run twice.
-        if ctx.rank == 0 and "FLEETBENCH_JOB_ID" not in os.environ:
-            results.emit(args.results, record_for(benchmark, args.preset, cfg, ctx, None,
-                                                   f"{type(err).__name__}: {err}"))
+        bench.store_failure(ctx.placement, err)
         raise
-    if ctx.rank == 0:
-        results.emit(args.results, record_for(benchmark, args.preset, cfg, ctx,
-                                              metrics(cfg, work.unit, totals, ctx), None))
+    figures = metrics.standard(totals, unit, ctx.world_size, bench.cfg.warmup_steps)
+    code = bench.store_result(ctx.placement, figures)
     sys.stdout.flush()
+    if code:
+        sys.exit(code)

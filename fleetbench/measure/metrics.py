@@ -1,0 +1,133 @@
+"""The metrics vocabulary: one definition per name, for every family (docs/metrics.md says the
+same in prose, and a test keeps the two in step).
+
+A "rank" is a process that trains: a collective rank, or a parameter-server worker (servers do
+not train and report nothing). Each rank measures its own window (`RankFigures`), the job's
+figures are reduced across ranks (`reduce`) and turned into a record's metrics (`standard`).
+The reduction is the same for both families; only the communicator differs (collective:
+paddle.distributed, PS: gloo through fleet.util), so it is passed in.
+"""
+import dataclasses
+from typing import List, Optional, Protocol
+
+import fleetbench
+
+# name -> definition. Family-specific names say which family reports them.
+DEFINITIONS = {
+    "throughput": "work of all ranks in the measured window / elapsed_s, in `unit`",
+    "unit": "what throughput counts: images/s, tokens/s, examples/s, words/s or samples/s",
+    "throughput_per_device": "throughput / world_size",
+    "samples_per_s": "samples (images, sequences, pairs, examples) of all ranks in the measured "
+                     "window / elapsed_s",
+    "step_time_ms": "1000 x elapsed_s / measured_steps: the slowest rank's wall time per one of its "
+                    "own optimizer steps",
+    "reader_time_ms": "the largest total wait for input of any rank in the measured window / "
+                      "measured_steps; null where reading happens inside the step (PS)",
+    "peak_mem_mib": "largest peak memory of any rank: resident set on CPU, allocator peak on GPU",
+    "loss_first": "mean over ranks of each rank's mean loss in its first logging window",
+    "loss_last": "mean over ranks of each rank's mean loss in its last logging window",
+    "elapsed_s": "wall time of the slowest rank's measured window (warm-up excluded)",
+    "rank_elapsed_s": "every rank's own measured-window wall time, by rank",
+    "measured_steps": "optimizer steps the slowest rank ran in its measured window",
+    "warmup_steps": "optimizer steps each rank ran before its measured window",
+    "omp_num_threads": "OpenMP threads of the reporting rank (rank 0)",
+    # parameter server
+    "workers": "ps: trainer processes (the record's world_size)",
+    "passes": "ps: passes over each worker's files",
+    "examples": "ps: input lines trained in the measured window, all workers",
+    "valid_lines": "ps: lines the data pipes accepted, all workers, warm-up included",
+    "invalid_lines": "ps: lines the data pipes skipped as malformed, all workers",
+    "load_s": "ps: the slowest worker's InMemoryDataset load time (0 for QueueDataset), not in elapsed_s",
+    "logloss": "ps: mean log loss per example over the measured window (CTR)",
+    "auc": "ps: AUC of the measured window's predictions, all workers' buckets together (CTR)",
+    "analogy_accuracy": "ps: 3CosAdd analogy accuracy of the trained vectors (Word2Vec, optional)",
+    "analogy_questions": "ps: analogy questions answered",
+    "analogy_skipped": "ps: analogy questions skipped (a word outside the analogy vocabulary)",
+}
+
+
+@dataclasses.dataclass
+class RankFigures:
+    """One rank's measured window."""
+
+    elapsed_s: float
+    steps: int  # optimizer steps in the window
+    samples: float
+    units: float  # what the benchmark's unit counts
+    reader_s: Optional[float]  # total wait for input; None where the step reads (PS)
+    peak_mem_mib: float
+    loss_first: float
+    loss_last: float
+
+
+@dataclasses.dataclass
+class Totals:
+    """The job's window, reduced across ranks."""
+
+    elapsed_s: float  # the slowest rank's
+    rank_elapsed_s: List[float]
+    steps: int  # the slowest rank's
+    samples: float  # summed
+    units: float  # summed
+    reader_s: Optional[float]  # the largest
+    peak_mem_mib: float  # the largest
+    loss_first: float  # mean over ranks
+    loss_last: float
+
+
+class Communicator(Protocol):
+    """What `reduce` needs of the ranks' communicator; every rank calls each method together."""
+
+    def sum(self, values: list) -> list: ...
+
+    def max(self, values: list) -> list: ...
+
+    def gather(self, values: list) -> List[list]: ...  # every rank's values, by rank
+
+
+class Alone:
+    """The communicator of a job of one rank."""
+
+    def sum(self, values):
+        return list(values)
+
+    def max(self, values):
+        return list(values)
+
+    def gather(self, values):
+        return [list(values)]
+
+
+def reduce(mine: RankFigures, comm: Communicator) -> Totals:
+    sums = comm.sum([mine.samples, mine.units, mine.loss_first, mine.loss_last])
+    maxes = comm.max([mine.reader_s or 0.0, mine.peak_mem_mib])
+    per_rank = comm.gather([mine.elapsed_s, mine.steps])
+    slowest = max(range(len(per_rank)), key=lambda rank: per_rank[rank][0])
+    ranks = len(per_rank)
+    return Totals(elapsed_s=float(per_rank[slowest][0]), rank_elapsed_s=[float(r[0]) for r in per_rank],
+                  steps=int(per_rank[slowest][1]), samples=float(sums[0]), units=float(sums[1]),
+                  reader_s=None if mine.reader_s is None else float(maxes[0]),
+                  peak_mem_mib=float(maxes[1]), loss_first=sums[2] / ranks, loss_last=sums[3] / ranks)
+
+
+def standard(totals: Totals, unit: str, world_size: int, warmup_steps: int) -> dict:
+    """The metrics every record has (see DEFINITIONS); a family adds its own names."""
+    elapsed = totals.elapsed_s
+    throughput = totals.units / elapsed
+    reader_ms = None if totals.reader_s is None else 1000 * totals.reader_s / totals.steps
+    return {
+        "throughput": throughput, "unit": unit, "throughput_per_device": throughput / world_size,
+        "samples_per_s": totals.samples / elapsed,
+        "step_time_ms": 1000 * elapsed / totals.steps, "reader_time_ms": reader_ms,
+        "peak_mem_mib": totals.peak_mem_mib,
+        "loss_first": totals.loss_first, "loss_last": totals.loss_last,
+        "elapsed_s": elapsed, "rank_elapsed_s": totals.rank_elapsed_s,
+        "measured_steps": totals.steps, "warmup_steps": warmup_steps,
+        "omp_num_threads": fleetbench.threads_info()["omp_num_threads"],
+    }
+
+
+def rank_line(rank: int, mine: RankFigures) -> str:
+    """The line each rank logs at the end (tests and readers of logs check the record against it)."""
+    return (f"rank {rank} measured_steps {mine.steps} elapsed_s {mine.elapsed_s:.6f} "
+            f"samples {mine.samples:.0f} units {mine.units:.0f}")

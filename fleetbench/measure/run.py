@@ -1,0 +1,162 @@
+"""The run layer: what every benchmark script does that is not its family's (collective loop,
+parameter-server driver, communication benchmark) nor its model's.
+
+    from fleetbench.measure import run
+
+    bench = run.start(script, ConfigClass, family, argv=None, checks=(check, ...))
+        # The script's name comes from the registry (registry.name_for_script). Parses
+        # --preset/--set/--results/--check into a validated config, checks that --results can be
+        # written and runs each `check(cfg)`; any bad input is one line on stderr and exit 2,
+        # before anything starts. With --check it prints the resolved config as JSON and
+        # returns with bench.check_only set: the caller launches nothing.
+    bench.name, bench.family, bench.cfg, bench.preset, bench.results_path, bench.unit
+    bench.unit_for(workload)           # the registry's unit, else workload.unit, else samples/s
+    where = run.Placement(rank, world_size, nodes, runtime={"device": "cpu"})
+        # this process in its job: rank 0 reports; runtime joins the record's config.runtime
+    bench.record_for(where, metrics, error) -> record
+        # the one record: benchmark, mode (family), method (the family's config key, see
+        # registry.METHOD_KEY), preset, resolved config with its runtime block (threads, Paddle
+        # version, where.runtime), nodes, devices_per_node, world_size, metrics, error
+    bench.store_result(where, metrics) -> exit code
+        # rank 0 prints FLEETBENCH_RESULT and appends the record; 0, or 1 with one line naming
+        # the store when it cannot be written (the record stays in the rank's log)
+    bench.store_failure(where, error)
+        # a failed run is a result: rank 0 stores it with `error` set, except under
+        # `fleetbench launch` (registry.JOB_ENV set), whose supervisor stores the failure
+    run.peak_memory_mib(device)        # this process's peak: allocator on GPU, resident set on CPU
+    run.Workload                       # base of what a script's build(cfg) returns
+
+The metrics' names and definitions are fleetbench.measure.metrics'.
+"""
+import dataclasses
+import json
+import os
+import resource
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+import fleetbench
+from fleetbench.measure import config, registry, results
+
+
+@dataclasses.dataclass(kw_only=True)
+class Workload:
+    """What a script's build(cfg) returns; each family adds its own fields."""
+
+    optimizer: object
+    unit: Optional[str] = None  # only for scripts outside the registry, whose unit it cannot say
+
+
+@dataclasses.dataclass
+class Placement:
+    """This process in its job, as the record states it."""
+
+    rank: int  # collective rank or PS worker index; rank 0 reports
+    world_size: int  # processes that train (PS: workers)
+    nodes: int
+    runtime: dict = dataclasses.field(default_factory=dict)  # family facts for config.runtime
+
+    @property
+    def devices_per_node(self) -> int:
+        return max(1, -(-self.world_size // self.nodes))
+
+
+@dataclasses.dataclass
+class Run:
+    name: str
+    family: str
+    cfg: object
+    preset: str
+    results_path: str
+    check_only: bool = False
+
+    @property
+    def unit(self) -> Optional[str]:
+        bench = registry.BENCHMARKS.get(self.name)
+        return bench.unit if bench else None
+
+    def unit_for(self, workload: Workload) -> str:
+        return self.unit or workload.unit or "samples/s"
+
+    def record_for(self, where: Placement, metrics: Optional[dict], error: Optional[str]) -> dict:
+        import paddle
+        resolved = config.to_dict(self.cfg)
+        resolved["runtime"] = {"threads": fleetbench.threads_info(), "paddle": paddle.__version__,
+                               **where.runtime}
+        method = getattr(self.cfg, registry.METHOD_KEY[self.family])
+        return results.make_record(benchmark=self.name, mode=self.family, method=method, preset=self.preset,
+                                   config=resolved, nodes=where.nodes, devices_per_node=where.devices_per_node,
+                                   world_size=where.world_size, metrics=metrics, error=error)
+
+    def store_result(self, where: Placement, metrics: dict) -> int:
+        return self._emit(self.record_for(where, metrics, None)) if where.rank == 0 else 0
+
+    def store_failure(self, where: Placement, error) -> None:
+        # Under `fleetbench launch` the supervisor stores the failure, naming the rank that failed
+        # first (which need not be this one); a second record would count one run twice.
+        if where.rank == 0 and registry.JOB_ENV not in os.environ:
+            text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+            self._emit(self.record_for(where, None, text))
+
+    def _emit(self, record: dict) -> int:
+        try:
+            results.emit(self.results_path, record)
+        except (OSError, results.RecordError) as err:
+            reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+            print(f"{self.name}: error: could not store the result in {self.results_path} ({reason}); "
+                  f"it is kept in this rank's log as the {results.RESULT_PREFIX.strip()} line above",
+                  file=sys.stderr, flush=True)
+            return 1
+        return 0
+
+
+def start(script, cls, family: str, argv=None, checks: Iterable[Callable] = ()) -> Run:
+    """Parse and check a benchmark's command line (see the module docstring)."""
+    name = registry.name_for_script(script)
+    bench = registry.for_script(script)
+    if bench is not None and bench.family != family:
+        raise RuntimeError(f"{script} is registered as a {bench.family} benchmark, not {family}")
+    cfg, args = config.parse_args(name, cls, argv)
+    try:
+        check_results_path(args.results)
+        for check in checks:
+            check(cfg)
+    except (config.ConfigError, ValueError) as err:  # ValueError: a data reader's one-line error
+        config.exit_config_error(name, err)
+    except OSError as err:
+        config.exit_config_error(name, f"{err.filename}: {err.strerror}")
+    if args.check:
+        print(json.dumps(config.to_dict(cfg), sort_keys=True), flush=True)
+    return Run(name=name, family=family, cfg=cfg, preset=args.preset, results_path=args.results,
+               check_only=args.check)
+
+
+def check_results_path(path: str) -> None:
+    """ConfigError unless a record can be appended to `path`: found now, not after training.
+    Creates nothing that stays (a probe file is anonymous and gone when closed)."""
+    target = Path(path)
+    if target.is_dir():
+        raise config.ConfigError(f"--results {path}: is a directory, expected a JSONL file")
+    if target.exists():
+        try:
+            os.close(os.open(target, os.O_WRONLY | os.O_APPEND))
+        except OSError as err:
+            raise config.ConfigError(f"--results {path}: cannot append to it ({err.strerror})") from None
+        return
+    parent = target.absolute().parent
+    while not parent.exists():  # results.append creates the missing directories
+        parent = parent.parent
+    try:
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as err:
+        raise config.ConfigError(f"--results {path}: cannot create files in {parent} ({err.strerror})") from None
+
+
+def peak_memory_mib(device: str = "cpu") -> float:
+    if device.startswith("gpu"):
+        import paddle
+        return paddle.device.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
