@@ -1,0 +1,273 @@
+"""fleetbench.analysis: the all-reduce model, the breakdown's accounting, prediction and validation,
+on constructed records (pure: no Paddle process)."""
+import json
+import uuid
+
+import pytest
+
+from fleetbench.analysis import alphabeta, breakdown, cells, explain, predict
+from fleetbench.analysis.alphabeta import Hierarchical, Link
+from fleetbench.analysis.cells import Shape
+from fleetbench.measure import results
+
+RATES = {"1gbe": 1.0, "10gbe": 10.0, "unshaped": None}
+
+
+def record(method="bsp", nodes=2, per_node=1, network="1gbe", rank_ms=(100.0, 100.0), reader_ms=0.0,
+           comm_bytes=None, buckets=1, threads=1, cores=2, batch=8, steps=10):
+    """A collective run: per-rank step times as the loop stores them (elapsed per rank)."""
+    world = nodes * per_node
+    step = max(rank_ms)
+    metrics = {"throughput": batch * world / step * 1e3, "unit": "images/s", "step_time_ms": step,
+               "reader_time_ms": reader_ms, "measured_steps": steps,
+               "rank_elapsed_s": [r * steps / 1e3 for r in rank_ms], "omp_num_threads": threads}
+    if comm_bytes is not None:
+        metrics.update(comm_bytes_per_step=comm_bytes, comm_buckets_per_step=buckets)
+    net = None if network is None else {"profile": network, "rate_gbit": RATES.get(network),
+                                        "emulated": True, "nodes": nodes}
+    return {"schema": 1, "id": uuid.uuid4().hex, "time": "2026-01-01T00:00:00.000+00:00",
+            "benchmark": "resnet50", "mode": "collective", "method": method, "preset": "tiny",
+            "config": {"batch_size": batch, "method": method, "runtime": {"device": "cpu"}},
+            "nodes": nodes, "devices_per_node": per_node, "world_size": world, "network": net,
+            "metrics": metrics, "env": {"cpu": {"usable_threads": cores}}, "topology": None,
+            "git": None, "error": None}
+
+
+def comm_record(network="1gbe", nodes=2, per_node=1, alpha_us=100.0, bandwidth=0.12, with_fit=False):
+    """An all_reduce comm run whose rows follow time = alpha + factor * bytes / B exactly."""
+    ranks = nodes * per_node
+    factor = alphabeta.allreduce_factor(ranks)
+    rows = [{"op": "all_reduce", "bytes": size, "count": size // 4, "wrong": 0,
+             "time_us": alpha_us + factor * size / (bandwidth * 1e3)} for size in (1024, 2**20, 2**26)]
+    metrics = {"rows": rows, "throughput": bandwidth, "unit": "GB/s", "op": "all_reduce"}
+    if with_fit:
+        metrics["ops"] = {"all_reduce": {"alpha_us": alpha_us, "bandwidth_GBps": bandwidth}}
+    rec = record(nodes=nodes, per_node=per_node, network=network)
+    rec.update(mode="comm", method="all_reduce", metrics=metrics,
+               config={"op": "all_reduce", "dtype": "float32"})
+    return rec
+
+
+def only(items, **match):
+    found = [i for i in items if all(i[k] == v for k, v in match.items())]
+    assert len(found) == 1, found
+    return found[0]
+
+
+# ---- the alpha-beta model ---------------------------------------------------------------------
+
+def test_fit_rows_recovers_latency_and_bandwidth_of_constructed_timings():
+    rows = comm_record(alpha_us=150.0, bandwidth=0.12)["metrics"]["rows"]
+    rows.append({"op": "all_gather", "bytes": 4096, "time_us": 1e9, "wrong": 0})  # other op: ignored
+    alpha, bandwidth = alphabeta.fit_rows(rows, ranks=2)
+    assert alpha == pytest.approx(150.0, rel=1e-6)
+    assert bandwidth == pytest.approx(0.12, rel=1e-6)
+    with pytest.raises(alphabeta.FitError, match="2 sizes"):
+        alphabeta.fit_rows(rows[:1], ranks=2)
+
+
+def test_ring_allreduce_time_per_bucket_sequence_and_other_ring_sizes():
+    link = Link(alpha_us=200.0, bandwidth_GBps=0.1, ranks=2, source="t")
+    # 3 calls x 200 us + 2(2-1)/2 x 1e7 B / 0.1 GB/s = 0.6 ms + 100 ms
+    assert link.allreduce_ms(1e7, calls=3) == pytest.approx(100.6)
+    assert link.hop_alpha_us == pytest.approx(100.0)  # 2(n-1) = 2 messages per call
+    three = link.at(3)  # 4 messages of 100 us per call; each link carries 2(3-1)/3 of the bytes
+    assert three.allreduce_ms(1e7, calls=3) == pytest.approx((3 * 400 + 4 / 3 * 1e5) / 1e3)
+    assert link.at(1).allreduce_ms(1e7, 3) == 0.0
+    intra = Link(50.0, 5.0, 2, "intra")
+    assert Hierarchical(intra, link).allreduce_ms(1e7, 1) == pytest.approx(
+        intra.allreduce_ms(1e7, 1) + link.allreduce_ms(1e7, 1))
+
+
+def test_link_for_prefers_the_exact_record_then_extrapolates_then_goes_hierarchical():
+    _, comm = cells.pool([comm_record("1gbe", 2, 1, 100.0, 0.12),
+                          comm_record(None, 1, 2, 20.0, 4.0, with_fit=True)])
+    exact, _ = cells.link_for("1gbe", Shape(2, 1), comm)
+    assert (exact.ranks, exact.alpha_us) == (2, pytest.approx(100.0))
+    wider, _ = cells.link_for("1gbe", Shape(4, 1), comm)
+    assert (wider.ranks, wider.alpha_us) == (4, pytest.approx(300.0))  # 6 messages of 50 us
+    both, _ = cells.link_for("1gbe", Shape(2, 2), comm)
+    assert isinstance(both, Hierarchical)
+    assert both.intra.bandwidth_GBps == pytest.approx(4.0) and both.inter.bandwidth_GBps == pytest.approx(0.12)
+    by_rate, _ = cells.link_for("1gbe", Shape(2, 1), comm, rate_gbit=5.0)
+    assert by_rate.bandwidth_GBps == pytest.approx(5.0 / 8) and by_rate.alpha_us == pytest.approx(100.0)
+    profile_only, _ = cells.link_for("10gbe", Shape(2, 1), comm)  # no 10gbe record: its rate
+    assert profile_only.bandwidth_GBps == pytest.approx(10.0 / 8)
+    missing, problem = cells.link_for("unshaped", Shape(2, 1), comm)
+    assert missing is None and "no all_reduce comm record" in problem
+
+
+# ---- the breakdown ------------------------------------------------------------------------------
+
+def shared_machine_records(cell_reader=2.0):
+    """1 device at 60 ms; the none control at 100/120 ms per rank; bsp at 300 ms over 1gbe."""
+    return [record("bsp", 1, 1, None, (60.0,), reader_ms=1.0, threads=2),
+            record("none", 2, 1, "1gbe", (100.0, 120.0), reader_ms=2.0),
+            record("bsp", 2, 1, "1gbe", (300.0, 300.0), reader_ms=cell_reader, comm_bytes=1.2e7, buckets=2),
+            comm_record("1gbe", 2, 1, alpha_us=100.0, bandwidth=0.12)]
+
+
+def test_breakdown_parts_sum_to_measured_and_losses_to_one_minus_efficiency():
+    out = only(predict.explain(shared_machine_records()), method="bsp")
+    assert out["compute_ms"] == pytest.approx(120.0 - 2.0 - 10.0)  # median rank (110) minus reader
+    assert out["imbalance_ms"] == pytest.approx(10.0)  # slowest (120) minus median rank (110)
+    assert out["exposed_comm_ms"] == pytest.approx(300.0 - 120.0)  # measured(bsp) - measured(none)
+    assert out["reader_ms"] == pytest.approx(2.0)
+    assert out["explained_step_ms"] == pytest.approx(300.0) and out["accounting_ok"]
+    assert "method=none control" in out["compute_source"]
+    # 2 calls x 100 us + 1.2e7 B x 2(2-1)/2 / 0.12 GB/s
+    assert out["predicted_comm_ms"] == pytest.approx(0.2 + 100.0)
+    assert out["overlap_ms"] == pytest.approx(100.2 - 180.0)
+    assert out["predicted_step_ms"] == pytest.approx(120.0 + 100.2)  # bsp: nothing hidden
+    assert out["efficiency"] == pytest.approx(60.0 / 300.0)
+    assert out["contention_ms"] == pytest.approx(108.0 - 59.0)  # control compute - 1-device compute
+    assert sum(out["losses"].values()) == pytest.approx(1 - out["efficiency"])
+    assert out["losses"]["contention"] == pytest.approx(49.0 / 300.0)
+    assert out["losses"]["communication"] == pytest.approx(180.0 / 300.0)
+
+
+def test_accounting_check_fails_when_the_reader_is_counted_twice():
+    # the reader wait that appears only under synchronisation is already in measured - control
+    out = only(predict.explain(shared_machine_records(cell_reader=50.0)), method="bsp")
+    assert out["accounting_error"] == pytest.approx(48.0 / 300.0)
+    assert not out["accounting_ok"]
+
+
+def test_without_a_control_compute_comes_from_the_single_device_run_and_says_so():
+    records = [r for r in shared_machine_records() if r["method"] != "none"]
+    out = only(predict.explain(records), method="bsp")
+    assert out["compute_ms"] == pytest.approx(59.0) and out["exposed_comm_ms"] == pytest.approx(240.0)
+    assert out["compute_source"].startswith("1-device run") and "core sharing" in out["compute_source"]
+    assert out["contention_ms"] is None and out["losses"]["contention"] == 0.0
+
+
+def test_method_none_is_never_a_baseline_nor_a_training_cell():
+    records = shared_machine_records() + [record("none", 1, 1, None, (10.0,), threads=2)]
+    explained = predict.explain(records)
+    assert [c["method"] for c in explained] == ["bsp"]  # the controls are not explained as training
+    assert explained[0]["efficiency"] == pytest.approx(60.0 / 300.0)  # not 10 / 300
+    pooled, _ = cells.pool(records)
+    bsp = next(c for c in pooled if c.method == "bsp" and c.shape.world_size == 2)
+    assert cells.find_single(bsp, pooled).method == "bsp"
+    assert all(not c.control for c in breakdown.training_cells(pooled))
+
+
+def test_overlap_of_a_method_is_measured_on_the_other_cells():
+    # mgwfbp hides 50 of 100 ms at 1gbe (fraction 0.5) and nothing at 10gbe (fraction 0)
+    records = [record("none", 2, 1, "1gbe", (100.0, 100.0)),
+               record("mgwfbp", 2, 1, "1gbe", (150.0, 150.0), comm_bytes=6e6),
+               record("mgwfbp", 2, 1, "10gbe", (110.0, 110.0), comm_bytes=6e6),
+               comm_record("1gbe", 2, 1, alpha_us=0.0, bandwidth=0.06, with_fit=True),
+               comm_record("10gbe", 2, 1, alpha_us=0.0, bandwidth=0.6, with_fit=True)]
+    out = predict.explain(records)
+    slow, fast = only(out, network="1gbe"), only(out, network="10gbe")
+    assert slow["overlap_fraction"] == pytest.approx(0.5) and fast["overlap_fraction"] == pytest.approx(0.0)
+    assert slow["predicted_step_ms"] == pytest.approx(100.0 + 100.0 * (1 - 0.0))  # the other's overlap
+    assert fast["predicted_step_ms"] == pytest.approx(100.0 + 10.0 * (1 - 0.5))
+
+
+# ---- prediction and validation --------------------------------------------------------------------
+
+def test_core_sharing_scale():
+    pooled, _ = cells.pool([record("bsp", 1, 1, None, (60.0,), threads=2),
+                            record("none", 2, 1, "1gbe", (100.0, 100.0), threads=1)])
+    single = next(c for c in pooled if c.shape.world_size == 1)
+    control = next(c for c in pooled if c.control)
+    assert predict.share_scale(single, Shape(1, 2), emulated=False)[0] == pytest.approx(2.0)
+    assert predict.share_scale(control, Shape(3, 1), emulated=True)[0] == pytest.approx(1.5)
+    # on hosts of their own each rank gets both cores (2 threads): linear thread scaling assumed
+    scale, note = predict.share_scale(control, Shape(3, 1), emulated=False)
+    assert scale == pytest.approx(0.5) and "1 -> 2 threads" in note
+    single.gpu = True
+    assert predict.share_scale(single, Shape(1, 8), emulated=False)[0] == 1.0
+
+
+def two_node_records():
+    return [record("none", 2, 1, "1gbe", (100.0, 100.0)),
+            record("bsp", 2, 1, "1gbe", (220.0, 220.0), comm_bytes=1.2e7, buckets=2),
+            comm_record("1gbe", 2, 1, alpha_us=100.0, bandwidth=0.12)]
+
+
+def three_node_prediction_ms():
+    link = Link(100.0, 0.12, 2, "t").at(3)
+    return 100.0 * 1.5 + link.allreduce_ms(1.2e7, 2)  # 3 processes on 2 cores: x1.5 compute
+
+
+def test_predict_three_nodes_from_two():
+    (out,) = predict.predict_spec(two_node_records(), {"nodes": 3})
+    assert out["predicted_step_ms"] == pytest.approx(three_node_prediction_ms())
+    assert out["target"] == "resnet50 tiny bsp 1gbe 3x1"
+    units_per_rank_step = 8
+    assert out["predicted_throughput"] == pytest.approx(units_per_rank_step * 3 / out["predicted_step_ms"] * 1e3)
+    (by_rate,) = predict.predict_spec(two_node_records(), {"rate_gbit": 8.0})
+    link = Link(100.0, 1.0, 2, "t")  # 8 Gbit/s = 1 GB/s, the measured latency
+    assert by_rate["predicted_step_ms"] == pytest.approx(100.0 + link.allreduce_ms(1.2e7, 2))
+    assert predict.predict_spec(two_node_records(), {"method": "mgwfbp", "nodes": 3}) == []
+
+
+def test_validate_fits_on_the_selected_records_only():
+    held_out = [record("bsp", 3, 1, "1gbe", (300.0, 300.0, 300.0), comm_bytes=1.2e7, buckets=2),
+                record("none", 3, 1, "1gbe", (1000.0, 1000.0, 1000.0)),  # must not be used
+                comm_record("1gbe", 3, 1, alpha_us=1e5, bandwidth=0.001)]  # must not be used
+    rows = predict.validate(two_node_records() + held_out, {"nodes": 2})
+    (row,) = rows
+    assert row["cell"] == "resnet50 tiny bsp 1gbe 3x1" and row["measured_step_ms"] == 300.0
+    assert row["predicted_step_ms"] == pytest.approx(three_node_prediction_ms())
+    assert row["error"] == pytest.approx(three_node_prediction_ms() / 300.0 - 1)
+    (reverse,) = predict.validate(two_node_records() + held_out, {"nodes": 3})  # and the other way
+    link = Link(1e5, 0.001, 3, "t").at(2)
+    assert reverse["predicted_step_ms"] == pytest.approx(1000.0 / 1.5 + link.allreduce_ms(1.2e7, 2))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("nodes=x", "nodes must be an integer >= 1"),
+    ("color=red", "expected key=value pairs with keys from"),
+    ("nodes", "expected key=value pairs"),
+    ("rate_gbit=fast", "rate_gbit must be a number"),
+])
+def test_bad_specs_are_one_line_naming_the_flag(text, message):
+    with pytest.raises(predict.SpecError) as caught:
+        predict.parse_spec(text, predict.FILTER_KEYS + predict.CHANGE_KEYS, "--predict")
+    assert str(caught.value).startswith("--predict") and message in str(caught.value)
+
+
+# ---- command line -----------------------------------------------------------------------------------
+
+def write(path, records):
+    path.write_text("".join(results.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def test_cli_json_lists_cells_with_their_parts(tmp_path, capsys):
+    path = write(tmp_path / "runs.jsonl", [r for r in shared_machine_records() if r["mode"] != "comm"])
+    assert explain.cli([path, "--json", "--predict", "nodes=3"]) == 0
+    items = json.loads(capsys.readouterr().out)
+    measured = only(items, kind="measured")
+    for key in ("benchmark", "method", "network", "nodes", "devices_per_node", "measured_step_ms",
+                "explained_step_ms", "predicted_step_ms", "compute_ms", "exposed_comm_ms",
+                "imbalance_ms", "reader_ms", "overlap_ms"):
+        assert key in measured
+    assert measured["explained_step_ms"] == pytest.approx(measured["measured_step_ms"])
+    assert only(items, kind="predicted")["target"] == "resnet50 tiny bsp 1gbe 3x1"
+
+
+def test_cli_table_chart_and_markdown(tmp_path, capsys):
+    path = write(tmp_path / "runs.jsonl", [r for r in shared_machine_records() if r["mode"] != "comm"])
+    images = tmp_path / "images"
+    assert explain.cli([path, "--images", str(images), "--markdown"]) == 0
+    text = capsys.readouterr().out
+    assert "#### resnet50 [tiny]" in text and "| resnet50 tiny bsp 1gbe 2x1 | 300.0 | 108.0 (control)" in text
+    csv_text = (images / "explain-resnet50-tiny.csv").read_text().splitlines()
+    assert csv_text[0].startswith("cell,method,network") and len(csv_text) == 2
+    assert (images / "explain-resnet50-tiny.png").read_bytes()[:4] == b"\x89PNG"
+    assert explain.cli([path]) == 0
+    assert "resnet50 tiny bsp 1gbe 2x1" in capsys.readouterr().out
+
+
+def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
+    assert explain.cli([str(tmp_path / "missing.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fleetbench explain: ") and "missing.jsonl" in err and err.count("\n") == 1
+    path = write(tmp_path / "runs.jsonl", two_node_records()[:2])
+    assert explain.cli([path, "--validate", "nodes=two"]) == 2
+    assert "--validate" in capsys.readouterr().err
