@@ -1,0 +1,228 @@
+"""One node of a multi-host job: the agent that runs on the node, and its mirror on the head.
+
+An executor (ssh, srun) starts, on every host, `python -m fleetbench.cluster.agent SPEC`. The
+agent starts Paddle's launcher there (with fleetbench's rank wrapper, exactly as `fleetbench
+launch` does locally), and streams every new line of the launcher's log directory back over its
+stdout: rank logs (`workerlog.N`, `serverlog.N`), `launcher.log` and the rank wrapper's start/exit
+events. The head runs one mirror per node (`python -m fleetbench.cluster.agent --mirror DIR --
+ssh HOST ...`) that writes those lines into DIR, so the supervisor reads a remote node exactly
+like a local one: the same files, the same fault reports (host, rank, role, exit code, log tail).
+
+Stopping. A node's processes carry FLEETBENCH_JOB_ID=<job>-node<i>: the agent stops exactly those
+(SIGTERM, SIGKILL after a grace period) when its stdin closes (the head's ssh/srun went away: the
+supervisor stopped the job, or the head died), on SIGTERM/SIGHUP (srun forwards signals), when
+its stdout breaks, and when the launcher has exited (nothing of the job outlives it). The id is
+per node so that, on the emulated cluster where every node shares one process table, the head's
+own stop cannot do the nodes' work for them: what the tests prove is what a real cluster does.
+
+What the mirror changes in a forwarded event: `pid` becomes the mirror's own pid (the supervisor
+checks a rank's wrapper is alive by its pid, and a remote pid means nothing on the head: while
+the mirror runs, the node's stream is alive), `log` the mirrored file, `t` the time the head
+received it (hosts' clocks differ; the root cause is the earliest failure as the head saw it).
+The originals are kept as remote_pid, remote_log, remote_t.
+
+The node's rank 0 writes its record to a scratch file on the node (`@NODE_SCRATCH@` in the script
+arguments is replaced by the agent's scratch directory); the head imports the FLEETBENCH_RESULT
+line from the mirrored rank log into its own store (fleetbench.measure.result_logs), so the record
+is stored once, on the head, whether or not the hosts share a filesystem.
+"""
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SCRATCH = "@NODE_SCRATCH@"
+LOG_MARK = "FBLOG "    # FBLOG <file name>\t<line>
+EXIT_MARK = "FBEXIT "  # FBEXIT <launcher exit code>
+POLL_S = 0.1
+STOP_GRACE_S = 2.0     # less than the supervisor's own grace: a node is clean before the head gives up
+
+
+# ----------------------------------------------------------------------------------------------
+# On the node
+
+
+class _Forwarder:
+    """New complete lines of the files in a log directory, sent as FBLOG lines."""
+
+    def __init__(self, log_dir, out):
+        self.log_dir, self.out, self.offsets, self.partial = log_dir, out, {}, {}
+        self.broken = False
+
+    def send(self, text):
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            self.broken = True  # the head is gone: the caller stops the job
+
+    def poll(self):
+        names = [os.path.basename(p) for p in glob.glob(os.path.join(self.log_dir, "*log*"))
+                 + glob.glob(os.path.join(self.log_dir, ".fbrank-*"))]
+        for name in sorted(set(names)):
+            path = os.path.join(self.log_dir, name)
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self.offsets.get(name, 0))
+                    data = f.read()
+            except OSError:
+                continue
+            self.offsets[name] = self.offsets.get(name, 0) + len(data)
+            lines = (self.partial.get(name, b"") + data).split(b"\n")
+            self.partial[name] = lines.pop()
+            for line in lines:
+                self.send(f"{LOG_MARK}{name}\t{line.decode('utf-8', 'replace').rstrip(chr(13))}\n")
+
+
+def _watch_stdin(flag):
+    """Set `flag` when stdin reaches end of file (the head's connection is gone)."""
+    try:
+        while os.read(0, 4096):
+            pass
+    except OSError:
+        pass
+    flag.set()
+
+
+def stop_job(job_id, procs=(), grace_s=STOP_GRACE_S):
+    """SIGTERM every live process of this job on this host, SIGKILL what is left after grace_s.
+    Returns the pids still alive at the end (none, normally)."""
+    from fleetbench.cluster import launch
+
+    targets = set(launch.job_pids(job_id)) | {p.pid for p in procs if p.poll() is None}
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 3.0)):
+        for pid in targets:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait_s
+        while targets and time.monotonic() < deadline:
+            for p in procs:
+                p.poll()
+            time.sleep(0.05)
+            targets = {pid for pid in targets if launch._alive(pid)} | set(launch.job_pids(job_id))
+        if not targets:
+            break
+    return sorted(targets)
+
+
+def node_command(spec, scratch):
+    """Paddle's launcher for this node, with the rank wrapper (fleetbench.cluster.launch)."""
+    from fleetbench.cluster import launch
+
+    args = [a.replace(SCRATCH, scratch) for a in spec["args"]]
+    return launch.paddle_command(spec["flags"], os.path.join(scratch, "log"), spec["script"], args)
+
+
+def run_node(spec, out=sys.stdout):
+    """Run this node's launcher and forward its logs until it ends or the head goes away."""
+    from fleetbench.cluster import launch
+
+    scratch = tempfile.mkdtemp(prefix=f"fleetbench-{spec['job']}-")
+    log_dir = os.path.join(scratch, "log")
+    os.makedirs(log_dir)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    threading.Thread(target=_watch_stdin, args=(stop,), daemon=True).start()
+    env = launch.child_env(extra=dict(spec["env"], **{launch.JOB_ENV: spec["job"]}))
+    fwd = _Forwarder(log_dir, out)
+    with open(os.path.join(log_dir, "launcher.log"), "ab") as log:
+        proc = subprocess.Popen(node_command(spec, scratch), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=scratch, start_new_session=True)
+    while proc.poll() is None and not stop.is_set() and not fwd.broken:
+        fwd.poll()
+        time.sleep(POLL_S)
+    left = stop_job(spec["job"], [proc])
+    fwd.poll()
+    code = proc.returncode if proc.returncode is not None else -signal.SIGKILL
+    if left:
+        fwd.send(f"{LOG_MARK}launcher.log\tfleetbench agent: pids {left} of job {spec['job']} "
+                 f"survived SIGKILL\n")
+    fwd.send(f"{EXIT_MARK}{code}\n")
+    shutil.rmtree(scratch, ignore_errors=True)  # the head has the logs; the record went with them
+    return 0 if code == 0 else 1
+
+
+# ----------------------------------------------------------------------------------------------
+# On the head
+
+
+class Mirror:
+    """Writes one node's forwarded lines into a local log directory."""
+
+    def __init__(self, log_dir, out=sys.stdout):
+        self.log_dir, self.out, self.exit_code = log_dir, out, None
+        os.makedirs(log_dir, exist_ok=True)
+        self.files = {}
+
+    def line(self, text):
+        if text.startswith(EXIT_MARK):
+            self.exit_code = int(text[len(EXIT_MARK):].strip() or 1)
+        elif text.startswith(LOG_MARK) and "\t" in text:
+            name, body = text[len(LOG_MARK):].split("\t", 1)
+            self._write(os.path.basename(name), body)
+        else:  # the transport's own words (or a login script's): keep them with the launcher's
+            self._write("launcher.log", text)
+
+    def _write(self, name, body):
+        if name == "launcher.log":
+            print(body, file=self.out, flush=True)
+            return
+        if name.startswith(".fbrank-"):
+            body = json.dumps(self.local_event(json.loads(body)))
+        if name not in self.files:
+            self.files[name] = open(os.path.join(self.log_dir, name), "a", encoding="utf-8")
+        self.files[name].write(body + "\n")
+        self.files[name].flush()
+
+    def local_event(self, ev):
+        ev = dict(ev, remote_pid=ev.get("pid"), remote_log=ev.get("log"), remote_t=ev.get("t"))
+        ev["pid"], ev["t"] = os.getpid(), time.time()
+        if ev.get("log"):
+            ev["log"] = os.path.join(self.log_dir, os.path.basename(ev["log"]))
+        return ev
+
+    def close(self):
+        for f in self.files.values():
+            f.close()
+
+
+def run_mirror(log_dir, transport, host):
+    """Run the transport (ssh/srun argv) and mirror what the node's agent sends into log_dir.
+    Exit code: the node launcher's, or the transport's own when the agent never reported."""
+    mirror = Mirror(log_dir)
+    proc = subprocess.Popen(transport, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    signal.signal(signal.SIGTERM, lambda *_: proc.terminate())  # closes the connection: the node stops
+    for raw in proc.stdout:
+        mirror.line(raw.decode("utf-8", "replace").rstrip("\n"))
+    code = proc.wait()
+    mirror.close()
+    if mirror.exit_code is None:
+        print(f"fleetbench: {transport[0]} to {host} ended with exit code {code} before the node reported "
+              f"its launcher's exit status", flush=True)
+        return code if code else 1
+    return exit_status(mirror.exit_code)
+
+
+def main(argv):
+    if argv[:1] == ["--mirror"]:
+        log_dir, host, transport = argv[1], argv[2], argv[4:]
+        return run_mirror(log_dir, transport, host)
+    return run_node(json.loads(argv[0]))
+
+
+def exit_status(code):
+    """A launcher killed by a signal (negative code) is a failure, like any code outside 0..255."""
+    return code if 0 <= code <= 255 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

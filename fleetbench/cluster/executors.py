@@ -1,0 +1,300 @@
+"""Executors: how one Paddle launcher per host is started.
+
+| executor | where the launchers run | how |
+|---|---|---|
+| `local`  | this machine, one launcher | a child process |
+| `netns`  | emulated nodes (namespaces) | `ip netns exec NODE` + the launcher |
+| `ssh`    | the hosts of a hostfile | OpenSSH to each host runs fleetbench's node agent |
+| `slurm`  | the nodes of a Slurm allocation | one `srun --nodes=1 --nodelist=NODE` per node runs the agent |
+
+Every multi-node executor gives node i the same Paddle flags (`node_flags`): collective jobs
+rendezvous at node 0 (`--master ADDR:PORT --nnodes N --rank i --nproc_per_node K_i --host
+ADDR_i`; a per-node count allows uneven nodes), parameter-server jobs get the full `--servers`/
+`--trainers` endpoint lists with servers and workers spread over the nodes in contiguous blocks
+(Paddle numbers a node's trainers from its first endpoint in the list). Ranks also get
+FLEETBENCH_NODES and FLEETBENCH_LAUNCH (the record's `launch` block: executor and hosts in rank
+order of nodes).
+
+ssh: `ssh -T -o BatchMode=yes` (the user's keys, agent and ~/.ssh/config; a password prompt is
+never possible), one connection per host, the remote command `cd DIR && exec env NAME=VALUE ...
+PYTHON -m fleetbench.cluster.agent SPEC` (every word quoted: ssh hands the remote shell one
+string). Only an allow-list of the head's environment is forwarded: FLEETBENCH_*, NCCL_*, FLAGS_*,
+GLOO_SOCKET_IFNAME and names the user adds; the node keeps its own login environment otherwise.
+"""
+import dataclasses
+import json
+import os
+import random
+import re
+import shlex
+import socket
+import subprocess
+import sys
+
+from fleetbench.cluster import hosts as hostlib
+from fleetbench.measure import registry
+
+FORWARD_PREFIXES = ("FLEETBENCH_", "NCCL_", "FLAGS_")
+FORWARD_NAMES = ("GLOO_SOCKET_IFNAME",)
+LAUNCH_ENV = "FLEETBENCH_LAUNCH"
+SSH_OPTIONS = ("-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3")
+EXECUTORS = ("local", "netns", "ssh", "slurm")
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """What runs, independent of where: the script, its arguments, and the job's shape."""
+    mode: str                 # collective | ps
+    script: str
+    args: tuple               # script arguments
+    counts: tuple = (1,)      # collective: processes per node, one per node
+    servers: int = 0          # ps: totals over all nodes
+    workers: int = 0
+
+    @property
+    def nodes(self):
+        return len(self.counts)
+
+
+def spread(total, nodes):
+    """`total` processes over `nodes` nodes in contiguous blocks, the first nodes taking the rest."""
+    return [total // nodes + (i < total % nodes) for i in range(nodes)]
+
+
+def free_port():
+    # Ports on other hosts cannot be probed from here; a random high port keeps jobs apart.
+    return random.randint(20000, 29999)
+
+
+def node_flags(job, addresses):
+    """Paddle launcher flags for each node (None: a PS node with nothing to run)."""
+    nodes = len(addresses)
+    if job.mode == "collective":
+        master = f"{addresses[0]}:{free_port()}"
+        return [["--master", master, "--nnodes", str(nodes), "--rank", str(i), "--nproc_per_node", str(k),
+                 "--host", addr] for i, (addr, k) in enumerate(zip(addresses, job.counts))]
+    servers = [[f"{a}:{free_port()}" for _ in range(k)] for a, k in zip(addresses, spread(job.servers, nodes))]
+    workers = [[f"{a}:{free_port()}" for _ in range(k)] for a, k in zip(addresses, spread(job.workers, nodes))]
+    common = ["--servers", ",".join(sum(servers, [])), "--trainers", ",".join(sum(workers, [])),
+              "--gloo_port", str(free_port())]
+    return [common + ["--host", a] if (s or w) else None for a, s, w in zip(addresses, servers, workers)]
+
+
+def forwarded_env(base, extra_names=()):
+    """The allow-listed part of the head's environment that a remote node receives."""
+    keep = set(FORWARD_NAMES) | set(extra_names)
+    return {k: v for k, v in base.items()
+            if (k.startswith(FORWARD_PREFIXES) or k in keep) and k != registry.JOB_ENV}
+
+
+def launch_block(executor, hosts, counts=None):
+    """The record's `launch` block; `processes` only when nodes differ (3+2)."""
+    block = {"executor": executor, "hosts": list(hosts)}
+    if counts and len(set(counts)) > 1:
+        block["processes"] = list(counts)
+    return block
+
+
+def rank_env(executor, hosts, job):
+    return {"FLEETBENCH_NODES": str(len(hosts)),
+            LAUNCH_ENV: json.dumps(launch_block(executor, hosts, job.counts if job.mode == "collective" else None))}
+
+
+# ----------------------------------------------------------------------------------------------
+# Addresses
+
+
+def ssh_hostname(host, ssh_config=None):
+    """The HostName ssh would connect to for `host` (aliases of ~/.ssh/config resolved by `ssh -G`)."""
+    cmd = ["ssh", "-G"] + (["-F", ssh_config] if ssh_config else []) + [host]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise hostlib.HostsError(f"`{shlex.join(cmd)}` failed: {e}") from None
+    if out.returncode != 0:
+        raise hostlib.HostsError(f"`{shlex.join(cmd)}` failed: {(out.stderr or out.stdout).strip()[:200]}")
+    found = re.search(r"^hostname (\S+)$", out.stdout, re.M)
+    return found.group(1) if found else host.rsplit("@", 1)[-1]
+
+
+def resolve(name, node, host=None):
+    """IPv4 address of `name` (Paddle's --host must be an address) or a one-line HostsError."""
+    try:
+        return socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+    except (socket.gaierror, UnicodeError) as e:
+        shown = host if host in (None, name) else f"{host} (HostName {name})"
+        raise hostlib.HostsError(f"node {node}: host {shown or name} does not resolve "
+                                 f"({getattr(e, 'strerror', None) or e})") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Executors
+
+
+@dataclasses.dataclass
+class Node:
+    """One node as an executor starts it."""
+    rank: int
+    host: str          # the host's name as the user gave it (ssh destination, Slurm node name)
+    address: str       # its IPv4 address (Paddle's --host, POD_IP)
+    env: dict = dataclasses.field(default_factory=dict)  # per-node variables (emulated: the veth)
+
+
+class Executor:
+    name = "local"
+
+    def launches(self, job, log_dir, base_env, job_id):
+        """[fleetbench.cluster.launch.NodeLaunch], one per node that runs something."""
+        raise NotImplementedError
+
+    def launch_block(self, job):
+        raise NotImplementedError
+
+
+class LocalExecutor(Executor):
+    """One launcher on this machine (single-node jobs)."""
+
+    def launches(self, job, log_dir, base_env, job_id):
+        from fleetbench.cluster import launch
+
+        flags = (["--server_num", str(job.servers), "--trainer_num", str(job.workers)] if job.mode == "ps"
+                 else ["--nproc_per_node", str(job.counts[0])])
+        cmd = launch.paddle_command(flags, log_dir, job.script, list(job.args))
+        env = launch.child_env(base_env, rank_env(self.name, [socket.gethostname()], job))
+        return [launch.NodeLaunch(cmd, log_dir, env)]
+
+    def launch_block(self, job):
+        return launch_block(self.name, [socket.gethostname()])
+
+
+class MultiNodeExecutor(Executor):
+    """Common part: Paddle flags per node, the rank environment, one NodeLaunch per node."""
+
+    def __init__(self, nodes, forward=()):
+        self.nodes, self.forward = list(nodes), tuple(forward)
+
+    @property
+    def hosts(self):
+        return [n.host for n in self.nodes]
+
+    def launch_block(self, job):
+        return launch_block(self.name, self.hosts, job.counts if job.mode == "collective" else None)
+
+    def launches(self, job, log_dir, base_env, job_id):
+        from fleetbench.cluster import launch
+
+        if len(self.nodes) < job.nodes:
+            raise hostlib.HostsError(f"{self.name}: the job needs {job.nodes} nodes, {len(self.nodes)} given")
+        nodes = self.nodes[:job.nodes]
+        out = []
+        for node, flags in zip(nodes, node_flags(job, [n.address for n in nodes])):
+            if flags is None:
+                continue
+            node_dir = os.path.join(log_dir, f"node{node.rank}")
+            env = dict(rank_env(self.name, [n.host for n in nodes], job), POD_IP=node.address, **node.env)
+            cmd = self.node_command(node, flags, job, node_dir, base_env, env, job_id)
+            out.append(launch.NodeLaunch(cmd, node_dir, launch.child_env(base_env, env), name=node.host))
+        return out
+
+    def node_command(self, node, flags, job, node_dir, base_env, env, job_id):
+        raise NotImplementedError
+
+
+class NetnsExecutor(MultiNodeExecutor):
+    """The emulated cluster's original path: each launcher inside its node's namespace, directly."""
+    name = "netns"
+
+    def __init__(self, nodes, netns):
+        super().__init__(nodes)
+        self.netns = dict(zip((n.host for n in nodes), netns))
+
+    def node_command(self, node, flags, job, node_dir, base_env, env, job_id):
+        from fleetbench.cluster import launch
+
+        return ["ip", "netns", "exec", self.netns[node.host]] + launch.paddle_command(
+            flags, node_dir, job.script, list(job.args))
+
+
+class AgentExecutor(MultiNodeExecutor):
+    """Executors that run fleetbench's node agent on each host through a transport (ssh, srun);
+    the local command is the agent's mirror around that transport."""
+
+    def __init__(self, nodes, forward=(), python=None, workdir=None):
+        super().__init__(nodes, forward)
+        self.python = python or sys.executable
+        self.workdir = workdir or str(registry.REPO_ROOT)
+
+    def spec(self, node, flags, job, base_env, env, job_id):
+        from fleetbench.cluster import agent
+
+        from fleetbench.cluster import launch
+
+        # child_env first: it turns the user's OMP_NUM_THREADS into FLEETBENCH_OMP_THREADS
+        node_env = dict(forwarded_env(launch.child_env(base_env), self.forward), **env)
+        args = _results_to_scratch(list(job.args), agent.SCRATCH)
+        return {"job": f"{job_id}-node{node.rank}", "flags": flags, "script": job.script, "args": args,
+                "env": node_env}
+
+    def node_command(self, node, flags, job, node_dir, base_env, env, job_id):
+        spec = json.dumps(self.spec(node, flags, job, base_env, env, job_id), separators=(",", ":"))
+        agent = [self.python, "-m", "fleetbench.cluster.agent", spec]
+        return [sys.executable, "-m", "fleetbench.cluster.agent", "--mirror", node_dir, node.host, "--",
+                *self.transport(node, agent)]
+
+    def transport(self, node, agent_argv):
+        raise NotImplementedError
+
+
+def _results_to_scratch(args, scratch):
+    """The script's --results on a node is a scratch file there (the head imports the record)."""
+    out = list(args)
+    for i, a in enumerate(out):
+        if a == "--results" and i + 1 < len(out):
+            out[i + 1] = f"{scratch}/results.jsonl"
+        elif a.startswith("--results="):
+            out[i] = f"--results={scratch}/results.jsonl"
+    return out if any(a == "--results" or a.startswith("--results=") for a in out) else \
+        out + ["--results", f"{scratch}/results.jsonl"]
+
+
+class SshExecutor(AgentExecutor):
+    name = "ssh"
+
+    def __init__(self, nodes, forward=(), python=None, workdir=None, ssh_config=None, connect_timeout=10):
+        super().__init__(nodes, forward, python, workdir)
+        self.ssh_config, self.connect_timeout = ssh_config, connect_timeout
+
+    def transport(self, node, agent_argv):
+        return ssh_argv(node.host, remote_command(self.workdir, agent_argv), self.ssh_config, self.connect_timeout)
+
+
+def ssh_argv(host, command, ssh_config=None, connect_timeout=10):
+    return (["ssh", *SSH_OPTIONS, "-o", f"ConnectTimeout={connect_timeout}"] +
+            (["-F", ssh_config] if ssh_config else []) + [host, command])
+
+
+def remote_command(workdir, argv):
+    """The one string ssh hands the remote shell: every word quoted."""
+    return f"cd {shlex.quote(workdir)} && exec {shlex.join(argv)}"
+
+
+class SlurmExecutor(AgentExecutor):
+    """Inside an allocation: one job step per node (`srun --nodes=1 --ntasks=1 --nodelist=NODE`),
+    each running the node agent with all the node's CPUs."""
+    name = "slurm"
+
+    def __init__(self, nodes, forward=(), python=None, workdir=None, cpus=None):
+        super().__init__(nodes, forward, python, workdir)
+        self.cpus = cpus
+
+    def transport(self, node, agent_argv):
+        cpus = [f"--cpus-per-task={self.cpus}"] if self.cpus else []
+        return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node.host}", *cpus, "--kill-on-bad-exit=1",
+                f"--chdir={self.workdir}", *agent_argv]
+
+
+def ssh_nodes(placements, ssh_config=None):
+    """Nodes of an ssh job from hosts.select's placements: every address resolved first, so a
+    name that does not resolve is one line naming it before anything starts."""
+    return [Node(p.rank, p.host.name, resolve(ssh_hostname(p.host.name, ssh_config), p.rank, p.host.name))
+            for p in placements]
