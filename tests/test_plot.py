@@ -1,6 +1,7 @@
 """`fleetbench report`: tables equal the published ddl-benchmarks table, charts come with the CSV
 of their numbers, README regeneration touches only the marked section, output is reproducible."""
 import csv
+import json
 import hashlib
 import os
 import re
@@ -194,3 +195,53 @@ def test_reference_file_is_exactly_what_the_converter_makes_of_the_seed(capsys):
     converter = runpy.run_path(str(REPO / "results" / "reference" / "convert_ddl_benchmarks.py"))
     assert converter["main"]([str(SEED)]) == 0
     assert capsys.readouterr().out == REFERENCE.read_text()
+
+
+# ---- runs that are not the same experiment are never pooled --------------------------------------
+
+def versioned(world, throughput, version, batch=8, seed=1):
+    record = measured(world, throughput)
+    record["env"]["paddle"].update(version=version, commit=f"{version}-commit")
+    record["config"].update(batch_size=batch, seed=seed)
+    return record
+
+
+def test_report_json_gives_two_versions_by_two_batch_sizes_as_four_groups(tmp_path, capsys):
+    path = tmp_path / "runs.jsonl"
+    for version, base in (("2.6.2", 40.0), ("3.3.1", 50.0)):
+        for batch in (8, 16):
+            for seed in (1, 2):  # repeats differ in seed only
+                results.append(str(path), versioned(1, base + batch + seed, version, batch, seed))
+    assert plot.cli([str(path), "--json", "--images", str(tmp_path / "images")]) == 0
+    groups = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted((g["paddle"].split()[0], g["config"]["batch_size"], g["n"], g["mean"], g["unit"])
+                  for g in groups) == [("2.6.2", 8, 2, 49.5, "images/s"),
+                                       ("2.6.2", 16, 2, 57.5, "images/s"),
+                                       ("3.3.1", 8, 2, 59.5, "images/s"),
+                                       ("3.3.1", 16, 2, 67.5, "images/s")]
+    for g in groups:
+        assert g["std"] == pytest.approx(0.7071067811865476) and g["noise_differs"] == ["seed"]
+        assert {"benchmark", "preset", "method", "network", "world_size", "device", "host"} <= set(g)
+    assert not (tmp_path / "images").exists()  # --json draws nothing
+
+
+def test_two_paddle_versions_are_side_by_side_in_table_chart_and_csv(tmp_path, capsys):
+    path = tmp_path / "runs.jsonl"
+    for version, speed in (("2.6.2", 40.0), ("3.3.1", 60.0)):
+        for world, factor in ((1, 1.0), (2, 1.5)):
+            results.append(str(path), versioned(world, speed * factor, version))
+    assert plot.cli([str(path), "--images", str(tmp_path / "images")]) == 0
+    markdown = capsys.readouterr().out
+    assert "| Network | Method | Paddle | 1 device | 2 devices |" in markdown
+    # each version scales against its own 1-device run: 60/40 and 90/60, both 1.50x
+    assert "| — | allreduce | 2.6.2 CPU 2.6.2-c | 40 | 60 (1.50x, 75%) |" in markdown
+    assert "| — | allreduce | 3.3.1 CPU 3.3.1-c | 60 | 90 (1.50x, 75%) |" in markdown
+    assert "Rows differ in Paddle: different experiments, shown side by side, never averaged." in markdown
+    (png,) = (tmp_path / "images").glob("*.png")
+    with open(png.with_suffix(".csv")) as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["series"], r["Paddle"], r["world_size"], float(r["mean"])) for r in rows] == [
+        ("allreduce Paddle 2.6.2 CPU 2.6.2-c", "2.6.2 CPU 2.6.2-c", "1", 40.0),
+        ("allreduce Paddle 2.6.2 CPU 2.6.2-c", "2.6.2 CPU 2.6.2-c", "2", 60.0),
+        ("allreduce Paddle 3.3.1 CPU 3.3.1-c", "3.3.1 CPU 3.3.1-c", "1", 60.0),
+        ("allreduce Paddle 3.3.1 CPU 3.3.1-c", "3.3.1 CPU 3.3.1-c", "2", 90.0)]

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from fleetbench.measure import results
+from fleetbench.measure import experiment, results
 from fleetbench.measure.results import RecordError
 
 
@@ -170,7 +170,7 @@ def test_load_names_a_missing_file(tmp_path):
         results.load([str(tmp_path / "nope.jsonl")])
 
 
-def test_config_hash_is_stable_and_covers_the_cell():
+def test_config_hash_is_stable_and_covers_the_run_identity():
     a = run(world=2, network={"profile": "10gbe"})
     b = json.loads(json.dumps(a, sort_keys=False))
     b["config"] = dict(reversed(list(b["config"].items())))
@@ -189,14 +189,14 @@ def fixture_records():
             run(4, 30.0), run(4, 34.0)]
 
 
-def cell(cells, world, method="allreduce"):
-    (found,) = [c for c in cells if c["world_size"] == world and c["method"] == method]
+def group(groups, world, method="allreduce"):
+    (found,) = [g for g in groups if g["world_size"] == world and g["method"] == method]
     return found
 
 
 def test_aggregate_repeats_and_count_failures_apart():
-    cells = results.aggregate(fixture_records())
-    one, two, four = cell(cells, 1), cell(cells, 2), cell(cells, 4)
+    groups = results.aggregate(fixture_records())
+    one, two, four = group(groups, 1), group(groups, 2), group(groups, 4)
     assert (one["n"], one["mean"], one["std"], one["median"], one["min"], one["max"]) == \
         (3, 12.0, 2.0, 12.0, 10.0, 14.0)
     assert (two["n"], two["mean"], two["failed"]) == (2, 18.5, 1)  # failure excluded from mean
@@ -206,35 +206,35 @@ def test_aggregate_repeats_and_count_failures_apart():
 
 
 def test_efficiency_uses_the_baseline_measured_in_the_same_results():
-    cells = results.summarize_records(fixture_records())
-    four = cell(cells, 4)
+    groups = results.summarize_records(fixture_records())
+    four = group(groups, 4)
     assert four["baseline"]["mean"] == 12.0 and four["baseline"]["world_size"] == 1
     assert four["speedup"] == pytest.approx(32.0 / 12.0)
     assert four["efficiency"] == pytest.approx(32.0 / (4 * 12.0))
     assert four["ideal"] == pytest.approx(48.0)
     # a different measured baseline gives a different efficiency: nothing is typed in
     faster = [r for r in fixture_records() if r["world_size"] > 1] + [run(1, 16.0)]
-    assert cell(results.summarize_records(faster), 4)["efficiency"] == pytest.approx(32.0 / 64.0)
+    assert group(results.summarize_records(faster), 4)["efficiency"] == pytest.approx(32.0 / 64.0)
 
 
 def test_no_baseline_is_said_not_guessed():
-    cells = results.summarize_records([run(2, 18.0), run(4, 30.0)])
-    for c in cells:
+    groups = results.summarize_records([run(2, 18.0), run(4, 30.0)])
+    for c in groups:
         assert c["efficiency"] is None and c["ideal"] is None
         assert c["baseline_note"].startswith("no efficiency: no world-size-1 or 1-node baseline")
 
 
 def test_baseline_falls_back_to_unshaped_then_single_and_to_one_node():
     shaped = {"profile": "1gbe", "rate_gbit": 1}
-    cells = results.summarize_records([run(1, 10.0), run(2, 15.0, network=shaped, nodes=2)])
-    assert cell(cells, 2)["baseline_note"] == "baseline: world size 1, same method, no network"
-    assert cell(cells, 2)["efficiency"] == pytest.approx(0.75)
+    groups = results.summarize_records([run(1, 10.0), run(2, 15.0, network=shaped, nodes=2)])
+    assert group(groups, 2)["baseline_note"] == "baseline: world size 1, same method, no network"
+    assert group(groups, 2)["efficiency"] == pytest.approx(0.75)
 
-    cells = results.summarize_records([run(1, 10.0, method="single"), run(4, 20.0, method="geo")])
-    assert cell(cells, 4, "geo")["baseline_note"] == "baseline: world size 1, single-device run"
+    groups = results.summarize_records([run(1, 10.0, method="single"), run(4, 20.0, method="geo")])
+    assert group(groups, 4, "geo")["baseline_note"] == "baseline: world size 1, single-device run"
 
-    cells = results.summarize_records([run(2, 10.0, nodes=1), run(6, 24.0, nodes=3)])
-    six = cell(cells, 6)
+    groups = results.summarize_records([run(2, 10.0, nodes=1), run(6, 24.0, nodes=3)])
+    six = group(groups, 6)
     assert (six["axis"], six["scale"], six["efficiency"]) == ("nodes", 3, pytest.approx(0.8))
 
 
@@ -253,11 +253,73 @@ def test_published_aggregate_passes_through_as_published():
     assert (only["mean"], only["std"], only["n"], only["source"]) == (925.02, 4.42, None, "ddl")
 
 
-def test_config_differences_inside_a_cell_are_reported():
-    a, b = run(1, 10.0), run(1, 11.0)
-    b["config"]["batch_size"] = 16
+def with_paddle(record, version, commit="0" * 40):
+    record["env"]["paddle"].update(version=version, commit=commit)
+    return record
+
+
+def test_repeats_pool_only_within_one_experiment():
+    a, b = run(1, 10.0), run(1, 12.0)
+    a["config"]["seed"], b["config"]["seed"] = 1, 2  # another seed: still a repeat
     (only,) = results.aggregate([a, b])
-    assert only["config_differs"] == ["batch_size"]
+    assert (only["n"], only["mean"], only["noise_differs"]) == (2, 11.0, ["seed"])
+    assert "seed" not in only["config"] and only["config"]["batch_size"] == 8
+
+    c = run(1, 20.0)
+    c["config"]["batch_size"] = 16  # another batch size: another experiment
+    groups = results.aggregate([a, b, c])
+    assert sorted((g["config"]["batch_size"], g["mean"]) for g in groups) == [(8, 11.0), (16, 20.0)]
+    # a group and the records it pools have one key
+    assert {experiment.key_of(g) for g in groups} == {experiment.of(r) for r in (a, b, c)}
+
+
+def test_two_paddle_versions_and_two_batch_sizes_are_four_groups():
+    records = []
+    for version, speed in (("2.6.2", 10.0), ("3.3.1", 20.0)):
+        for batch in (8, 16):
+            for repeat in range(2):
+                record = with_paddle(run(1, speed + batch + repeat), version)
+                record["config"]["batch_size"] = batch
+                records.append(record)
+    groups = results.aggregate(records)
+    assert sorted((g["paddle"].split()[0], g["config"]["batch_size"], g["n"], g["mean"])
+                  for g in groups) == [("2.6.2", 8, 2, 18.5), ("2.6.2", 16, 2, 26.5),
+                                       ("3.3.1", 8, 2, 28.5), ("3.3.1", 16, 2, 36.5)]
+
+
+def test_device_model_and_host_class_separate_groups():
+    base = run(1, 10.0)
+    other_cpu, more_memory, gpu = run(1, 20.0), run(1, 30.0), run(1, 40.0)
+    other_cpu["env"]["cpu"]["model"] = "AMD EPYC 7763"
+    more_memory["env"]["memory"]["total_mib"] = base["env"]["memory"]["total_mib"] + 64 * 1024
+    gpu["config"]["runtime"] = {"device": "gpu:0"}
+    gpu["env"]["gpus"] = [{"index": 0, "name": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920}]
+    groups = results.aggregate([base, other_cpu, more_memory, gpu])
+    assert len(groups) == 4
+    by_mean = {g["mean"]: g for g in groups}
+    assert by_mean[10.0]["device"] == base["env"]["cpu"]["model"]
+    assert by_mean[20.0]["device"] == "AMD EPYC 7763"
+    assert by_mean[30.0]["host"] != by_mean[10.0]["host"] and "GiB" in by_mean[30.0]["host"]
+    assert by_mean[40.0]["device"] == "NVIDIA A100-SXM4-80GB"
+    assert by_mean[40.0]["host"].startswith(base["env"]["cpu"]["model"])  # the host's CPU
+
+
+def test_a_baseline_comes_from_the_same_build_device_and_host():
+    old_one, new_two = with_paddle(run(1, 10.0), "2.6.2"), with_paddle(run(2, 30.0), "3.3.1")
+    (_, two) = results.summarize_records([old_one, new_two])
+    assert two["efficiency"] is None and two["baseline_note"].startswith("no efficiency")
+    new_one = with_paddle(run(1, 20.0), "3.3.1")
+    groups = results.summarize_records([old_one, new_two, new_one])
+    (two,) = [g for g in groups if g["world_size"] == 2]
+    assert two["baseline"]["mean"] == 20.0 and two["efficiency"] == pytest.approx(0.75)
+
+
+def test_network_names_keep_apart_what_the_links_really_were():
+    name = experiment.network_name
+    assert name(None) is None and name({"profile": "10gbe", "rate_gbit": 10}) == "10gbe"
+    assert name({"profile": "10gbe", "rate_gbit": 10, "delay_ms": 0.05}) == "10gbe+0.05ms"
+    assert name({"profile": "custom", "rate_gbit": 2.5, "delay_ms": 0.0}) == "2.5gbit"
+    assert name({"profile": "custom", "rate_gbit": None, "delay_ms": 1.0}) == "1ms"
 
 
 def test_reference_file_loads_and_every_record_names_its_source():

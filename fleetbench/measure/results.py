@@ -1,5 +1,5 @@
 """Result records (schema 1): building, validating, an append-only JSONL store, loading,
-aggregation of repeats and scaling efficiency.
+aggregation of repeats into one group per experiment, and scaling efficiency.
 
 One record per run, one JSON object per line. Appends are one write of one line, flushed and
 fsynced, under an exclusive lock, so a crash can at worst leave a torn *last* line; `load` reports
@@ -17,11 +17,13 @@ import subprocess
 import sys
 import uuid
 
+from fleetbench.measure import experiment
+from fleetbench.measure.experiment import Experiment
 from fleetbench.measure.timing import summarize
 
 SCHEMA = 1
-MODES = ("collective", "ps")
-UNITS = ("images/s", "tokens/s", "samples/s", "words/s", "examples/s")
+MODES = ("collective", "ps", "comm")
+UNITS = ("images/s", "tokens/s", "samples/s", "words/s", "examples/s", "GB/s")  # GB/s: comm busbw
 # A record with `source` set was not measured here (e.g. a published table); see docs/results.md.
 SOURCE_KINDS = ("published",)
 # Conventional method name of a plain single-device run: the baseline of every method of its
@@ -297,8 +299,10 @@ def load(paths) -> list[dict]:
 
 
 def config_hash(record_or_config: dict) -> str:
-    """Stable hash of what makes a run the same cell: benchmark, preset, resolved config,
-    mode/method, nodes/devices and network. A bare config dict is hashed as the config."""
+    """Stable hash of a run's identity as a sweep sees it (to skip runs already done): benchmark,
+    preset, resolved config, mode/method, nodes/devices and network. A bare config dict is hashed
+    as the config. Aggregation groups runs by `experiment.of`, which also compares the build,
+    device and host the runs had."""
     if "config" in record_or_config:
         keys = ("benchmark", "preset", "config", "mode", "method", "nodes", "devices_per_node",
                 "world_size", "network")
@@ -310,165 +314,123 @@ def config_hash(record_or_config: dict) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# aggregation
+# aggregation: one group of repeats per experiment
 
-def network_profile(network: dict | None) -> str | None:
-    """Name of a network setting: its profile, else a name built from its shaping numbers."""
-    if not network:
-        return None
-    if network.get("profile"):
-        return str(network["profile"])
-    parts = [f"{network[k]}{unit}" for k, unit in (("rate_gbit", "gbit"), ("delay_ms", "ms"))
-             if network.get(k) is not None]
-    return "-".join(parts) or "custom"
-
-
-def source_name(record: dict) -> str | None:
-    """None for results measured here; the short source name for published ones."""
-    source = record.get("source")
-    return source["name"] if source else None
-
-
-def cell_key(record: dict) -> tuple:
-    """Repeats of the same cell share this key. Beyond (benchmark, mode, method, network, nodes,
-    devices) it holds the preset (a tiny and a full run are different experiments) and the
-    source (published numbers are never averaged with ours)."""
-    return (source_name(record) or "", record["benchmark"], record.get("preset") or "",
-            record["mode"], record["method"], network_profile(record.get("network")) or "",
-            record["nodes"], record["devices_per_node"], record["world_size"])
-
-
-def _flat(config: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = json.dumps(value, sort_keys=True, default=str)
-    return flat
-
-
-def _differing_keys(configs: list[dict]) -> list[str]:
-    flats = [_flat(c) for c in configs]
-    keys = set().union(*flats) if flats else set()
-    return sorted(k for k in keys if len({f.get(k) for f in flats}) > 1)
+# The name of a record's network setting, as groups and reports show it (analysis reads it here).
+network_profile = experiment.network_name
 
 
 def aggregate(records: list[dict]) -> list[dict]:
-    """One cell per cell_key: throughput n/mean/std/median/min/max over successful runs.
+    """One group per experiment (`experiment.of`): throughput n/mean/std/median/min/max over the
+    group's successful runs, groups in a fixed order.
 
-    Failed runs (error set) are counted in `failed` and excluded from the statistics. A published
-    record (source set) already is a summary: its mean and std (metrics.throughput_std, null when
-    not published) pass through as published, its n is metrics.repeats (null when the source
-    does not say). `config_differs` lists config keys whose values differ between pooled runs,
-    so silent pooling shows up in reports.
+    A group is a dict: the Experiment's fields (source, benchmark, preset, mode, method, network,
+    nodes, devices_per_node, world_size, paddle, device, host, config without the noise keys),
+    then unit, the statistics, failed, errors, noise_differs and published_aggregate. Failed runs
+    (error set) are counted in `failed` and excluded from the statistics. A published record
+    (source set) already is a summary: its mean and std (metrics.throughput_std, null when not
+    published) pass through as published, its n is metrics.repeats (null when the source does not
+    say). `noise_differs` names the noise keys (e.g. seed) whose values differ between the pooled
+    runs.
     """
-    groups: dict[tuple, list[dict]] = {}
+    groups: dict[Experiment, list[dict]] = {}
     for record in records:
-        groups.setdefault(cell_key(record), []).append(record)
-    cells = []
-    for key in sorted(groups, key=_sort_key):
-        members = groups[key]
-        ok = [r for r in members if r.get("error") is None]
-        failed = [r for r in members if r.get("error") is not None]
-        units = sorted({r["metrics"]["unit"] for r in ok})
-        if len(units) > 1:
-            raise RecordError(f"{key[1]}: runs of one cell {key[3:]} report different units "
-                              f"({', '.join(units)}); expected one")
-        cell = {
-            "source": key[0] or None, "benchmark": key[1], "preset": key[2] or None,
-            "mode": key[3], "method": key[4], "network": key[5] or None, "nodes": key[6],
-            "devices_per_node": key[7], "world_size": key[8], "unit": units[0] if units else None,
-            "failed": len(failed), "errors": sorted({r["error"] for r in failed}),
-            "config_differs": _differing_keys([r["config"] for r in members]),
-            "config": members[0]["config"],
-        }
-        if cell["source"] and ok:
-            if len(ok) != 1:
-                raise RecordError(f"{cell['source']}: {len(ok)} published records for one cell "
-                                  f"{key[1:]}; expected one")
-            metrics = ok[0]["metrics"]
-            cell.update({"n": metrics.get("repeats"), "mean": metrics["throughput"],
-                         "std": metrics.get("throughput_std"), "median": None, "min": None,
-                         "max": None, "published_aggregate": True})
-        else:
-            cell.update(summarize([r["metrics"]["throughput"] for r in ok]))
-            cell["published_aggregate"] = False
-        cells.append(cell)
-    return cells
+        groups.setdefault(experiment.of(record), []).append(record)
+    return [_group(exp, groups[exp]) for exp in sorted(groups, key=Experiment.sort_key)]
 
 
-def _sort_key(key: tuple) -> tuple:
-    return tuple((0, v) if isinstance(v, int) else (1, str(v)) for v in key)
+def _group(exp: Experiment, members: list[dict]) -> dict:
+    ok = [r for r in members if r.get("error") is None]
+    failed = [r for r in members if r.get("error") is not None]
+    units = sorted({r["metrics"]["unit"] for r in ok})
+    where = f"{exp.mode}/{exp.method}, world size {exp.world_size}, network {exp.network or 'none'}"
+    if len(units) > 1:
+        raise RecordError(f"{exp.benchmark}: runs of one experiment ({where}) report different "
+                          f"units ({', '.join(units)}); expected one")
+    group = dict(exp.fields(), unit=units[0] if units else None, failed=len(failed),
+                 errors=sorted({r["error"] for r in failed}),
+                 noise_differs=experiment.differing([r["config"] for r in members]))
+    if exp.source and ok:
+        if len(ok) != 1:
+            raise RecordError(f"{exp.source}: {len(ok)} published records for one experiment "
+                              f"({exp.benchmark}, {where}); expected one")
+        metrics = ok[0]["metrics"]
+        group.update({"n": metrics.get("repeats"), "mean": metrics["throughput"],
+                      "std": metrics.get("throughput_std"), "median": None, "min": None,
+                      "max": None, "published_aggregate": True})
+    else:
+        group.update(summarize([r["metrics"]["throughput"] for r in ok]))
+        group["published_aggregate"] = False
+    return group
 
 
-def series_key(cell: dict) -> tuple:
-    """Cells of one scaling curve: everything but the size of the job."""
-    return (cell["source"] or "", cell["benchmark"], cell["preset"] or "", cell["mode"],
-            cell["method"], cell["network"] or "", cell["unit"] or "")
+def series_key(group: dict) -> tuple:
+    """Groups of one scaling curve: everything but the size of the job."""
+    return experiment.comparable(group) + (group["mode"], group["method"], group["network"])
 
 
-def _usable(cell: dict) -> bool:
-    return cell.get("mean") is not None
+def _usable(group: dict) -> bool:
+    return group.get("mean") is not None
 
 
-def baseline_for(cell: dict, cells: list[dict]) -> tuple[dict | None, str, str]:
-    """(baseline cell, axis, note) for the scaling efficiency of `cell`.
+def baseline_for(group: dict, groups: list[dict]) -> tuple[dict | None, str, str]:
+    """(baseline group, axis, note) for the scaling efficiency of `group`.
 
-    Looked for among `cells` (the same results), in this order:
-      1. the 1-device cell of the same curve (same method and network);
-      2. the 1-device cell of the same method with no network setting (one device sends nothing);
+    Looked for among `groups` (the same results), in this order:
+      1. the 1-device group of the same curve (same method and network);
+      2. the 1-device group of the same method with no network setting (one device sends nothing);
       3. the 1-device `single` run of the same benchmark (plain training, no distribution);
-      4. the 1-node cell of the same curve with the same devices per node (axis "nodes").
-    The baseline must share source, benchmark, preset and unit. No match: (None, axis, why).
+      4. the 1-node group of the same curve with the same devices per node (axis "nodes").
+    The baseline must be comparable (`experiment.comparable`: same source, benchmark, preset,
+    unit, Paddle build, device, host and config apart from method and runtime keys). No match:
+    (None, axis, why).
     """
-    same = [c for c in cells if _usable(c) and c["source"] == cell["source"]
-            and c["benchmark"] == cell["benchmark"] and c["preset"] == cell["preset"]
-            and c["unit"] == cell["unit"] and c["world_size"] == 1]
+    same = [g for g in groups if _usable(g) and g["world_size"] == 1
+            and experiment.comparable(g) == experiment.comparable(group)]
     tiers = (
-        ("same method and network", lambda c: c["mode"] == cell["mode"] and c["method"] == cell["method"]
-         and c["network"] == cell["network"]),
-        ("same method, no network", lambda c: c["mode"] == cell["mode"]
-         and c["method"] == cell["method"] and c["network"] is None),
-        ("single-device run", lambda c: c["method"] == SINGLE),
+        ("same method and network", lambda g: g["mode"] == group["mode"]
+         and g["method"] == group["method"] and g["network"] == group["network"]),
+        ("same method, no network", lambda g: g["mode"] == group["mode"]
+         and g["method"] == group["method"] and g["network"] is None),
+        ("single-device run", lambda g: g["method"] == SINGLE),
     )
     for label, match in tiers:
-        found = [c for c in same if match(c)]
+        found = [g for g in same if match(g)]
         if len(found) == 1:
             return found[0], "devices", f"baseline: world size 1, {label}"
         if len(found) > 1:
             return None, "devices", f"no efficiency: {len(found)} candidate world-size-1 baselines ({label})"
     # The nodes axis exists only where the curve really spans several nodes of equal size.
-    curve = [c for c in cells if _usable(c) and series_key(c) == series_key(cell)
-             and c["devices_per_node"] == cell["devices_per_node"]]
-    one_node = [c for c in curve if c["nodes"] == 1]
-    if one_node and any(c["nodes"] > 1 for c in curve):
+    curve = [g for g in groups if _usable(g) and series_key(g) == series_key(group)
+             and g["devices_per_node"] == group["devices_per_node"]]
+    one_node = [g for g in curve if g["nodes"] == 1]
+    if one_node and any(g["nodes"] > 1 for g in curve):
         return one_node[0], "nodes", "baseline: 1 node of the same curve"
     return None, "devices", ("no efficiency: no world-size-1 or 1-node baseline of this "
                              "benchmark in these results")
 
 
-def add_efficiency(cells: list[dict]) -> list[dict]:
-    """Copies of `cells` with scale, ideal, speedup and efficiency = thr(N) / (N x thr(1)) against
-    the measured baseline found by `baseline_for`, plus a `baseline_note` saying which one."""
+def add_efficiency(groups: list[dict]) -> list[dict]:
+    """Copies of `groups` with scale, ideal, speedup and efficiency = thr(N) / (N x thr(1))
+    against the measured baseline found by `baseline_for`, plus a `baseline_note` saying which."""
     out = []
-    for cell in cells:
-        cell = dict(cell)
-        baseline, axis, note = baseline_for(cell, cells) if _usable(cell) else (None, "devices", "")
-        scale = cell["world_size"] if axis == "devices" else cell["nodes"]
-        cell.update({"axis": axis, "scale": scale, "baseline_note": note, "baseline": None,
-                     "ideal": None, "speedup": None, "efficiency": None})
+    for group in groups:
+        group = dict(group)
+        baseline, axis, note = baseline_for(group, groups) if _usable(group) else (None, "devices", "")
+        scale = group["world_size"] if axis == "devices" else group["nodes"]
+        group.update({"axis": axis, "scale": scale, "baseline_note": note, "baseline": None,
+                      "ideal": None, "speedup": None, "efficiency": None})
         if baseline is not None and baseline["mean"] > 0:
-            cell["baseline"] = {k: baseline[k] for k in ("method", "network", "nodes",
-                                                         "devices_per_node", "world_size", "mean",
-                                                         "std", "n")}
-            cell["ideal"] = scale * baseline["mean"]
-            cell["speedup"] = cell["mean"] / baseline["mean"]
-            cell["efficiency"] = cell["speedup"] / scale
-        out.append(cell)
+            group["baseline"] = {k: baseline[k] for k in ("method", "network", "nodes",
+                                                          "devices_per_node", "world_size",
+                                                          "mean", "std", "n")}
+            group["ideal"] = scale * baseline["mean"]
+            group["speedup"] = group["mean"] / baseline["mean"]
+            group["efficiency"] = group["speedup"] / scale
+        out.append(group)
     return out
 
 
 def summarize_records(records: list[dict]) -> list[dict]:
-    """aggregate + add_efficiency: the summary a sweep or a report prints."""
+    """aggregate + add_efficiency: the groups a sweep or a report prints."""
     return add_efficiency(aggregate(records))

@@ -1,0 +1,173 @@
+"""What makes two runs repeats of one experiment, read from their records.
+
+Repeats are pooled (averaged) only when everything that defines the experiment is equal:
+
+- what ran: source (published numbers are never pooled with ours), benchmark, preset, mode,
+  method, and the resolved config, except the keys in NOISE_KEYS;
+- where: nodes, devices per node, world size, and the network (its profile, plus the delay that
+  was really applied);
+- with what: the Paddle build (version, CPU or CUDA build, commit), the device model (the GPU
+  model when the run used GPUs, else the CPU model) and the host class (core count and memory,
+  plus the CPU model for GPU runs). These come from the record's `env`, which is rank 0's: a
+  multi-node run is described by its first node.
+
+NOISE_KEYS are what may differ between repeats of one experiment: the seed (a repeat with another
+seed is still a repeat) and who chose the thread count (the count itself is part of the config).
+Run-time values such as ports and addresses are not in the config at all.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+# Config keys (dotted) that differ between repeats of one experiment; see the module docstring.
+NOISE_KEYS = ("seed", "runtime.threads.source")
+# Config keys that follow from the method (mode for PS) and from how many processes share a
+# node (threads, PS server/worker counts): left out when looking for a comparable baseline.
+METHOD_KEYS = ("method", "mode")
+RUNTIME_PREFIX = "runtime."
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+    """The identity of an aggregation group: runs with equal Experiments are its repeats."""
+    source: str | None
+    benchmark: str
+    preset: str | None
+    mode: str
+    method: str
+    network: str | None
+    nodes: int
+    devices_per_node: int
+    world_size: int
+    paddle: str | None
+    device: str | None
+    host: str | None
+    config: str  # canonical JSON of the config without NOISE_KEYS (hashable)
+
+    def fields(self) -> dict:
+        """The identity as plain JSON values (config as an object)."""
+        out = dataclasses.asdict(self)
+        out["config"] = json.loads(self.config)
+        return out
+
+    def sort_key(self) -> tuple:
+        return tuple("" if value is None else value for value in dataclasses.astuple(self))
+
+
+def of(record: dict) -> Experiment:
+    """The experiment `record` is a run of."""
+    return Experiment(
+        source=source_name(record), benchmark=record["benchmark"], preset=record.get("preset"),
+        mode=record["mode"], method=record["method"], network=network_name(record.get("network")),
+        nodes=record["nodes"], devices_per_node=record["devices_per_node"],
+        world_size=record["world_size"], paddle=paddle_build(record.get("env")),
+        device=device_model(record), host=host_class(record),
+        config=json.dumps(_without(record["config"], NOISE_KEYS), sort_keys=True, default=str))
+
+
+def key_of(group: dict) -> Experiment:
+    """The Experiment of an aggregation group (a dict made by `results.aggregate`), so that
+    records (`of`) and groups can be matched by one key."""
+    names = [field.name for field in dataclasses.fields(Experiment) if field.name != "config"]
+    return Experiment(**{name: group[name] for name in names},
+                      config=json.dumps(group["config"], sort_keys=True, default=str))
+
+
+def source_name(record: dict) -> str | None:
+    """None for results measured here; the short source name for published ones."""
+    source = record.get("source")
+    return source["name"] if source else None
+
+
+def network_name(network: dict | None) -> str | None:
+    """Name of a network setting: its profile, plus the delay really applied if any (`10gbe+0.05ms`);
+    a custom setting is named by its numbers (`2.5gbit-0.05ms`)."""
+    if not network:
+        return None
+    profile, rate, delay = network.get("profile"), network.get("rate_gbit"), network.get("delay_ms")
+    if profile and profile != "custom":
+        return f"{profile}+{delay:g}ms" if delay else str(profile)
+    parts = ([f"{rate:g}gbit"] if rate is not None else []) + ([f"{delay:g}ms"] if delay else [])
+    return "-".join(parts) or "custom"
+
+
+def paddle_build(env: dict | None) -> str | None:
+    """e.g. '2.6.2 CPU 8ce0de5' or '3.3.1 CUDA 12.6 1a2b3c4'; None when the record has no env."""
+    paddle = (env or {}).get("paddle")
+    if not paddle:
+        return None
+    build = f"CUDA {paddle.get('cuda') or '?'}" if paddle.get("compiled_with_cuda") else "CPU"
+    commit = (paddle.get("commit") or "")[:7]
+    return " ".join(part for part in (paddle.get("version") or "?", build, commit) if part)
+
+
+def _ran_on_gpu(record: dict) -> bool:
+    device = ((record.get("config") or {}).get("runtime") or {}).get("device") or ""
+    return str(device).lower().startswith(("gpu", "cuda"))
+
+
+def device_model(record: dict) -> str | None:
+    """The GPU model(s) of a GPU run, else the CPU model; None without env."""
+    env = record.get("env")
+    if not env:
+        return None
+    if _ran_on_gpu(record):
+        names = sorted({gpu.get("name") or "?" for gpu in env.get("gpus") or []})
+        return " + ".join(names) or "GPU (model not reported)"
+    return (env.get("cpu") or {}).get("model")
+
+
+def host_class(record: dict) -> str | None:
+    """Cores and memory of the host (memory in whole GiB: a few MiB of kernel reservation is
+    not another machine); GPU runs add the CPU model, which a CPU run has as its device."""
+    env = record.get("env")
+    if not env:
+        return None
+    cpu, memory = env.get("cpu") or {}, env.get("memory") or {}
+    cores, threads = cpu.get("cores"), cpu.get("usable_threads") or cpu.get("threads")
+    parts = [f"{cores} cores" + (f"/{threads} threads" if threads and threads != cores else "")]
+    if memory.get("total_mib"):
+        parts.append(f"{round(memory['total_mib'] / 1024)} GiB")
+    if _ran_on_gpu(record) and cpu.get("model"):
+        parts.insert(0, cpu["model"])
+    return ", ".join(parts)
+
+
+def flat_config(config: dict, prefix: str = "") -> dict:
+    """{dotted key: JSON text of the value} of a nested config."""
+    flat = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            flat.update(flat_config(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = json.dumps(value, sort_keys=True, default=str)
+    return flat
+
+
+def _without(config: dict, dotted_keys) -> dict:
+    flat = {k: v for k, v in flat_config(config).items() if k not in dotted_keys}
+    nested: dict = {}
+    for key, text in flat.items():
+        *parents, leaf = key.split(".")
+        node = nested
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[leaf] = json.loads(text)
+    return nested
+
+
+def comparable(group: dict) -> tuple:
+    """What a scaling baseline must share with `group`: everything but the job's size, network
+    and method, and the config keys that follow from those (METHOD_KEYS, runtime.*)."""
+    config = {k: v for k, v in flat_config(group["config"]).items()
+              if k not in METHOD_KEYS and not k.startswith(RUNTIME_PREFIX)}
+    return (group["source"], group["benchmark"], group["preset"], group["unit"], group["paddle"],
+            group["device"], group["host"], json.dumps(config, sort_keys=True))
+
+
+def differing(configs: list[dict]) -> list[str]:
+    """Dotted config keys whose values are not all equal across `configs`."""
+    flats = [flat_config(c) for c in configs]
+    keys = set().union(*flats) if flats else set()
+    return sorted(k for k in keys if len({f.get(k) for f in flats}) > 1)

@@ -1,0 +1,236 @@
+"""The report's tables: which groups go in which table, row and column, and their markdown.
+
+One table per (source, benchmark, preset). A row is a network, a method and, when the table holds
+groups that differ in more than that, the values that tell them apart (`distinguishing`): a Paddle
+version, a device, a host, or a config key such as batch_size. Columns are job sizes. Two groups
+never share a place in a table, so nothing that was not pooled looks as if it were.
+"""
+from __future__ import annotations
+
+import json
+
+from fleetbench.measure import experiment, results
+
+# Experiment fields shown by name when they distinguish groups, before any config key.
+TRAITS = (("paddle", "Paddle"), ("device", "Device"), ("host", "Host"))
+
+
+def fmt(value) -> str:
+    """Numbers for tables and labels: up to 3 decimals, trailing zeros dropped (925.020 -> 925.02)."""
+    if value is None:
+        return "—"
+    if value != 0 and abs(value) < 1:
+        return f"{value:.4g}"
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
+def eff_label(group: dict) -> str:
+    return f"{group['speedup']:.2f}x {group['efficiency']:.0%}"
+
+
+def size_noun(groups: list[dict]) -> str:
+    """Parameter-server jobs grow by workers (their world size); collective ones by devices."""
+    return "worker" if all(g["mode"] == "ps" for g in groups) else "device"
+
+
+def layout(group: dict) -> tuple:
+    return (group["world_size"], group["nodes"], group["devices_per_node"])
+
+
+# ---- planning ------------------------------------------------------------------------------------
+
+def _first_seen(records: list[dict]) -> dict:
+    """Order of first appearance of tables, methods and networks in the input: the order of
+    tables, rows and legends (a fixed input gives a fixed order)."""
+    order = {"method": {}, "network": {}, "table": {}}
+    for record in records:
+        order["table"].setdefault((experiment.source_name(record) or "", record["benchmark"],
+                                   record.get("preset") or ""), len(order["table"]))
+        order["method"].setdefault((record["mode"], record["method"]), len(order["method"]))
+        order["network"].setdefault(experiment.network_name(record.get("network")),
+                                    len(order["network"]))
+    return order
+
+
+def columns(groups: list[dict]) -> list[tuple]:
+    """(world_size, nodes, devices_per_node) columns, labelled by world size alone when that is
+    unambiguous and as `W (N×D)` otherwise."""
+    layouts = sorted({layout(g) for g in groups})
+    worlds = [w for w, _, _ in layouts]
+    unique = len(worlds) == len(set(worlds))
+    return [(lay, str(lay[0]) if unique else f"{lay[0]} ({lay[1]}×{lay[2]})") for lay in layouts]
+
+
+def _shown(text: str | None) -> str:
+    """A trait value as a reader wants it: strings without JSON quotes, a missing value as —."""
+    if text is None:
+        return "—"
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _traits(group: dict) -> dict:
+    traits = {label: group[key] for key, label in TRAITS}
+    traits.update((key, _shown(text)) for key, text in experiment.flat_config(group["config"]).items())
+    return traits
+
+
+def _follows_from_place(key: str) -> bool:
+    """Config keys that differ between a table's rows and columns by construction (the method,
+    the threads per process of a job size): they distinguish only groups at one place."""
+    return key in experiment.METHOD_KEYS or key.startswith(experiment.RUNTIME_PREFIX)
+
+
+def distinguishing(groups: list[dict]) -> list[str]:
+    """Trait names (Paddle, Device, Host, config keys) that must be shown so that every group of a
+    table has a place of its own: those that vary across the table, and those that vary between
+    groups at the same network, method and job size."""
+    traits = [_traits(g) for g in groups]
+    names = list(dict.fromkeys(name for t in traits for name in t))
+    places: dict[tuple, list[dict]] = {}
+    for group, t in zip(groups, traits):
+        places.setdefault((group["network"], group["mode"], group["method"], layout(group)), []).append(t)
+
+    def varies(among, name):
+        return len({t.get(name) for t in among}) > 1
+
+    return [name for name in names
+            if (not _follows_from_place(name) and varies(traits, name))
+            or any(varies(among, name) for among in places.values())]
+
+
+def variant(table: dict, group: dict) -> tuple:
+    """The values of the table's distinguishing traits for `group` (empty when none)."""
+    traits = _traits(group)
+    return tuple(traits.get(name) or "—" for name in table["dims"])
+
+
+def variant_text(table: dict, group: dict, sep: str = ", ") -> str:
+    return sep.join(f"{name} {value}" for name, value in zip(table["dims"], variant(table, group)))
+
+
+def _natural(values: tuple) -> tuple:
+    """Sort numbers as numbers (batch 8 before 16), text as text."""
+    out = []
+    for value in values:
+        try:
+            out.append((0, float(value), ""))
+        except ValueError:
+            out.append((1, 0.0, value))
+    return tuple(out)
+
+
+def line_key(table: dict, group: dict) -> tuple:
+    """Order of method lines: method as first seen, then the distinguishing values."""
+    return (table["order"]["method"][(group["mode"], group["method"])],
+            _natural(variant(table, group)))
+
+
+def row_key(table: dict, group: dict) -> tuple:
+    """Rows by network (single-device runs first), method, then the distinguishing values, so
+    that e.g. two Paddle versions of one method are adjacent rows."""
+    order = table["order"]
+    network = order["network"][group["network"]] if group["method"] != results.SINGLE else -1
+    return (network,) + line_key(table, group)
+
+
+def plan(records: list[dict]) -> list[dict]:
+    """One table per (source, benchmark, preset): its groups (with efficiency), in row order."""
+    order = _first_seen(records)
+    by_table: dict[tuple, list[dict]] = {}
+    for group in results.summarize_records(records):
+        by_table.setdefault((group["source"] or "", group["benchmark"], group["preset"] or ""),
+                            []).append(group)
+    tables = []
+    for (source, benchmark, preset), groups in sorted(by_table.items(),
+                                                      key=lambda item: order["table"][item[0]]):
+        table = {"source": source or None, "benchmark": benchmark, "preset": preset or None,
+                 "order": order, "dims": distinguishing(groups), "columns": columns(groups)}
+        table["groups"] = sorted(groups, key=lambda g: (row_key(table, g), layout(g)))
+        tables.append(table)
+    return tables
+
+
+# ---- markdown -----------------------------------------------------------------------------------
+
+def table_markdown(table: dict) -> str:
+    groups = table["groups"]
+    per_group_n = len({g["n"] for g in groups if g["mean"] is not None}) > 1
+    noun = size_noun(groups)
+    head = (["Network", "Method"] + [name for name in table["dims"]]
+            + [f"{text} {noun}{'s' if lay[0] > 1 else ''}" for lay, text in table["columns"]])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    rows: dict[tuple, dict] = {}
+    for g in groups:
+        rows.setdefault((g["network"], g["mode"], g["method"], variant(table, g)), {})[layout(g)] = g
+    for (network, mode, method, values), by_layout in rows.items():
+        cells = [_cell_text(by_layout.get(lay), per_group_n) for lay, _ in table["columns"]]
+        label = f"{method} (ps)" if mode == "ps" and not method.endswith("PS") else method
+        lines.append("| " + " | ".join([network or "—", label, *values] + cells) + " |")
+    return "\n".join(lines)
+
+
+def _cell_text(group, per_group_n: bool) -> str:
+    if group is None:
+        return ""
+    if group["mean"] is None:
+        return f"failed ×{group['failed']}"
+    text = fmt(group["mean"])
+    if group["std"] is not None and group["n"] != 1:
+        text += f" ± {fmt(group['std'])}"
+    if group["efficiency"] is not None and group["world_size"] > 1:
+        text += f" ({eff_label(group).replace(' ', ', ')})"
+    if per_group_n:
+        text += f" n={group['n'] if group['n'] is not None else '?'}"
+    if group["failed"]:
+        text += f" +{group['failed']} failed"
+    return text
+
+
+def _caption(table: dict) -> str:
+    groups = [g for g in table["groups"] if g["mean"] is not None]
+    failed = sum(g["failed"] for g in table["groups"])
+    if not groups:
+        return f"All {failed} run(s) of this benchmark failed; the errors are in the records."
+    units = sorted({g["unit"] for g in groups})
+    ns = sorted({g["n"] for g in groups}, key=lambda n: (n is None, n or 0))
+    if table["source"]:
+        spread = ("n not published; ± is the published std (population std, ddof 0)"
+                  if ns == [None] else f"n = {', '.join(str(n) for n in ns)}")
+        origin = f"Published numbers, not measured here: {table['source']}. {spread}."
+    else:
+        spread = (f"n = {ns[0]} run{'s' if ns[0] != 1 else ''} per cell" if len(ns) == 1
+                  else "n per cell as shown")
+        origin = f"Measured by fleetbench: mean ± sample std over repeats, {spread}."
+    text = f"Throughput in {', '.join(units)}. {origin}"
+    if table["dims"]:
+        text += (f" Rows differ in {', '.join(table['dims'])}: different experiments, shown "
+                 "side by side, never averaged.")
+    notes = sorted({g["baseline_note"] for g in groups if g["world_size"] > 1})
+    if notes:
+        text += (" In brackets: speedup and scaling efficiency = throughput(N) / "
+                 f"(N × baseline); {'; '.join(notes)}.")
+    if failed:
+        text += f" {failed} failed run(s) are counted, not averaged."
+    noise = sorted({k for g in table["groups"] for k in g["noise_differs"]})
+    if noise:
+        text += f" Pooled repeats differ only in {', '.join(noise)} (not part of the experiment)."
+    return text
+
+
+def report_markdown(title: str, tables: list[dict], images: dict, inputs: list[str],
+                    nrecords: int) -> str:
+    out = [f"## {title}", "",
+           f"Generated by `fleetbench report` from {nrecords} records in "
+           f"{', '.join(f'`{p}`' for p in inputs)}; edit the results, not this section.", ""]
+    for table in tables:
+        heading = table["benchmark"] + (f" [{table['preset']}]" if table["preset"] else "")
+        if table["source"]:
+            heading += f" — published: {table['source']}"
+        out += [f"### {heading}", "", _caption(table), "", table_markdown(table), ""]
+        for chart in table["charts"]:
+            out += [f"![{chart['name']}]({images[chart['name']]})", ""]
+    return "\n".join(out).rstrip("\n") + "\n"
