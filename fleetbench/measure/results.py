@@ -126,25 +126,29 @@ def _problem(record) -> str | None:
     error = record.get("error")
     if error is not None and (not isinstance(error, str) or not error):
         return f"error: expected null or a non-empty message, got {error!r}"
-    problem = _metrics_problem(record.get("metrics"), failed=error is not None)
+    problem = (_metrics_problem(record.get("metrics"), failed=error is not None)
+               or _origin_problem(record.get("source"), record.get("env")))
     if problem:
         return problem
-    source = record.get("source")
+    if record.get("topology") is not None and not isinstance(record["topology"], dict):
+        return f"topology: expected an object or null, got {record['topology']!r}"
+    if record.get("git") is not None and not isinstance(record["git"], str):
+        return f"git: expected a commit sha or null, got {record['git']!r}"
+    return None
+
+
+def _origin_problem(source, env) -> str | None:
+    """A published record names its source and may lack env; one measured here carries env."""
     if source is not None:
         if not isinstance(source, dict) or source.get("kind") not in SOURCE_KINDS:
             return f"source: expected null or an object with kind in {'|'.join(SOURCE_KINDS)}"
         for key in ("name", "citation"):
             if not isinstance(source.get(key), str) or not source[key]:
                 return f"source.{key}: expected a non-empty string (short name; where it was published)"
-    env = record.get("env")
     if source is None and not isinstance(env, dict):
         return "env: expected an object (every result measured here carries its environment)"
     if source is not None and env is not None and not isinstance(env, dict):
         return f"env: expected an object or null, got {env!r}"
-    if record.get("topology") is not None and not isinstance(record["topology"], dict):
-        return f"topology: expected an object or null, got {record['topology']!r}"
-    if record.get("git") is not None and not isinstance(record["git"], str):
-        return f"git: expected a commit sha or null, got {record['git']!r}"
     return None
 
 

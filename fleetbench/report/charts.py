@@ -27,7 +27,9 @@ def _method_label(table: dict, group: dict, modes_per_method: dict) -> str:
     name = group["method"]
     if len(modes_per_method.get(name, ())) > 1:
         name = f"{group['mode']}/{name}"
-    return name + (f"\n{variant_text(table, group, sep=chr(10))}" if table["dims"] else "")
+    if table["dims"]:  # one line per distinguishing value keeps the legend narrow
+        name += "\n" + variant_text(table, group, sep="\n")
+    return name
 
 
 def plan(table: dict) -> list[dict]:
