@@ -212,8 +212,8 @@ def down(prefix=DEFAULT_PREFIX):
         removed, kept = _teardown(state)
         netem_state.remove_state(prefix)
     for name in kept:
-        print(f"fleetbench cluster: kept {name}: recorded by `up` but no longer carries its mark "
-              "(replaced by someone else's)", file=sys.stderr)
+        print(f"fleetbench cluster: kept {name}: recorded by `up` but without its mark (replaced "
+              "since, or made by an older fleetbench); remove it by hand if it is yours", file=sys.stderr)
     return removed
 
 
@@ -337,7 +337,10 @@ def cli(argv):
         print(f"fleetbench cluster: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        left = "the existing cluster is kept" if load_state(args.name) else "nothing it created is left"
+        if args.action == "up":
+            left = "the existing cluster is kept" if load_state(args.name) else "nothing it created is left"
+        else:
+            left = "run it again to finish"
         print(f"fleetbench cluster: {args.action} interrupted; {left}", file=sys.stderr)
         return 130
     finally:
