@@ -28,6 +28,11 @@ DEFINITIONS = {
     "loss_last": "mean over ranks of each rank's mean loss in its last logging window",
     "elapsed_s": "wall time of the slowest rank's measured window (warm-up excluded)",
     "rank_elapsed_s": "every rank's own measured-window wall time, by rank",
+    "rank_step_ms": "every rank's own wall time per step (1000 x its elapsed_s / its steps), by rank; "
+                    "a synchronised job makes every rank wait for the slowest, so they differ in a "
+                    "method=none control or an unsynchronised (PS) job",
+    "rank_reader_ms": "every rank's own wait for input per step, by rank; null where reading happens "
+                      "inside the step (PS)",
     "measured_steps": "optimizer steps the slowest rank ran in its measured window",
     "warmup_steps": "optimizer steps each rank ran before its measured window",
     "omp_num_threads": "OpenMP threads of the reporting rank (rank 0)",
@@ -73,6 +78,8 @@ class Totals:
     peak_mem_mib: float  # the largest
     loss_first: float  # mean over ranks
     loss_last: float
+    rank_step_ms: List[float] = dataclasses.field(default_factory=list)
+    rank_reader_ms: Optional[List[float]] = None  # None where the step reads (PS)
 
 
 class Communicator(Protocol):
@@ -101,13 +108,17 @@ class Alone:
 def reduce(mine: RankFigures, comm: Communicator) -> Totals:
     sums = comm.sum([mine.samples, mine.units, mine.loss_first, mine.loss_last])
     maxes = comm.max([mine.reader_s or 0.0, mine.peak_mem_mib])
-    per_rank = comm.gather([mine.elapsed_s, mine.steps])
+    per_rank = comm.gather([mine.elapsed_s, mine.steps, mine.reader_s or 0.0])
     slowest = max(range(len(per_rank)), key=lambda rank: per_rank[rank][0])
     ranks = len(per_rank)
+    per_step = [(1000 * elapsed / max(1, steps), 1000 * reader / max(1, steps))
+                for elapsed, steps, reader in per_rank]
     return Totals(elapsed_s=float(per_rank[slowest][0]), rank_elapsed_s=[float(r[0]) for r in per_rank],
                   steps=int(per_rank[slowest][1]), samples=float(sums[0]), units=float(sums[1]),
                   reader_s=None if mine.reader_s is None else float(maxes[0]),
-                  peak_mem_mib=float(maxes[1]), loss_first=sums[2] / ranks, loss_last=sums[3] / ranks)
+                  peak_mem_mib=float(maxes[1]), loss_first=sums[2] / ranks, loss_last=sums[3] / ranks,
+                  rank_step_ms=[step for step, _ in per_step],
+                  rank_reader_ms=None if mine.reader_s is None else [reader for _, reader in per_step])
 
 
 def standard(totals: Totals, unit: str, world_size: int, warmup_steps: int) -> dict:
@@ -122,6 +133,7 @@ def standard(totals: Totals, unit: str, world_size: int, warmup_steps: int) -> d
         "peak_mem_mib": totals.peak_mem_mib,
         "loss_first": totals.loss_first, "loss_last": totals.loss_last,
         "elapsed_s": elapsed, "rank_elapsed_s": totals.rank_elapsed_s,
+        "rank_step_ms": totals.rank_step_ms, "rank_reader_ms": totals.rank_reader_ms,
         "measured_steps": totals.steps, "warmup_steps": warmup_steps,
         "omp_num_threads": fleetbench.threads_info()["omp_num_threads"],
     }
