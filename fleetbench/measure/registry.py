@@ -41,6 +41,7 @@ BENCHMARKS = {b.name: b for b in (
     Benchmark("transformer", "collective/transformer.py", "collective", "tokens/s"),
     Benchmark("ctr", "parameter_server/ctr.py", "ps", "examples/s"),
     Benchmark("word2vec", "parameter_server/word2vec.py", "ps", "words/s"),
+    Benchmark("comm", "collective/comm.py", "comm", "GB/s"),
 )}
 
 

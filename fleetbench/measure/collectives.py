@@ -1,0 +1,234 @@
+"""The comm benchmark's measurement: Paddle's own collectives, one op at a time, timed per size.
+
+    cfg = CommConfig(op="all_reduce,all_gather")      # the script's config (collective/comm.py)
+    peers = connect()                                 # device and process group from the Paddle build
+    rows = measure_all(cfg, peers)                    # every op x size: check, warm-up, timed loop
+
+The backend comes from the Paddle build, as in the training loop: NCCL with device buffers and
+a device sync at the end of each timed loop on a CUDA build with GPUs (untested here), gloo on
+CPU. Paddle 2.6.2's gloo process group has no reduce_scatter and no all_to_all (both raise
+Unimplemented), so those ops are refused on gloo before anything starts.
+
+Per size: fill, run the op once and count wrong elements (nccl-tests' #wrong); zero the buffers
+(repeated sums of real values would overflow half precision, and zeros stay zeros); warm up;
+sync, barrier (all ranks line up); run `iters` ops; sync. A rank's time of the size is its mean
+per op; the size's time is the slowest rank's (all-reduce MAX), the wrong counts are summed.
+"""
+import dataclasses
+import time
+from typing import Callable, Optional
+
+import numpy as np
+import paddle
+import paddle.distributed as dist
+
+from fleetbench.measure import comm, config
+from fleetbench.train import loop
+
+# op -> why gloo cannot run it (Paddle 2.6.2's ProcessGroupGloo)
+GLOO_MISSING = {"reduce_scatter": "ProcessGroupGloo raises Unimplemented for reduce_scatter",
+                "alltoall": "ProcessGroupGloo raises Unimplemented for all_to_all"}
+REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+
+
+@dataclasses.dataclass
+class CommDebugConfig:
+    """Test-only knobs; a record made with them says so in its config."""
+
+    corrupt_rank: int = -1  # this rank sends one wrong element at every check (proves the check)
+
+
+@dataclasses.dataclass
+class CommConfig:
+    op: str = "all_reduce"  # one op or several, comma-separated (comm.OPS); all run in one job
+    min_bytes: int = 8
+    max_bytes: int = 33554432  # 32 MiB: the whole default range takes seconds on 2 CPU cores
+    factor: int = 2  # size step: min_bytes, min_bytes*factor, ... (nccl-tests' -f)
+    dtype: str = "float32"  # float32 | float16 | bfloat16
+    redop: str = "sum"  # sum | max, for the reducing ops
+    warmup_iters: int = 5
+    iters: int = 20
+    headline_min_bytes: int = 67108864  # metrics.busbw_GBps averages sizes >= this (64 MiB)
+    tcp_probe_s: float = 2.0  # raw TCP stream between two nodes before the ops; 0: off
+    debug: CommDebugConfig = dataclasses.field(default_factory=CommDebugConfig)
+
+    def validate(self) -> None:
+        try:
+            comm.parse_ops(self.op)
+        except comm.CommError as err:
+            raise config.ConfigError(str(err)) from None
+        checks = (
+            (self.min_bytes >= 1, "min_bytes", "must be >= 1"),
+            (self.max_bytes >= self.min_bytes, "max_bytes", f"must be >= min_bytes ({self.min_bytes})"),
+            (self.factor >= 2, "factor", "must be >= 2"),
+            (self.dtype in comm.DTYPE_BYTES, "dtype", f"must be one of {', '.join(comm.DTYPE_BYTES)}"),
+            (self.redop in comm.REDOPS, "redop", f"must be one of {', '.join(comm.REDOPS)}"),
+            (self.warmup_iters >= 0, "warmup_iters", "must be >= 0"),
+            (self.iters >= 1, "iters", "must be >= 1"),
+            (self.headline_min_bytes >= 1, "headline_min_bytes", "must be >= 1"),
+            (self.tcp_probe_s >= 0, "tcp_probe_s", "must be >= 0 (0: no probe)"),
+        )
+        for ok, key, expectation in checks:
+            if not ok:
+                raise config.ConfigError(f"config key '{key}' {expectation} (got {getattr(self, key)!r})")
+
+    @property
+    def ops(self) -> list:
+        return comm.parse_ops(self.op)
+
+
+def on_gpu() -> bool:
+    return paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+
+
+def check_backend(cfg: CommConfig) -> None:
+    """Refuse ops this build's backend lacks (runs under --check too: no process starts)."""
+    if on_gpu():
+        return
+    for op in cfg.ops:
+        if op in GLOO_MISSING:
+            raise config.ConfigError(f"config key 'op': {op} is not available on gloo, this CPU build's "
+                                     f"backend ({GLOO_MISSING[op]} in Paddle {paddle.__version__}); "
+                                     "it runs on NCCL (GPU builds)")
+
+
+# ---------------------------------------------------------------- the job
+@dataclasses.dataclass
+class Peers:
+    rank: int
+    ranks: int
+    device: str
+    backend: str
+    # gloo send/recv: one group per ring neighbour pair (see _sendrecv)
+    ring: list = dataclasses.field(default_factory=list)
+
+    def sync(self) -> None:
+        loop.sync_device()
+
+
+def connect() -> Peers:
+    """Device and the global process group from the build (NCCL on GPUs, gloo on CPU)."""
+    paddle.set_device(loop.device_name())
+    dist.init_parallel_env()
+    rank, ranks = dist.get_rank(), dist.get_world_size()
+    backend = "nccl" if on_gpu() else "gloo"
+    # Every rank creates every group, in the same order (group creation is collective).
+    ring = [dist.new_group([r, (r + 1) % ranks]) for r in range(ranks)] if backend == "gloo" else []
+    return Peers(rank, ranks, paddle.get_device(), backend, ring)
+
+
+# ---------------------------------------------------------------- one op's buffers and call
+class Collective:
+    """The buffers of one op at one size, and the op itself (`self()` runs it once)."""
+
+    def __init__(self, op: str, count: int, peers: Peers, cfg: CommConfig):
+        self.op, self.count, self.peers, self.dtype = op, count, peers, cfg.dtype
+        self.reduce_op = REDUCE_OPS[cfg.redop]
+        self.call = CALLS[op]
+        self.send = self.recv = None
+
+    def load(self, corrupt: bool = False) -> None:
+        """The checked fill: this rank's values (comm.send_values); a separate output starts at zero."""
+        values = comm.send_values(self.op, self.peers.rank, self.peers.ranks, self.count)
+        if values is None:
+            return
+        self.send = self._tensor(comm.corrupt(values) if corrupt else values)
+        self.recv = self.send if self.op not in SEPARATE_OUTPUT else paddle.zeros(
+            [SEPARATE_OUTPUT[self.op](self.count, self.peers.ranks)], dtype=self.dtype)
+
+    def zero(self) -> None:
+        """The timed phase's fill: zeros in every buffer."""
+        if self.send is not None:
+            self.send = paddle.zeros(self.send.shape, dtype=self.dtype)
+            self.recv = paddle.zeros(self.recv.shape, dtype=self.dtype) if self.op in SEPARATE_OUTPUT else self.send
+
+    def received(self) -> Optional[np.ndarray]:
+        if self.recv is None:
+            return None
+        out = self.recv if self.dtype == "float32" else self.recv.astype("float32")
+        return out.numpy()
+
+    def _tensor(self, values: np.ndarray):
+        tensor = paddle.to_tensor(values, dtype="float32")
+        return tensor if self.dtype == "float32" else tensor.astype(self.dtype)
+
+    def __call__(self) -> None:
+        self.call(self)
+
+
+def _sendrecv(c: Collective) -> None:
+    """Ring shift: every rank sends to rank+1 and receives from rank-1 (nccl-tests' sendrecv).
+
+    NCCL: one grouped isend+irecv, both directions at once. gloo: Paddle 2.6.2 runs a gloo send
+    or recv to completion in the calling thread, and matches them by a per-group counter of
+    calls, so each neighbour pair gets its own group and even ranks send first while odd ranks
+    receive first (no rank waits for one that waits for it); a rank's send and receive run one
+    after the other, so gloo's sendrecv moves at most half the link rate each way.
+    """
+    rank, ranks = c.peers.rank, c.peers.ranks
+    nxt, prev = (rank + 1) % ranks, (rank - 1) % ranks
+    if c.peers.backend == "nccl":
+        tasks = dist.batch_isend_irecv([dist.P2POp(dist.isend, c.send, nxt), dist.P2POp(dist.irecv, c.recv, prev)])
+        for task in tasks:
+            task.wait()
+        return
+    send = lambda: dist.send(c.send, dst=nxt, group=c.peers.ring[rank])  # noqa: E731
+    recv = lambda: dist.recv(c.recv, src=prev, group=c.peers.ring[prev])  # noqa: E731
+    for step in ((send, recv) if rank % 2 == 0 else (recv, send)):
+        step()
+
+
+CALLS: dict = {
+    "all_reduce": lambda c: dist.all_reduce(c.send, op=c.reduce_op),
+    "all_gather": lambda c: dist.stream.all_gather(c.recv, c.send),
+    "reduce_scatter": lambda c: dist.stream.reduce_scatter(c.recv, c.send, op=c.reduce_op),
+    "broadcast": lambda c: dist.broadcast(c.send, src=comm.ROOT),
+    "reduce": lambda c: dist.reduce(c.send, dst=comm.ROOT, op=c.reduce_op),
+    "alltoall": lambda c: dist.alltoall_single(c.send, c.recv),
+    "sendrecv": _sendrecv,
+    "barrier": lambda c: dist.barrier(),
+}
+# ops that write into a buffer of their own: op -> its element count from (count, ranks)
+SEPARATE_OUTPUT: dict = {
+    "all_gather": lambda count, ranks: count,  # the input is one chunk of count / ranks
+    "reduce_scatter": lambda count, ranks: count // ranks,
+    "alltoall": lambda count, ranks: count,
+    "sendrecv": lambda count, ranks: count,
+}
+
+
+# ---------------------------------------------------------------- the timed loop
+def time_op(run_once: Callable[[], None], warmup: int, iters: int, peers: Peers) -> float:
+    """Mean seconds per op on this rank: warm-up, sync, barrier (ranks line up), `iters` ops, sync."""
+    for _ in range(warmup):
+        run_once()
+    peers.sync()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        run_once()
+    peers.sync()
+    return (time.perf_counter() - start) / iters
+
+
+def measure_one(op: str, count: int, peers: Peers, cfg: CommConfig) -> tuple:
+    """(this rank's mean seconds per op, wrong elements on this rank) for one op and size."""
+    collective = Collective(op, count, peers, cfg)
+    collective.load(corrupt=cfg.debug.corrupt_rank == peers.rank)
+    collective()
+    peers.sync()
+    want = comm.expected(op, peers.rank, peers.ranks, count, cfg.redop)
+    wrong = comm.count_wrong(collective.received(), want, cfg.dtype) if want is not None else 0
+    collective.zero()
+    return time_op(collective, cfg.warmup_iters, cfg.iters, peers), wrong
+
+
+def measure_all(cfg: CommConfig, peers: Peers, communicator) -> list:
+    """metrics rows of every op and size: slowest rank's time, wrong elements summed over ranks.
+    `communicator` reduces across ranks (fleetbench.measure.metrics.Communicator)."""
+    todo = comm.plan(cfg.ops, comm.sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor), peers.ranks, cfg.dtype)
+    mine = [measure_one(op, count, peers, cfg) for op, _, count in todo]
+    slowest = communicator.max([t for t, _ in mine])
+    wrong = communicator.sum([float(w) for _, w in mine])
+    return [comm.row(op, nbytes, count, t, peers.ranks, int(w))
+            for (op, nbytes, count), t, w in zip(todo, slowest, wrong)]

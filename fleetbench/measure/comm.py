@@ -1,0 +1,263 @@
+"""The communication benchmark's arithmetic, in nccl-tests' terms (pure: numpy, no paddle).
+
+Per op and message size: algbw = bytes / time; busbw = algbw x the op's factor, the share of the
+message each rank's link must carry for that op, so busbw compares ops with one another and with
+the link rate; GB/s = 1e9 bytes/s. `bytes` is nccl-tests' size: the whole buffer for all_reduce,
+broadcast, reduce and sendrecv; the gathered (output) buffer for all_gather; the input buffer for
+reduce_scatter; one rank's send buffer for alltoall.
+
+Also here: the latency-bandwidth fit (time = alpha + bytes x factor / bandwidth), the console
+table, and the correctness check (the values each rank sends and what it must receive).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv",
+       "barrier")
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")  # ops that apply redop
+CHUNKED = ("all_gather", "reduce_scatter", "alltoall")  # count must be a multiple of the ranks
+ROOT = 0  # broadcast's source and reduce's destination, as nccl-tests' default root
+REDOPS = ("sum", "max")
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+# Allowed |error| relative to the expected value: the fill makes every expected value a small
+# integer, exact in each type up to 2^mantissa, so this only absorbs rounding of large sums.
+TOLERANCE = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 8e-3}
+PATTERN = 7  # the fill repeats every 7 elements; ranks r and r+7 send the same pattern
+CORRUPT_VALUE = 100.0  # what debug.corrupt_rank writes into its input's last element
+
+
+class CommError(ValueError):
+    """A bad op list or size range; str(err) is one line naming the config key."""
+
+
+# ---------------------------------------------------------------- definitions
+def busbw_factor(op: str, ranks: int) -> float:
+    """nccl-tests' bus-bandwidth factor of `op` on `ranks` ranks (barrier moves no payload: 0)."""
+    if op == "all_reduce":
+        return 2 * (ranks - 1) / ranks
+    if op in CHUNKED:
+        return (ranks - 1) / ranks
+    if op in ("broadcast", "reduce", "sendrecv"):
+        return 1.0
+    if op == "barrier":
+        return 0.0
+    raise CommError(f"config key 'op': unknown op {op!r} (known: {', '.join(OPS)})")
+
+
+def bandwidths(nbytes: int, time_s: float, factor: float) -> tuple:
+    """(algbw, busbw) in GB/s for `nbytes` moved in `time_s`."""
+    algbw = nbytes / time_s / 1e9 if time_s > 0 else 0.0
+    return algbw, algbw * factor
+
+
+def parse_ops(text: str) -> list:
+    """'all_reduce,all_gather' -> ['all_reduce', 'all_gather'] (order kept, duplicates refused)."""
+    ops = [part.strip() for part in str(text).split(",") if part.strip()]
+    unknown = [op for op in ops if op not in OPS]
+    if not ops or unknown:
+        raise CommError(f"config key 'op' expects one or more of {', '.join(OPS)}, comma-separated "
+                        f"(got {text!r})")
+    if len(set(ops)) != len(ops):
+        raise CommError(f"config key 'op' lists an op twice (got {text!r})")
+    return ops
+
+
+def sizes(min_bytes: int, max_bytes: int, factor: int) -> list:
+    """Message sizes min_bytes, min_bytes*factor, ... up to max_bytes (nccl-tests' -b -e -f)."""
+    out, size = [], min_bytes
+    while size <= max_bytes:
+        out.append(size)
+        size *= factor
+    return out
+
+
+def element_count(op: str, nbytes: int, ranks: int, dtype: str) -> int:
+    """Elements of the size's buffer; rounded down to a multiple of the ranks where the buffer
+    is split in per-rank chunks (a size too small for one element per chunk gives 0: skipped)."""
+    if op == "barrier":
+        return 0
+    count = nbytes // DTYPE_BYTES[dtype]
+    return count - count % ranks if op in CHUNKED else count
+
+
+def plan(ops: list, size_list: list, ranks: int, dtype: str) -> list:
+    """(op, bytes, count) of every measurement: each op over the sizes, barrier once (bytes 0)."""
+    out = []
+    for op in ops:
+        if op == "barrier":
+            out.append((op, 0, 0))
+            continue
+        counts = sorted({element_count(op, size, ranks, dtype) for size in size_list} - {0})
+        out += [(op, count * DTYPE_BYTES[dtype], count) for count in counts]
+    return out
+
+
+# ---------------------------------------------------------------- rows, headline, fit
+def row(op: str, nbytes: int, count: int, time_s: float, ranks: int, wrong: int) -> dict:
+    """One measured size, as stored in metrics.rows."""
+    algbw, busbw = bandwidths(nbytes, time_s, busbw_factor(op, ranks))
+    return {"op": op, "bytes": nbytes, "count": count, "time_us": time_s * 1e6,
+            "algbw_GBps": algbw, "busbw_GBps": busbw, "wrong": int(wrong)}
+
+
+def headline_busbw(rows: list, min_bytes: int) -> tuple:
+    """(mean busbw, threshold used) over the rows of sizes >= min_bytes; when every size is
+    smaller, over the largest size alone. Rows of one op."""
+    sized = [r for r in rows if r["bytes"] > 0]
+    if not sized:
+        return 0.0, 0
+    threshold = min(min_bytes, max(r["bytes"] for r in sized))
+    chosen = [r["busbw_GBps"] for r in sized if r["bytes"] >= threshold]
+    return sum(chosen) / len(chosen), threshold
+
+
+def fit_alpha_beta(points: list) -> dict:
+    """Fit time = alpha + bus_bytes / bandwidth to (bus_bytes, time_s) points by least squares
+    on relative errors (weights 1/time^2): sizes span many decades, and plain least squares
+    would let the largest sizes decide alone, leaving alpha meaningless.
+
+    Returns alpha_us, bandwidth_GBps (None when the points cannot determine it: one distinct
+    size, or a slope <= 0) and fit_max_rel_error (worst |fit - time| / time over the points).
+    """
+    if not points:
+        return {"alpha_us": None, "bandwidth_GBps": None, "fit_max_rel_error": None}
+    w = [1 / t ** 2 for _, t in points]
+    sw = sum(w)
+    sx = sum(wi * x for wi, (x, _) in zip(w, points))
+    st = sum(wi * t for wi, (_, t) in zip(w, points))
+    sxx = sum(wi * x * x for wi, (x, _) in zip(w, points))
+    sxt = sum(wi * x * t for wi, (x, t) in zip(w, points))
+    det = sw * sxx - sx * sx
+    if det <= 1e-12 * sw * sxx:  # one distinct x: only a constant time can be fitted
+        alpha, beta = st / sw, 0.0
+    else:
+        alpha = (sxx * st - sx * sxt) / det
+        beta = (sw * sxt - sx * st) / det
+    worst = max(abs(alpha + beta * x - t) / t for x, t in points)
+    return {"alpha_us": alpha * 1e6, "bandwidth_GBps": 1 / beta / 1e9 if beta > 0 else None,
+            "fit_max_rel_error": worst}
+
+
+def summarize_op(op: str, rows: list, ranks: int, headline_min_bytes: int) -> dict:
+    """Headline busbw and the alpha-beta fit of one op's rows."""
+    busbw, threshold = headline_busbw(rows, headline_min_bytes)
+    factor = busbw_factor(op, ranks)
+    fit = fit_alpha_beta([(r["bytes"] * factor, r["time_us"] / 1e6) for r in rows if r["time_us"] > 0])
+    return dict({"busbw_GBps": busbw, "headline_min_bytes": threshold, "factor": factor}, **fit)
+
+
+def metrics(ops: list, rows: list, ranks: int, headline_min_bytes: int) -> dict:
+    """The record's metrics: all rows (keyed by their `op` field), per-op summaries in `ops`, and
+    at the top the summary of the headline op: the first listed op that moves data (barrier only
+    when it is the only op). throughput/unit repeat the headline busbw for the shared tools."""
+    per_op = {op: summarize_op(op, [r for r in rows if r["op"] == op], ranks, headline_min_bytes)
+              for op in ops}
+    headline = next((op for op in ops if op != "barrier"), ops[0])
+    top = per_op[headline]
+    return {"rows": rows, "ops": per_op, "op": headline, "busbw_GBps": top["busbw_GBps"],
+            "alpha_us": top["alpha_us"], "bandwidth_GBps": top["bandwidth_GBps"],
+            "headline_min_bytes": top["headline_min_bytes"], "throughput": top["busbw_GBps"],
+            "unit": "GB/s", "wrong": sum(r["wrong"] for r in rows)}
+
+
+# ---------------------------------------------------------------- console table
+_HEAD = ("#", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong")
+_UNITS = ("#", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "")
+_WIDTHS = (1, 12, 12, 9, 6, 5, 10, 8, 8, 7)
+
+
+def _line(values) -> str:
+    return " ".join(str(v).rjust(w) for v, w in zip(values, _WIDTHS))
+
+
+def table(op: str, rows: list, ranks: int, dtype: str, redop: str, summary: dict) -> str:
+    """nccl-tests' layout for one op (in-place columns only: Paddle's collectives work in place
+    or into one output buffer), then its average busbw and the fit."""
+    reduces = op in REDUCING
+    root = ROOT if op in ("broadcast", "reduce") else -1
+    lines = [f"# {op}: {ranks} ranks, {dtype}, redop {redop if reduces else 'none'}, "
+             f"busbw factor {busbw_factor(op, ranks):.4g}", _line(_HEAD), _line(_UNITS)]
+    for r in rows:
+        lines.append(_line(("", r["bytes"], r["count"], dtype, redop if reduces else "none", root,
+                            f"{r['time_us']:.2f}", f"{r['algbw_GBps']:.3f}", f"{r['busbw_GBps']:.3f}",
+                            r["wrong"])))
+    bandwidth = summary["bandwidth_GBps"]
+    lines.append(f"# Avg bus bandwidth    : {summary['busbw_GBps']:.4f} GB/s "
+                 f"(sizes >= {summary['headline_min_bytes']} B)")
+    lines.append(f"# Fit time = alpha + bytes x factor / bandwidth: alpha {summary['alpha_us']:.2f} us, "
+                 f"bandwidth {'-' if bandwidth is None else f'{bandwidth:.4f}'} GB/s, "
+                 f"worst relative error {summary['fit_max_rel_error']:.1%}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- correctness check
+def values(rank: int, start: int, count: int) -> np.ndarray:
+    """What rank `rank` puts at elements start..start+count of a buffer: small integers 1..7,
+    exact in float16 and bfloat16, different on neighbouring ranks (so max and misplaced chunks
+    show)."""
+    period = (np.arange(start, start + PATTERN) + 3 * rank) % PATTERN + 1
+    return np.resize(period.astype(np.float32), count)  # tiled: no index array of the buffer's size
+
+
+def _reduce(arrays, redop: str) -> np.ndarray:
+    out = arrays[0].copy()
+    for a in arrays[1:]:
+        out = out + a if redop == "sum" else np.maximum(out, a)
+    return out
+
+
+def send_values(op: str, rank: int, ranks: int, count: int) -> Optional[np.ndarray]:
+    """This rank's input buffer (None for barrier). Broadcast's non-root ranks send nothing: their
+    buffer starts at zero, so a broadcast that does not arrive shows."""
+    if op == "barrier":
+        return None
+    if op == "all_gather":
+        return values(rank, 0, count // ranks)
+    if op == "broadcast" and rank != ROOT:
+        return np.zeros(count, dtype=np.float32)
+    return values(rank, 0, count)
+
+
+def expected(op: str, rank: int, ranks: int, count: int, redop: str) -> Optional[np.ndarray]:
+    """What this rank's output must hold after `op`, or None when it holds nothing to check
+    (barrier, reduce on a non-root rank)."""
+    chunk = count // ranks if op in CHUNKED else count
+    everyone = range(ranks)
+    if op == "all_reduce" or (op == "reduce" and rank == ROOT):
+        return _reduce([values(r, 0, count) for r in everyone], redop)
+    if op == "all_gather":
+        return np.concatenate([values(r, 0, chunk) for r in everyone])
+    if op == "reduce_scatter":
+        return _reduce([values(r, rank * chunk, chunk) for r in everyone], redop)
+    if op == "alltoall":
+        return np.concatenate([values(r, rank * chunk, chunk) for r in everyone])
+    if op == "broadcast":
+        return values(ROOT, 0, count)
+    if op == "sendrecv":
+        return values((rank - 1) % ranks, 0, count)
+    return None
+
+
+def corrupt(buffer: np.ndarray) -> np.ndarray:
+    """debug.corrupt_rank: one wrong element (the last) in what this rank sends. The value is
+    above every legitimate one, so sum and max both carry it into the result."""
+    out = buffer.copy()
+    if out.size:
+        out[-1] = CORRUPT_VALUE
+    return out
+
+
+def count_wrong(received: np.ndarray, want: Optional[np.ndarray], dtype: str) -> int:
+    """Elements of `received` that differ from `want` beyond the type's rounding (nccl-tests' #wrong)."""
+    if want is None:
+        return 0
+    if received.shape != want.shape:
+        return int(want.size)
+    received = received.astype(np.float32, copy=False)
+    allowed = TOLERANCE[dtype] * np.maximum(1.0, np.abs(want))
+    bad = ~(np.abs(received - want) <= allowed)  # NaN counts as wrong
+    return int(np.count_nonzero(bad))
+
