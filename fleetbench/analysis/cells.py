@@ -1,18 +1,16 @@
 """Result records pooled into cells, and the matching the breakdown needs: a training cell's
 method=none control, its 1-device run, and the all-reduce link of its shape and network.
 
-A cell is every successful run of one experiment: same benchmark, preset, method, network, nodes,
-devices per node and resolved config (runtime facts such as threads aside). Its figures are means
-over those runs. Parameter-server records are not explained (no all-reduce) and are skipped.
+A cell is every successful run of one experiment (measure.experiment: the same pooling as every
+report). Its figures are means over those runs. Parameter-server records are not explained (no all-reduce) and are skipped.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 
 from fleetbench.analysis import alphabeta
-from fleetbench.measure import results
+from fleetbench.measure import experiment
 
 CONTROL = "none"  # the method of the no-synchronisation control (a measurement, never training)
 POST_BACKWARD = ("bsp", "fp16_allreduce")  # methods that all-reduce after backward: no overlap
@@ -38,7 +36,7 @@ class Cell:
     method: str
     network: str | None
     shape: Shape
-    signature: str  # the resolved config without method and runtime
+    work: tuple  # what runs of the same model and per-rank work share (_work)
     runs: int
     step_ms: float  # slowest rank's wall time per step (metrics.step_time_ms), mean over runs
     step_std_ms: float
@@ -80,9 +78,11 @@ def _mean(values):
     return statistics.fmean(values) if values else None
 
 
-def _signature(config: dict) -> str:
-    kept = {k: v for k, v in config.items() if k not in ("method", "runtime")}
-    return json.dumps(kept, sort_keys=True, default=str)
+def _work(record: dict) -> tuple:
+    """What a control or a 1-device run must share with a cell: experiment.comparable (source,
+    benchmark, preset, unit, Paddle build, device, host, config without method and runtime)."""
+    fields = experiment.of(record).fields()
+    return experiment.comparable(dict(fields, unit=record["metrics"]["unit"]))
 
 
 def _rank_steps(metrics: dict) -> list[float]:
@@ -110,13 +110,14 @@ def _run_figures(record: dict) -> dict:
             "gpu": str(runtime.get("device", "cpu")).startswith("gpu")}
 
 
-def _cell(key: tuple, members: list[dict]) -> Cell:
-    benchmark, preset, method, network, nodes, per_node, signature = key
+def _cell(members: list[dict]) -> Cell:
+    exp = experiment.of(members[0])
     figures = [_run_figures(r) for r in members]
     mean = {name: _mean(f[name] for f in figures) for name in figures[0]}
     steps = [f["step_ms"] for f in figures]
     net = members[0].get("network") or {}
-    return Cell(benchmark, preset, method, network, Shape(nodes, per_node), signature, len(members),
+    return Cell(exp.benchmark, exp.preset, exp.method, exp.network, Shape(exp.nodes, exp.devices_per_node),
+                _work(members[0]), len(members),
                 mean["step_ms"], statistics.stdev(steps) if len(steps) > 1 else 0.0,
                 mean["reader_ms"], mean["median_reader_ms"], mean["median_rank_ms"], mean["max_rank_ms"], mean["throughput"],
                 members[0]["metrics"]["unit"], mean["units_per_rank_step"], mean["comm_bytes"],
@@ -150,7 +151,7 @@ def _comm_cells(records: list[dict]) -> list[CommCell]:
         except alphabeta.FitError as err:
             raise alphabeta.FitError(f"comm record {record['id']}: {err}") from None
         if fit is not None:
-            key = (results.network_profile(record.get("network")), record["nodes"],
+            key = (experiment.network_name(record.get("network")), record["nodes"],
                    record["devices_per_node"])
             groups.setdefault(key, []).append((fit, record))
     out = []
@@ -165,23 +166,19 @@ def _comm_cells(records: list[dict]) -> list[CommCell]:
 
 def pool(records: list[dict]) -> tuple[list[Cell], list[CommCell]]:
     """Training cells (collective, successful runs) and all_reduce comm cells of `records`."""
-    groups: dict[tuple, list[dict]] = {}
-    for record in records:
-        if record.get("error") is not None or record.get("source") or record["mode"] != "collective":
-            continue
-        key = (record["benchmark"], record.get("preset"), record["method"],
-               results.network_profile(record.get("network")), record["nodes"],
-               record["devices_per_node"], _signature(record["config"]))
-        groups.setdefault(key, []).append(record)
+    groups: dict = {}
+    for record in records:  # repeats pool as in every report: one group per experiment
+        if record.get("error") is None and not record.get("source") and record["mode"] == "collective":
+            groups.setdefault(experiment.of(record), []).append(record)
     comm = [r for r in records if r["mode"] == "comm" and r.get("error") is None]
-    return [_cell(key, members) for key, members in groups.items()], _comm_cells(comm)
+    return [_cell(members) for members in groups.values()], _comm_cells(comm)
 
 
 # ---- matching ---------------------------------------------------------------------------------
 
 def same_work(a: Cell, b: Cell) -> bool:
-    """Same model and per-rank work: benchmark, preset and config (method aside)."""
-    return (a.benchmark, a.preset, a.signature) == (b.benchmark, b.preset, b.signature)
+    """Same model and per-rank work on the same kind of machine (method and runtime aside)."""
+    return a.work == b.work
 
 
 def find_control(cell: Cell, cells: list[Cell]) -> tuple[Cell | None, str]:

@@ -17,6 +17,7 @@ import dataclasses
 from fleetbench.analysis import breakdown as bd
 from fleetbench.analysis import cells as cellmod
 from fleetbench.analysis.cells import Cell, Shape
+from fleetbench.measure import experiment
 
 FILTER_KEYS = ("benchmark", "preset", "method")
 CHANGE_KEYS = ("nodes", "devices_per_node", "network", "rate_gbit")
@@ -173,9 +174,10 @@ def predict_spec(records: list[dict], spec: dict) -> list[dict]:
         if not _matches(_cell_values(ref), filters):
             continue
         shape = Shape(spec.get("nodes", ref.shape.nodes), spec.get("devices_per_node", ref.shape.devices_per_node))
-        network = spec.get("network", ref.network)
+        # a link rate replaces the network: the same target whatever network the cell ran on
+        network = spec.get("network", None if "rate_gbit" in spec else ref.network)
         target = Target(ref.method, None if network == "local" else network, shape, spec.get("rate_gbit"))
-        key = (ref.benchmark, ref.preset, ref.signature, target)
+        key = (ref.work, target)
         if key not in seen:
             seen.add(key)
             out.append(dict(predict(target, ref, cells, comm, fractions), from_cell=ref.label))
@@ -190,10 +192,8 @@ def _reference(target: Cell, fitted: list[Cell]) -> Cell | None:
 
 
 def record_values(record: dict) -> dict:
-    from fleetbench.measure.results import network_profile
-
     values = {k: record.get(k) for k in SELECT_KEYS}
-    values["network"] = network_profile(record.get("network"))
+    values["network"] = experiment.network_name(record.get("network"))
     return values
 
 
