@@ -661,9 +661,13 @@ def check_config(script, script_args, env, timeout=120):
 def identity_for(args, config=None, network=None):
     stem = registry.name_for_script(args.script)
     mode, nodes, per_node, world = job_shape(args)
+    bench = registry.for_script(args.script)
+    if bench is not None and bench.family == "comm":
+        mode = "comm"  # launched like a collective job; its records say comm
     if config is None:
         config = {"script": args.script, "script_args": args.script_args}
-    method = config.get("method") or config.get("ps_mode") or config.get("mode") or "unknown"
+    method = (config.get("method") or config.get("ps_mode") or config.get("mode") or config.get("op")
+              or "unknown")
     preset = args.script_flag("--preset", "full" if is_benchmark(args.script) else None)
     return RunIdentity(stem, mode, str(method), preset, config, nodes, per_node, world, network)
 

@@ -148,7 +148,7 @@ def expand(spec, where="sweep", root=REPO_ROOT):
                              f"(registered: {', '.join(registry.BENCHMARKS)})")
         mode = group.get("mode", mode)
         if mode not in METHOD_KEY:
-            raise SweepError(f"{at}: mode {mode!r}: expected collective or ps")
+            raise SweepError(f"{at}: mode {mode!r}: expected one of {', '.join(METHOD_KEY)}")
         sets = group.get("set") or {}
         if not isinstance(sets, dict):
             raise SweepError(f"{at}: `set` must be a mapping of config key -> value(s)")
@@ -320,7 +320,7 @@ def node_launches(cell, state, log_dir, results_path, base_env):
     network = netem.network_dict(netem.Shaping(**state["shaping"]), cell.nodes, state["not_applied"])
     args = cell.script_args(results_path)
     launches = []
-    if cell.mode == "collective":
+    if cell.mode != "ps":  # collective and comm jobs launch alike
         master = f"{nodes[0].ip}:{_free_port()}"
         per_node = [["--master", master, "--nnodes", str(cell.nodes), "--nproc_per_node", str(cell.devices_per_node)]
                     for _ in nodes]
