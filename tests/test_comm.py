@@ -1,0 +1,285 @@
+"""The comm benchmark: nccl-tests' arithmetic on constructed numbers, the correctness check against
+collectives simulated in numpy, the TCP probe over loopback, and real 2-process gloo jobs (every
+op gloo has, both half-precision types, a corrupted rank, refused ops and bad input)."""
+import re
+import threading
+
+import numpy as np
+import pytest
+
+from fleetbench.measure import comm, linkprobe, results
+from util import fleetrun, records, run_script
+
+SCRIPT = "collective/comm.py"
+GLOO_OPS = ["all_reduce", "all_gather", "broadcast", "reduce", "sendrecv", "barrier"]
+
+
+# ---------------------------------------------------------------- definitions
+@pytest.mark.parametrize("op, ranks, factor", [
+    ("all_reduce", 2, 1.0), ("all_reduce", 4, 1.5), ("all_reduce", 8, 1.75),
+    ("all_gather", 2, 0.5), ("reduce_scatter", 4, 0.75), ("alltoall", 8, 0.875),
+    ("broadcast", 4, 1.0), ("reduce", 3, 1.0), ("sendrecv", 5, 1.0), ("barrier", 4, 0.0),
+])
+def test_busbw_factors_are_nccl_tests(op, ranks, factor):
+    assert comm.busbw_factor(op, ranks) == pytest.approx(factor)
+
+
+def test_bandwidths_in_gigabytes_of_1e9():
+    algbw, busbw = comm.bandwidths(3_000_000_000, 2.0, 1.5)
+    assert algbw == pytest.approx(1.5) and busbw == pytest.approx(2.25)
+    row = comm.row("all_reduce", 1 << 20, 1 << 18, 1e-3, 4, 0)
+    assert row["time_us"] == pytest.approx(1000.0)
+    assert row["algbw_GBps"] == pytest.approx((1 << 20) / 1e-3 / 1e9)
+    assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 1.5)
+
+
+def test_sizes_and_plan_round_to_whole_chunks():
+    assert comm.sizes(8, 64, 2) == [8, 16, 32, 64] and comm.sizes(8, 100, 4) == [8, 32]
+    # all_gather on 3 ranks: 8 B is 2 floats, no whole chunk per rank (skipped); 16 B -> 3 floats
+    assert comm.plan(["all_gather", "barrier"], [8, 16, 64], 3, "float32") == [
+        ("all_gather", 12, 3), ("all_gather", 60, 15), ("barrier", 0, 0)]
+    assert comm.plan(["all_reduce"], [2, 4], 2, "float16") == [("all_reduce", 2, 1), ("all_reduce", 4, 2)]
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("", "expects one or more of"), ("all_reduce,bogus", "got 'all_reduce,bogus'"),
+    ("all_reduce, all_reduce", "lists an op twice"),
+])
+def test_bad_op_lists(text, fragment):
+    with pytest.raises(comm.CommError, match=fragment):
+        comm.parse_ops(text)
+    assert comm.parse_ops(" all_gather ,barrier") == ["all_gather", "barrier"]
+
+
+def test_headline_averages_sizes_at_or_above_the_threshold():
+    rows = [comm.row("all_reduce", size, size // 4, size / 1e9, 2, 0) for size in (1 << 20, 1 << 26, 1 << 27)]
+    rows[2]["busbw_GBps"] = 3.0
+    mean, threshold = comm.headline_busbw(rows, 1 << 26)
+    assert threshold == 1 << 26 and mean == pytest.approx((rows[1]["busbw_GBps"] + 3.0) / 2)
+    mean, threshold = comm.headline_busbw(rows, 1 << 30)  # every size smaller: the largest alone
+    assert threshold == 1 << 27 and mean == 3.0
+
+
+# ---------------------------------------------------------------- the alpha-beta fit
+def _points(alpha_s, bandwidth, sizes, noise=()):
+    noise = list(noise) or [0.0] * len(sizes)
+    return [(x, (alpha_s + x / bandwidth) * (1 + e)) for x, e in zip(sizes, noise)]
+
+
+def test_fit_recovers_exact_alpha_and_bandwidth():
+    fit = comm.fit_alpha_beta(_points(50e-6, 1.2e9, [2 ** k for k in range(3, 29, 2)]))
+    assert fit["alpha_us"] == pytest.approx(50.0, rel=1e-9)
+    assert fit["bandwidth_GBps"] == pytest.approx(1.2, rel=1e-9)
+    assert fit["fit_max_rel_error"] < 1e-9
+
+
+def test_fit_keeps_latency_under_noise_where_plain_least_squares_loses_it():
+    sizes = [2 ** k for k in range(3, 29)]
+    noise = [0.01 * (-1) ** k for k in range(len(sizes))]  # +-1%: large sizes carry ms of noise
+    points = _points(50e-6, 1.2e9, sizes, noise)
+    fit = comm.fit_alpha_beta(points)
+    assert fit["alpha_us"] == pytest.approx(50.0, rel=0.05)
+    assert fit["bandwidth_GBps"] == pytest.approx(1.2, rel=0.02)
+    # the unweighted line through the same points misses alpha by far more than the noise
+    slope, intercept = np.polyfit([x for x, _ in points], [t for _, t in points], 1)
+    assert abs(intercept * 1e6 - 50.0) > 10 * abs(fit["alpha_us"] - 50.0)
+
+
+def test_fit_of_a_constant_time_has_no_bandwidth():
+    fit = comm.fit_alpha_beta([(0.0, 3e-4), (0.0, 5e-4)])
+    assert fit["bandwidth_GBps"] is None
+    assert 3e2 < fit["alpha_us"] < 5e2
+    shrinking = comm.fit_alpha_beta([(1e3, 2e-3), (1e6, 1e-3)])  # time falling with size: no bandwidth
+    assert shrinking["bandwidth_GBps"] is None
+
+
+def test_metrics_take_the_first_data_op_as_headline():
+    rows = [comm.row("barrier", 0, 0, 2e-4, 2, 0)] + [
+        comm.row("all_gather", s, s // 4, 1e-4 + s / 1e9, 2, 0) for s in (1 << 10, 1 << 20)]
+    m = comm.metrics(["barrier", "all_gather"], rows, 2, 1 << 20)
+    assert m["op"] == "all_gather" and m["unit"] == "GB/s" and m["throughput"] == m["busbw_GBps"]
+    assert m["busbw_GBps"] == pytest.approx(rows[2]["busbw_GBps"])
+    assert m["alpha_us"] == pytest.approx(m["ops"]["all_gather"]["alpha_us"])
+    assert m["ops"]["barrier"]["alpha_us"] == pytest.approx(200.0)
+    record = {"schema": 1, "id": "x", "time": "t", "benchmark": "comm", "mode": "comm",
+              "method": "barrier,all_gather", "preset": "full", "config": {}, "nodes": 1,
+              "devices_per_node": 2, "world_size": 2, "network": None, "metrics": m, "env": {},
+              "topology": None, "git": None, "error": None}
+    results.validate(record)  # the store takes mode comm in GB/s
+
+
+def test_table_has_nccl_tests_columns_and_one_line_per_size():
+    rows = [comm.row("reduce", s, s // 4, 1e-4, 2, w) for s, w in ((64, 0), (1024, 3))]
+    text = comm.table("reduce", rows, 2, "float32", "max", comm.summarize_op("reduce", rows, 2, 1024))
+    lines = text.splitlines()
+    assert lines[1].split() == ["#", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"]
+    assert lines[3].split() == ["64", "16", "float32", "max", "0", "100.00", "0.001", "0.001", "0"]
+    assert lines[4].split()[-1] == "3"
+    assert lines[5].startswith("# Avg bus bandwidth") and "sizes >= 1024 B" in lines[5]
+
+
+# ---------------------------------------------------------------- the correctness check
+def _simulate(op, sends, ranks, count, redop, dtype):
+    """Each rank's output of `op` computed straight from every rank's input (numpy in the
+    benchmark's dtype): independent of comm.expected."""
+    cast = {"float32": np.float32, "float16": np.float16, "bfloat16": np.float32}[dtype]
+    sends = [s.astype(cast) for s in sends]
+    reduced = np.sum(sends, axis=0) if redop == "sum" else np.max(sends, axis=0)
+    chunk = count // ranks
+    outputs = {
+        "all_reduce": lambda r: reduced,
+        "reduce": lambda r: reduced if r == comm.ROOT else None,
+        "all_gather": lambda r: np.concatenate(sends),
+        "reduce_scatter": lambda r: reduced[r * chunk:(r + 1) * chunk],
+        "alltoall": lambda r: np.concatenate([s[r * chunk:(r + 1) * chunk] for s in sends]),
+        "broadcast": lambda r: sends[comm.ROOT],
+        "sendrecv": lambda r: sends[(r - 1) % ranks],
+    }
+    return [outputs[op](r) for r in range(ranks)]
+
+
+def _wrong(op, ranks, count, redop="sum", dtype="float32", corrupt_rank=-1):
+    sends = [comm.send_values(op, r, ranks, count) for r in range(ranks)]
+    sends = [comm.corrupt(s) if r == corrupt_rank else s for r, s in enumerate(sends)]
+    got = _simulate(op, sends, ranks, count, redop, dtype)
+    return [comm.count_wrong(got[r], comm.expected(op, r, ranks, count, redop), dtype)
+            if got[r] is not None else 0 for r in range(ranks)]
+
+
+@pytest.mark.parametrize("op", [op for op in comm.OPS if op != "barrier"])
+@pytest.mark.parametrize("ranks", [2, 3, 4])
+def test_expected_values_match_simulated_collectives(op, ranks):
+    for redop, dtype in (("sum", "float32"), ("max", "float32"), ("sum", "float16")):
+        assert _wrong(op, ranks, 12 * ranks, redop, dtype) == [0] * ranks
+
+
+@pytest.mark.parametrize("op, corrupt_rank, wrong_ranks", [
+    ("all_reduce", 1, [0, 1, 2]), ("all_gather", 2, [0, 1, 2]), ("reduce", 1, [0]),
+    ("reduce_scatter", 0, [2]), ("alltoall", 1, [2]), ("sendrecv", 0, [1]), ("broadcast", 0, [0, 1, 2]),
+])
+def test_one_corrupted_element_is_caught_where_it_lands(op, corrupt_rank, wrong_ranks):
+    for redop in ("sum", "max"):
+        wrong = _wrong(op, 3, 12, redop, corrupt_rank=corrupt_rank)
+        assert [r for r, w in enumerate(wrong) if w] == wrong_ranks, (redop, wrong)
+        assert all(w == 1 for w in wrong if w)
+
+
+def test_check_counts_shape_mismatch_and_nan_as_wrong():
+    want = comm.expected("all_reduce", 0, 2, 4, "sum")
+    assert comm.count_wrong(want[:3], want, "float32") == 4
+    assert comm.count_wrong(np.where(np.arange(4) == 2, np.nan, want), want, "float32") == 1
+    assert comm.count_wrong(want + 0.01, want, "bfloat16") == 0  # inside bfloat16 rounding
+    assert comm.count_wrong(want + 0.01, want, "float32") == 4
+
+
+# ---------------------------------------------------------------- the TCP probe
+def test_probe_pairs_rank0_with_the_first_rank_on_another_host():
+    env = {"PADDLE_TRAINER_ENDPOINTS": "10.77.0.1:6070,10.77.0.1:6071,10.77.0.2:6070"}
+    assert linkprobe.endpoint_hosts(env) == ["10.77.0.1", "10.77.0.1", "10.77.0.2"]
+    assert linkprobe.pair(linkprobe.endpoint_hosts(env)) == (0, 2)
+    assert linkprobe.pair(["127.0.0.1", "127.0.0.1"]) is None and linkprobe.pair([]) is None
+    one_node = linkprobe.probe(0, 2.0, communicator=None, hosts=["127.0.0.1", "127.0.0.1"])
+    assert one_node["link_tcp_GBps"] is None and one_node["link_tcp_note"] == "one node: no link"
+
+
+def test_stream_delivers_every_byte_and_the_receiver_times_it():
+    server = linkprobe.listen("127.0.0.1")
+    got = {}
+    receiver = threading.Thread(target=lambda: got.update(zip(("bytes", "seconds"), linkprobe.receive(server, 10))))
+    receiver.start()
+    sent = linkprobe.stream("127.0.0.1", server.getsockname()[1], 0.2)
+    receiver.join(10)
+    server.close()
+    assert got["bytes"] == sent >= linkprobe.CHUNK
+    assert 0.1 < got["seconds"] < 5
+
+
+# ---------------------------------------------------------------- real jobs (2 processes, gloo)
+STEP = re.compile(r"^step (\d+)/(\d+) (\w+) (\d+) B time_us ([\d.]+) wrong (\d+)$", re.M)
+
+
+def _rank_times(log_dir):
+    """{(op, bytes): [time_us of each rank]} from the ranks' progress lines."""
+    times = {}
+    for log in sorted(log_dir.glob("workerlog.*")):
+        for m in STEP.finditer(log.read_text(errors="replace")):
+            times.setdefault((m[3], int(m[4])), []).append(float(m[5]))
+    return times
+
+
+@pytest.fixture(scope="module")
+def every_op(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("comm")
+    proc = fleetrun(tmp / "log", "--nproc_per_node", 2, SCRIPT, "--preset", "tiny",
+                    "--results", tmp / "r.jsonl", timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return tmp
+
+
+def test_every_gloo_op_runs_checks_and_stores_one_record(every_op):
+    (rec,) = records(every_op / "r.jsonl")
+    assert rec["mode"] == "comm" and rec["benchmark"] == "comm" and rec["error"] is None
+    assert rec["world_size"] == 2 and rec["config"]["runtime"]["backend"] == "gloo"
+    m = rec["metrics"]
+    assert [op for op in GLOO_OPS if op in m["ops"]] == GLOO_OPS and m["op"] == "all_reduce"
+    sizes = {op: [r["bytes"] for r in m["rows"] if r["op"] == op] for op in GLOO_OPS}
+    assert sizes["all_reduce"] == [8, 64, 512, 4096] and sizes["barrier"] == [0]
+    assert m["wrong"] == 0 and all(r["wrong"] == 0 for r in m["rows"])
+    assert m["link_tcp_GBps"] is None  # one node: no link to probe
+    log = (every_op / "log" / "workerlog.0").read_text()
+    assert "#wrong" in log and "# Avg bus bandwidth" in log
+
+
+def test_row_time_is_the_slowest_ranks_and_bandwidths_follow(every_op):
+    (rec,) = records(every_op / "r.jsonl")
+    per_rank = _rank_times(every_op / "log")
+    for row in rec["metrics"]["rows"]:
+        ranks_us = per_rank[(row["op"], row["bytes"])]
+        assert len(ranks_us) == 2
+        assert row["time_us"] == pytest.approx(max(ranks_us), abs=0.006)  # logged with 2 decimals
+        factor = comm.busbw_factor(row["op"], 2)
+        assert row["algbw_GBps"] == pytest.approx(row["bytes"] / (row["time_us"] * 1e3))
+        assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * factor)
+
+
+@pytest.mark.parametrize("dtype, redop", [("float16", "sum"), ("bfloat16", "max")])
+def test_half_precision_and_max_check_clean(tmp_path, dtype, redop):
+    proc = fleetrun(tmp_path / "log", "--nproc_per_node", 2, SCRIPT, "--preset", "tiny",
+                    "--set", "op=all_reduce,reduce,all_gather", "--set", f"dtype={dtype}",
+                    "--set", f"redop={redop}", "--results", tmp_path / "r.jsonl", timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = records(tmp_path / "r.jsonl")
+    assert rec["config"]["dtype"] == dtype and rec["metrics"]["wrong"] == 0
+    assert [r["count"] for r in rec["metrics"]["rows"] if r["op"] == "all_reduce"] == [4, 32, 256, 2048]
+
+
+def test_a_corrupted_rank_fails_the_run(tmp_path):
+    proc = fleetrun(tmp_path / "log", "--nproc_per_node", 2, SCRIPT, "--preset", "tiny",
+                    "--set", "op=all_reduce,all_gather", "--set", "debug.corrupt_rank=1",
+                    "--results", tmp_path / "r.jsonl", timeout=180)
+    assert proc.returncode != 0
+    (rec,) = records(tmp_path / "r.jsonl")
+    assert rec["metrics"] is None and rec["error"].startswith("correctness check failed:")
+    # 4 sizes x 2 ops, one wrong element per size on each of the 2 ranks
+    assert "16 wrong elements" in rec["error"]
+    log = (tmp_path / "log" / "workerlog.0").read_text()
+    assert "comm: error: correctness check failed" in log
+    assert re.search(r"^ +4096 +1024 +float32 +sum +-1 .* 2$", log, re.M)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "op=reduce_scatter"], "comm: error: config key 'op': reduce_scatter is not available on gloo"),
+    (["--set", "op=all_reduce,alltoall"], "comm: error: config key 'op': alltoall is not available on gloo"),
+    (["--set", "dtype=int8"], "comm: error: config key 'dtype' must be one of float32, float16, bfloat16"),
+    (["--set", "max_bytes=4"], "comm: error: config key 'max_bytes' must be >= min_bytes (8)"),
+    (["--set", "factor=1"], "comm: error: config key 'factor' must be >= 2"),
+    ([], "comm: error: comm needs 2 ranks or more (got 1)"),
+])
+def test_refused_before_anything_starts_and_nothing_stored(tmp_path, args, message):
+    store = tmp_path / "r.jsonl"
+    store.write_text('{"kept": true}\n')
+    proc = run_script(SCRIPT, *args, "--results", store)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert errors == [errors[0]] and errors[0].startswith(message), proc.stderr[-2000:]
+    assert store.read_text() == '{"kept": true}\n'
