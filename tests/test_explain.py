@@ -152,6 +152,24 @@ def test_method_none_is_never_a_baseline_nor_a_training_cell():
     assert all(not c.control for c in breakdown.training_cells(pooled))
 
 
+def test_reports_never_use_a_control_as_baseline_nor_show_it_as_training():
+    from fleetbench.report import charts, tables
+
+    records = [record("none", 1, 1, None, (10.0,), threads=2), record("bsp", 1, 1, None, (60.0,), threads=2),
+               record("none", 2, 1, "1gbe", (100.0, 100.0)), record("bsp", 2, 1, "1gbe", (300.0, 300.0))]
+    groups = {(g["method"], g["world_size"]): g for g in results.summarize_records(records)}
+    assert groups[("bsp", 2)]["baseline"]["method"] == "bsp"
+    assert groups[("bsp", 2)]["efficiency"] == pytest.approx(60.0 / 300.0)
+    assert groups[("none", 2)]["efficiency"] is None and groups[("none", 1)]["efficiency"] is None
+    assert "not a training result" in groups[("none", 2)]["baseline_note"]
+    planned = tables.plan(records)
+    shown = [g["method"] for table in planned for g in table["groups"]]
+    assert sorted(shown) == ["bsp", "bsp"]
+    drawn = [c["method"] for table in planned for chart in charts.plan(table)
+             for series in chart["series"] for c in series["groups"]]
+    assert drawn and "none" not in drawn
+
+
 def test_overlap_of_a_method_is_measured_on_the_other_cells():
     # mgwfbp hides 50 of 100 ms at 1gbe (fraction 0.5) and nothing at 10gbe (fraction 0)
     records = [record("none", 2, 1, "1gbe", (100.0, 100.0)),

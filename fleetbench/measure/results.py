@@ -29,6 +29,9 @@ SOURCE_KINDS = ("published",)
 # Conventional method name of a plain single-device run: the baseline of every method of its
 # benchmark when no 1-device run of the method itself exists (see `baseline_for`).
 SINGLE = "single"
+# The method of the no-synchronisation control run (docs/explain.md): a measurement of compute,
+# never a training result nor an efficiency baseline.
+CONTROL = "none"
 RESULT_PREFIX = "FLEETBENCH_RESULT "
 
 
@@ -377,6 +380,11 @@ def _usable(group: dict) -> bool:
     return group.get("mean") is not None
 
 
+def is_control(group: dict) -> bool:
+    """A method=none control (a record or a group): no efficiency, no baseline, no chart."""
+    return group.get("mode") == "collective" and group.get("method") == CONTROL
+
+
 def baseline_for(group: dict, groups: list[dict]) -> tuple[dict | None, str, str]:
     """(baseline group, axis, note) for the scaling efficiency of `group`.
 
@@ -389,7 +397,7 @@ def baseline_for(group: dict, groups: list[dict]) -> tuple[dict | None, str, str
     unit, Paddle build, device, host and config apart from method and runtime keys). No match:
     (None, axis, why).
     """
-    same = [g for g in groups if _usable(g) and g["world_size"] == 1
+    same = [g for g in groups if _usable(g) and g["world_size"] == 1 and not is_control(g)
             and experiment.comparable(g) == experiment.comparable(group)]
     tiers = (
         ("same method and network", lambda g: g["mode"] == group["mode"]
@@ -421,6 +429,8 @@ def add_efficiency(groups: list[dict]) -> list[dict]:
     for group in groups:
         group = dict(group)
         baseline, axis, note = baseline_for(group, groups) if _usable(group) else (None, "devices", "")
+        if is_control(group):
+            baseline, note = None, "control run (method=none): not a training result, no efficiency"
         scale = group["world_size"] if axis == "devices" else group["nodes"]
         group.update({"axis": axis, "scale": scale, "baseline_note": note, "baseline": None,
                       "ideal": None, "speedup": None, "efficiency": None})

@@ -142,6 +142,8 @@ def plan(records: list[dict]) -> list[dict]:
     order = _first_seen(records)
     by_table: dict[tuple, list[dict]] = {}
     for group in results.summarize_records(records):
+        if results.is_control(group):
+            continue  # method=none measures compute for `fleetbench explain`; it trained nothing
         by_table.setdefault((group["source"] or "", group["benchmark"], group["preset"] or ""),
                             []).append(group)
     tables = []
