@@ -257,7 +257,7 @@ def write(path, records):
 
 
 def test_cli_json_lists_cells_with_their_parts(tmp_path, capsys):
-    path = write(tmp_path / "runs.jsonl", [r for r in shared_machine_records() if r["mode"] != "comm"])
+    path = write(tmp_path / "runs.jsonl", shared_machine_records())  # comm record included
     assert explain.cli([path, "--json", "--predict", "nodes=3"]) == 0
     items = json.loads(capsys.readouterr().out)
     measured = only(items, kind="measured")
@@ -266,6 +266,7 @@ def test_cli_json_lists_cells_with_their_parts(tmp_path, capsys):
                 "imbalance_ms", "reader_ms", "overlap_ms"):
         assert key in measured
     assert measured["explained_step_ms"] == pytest.approx(measured["measured_step_ms"])
+    assert measured["predicted_comm_ms"] == pytest.approx(100.2)
     assert only(items, kind="predicted")["target"] == "resnet50 tiny bsp 1gbe 3x1"
 
 

@@ -115,11 +115,11 @@ def draw(rows: list[dict], title: str) -> bytes:
     import io
 
     import matplotlib
+
     from fleetbench.report import plot  # the one plot style (and matplotlib's Agg backend)
-    from matplotlib.figure import Figure
 
     with matplotlib.rc_context(plot.STYLE):
-        fig = Figure(figsize=plot.FIGSIZE, dpi=plot.DPI)
+        fig = plot.Figure(figsize=plot.FIGSIZE, dpi=plot.DPI)
         fig.subplots_adjust(**plot.MARGINS)
         ax = fig.add_subplot()
         xs = range(len(rows))
@@ -133,7 +133,7 @@ def draw(rows: list[dict], title: str) -> bytes:
                    label="measured step", zorder=3)
         predicted = [(x, r["predicted_step_ms"]) for x, r in zip(xs, rows) if r["predicted_step_ms"]]
         if predicted:
-            ax.scatter(*zip(*predicted), marker="x", color=plot.COLORS[3], label="predicted step", zorder=3)
+            ax.scatter(*zip(*predicted), marker="x", color="black", label="predicted step", zorder=3)
         ticks = [f"{r['method']}\n{r['network'] or 'local'}\n{r['nodes']}x{r['devices_per_node']}" for r in rows]
         ax.set_xticks(list(xs), ticks)
         ax.set_ylabel("time per step (ms)")
