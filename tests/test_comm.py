@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from fleetbench.measure import comm, linkprobe, results
+from fleetbench.report import comm as comm_report
 from util import fleetrun, records, run_script
 
 SCRIPT = "collective/comm.py"
@@ -192,6 +193,37 @@ def test_stream_delivers_every_byte_and_the_receiver_times_it():
     server.close()
     assert got["bytes"] == sent >= linkprobe.CHUNK
     assert 0.1 < got["seconds"] < 5
+
+
+# ---------------------------------------------------------------- the report
+def _record(profile, rate_gbit, tcp, scale):
+    """A 2-node all_reduce record whose busbw at every size is `scale` x bytes/1 GB/s's."""
+    rows = [comm.row("all_reduce", s, s // 4, s / (scale * 1e9), 2, 0) for s in (1 << 20, 1 << 26)]
+    metrics = dict(comm.metrics(["all_reduce"], rows, 2, 1 << 26), link_tcp_GBps=tcp)
+    return {"benchmark": "comm", "mode": "comm", "method": "all_reduce", "preset": "link",
+            "config": {"op": "all_reduce", "dtype": "float32"}, "nodes": 2, "devices_per_node": 1,
+            "world_size": 2, "network": {"profile": profile, "rate_gbit": rate_gbit, "delay_ms": 0.0},
+            "metrics": metrics, "env": None, "error": None}
+
+
+def test_report_draws_busbw_per_network_with_the_limits_beside(tmp_path):
+    records = [_record("1gbe", 1.0, 0.118, 0.110), _record("1gbe", 1.0, 0.116, 0.112),
+               _record("unshaped", None, 2.0, 1.0), dict(_record("1gbe", 1.0, None, 5), error="boom")]
+    (chart,) = comm_report.plan(records)
+    assert [s["network"] for s in chart["series"]] == ["1gbe", "unshaped"]  # shaped first, failure left out
+    rows = comm_report.chart_rows(chart)
+    big = next(r for r in rows if r["network"] == "1gbe" and r["bytes"] == 1 << 26)
+    assert big["n"] == 2 and big["busbw_GBps"] == pytest.approx(0.111)  # mean of the two runs
+    assert big["shaped_GBps"] == 0.125 and big["link_tcp_GBps"] == pytest.approx(0.117)
+    assert big["busbw_of_tcp"] == pytest.approx(0.111 / 0.117)
+    table = comm_report.table_markdown(chart).splitlines()
+    assert table[2].startswith("| 1gbe | 2 | 0.111 ± ") and "| 95% | 89% |" in table[2]
+    assert table[3].startswith("| unshaped | 1 | 1 ± 0 ") and "| 50% | — |" in table[3]
+    markdown, files = comm_report.section(records, str(tmp_path), link=lambda p: p)
+    assert sorted(f.rsplit(".", 1)[1] for f in files) == ["csv", "png"]
+    assert markdown.startswith("### Communication: all_reduce float32 [link] on 2 node(s) x 1")
+    assert comm_report.draw(chart) == comm_report.draw(chart)  # byte-identical re-runs
+    assert comm_report.size_label(64 << 20) == "64M" and comm_report.size_label(8) == "8B"
 
 
 # ---------------------------------------------------------------- real jobs (2 processes, gloo)
