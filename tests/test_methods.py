@@ -37,11 +37,14 @@ def probe(out_dir: Path, batch_size: int) -> None:
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     calls = []
-    real_all_reduce = dist.all_reduce
+    real_all_reduce, real_all_gather = dist.all_reduce, dist.all_gather
 
-    def counting_all_reduce(tensor, *args, **kwargs):
-        calls.append((str(tensor.dtype).split(".")[-1], int(tensor.numel())))
-        return real_all_reduce(tensor, *args, **kwargs)
+    def counting(op, real):  # records (op, dtype, elements sent) of each Python collective call
+        def call(*args, **kwargs):
+            tensor = args[0] if op == "all_reduce" else args[1]
+            calls.append((op, str(tensor.dtype).split(".")[-1], int(tensor.numel())))
+            return real(*args, **kwargs)
+        return call
 
     def mark(*words):
         print("PROBE", *words, file=sys.stderr, flush=True)
@@ -76,15 +79,17 @@ def probe(out_dir: Path, batch_size: int) -> None:
             batch = next(batches)
             mark(method, step, "begin")
             calls.clear()
-            dist.all_reduce = counting_all_reduce
+            dist.all_reduce, dist.all_gather = (counting("all_reduce", real_all_reduce),
+                                                counting("all_gather", real_all_gather))
             loss = step_fn(batch)
-            dist.all_reduce = real_all_reduce
+            dist.all_reduce, dist.all_gather = real_all_reduce, real_all_gather
             mark(method, step, "end")
             grads = [p.grad.reshape([-1]) for p in work.model.parameters() if p.grad is not None]
             steps.append({"python_calls": list(calls), "loss": float(loss),
                           "pending_grad_spread": rank_spread(paddle.concat(grads)) if grads else None})
         flat = paddle.concat([p.reshape([-1]) for p in work.model.parameters()])
         report[method] = {"steps": steps, "tensors": len(work.model.parameters()),
+                          "fp16_wire": ctx.runtime.get("fp16_wire"), "paddle": paddle.__version__,
                           "groups": len(model.group_indices) if hasattr(model, "group_indices") else None,
                           "param_spread": rank_spread(flat)}
         np.save(out_dir / f"params-{method}-w{ctx.world_size}-r{ctx.rank}.npy", flat.numpy())
@@ -146,8 +151,8 @@ def test_bsp_all_reduces_once_after_backward_and_the_reducer_is_idle(runs):
     r = reports["w2-r0"]
     assert reducer_counts(log, "bsp") == [0] * STEPS  # no_sync around forward+backward: reducer idle
     assert python_counts(r, "bsp") == [1] * STEPS  # one fused 128 MB bucket holds tiny BERT
-    dtype, numel = r["bsp"]["steps"][0]["python_calls"][0]
-    assert dtype == "float32" and numel == np.load(runs[0] / "params-bsp-w2-r0.npy").size  # every gradient
+    op, dtype, numel = r["bsp"]["steps"][0]["python_calls"][0]
+    assert op == "all_reduce" and dtype == "float32" and numel == np.load(runs[0] / "params-bsp-w2-r0.npy").size  # every gradient
 
 
 def test_wfbp_all_reduces_every_tensor_during_backward(runs):
@@ -186,7 +191,18 @@ def test_fp16_allreduce_sends_half_precision(runs):
     assert reducer_counts(log, "fp16_allreduce") == [0] * STEPS
     fp16 = [c for s in r["fp16_allreduce"]["steps"] for c in s["python_calls"]]
     fp32 = [c for s in r["bsp"]["steps"] for c in s["python_calls"]]
-    assert [d for d, _ in fp16] == ["float16"] * STEPS and [n for _, n in fp16] == [n for _, n in fp32]
+    wire = r["fp16_allreduce"]["fp16_wire"]  # the path the backend probe chose, as the record says
+    assert [(op, dtype) for op, dtype, _ in fp16] == [(wire, "float16")] * STEPS
+    assert [n for _, _, n in fp16] == [n for _, _, n in fp32]  # every gradient, one bucket
+
+
+def test_fp16_wire_is_the_float16_sum_where_the_backend_sums_it_right(runs):
+    """Gloo sums float16 right on Paddle 2.6.2 and returns inf on 3.x (measured on 3.0.0 and
+    3.3.1); the one-time probe must find that, so 3.x gathers and 2.6.2 keeps the sum."""
+    _, reports, _ = runs
+    r = reports["w2-r0"]["fp16_allreduce"]
+    assert r["fp16_wire"] == ("all_reduce" if r["paddle"].startswith("2.") else "all_gather")
+    assert reports["w1-r0"]["fp16_allreduce"]["fp16_wire"] is None  # one process sends nothing
 
 
 @pytest.mark.parametrize("method", METHODS)

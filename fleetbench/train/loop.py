@@ -16,9 +16,9 @@ import paddle.distributed as dist
 from paddle.distributed import fleet
 
 import fleetbench
-from fleetbench.measure import config, metrics, run
+from fleetbench.measure import metrics, run
 from fleetbench.measure.timing import WindowTimer, log_line
-from fleetbench.train import methods
+from fleetbench.train import capability, methods
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -63,11 +63,8 @@ def device_name() -> str:
 
 def check_runtime(cfg) -> None:
     """Checks that need Paddle but no process group; they run under --check too."""
-    if cfg.amp != "off" and not paddle.is_compiled_with_cuda():
-        raise config.ConfigError(
-            f"config key 'amp' is {cfg.amp!r} but this Paddle build has no CUDA: Paddle 2.6.2's "
-            "auto_cast does nothing on CPU, so an AMP figure here would be an fp32 figure; use amp=off")
     methods.check(cfg)
+    capability.check("collective", cfg)  # AMP and the method against the installed Paddle
 
 
 def setup(cfg) -> Context:

@@ -18,9 +18,8 @@ import contextlib
 import paddle
 import paddle.distributed as dist
 from paddle.distributed import fleet
-from paddle.distributed.fleet.utils.hybrid_parallel_util import fused_allreduce_gradients
-from paddle.distributed.parallel import _split_tensors, build_groups
 
+from fleetbench.train import capability
 from fleetbench.train.amp import Precision
 
 METHODS = {
@@ -85,23 +84,58 @@ def no_sync(model):
     return model.no_sync() if isinstance(model, paddle.DataParallel) else contextlib.nullcontext()
 
 
-def allreduce_fp16(parameters, world_size, bucket_mb=POST_BACKWARD_BUCKET_MB) -> int:
+# How float16 buckets are averaged across ranks (fp16_wire decides; the record says which).
+FP16_WIRE = {
+    "all_reduce": "float16 all-reduce (SUM) of gradients pre-scaled by 1/world_size",
+    "all_gather": "float16 all-gather, summed in float32 (this backend sums float16 wrongly)",
+}
+
+
+def fp16_wire(world_size: int) -> str:
+    """Which FP16_WIRE path this job's backend needs, from one probe of that backend.
+
+    Gloo's float16 SUM returns inf on Paddle 3.x (measured on 3.0.0 and 3.3.1: [1, 2] summed
+    over 2 ranks gives [inf, inf]; right on 2.6.2, and MAX, broadcast, all_gather and bfloat16
+    SUM are right there). Every rank makes the same call and gets the same result, so all ranks
+    choose the same path.
+    """
+    if world_size == 1:
+        return "all_reduce"  # nothing is sent
+    probe = paddle.to_tensor([1.0, 2.0], dtype="float16")
+    dist.all_reduce(probe)
+    summed_right = probe.astype("float32").numpy().tolist() == [float(world_size), 2.0 * world_size]
+    return "all_reduce" if summed_right else "all_gather"
+
+
+def _sum_on_the_wire(wire, world_size: int):
+    wire.scale_(1.0 / world_size)  # scale before the sum keeps float16 partial sums in range
+    dist.all_reduce(wire)
+    return wire
+
+
+def _gather_then_sum(wire, world_size: int):
+    parts = []
+    dist.all_gather(parts, wire)  # still float16 on the wire; the sum is float32 and exact enough
+    return paddle.add_n([part.astype("float32") for part in parts]) / world_size
+
+
+def allreduce_fp16(parameters, world_size, wire="all_reduce", bucket_mb=POST_BACKWARD_BUCKET_MB) -> int:
     """Average gradients across ranks, sending them as float16 in fused buckets; returns the calls.
 
     The float16 twin of Paddle's fused_allreduce_gradients (same bucketing helpers), which has no
-    cast: Fleet's `fp16_allreduce` strategy exists for static graphs only.
+    cast: Fleet's `fp16_allreduce` strategy exists for static graphs only. On the all_gather path
+    a bucket is 1/world_size as large, so the gathered copies take one bucket's memory.
     """
     grads = [p.grad for p in parameters if p.grad is not None]
     if world_size == 1 or not grads:
         return 0
+    average = _sum_on_the_wire if wire == "all_reduce" else _gather_then_sum
+    bucket_bytes = int(bucket_mb * 2**20 / (1 if wire == "all_reduce" else world_size))
     with paddle.no_grad():
-        buckets = build_groups(grads, int(bucket_mb * 2**20))
+        buckets = capability.resolve(capability.BUILD_BUCKETS)(grads, bucket_bytes)
         for flat, _, _ in buckets:
-            wire = flat.astype("float16")
-            wire.scale_(1.0 / world_size)  # scale before the sum keeps float16 partial sums in range
-            dist.all_reduce(wire)
-            paddle.assign(wire.astype(flat.dtype), flat)
-        _split_tensors(buckets)
+            paddle.assign(average(flat.astype("float16"), world_size).astype(flat.dtype), flat)
+        capability.resolve(capability.SPLIT_BUCKETS)(buckets)
     return len(buckets)
 
 
@@ -131,15 +165,14 @@ def prepare(cfg, work, ctx):
         apply(optimizer)
         return loss
 
-    def after_backward(batch, fp16=False):  # bsp, fp16_allreduce: the reducer never runs
+    sync_after_backward = post_backward_sync(cfg, ctx, params)
+
+    def after_backward(batch):  # bsp, fp16_allreduce: the reducer never runs
         with no_sync(model):
             with amp.forward():
                 loss = work.loss_fn(model, batch)
             amp.backward(loss)
-        if fp16:
-            allreduce_fp16(params, ctx.world_size)
-        elif ctx.world_size > 1:  # Paddle's own: fused buckets of 128 MB, scaled by 1/world_size
-            fused_allreduce_gradients(params, fleet.get_hybrid_communicate_group())
+        sync_after_backward()
         apply(optimizer)
         return loss
 
@@ -158,19 +191,33 @@ def prepare(cfg, work, ctx):
         return loss
 
     steps = {"bsp": after_backward, "wfbp": overlapped, "mgwfbp": overlapped, "grad_merge": grad_merge,
-             "fp16_allreduce": lambda batch: after_backward(batch, fp16=True)}
+             "fp16_allreduce": after_backward}
     if ctx.rank == 0:
-        print(describe(cfg, model, params), flush=True)
+        print(describe(cfg, model, params, ctx.runtime.get("fp16_wire")), flush=True)
     return model, steps[cfg.method]
 
 
-def describe(cfg, model, params) -> str:
+def post_backward_sync(cfg, ctx, params):
+    """The gradient average bsp and fp16_allreduce run after backward, as a function of no
+    arguments (a no-op for other methods and for one process). fp16_allreduce probes its wire
+    path here, on every rank at once, and notes it in ctx.runtime (the record's config.runtime)."""
+    if ctx.world_size == 1 or cfg.method not in ("bsp", "fp16_allreduce"):
+        return lambda: None
+    if cfg.method == "fp16_allreduce":
+        wire = ctx.runtime["fp16_wire"] = fp16_wire(ctx.world_size)
+        return lambda: allreduce_fp16(params, ctx.world_size, wire)
+    fused = capability.resolve(capability.FUSED_ALLREDUCE)  # Paddle's own: 128 MB buckets, scaled 1/n
+    return lambda: fused(params, fleet.get_hybrid_communicate_group())
+
+
+def describe(cfg, model, params, wire=None) -> str:
     """One log line: the method and the all-reduce schedule it produces on this model."""
     mb = sum(int(p.numel()) * p.element_size() for p in params) / 2**20
     if isinstance(model, paddle.DataParallel) and bucket_mb(cfg) is not None:
         comm = f"{len(model.group_indices)} reducer buckets per sync (comm_buffer {bucket_mb(cfg)[0]:g} MB)"
     elif isinstance(model, paddle.DataParallel):
         comm = f"all-reduce after backward in buckets of {POST_BACKWARD_BUCKET_MB} MB"
+        comm += f"; {FP16_WIRE[wire]}" if wire else ""
     else:
         comm = "single process: no all-reduce"
     return (f"method {cfg.method}: {METHODS[cfg.method]}; {len(params)} tensors, {mb:.1f} MB of gradients; "
