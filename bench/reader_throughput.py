@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 import fleetbench  # noqa: E402,F401
 from fleetbench.measure import config  # noqa: E402
-from fleetbench.train import ps  # noqa: E402
+from fleetbench.train.ps import data as ps_data  # noqa: E402
 
 
 def script(benchmark):
@@ -71,7 +71,7 @@ def pipe_run(groups, pipe_command) -> dict:
         if any(p.wait() for p in procs):
             raise RuntimeError(f"pipe failed: {pipe_command}")
         seconds = time.perf_counter() - tick
-        counts = ps.read_pipe_counts(stats)
+        counts = ps_data.read_pipe_counts(stats)
     lines = counts["valid"] + counts["invalid"]
     examples = counts.get("pairs", counts["valid"])
     return {"processes": len(groups), "lines": lines, "seconds": seconds, "lines_per_s": lines / seconds,
@@ -89,10 +89,10 @@ def reader_rate(files, pipe_command, threads: int) -> dict:
     processes at once over disjoint shares, as Fleet's dataset reads with that many threads;
     per_file: one process per file in turn, as one Fleet thread runs them, each paying the
     process start-up."""
-    stream = files * -(-MIN_LINES // max(1, ps.count_lines(files)))  # start-up must not dominate
+    stream = files * -(-MIN_LINES // max(1, ps_data.count_lines(files)))  # start-up must not dominate
     out = {"steady": best([pipe_run([stream], pipe_command) for _ in range(REPEATS)])}
     out["threads"] = out["steady"] if threads == 1 else best([pipe_run(
-        [ps.shard(stream, k, threads) for k in range(threads)], pipe_command) for _ in range(REPEATS)])
+        [ps_data.shard(stream, k, threads) for k in range(threads)], pipe_command) for _ in range(REPEATS)])
     per_file = [pipe_run([[f]], pipe_command) for f in files]
     seconds = sum(r["seconds"] for r in per_file)
     lines = sum(r["lines"] for r in per_file)

@@ -61,4 +61,4 @@ def data_files(cfg: CTRConfig) -> list:
 
 
 if __name__ == "__main__":
-    ps.main("ctr", CTRConfig, build, data_files, criteo.first_error)
+    ps.main(__file__, CTRConfig, build, data_files, criteo.first_error)

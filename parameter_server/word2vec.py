@@ -40,6 +40,9 @@ class Word2VecConfig(ps.PSConfig):
 
     def validate(self) -> None:
         super().validate()
+        if self.data.path is not None:  # a missing or malformed dictionary fails here, before launch
+            word2vec.id_files(self.data.path)
+            word2vec.read_counts(word2vec.Path(self.data.path) / "dict.txt")
         if self.analogy_vocabulary < 4:
             raise config.ConfigError(f"config key 'analogy_vocabulary' must be >= 4 (got {self.analogy_vocabulary!r})")
         if self.analogy_path is not None:  # format errors now, before anything is launched
@@ -77,7 +80,7 @@ def build(cfg: Word2VecConfig) -> ps.Workload:
                                                         reduction="none"), axis=1, keepdim=True))
     command = ps.pipe_command("datasets.word2vec", "pipe", "--dict", dictionary(cfg), "--window", cfg.window,
                               "--neg", cfg.neg, "--sample", cfg.sample, "--seed", cfg.seed)
-    return ps.Workload(inputs=[center, context, negatives, words], loss=loss, units_var=words, unit="words/s",
+    return ps.Workload(inputs=[center, context, negatives, words], loss=loss, units_var=words,
                        optimizer=paddle.optimizer.SGD(cfg.lr), pipe_command=command,
                        after_training=(lambda: analogy_metrics(cfg)) if cfg.analogy_path else None)
 
@@ -109,4 +112,4 @@ def first_error(paths):
 
 
 if __name__ == "__main__":
-    ps.main("word2vec", Word2VecConfig, build, lambda cfg: word2vec.id_files(data_dir(cfg)), first_error)
+    ps.main(__file__, Word2VecConfig, build, lambda cfg: word2vec.id_files(data_dir(cfg)), first_error)

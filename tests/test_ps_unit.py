@@ -1,20 +1,27 @@
 """The PS driver's pure parts: sharding, config checks, roles and threads from the environment,
-pipe counters, the synthetic-data cache (no Paddle job is started here)."""
+pipe counters, the synthetic-data cache, file names, the scratch directory (no Paddle job is
+started here)."""
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 
 import pytest
 
+from util import PYTHON, REPO, env
+
 from datasets import criteo
 from fleetbench.measure import config
 from fleetbench.train import ps
+from fleetbench.train.ps import data, paddle26, roles, scratch
 
 
 def test_shards_are_disjoint_and_cover_every_file():
     files = [f"part-{i:05d}" for i in range(7)]
     for workers in (1, 2, 3, 7, 9):
-        shares = [ps.shard(files, w, workers) for w in range(workers)]
+        shares = [data.shard(files, w, workers) for w in range(workers)]
         union = [f for share in shares for f in share]
         assert sorted(union) == files  # union is the data set ...
         assert len(union) == len(set(union))  # ... and no file is read twice
@@ -36,7 +43,7 @@ def test_config_refuses_sync_with_the_reason_and_bad_values_by_name():
         _build("mode=sync")
     assert "'mode' is 'sync'" in str(err.value) and "SendBarrierOp" in str(err.value)
     for item, key in [("mode=bsp", "'mode'"), ("dataset=Foo", "'dataset'"), ("passes=0", "'passes'"),
-                      ("steps=100", "'steps'"), ("data.num_workers=0", "'data.num_workers'"),
+                      ("steps=100", "'steps'"), ("warmup_steps=-1", "'warmup_steps'"), ("data.num_workers=0", "'data.num_workers'"),
                       ("k_steps=0", "'k_steps'"), ("data.path=/no/such/dir", "'data.path'")]:
         with pytest.raises(config.ConfigError) as err:
             _build(item)
@@ -60,28 +67,32 @@ def test_role_from_env(monkeypatch):
         if key.startswith(("PADDLE_", "TRAINING_ROLE", "POD_IP", "FLEETBENCH_NODES")):
             monkeypatch.delenv(key)
     with pytest.raises(config.ConfigError, match="Paddle's launcher"):
-        ps.role_from_env()
+        roles.role_from_env()
     monkeypatch.setenv("TRAINING_ROLE", "TRAINER")
     monkeypatch.setenv("PADDLE_PSERVERS_IP_PORT_LIST", "10.0.0.1:1,10.0.0.2:2")
     monkeypatch.setenv("PADDLE_TRAINER_ENDPOINTS", "10.0.0.1:3,10.0.0.1:4,10.0.0.2:5")
     monkeypatch.setenv("PADDLE_TRAINERS_NUM", "3")
     monkeypatch.setenv("POD_IP", "10.0.0.1")
-    role = ps.role_from_env()
-    assert role["role"] == "worker" and role["workers"] == 3 and role["nodes"] == 2
-    assert role["local_workers"] == 2 and len(role["servers"]) == 2
+    role = roles.role_from_env()
+    assert role.role == "worker" and role.workers == 3 and role.nodes == 2
+    assert role.local_workers == 2 and len(role.servers) == 2
+    where = role.placement(1)
+    assert (where.rank, where.world_size, where.nodes, where.devices_per_node) == (1, 3, 2, 2)
+    assert where.runtime == {"servers": 2, "workers": 3}
 
 
 def test_threads_split_cores_between_local_workers_and_dataset_threads(monkeypatch):
-    monkeypatch.setattr(ps.fleetbench, "threads_info", lambda: {"omp_num_threads": 1, "source": "fleetbench"})
-    monkeypatch.setattr(ps.fleetbench, "usable_cores", lambda: 8)
+    monkeypatch.setattr(roles.fleetbench, "threads_info", lambda: {"omp_num_threads": 1, "source": "fleetbench"})
+    monkeypatch.setattr(roles.fleetbench, "usable_cores", lambda: 8)
     cfg = _build("data.num_workers=2")
-    ps.set_threads(cfg, {"role": "worker", "local_workers": 2})
+    worker = roles.Role(role="worker", servers=[], workers=2, nodes=1, local_workers=2)
+    roles.set_threads(cfg, worker)
     assert os.environ["OMP_NUM_THREADS"] == "2"
-    ps.set_threads(cfg, {"role": "server", "local_workers": 2})
+    roles.set_threads(cfg, roles.Role(role="server", servers=[], workers=2, nodes=1, local_workers=2))
     assert os.environ["OMP_NUM_THREADS"] == "1"
-    monkeypatch.setattr(ps.fleetbench, "threads_info", lambda: {"omp_num_threads": 3, "source": "user"})
+    monkeypatch.setattr(roles.fleetbench, "threads_info", lambda: {"omp_num_threads": 3, "source": "user"})
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    ps.set_threads(cfg, {"role": "worker", "local_workers": 2})
+    roles.set_threads(cfg, worker)
     assert os.environ["OMP_NUM_THREADS"] == "3"  # the user's choice stands
 
 
@@ -89,7 +100,7 @@ def test_quiet_environment_turns_gloo_on_for_the_legacy_launcher(monkeypatch):
     monkeypatch.setenv("PADDLE_WITH_GLOO", "0")
     monkeypatch.setenv("PADDLE_GLOO_HTTP_ENDPOINT", "127.0.0.1:1234")
     monkeypatch.delenv("GLOG_minloglevel", raising=False)
-    ps.quiet_environment()
+    paddle26.quiet_environment()
     assert os.environ["PADDLE_WITH_GLOO"] == "1" and os.environ["GLOG_minloglevel"] == "1"
 
 
@@ -101,12 +112,11 @@ def test_pipe_counts_add_up_across_processes(tmp_path):
         t.start()
     for t in threads:
         t.join()
-    assert ps.read_pipe_counts(path) == {"valid": 60, "invalid": 20}
-    assert ps.read_pipe_counts(str(tmp_path / "none")) == {}
+    assert data.read_pipe_counts(path) == {"valid": 60, "invalid": 20}
+    assert data.read_pipe_counts(str(tmp_path / "none")) == {}
 
 
 def test_pipe_command_runs_the_module_with_the_repo_importable(tmp_path):
-    import subprocess
     command = ps.pipe_command("datasets.criteo", "pipe", "--buckets", 11)
     line = "\t".join(["1"] + [""] * 13 + [""] * 26) + "\n"
     out = subprocess.run(command, shell=True, input=line, capture_output=True, text=True, cwd=tmp_path,
@@ -142,3 +152,75 @@ def test_a_failed_generation_leaves_nothing_behind(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         ps.synthetic_dir("demo", {"rows": 3}, broken)
     assert not [p for p in tmp_path.iterdir() if p.is_dir()]
+
+
+UNSAFE_NAME = "part-$(touch PWNED)"
+
+
+def test_a_file_name_the_dataset_shell_would_run_is_refused(tmp_path):
+    """Paddle's dataset opens each file as `( PIPE ) < "FILE"` through a shell, where $(...) runs."""
+    good = tmp_path / "part-00000"
+    bad = tmp_path / UNSAFE_NAME
+    with pytest.raises(ValueError) as err:
+        data.check_names([good, bad])
+    assert UNSAFE_NAME in str(err.value) and "'$'" in str(err.value) and "\n" not in str(err.value)
+    for name in ('a"b', "a`b", "a\\b"):
+        with pytest.raises(ValueError):
+            data.check_names([tmp_path / name])
+    assert data.check_names(["rel/part 1", good]) == [(tmp_path.cwd() / "rel/part 1"), good]  # absolute
+
+
+def test_the_script_refuses_such_a_file_before_launch_and_runs_nothing(tmp_path):
+    folder = tmp_path / "criteo"
+    criteo.generate(folder, rows=20, files=1, seed=1)
+    (folder / "part-00000").rename(folder / UNSAFE_NAME)
+    for extra in (["--check"], []):  # `fleetbench launch` runs --check first; a direct run too
+        done = subprocess.run([PYTHON, str(REPO / "parameter_server" / "ctr.py"), "--preset", "tiny", "--set",
+                               f"data.path={folder}", *extra], cwd=tmp_path, env=env(), capture_output=True,
+                              text=True, timeout=60)
+        errors = [line for line in done.stderr.splitlines() if "error" in line]
+        assert done.returncode == 2 and len(errors) == 1 and UNSAFE_NAME in errors[0], done.stderr
+    assert not list(tmp_path.rglob("PWNED"))
+
+
+def test_empty_data_directory_is_refused_by_check(tmp_path):
+    (tmp_path / "empty").mkdir()
+    done = subprocess.run([PYTHON, str(REPO / "parameter_server" / "ctr.py"), "--preset", "tiny", "--check",
+                           "--set", f"data.path={tmp_path / 'empty'}"], env=env(), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
+        f"ctr: error: {tmp_path / 'empty'}: directory holds no data files")
+
+
+REAPED_CHILD = """
+import sys, time
+from fleetbench.train.ps import scratch
+box = scratch.for_process()
+(box / "counts.jsonl").write_text("x")
+box.subdir("table")
+print(box.path, flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+def test_scratch_is_removed_when_its_process_is_killed(tmp_path, how):
+    """No `finally` runs in a killed process: the reaper removes the directory anyway, also when
+    the whole process group is killed."""
+    child = subprocess.Popen([PYTHON, "-c", REAPED_CHILD], env=env(TMPDIR=tmp_path, PYTHONPATH=REPO),
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    path = child.stdout.readline().strip()
+    assert path.startswith(str(tmp_path / scratch.PREFIX)) and os.path.isdir(path)
+    os.killpg(child.pid, how)
+    child.wait(timeout=10)
+    reaped = subprocess.run(["sh", "-c", f'for i in $(seq 50); do [ -e "{path}" ] || exit 0; sleep 0.1; done; exit 1'])
+    assert reaped.returncode == 0, f"{path} still exists 5 s after its process was killed"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_scratch_close_removes_it_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(scratch.tempfile, "tempdir", str(tmp_path))
+    box = scratch.Scratch()
+    (box / "f").write_text("x")
+    box.close()
+    assert list(tmp_path.iterdir()) == [] and box._reaper.returncode == 0

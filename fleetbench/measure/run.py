@@ -18,8 +18,8 @@ parameter-server driver, communication benchmark) nor its model's.
         # registry.METHOD_KEY), preset, resolved config with its runtime block (threads, Paddle
         # version, where.runtime), nodes, devices_per_node, world_size, metrics, error
     bench.store_result(where, metrics) -> exit code
-        # rank 0 prints FLEETBENCH_RESULT and appends the record; 0, or 1 with one line naming
-        # the store when it cannot be written (the record stays in the rank's log)
+        # rank 0 prints FLEETBENCH_RESULT and appends the record; 0, or 1 with one line on
+        # stderr naming the store when it cannot be written (the record stays in the rank's log)
     bench.store_failure(where, error)
         # a failed run is a result: rank 0 stores it with `error` set, except under
         # `fleetbench launch` (registry.JOB_ENV set), whose supervisor stores the failure
@@ -103,11 +103,11 @@ class Run:
     def _emit(self, record: dict) -> int:
         try:
             results.emit(self.results_path, record)
-        except (OSError, results.RecordError) as err:
-            reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
-            print(f"{self.name}: error: could not store the result in {self.results_path} ({reason}); "
-                  f"it is kept in this rank's log as the {results.RESULT_PREFIX.strip()} line above",
-                  file=sys.stderr, flush=True)
+        except (OSError, results.RecordError) as err:  # StoreError names the store and the log line
+            line, marker = str(err), results.RESULT_PREFIX.strip()
+            if marker not in line:
+                line += f"; the record is kept in this rank's log as the {marker} line"
+            print(f"{self.name}: error: {line}", file=sys.stderr, flush=True)
             return 1
         return 0
 

@@ -1,0 +1,207 @@
+"""The parameter-server driver: `main()` runs a server or a worker under Paddle's launcher.
+
+A worker builds the script's program with the meter appended, loads its share of the files,
+trains whole passes with train_from_dataset, and reports; worker 0 stores the record through
+the run layer and then stops the servers, so the whole job ends by itself. Problems found by any
+worker (bad data, a warm-up longer than the data, a failed after-training step) are agreed on by
+all workers before anyone goes on, so no worker waits for one that gave up.
+"""
+import contextlib
+import io
+import os
+import sys
+from typing import Callable, Optional
+
+import fleetbench
+from fleetbench.measure import config, metrics, run
+from fleetbench.train.ps import data, gloo, paddle26, roles, scratch
+from fleetbench.train.ps.meter import StepMeter
+from fleetbench.train.ps.paddle26 import Quiet, say
+
+
+def build_programs(cfg, build: Callable, meter: StepMeter):
+    """The script's model with the meter appended, then Fleet's PS passes. Returns the workload,
+    the program to train (Fleet replaces it: loss.block.program) and the startup program."""
+    import paddle
+    from paddle.distributed import fleet
+    with paddle.static.program_guard(paddle.static.Program(), paddle.static.Program()), Quiet():
+        paddle.seed(cfg.seed)
+        work = build(cfg)
+        meter.auc_stats = work.auc_stats
+        # rows are counted on the last input (the label slot), units on units_var when given
+        watched = [work.inputs[-1], work.loss] + ([work.units_var] if work.units_var is not None else [])
+        paddle.static.py_func(func=lambda *tensors: meter(*tensors), x=watched, out=None)  # needs a function
+        strategy = paddle26.strategy_for(cfg, work.optimizer, paddle.static.default_main_program())
+        fleet.distributed_optimizer(work.optimizer, strategy).minimize(work.loss)
+        return work, work.loss.block.program, paddle.static.default_startup_program()
+
+
+def attempt(action: Callable, *args):
+    """(result, None), or (None, one-line problem) for the errors a worker reports to the others."""
+    try:
+        return action(*args), None
+    except (ValueError, OSError) as err:
+        return None, str(err)
+
+
+class WorkerJob:
+    """This worker's part of the job: who it is, how it talks to the others, how it ends."""
+
+    def __init__(self, bench: run.Run, role: roles.Role):
+        from paddle.distributed import fleet
+        self.bench, self.cfg, self.role = bench, bench.cfg, role
+        self.index, self.workers = fleet.worker_index(), fleet.worker_num()
+        self.gloo = gloo.Gloo(self.index, self.workers)
+        self.placement = role.placement(self.index)
+        self.scratch = scratch.for_process()
+
+    def fail_together(self, problem: Optional[str]) -> bool:
+        """Share this worker's problem (None: none) with all workers. When any worker has one, all
+        log every one, worker 0 stores the failed run, and the job ends cleanly: True."""
+        errors = self.gloo.agree_on_errors(problem)
+        if not errors:
+            return False
+        for line in errors:
+            say(f"error: {line}")
+        self.bench.store_failure(self.placement, "; ".join(errors))
+        self.stop()
+        return True
+
+    def stop(self) -> None:
+        """End the job: every worker finalizes its client, all meet, then worker 0 sends the stop
+        command to every server (fleet.stop_worker alone never does, so servers would serve forever
+        under the new launcher) and waits for them to leave, so the legacy launcher, which kills
+        servers once workers exit, finds them already gone."""
+        from paddle.distributed import fleet
+        with Quiet():
+            fleet.stop_worker()
+        self.gloo.barrier()
+        if self.index == 0:
+            paddle26.stop_servers()
+            if not gloo.wait_ports(self.role.servers, up=False, deadline_s=30):
+                say("warning: servers still accept connections 30 s after the stop request")
+
+
+def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, first_error: Callable) -> int:
+    import paddle
+    from paddle.distributed import fleet
+    job = WorkerJob(bench, role)
+    cfg = bench.cfg
+    gloo.wait_ports(role.servers, up=True, deadline_s=600)  # then Paddle's own wait passes at once
+    meter = StepMeter(cfg, job.index)
+    work, main_program, startup = build_programs(cfg, build, meter)
+    meter.unit = bench.unit_for(work)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    with Quiet():
+        exe.run(startup)
+        fleet.init_worker()
+    mine, counts_path = data.shard(files, job.index, job.workers), job.scratch / "counts.jsonl"
+    loaded, problem = attempt(data.load, cfg, work, mine, first_error, counts_path)
+    if job.fail_together(problem):
+        return 1
+    dataset, rows_per_pass, load_s = loaded
+    meter.total_hint = cfg.passes * -(-rows_per_pass // cfg.batch_size)  # for the log lines only
+    say(f"worker {job.index}/{job.workers} mode {cfg.mode} dataset {cfg.dataset} threads {cfg.data.num_workers} "
+        f"omp {fleetbench.threads_info()['omp_num_threads']} files {' '.join(str(f) for f in mine)}")
+    job.gloo.barrier()  # every worker starts its first pass together
+    meter.begin()
+    with Quiet():
+        for _ in range(cfg.passes):
+            paddle26.train_pass(exe, main_program, dataset, cfg.data.num_workers, job.scratch.path)
+    mine_figures, problem = attempt(meter.finish, run.peak_memory_mib("cpu"))
+    if job.fail_together(problem):
+        return 1
+    extra, problem = attempt(work.after_training) if work.after_training and job.index == 0 else ({}, None)
+    if job.fail_together(problem):
+        return 1
+    say(metrics.rank_line(job.index, mine_figures))
+    code = report(job, work, meter, mine_figures, {"pipe": data.read_pipe_counts(counts_path),
+                                                   "load_s": load_s, "extra": extra})
+    job.stop()
+    return code
+
+
+def report(job: WorkerJob, work, meter: StepMeter, mine: metrics.RankFigures, more: dict) -> int:
+    """Reduce every worker's figures (the standard ones, and the PS ones: pipe counts, load time,
+    log loss, AUC); worker 0 stores the record. The exit code: 1 when the store failed."""
+    import numpy as np
+    from paddle.distributed import fleet
+    totals = metrics.reduce(mine, job.gloo)
+    valid, invalid, loss_sum = job.gloo.sum([more["pipe"].get("valid", 0), more["pipe"].get("invalid", 0),
+                                             meter.loss_sum])
+    (load_s,) = job.gloo.max([more["load_s"]])
+    auc = None
+    if work.auc_stats:  # the AUC buckets' change over the measured window, summed over workers
+        end = meter.snapshot_auc()
+        start = meter.auc_start or [np.zeros_like(a) for a in end]
+        auc = fleet.metrics.auc(end[0] - start[0], end[1] - start[1])
+    if job.index != 0:
+        return 0
+    figures = metrics.standard(totals, meter.unit, job.workers, job.cfg.warmup_steps)
+    figures.update(examples=int(totals.samples), valid_lines=int(valid), invalid_lines=int(invalid),
+                   load_s=load_s, passes=job.cfg.passes, workers=job.workers, **more["extra"])
+    if work.loss_is_logloss:
+        figures["logloss"] = loss_sum / max(totals.samples, 1)
+    if auc is not None:
+        figures["auc"] = float(auc)
+    code = job.bench.store_result(job.placement, figures)
+    say(f"throughput {figures['throughput']:.1f} {meter.unit} over {job.workers} workers"
+        + (f" auc {auc:.4f}" if auc is not None else "") + f" invalid_lines {figures['invalid_lines']}")
+    return code
+
+
+def serve(cfg, build: Callable) -> None:
+    """A server: the same program (its tables come from it), served until worker 0 says stop."""
+    from paddle.distributed import fleet
+    build_programs(cfg, build, StepMeter(cfg, -1))
+    with Quiet():
+        fleet.init_server()
+    fleet.run_server()  # returns when worker 0 sends the stop command
+    # Leave at once: the legacy launcher terminates servers as soon as the workers are gone, and a
+    # slow interpreter teardown would be cut short by its SIGTERM. (The scratch reaper cleans up.)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def main(script: str, cls, build: Callable, data_files: Callable, first_error: Callable, argv=None) -> None:
+    """`script` is the calling script's path (`__file__`): its registry entry names the run.
+    `data_files(cfg) -> [paths]` resolves data.path (or makes synthetic data);
+    `first_error(paths) -> "file:line: reason" | None` serves data.strict."""
+    bench = run.start(script, cls, "ps", argv, checks=[lambda cfg: check_data(cfg, data_files)])
+    if bench.check_only:
+        return
+    try:
+        role = roles.role_from_env()
+        files = data.check_names(data_files(bench.cfg))
+    except ValueError as err:  # ConfigError, or a data reader's one-line error
+        config.exit_config_error(bench.name, err)
+    except OSError as err:
+        config.exit_config_error(bench.name, f"{err.filename}: {err.strerror}")
+    roles.set_threads(bench.cfg, role)
+    paddle26.quiet_environment()
+    with contextlib.redirect_stderr(io.StringIO()):  # paddle warns about OMP_NUM_THREADS > 1 we chose
+        import paddle
+    from paddle.distributed import fleet
+    paddle.enable_static()
+    paddle26.import_http_server_in(scratch.for_process().subdir("http"))
+    with Quiet():
+        fleet.init(log_level="WARNING")
+    if role.role == "server":
+        serve(bench.cfg, build)
+    code = run_worker(bench, role, build, files, first_error)
+    scratch.for_process().close()
+    sys.stdout.flush()
+    if code:
+        sys.exit(code)
+
+
+def check_data(cfg, data_files: Callable) -> None:
+    """Under --check and before launch: a given data path must list files with safe names
+    (synthetic data is made later, by the job)."""
+    if cfg.data.path is not None:
+        data.check_names(data_files(cfg))
+
+
+def sparse_table_rows(name: str):
+    """The servers' sparse table of parameter `name`, every row, on this worker (see paddle26)."""
+    return paddle26.sparse_table_rows(name, scratch.for_process().subdir("table"))

@@ -1,0 +1,91 @@
+"""The parameter-server worker's step meter: Paddle's trainer threads call it after every batch
+(through a py_func op appended to the program), and it feeds the suite's one timer, WindowTimer.
+
+train_from_dataset runs whole passes inside C++, so the meter is where a worker sees its steps:
+it counts rows (examples), units and loss, logs every `log_every` batches, ends warm-up after
+`warmup_steps` batches, and takes the window's end at the last batch (not when the pass returns).
+"""
+import math
+import threading
+import time
+
+from fleetbench.measure import metrics
+from fleetbench.measure.timing import WindowTimer, log_line
+from fleetbench.train.ps.paddle26 import say
+
+
+class StepMeter:
+    def __init__(self, cfg, worker: int, unit: str = "examples/s"):
+        self.cfg, self.worker, self.unit = cfg, worker, unit
+        self.total_hint, self.auc_stats, self.auc_start = 0, None, None
+        self.lock = threading.Lock()
+        self.delay_s = cfg.debug.delay_ms / 1000 if cfg.debug.delay_rank == worker else 0.0
+        self.step = 0
+        self.loss_sum = 0.0  # loss x rows over the measured window (the mean log loss for CTR)
+        self.loss_first = self.loss_last = None
+        self.begin()
+
+    def begin(self):
+        """Training starts now (the first logging window, and the measured one without warm-up)."""
+        self.timer = WindowTimer(self.cfg.warmup_steps)
+        self.last = self.timer.window_start
+        self.window_loss = self.window_rows = 0.0
+
+    def snapshot_auc(self):
+        import numpy as np
+        import paddle
+        scope = paddle.static.global_scope()
+        return [np.array(scope.find_var(v.name).get_tensor()) for v in self.auc_stats]
+
+    def __call__(self, *tensors):
+        try:
+            self._step(*tensors)
+        except BaseException:  # Paddle reports a py_func failure only as "std::exception"
+            import traceback
+            traceback.print_exc()
+            raise
+
+    def _step(self, rows_var, loss_var, units_var=None):
+        import numpy as np
+        if self.delay_s:
+            time.sleep(self.delay_s)  # test-only: makes this worker the slow one
+        rows = int(np.array(rows_var).shape[0])
+        units = float(np.array(units_var).sum()) if units_var is not None else float(rows)
+        loss = float(np.array(loss_var).reshape(-1)[0])
+        with self.lock:
+            self.last = now = time.perf_counter()
+            self.step += 1
+            self.timer.step_done(self.step, rows, units)
+            self.window_loss += loss * rows
+            self.window_rows += rows
+            if self.step > self.cfg.warmup_steps:
+                self.loss_sum += loss * rows
+            if self.step % self.cfg.log_every == 0:
+                self._log(now)
+            if self.step == self.cfg.warmup_steps:
+                self.timer.end_warmup(now=now)
+                if self.auc_stats:
+                    self.auc_start = self.snapshot_auc()
+
+    def _log(self, now):
+        loss = self.window_loss / max(self.window_rows, 1)
+        self.loss_first = loss if self.loss_first is None else self.loss_first
+        self.loss_last = loss
+        window = self.timer.close_window(now=now)
+        # train_from_dataset reads inside the step: there is no reader time to show
+        say(log_line(self.step, self.total_hint, loss, window["ips"], self.unit, window["batch_cost_s"], math.nan))
+        self.window_loss = self.window_rows = 0.0
+
+    def finish(self, peak_mem_mib: float) -> metrics.RankFigures:
+        """This worker's measured window; ValueError when warm-up used every step."""
+        with self.lock:
+            if self.timer.window_steps:
+                self._log(self.last)
+            measured = self.step - self.cfg.warmup_steps
+            if measured <= 0:
+                raise ValueError(f"warm-up ({self.cfg.warmup_steps} steps) used all {self.step} steps; "
+                                 f"lower warmup_steps, add passes or data")
+            return metrics.RankFigures(
+                elapsed_s=self.timer.finish(now=self.last), steps=measured, samples=self.timer.measured_samples,
+                units=self.timer.measured_units, reader_s=None, peak_mem_mib=peak_mem_mib,
+                loss_first=self.loss_first, loss_last=self.loss_last)

@@ -1,0 +1,119 @@
+"""Paddle 2.6.2's parameter server as the driver needs it: the workarounds, private calls and
+quieting, each with the reason it exists (evidence in docs/ps.md). Paddle is imported inside
+functions: a process sets its threads for its role before paddle starts."""
+import contextlib
+import io
+import os
+import sys
+from pathlib import Path
+
+OUT = sys.stdout  # captured at import, before any redirect
+
+
+def say(text: str) -> None:
+    """A line of ours in the rank's log (Quiet swallows Paddle's prints, never these)."""
+    print(text, file=OUT, flush=True)
+
+
+class Quiet:
+    """Swallow Paddle's plain print()s (table configs, program ids) and its warnings; they are
+    replayed on stderr if the wrapped block fails. Our own lines go to the real stdout."""
+
+    def __init__(self):
+        self.buffer = io.StringIO()
+
+    def __enter__(self):
+        import warnings
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(contextlib.redirect_stdout(self.buffer))
+        self._stack.enter_context(warnings.catch_warnings())
+        warnings.simplefilter("ignore")
+        return self
+
+    def __exit__(self, kind, value, tb):
+        self._stack.close()
+        if kind is not None:
+            sys.stderr.write(self.buffer.getvalue())
+        return False
+
+
+def quiet_environment() -> None:
+    """Before paddle starts: no glog INFO lines (users can still set their own level), and gloo
+    on for the worker barriers even under the legacy launcher, which leaves it off by default."""
+    os.environ.setdefault("GLOG_minloglevel", "1")
+    if os.environ.get("PADDLE_WITH_GLOO", "0") == "0" and os.environ.get("PADDLE_GLOO_HTTP_ENDPOINT"):
+        os.environ["PADDLE_WITH_GLOO"] = "1"
+
+
+def import_http_server_in(directory: Path) -> None:
+    """With gloo's HTTP rendezvous (the legacy launcher; see quiet_environment) worker 0 runs
+    Paddle's KV server, whose module opens `http.log` in the current directory when imported
+    (a logging.FileHandler, which keeps the absolute path). Import it first from `directory`
+    and drop that handler, so nothing lands in the user's directory; the log only lists the
+    rendezvous' HTTP requests."""
+    import logging
+    with contextlib.chdir(directory):
+        from paddle.distributed.fleet.utils import http_server
+    logger = logging.getLogger(http_server.__name__)
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    logger.addHandler(logging.NullHandler())
+
+
+def sparse_tables(program) -> list:
+    """Names of the parameters looked up with is_sparse=True (they become server sparse tables)."""
+    return sorted({op.input("W")[0] for op in program.global_block().ops
+                   if op.type in ("lookup_table", "lookup_table_v2") and op.attr("is_sparse")})
+
+
+def strategy_for(cfg, optimizer, program):
+    import paddle
+    from paddle.distributed import fleet
+    strategy = fleet.DistributedStrategy()
+    strategy.a_sync = True
+    if cfg.mode == "geo":
+        strategy.a_sync_configs = {"k_steps": cfg.k_steps}
+    elif isinstance(optimizer, paddle.optimizer.SGD):
+        # Paddle 2.6.2 gives SGD's sparse tables the Adam rule (Accessor._set falls into an
+        # `else` after its `sgd` branch); name the plain SGD rule so the servers run SGD.
+        for name in sparse_tables(program):
+            table = strategy.sparse_table_configs.add()
+            table.table_name = name
+            table.accessor.embed_sgd_param.name = "SparseNaiveSGDRule"
+            table.accessor.embedx_sgd_param.name = "SparseNaiveSGDRule"
+    return strategy
+
+
+def train_pass(exe, program, dataset, threads: int, workdir: Path) -> None:
+    """One pass of exe.train_from_dataset run from `workdir`: Paddle 2.6.2 writes its trainer
+    description to `<id(program)>_train_desc.prototxt` (and `fleet_desc.prototxt`) in the current
+    directory on every call (Executor._dump_debug_info, unconditionally). The dataset's files are
+    absolute paths (data.check_names), so the directory they are read from does not matter."""
+    with contextlib.chdir(workdir):
+        exe.train_from_dataset(program=program, dataset=dataset, thread=threads)
+
+
+def stop_servers() -> None:
+    """fleet.stop_worker only finalizes this worker's client; the servers are told to stop only by
+    the runtime's private worker handle (what Paddle's own tests call)."""
+    from paddle.distributed import fleet
+    fleet.fleet._runtime_handle._worker.stop_server()
+
+
+def sparse_table_rows(name: str, workdir: Path):
+    """Every row of the servers' sparse table for parameter `name` (row i = id i), pulled to this
+    worker: Paddle's client pulls ids 0..rows-1 from every server and writes one tensor file
+    (DistFleetWrapper.recv_and_save_model, what fleet's inference save uses for such tables),
+    read back here. Observed on 2.6.2: all 1002 rows of a 2-server table, trained values."""
+    import numpy as np
+    from paddle.base import core
+    from paddle.distributed import fleet
+    runtime = fleet.fleet._runtime_handle
+    table = {ctx.origin_varnames()[0]: ctx.table_id() for ctx in runtime._send_ctx.values() if ctx.is_sparse()}
+    if f"{name}@GRAD" not in table:
+        raise ValueError(f"no sparse table for parameter {name!r} (tables: {sorted(table)})")
+    runtime._worker.recv_and_save_model(table[f"{name}@GRAD"], str(workdir))
+    tensor = core.LoDTensor()
+    core.load_lod_tensor(tensor, os.path.join(workdir, name))
+    return np.array(tensor)
