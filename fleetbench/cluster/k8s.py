@@ -1,0 +1,241 @@
+"""`fleetbench k8s BENCHMARK|SWEEP.yaml --image IMAGE ...`: Kubeflow PaddleJob manifests.
+
+Kubeflow's training operator (kubeflow.org/v1, kind PaddleJob) runs Paddle jobs as pods: it
+sets PADDLE_MASTER, PADDLE_NNODES and PADDLE_JOB_ID in every container, and Paddle's launcher reads
+them (paddle/distributed/launch/context/args_envs.py). The operator knows two replica types:
+- collective: `Worker` only; worker 0 is the rendezvous; each pod runs one launcher with
+  `--nproc_per_node K` (K GPUs with --gpus);
+- parameter server: `Master` = the parameter servers (the operator sets PADDLE_SERVER_NUM=1 in
+  each) and `Worker` = the trainers (PADDLE_TRAINER_NUM=1). Its schema has no `PServer` type.
+The operator's own rules for these fields (pkg/apis/kubeflow.org/v1, paddlepaddle_validation.go):
+a DNS-1035 name, replica types Master/Worker only, a container named `paddle` with an image in
+each, the rendezvous port named `master`; `problems()` checks them, the tests also against the
+operator's published Python SDK (kubeflow-training) when it is installed.
+
+Each pod also gets POD_IP (its address, Paddle's --host), in collective jobs PADDLE_RANK from the
+pod's `training.kubeflow.org/replica-index` label (node rank = worker index, so the record's
+hosts are in rank order), FLEETBENCH_NODES and FLEETBENCH_LAUNCH (executor `kubernetes`, the pod
+names). Rank 0 prints its record as `FLEETBENCH_RESULT {...}` and Paddle's launcher copies rank 0's
+log to the pod's log: `kubectl logs NAME-worker-0 > w0.log && fleetbench results import w0.log`.
+restartPolicy Never and backoffLimit 0: a failed benchmark run is a result, not something to retry.
+"""
+import argparse
+import json
+import os
+import re
+import sys
+
+import yaml
+
+from fleetbench.cluster import hosts as hostlib
+from fleetbench.measure import registry
+
+API_VERSION = "kubeflow.org/v1"
+KIND = "PaddleJob"
+CONTAINER = "paddle"            # the operator looks for a container of this name
+PORT_NAME, PORT = "master", 37777
+REPLICA_TYPES = ("Master", "Worker")
+RESTART_POLICIES = ("Always", "OnFailure", "Never", "ExitCode")
+INDEX_LABEL = "training.kubeflow.org/replica-index"
+DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+POD_RESULTS = "/tmp/fleetbench-results.jsonl"  # the pod's own store (gone with the pod; the log stays)
+POD_LOGS = "/tmp/fleetbench-log"
+
+
+class K8sError(ValueError):
+    """One line naming the flag or sweep cell."""
+
+
+def job_name(*parts):
+    """A DNS-1035 label from parts (lowercase, '-' for anything else), short enough that the
+    operator's pod names `<name>-worker-<i>` stay within 63 characters."""
+    name = re.sub(r"[^a-z0-9]+", "-", "-".join(str(p) for p in parts if p).lower()).strip("-")
+    name = name if name[:1].isalpha() else f"fb-{name}"
+    return name[:50].rstrip("-")
+
+
+def _env(name, value=None, field=None):
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field}}} if field else {"name": name, "value": value}
+
+
+def _resources(cpu, memory, gpus):
+    amounts = {k: str(v) for k, v in (("cpu", cpu), ("memory", memory), ("nvidia.com/gpu", gpus)) if v}
+    return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
+
+
+def container(image, workdir, command, env, resources):
+    spec = {"name": CONTAINER, "image": image, "imagePullPolicy": "IfNotPresent", "workingDir": workdir,
+            "command": command[:1], "args": command[1:], "env": env,
+            "ports": [{"containerPort": PORT, "name": PORT_NAME}]}
+    if resources:
+        spec["resources"] = resources
+    return spec
+
+
+def replica(count, cont):
+    return {"replicas": count, "restartPolicy": "Never", "template": {"spec": {"containers": [cont]}}}
+
+
+def manifest(name, bench, script_args, shape, pod, namespace=None):
+    """One PaddleJob. shape: {"mode", "nodes", "per_node"} (collective) or {"mode", "servers",
+    "workers"} (ps); pod: {"image", "workdir", "cpu", "memory", "gpus"}."""
+    launcher = ["python", "-m", "paddle.distributed.launch", "--log_dir", POD_LOGS]
+    args = [bench.script, *script_args, "--results", POD_RESULTS]
+    if shape["mode"] == "collective":
+        types = {"Worker": shape["nodes"]}
+        pod_names = [f"{name}-worker-{i}" for i in range(shape["nodes"])]
+        launcher += ["--nproc_per_node", str(shape["per_node"])]
+        procs = shape["per_node"]
+    else:
+        types = {"Master": shape["servers"], "Worker": shape["workers"]}
+        pod_names = [f"{name}-master-{i}" for i in range(shape["servers"])] + \
+                    [f"{name}-worker-{i}" for i in range(shape["workers"])]
+        procs = 1
+    env = [_env("POD_IP", field="status.podIP"), _env("FLEETBENCH_NODES", str(len(pod_names))),
+           _env("FLEETBENCH_LAUNCH", json.dumps({"executor": "kubernetes", "hosts": pod_names}))]
+    if shape["mode"] == "collective":
+        env.append(_env("PADDLE_RANK", field=f"metadata.labels['{INDEX_LABEL}']"))
+    if pod.get("cpu"):  # the pod sees the machine's cores, not its limit: share the limit instead
+        env.append(_env("FLEETBENCH_OMP_THREADS", str(max(1, int(float(pod["cpu"])) // procs))))
+    gpus = shape.get("per_node") if pod.get("gpus") else None
+    cont = container(pod["image"], pod["workdir"], launcher + args, env,
+                     _resources(pod.get("cpu"), pod.get("memory"), gpus))
+    meta = {"name": name, "labels": {"app.kubernetes.io/created-by": "fleetbench",
+                                      "fleetbench/benchmark": bench.name}}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta,
+            "spec": {"runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 0},
+                     "paddleReplicaSpecs": {t: replica(n, dict(cont)) for t, n in types.items()}}}
+
+
+def problems(doc):
+    """What the training operator would refuse in a PaddleJob (the fields used here), or []."""
+    out = []
+    if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
+        out.append(f"apiVersion/kind: expected {API_VERSION} {KIND}")
+    name = (doc.get("metadata") or {}).get("name") or ""
+    if not DNS1035.fullmatch(name) or len(name) > 63:
+        out.append(f"metadata.name {name!r}: expected a DNS-1035 label")
+    specs = ((doc.get("spec") or {}).get("paddleReplicaSpecs")) or {}
+    if not specs:
+        out.append("spec.paddleReplicaSpecs: missing")
+    for rtype, spec in specs.items():
+        at = f"spec.paddleReplicaSpecs.{rtype}"
+        if rtype not in REPLICA_TYPES:
+            out.append(f"{at}: replica type must be one of {', '.join(REPLICA_TYPES)}")
+        if not isinstance(spec.get("replicas"), int) or spec["replicas"] < 1:
+            out.append(f"{at}.replicas: expected an integer >= 1")
+        if spec.get("restartPolicy") not in RESTART_POLICIES:
+            out.append(f"{at}.restartPolicy: expected one of {', '.join(RESTART_POLICIES)}")
+        conts = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
+        paddle = [c for c in conts if c.get("name") == CONTAINER]
+        if not paddle or any(not c.get("image") for c in conts):
+            out.append(f"{at}: expected a container named {CONTAINER!r}, every container with an image")
+        elif not any(p.get("name") == PORT_NAME for p in paddle[0].get("ports", [])):
+            out.append(f"{at}: the {CONTAINER} container needs a port named {PORT_NAME!r}")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# From the command line or a sweep
+
+
+def _shape(mode, nodes, per_node, servers_workers, where):
+    if mode == "collective":
+        counts = hostlib.counts_for(nodes, hostlib.parse_per_node(per_node, where + "devices-per-node"))
+        if len(set(counts)) > 1:
+            raise K8sError(f"{where}devices per node {per_node}: a PaddleJob's workers share one pod "
+                           f"template, so every pod runs the same number of processes")
+        return {"mode": mode, "nodes": nodes, "per_node": counts[0]}
+    try:
+        servers, workers = (int(x) for x in str(servers_workers).split("/"))
+    except ValueError:
+        raise K8sError(f"{where}servers/workers {servers_workers!r}: expected SERVERS/WORKERS like 2/2") from None
+    if servers < 1 or workers < 1:
+        raise K8sError(f"{where}servers/workers {servers_workers!r}: expected at least 1 of each")
+    return {"mode": mode, "servers": servers, "workers": workers}
+
+
+def from_sweep(path, pod, namespace):
+    """One PaddleJob per cell and repeat of a sweep file."""
+    from fleetbench.cluster import sweep
+
+    docs = []
+    try:
+        cells = sweep.expand(sweep.load_spec(path), path)
+    except sweep.SweepError as e:
+        raise K8sError(str(e)) from None
+    for i, cell in enumerate(cells, start=1):
+        where = f"{path}: cell {i} ({cell.label()}): "
+        if cell.network:
+            raise K8sError(f"{where}network {cell.network!r} is an emulated link; on Kubernetes the links are "
+                           f"the cluster's (drop `network:` from the sweep)")
+        shape = _shape(cell.mode, cell.nodes, cell.devices_per_node, f"{cell.servers}/{cell.workers}", where)
+        bench = registry.get(cell.benchmark)
+        args = ["--preset", cell.preset] + [x for s in cell.sets for x in ("--set", s)]
+        for r in range(1, cell.repeats + 1):
+            name = job_name("fb", bench.name, cell.preset, f"c{i}", f"r{r}")
+            docs.append(manifest(name, bench, args, shape, pod, namespace))
+    return docs
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="fleetbench k8s", description="Write Kubeflow PaddleJob manifests.")
+    p.add_argument("what", help="a benchmark name (resnet50, ctr, ...) or a sweep file (.yaml)")
+    p.add_argument("--image", required=True, help="container image with Paddle and this repository")
+    p.add_argument("--workdir", default="/fleetbench", help="the repository's directory in the image")
+    p.add_argument("--preset", default="full")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+    p.add_argument("--nodes", type=int, default=1, help="collective: worker pods (default 1)")
+    p.add_argument("--devices-per-node", default="1", help="collective: processes (GPUs) per pod")
+    p.add_argument("--servers-workers", default="1/1", help="parameter server: SERVERS/WORKERS pods")
+    p.add_argument("--gpus", action="store_true", help="request devices-per-node nvidia.com/gpu per pod")
+    p.add_argument("--cpu", help="CPU request and limit per pod (e.g. 8)")
+    p.add_argument("--memory", help="memory request and limit per pod (e.g. 32Gi)")
+    p.add_argument("--name", help="job name (default from benchmark, preset and shape)")
+    p.add_argument("--namespace")
+    p.add_argument("--out", help="write here (default: stdout)")
+    return p
+
+
+def build(args):
+    if args.cpu is not None and not re.fullmatch(r"\d+(\.\d+)?", args.cpu):
+        raise K8sError(f"--cpu {args.cpu!r}: expected a number of cores like 8")
+    pod = {"image": args.image, "workdir": args.workdir, "cpu": args.cpu, "memory": args.memory, "gpus": args.gpus}
+    if args.what.endswith((".yaml", ".yml")):
+        return from_sweep(args.what, pod, args.namespace)
+    try:
+        bench = registry.get(args.what)
+    except registry.UnknownBenchmark as e:
+        raise K8sError(f"{e}; or give a sweep file (.yaml)") from None
+    if args.nodes < 1:
+        raise K8sError(f"--nodes {args.nodes}: expected >= 1")
+    shape = _shape(bench.family if bench.family == "ps" else "collective", args.nodes, args.devices_per_node,
+                   args.servers_workers, "--")
+    size = f"{args.nodes}x{shape['per_node']}" if shape["mode"] == "collective" else args.servers_workers
+    name = args.name or job_name("fb", bench.name, args.preset, size)
+    script_args = ["--preset", args.preset] + [x for s in args.set for x in ("--set", s)]
+    return [manifest(name, bench, script_args, shape, pod, args.namespace)]
+
+
+def cli(argv):
+    args = _parser().parse_args(argv)
+    try:
+        docs = build(args)
+        for doc in docs:
+            bad = problems(doc)
+            if bad:
+                raise K8sError(f"{doc['metadata']['name']}: {bad[0]}")
+    except (K8sError, hostlib.HostsError) as e:
+        print(f"fleetbench k8s: error: {e}", file=sys.stderr)
+        return 2
+    text = yaml.safe_dump_all(docs, sort_keys=False, width=1000)
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            f.write(text)
+        print(f"fleetbench k8s: {len(docs)} PaddleJob(s) in {args.out}; kubectl apply -f {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

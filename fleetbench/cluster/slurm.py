@@ -1,0 +1,139 @@
+"""Slurm: the nodes of an allocation, and `fleetbench slurm SWEEP.yaml`, which writes an sbatch
+script that runs the sweep on them.
+
+Inside an allocation (`salloc`, or the script `sbatch` runs on the first node) a sweep started
+with `--executor slurm` takes its hosts from SLURM_JOB_NODELIST, in Slurm's order: the first node
+is node 0 and hosts the master. The list is expanded by `scontrol show hostnames` when Slurm's
+tools are on PATH, else by `expand_nodelist` (Slurm's compact form: `gpu[01-04,07],login1`).
+Each run then starts one job step per node (fleetbench.cluster.executors.SlurmExecutor).
+
+The script asks for whole nodes with one task each (`--ntasks-per-node=1 --exclusive`): one
+Paddle launcher per node starts that node's ranks itself, and each job step gets all the node's
+CPUs (`--cpus-per-task=$SLURM_CPUS_ON_NODE`); otherwise Slurm would pin a step to one CPU.
+"""
+import argparse
+import itertools
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+from fleetbench.cluster import executors
+from fleetbench.cluster.hosts import HostsError
+from fleetbench.measure import registry
+
+TIME_MARGIN = 1.1  # the allocation's time limit: every run's timeout, plus 10 %
+
+
+def expand_nodelist(text):
+    """'n[01-03,7],login' -> ['n01', 'n02', 'n03', 'n7', 'login'] (Slurm's hostlist form;
+    several bracket groups in one name multiply out)."""
+    names = []
+    for entry in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text.strip()):
+        parts = re.split(r"(\[[^\]]*\])", entry)
+        choices = [_bracket(p, text) if p.startswith("[") else [p] for p in parts if p]
+        names += ["".join(c) for c in itertools.product(*choices)]
+    if not names:
+        raise HostsError(f"SLURM_JOB_NODELIST {text!r}: no nodes")
+    return names
+
+
+def _bracket(group, text):
+    out = []
+    for item in group[1:-1].split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", item.strip())
+        if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
+            raise HostsError(f"SLURM_JOB_NODELIST {text!r}: bad range {item!r} (expected like [01-04,07])")
+        lo, hi = m.group(1), m.group(2) or m.group(1)
+        out += [str(i).zfill(len(lo)) for i in range(int(lo), int(hi) + 1)]
+    return out
+
+
+def allocation_hosts(env=None):
+    """The allocation's node names in Slurm's order (HostsError outside an allocation)."""
+    env = os.environ if env is None else env
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not nodelist:
+        raise HostsError("--executor slurm: not inside a Slurm allocation (SLURM_JOB_NODELIST is unset); "
+                         "run under salloc or sbatch (fleetbench slurm SWEEP.yaml writes the script)")
+    if shutil.which("scontrol"):
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
+        if out.returncode == 0 and out.stdout.split():
+            return out.stdout.split()
+    return expand_nodelist(nodelist)
+
+
+def executor(env=None, forward=()):
+    """A SlurmExecutor over the allocation's nodes, addresses resolved first."""
+    env = os.environ if env is None else env
+    hosts = allocation_hosts(env)
+    nodes = [executors.Node(i, h, executors.resolve(h, i)) for i, h in enumerate(hosts)]
+    return executors.SlurmExecutor(nodes, forward, cpus=env.get("SLURM_CPUS_ON_NODE"))
+
+
+# ----------------------------------------------------------------------------------------------
+# sbatch script
+
+
+def time_limit(cells):
+    """Slurm's D-HH:MM:SS for running every repeat of every cell to its timeout."""
+    seconds = int(sum(c.timeout * c.repeats for c in cells) * TIME_MARGIN) + 60
+    days, rest = divmod(seconds, 86400)
+    return f"{days}-{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+
+
+def sbatch_script(sweep_file, cells, results, options):
+    """The script's text. options: partition, account, gpus (bool), python, workdir."""
+    nodes = max(c.nodes for c in cells)
+    name = os.path.splitext(os.path.basename(sweep_file))[0]
+    lines = ["#!/bin/bash", f"#SBATCH --job-name=fleetbench-{name}", f"#SBATCH --nodes={nodes}",
+             "#SBATCH --ntasks-per-node=1", "#SBATCH --exclusive", f"#SBATCH --time={time_limit(cells)}",
+             f"#SBATCH --output={options['workdir']}/log/slurm-%j.out"]
+    if options.get("gpus"):
+        lines.append(f"#SBATCH --gpus-per-node={max(c.devices_per_node for c in cells)}")
+    lines += [f"#SBATCH --{k}={options[k]}" for k in ("partition", "account") if options.get(k)]
+    sweep = [options["python"], "-m", "fleetbench", "sweep", os.path.abspath(sweep_file), "--executor", "slurm",
+             "--results", os.path.abspath(results)]
+    lines += ["# one Paddle launcher per node (srun --nodes=1 per node); master: the first node",
+              "set -euo pipefail", f"cd {shlex.quote(options['workdir'])}",
+              f'exec {shlex.join(sweep)} --log-dir "log/sweep-{name}-$SLURM_JOB_ID"', ""]
+    return "\n".join(lines)
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="fleetbench slurm", description="Write an sbatch script running a sweep.")
+    p.add_argument("sweep", help="sweep file (YAML)")
+    p.add_argument("--results", default=registry.DEFAULT_RESULTS)
+    p.add_argument("--partition")
+    p.add_argument("--account")
+    p.add_argument("--gpus", action="store_true", help="request devices_per_node GPUs per node")
+    p.add_argument("--python", default=sys.executable, help="Python on the nodes (default: this one)")
+    p.add_argument("--workdir", default=str(registry.REPO_ROOT), help="this repository on the nodes")
+    p.add_argument("--out", help="write the script here (default: stdout)")
+    return p
+
+
+def cli(argv):
+    from fleetbench.cluster import sweep
+
+    args = _parser().parse_args(argv)
+    try:
+        cells = sweep.expand(sweep.load_spec(args.sweep), args.sweep)
+        emulated = [c for c in cells if c.network]
+        if emulated:
+            raise sweep.SweepError(f"{args.sweep}: cell {emulated[0].label()}: `network` profiles are emulated "
+                                   f"links; on Slurm the links are the cluster's (drop `network:`)")
+    except sweep.SweepError as e:
+        print(f"fleetbench slurm: error: {e}", file=sys.stderr)
+        return 2
+    text = sbatch_script(args.sweep, cells, args.results, vars(args))
+    if not args.out:
+        sys.stdout.write(text)
+        return 0
+    with open(args.out, "w") as f:
+        f.write(text)
+    os.chmod(args.out, 0o755)
+    print(f"fleetbench slurm: wrote {args.out}; submit it with: sbatch {args.out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,154 @@
+"""PaddleJob manifests for Kubeflow's training operator; `fleetbench results import` of pod logs."""
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from fleetbench.cluster import k8s
+from fleetbench.measure import results
+from util import PYTHON, REPO, env
+
+try:  # the operator's published Python SDK: its models enforce the operator's OpenAPI schema
+    from kubeflow.training.api_client import ApiClient
+except ImportError:
+    ApiClient = None
+
+
+def fleetbench(*args, cwd=REPO):
+    return subprocess.run([PYTHON, "-m", "fleetbench", *map(str, args)], cwd=cwd, env=env(),
+                          capture_output=True, text=True, timeout=120)
+
+
+def write_manifests(tmp_path, *args):
+    out = tmp_path / "jobs.yaml"
+    p = fleetbench("k8s", *args, "--image", "registry.example/fleetbench:cpu", "--out", out)
+    assert p.returncode == 0, p.stderr
+    return list(yaml.safe_load_all(out.read_text()))
+
+
+def container(doc, rtype):
+    return doc["spec"]["paddleReplicaSpecs"][rtype]["template"]["spec"]["containers"][0]
+
+
+def env_of(cont):
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in cont["env"]}
+
+
+def assert_operator_accepts(doc):
+    assert k8s.problems(doc) == []
+    if ApiClient is None:
+        return
+    client = ApiClient()
+    typed = client._ApiClient__deserialize(doc, "KubeflowOrgV1PaddleJob")  # raises on a missing required field
+    # every field survives the typed round trip: none is unknown to the schema (a typo would vanish)
+    assert client.sanitize_for_serialization(typed) == doc
+
+
+def test_collective_job_is_workers_running_paddles_launcher(tmp_path):
+    [doc] = write_manifests(tmp_path, "resnet50", "--preset", "tiny", "--nodes", 2, "--devices-per-node", 4,
+                            "--gpus", "--cpu", 16, "--memory", "64Gi", "--set", "batch_size=8")
+    assert_operator_accepts(doc)
+    assert doc["metadata"]["name"] == "fb-resnet50-tiny-2x4"
+    assert list(doc["spec"]["paddleReplicaSpecs"]) == ["Worker"]
+    worker = doc["spec"]["paddleReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 2 and worker["restartPolicy"] == "Never"
+    cont = container(doc, "Worker")
+    assert cont["command"] + cont["args"] == [
+        "python", "-m", "paddle.distributed.launch", "--log_dir", k8s.POD_LOGS, "--nproc_per_node", "4",
+        "collective/resnet50.py", "--preset", "tiny", "--set", "batch_size=8", "--results", k8s.POD_RESULTS]
+    assert cont["resources"]["limits"] == {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"}
+    assert cont["ports"] == [{"containerPort": k8s.PORT, "name": "master"}]
+    e = env_of(cont)
+    assert json.loads(e["FLEETBENCH_LAUNCH"]) == {"executor": "kubernetes",
+                                                  "hosts": ["fb-resnet50-tiny-2x4-worker-0", "fb-resnet50-tiny-2x4-worker-1"]}
+    assert e["PADDLE_RANK"] == {"fieldRef": {"fieldPath": f"metadata.labels['{k8s.INDEX_LABEL}']"}}
+    assert e["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert e["FLEETBENCH_NODES"] == "2" and e["FLEETBENCH_OMP_THREADS"] == "4"  # 16 cores / 4 processes
+
+
+def test_parameter_server_job_is_master_servers_and_workers(tmp_path):
+    [doc] = write_manifests(tmp_path, "ctr", "--preset", "tiny", "--servers-workers", "2/3")
+    assert_operator_accepts(doc)
+    specs = doc["spec"]["paddleReplicaSpecs"]
+    assert {t: s["replicas"] for t, s in specs.items()} == {"Master": 2, "Worker": 3}
+    cont = container(doc, "Master")
+    assert "--nproc_per_node" not in cont["args"] and cont["args"][4] == "parameter_server/ctr.py"
+    e = env_of(cont)
+    assert "PADDLE_RANK" not in e and e["FLEETBENCH_NODES"] == "5"
+    assert json.loads(e["FLEETBENCH_LAUNCH"])["hosts"][:3] == [
+        "fb-ctr-tiny-2-3-master-0", "fb-ctr-tiny-2-3-master-1", "fb-ctr-tiny-2-3-worker-0"]
+
+
+def test_a_sweep_becomes_one_job_per_cell_and_repeat(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"repeats": 2, "cells": [
+        {"benchmark": "resnet50", "preset": "tiny", "devices_per_node": [1, 2]},
+        {"benchmark": "ctr", "preset": "tiny", "method": "async", "servers_workers": "2/2"}]}))
+    docs = write_manifests(tmp_path, spec)
+    assert len(docs) == 6 and len({d["metadata"]["name"] for d in docs}) == 6
+    for doc in docs:
+        assert_operator_accepts(doc)
+    assert container(docs[-1], "Worker")["args"][-5:-2] == ["tiny", "--set", "mode=async"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nosuch"], "unknown benchmark 'nosuch'"),
+    (["resnet50", "--nodes", "2", "--devices-per-node", "3+2"], "every pod runs the same number of processes"),
+    (["resnet50", "--name", "Bad_Name"], "metadata.name 'Bad_Name': expected a DNS-1035 label"),
+    (["ctr", "--servers-workers", "2"], "--servers/workers '2': expected SERVERS/WORKERS like 2/2"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
+    out = tmp_path / "jobs.yaml"
+    p = fleetbench("k8s", *args, "--image", "img", "--out", out)
+    assert p.returncode == 2 and message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not out.exists()
+
+
+def test_the_operator_rules_are_enforced():
+    doc = k8s.manifest("ok", k8s.registry.get("resnet50"), [], {"mode": "collective", "nodes": 1, "per_node": 1},
+                       {"image": "img", "workdir": "/w"})
+    assert k8s.problems(doc) == []
+    doc["spec"]["paddleReplicaSpecs"]["PServer"] = doc["spec"]["paddleReplicaSpecs"]["Worker"]
+    container(doc, "Worker")["name"] = "main"
+    assert k8s.problems(doc) == [
+        "spec.paddleReplicaSpecs.Worker: expected a container named 'paddle', every container with an image",
+        "spec.paddleReplicaSpecs.PServer: replica type must be one of Master, Worker",
+        "spec.paddleReplicaSpecs.PServer: expected a container named 'paddle', every container with an image"]
+
+
+def pod_log(tmp_path, record, name="worker-0.log"):
+    """What `kubectl logs` of worker 0 shows: the launcher's lines with rank 0's log copied in."""
+    log = tmp_path / name
+    log.write_text("LAUNCH INFO 2026-11-22 Run Pod: ...\nstep 10/12 loss 2.3 ips 40.8 images/s ...\n"
+                   f"{results.RESULT_PREFIX}{results.dumps(record)}\nLAUNCH INFO Pod completed\n")
+    return log
+
+
+def a_record():
+    return {"schema": 1, "id": "4f1c0ffee", "time": "2026-11-22T10:00:00.000+00:00", "benchmark": "resnet50",
+            "mode": "collective", "method": "allreduce", "preset": "tiny", "config": {"batch_size": 8},
+            "nodes": 2, "devices_per_node": 1, "world_size": 2, "network": None,
+            "launch": {"executor": "kubernetes", "hosts": ["j-worker-0", "j-worker-1"]},
+            "metrics": {"throughput": 12.5, "unit": "images/s"}, "env": {}, "topology": None, "git": None,
+            "error": None}
+
+
+def test_results_import_stores_a_pod_logs_record_once(tmp_path):
+    log, store = pod_log(tmp_path, a_record()), tmp_path / "runs.jsonl"
+    p = fleetbench("results", "import", log, "--results", store)
+    assert p.returncode == 0 and "stored 1 record(s)" in p.stdout, p.stderr
+    assert [r["id"] for r in results.load(store)] == ["4f1c0ffee"]
+    again = fleetbench("results", "import", log, log, "--results", store)
+    assert again.returncode == 1
+    assert f"refused {log}:3: record 4f1c0ffee is already in {store}" in again.stderr
+    assert [r["id"] for r in results.load(store)] == ["4f1c0ffee"]
+
+
+def test_results_import_of_a_bad_line_stores_nothing(tmp_path):
+    good = pod_log(tmp_path, dict(a_record(), id="aaa"), "a.log")
+    bad = pod_log(tmp_path, dict(a_record(), id="bbb", nodes=0), "b.log")
+    store = tmp_path / "runs.jsonl"
+    p = fleetbench("results", "import", good, bad, "--results", store)
+    assert p.returncode == 2 and f"{bad}:3: nodes: expected an integer >= 1, got 0" in p.stderr, p.stderr
+    assert not store.exists()
