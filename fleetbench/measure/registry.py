@@ -39,6 +39,7 @@ BENCHMARKS = {b.name: b for b in (
     Benchmark("vgg16", "collective/vgg16.py", "collective", "images/s"),
     Benchmark("bert_large", "collective/bert_large.py", "collective", "tokens/s"),
     Benchmark("transformer", "collective/transformer.py", "collective", "tokens/s"),
+    Benchmark("mnist", "collective/mnist.py", "collective", "images/s"),
     Benchmark("ctr", "parameter_server/ctr.py", "ps", "examples/s"),
     Benchmark("word2vec", "parameter_server/word2vec.py", "ps", "words/s"),
     Benchmark("comm", "collective/comm.py", "comm", "GB/s"),
