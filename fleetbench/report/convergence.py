@@ -18,7 +18,7 @@ from __future__ import annotations
 import io
 import re
 
-from fleetbench.measure import results, timing
+from fleetbench.measure import experiment, results, timing
 
 STEP_LINE = re.compile(r"Step\s*(\d+):?\s+([\d.]+)\s+data/sec")
 EPOCH_LINE = re.compile(r"Epoch\s+(\d+)\s+in\s+([\d.]+)\s+sec,\s+test time\s+([\d.]+)\s+sec[.,]\s+"
@@ -33,7 +33,7 @@ def parse_log(text: str) -> dict:
     return {"steps": steps, "epochs": epochs}
 
 
-# ---- cells -----------------------------------------------------------------------------------
+# ---- groups ----------------------------------------------------------------------------------
 
 def _with_epochs(records: list[dict]) -> list[dict]:
     return [r for r in records if (r.get("metrics") or {}).get("epochs")]
@@ -48,45 +48,34 @@ def _stat_text(values: list) -> str:
     return fmt(stats["mean"]) + (f" ± {fmt(stats['std'])}" if stats["n"] > 1 else "")
 
 
-def cells(records: list[dict]) -> list[dict]:
-    """One cell per results.cell_key among records with epochs: its runs and its figures."""
+def groups(records: list[dict]) -> list[dict]:
+    """The aggregation groups (results.summarize_records: throughput statistics and speedup) of
+    the records with epochs, each with its runs and their convergence figures."""
     runs = _with_epochs(records)
-    # the throughput cells (mean, std, speedup) of the same runs, by the cell_key of their records
-    speed = {(c["source"] or "", c["benchmark"], c["preset"] or "", c["mode"], c["method"], c["network"] or "",
-              c["nodes"], c["devices_per_node"], c["world_size"]): c for c in results.summarize_records(runs)}
-    groups: dict[tuple, list[dict]] = {}
-    for record in runs:
-        groups.setdefault(results.cell_key(record), []).append(record)
     out = []
-    for key, members in groups.items():
-        ok = [r for r in members if r.get("error") is None]
-        metrics = [r["metrics"] for r in ok]
-        reached = [m for m in metrics if m.get("epochs_to_target") is not None]
-        thr = speed[key]
-        out.append({"key": key, "source": key[0] or None, "benchmark": key[1], "preset": key[2] or None,
-                    "method": key[4], "world_size": key[8], "nodes": key[6], "runs": ok,
-                    "failed": len(members) - len(ok), "target": _target(ok),
-                    "throughput": thr, "reached": len(reached),
-                    "final_accuracy": [m["final_test_accuracy"] for m in metrics],
-                    "epochs_to_target": [m["epochs_to_target"] for m in reached],
-                    "time_to_target_s": [m["time_to_target_s"] for m in reached]})
-    return sorted(out, key=lambda c: (c["source"] or "", c["benchmark"], c["preset"] or "", c["world_size"]))
-
-
-def _target(runs: list[dict]):
-    targets = sorted({r["config"].get("target_accuracy") for r in runs}, key=lambda t: (t is None, t))
-    return targets[0] if len(targets) == 1 else None
+    for group in results.summarize_records(runs):
+        key = experiment.key_of(group)
+        members = [r for r in runs if experiment.of(r) == key]
+        ok = [r["metrics"] for r in members if r.get("error") is None]
+        reached = [m for m in ok if m.get("epochs_to_target") is not None]
+        targets = {r["config"].get("target_accuracy") for r in members}
+        out.append(dict(group, runs=[r for r in members if r.get("error") is None],
+                        target=targets.pop() if len(targets) == 1 else None, reached=len(reached),
+                        final_accuracy=[m["final_test_accuracy"] for m in ok],
+                        epochs_to_target=[m["epochs_to_target"] for m in reached],
+                        time_to_target_s=[m["time_to_target_s"] for m in reached]))
+    return out
 
 
 def tables(records: list[dict]) -> list[dict]:
-    """Cells grouped per (source, benchmark, preset), each group one table and one chart."""
-    grouped: dict[tuple, list[dict]] = {}
-    for cell in cells(records):
-        grouped.setdefault((cell["source"] or "", cell["benchmark"], cell["preset"] or ""), []).append(cell)
+    """Groups gathered per (source, benchmark, preset): each gathering is one table and one chart."""
     from fleetbench.report.plot import slug
 
-    return [{"benchmark": b, "preset": p or None, "source": s or None, "cells": group,
-             "name": slug("convergence", s, b, p)} for (s, b, p), group in grouped.items()]
+    gathered: dict[tuple, list[dict]] = {}
+    for group in groups(records):
+        gathered.setdefault((group["source"] or "", group["benchmark"], group["preset"] or ""), []).append(group)
+    return [{"benchmark": b, "preset": p or None, "source": s or None, "groups": members,
+             "name": slug("convergence", s, b, p)} for (s, b, p), members in gathered.items()]
 
 
 # ---- table -----------------------------------------------------------------------------------
@@ -97,16 +86,15 @@ def table_markdown(table: dict) -> str:
     head = ["Processes", "Method", "Throughput", "Speedup", "Final accuracy", "Epochs to target",
             "Time to target (s)", "Reached"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for c in table["cells"]:
-        thr = c["throughput"]
-        throughput = "—" if thr["mean"] is None else _stat_text([r["metrics"]["throughput"] for r in c["runs"]])
-        speedup = "—" if thr.get("speedup") is None else f"{thr['speedup']:.2f}x"
-        reached = f"{c['reached']}/{len(c['runs'])}" + (f" (+{c['failed']} failed)" if c["failed"] else "")
+    for g in table["groups"]:
+        throughput = "—" if g["mean"] is None else fmt(g["mean"]) + (f" ± {fmt(g['std'])}" if g["n"] > 1 else "")
+        speedup = "—" if g["speedup"] is None else f"{g['speedup']:.2f}x"
+        reached = f"{g['reached']}/{len(g['runs'])}" + (f" (+{g['failed']} failed)" if g["failed"] else "")
         lines.append("| " + " | ".join([
-            str(c["world_size"]), c["method"], f"{throughput} {thr['unit'] or ''}".strip(), speedup,
-            _stat_text(c["final_accuracy"]), _stat_text(c["epochs_to_target"]),
-            _stat_text(c["time_to_target_s"]), reached]) + " |")
-    targets = sorted({fmt(c["target"]) for c in table["cells"]})
+            str(g["world_size"]), g["method"], f"{throughput} {g['unit'] or ''}".strip(), speedup,
+            _stat_text(g["final_accuracy"]), _stat_text(g["epochs_to_target"]),
+            _stat_text(g["time_to_target_s"]), reached]) + " |")
+    targets = sorted({fmt(g["target"]) for g in table["groups"]})
     return "\n".join(lines) + (f"\n\nTarget test accuracy: {', '.join(targets)}; mean ± sample std over "
                                "the runs that reached it; time from the start of training to the end of "
                                "the evaluation that first reached it, evaluations included.")
@@ -118,12 +106,13 @@ def chart_rows(table: dict) -> list[dict]:
     """The points drawn, one row per run and epoch (also the CSV beside the PNG)."""
     return [{"world_size": c["world_size"], "method": c["method"], "run": r["id"], "epoch": e["epoch"],
              "elapsed_s": e["elapsed_s"], "test_accuracy": e["test_accuracy"]}
-            for c in table["cells"] for r in c["runs"] for e in r["metrics"]["epochs"]]
+            for c in table["groups"] for r in c["runs"] for e in r["metrics"]["epochs"]]
 
 
 def draw(table: dict) -> bytes:
     """PNG bytes: accuracy vs wall time (left) and vs epoch (right), one line per run."""
     import matplotlib
+    from matplotlib.ticker import MaxNLocator
 
     from fleetbench.report import plot
 
@@ -131,7 +120,7 @@ def draw(table: dict) -> bytes:
         fig = plot.Figure(figsize=plot.FIGSIZE, dpi=plot.DPI)
         fig.subplots_adjust(left=0.075, right=0.82, top=0.86, bottom=0.14, wspace=0.25)
         by_time, by_epoch = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
-        for index, cell in enumerate(table["cells"]):
+        for index, cell in enumerate(table["groups"]):
             color = plot.COLORS[index % len(plot.COLORS)]
             for number, run in enumerate(cell["runs"]):
                 epochs = run["metrics"]["epochs"]
@@ -139,11 +128,14 @@ def draw(table: dict) -> bytes:
                 accuracy = [e["test_accuracy"] for e in epochs]
                 by_time.plot([e["elapsed_s"] for e in epochs], accuracy, color=color, marker=".", label=label)
                 by_epoch.plot([e["epoch"] for e in epochs], accuracy, color=color, marker=".")
+        target = table["groups"][0]["target"]
         for ax, xlabel in ((by_time, "wall time since training started (s)"), (by_epoch, "epoch")):
-            if table["cells"][0]["target"] is not None:
-                ax.axhline(table["cells"][0]["target"], color="black", linestyle="--", linewidth=0.8)
+            if target is not None:
+                ax.axhline(target, color="black", linestyle="--", linewidth=0.8,
+                           label=f"target {target:g}" if ax is by_time else None)
             ax.set_xlabel(xlabel)
             ax.set_ylabel("test accuracy")
+        by_epoch.xaxis.set_major_locator(MaxNLocator(integer=True))
         title = table["benchmark"] + (f" [{table['preset']}]" if table["preset"] else "")
         by_time.set_title(f"{title}: test accuracy, one line per run", loc="left")
         by_time.legend(loc="upper left", bbox_to_anchor=(2.28, 1.0), frameon=False)
@@ -161,6 +153,7 @@ def section(records: list[dict], images_dir: str, link) -> tuple[str, list[str]]
 
     out, written = [], []
     for table in tables(records):
+        os.makedirs(images_dir, exist_ok=True)
         png = os.path.join(images_dir, table["name"] + ".png")
         plot.write_csv(png[:-4] + ".csv", chart_rows(table))
         plot._write_if_changed(png, draw(table))

