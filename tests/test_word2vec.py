@@ -152,3 +152,24 @@ def test_synthetic_analogies_use_the_dictionary(tmp_path):
     ids, skipped = word2vec.analogy_ids(questions, tokens)
     assert len(questions) == 200 and 5 <= skipped <= 40 and len(ids) + skipped == 200
     assert all(len(set(q)) == 4 for q in ids.tolist())
+
+
+def test_a_bad_dictionary_is_refused_by_check_in_one_line(tmp_path):
+    """#16.3: found before launch (`fleetbench launch` runs --check first), not stored as a failed run."""
+    import subprocess
+
+    from util import PYTHON, REPO, env
+    word2vec.generate(tmp_path / "w", sentences=50, vocabulary=100, files=1, min_count=1, seed=1)
+    dictionary = tmp_path / "w" / "dict.txt"
+    cases = {"the 5\nof x\n": f"{dictionary}:2: expected `token count`, got 'of x'",
+             "": f"{dictionary}: empty dictionary", None: "expected a preprocessed directory with dict.txt"}
+    for text, message in cases.items():
+        dictionary.unlink(missing_ok=True)
+        if text is not None:
+            dictionary.write_text(text)
+        done = subprocess.run([PYTHON, str(REPO / "parameter_server/word2vec.py"), "--preset", "tiny", "--check",
+                               "--set", f"data.path={tmp_path / 'w'}"], env=env(), capture_output=True, text=True,
+                              timeout=60)
+        errors = [line for line in done.stderr.splitlines() if "error" in line]
+        assert done.returncode == 2 and len(errors) == 1 and message in errors[0], done.stderr
+        assert "Traceback" not in done.stderr
