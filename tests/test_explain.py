@@ -290,3 +290,42 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     path = write(tmp_path / "runs.jsonl", two_node_records()[:2])
     assert explain.cli([path, "--validate", "nodes=two"]) == 2
     assert "--validate" in capsys.readouterr().err
+
+
+def test_post_backward_bucket_count_is_what_paddles_build_groups_makes():
+    import paddle
+    from paddle.distributed.parallel import build_groups
+
+    from fleetbench.train.methods import bucket_count
+
+    tensors = [paddle.zeros([n]) for n in (100, 30, 1, 250, 7, 7, 400, 3)]  # float32: 4 bytes each
+    sizes = [4 * int(t.numel()) for t in tensors]
+    for limit in (1, 400, 500, 1000, 10**6):
+        assert bucket_count(sizes, limit) == len(build_groups(tensors, limit)), limit
+
+
+# ---- real jobs: what the records carry (2 gloo processes, ResNet50 tiny) ------------------------------
+
+def test_real_control_and_bsp_records_explain_a_slow_rank(tmp_path):
+    """Rank 1 sleeps 300 ms after every step in both runs. In the method=none control the ranks run
+    free, so its per-rank step times show the slow rank; bsp carries its gradient bytes."""
+    from util import fleetrun
+
+    store = tmp_path / "r.jsonl"
+    for method in ("none", "bsp"):
+        proc = fleetrun(tmp_path / f"log-{method}", "--nproc_per_node", 2, "collective/resnet50.py",
+                        "--preset", "tiny", "--set", f"method={method}", "--set", "debug.delay_rank=1",
+                        "--set", "debug.delay_ms=300", "--results", store)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    control, bsp = (json.loads(line) for line in store.read_text().splitlines())
+    m = control["metrics"]
+    assert m["control"] is True and m["comm_bytes_per_step"] == 0 and m["comm_buckets_per_step"] == 0
+    fast, slow = m["rank_step_ms"]
+    assert slow - fast > 0.8 * 300
+    assert m["rank_step_ms"] == pytest.approx([1000 * e / m["measured_steps"] for e in m["rank_elapsed_s"]])
+    b = bsp["metrics"]
+    assert b["control"] is False and b["grad_tensors"] > 100  # ResNet50: 161 trainable tensors
+    assert b["comm_bytes_per_step"] == b["grad_bytes"] > 50e6 and b["comm_buckets_per_step"] == 1
+    (out,) = predict.explain([control, bsp])
+    assert out["imbalance_ms"] == pytest.approx((slow - fast) / 2)  # slowest - median of 2 ranks
+    assert out["accounting_ok"] and "method=none control" in out["compute_source"]

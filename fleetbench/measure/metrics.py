@@ -36,6 +36,14 @@ DEFINITIONS = {
     "measured_steps": "optimizer steps the slowest rank ran in its measured window",
     "warmup_steps": "optimizer steps each rank ran before its measured window",
     "omp_num_threads": "OpenMP threads of the reporting rank (rank 0)",
+    # collective
+    "grad_bytes": "collective: bytes of the gradients of the trainable parameters (one rank)",
+    "grad_tensors": "collective: number of those gradient tensors",
+    "comm_bytes_per_step": "collective: bytes each rank all-reduces per step (0 for one process and "
+                           "for method=none; halved by fp16_allreduce; grad_merge syncs once per k steps)",
+    "comm_buckets_per_step": "collective: all-reduce calls per step (the method's buckets)",
+    "control": "collective: true for method=none, a measurement control (no gradient "
+               "synchronisation), never a training result nor an efficiency baseline",
     # parameter server
     "workers": "ps: trainer processes (the record's world_size)",
     "passes": "ps: passes over each worker's files",

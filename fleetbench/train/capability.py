@@ -40,6 +40,7 @@ METHOD_NEEDS = {
     "mgwfbp": (DATA_PARALLEL,),
     "grad_merge": (NO_SYNC,),
     "fp16_allreduce": (NO_SYNC, BUILD_BUCKETS, SPLIT_BUCKETS),
+    "none": (NO_SYNC,),  # the control: forward+backward under no_sync, nothing sent
 }
 
 

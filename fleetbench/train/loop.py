@@ -45,6 +45,8 @@ class Context:
     device: str
     # facts learned while setting up (e.g. methods' fp16 wire path), stored in config.runtime
     runtime: dict = dataclasses.field(default_factory=dict)
+    # what the method all-reduces per step (methods.comm_plan), stored in the record's metrics
+    comm: dict = dataclasses.field(default_factory=dict)
 
     @property
     def placement(self) -> run.Placement:
@@ -165,7 +167,7 @@ def main(script: str, cls, build: Callable[[Any], Workload], argv=None) -> None:
     except Exception as err:  # a failed run is a result too: store it, then fail loudly
         bench.store_failure(ctx.placement, err)
         raise
-    figures = metrics.standard(totals, unit, ctx.world_size, bench.cfg.warmup_steps)
+    figures = dict(metrics.standard(totals, unit, ctx.world_size, bench.cfg.warmup_steps), **ctx.comm)
     code = bench.store_result(ctx.placement, figures)
     sys.stdout.flush()
     if code:

@@ -28,7 +28,10 @@ METHODS = {
     "mgwfbp": "all-reduce of merged buckets of comm_buffer_mb, overlapped with backward (Paddle default)",
     "grad_merge": "grad_merge_steps micro-steps accumulate locally under no_sync; the last one all-reduces",
     "fp16_allreduce": "like bsp, but gradients travel as float16 (half the bytes) and are cast back",
+    "none": "control: each rank trains on its own data, no gradient synchronisation (not valid "
+            "training: measures compute under the same processes, threads and placement)",
 }
+CONTROL = "none"  # a measurement control, never a training result nor an efficiency baseline
 # Buckets of the all-reduce that bsp/fp16_allreduce run after backward: the size Paddle's
 # fused_allreduce_gradients uses, so a model of <= 128 MB of gradients is one all-reduce.
 POST_BACKWARD_BUCKET_MB = 128
@@ -191,7 +194,8 @@ def prepare(cfg, work, ctx):
         return loss
 
     steps = {"bsp": after_backward, "wfbp": overlapped, "mgwfbp": overlapped, "grad_merge": grad_merge,
-             "fp16_allreduce": after_backward}
+             "fp16_allreduce": after_backward, CONTROL: after_backward}  # none: no sync after it
+    ctx.comm = comm_plan(cfg, model, params, ctx.runtime.get("fp16_wire"))
     if ctx.rank == 0:
         print(describe(cfg, model, params, ctx.runtime.get("fp16_wire")), flush=True)
     return model, steps[cfg.method]
@@ -208,6 +212,36 @@ def post_backward_sync(cfg, ctx, params):
         return lambda: allreduce_fp16(params, ctx.world_size, wire)
     fused = capability.resolve(capability.FUSED_ALLREDUCE)  # Paddle's own: 128 MB buckets, scaled 1/n
     return lambda: fused(params, fleet.get_hybrid_communicate_group())
+
+
+def bucket_count(sizes, limit_bytes) -> int:
+    """Buckets Paddle's build_groups makes of tensors of these byte sizes, in order: a tensor
+    joins the current bucket while that holds less than the limit."""
+    count, held = 0, None
+    for size in sizes:
+        if held is None or held >= limit_bytes:
+            count, held = count + 1, 0
+        held += size
+    return count
+
+
+def comm_plan(cfg, model, params, wire=None) -> dict:
+    """What one rank all-reduces per loop step, for the record (fleetbench explain models it):
+    gradient bytes and tensors, all-reduce bytes and calls per step, and the control flag."""
+    sizes = [int(p.numel()) * p.element_size() for p in params]
+    plan = {"grad_bytes": sum(sizes), "grad_tensors": len(sizes), "comm_bytes_per_step": 0.0,
+            "comm_buckets_per_step": 0.0, "control": cfg.method == CONTROL}
+    if not isinstance(model, paddle.DataParallel) or cfg.method == CONTROL:
+        return plan  # one process, or the control: nothing is sent
+    if bucket_mb(cfg) is not None:  # the reducer all-reduces each of its groups once per sync
+        calls, sent = len(model.group_indices), sum(sizes)
+    else:  # after backward, in POST_BACKWARD_BUCKET_MB buckets; fp16_allreduce sends half the bytes
+        half = cfg.method == "fp16_allreduce"
+        limit = POST_BACKWARD_BUCKET_MB * 2**20 / (dist.get_world_size() if wire == "all_gather" else 1)
+        calls, sent = bucket_count(sizes, limit), sum(sizes) / (2 if half else 1)
+    per_sync = cfg.grad_merge_steps if cfg.method == "grad_merge" else 1  # loop steps per all-reduce
+    plan.update(comm_bytes_per_step=sent / per_sync, comm_buckets_per_step=calls / per_sync)
+    return plan
 
 
 def describe(cfg, model, params, wire=None) -> str:
