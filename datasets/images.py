@@ -5,7 +5,8 @@ Two sources, the same batches for the loop:
   reader costs nothing and loss can fall: each class has a fixed random template and an image is
   its class template plus Gaussian noise of a chosen scale;
 - an ImageNet-style folder (one sub-folder of JPEG/PNG files per class), decoded and augmented by
-  `paddle.io.DataLoader` worker processes and sharded across ranks by DistributedBatchSampler.
+  `paddle.io.DataLoader` worker processes and sharded across ranks by DistributedBatchSampler;
+  an evaluation folder of the same classes (`data.val_path`) is read by `eval_dataset`.
 
 The CNN scripts' shared config and workload live with the training code (fleetbench.train.images).
 `write_image_folder` writes a small folder of real JPEG files in that layout for tests and demos.
@@ -38,18 +39,39 @@ def synthetic_batches(num_batches, batch_size, image_size, num_classes, data_for
     return batches
 
 
-def check_image_folder(path) -> int:
-    """Number of classes in an ImageNet-style folder, or ValueError naming what is wrong."""
+def check_image_folder(path, key: str = "data.path") -> dict:
+    """{class folder name: number of images} of an ImageNet-style folder, or ValueError naming
+    the config key, the folder and what is wrong."""
     root = Path(path)
     if not root.is_dir():
-        raise ValueError(f"data.path {root}: not a directory (expected one sub-folder of images per class)")
+        raise ValueError(f"{key} {root}: not a directory (expected one sub-folder of images per class)")
     classes = sorted(d for d in root.iterdir() if d.is_dir())
     if not classes:
-        raise ValueError(f"data.path {root}: no class sub-folders (expected <root>/<class>/<image>.jpg)")
-    empty = [d.name for d in classes if not any(f.suffix.lower() in IMAGE_EXTENSIONS for f in d.iterdir())]
+        raise ValueError(f"{key} {root}: no class sub-folders (expected <root>/<class>/<image>.jpg)")
+    counts = {d.name: sum(f.suffix.lower() in IMAGE_EXTENSIONS for f in d.iterdir()) for d in classes}
+    empty = [name for name, count in counts.items() if count == 0]
     if empty:
-        raise ValueError(f"data.path {root}: class folder '{empty[0]}' has no images {IMAGE_EXTENSIONS}")
-    return len(classes)
+        raise ValueError(f"{key} {root}: class folder '{empty[0]}' has no images {IMAGE_EXTENSIONS}")
+    return counts
+
+
+def _to_normalized_array(data_format: str) -> list:
+    """The transform steps after cropping: a float array in the layout, ImageNet-normalised."""
+    from paddle.vision import transforms as T
+
+    return [T.Transpose() if data_format == "NCHW" else (lambda img: np.asarray(img, dtype="float32")),
+            T.Normalize(IMAGENET_MEAN, IMAGENET_STD, data_format="CHW" if data_format == "NCHW" else "HWC")]
+
+
+def eval_dataset(path, image_size, data_format):
+    """An evaluation folder as a Dataset: resize to image_size x 256/224, centre crop, normalise
+    (the standard ImageNet evaluation transform); class indices follow the sorted folder names."""
+    from paddle.vision import transforms as T
+    from paddle.vision.datasets import DatasetFolder
+
+    transform = T.Compose([T.Resize(image_size * 256 // 224), T.CenterCrop(image_size),
+                           *_to_normalized_array(data_format)])
+    return DatasetFolder(str(path), transform=transform, extensions=IMAGE_EXTENSIONS)
 
 
 def folder_loader(path, batch_size, image_size, data_format, num_workers, seed):
@@ -58,12 +80,8 @@ def folder_loader(path, batch_size, image_size, data_format, num_workers, seed):
     from paddle.vision import transforms as T
     from paddle.vision.datasets import DatasetFolder
 
-    transform = T.Compose([
-        T.RandomResizedCrop(image_size),
-        T.RandomHorizontalFlip(),
-        T.Transpose() if data_format == "NCHW" else (lambda img: np.asarray(img, dtype="float32")),
-        T.Normalize(IMAGENET_MEAN, IMAGENET_STD, data_format="CHW" if data_format == "NCHW" else "HWC"),
-    ])
+    transform = T.Compose([T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(),
+                           *_to_normalized_array(data_format)])
     dataset = DatasetFolder(str(path), transform=transform, extensions=IMAGE_EXTENSIONS)
     sampler = paddle.io.DistributedBatchSampler(dataset, batch_size=batch_size, shuffle=True, drop_last=True)
     sampler.set_epoch(seed)

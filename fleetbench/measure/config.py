@@ -30,6 +30,9 @@ def require(ok: bool, key: str, expectation: str, value: Any) -> None:
 @dataclasses.dataclass
 class DataConfig:
     path: Optional[str] = None  # None: synthetic data generated in memory
+    # a held-out split evaluated after every epoch (image benchmarks: an ImageNet-style folder of
+    # the training folder's classes); set, the run trains by epochs (fleetbench.train.epochs)
+    val_path: Optional[str] = None
     num_workers: int = 2  # DataLoader worker processes (or dataset threads for PS)
     strict: bool = False  # stop at the first invalid input line instead of skipping it
 

@@ -1,15 +1,17 @@
 """What the CNN benchmarks (ResNet50, VGG16) share: image-classification settings and their checks,
 and the classification workload (batches + cross entropy) over a model and optimizer a script declares.
-Data formats and readers are datasets/images.py's."""
+With data.val_path (an evaluation folder beside the data.path folder) the run trains `epochs`
+epochs and reports top-1/top-5 test accuracy after each (fleetbench.train.epochs); `steps` is
+then unused. Data formats and readers are datasets/images.py's."""
 import dataclasses
 
 from datasets import images
 from fleetbench.measure import config
-from fleetbench.train import loop
+from fleetbench.train import epochs, evaluate, loop
 
 
 @dataclasses.dataclass
-class ImageConfig(config.CollectiveConfig):
+class ImageConfig(epochs.EpochConfig):
     """Image-classification settings; defaults are FleetX's: 224x224, batch 32 per device, fp32."""
 
     image_size: int = 224
@@ -25,7 +27,23 @@ class ImageConfig(config.CollectiveConfig):
         if self.data_format not in ("NCHW", "NHWC"):
             raise config.ConfigError(f"config key 'data_format' must be NCHW or NHWC (got {self.data_format!r})")
         if self.data.path is not None:  # a ValueError here is a one-line config error (config.build)
-            self.num_classes = images.check_image_folder(self.data.path)
+            self.num_classes = len(images.check_image_folder(self.data.path))
+        if self.data.val_path is not None:
+            self.check_val_path()
+
+    def check_val_path(self):
+        """An evaluation folder needs a training folder of the same classes and a first epoch
+        longer than the warm-up."""
+        if self.data.path is None:
+            raise config.ConfigError("config key 'data.val_path' needs data.path (a training folder of "
+                                     "the same classes)")
+        train, held_out = images.check_image_folder(self.data.path), images.check_image_folder(
+            self.data.val_path, "data.val_path")
+        if sorted(held_out) != sorted(train):
+            raise config.ConfigError(f"data.val_path {self.data.val_path}: class folders differ from "
+                                     f"data.path's ({len(held_out)} vs {len(train)}; expected the same names)")
+        epochs.check_warmup(self, sum(train.values()) // (self.batch_size * epochs.world_size()),
+                            f"{sum(train.values())} training images in batches of {self.batch_size}")
 
 
 def workload(cfg: ImageConfig, model, optimizer):
@@ -40,5 +58,19 @@ def workload(cfg: ImageConfig, model, optimizer):
                                            cfg.num_classes, cfg.data_format, cfg.seed,
                                            paddle.distributed.get_rank(), cfg.synthetic_noise)
     cross_entropy = paddle.nn.CrossEntropyLoss()
-    return loop.Workload(model=images.set_data_format(model, cfg.data_format), optimizer=optimizer,
-                         batches=batches, loss_fn=lambda net, batch: cross_entropy(net(batch[0]), batch[1]))
+    parts = dict(model=images.set_data_format(model, cfg.data_format), optimizer=optimizer, batches=batches,
+                 loss_fn=lambda net, batch: cross_entropy(net(batch[0]), batch[1]))
+    if cfg.data.val_path is None:
+        return loop.Workload(**parts)
+    return epochs.EpochWorkload(**parts, held_out=held_out_loader(cfg), num_classes=cfg.num_classes, lr=cfg.lr)
+
+
+def held_out_loader(cfg: ImageConfig):
+    """This rank's shard of the evaluation folder (evaluate.shard: each image on one rank)."""
+    import paddle
+
+    dataset = images.eval_dataset(cfg.data.val_path, cfg.image_size, cfg.data_format)
+    mine = paddle.io.Subset(dataset, evaluate.shard(len(dataset), paddle.distributed.get_rank(),
+                                                    epochs.world_size()).tolist())
+    return paddle.io.DataLoader(mine, batch_size=cfg.eval_batch_size, shuffle=False, drop_last=False,
+                                num_workers=cfg.data.num_workers, return_list=True, use_shared_memory=False)
