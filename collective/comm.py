@@ -26,7 +26,7 @@ def measure(cfg: collectives.CommConfig, peers: collectives.Peers) -> dict:
     link = linkprobe.probe(peers.rank, cfg.tcp_probe_s, communicator)
     rows = collectives.measure_all(cfg, peers, communicator)
     figures = comm.metrics(cfg.ops, rows, peers.ranks, cfg.headline_min_bytes)
-    return dict(figures, **link, iters=cfg.iters, warmup_iters=cfg.warmup_iters)
+    return dict(figures, **link)
 
 
 def report(cfg: collectives.CommConfig, peers: collectives.Peers, figures: dict) -> None:
