@@ -13,7 +13,9 @@ Facts behind the table (observed with the CPU wheels; see the README's "Which Pa
 - AMP: auto_cast does nothing on a CPU build, so an AMP figure there would be an fp32 figure.
 - Methods: each needs the Paddle functions it is built from (METHOD_NEEDS).
 """
+import contextlib
 import importlib
+import io
 from typing import List, Optional
 
 from fleetbench.measure.config import ConfigError
@@ -44,9 +46,17 @@ METHOD_NEEDS = {
 }
 
 
+def quiet_import_paddle():
+    """paddle, imported without the notes it prints on stderr at import (about the
+    OMP_NUM_THREADS fleetbench chose, a missing ccache): a refusal must stay one line."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        import paddle
+    return paddle
+
+
 def paddle_build() -> str:
     """'Paddle 3.3.1 (CPU build)': the installed Paddle as an error message names it."""
-    import paddle
+    paddle = quiet_import_paddle()
     kind = "CUDA" if paddle.is_compiled_with_cuda() else "CPU"
     return f"Paddle {paddle.__version__} ({kind} build)"
 
@@ -70,7 +80,7 @@ def _present(name: str) -> bool:
 
 def ps_missing() -> Optional[str]:
     """Why this Paddle cannot run the parameter-server family, or None if it can."""
-    import paddle
+    paddle = quiet_import_paddle()
     from paddle.base import core, framework
 
     lacks: List[str] = []
@@ -92,7 +102,7 @@ def amp_missing(amp: str) -> Optional[str]:
     """Why this Paddle and machine cannot run precision `amp` as it claims, or None."""
     if amp == "off":
         return None
-    import paddle
+    paddle = quiet_import_paddle()
     if not paddle.is_compiled_with_cuda() or paddle.device.cuda.device_count() == 0:
         lack = "has no CUDA" if not paddle.is_compiled_with_cuda() else "sees no GPU"
         return (f"config key 'amp' is {amp!r} but this Paddle build {lack} (Paddle {paddle.__version__}): auto_cast "

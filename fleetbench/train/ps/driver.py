@@ -14,6 +14,7 @@ from typing import Callable, Optional
 
 import fleetbench
 from fleetbench.measure import config, metrics, run
+from fleetbench.train import capability
 from fleetbench.train.ps import data, gloo, paddle26, roles, scratch
 from fleetbench.train.ps.meter import StepMeter
 from fleetbench.train.ps.paddle26 import Quiet, say
@@ -167,7 +168,7 @@ def main(script: str, cls, build: Callable, data_files: Callable, first_error: C
     """`script` is the calling script's path (`__file__`): its registry entry names the run.
     `data_files(cfg) -> [paths]` resolves data.path (or makes synthetic data);
     `first_error(paths) -> "file:line: reason" | None` serves data.strict."""
-    bench = run.start(script, cls, "ps", argv, checks=[lambda cfg: check_data(cfg, data_files)])
+    bench = run.start(script, cls, "ps", argv, checks=[lambda cfg: check_data(cfg, data_files), check_paddle])
     if bench.check_only:
         return
     try:
@@ -181,6 +182,10 @@ def main(script: str, cls, build: Callable, data_files: Callable, first_error: C
     paddle26.quiet_environment()
     with contextlib.redirect_stderr(io.StringIO()):  # paddle warns about OMP_NUM_THREADS > 1 we chose
         import paddle
+    try:
+        capability.check("ps", bench.cfg)  # see check_paddle
+    except config.ConfigError as err:
+        config.exit_config_error(bench.name, err)
     from paddle.distributed import fleet
     paddle.enable_static()
     paddle26.import_http_server_in(scratch.for_process().subdir("http"))
@@ -193,6 +198,15 @@ def main(script: str, cls, build: Callable, data_files: Callable, first_error: C
     sys.stdout.flush()
     if code:
         sys.exit(code)
+
+
+def check_paddle(cfg) -> None:
+    """The installed Paddle can run parameter-server jobs (ConfigError naming it otherwise). Runs
+    under --check, which `fleetbench launch` and sweeps run before launching anything; a process
+    the launcher started with a role checks in main() instead, once its threads are chosen
+    (importing paddle earlier would fix OpenMP's thread count)."""
+    if not (os.environ.get("TRAINING_ROLE") or os.environ.get("PADDLE_ROLE")):
+        capability.check("ps", cfg)
 
 
 def check_data(cfg, data_files: Callable) -> None:
