@@ -191,8 +191,9 @@ def markdown(cells: list[dict], images: dict, link_base: str) -> str:
 
 
 def report_section(records: list[dict], images_dir: str, link_base: str) -> tuple[str, list[str]]:
-    """For `fleetbench report`: (markdown section, files written); empty when nothing to explain."""
-    cells = predict.explain(records)
+    """For `fleetbench report`: (markdown section, files written); empty when no multi-device
+    cell has a breakdown (a control or a 1-device run of its work)."""
+    cells = [c for c in predict.explain(records) if c.get("compute_ms") is not None]
     if not cells:
         return "", []
     images = write_charts(cells, images_dir)
