@@ -1,15 +1,19 @@
 """The comm benchmark: nccl-tests' arithmetic on constructed numbers, the correctness check against
 collectives simulated in numpy, the TCP probe over loopback, and real 2-process gloo jobs (every
 op gloo has, both half-precision types, a corrupted rank, refused ops and bad input)."""
+import os
 import re
+import subprocess
 import threading
 
 import numpy as np
 import pytest
+import yaml
 
+from fleetbench.cluster import netem
 from fleetbench.measure import comm, linkprobe, results
 from fleetbench.report import comm as comm_report
-from util import fleetrun, records, run_script
+from util import PYTHON, REPO, env, fleetrun, records, run_script
 
 SCRIPT = "collective/comm.py"
 GLOO_OPS = ["all_reduce", "all_gather", "broadcast", "reduce", "sendrecv", "barrier"]
@@ -315,3 +319,32 @@ def test_refused_before_anything_starts_and_nothing_stored(tmp_path, args, messa
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert errors == [errors[0]] and errors[0].startswith(message), proc.stderr[-2000:]
     assert store.read_text() == '{"kept": true}\n'
+
+
+# ---------------------------------------------------------------- emulated cluster (root)
+@pytest.mark.skipif(netem.requirements_problem() is not None, reason=netem.requirements_problem() or "")
+def test_two_emulated_nodes_measure_the_raw_tcp_rate_of_their_shaped_link(tmp_path, monkeypatch):
+    """A `benchmark: comm` sweep cell over a 1 Gbit/s link: the job streams raw TCP between the two
+    namespaces (node0 -> node1) before the collectives and stores the rate beside busbw."""
+    name = f"fbm{os.getpid() % 100000}"
+    spec = tmp_path / "comm.yaml"
+    spec.write_text(yaml.safe_dump({"repeats": 1, "timeout": 300, "stall": 120, "cells": [
+        {"benchmark": "comm", "preset": "tiny", "set": {"op": "all_reduce", "tcp_probe_s": 1.0},
+         "nodes": 2, "network": "1gbe"}]}))
+    store = tmp_path / "runs.jsonl"
+    state_dir = tmp_path / "state"
+    try:
+        p = subprocess.run([PYTHON, "-m", "fleetbench", "sweep", str(spec), "--results", str(store),
+                            "--log-dir", str(tmp_path / "log"), "--cluster-name", name], cwd=REPO,
+                           env=env(FLEETBENCH_CLUSTER_STATE_DIR=state_dir), capture_output=True, text=True,
+                           timeout=600)
+    finally:
+        monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(state_dir))
+        netem.down(name)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (rec,) = records(store)
+    assert rec["mode"] == "comm" and rec["nodes"] == 2 and rec["network"]["rate_gbit"] == 1.0
+    m = rec["metrics"]
+    # one TCP stream gets the shaped 0.125 GB/s less its headers (about 4%), never more
+    assert 0.8 * 0.125 < m["link_tcp_GBps"] <= 0.125, m["link_tcp_note"]
+    assert m["link_tcp_note"].startswith("one TCP stream, 10.77.0.")

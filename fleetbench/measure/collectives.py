@@ -163,7 +163,7 @@ def _sendrecv(c: Collective) -> None:
     or recv to completion in the calling thread, and matches them by a per-group counter of
     calls, so each neighbour pair gets its own group and even ranks send first while odd ranks
     receive first (no rank waits for one that waits for it); a rank's send and receive run one
-    after the other, so gloo's sendrecv moves at most half the link rate each way.
+    after the other, so gloo's sendrecv cannot overlap the two directions (about half the link).
     """
     rank, ranks = c.peers.rank, c.peers.ranks
     nxt, prev = (rank + 1) % ranks, (rank - 1) % ranks

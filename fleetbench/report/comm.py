@@ -3,7 +3,7 @@
 Reads comm records (mode `comm`, fleetbench.measure.comm). Repeats of one experiment
 (fleetbench.measure.experiment) are pooled per size. For every op and job shape (benchmark,
 preset, config, nodes x devices, build, host: everything but the network) it makes
-- one chart: busbw (GB/s) against message size (bytes, log axis), one line per network (mean
+- one chart: busbw (GB/s, log axis) against message size (bytes, log axis), one line per network (mean
   over the repeats, std as error bars); each shaped network's rate (rate_gbit / 8 GB/s) as a
   dashed limit line, and the raw TCP rate measured through the same link (metrics.link_tcp_GBps)
   as a dotted one, in the network's colour; a CSV beside it holding exactly the numbers drawn;
@@ -130,15 +130,25 @@ def draw(chart: dict) -> bytes:
             _draw_series(ax, s, COLORS[index % len(COLORS)])
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(size_label))
-        ax.set_ylim(bottom=0)
+        # log y: networks 100x apart stay readable; four decades below the top hide only the
+        # latency-bound smallest sizes (the CSV has them all)
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=_top(chart) / 1e4, top=_top(chart) * 1.5)
         ax.set_xlabel("message size (bytes, log scale)")
-        ax.set_ylabel("bus bandwidth, GB/s (1e9 B/s)")
+        ax.set_ylabel("bus bandwidth, GB/s (1e9 B/s), log scale")
         ax.set_title(chart["title"])
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         fig.text(0.075, 0.04, NOTE, fontsize=7, wrap=True)
         buffer = io.BytesIO()
         fig.savefig(buffer, **SAVE)
     return buffer.getvalue()
+
+
+def _top(chart: dict) -> float:
+    """The highest busbw or limit drawn (GB/s)."""
+    values = [b for s in chart["series"] for v in s["sizes"].values() for b in v["busbw"]]
+    values += [s["shaped_GBps"] or 0 for s in chart["series"]] + [s["tcp"][0] or 0 for s in chart["series"]]
+    return max(values + [1e-9])
 
 
 def _draw_series(ax, s: dict, color: str) -> None:

@@ -17,6 +17,7 @@ import sys
 
 from fleetbench.measure import results
 from fleetbench.report import charts, tables
+from fleetbench.report import comm as comm_report
 # Other report modules (convergence, analysis.explain) reach the shared style and helpers through
 # this module; the style itself is defined in `style` only.
 from fleetbench.report.style import (  # noqa: F401
@@ -90,7 +91,8 @@ def run(paths, images_dir, readme=None, title="Results") -> list[str]:
             raise ValueError(f"{readme}: cannot read ({exc.strerror})")
         replace_section(readme_text, "", readme)  # check the markers before any output
     records = _load(paths)
-    planned = tables.plan(records)
+    # comm records (bus bandwidth by message size) have their own charts and tables: report.comm
+    planned = tables.plan([r for r in records if r["mode"] != "comm"])
     for table in planned:
         table["charts"] = charts.plan(table)
     os.makedirs(images_dir, exist_ok=True)
@@ -103,6 +105,10 @@ def run(paths, images_dir, readme=None, title="Results") -> list[str]:
         written += [png, png[:-4] + ".csv"]
         links[chart["name"]] = os.path.relpath(os.path.abspath(png), base).replace(os.sep, "/")
     section = tables.report_markdown(title, planned, links, list(paths), len(records))
+    comm_section, comm_files = comm_report.section(
+        records, images_dir, lambda png: os.path.relpath(os.path.abspath(png), base).replace(os.sep, "/"))
+    section += f"\n{comm_section}" if comm_section else ""
+    written += comm_files
     if readme is None:
         sys.stdout.write(section)
     else:
