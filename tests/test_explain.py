@@ -171,6 +171,20 @@ def test_reports_never_use_a_control_as_baseline_nor_show_it_as_training():
     assert drawn and "none" not in drawn
 
 
+def test_host_cost_per_byte_of_post_backward_cells_is_calibrated_on_the_other_cells():
+    # bsp exposes link + 20 ms per 1e7 B at 1gbe and at 10gbe: each cell is predicted from the other
+    records = [record("none", 2, 1, "1gbe", (100.0, 100.0)),
+               record("bsp", 2, 1, "1gbe", (100.0 + 100.0 + 20.0,) * 2, comm_bytes=6e6),
+               record("bsp", 2, 1, "10gbe", (100.0 + 10.0 + 20.0,) * 2, comm_bytes=6e6),
+               comm_record("1gbe", 2, 1, alpha_us=0.0, bandwidth=0.06, with_fit=True),
+               comm_record("10gbe", 2, 1, alpha_us=0.0, bandwidth=0.6, with_fit=True)]
+    for cell in predict.explain(records):
+        assert cell["predicted_step_ms"] == pytest.approx(cell["measured_step_ms"])
+        assert any("host cost" in note and "bsp" in note for note in cell["prediction_notes"])
+    only_one = predict.explain(records[:2] + records[3:])
+    assert only_one[0]["predicted_step_ms"] == pytest.approx(200.0)  # no other bsp cell: host cost 0
+
+
 def test_overlap_of_a_method_is_measured_on_the_other_cells():
     # mgwfbp hides 50 of 100 ms at 1gbe (fraction 0.5) and nothing at 10gbe (fraction 0)
     records = [record("none", 2, 1, "1gbe", (100.0, 100.0)),
@@ -207,9 +221,13 @@ def two_node_records():
             comm_record("1gbe", 2, 1, alpha_us=100.0, bandwidth=0.12)]
 
 
+# the 2-node bsp cell exposes 120 ms where the link takes 100.2: 19.8 ms of host work for 1.2e7 B
+HOST_MS = 220.0 - 100.0 - 100.2
+
+
 def three_node_prediction_ms():
     link = Link(100.0, 0.12, 2, "t").at(3)
-    return 100.0 * 1.5 + link.allreduce_ms(1.2e7, 2)  # 3 processes on 2 cores: x1.5 compute
+    return 100.0 * 1.5 + link.allreduce_ms(1.2e7, 2) + HOST_MS  # 3 processes on 2 cores: x1.5
 
 
 def test_predict_three_nodes_from_two():
@@ -220,7 +238,7 @@ def test_predict_three_nodes_from_two():
     assert out["predicted_throughput"] == pytest.approx(units_per_rank_step * 3 / out["predicted_step_ms"] * 1e3)
     (by_rate,) = predict.predict_spec(two_node_records(), {"rate_gbit": 8.0})
     link = Link(100.0, 1.0, 2, "t")  # 8 Gbit/s = 1 GB/s, the measured latency
-    assert by_rate["predicted_step_ms"] == pytest.approx(100.0 + link.allreduce_ms(1.2e7, 2))
+    assert by_rate["predicted_step_ms"] == pytest.approx(100.0 + link.allreduce_ms(1.2e7, 2) + HOST_MS)
     assert predict.predict_spec(two_node_records(), {"method": "mgwfbp", "nodes": 3}) == []
 
 
@@ -234,8 +252,9 @@ def test_validate_fits_on_the_selected_records_only():
     assert row["predicted_step_ms"] == pytest.approx(three_node_prediction_ms())
     assert row["error"] == pytest.approx(three_node_prediction_ms() / 300.0 - 1)
     (reverse,) = predict.validate(two_node_records() + held_out, {"nodes": 3})  # and the other way
-    link = Link(1e5, 0.001, 3, "t").at(2)
-    assert reverse["predicted_step_ms"] == pytest.approx(1000.0 / 1.5 + link.allreduce_ms(1.2e7, 2))
+    link, link3 = Link(1e5, 0.001, 3, "t").at(2), Link(1e5, 0.001, 3, "t")
+    host = 300.0 - 1000.0 - link3.allreduce_ms(1.2e7, 2)  # what the 3-node bsp cell shows
+    assert reverse["predicted_step_ms"] == pytest.approx(1000.0 / 1.5 + link.allreduce_ms(1.2e7, 2) + host)
 
 
 @pytest.mark.parametrize("text, message", [

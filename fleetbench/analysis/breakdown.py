@@ -110,31 +110,3 @@ def breakdown(cell: Cell, cells: list[Cell], comm: list) -> dict:
 def training_cells(cells: list[Cell]) -> list[Cell]:
     """The cells a breakdown is made for: several devices, a real training method."""
     return [c for c in cells if c.shape.world_size > 1 and not c.control]
-
-
-def overlap_fractions(breakdowns: list[dict]) -> dict:
-    """Measured overlap fraction per (benchmark, preset, method) and per method, clipped to
-    [0, 1]: what prediction assumes a method hides. Post-backward methods hide nothing."""
-    per_work: dict[tuple, list[float]] = {}
-    per_method: dict[str, list[float]] = {}
-    for b in breakdowns:
-        if b.get("overlap_fraction") is None or b["method"] in cellmod.POST_BACKWARD:
-            continue
-        value = min(1.0, max(0.0, b["overlap_fraction"]))
-        per_work.setdefault((b["benchmark"], b["preset"], b["method"]), []).append(value)
-        per_method.setdefault(b["method"], []).append(value)
-    mean = lambda values: sum(values) / len(values)  # noqa: E731
-    return {"work": {k: mean(v) for k, v in per_work.items()},
-            "method": {k: mean(v) for k, v in per_method.items()}}
-
-
-def overlap_for(benchmark: str, preset, method: str, fractions: dict) -> tuple[float, str]:
-    if method in cellmod.POST_BACKWARD:
-        return 0.0, f"{method} all-reduces after backward: no overlap"
-    if (benchmark, preset, method) in fractions["work"]:
-        value = fractions["work"][(benchmark, preset, method)]
-        return value, f"overlap {value:.0%} measured on other {benchmark} {method} cells"
-    if method in fractions["method"]:
-        value = fractions["method"][method]
-        return value, f"overlap {value:.0%} measured on other {method} cells"
-    return 0.0, f"no other {method} cell with a predicted communication: overlap taken as 0"

@@ -2,13 +2,17 @@
 
 A prediction of a training cell (work, method, network, nodes x devices per node) is
 
-    predicted = base + allreduce(gradient bytes, buckets) x (1 - overlap of the method)
+    predicted = base + link(gradient bytes, calls) x (1 - overlap) + host cost per byte x bytes
 
 base: the method=none control's step time of that shape (compute + imbalance + reader), else the
 nearest control (or the 1-device run) scaled by core sharing, else nothing. Core sharing: a
 process runs at min(threads, cores / processes on its host) cores; processes on a host are all the
 job's ranks when the nodes are emulated on one machine, its devices per node otherwise (GPU ranks
-own their device: no scaling). The link: cells.link_for. Overlap: breakdown.overlap_for.
+own their device: no scaling). The link: cells.link_for. Calibration (`calibrate`), from measured
+cells other than the one predicted: the host cost per byte is what a post-backward method's
+exposed communication takes beyond the link model (packing gradients into buckets, scaling,
+unpacking: host work the comm benchmark does not do), measured on bsp (or the method's own) cells;
+the overlap of other methods is what they hide of link + host cost, as a fraction of the link.
 """
 from __future__ import annotations
 
@@ -38,6 +42,54 @@ class Target:
     def describe(self, ref: Cell) -> str:
         net = f"rate {self.rate_gbit:g} Gbit/s" if self.rate_gbit else (self.network or "local")
         return " ".join(p for p in (ref.benchmark, ref.preset or "", self.method, net, str(self.shape)) if p)
+
+
+# ---- calibration from measured cells -------------------------------------------------------------
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def calibrate(breakdowns: list[dict]) -> dict:
+    """Host cost per byte (per post-backward method) and overlap fractions (per work and method,
+    clipped to 0..1) measured on `breakdowns`; see the module docstring."""
+    usable = [b for b in breakdowns if b.get("predicted_comm_ms") and b.get("comm_bytes")]
+    host: dict[str, list[float]] = {}
+    for b in usable:
+        if b["method"] in cellmod.POST_BACKWARD:
+            host.setdefault(b["method"], []).append((b["exposed_comm_ms"] - b["predicted_comm_ms"]) / b["comm_bytes"])
+    cal = {"host": {m: _mean(v) for m, v in host.items()}, "work": {}, "method": {}}
+    per_work: dict[tuple, list[float]] = {}
+    for b in usable:
+        if b["method"] not in cellmod.POST_BACKWARD:
+            per_byte, _ = host_for(b["method"], cal)
+            hidden = b["predicted_comm_ms"] + per_byte * b["comm_bytes"] - b["exposed_comm_ms"]
+            per_work.setdefault((b["benchmark"], b["preset"], b["method"]), []).append(
+                min(1.0, max(0.0, hidden / b["predicted_comm_ms"])))
+    for (benchmark, preset, method), values in per_work.items():
+        cal["work"][(benchmark, preset, method)] = _mean(values)
+        cal["method"].setdefault(method, []).extend(values)
+    cal["method"] = {m: _mean(v) for m, v in cal["method"].items()}
+    return cal
+
+
+def host_for(method: str, cal: dict) -> tuple[float, str]:
+    """(ms per byte, where from): the method's own post-backward cells, else bsp's."""
+    for source in (method, "bsp"):
+        if source in cal["host"]:
+            value = cal["host"][source]
+            return value, f"host cost {value * 1e9:.3g} ms/GB measured on other {source} cells"
+    return 0.0, "no other bsp cell with a predicted communication: host cost taken as 0"
+
+
+def overlap_for(benchmark: str, preset, method: str, cal: dict) -> tuple[float, str]:
+    if method in cellmod.POST_BACKWARD:
+        return 0.0, f"{method} all-reduces after backward: no overlap"
+    for key, where in (((benchmark, preset, method), "work"), (method, "method")):
+        if key in cal[where]:
+            value = cal[where][key]
+            return value, f"overlap {value:.0%} measured on other {method} cells"
+    return 0.0, f"no other {method} cell with a predicted communication: overlap taken as 0"
 
 
 # ---- the model ----------------------------------------------------------------------------------
@@ -77,7 +129,7 @@ def base_for(ref: Cell, shape: Shape, emulated: bool, cells: list[Cell]) -> tupl
     return source.step_ms * scale, f"{what} {note}".strip()
 
 
-def predict(target: Target, ref: Cell, cells: list[Cell], comm: list, fractions: dict,
+def predict(target: Target, ref: Cell, cells: list[Cell], comm: list, cal: dict,
             emulated: bool | None = None) -> dict:
     """Predicted step time (and throughput, efficiency) of `target` for the work and gradient
     bytes of `ref`, a measured training cell of the same method."""
@@ -95,12 +147,15 @@ def predict(target: Target, ref: Cell, cells: list[Cell], comm: list, fractions:
         link, problem = cellmod.link_for(target.network, target.shape, comm, target.rate_gbit)
         comm_ms = link.allreduce_ms(ref.comm_bytes, ref.comm_buckets or 1) if link else None
         out["notes"].append(f"link: {link.describe()}" if link else f"no link: {problem}")
-    fraction, overlap_note = bd.overlap_for(ref.benchmark, ref.preset, target.method, fractions)
-    out["notes"].append(overlap_note)
-    out.update({"base_ms": base, "predicted_comm_ms": comm_ms, "overlap_fraction": fraction})
+    fraction, overlap_note = overlap_for(ref.benchmark, ref.preset, target.method, cal)
+    per_byte, host_note = host_for(target.method, cal)
+    out["notes"] += [overlap_note, host_note]
+    host_ms = per_byte * (ref.comm_bytes or 0.0) if target.shape.world_size > 1 else 0.0
+    out.update({"base_ms": base, "predicted_comm_ms": comm_ms, "overlap_fraction": fraction,
+                "host_ms": host_ms})
     if base is None or comm_ms is None:
         return out
-    step = base + comm_ms * (1 - fraction)
+    step = base + comm_ms * (1 - fraction) + host_ms
     out["predicted_step_ms"] = step
     out["predicted_throughput"] = ref.units_per_rank_step * target.shape.world_size / step * 1e3
     single = cellmod.find_single(ref, cells)
@@ -120,7 +175,7 @@ def explain(records: list[dict]) -> list[dict]:
     for cell, b in zip(targets, breakdowns):
         others = [o for o in breakdowns if o is not b]
         target = Target(cell.method, cell.network, cell.shape)
-        prediction = predict(target, cell, cells, comm, bd.overlap_fractions(others))
+        prediction = predict(target, cell, cells, comm, calibrate(others))
         b["predicted_step_ms"] = prediction["predicted_step_ms"]
         b["prediction_error"] = (None if prediction["predicted_step_ms"] is None
                                  else prediction["predicted_step_ms"] / cell.step_ms - 1)
@@ -167,7 +222,7 @@ def _cell_values(cell: Cell) -> dict:
 def predict_spec(records: list[dict], spec: dict) -> list[dict]:
     """Every measured training cell passing the spec's filters, with its changes applied."""
     cells, comm = cellmod.pool(records)
-    fractions = bd.overlap_fractions([bd.breakdown(c, cells, comm) for c in bd.training_cells(cells)])
+    cal = calibrate([bd.breakdown(c, cells, comm) for c in bd.training_cells(cells)])
     filters = {k: v for k, v in spec.items() if k in FILTER_KEYS}
     out, seen = [], set()
     for ref in bd.training_cells(cells):
@@ -180,7 +235,7 @@ def predict_spec(records: list[dict], spec: dict) -> list[dict]:
         key = (ref.work, target)
         if key not in seen:
             seen.add(key)
-            out.append(dict(predict(target, ref, cells, comm, fractions), from_cell=ref.label))
+            out.append(dict(predict(target, ref, cells, comm, cal), from_cell=ref.label))
     return out
 
 
@@ -202,7 +257,7 @@ def validate(records: list[dict], selector: dict) -> list[dict]:
     fit_records = [r for r in records if _matches(record_values(r), selector)]
     fitted, comm = cellmod.pool(fit_records)
     held_out, _ = cellmod.pool([r for r in records if not _matches(record_values(r), selector)])
-    fractions = bd.overlap_fractions([bd.breakdown(c, fitted, comm) for c in bd.training_cells(fitted)])
+    cal = calibrate([bd.breakdown(c, fitted, comm) for c in bd.training_cells(fitted)])
     rows = []
     for cell in bd.training_cells(held_out):
         ref = _reference(cell, fitted)
@@ -212,7 +267,7 @@ def validate(records: list[dict], selector: dict) -> list[dict]:
             row["notes"].append("no fitted cell of this work and method")
         else:
             prediction = predict(Target(cell.method, cell.network, cell.shape), ref, cells=fitted,
-                                 comm=comm, fractions=fractions, emulated=cell.emulated)
+                                 comm=comm, cal=cal, emulated=cell.emulated)
             row.update(predicted_step_ms=prediction["predicted_step_ms"], from_cell=ref.label,
                        notes=prediction["notes"])
             if prediction["predicted_step_ms"] is not None:
