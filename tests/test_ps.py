@@ -19,6 +19,7 @@ import pytest
 from util import PYTHON, REPO, env, records
 
 from datasets import criteo, word2vec
+from fleetbench.measure import metrics
 from fleetbench.train.capability import ps_missing
 
 # Paddle 3.1+ has no parameter server: `make test` runs this file on 3.x too, where it skips, saying why.
@@ -89,6 +90,9 @@ def check_record(rec, benchmark, mode, workers, unit):
     assert len(m["rank_elapsed_s"]) == workers and m["elapsed_s"] == max(m["rank_elapsed_s"])
     assert m["workers"] == workers and m["measured_steps"] > 0
     assert m["loss_first"] > 0 and m["loss_last"] > 0
+    assert set(m) <= set(metrics.DEFINITIONS)  # one vocabulary (docs/metrics.md)
+    # the slowest worker's time per one of its own steps, as in the collective family
+    assert m["step_time_ms"] == pytest.approx(1000 * m["elapsed_s"] / m["measured_steps"])
     return m
 
 
@@ -147,6 +151,8 @@ def test_ctr_async_two_by_two_legacy_launcher_shards_and_skips_invalid_lines(tmp
         valid = sum(criteo.validate([n])["valid"] for n in names)
         assert ranks[worker][2] == valid  # every valid line of its own files, nothing else
     assert sum(r[2] for r in ranks.values()) == 4000
+    slowest = max(ranks.values(), key=lambda r: r[1])
+    assert m["measured_steps"] == slowest[0] and m["elapsed_s"] == pytest.approx(slowest[1], abs=1e-6)
 
 
 def test_ctr_geo_server_num_only(tmp_path, cache):
