@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from fleetbench.cluster import netem
+from fleetbench.cluster import netem, sweep
 from fleetbench.measure import comm, linkprobe, results
 from fleetbench.report import comm as comm_report
 from util import PYTHON, REPO, env, fleetrun, records, run_script
@@ -319,6 +319,15 @@ def test_refused_before_anything_starts_and_nothing_stored(tmp_path, args, messa
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert errors == [errors[0]] and errors[0].startswith(message), proc.stderr[-2000:]
     assert store.read_text() == '{"kept": true}\n'
+
+
+def test_sweep_cells_of_comm_set_the_op_and_keep_mode_comm():
+    cells = sweep.expand({"cells": [{"benchmark": "comm", "preset": "link", "method": ["all_reduce", "all_gather"],
+                                     "network": "1gbe", "nodes": [2, 3]}]})
+    assert [(c.mode, c.sets, c.nodes, c.world_size) for c in cells] == [
+        ("comm", ("op=all_reduce",), 2, 2), ("comm", ("op=all_reduce",), 3, 3),
+        ("comm", ("op=all_gather",), 2, 2), ("comm", ("op=all_gather",), 3, 3)]
+    assert cells[0].script.endswith("collective/comm.py")
 
 
 # ---------------------------------------------------------------- emulated cluster (root)
