@@ -12,21 +12,13 @@ import fleetbench  # noqa: F401  (first: sets OpenMP threads before paddle start
 import dataclasses
 
 from datasets import criteo
-from fleetbench.train import ps
+from fleetbench.measure import auc
+from fleetbench.train import ctr, ps
 
 
 @dataclasses.dataclass
-class CTRConfig(ps.PSConfig):
-    # PaddleRec/FleetX CTR-DNN: 1000001 hashed ids, 9-wide embeddings, Adam 1e-4, batch 512
-    buckets: int = 1000001
-    embedding_dim: int = 9
-    fc_sizes: str = "400,400,400"
-    batch_size: int = 512
-    lr: float = 0.0001
-    warmup_steps: int = 20
-    log_every: int = 100
-    synthetic_rows: int = 1000000  # used when data.path is unset
-    synthetic_files: int = 32
+class CTRConfig(ctr.CTRSettings, ps.PSConfig):
+    pass  # the model, data and batch collective/ctr.py trains too (fleetbench.train.ctr)
 
 
 def build(cfg: CTRConfig) -> ps.Workload:
@@ -42,22 +34,17 @@ def build(cfg: CTRConfig) -> ps.Workload:
                                                           param_attr=table), [-1, cfg.embedding_dim])
                 for s in slots]
     hidden = paddle.concat(embedded + [dense], axis=1)
-    for size in map(int, cfg.fc_sizes.split(",")):
+    for size in cfg.widths:
         hidden = paddle.static.nn.fc(hidden, size, activation="relu")
     logits = paddle.static.nn.fc(hidden, 2)
     loss = paddle.mean(F.cross_entropy(logits, label))
-    _, _, stats = paddle.static.auc(F.softmax(logits), label, num_thresholds=4095)
+    _, _, stats = paddle.static.auc(F.softmax(logits), label, num_thresholds=auc.THRESHOLDS)
     return ps.Workload(inputs=[dense, *slots, label], loss=loss, loss_is_logloss=True,
                        optimizer=paddle.optimizer.Adam(cfg.lr), auc_stats=(stats[2], stats[3]),
                        pipe_command=ps.pipe_command("datasets.criteo", "pipe", "--buckets", cfg.buckets))
 
 
-def data_files(cfg: CTRConfig) -> list:
-    if cfg.data.path:
-        return criteo.list_files(cfg.data.path)
-    params = {"rows": cfg.synthetic_rows, "files": cfg.synthetic_files, "seed": cfg.seed}
-    key = dict(params, version=criteo.GENERATOR_VERSION)
-    return criteo.list_files(ps.synthetic_dir("criteo", key, lambda out: criteo.generate(out, **params)))
+data_files = ctr.data_files  # the same files for both families (bench/bare_ctr.py reads them here)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,10 @@ class Benchmark:
         return PRESET_DIR / f"{self.name}.yaml"
 
 
-BENCHMARKS = {b.name: b for b in (
+# A model trained both ways (collective all-reduce and parameter server) is one name with a script
+# in each family: its records pair cell by cell (same benchmark, unit and presets file; `mode`
+# tells them apart), which is all `fleetbench report` needs to draw them side by side (report/arch).
+REGISTERED = (
     Benchmark("resnet50", "collective/resnet50.py", "collective", "images/s"),
     Benchmark("vgg16", "collective/vgg16.py", "collective", "images/s"),
     Benchmark("bert_large", "collective/bert_large.py", "collective", "tokens/s"),
@@ -43,17 +46,34 @@ BENCHMARKS = {b.name: b for b in (
     Benchmark("ctr", "parameter_server/ctr.py", "ps", "examples/s"),
     Benchmark("word2vec", "parameter_server/word2vec.py", "ps", "words/s"),
     Benchmark("comm", "collective/comm.py", "comm", "GB/s"),
-)}
+    Benchmark("ctr", "collective/ctr.py", "collective", "examples/s"),
+)
+# name -> its first registered script (what a sweep cell runs unless it names `script:`)
+BENCHMARKS = {}
+for _bench in REGISTERED:
+    BENCHMARKS.setdefault(_bench.name, _bench)
 
 
 class UnknownBenchmark(ValueError):
     """str(err) is one line naming the benchmark and the known ones."""
 
 
-def get(name: str) -> Benchmark:
+def get(name: str, family: str | None = None) -> Benchmark:
+    """A benchmark by name; with `family`, its script in that family."""
     if name not in BENCHMARKS:
         raise UnknownBenchmark(f"unknown benchmark {name!r} (known: {', '.join(BENCHMARKS)})")
-    return BENCHMARKS[name]
+    if family is None:
+        return BENCHMARKS[name]
+    found = next((b for b in REGISTERED if b.name == name and b.family == family), None)
+    if found is None:
+        families = sorted(b.family for b in REGISTERED if b.name == name)
+        raise UnknownBenchmark(f"benchmark {name!r} has no {family} script (families: {', '.join(families)})")
+    return found
+
+
+def families(name: str) -> list:
+    """The families that have a script of benchmark `name` (two for a model trained both ways)."""
+    return [b.family for b in REGISTERED if b.name == name]
 
 
 def for_script(script) -> Benchmark | None:
@@ -62,7 +82,7 @@ def for_script(script) -> Benchmark | None:
         resolved = Path(script).resolve()
     except OSError:
         return None
-    return next((b for b in BENCHMARKS.values() if b.path == resolved), None)
+    return next((b for b in REGISTERED if b.path == resolved), None)
 
 
 def name_for_script(script) -> str:

@@ -9,7 +9,7 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Optional
 
 import paddle
 import paddle.distributed as dist
@@ -29,6 +29,10 @@ class Workload(run.Workload):
     # (samples, units) in one batch; units are what the benchmark's unit counts (images, tokens,
     # ...); None: the batch's first tensor's rows, both
     count: Callable[[Any], tuple] = None
+    # the run's length when the data decides it (whole passes over each rank's share); None: cfg.steps
+    steps: Optional[int] = None
+    # more metrics for the record, computed by every rank together after training (e.g. CTR's AUC)
+    finish: Optional[Callable[[metrics.Communicator], dict]] = None
 
     def counts(self, batch) -> tuple:
         if self.count is not None:
@@ -107,7 +111,8 @@ def train(cfg, work: Workload, ctx: Context, unit: str) -> metrics.RankFigures:
     batches = endless(work.batches)
     window_losses, loss_first, loss_last = [], None, None
     delay_s = cfg.debug.delay_ms / 1000 if cfg.debug.delay_rank == ctx.rank else 0.0
-    for step in range(1, cfg.steps + 1):
+    steps = work.steps or cfg.steps
+    for step in range(1, steps + 1):
         tick = time.perf_counter()
         batch = next(batches)
         reader_s = time.perf_counter() - tick
@@ -115,17 +120,17 @@ def train(cfg, work: Workload, ctx: Context, unit: str) -> metrics.RankFigures:
         if delay_s:
             time.sleep(delay_s)  # test-only: makes this rank the slow one
         timer.step_done(step, *work.counts(batch), reader_s)
-        if step % cfg.log_every == 0 or step == cfg.steps:
+        if step % cfg.log_every == 0 or step == steps:
             loss_last = float(paddle.add_n(window_losses)) / len(window_losses)
             loss_first = loss_last if loss_first is None else loss_first
             window_losses = []
             window = timer.close_window()
-            print(log_line(step, cfg.steps, loss_last, window["ips"], unit,
+            print(log_line(step, steps, loss_last, window["ips"], unit,
                            window["batch_cost_s"], window["reader_cost_s"]), flush=True)
         if step == cfg.warmup_steps:
             timer.end_warmup(barrier=dist.barrier if ctx.world_size > 1 else lambda: None)
     mine = metrics.RankFigures(
-        elapsed_s=timer.finish(), steps=cfg.steps - cfg.warmup_steps, samples=timer.measured_samples,
+        elapsed_s=timer.finish(), steps=steps - cfg.warmup_steps, samples=timer.measured_samples,
         units=timer.measured_units, reader_s=timer.measured_reader_s,
         peak_mem_mib=run.peak_memory_mib(ctx.device), loss_first=loss_first, loss_last=loss_last)
     print(metrics.rank_line(ctx.rank, mine), flush=True)
@@ -162,12 +167,14 @@ def main(script: str, cls, build: Callable[[Any], Workload], argv=None) -> None:
     try:
         work = build(bench.cfg)
         unit = bench.unit_for(work)
+        comm = Collective() if ctx.world_size > 1 else metrics.Alone()
         mine = train(bench.cfg, work, ctx, unit)
-        totals = metrics.reduce(mine, Collective() if ctx.world_size > 1 else metrics.Alone())
+        totals = metrics.reduce(mine, comm)
+        extra = work.finish(comm) if work.finish else {}
     except Exception as err:  # a failed run is a result too: store it, then fail loudly
         bench.store_failure(ctx.placement, err)
         raise
-    figures = dict(metrics.standard(totals, unit, ctx.world_size, bench.cfg.warmup_steps), **ctx.comm)
+    figures = dict(metrics.standard(totals, unit, ctx.world_size, bench.cfg.warmup_steps), **ctx.comm, **extra)
     code = bench.store_result(ctx.placement, figures)
     sys.stdout.flush()
     if code:

@@ -13,6 +13,7 @@ import sys
 from typing import Callable, Optional
 
 import fleetbench
+from fleetbench.measure import auc as auc_metric
 from fleetbench.measure import config, metrics, run
 from fleetbench.train import capability
 from fleetbench.train.ps import data, gloo, paddle26, roles, scratch
@@ -126,7 +127,6 @@ def report(job: WorkerJob, work, meter: StepMeter, mine: metrics.RankFigures, mo
     """Reduce every worker's figures (the standard ones, and the PS ones: pipe counts, load time,
     log loss, AUC); worker 0 stores the record. The exit code: 1 when the store failed."""
     import numpy as np
-    from paddle.distributed import fleet
     totals = metrics.reduce(mine, job.gloo)
     valid, invalid, loss_sum = job.gloo.sum([more["pipe"].get("valid", 0), more["pipe"].get("invalid", 0),
                                              meter.loss_sum])
@@ -135,7 +135,7 @@ def report(job: WorkerJob, work, meter: StepMeter, mine: metrics.RankFigures, mo
     if work.auc_stats:  # the AUC buckets' change over the measured window, summed over workers
         end = meter.snapshot_auc()
         start = meter.auc_start or [np.zeros_like(a) for a in end]
-        auc = fleet.metrics.auc(end[0] - start[0], end[1] - start[1])
+        auc = auc_metric.from_buckets(*(job.gloo.sum((e - s).reshape(-1)) for e, s in zip(end, start)))
     if job.index != 0:
         return 0
     figures = metrics.standard(totals, meter.unit, job.workers, job.cfg.warmup_steps)
