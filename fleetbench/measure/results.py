@@ -42,18 +42,29 @@ class RecordError(ValueError):
 # ---------------------------------------------------------------------------------------------
 # building records
 
-def network_from_env() -> dict | None:
-    """The network dict a sweep/cluster put in FLEETBENCH_NETWORK (JSON), or None."""
-    text = os.environ.get("FLEETBENCH_NETWORK", "").strip()
+def _object_from_env(name: str) -> dict | None:
+    """The JSON object a launcher put in environment variable `name`, or None when unset."""
+    text = os.environ.get(name, "").strip()
     if not text:
         return None
     try:
-        network = json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise RecordError(f"FLEETBENCH_NETWORK: expected a JSON object, got {text!r} ({exc.msg})")
-    if not isinstance(network, dict):
-        raise RecordError(f"FLEETBENCH_NETWORK: expected a JSON object, got {text!r}")
-    return network
+        raise RecordError(f"{name}: expected a JSON object, got {text!r} ({exc.msg})")
+    if not isinstance(value, dict):
+        raise RecordError(f"{name}: expected a JSON object, got {text!r}")
+    return value
+
+
+def network_from_env() -> dict | None:
+    """The network dict a sweep/cluster put in FLEETBENCH_NETWORK (JSON), or None."""
+    return _object_from_env("FLEETBENCH_NETWORK")
+
+
+def launch_from_env() -> dict | None:
+    """The `launch` block (executor, hosts in rank order of nodes) that whoever started the job
+    put in FLEETBENCH_LAUNCH (fleetbench.cluster.executors), or None (a script run by hand)."""
+    return _object_from_env("FLEETBENCH_LAUNCH")
 
 
 def git_sha() -> str | None:
@@ -70,7 +81,7 @@ def git_sha() -> str | None:
 
 def make_record(*, benchmark: str, mode: str, method: str, preset: str | None, config: dict,
                 nodes: int, devices_per_node: int, world_size: int, metrics: dict | None,
-                error: str | None = None, network: dict | None = None) -> dict:
+                error: str | None = None, network: dict | None = None, launch: dict | None = None) -> dict:
     """A complete schema-1 record: the caller's measurements plus id, time, env, topology, git."""
     env_info, topology_info = _collect_env()
     return {
@@ -81,6 +92,7 @@ def make_record(*, benchmark: str, mode: str, method: str, preset: str | None, c
         "config": config, "nodes": nodes, "devices_per_node": devices_per_node,
         "world_size": world_size,
         "network": network if network is not None else network_from_env(),
+        "launch": launch if launch is not None else launch_from_env(),
         "metrics": metrics,
         "env": env_info,
         "topology": topology_info,
@@ -126,6 +138,10 @@ def _problem(record) -> str | None:
     network = record.get("network")
     if network is not None and not isinstance(network, dict):
         return f"network: expected an object or null, got {network!r}"
+    launch = record.get("launch")
+    if launch is not None and not (isinstance(launch, dict) and isinstance(launch.get("executor"), str)
+                                   and isinstance(launch.get("hosts"), list)):
+        return f"launch: expected null or an object with executor (a string) and hosts (a list), got {launch!r}"
     error = record.get("error")
     if error is not None and (not isinstance(error, str) or not error):
         return f"error: expected null or a non-empty message, got {error!r}"
