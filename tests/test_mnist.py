@@ -210,3 +210,128 @@ def test_convergence_table_and_chart(tmp_path):
     png, csv = written
     assert png.endswith("convergence-mnist-mnist5k.png") and (tmp_path / "convergence-mnist-mnist5k.png").stat().st_size
     assert len((tmp_path / "convergence-mnist-mnist5k.csv").read_text().splitlines()) == 1 + 6 * 3
+
+
+# ---------------------------------------------------------------- real runs (tiny preset)
+TEST_DIGITS = 3001  # odd: the two ranks' shards differ in size (1501 + 1500)
+TARGET = 0.4  # reached after the first epoch in this run (0.17, 0.43, 0.56 here)
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(tmp_path_factory):
+    """2 gloo processes, LeNet on synthetic digits, a held-out split large enough that evaluation
+    takes a visible share of the wall time."""
+    tmp = tmp_path_factory.mktemp("mnist")
+    proc = fleetrun(tmp / "log", "--nproc_per_node", 2, SCRIPT, "--preset", "tiny",
+                    "--set", f"synthetic_test={TEST_DIGITS}", "--set", f"target_accuracy={TARGET}",
+                    "--results", tmp / "r.jsonl")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (rec,) = records(tmp / "r.jsonl")
+    return rec, tmp / "log"
+
+
+def test_every_held_out_digit_is_evaluated_once_across_ranks(two_rank_run):
+    rec, _ = two_rank_run
+    m = rec["metrics"]
+    assert rec["world_size"] == 2 and rec["benchmark"] == "mnist" and rec["error"] is None
+    assert [e["test_examples"] for e in m["epochs"]] == [TEST_DIGITS] * 3
+    assert [e["epoch"] for e in m["epochs"]] == [1, 2, 3] and m["final_test_accuracy"] == m["epochs"][-1]["test_accuracy"]
+    assert m["steps_per_epoch"] == 320 // (16 * 2) and m["lr_effective"] == pytest.approx(0.003 * 2)
+    assert m["epochs"][-1]["test_accuracy"] > m["epochs"][0]["test_accuracy"]  # it learns
+
+
+def test_evaluation_time_is_outside_the_measured_window(two_rank_run):
+    rec, log = two_rank_run
+    m, epochs = rec["metrics"], rec["metrics"]["epochs"]
+    train_s, test_s = sum(e["epoch_time_s"] for e in epochs), sum(e["test_time_s"] for e in epochs)
+    assert test_s > 0.05  # evaluation is long enough to show if it leaked into the window
+    assert m["elapsed_s"] <= train_s + 1e-3  # measured window: training only (warm-up excluded)
+    assert epochs[-1]["elapsed_s"] >= train_s + test_s - 1e-3  # the wall clock has both
+    logged = rank_summaries(log)
+    units = sum(u for _, _, _, u in logged.values())
+    assert units == m["measured_steps"] * 16 * 2
+    assert m["throughput"] == pytest.approx(units / max(t for _, t, _, _ in logged.values()), rel=1e-5)
+
+
+def test_time_to_target_is_the_first_epoch_at_target(two_rank_run):
+    rec, _ = two_rank_run
+    m = rec["metrics"]
+    first = next(e for e in m["epochs"] if e["test_accuracy"] >= TARGET)
+    assert m["target_accuracy"] == TARGET and m["epochs_to_target"] == first["epoch"]
+    assert m["time_to_target_s"] == first["elapsed_s"]
+
+
+def test_fleetbench_log_reads_with_the_seeds_patterns(two_rank_run):
+    rec, log = two_rank_run
+    text = (log / "workerlog.0").read_text()
+    parsed = convergence.parse_log(text)
+    assert [e["epoch"] for e in parsed["epochs"]] == [1, 2, 3]
+    for logged, stored in zip(parsed["epochs"], rec["metrics"]["epochs"]):
+        assert logged["test_accuracy"] == pytest.approx(stored["test_accuracy"], abs=5e-5)
+        assert logged["epoch_time_s"] == pytest.approx(stored["epoch_time_s"], abs=5e-3)
+        assert logged["test_time_s"] == pytest.approx(stored["test_time_s"], abs=5e-3)
+    steps = [s["step"] for s in parsed["steps"]]
+    assert steps == [5, 10, 15, 20, 25, 30] and all(s["data_per_s"] > 0 for s in parsed["steps"])
+    seed_form = [line for line in text.splitlines() if line.startswith(("Step", "Epoch"))]
+    assert len(seed_form) == len(steps) + 3  # each such line is one the patterns read
+
+
+def test_stop_at_target_ends_the_run_at_the_target(tmp_path):
+    proc = run_script(SCRIPT, "--preset", "tiny", "--set", "target_accuracy=0.05", "--set", "stop_at_target=true",
+                      "--results", tmp_path / "r.jsonl")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = records(tmp_path / "r.jsonl")
+    m = rec["metrics"]
+    assert len(m["epochs"]) == 1 and m["epochs_to_target"] == 1 and m["lr_effective"] == 0.003
+    assert m["time_to_target_s"] == m["epochs"][0]["elapsed_s"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "model=resnet34"], "config key 'model' must be one of resnet18, resnet50, resnet101, lenet"),
+    (["--set", "target_accuracy=1.5"], "config key 'target_accuracy' must be in (0, 1] or null"),
+    (["--set", "stop_at_target=true", "--set", "target_accuracy=null"], "config key 'stop_at_target' needs"),
+    (["--set", "lr_scaling=sqrt"], "config key 'lr_scaling' must be one of linear, none"),
+    (["--set", "warmup_steps=20"], "config key 'warmup_steps' must be < the 20 steps of an epoch"),
+    (["--set", "data.path={bad}"], "{bad}/train-images-idx3-ubyte: bad magic number 0x00000801"),
+])
+def test_bad_config_is_one_line_and_stores_nothing(tmp_path, args, message):
+    bad = tmp_path / "bad"
+    mnist.write(bad, mnist.generate(20, 10))
+    _corrupt(bad, "train-images-idx3-ubyte", lambda b: b"\x00\x00\x08\x01" + b[4:])
+    store = tmp_path / "r.jsonl"
+    store.write_text('{"kept": true}\n')
+    proc = run_script(SCRIPT, "--preset", "tiny", *[a.format(bad=bad) for a in args], "--results", store)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and errors[0].startswith(f"mnist: error: {message.format(bad=bad)}"), proc.stderr[-2000:]
+    assert store.read_text() == '{"kept": true}\n'
+
+
+# ---------------------------------------------------------------- the image benchmarks' val_path
+def test_resnet50_with_an_evaluation_folder_reports_top1_top5_per_epoch(tmp_path):
+    from datasets.images import write_image_folder
+
+    train = write_image_folder(tmp_path / "train", num_classes=6, images_per_class=4, size=40, seed=0)
+    val = write_image_folder(tmp_path / "val", num_classes=6, images_per_class=3, size=40, seed=1)
+    proc = run_script("collective/resnet50.py", "--preset", "tiny", "--set", f"data.path={train}",
+                      "--set", f"data.val_path={val}", "--set", "batch_size=4", "--set", "warmup_steps=1",
+                      "--set", "epochs=2", "--set", "data.num_workers=1", "--results", tmp_path / "r.jsonl")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = records(tmp_path / "r.jsonl")
+    m = rec["metrics"]
+    assert [(e["epoch"], e["test_examples"]) for e in m["epochs"]] == [(1, 18), (2, 18)]
+    assert all(0 <= e["test_accuracy"] <= e["test_top5"] <= 1 for e in m["epochs"])
+    assert m["steps_per_epoch"] == 24 // 4 and m["measured_steps"] == 2 * 6 - 1
+    assert len(convergence.parse_log(proc.stdout)["epochs"]) == 2
+
+
+def test_val_path_needs_the_same_classes(tmp_path):
+    from datasets.images import write_image_folder
+
+    train = write_image_folder(tmp_path / "train", num_classes=3, images_per_class=4)
+    val = write_image_folder(tmp_path / "val", num_classes=2, images_per_class=2)
+    proc = run_script("collective/resnet50.py", "--preset", "tiny", "--set", f"data.path={train}",
+                      "--set", f"data.val_path={val}", "--check")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (f"resnet50: error: data.val_path {val}: class folders "
+                                                    "differ from data.path's (2 vs 3; expected the same names)")

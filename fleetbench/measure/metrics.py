@@ -44,6 +44,17 @@ DEFINITIONS = {
     "comm_buckets_per_step": "collective: all-reduce calls per step (the method's buckets)",
     "control": "collective: true for method=none, a measurement control (no gradient "
                "synchronisation), never a training result nor an efficiency baseline",
+    # collective runs with a held-out split (fleetbench.train.epochs; docs/convergence.md)
+    "epochs": "epoch runs: one object per epoch (epoch, epoch_time_s, test_time_s, test_accuracy, "
+              "test_top5, test_loss, test_examples, throughput, train_loss, elapsed_s)",
+    "final_test_accuracy": "epoch runs: top-1 accuracy over the whole held-out split after the last epoch",
+    "final_test_top5": "epoch runs: top-5 accuracy after the last epoch; null with 5 classes or fewer",
+    "target_accuracy": "epoch runs: the config's target test accuracy, or null",
+    "time_to_target_s": "epoch runs: wall time from the start of training to the end of the first "
+                        "evaluation at >= target_accuracy, evaluations included; null when none reached it",
+    "epochs_to_target": "epoch runs: the epoch (from 1) of that evaluation; null when none reached it",
+    "lr_effective": "epoch runs: the learning rate the optimizer was built with (e.g. lr x world size)",
+    "steps_per_epoch": "epoch runs: optimizer steps of one epoch on each rank",
     # parameter server
     "workers": "ps: trainer processes (the record's world_size)",
     "passes": "ps: passes over each worker's files",

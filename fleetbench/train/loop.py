@@ -168,13 +168,19 @@ def main(script: str, cls, build: Callable[[Any], Workload], argv=None) -> None:
         work = build(bench.cfg)
         unit = bench.unit_for(work)
         comm = Collective() if ctx.world_size > 1 else metrics.Alone()
-        mine = train(bench.cfg, work, ctx, unit)
+        if hasattr(work, "held_out"):  # epochs, each followed by an evaluation: fleetbench.train.epochs
+            from fleetbench.train import epochs  # here: epochs builds on this module
+
+            mine, convergence = epochs.train(bench.cfg, work, ctx, unit, comm)
+        else:
+            mine, convergence = train(bench.cfg, work, ctx, unit), {}
         totals = metrics.reduce(mine, comm)
         extra = work.finish(comm) if work.finish else {}
     except Exception as err:  # a failed run is a result too: store it, then fail loudly
         bench.store_failure(ctx.placement, err)
         raise
-    figures = dict(metrics.standard(totals, unit, ctx.world_size, bench.cfg.warmup_steps), **ctx.comm, **extra)
+    figures = dict(metrics.standard(totals, unit, ctx.world_size, bench.cfg.warmup_steps), **ctx.comm,
+                   **convergence, **extra)
     code = bench.store_result(ctx.placement, figures)
     sys.stdout.flush()
     if code:
