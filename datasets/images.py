@@ -21,10 +21,9 @@ IMAGENET_MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 IMAGENET_STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
 
-def synthetic_batches(num_batches, batch_size, image_size, num_classes, data_format, seed, rank, noise=1.0):
-    """`num_batches` (image, label) tensor pairs; templates are shared by all ranks, samples are not."""
-    import paddle
-
+def synthetic_arrays(num_batches, batch_size, image_size, num_classes, seed, rank, noise=1.0):
+    """`num_batches` (images NCHW float32, labels int64) numpy pairs; templates are shared by all
+    ranks, samples are not. Numpy only: the parameter server's image pipe makes the same ones."""
     templates = np.random.default_rng(seed).standard_normal((num_classes, 3, image_size, image_size))
     rng = np.random.default_rng([seed, rank])
     batches = []
@@ -32,10 +31,19 @@ def synthetic_batches(num_batches, batch_size, image_size, num_classes, data_for
         labels = rng.integers(0, num_classes, size=batch_size)
         # a fresh draw scaled by `noise` for every batch (the scale itself is never overwritten)
         images = (templates[labels] + noise * rng.standard_normal((batch_size, 3, image_size, image_size)))
-        images = images.astype("float32")
+        batches.append((images.astype("float32"), labels.astype("int64")))
+    return batches
+
+
+def synthetic_batches(num_batches, batch_size, image_size, num_classes, data_format, seed, rank, noise=1.0):
+    """synthetic_arrays as (image, label) tensor pairs in `data_format`, labels shaped (batch, 1)."""
+    import paddle
+
+    batches = []
+    for images, labels in synthetic_arrays(num_batches, batch_size, image_size, num_classes, seed, rank, noise):
         if data_format == "NHWC":
             images = np.ascontiguousarray(images.transpose(0, 2, 3, 1))
-        batches.append((paddle.to_tensor(images), paddle.to_tensor(labels.astype("int64")[:, None])))
+        batches.append((paddle.to_tensor(images), paddle.to_tensor(labels[:, None])))
     return batches
 
 

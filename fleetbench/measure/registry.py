@@ -47,6 +47,8 @@ REGISTERED = (
     Benchmark("word2vec", "parameter_server/word2vec.py", "ps", "words/s"),
     Benchmark("comm", "collective/comm.py", "comm", "GB/s"),
     Benchmark("ctr", "collective/ctr.py", "collective", "examples/s"),
+    Benchmark("resnet18", "collective/resnet18.py", "collective", "images/s"),
+    Benchmark("resnet18", "parameter_server/resnet18.py", "ps", "images/s"),
 )
 # name -> its first registered script (what a sweep cell runs unless it names `script:`)
 BENCHMARKS = {}
