@@ -1,16 +1,22 @@
-"""fleetbench launch: argument lists, and real fault runs (gloo jobs whose chosen rank fails)."""
+"""fleetbench launch: argument lists, checks before launching, and real fault runs (tiny gloo
+jobs whose chosen rank fails, hangs or is stopped)."""
+import json
 import os
+import re
+import signal
 import subprocess
 import time
 import uuid
 
 import pytest
 
-from fleetbench.cluster import launch
+from fleetbench.cluster import job, launch, procs, rankwrap
+from fleetbench.cluster.ranks import progress_step
 from fleetbench.measure import results
 from util import PYTHON, REPO, env, records
 
 FAULT_SCRIPT = str(REPO / "tests" / "scripts" / "fault_rank.py")
+FAULT_PS = str(REPO / "tests" / "scripts" / "fault_ps.py")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -34,18 +40,22 @@ def test_gpus_range_expands_in_the_command():
     args = launch.parse_argv(["--gpus", "0-3", "--timeout", "60", "train.py", "--preset", "tiny"])
     assert args.paddle == ["--gpus", "0,1,2,3"]
     assert (args.timeout, args.script, args.script_args) == (60.0, "train.py", ["--preset", "tiny"])
-    cmd = launch.paddle_command(args.paddle, "/tmp/logs", args.script, args.script_args, python="py")
+    cmd = job.paddle_command(args.paddle, "/tmp/logs", args.script, args.script_args, python="py")
     assert cmd == ["py", "-m", "paddle.distributed.launch", "--gpus", "0,1,2,3", "--log_dir", "/tmp/logs",
-                   launch.__file__, launch.WRAPPER_FLAG, "train.py", "--preset", "tiny"]
+                   job.WRAPPER_ENTRY, "train.py", "--preset", "tiny"]
     assert all(isinstance(a, str) for a in cmd)  # an argument list, never a shell string
+    # the wrapper's entry file is alone in its directory: nothing there can shadow a module
+    assert os.listdir(os.path.dirname(job.WRAPPER_ENTRY)) in (["fleetbench_rank.py"],
+                                                              ["fleetbench_rank.py", "__pycache__"])
 
 
 def test_equals_forms_and_own_flags():
     args = launch.parse_argv(["--devices=0-1", "--log_dir=L", "--stall=5", "--startup", "60", "--quiet", "s.py",
                               "--gpus", "0-9"])
     assert args.paddle == ["--devices", "0,1"] and args.log_dir == "L" and args.stall == 5.0 and args.quiet
-    assert args.startup == 60.0
+    assert args.startup == 60.0 and args.check
     assert args.script_args == ["--gpus", "0-9"]  # script arguments are the script's, untouched
+    assert not launch.parse_argv(["--no-check", "s.py"]).check
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -75,33 +85,88 @@ def test_job_shape():
 def test_progress_lines_are_the_timing_log_format():
     from fleetbench.measure.timing import log_line
 
-    assert launch.progress_step(log_line(40, 100, 2.31, 1234.5, "images/s", 0.05, 0.001)) == (40, 100)
-    assert launch.progress_step('FLEETBENCH_RESULT {"a": 1}') == (None, None)
-    assert launch.progress_step("I1122 tcp_utils.cc:130] connected") is None
-    assert launch.progress_step("a step 3/4 inside") is None
+    assert progress_step(log_line(40, 100, 2.31, 1234.5, "images/s", 0.05, 0.001)) == (40, 100)
+    assert progress_step('FLEETBENCH_RESULT {"a": 1}') == (None, None)
+    assert progress_step("I1122 tcp_utils.cc:130] connected") is None
+    assert progress_step("a step 3/4 inside") is None
 
 
 def test_rank_identity_from_paddle_env():
-    assert launch.rank_identity({"PADDLE_TRAINER_ID": "3"}) == ("worker", 3)
-    assert launch.rank_identity({"TRAINING_ROLE": "TRAINER", "PADDLE_TRAINER_ID": "1"}) == ("worker", 1)
+    assert rankwrap.rank_identity({"PADDLE_TRAINER_ID": "3"}) == ("worker", 3)
+    assert rankwrap.rank_identity({"TRAINING_ROLE": "TRAINER", "PADDLE_TRAINER_ID": "1"}) == ("worker", 1)
     server = {"TRAINING_ROLE": "PSERVER", "POD_IP": "10.0.0.2", "PADDLE_PORT": "7000",
               "PADDLE_PSERVERS_IP_PORT_LIST": "10.0.0.1:7000,10.0.0.2:7000"}
-    assert launch.rank_identity(server) == ("server", 1)
+    assert rankwrap.rank_identity(server) == ("server", 1)
 
 
-def test_child_env_drops_inherited_rank_variables():
-    got = launch.child_env({"PADDLE_TRAINER_ID": "1", "POD_IP": "1.2.3.4", "PATH": "/bin", "OMP_NUM_THREADS": "2"})
-    assert "PADDLE_TRAINER_ID" not in got and "POD_IP" not in got and got["PATH"] == "/bin"
+def test_child_env_drops_inherited_rank_and_job_variables():
+    got = job.child_env({"PADDLE_TRAINER_ID": "1", "POD_IP": "1.2.3.4", "PATH": "/bin", "OMP_NUM_THREADS": "2",
+                         "FLEETBENCH_JOB_ID": "outer", rankwrap.SUPERVISOR_ENV: "x:1:2"})
+    assert not {"PADDLE_TRAINER_ID", "POD_IP", "FLEETBENCH_JOB_ID", rankwrap.SUPERVISOR_ENV} & set(got)
+    assert got["PATH"] == "/bin"
     assert "OMP_NUM_THREADS" not in got  # each rank takes its share (fleetbench/__init__)
-    assert got["PYTHONPATH"].split(os.pathsep)[0] == launch.REPO_ROOT
+    assert got["PYTHONPATH"].split(os.pathsep)[0] == str(REPO)
 
 
-def test_launch_cli_bad_input_launches_nothing(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    assert launch.cli(["--nproc_per_node", "2", str(tmp_path / "missing.py")]) == 2
+def test_process_tokens_name_one_process_on_one_machine():
+    me = procs.token()
+    boot, pid, start = me.split(":")
+    assert procs.token_alive(me) and int(pid) == os.getpid()
+    assert not procs.token_alive(f"{boot}:{pid}:{int(start) + 1}")  # a reused pid is another process
+    assert procs.token_alive(f"another-boot:{pid}:{start}")  # another machine's: cannot tell, alive
+    done = subprocess.run([PYTHON, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    assert not procs.token_alive(f"{boot}:{done.stdout.strip()}:{start}")
+
+
+def test_a_stopped_process_is_seen_as_stopped():
+    child = subprocess.Popen([PYTHON, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        os.kill(child.pid, signal.SIGSTOP)
+        assert _wait_for(lambda: procs.read_stat(child.pid).state == "T", 10)
+        os.kill(child.pid, signal.SIGCONT)
+        assert _wait_for(lambda: procs.read_stat(child.pid).state != "T", 10)
+    finally:
+        child.kill()
+        child.wait()
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input: one line, exit 2, nothing started, nothing stored
+
+def _cli_error(capsys, argv):
+    code = launch.cli(argv)
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "missing.py: no such file" in err[0]
+    assert code == 2 and len(err) == 1, err
+    return err[0]
+
+
+def test_missing_script_launches_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = _cli_error(capsys, ["--nproc_per_node", "2", str(tmp_path / "missing.py")])
+    assert "missing.py: no such file" in line
     assert not (tmp_path / "log").exists()
+
+
+@pytest.mark.parametrize("where", ["/proc/forbidden/r.jsonl", "{tmp}", "{tmp}/file/r.jsonl"])
+def test_an_unwritable_results_path_is_refused_before_launching(tmp_path, capsys, monkeypatch, where):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file").write_text("")
+    path = where.format(tmp=tmp_path)
+    line = _cli_error(capsys, ["--nproc_per_node", "2", FAULT_SCRIPT, "--results", path])
+    assert line.startswith(f"fleetbench launch: error: --results {path}: ")
+    assert os.listdir(tmp_path) == ["file"]  # no log directory, no probe file left behind
+
+
+def test_devices_this_machine_lacks_are_refused_before_launching(tmp_path, capsys, monkeypatch):
+    # This machine's Paddle is a CPU build: Paddle's launcher would print a ValueError traceback
+    # and a failure record with world_size 8 would be stored.
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / "runs.jsonl"
+    before = _earlier_record(store)
+    line = _cli_error(capsys, ["--gpus", "0-7", FAULT_SCRIPT, "--results", str(store)])
+    assert line.startswith("fleetbench launch: error: --gpus 0,1,2,3,4,5,6,7: ")
+    assert "no GPU" in line or "not visible" in line
+    assert store.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["runs.jsonl"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,26 +182,43 @@ def _earlier_record(path):
 
 def _job_processes(token):
     """Live processes that inherited this test's token (the whole job, whatever its tree)."""
-    return launch.job_pids(token, variable="FAULT_TEST_TOKEN")
+    return procs.job_pids(token, variable="FAULT_TEST_TOKEN")
 
 
-def _run_fault(tmp_path, kind, rank, *launch_flags, timeout=120, **extra_env):
+def _wait_for(check, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _launch_cmd(tmp_path, store, *flags, script=FAULT_SCRIPT):
+    return [PYTHON, "-m", "fleetbench", "launch", "--quiet", "--log_dir", str(tmp_path / "log"), *flags, script,
+            "--results", str(store)]
+
+
+def _run_fault(tmp_path, kind, rank, *launch_flags, timeout=120, script=FAULT_SCRIPT, **extra_env):
+    """Run a fault job to its end: (completed process, seconds it took, records it added)."""
     store = tmp_path / "runs.jsonl"
     before = _earlier_record(store)
     token = uuid.uuid4().hex
-    log_dir = tmp_path / "log"
-    cmd = [PYTHON, "-m", "fleetbench", "launch", "--quiet", "--log_dir", str(log_dir), "--nproc_per_node", "2",
-           *launch_flags, FAULT_SCRIPT, "--results", str(store)]
+    shape = () if any(f.startswith("--server_num") for f in launch_flags) else ("--nproc_per_node", "2")
     started = time.monotonic()
-    p = subprocess.run(cmd, cwd=tmp_path, env=env(FAULT_KIND=kind, FAULT_RANK=rank, FAULT_TEST_TOKEN=token,
-                                                  **extra_env),
+    p = subprocess.run(_launch_cmd(tmp_path, store, *shape, *launch_flags, script=script), cwd=tmp_path,
+                       env=env(FAULT_KIND=kind, FAULT_RANK=rank, FAULT_TEST_TOKEN=token, **extra_env),
                        capture_output=True, text=True, timeout=timeout)
     took = time.monotonic() - started
     assert _job_processes(token) == [], "a process of the job is still running"
-    data = store.read_bytes()
-    assert data.startswith(before), "an earlier record was changed"
-    new = records(store)[1:]
-    return p, took, new
+    assert store.read_bytes().startswith(before), "an earlier record was changed"
+    return p, took, records(store)[1:]
+
+
+def _logs_shown(report):
+    """Rank log files a report shows (their tail, or that they are empty), sorted."""
+    return sorted(m.group(1) for line in report.splitlines() if line.startswith("  --- ")
+                  for m in [re.search(r"(/\S+/(?:worker|server)log\.\d+)", line)] if m)
 
 
 def test_rank_exiting_with_error_is_reported(tmp_path):
@@ -168,17 +250,111 @@ def test_hanging_rank_is_stopped_by_the_stall_watchdog(tmp_path):
     assert f"no progress line from any rank for {stall} s" in p.stderr
     assert "furthest behind: worker rank 1 (last: step 2/6" in p.stderr
     assert "| fault_rank: rank 1 injects hang at step 3" in p.stderr
+    assert _logs_shown(p.stderr) == [str(tmp_path / "log" / f"workerlog.{i}") for i in (0, 1)]
     # bound: start-up + a few steps + the stall window + stopping (grace 3 s)
     assert took < 60
     assert len(new) == 1 and "stalled" in new[0]["error"]
 
 
-def test_a_job_that_never_logs_progress_is_stopped_after_the_startup_allowance(tmp_path):
-    # rank 0 hangs before step 1; rank 1 waits in step 1's all-reduce: neither ever logs progress
-    p, took, new = _run_fault(tmp_path, "hang", 0, "--startup", "3", "--stall", "60", FAULT_STEP="0")
+def test_a_stopped_rank_is_named_when_the_logs_cannot_tell(tmp_path):
+    # Rank 1 stops (SIGSTOP) at the start of step 3: both ranks logged step 2, rank 0 waits in
+    # step 3's all-reduce. The stall (5 s) comes long before gloo's 30 s timeout.
+    p, took, new = _run_fault(tmp_path, "stop", 1, "--stall", "5", "--startup", "60", "--timeout", "90",
+                              FAULT_WHEN="before")
     assert p.returncode == 1, p.stderr
-    assert "no progress line from any rank within 3 s of the start" in p.stderr
-    assert took < 20 and len(new) == 1
+    assert "stopped (process state T): worker rank 1 (last: step 2/6" in p.stderr
+    assert "rank 1, role worker, node node0, stopped (process state T)" in p.stderr
+    assert _logs_shown(p.stderr) == [str(tmp_path / "log" / f"workerlog.{i}") for i in (0, 1)]
+    assert took < 60 and len(new) == 1 and "worker rank 1" in new[0]["error"]
+
+
+def test_a_stopped_rank_is_named_when_its_peer_dies_of_gloos_timeout_first(tmp_path):
+    # The stall window (90 s) is longer than gloo's compiled-in 30 s: rank 0 gives up waiting in
+    # the DataParallel all-reduce and aborts (SIGABRT, as ResNet50 does) while rank 1 is stopped.
+    p, took, new = _run_fault(tmp_path, "stop", 1, "--stall", "90", "--timeout", "150", FAULT_WHEN="before",
+                              SYNC="dp", STEPS="20", timeout=200)
+    assert p.returncode == 1, p.stderr
+    first = p.stderr.splitlines()[1]
+    assert "FAILED" in first and first.split(": ", 2)[2].startswith("worker rank 1 is stopped"), first
+    assert "worker rank 0 was killed by SIGABRT after giving up waiting for it in a collective" in first
+    assert "rank 1, role worker, node node0, stopped (process state T)" in p.stderr
+    assert "gloo::TimeoutException" in p.stderr  # the victim's tail is shown too
+    assert _logs_shown(p.stderr) == [str(tmp_path / "log" / f"workerlog.{i}") for i in (0, 1)]
+    assert took < 90  # start-up + 2 steps + gloo's 30 s + stopping; well before the 90 s stall
+    assert len(new) == 1 and new[0]["error"].startswith("launch: worker rank 1 is stopped")
+
+
+def test_a_stopped_ps_server_is_named_not_the_workers_waiting_for_it(tmp_path):
+    p, took, new = _run_fault(tmp_path, "stop", 1, "--server_num", "2", "--trainer_num", "2", "--stall", "5",
+                              "--startup", "60", "--timeout", "90", script=FAULT_PS, FAULT_ROLE="server")
+    assert p.returncode == 1, p.stderr
+    assert "stopped (process state T): server rank 1" in p.stderr
+    assert "rank 1, role server, node node0, stopped (process state T)" in p.stderr
+    logs = [str(tmp_path / "log" / name) for name in ("serverlog.0", "serverlog.1", "workerlog.0", "workerlog.1")]
+    assert _logs_shown(p.stderr) == logs
+    assert took < 60 and len(new) == 1 and new[0]["mode"] == "ps"
+
+
+def test_a_server_killed_before_it_logged_shows_its_log_is_empty(tmp_path):
+    p, took, new = _run_fault(tmp_path, "kill", 0, "--server_num", "1", "--trainer_num", "1", "--timeout", "90",
+                              script=FAULT_PS, FAULT_ROLE="server", FAULT_STEP=0)
+    assert p.returncode == 1, p.stderr
+    assert "server rank 0 was killed by SIGKILL" in p.stderr
+    assert f"--- {tmp_path / 'log' / 'serverlog.0'} is empty: the rank logged nothing ---" in p.stderr
+    assert len(new) == 1
+
+
+def test_a_killed_rank_wrapper_is_reported_without_an_exit_status(tmp_path):
+    store, token = tmp_path / "runs.jsonl", uuid.uuid4().hex
+    proc = subprocess.Popen(_launch_cmd(tmp_path, store, "--nproc_per_node", "2", "--timeout", "90"), cwd=tmp_path,
+                            env=env(STEPS="1000", STEP_S="0.1", FAULT_TEST_TOKEN=token),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wrapper = _wait_for_rank(tmp_path / "log", rank=1)
+        os.kill(wrapper["pid"], signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err
+    assert "worker rank 1 disappeared: its wrapper was killed" in err
+    assert "rank 1, role worker, node node0, no exit status (its wrapper was killed)" in err
+    assert "still running" not in err
+    assert _job_processes(token) == []
+
+
+def _wait_for_rank(log_dir, rank, timeout=60):
+    """The start event of a rank's wrapper, once the rank has logged a progress line."""
+    found = {}
+
+    def ready():
+        for path in log_dir.glob(".fbrank-*"):
+            start = json.loads(path.read_text().splitlines()[0])
+            if start["rank"] == rank and "step 1/" in open(start["log"]).read():
+                found.update(start)
+        return bool(found)
+    assert _wait_for(ready, timeout), "the rank never logged progress"
+    return found
+
+
+def test_kill_9_of_the_launcher_stops_its_job_within_seconds(tmp_path):
+    store, token = tmp_path / "runs.jsonl", uuid.uuid4().hex
+    before = _earlier_record(store)
+    proc = subprocess.Popen(_launch_cmd(tmp_path, store, "--nproc_per_node", "2"), cwd=tmp_path,
+                            env=env(STEPS="1000", STEP_S="0.1", FAULT_TEST_TOKEN=token),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_rank(tmp_path / "log", rank=0)
+        assert len(_job_processes(token)) >= 4  # launcher, two wrappers, two ranks
+        proc.kill()
+        killed = time.monotonic()
+        proc.wait()
+        assert _wait_for(lambda: _job_processes(token) == [], 15), _job_processes(token)
+        took = time.monotonic() - killed
+    finally:
+        for pid in _job_processes(token):
+            os.kill(pid, signal.SIGKILL)
+    assert took < 8  # the wrappers check their supervisor twice a second; SIGKILL 2 s after SIGTERM
+    assert store.read_bytes() == before  # nothing stored by a job nobody supervises
 
 
 def test_timeout_stops_a_job_that_keeps_logging(tmp_path):
@@ -187,6 +363,14 @@ def test_timeout_stops_a_job_that_keeps_logging(tmp_path):
     assert "TIMEOUT" in p.stderr and "still running after 6 s" in p.stderr
     assert took < 20
     assert len(new) == 1 and "timeout" in new[0]["error"]
+
+
+def test_a_job_that_never_logs_progress_is_stopped_after_the_startup_allowance(tmp_path):
+    # rank 0 hangs before step 1; rank 1 waits in step 1's all-reduce: neither ever logs progress
+    p, took, new = _run_fault(tmp_path, "hang", 0, "--startup", "3", "--stall", "60", FAULT_STEP="0")
+    assert p.returncode == 1, p.stderr
+    assert "no progress line from any rank within 3 s of the start" in p.stderr
+    assert took < 20 and len(new) == 1
 
 
 def test_resnet50_tiny_on_two_processes(tmp_path):
@@ -202,8 +386,8 @@ def test_resnet50_tiny_on_two_processes(tmp_path):
 
 
 def test_launcher_failing_before_any_rank_is_reported_with_its_own_log(tmp_path):
-    # `--devices` on a CPU-only Paddle fails inside Paddle's launcher, before any rank starts.
-    p, took, new = _run_fault(tmp_path, "none", -1, "--devices", "0", "--timeout", "60")
+    # A log level Paddle's launcher does not know fails inside it, before any rank starts.
+    p, took, new = _run_fault(tmp_path, "none", -1, "--log_level", "BOGUS", "--timeout", "60")
     assert p.returncode == 1, p.stderr
     assert "the launcher on node0 exited with code 1" in p.stderr and "launcher.log ---" in p.stderr
     assert len(new) == 1 and new[0]["error"].startswith("launch: the launcher on node0 exited with code 1")

@@ -9,7 +9,7 @@ import uuid
 import pytest
 import yaml
 
-from fleetbench.cluster import launch, netem, sweep
+from fleetbench.cluster import failure, netem, procs, sweep, sweep_spec
 from util import PYTHON, env, records
 
 TINY = {"steps": 4, "warmup_steps": 1, "log_every": 1}  # resnet50 tiny, cut to seconds
@@ -23,7 +23,7 @@ def _spec(*cells, **top):
 # sweep files -> cells (pure)
 
 def test_axes_expand_to_their_product_in_file_order():
-    cells = sweep.expand(_spec({"benchmark": "resnet50", "preset": "tiny", "devices_per_node": [1, 2],
+    cells = sweep_spec.expand(_spec({"benchmark": "resnet50", "preset": "tiny", "devices_per_node": [1, 2],
                                 "set": {"batch_size": [4, 8]}}))
     assert [(c.devices_per_node, c.sets) for c in cells] == [
         (1, ("batch_size=4",)), (1, ("batch_size=8",)), (2, ("batch_size=4",)), (2, ("batch_size=8",))]
@@ -33,7 +33,7 @@ def test_axes_expand_to_their_product_in_file_order():
 
 
 def test_method_network_and_top_level_knobs():
-    (a, b) = sweep.expand(_spec({"benchmark": "resnet50", "method": "mgwfbp", "network": ["1gbe", "10gbe"],
+    (a, b) = sweep_spec.expand(_spec({"benchmark": "resnet50", "method": "mgwfbp", "network": ["1gbe", "10gbe"],
                                  "startup": 90}, repeats=2, timeout=60))
     assert (a.network, a.nodes, a.world_size, a.repeats, a.timeout) == ("1gbe", 2, 2, 2, 60.0)
     assert (a.stall, a.startup) == (300.0, 90.0)
@@ -44,11 +44,11 @@ def test_method_network_and_top_level_knobs():
 def test_ps_cells_pair_servers_and_workers(tmp_path):
     (tmp_path / "parameter_server").mkdir()
     (tmp_path / "parameter_server" / "ctr.py").write_text("")
-    cells = sweep.expand(_spec({"benchmark": "ctr", "preset": "tiny", "method": ["async", "geo"],
+    cells = sweep_spec.expand(_spec({"benchmark": "ctr", "preset": "tiny", "method": ["async", "geo"],
                                 "servers_workers": ["1/1", "2/2"]}), root=tmp_path)
     assert [(c.mode, c.method, c.servers, c.workers, c.world_size) for c in cells] == [
         ("ps", "async", 1, 1, 1), ("ps", "async", 2, 2, 2), ("ps", "geo", 1, 1, 1), ("ps", "geo", 2, 2, 2)]
-    assert cells[1].sets == (f"{sweep.METHOD_KEY['ps']}=async",) and cells[1].label() == "ctr tiny ps async 2s/2w"
+    assert cells[1].sets == (f"{sweep_spec.METHOD_KEY['ps']}=async",) and cells[1].label() == "ctr tiny ps async 2s/2w"
 
 
 @pytest.mark.parametrize("cell, fragment", [
@@ -65,35 +65,67 @@ def test_ps_cells_pair_servers_and_workers(tmp_path):
     ({"benchmark": "resnet50", "mode": "ps", "servers_workers": "2"}, "servers_workers '2'"),
 ])
 def test_bad_cells_name_the_cell_and_key(cell, fragment):
-    with pytest.raises(sweep.SweepError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
-        sweep.expand(_spec(cell), "s.yaml")
+    with pytest.raises(sweep_spec.SweepError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
+        sweep_spec.expand(_spec(cell), "s.yaml")
 
 
 def test_bad_sweep_files(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("cells: [\n")
-    with pytest.raises(sweep.SweepError, match="bad.yaml: not valid YAML"):
-        sweep.load_spec(str(bad))
+    with pytest.raises(sweep_spec.SweepError, match="bad.yaml: not valid YAML"):
+        sweep_spec.load_spec(str(bad))
     bad.write_text("repeat: 3\ncells: [{benchmark: resnet50}]\n")
-    with pytest.raises(sweep.SweepError, match="unknown key 'repeat'"):
-        sweep.load_spec(str(bad))
+    with pytest.raises(sweep_spec.SweepError, match="unknown key 'repeat'"):
+        sweep_spec.load_spec(str(bad))
     bad.write_text("cells: []\n")
-    with pytest.raises(sweep.SweepError, match="non-empty list `cells`"):
-        sweep.load_spec(str(bad))
+    with pytest.raises(sweep_spec.SweepError, match="non-empty list `cells`"):
+        sweep_spec.load_spec(str(bad))
+    bad.write_bytes(b"\xff\xfe\x00c\x00e\x00l\x00l\x00s")  # UTF-16, say: not a YAML text file
+    with pytest.raises(sweep_spec.SweepError, match=r"bad.yaml: not a text file \(byte 0 is not UTF-8\)"):
+        sweep_spec.load_spec(str(bad))
+
+
+def test_a_binary_sweep_file_is_one_line_naming_it(tmp_path, capsys):
+    bad = tmp_path / "binary.yaml"
+    bad.write_bytes(bytes(range(256)))
+    assert sweep.cli([str(bad), "--results", str(tmp_path / "r.jsonl")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"fleetbench sweep: error: {bad}: not a text file")
+
+
+def test_an_unwritable_results_path_stops_the_sweep_before_anything_runs(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = _write(tmp_path, _spec({"benchmark": "resnet50", "preset": "tiny"}))
+    assert sweep.cli([spec, "--results", "/proc/forbidden/r.jsonl"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("fleetbench sweep: error: --results /proc/forbidden/r.jsonl: cannot create files in /proc")
+    assert os.listdir(tmp_path) == ["s.yaml"]  # no log directory: nothing ran
+
+
+def test_a_store_that_fails_during_the_sweep_is_one_line_naming_it(tmp_path):
+    # What the sweep calls for a failed run: the error names the file, no traceback (the sweep's
+    # command line prints it and stops, exit 1, keeping what was stored before).
+    outcome = failure.Outcome(status="failed", elapsed_s=1.0, detail="worker rank 1 exited with code 3")
+    identity = failure.RunIdentity(benchmark="resnet50", mode="collective", method="bsp", preset="tiny",
+                                   config={}, nodes=1, devices_per_node=1, world_size=1)
+    (tmp_path / "file").write_text("")
+    path = str(tmp_path / "file" / "runs.jsonl")
+    with pytest.raises(failure.StoreError, match=f"^{path}: cannot store the failure record \\(.+\\)$"):
+        failure.store_failure(path, identity, outcome)
 
 
 def test_run_key_ignores_runtime_and_what_the_network_could_not_apply():
     net = netem.network_dict(netem.shaping_from(None, "1gbit", "1ms"), 2)
     net_missing = netem.network_dict(netem.shaping_from(None, "1gbit", "1ms"), 2, ["delay 1 ms: no netem"])
-    k = sweep.run_key("b", "tiny", {"lr": 1, "runtime": {"threads": 2}}, "collective", 2, 2, net)
-    assert k == sweep.run_key("b", "tiny", {"lr": 1}, "collective", 2, 2, net_missing)
-    assert k != sweep.run_key("b", "tiny", {"lr": 2}, "collective", 2, 2, net)
-    assert k != sweep.run_key("b", "tiny", {"lr": 1}, "collective", 2, 2, netem.network_dict(netem.shaping_from("10gbe"), 2))
-    assert k != sweep.run_key("b", "tiny", {"lr": 1}, "collective", 1, 2, net)
+    k = sweep_spec.run_key("b", "tiny", {"lr": 1, "runtime": {"threads": 2}}, "collective", 2, 2, net)
+    assert k == sweep_spec.run_key("b", "tiny", {"lr": 1}, "collective", 2, 2, net_missing)
+    assert k != sweep_spec.run_key("b", "tiny", {"lr": 2}, "collective", 2, 2, net)
+    assert k != sweep_spec.run_key("b", "tiny", {"lr": 1}, "collective", 2, 2, netem.network_dict(netem.shaping_from("10gbe"), 2))
+    assert k != sweep_spec.run_key("b", "tiny", {"lr": 1}, "collective", 1, 2, net)
 
 
 def test_progress_line():
-    (cell,) = sweep.expand(_spec({"benchmark": "resnet50", "preset": "tiny"}))
+    (cell,) = sweep_spec.expand(_spec({"benchmark": "resnet50", "preset": "tiny"}))
     assert sweep.progress_line(2, 5, cell, 1, 75, 130) == (
         "cell 2/5 resnet50 tiny collective 1x1 repeat 1/3 | elapsed 1m15s ETA 2m10s")
     assert sweep.progress_line(1, 5, cell, 1, 0, None).endswith("elapsed 0s ETA ?")
@@ -107,7 +139,7 @@ def _state(nodes, shaping="1gbe"):
 
 
 def test_collective_nodes_each_run_a_launcher_in_their_namespace():
-    (cell,) = sweep.expand(_spec({"benchmark": "resnet50", "preset": "tiny", "network": "1gbe", "nodes": 2,
+    (cell,) = sweep_spec.expand(_spec({"benchmark": "resnet50", "preset": "tiny", "network": "1gbe", "nodes": 2,
                                   "devices_per_node": 1}))
     launches, network = sweep.node_launches(cell, _state(2), "/L", "/r.jsonl", {"PATH": "/bin"})
     assert [l.name for l in launches] == ["node0", "node1"] and network["profile"] == "1gbe"
@@ -128,7 +160,7 @@ def test_collective_nodes_each_run_a_launcher_in_their_namespace():
 def test_ps_servers_and_workers_spread_over_nodes(tmp_path):
     (tmp_path / "parameter_server").mkdir()
     (tmp_path / "parameter_server" / "ctr.py").write_text("")
-    (cell,) = sweep.expand(_spec({"benchmark": "ctr", "method": "async", "servers_workers": "1/3",
+    (cell,) = sweep_spec.expand(_spec({"benchmark": "ctr", "method": "async", "servers_workers": "1/3",
                                   "network": "10gbe", "nodes": 2}), root=tmp_path)
     launches, _ = sweep.node_launches(cell, _state(2, "10gbe"), "/L", "/r.jsonl", {})
     assert len(launches) == 2
@@ -144,13 +176,13 @@ def test_ps_servers_and_workers_spread_over_nodes(tmp_path):
 
 
 def test_sweep_presets_are_valid_files():
-    names = sorted(f for f in os.listdir(sweep.SWEEP_DIR) if f.endswith(".yaml"))
+    names = sorted(f for f in os.listdir(sweep_spec.SWEEP_DIR) if f.endswith(".yaml"))
     assert "demo.yaml" in names
     for name in names:
-        path = os.path.join(sweep.SWEEP_DIR, name)
+        path = os.path.join(sweep_spec.SWEEP_DIR, name)
         try:
-            sweep.expand(sweep.load_spec(path), path)
-        except sweep.SweepError as e:
+            sweep_spec.expand(sweep_spec.load_spec(path), path)
+        except sweep_spec.SweepError as e:
             if "no script for benchmark" in str(e):
                 pytest.skip(f"{name}: a benchmark it names is not written yet ({e})")
             raise
@@ -184,7 +216,7 @@ def test_bad_config_fails_before_anything_runs(tmp_path):
 
 def _job_processes(token):
     """Live processes that inherited this test's token (the whole job, whatever its tree)."""
-    return launch.job_pids(token, variable="SWEEP_TEST_TOKEN")
+    return procs.job_pids(token, variable="SWEEP_TEST_TOKEN")
 
 
 def _wait_for(check, timeout):

@@ -23,7 +23,7 @@ def env(**extra) -> dict:
 def _run(cmd, timeout, env_extra) -> subprocess.CompletedProcess:
     """Run a job; on timeout kill every process tagged with its job id (Paddle's launcher starts
     each rank in a session of its own, so killing the launcher alone would leave ranks running)."""
-    from fleetbench.cluster.launch import job_pids
+    from fleetbench.cluster.procs import job_pids
 
     job_id = uuid.uuid4().hex
     try:

@@ -1,31 +1,14 @@
 """`fleetbench sweep FILE.yaml | --preset NAME`: a matrix of benchmark runs, one at a time.
 
-A sweep file lists cell groups; list values are axes, and a group expands to their product:
-
-    repeats: 3                      # default 3; each repeat is one stored run
-    cells:
-      - benchmark: resnet50         # collective/resnet50.py (or parameter_server/<name>.py)
-        preset: tiny
-        devices_per_node: [1, 2]    # processes per node (collective)
-      - benchmark: ctr
-        preset: tiny
-        method: [sync, async, geo]  # collective: config key `method`; PS: the PS mode key
-        servers_workers: ["1/1", "2/2"]
-      - benchmark: resnet50
-        preset: tiny
-        network: [1gbe, 10gbe]      # an emulated cluster per profile (root); nodes default to 2
-
-Other cell keys: script, nodes, set (config overrides; list values are axes too), timeout, stall,
-startup (seconds allowed before the first progress line; default: stall).
-Every cell's config is resolved with the benchmark's own `--check` before anything runs, so a bad
-key fails the sweep at once, naming it. A run's identity is `results.config_hash` of what makes it
-the same cell (benchmark, preset, resolved config, mode, nodes, world size, network); cells whose
-repeats are already in the results file are skipped, which is how an interrupted sweep resumes.
-A failed run is stored (error set) and the sweep goes on; failed runs are run again on resume.
+The sweep file and its cells: fleetbench.cluster.sweep_spec. Every cell's config is resolved with
+the benchmark's own `--check` before anything runs, so a bad key fails the sweep at once, naming
+it; so does a results file that cannot be written. Cells whose repeats are already in the results
+file are skipped, which is how an interrupted sweep resumes. A failed run is stored (error set)
+and the sweep goes on; failed runs are run again on resume. Each run is a supervised job
+(fleetbench.cluster.job), with the same fault reports as `fleetbench launch`.
 """
 import argparse
 import dataclasses
-import itertools
 import json
 import os
 import random
@@ -33,203 +16,10 @@ import signal
 import sys
 import time
 
-import yaml
-
-from fleetbench.cluster import launch, netem
+from fleetbench.cluster import failure, job, netem, preflight
+from fleetbench.cluster.sweep_spec import (METHOD_KEY, REPO_ROOT, SWEEP_DIR, SweepError, cell_key, expand,
+                                           load_spec, planned_network, record_key, sweep_path)
 from fleetbench.measure import registry, results
-
-REPO_ROOT = str(registry.REPO_ROOT)
-SWEEP_DIR = str(registry.SWEEP_DIR)
-METHOD_KEY = registry.METHOD_KEY
-TOP_KEYS = {"description", "repeats", "timeout", "stall", "startup", "cells"}
-CELL_KEYS = {"benchmark", "script", "mode", "preset", "devices_per_node", "nodes", "method", "servers_workers",
-             "network", "set", "repeats", "timeout", "stall", "startup"}
-DEFAULTS = {"repeats": 3, "timeout": 900.0, "stall": 300.0, "startup": None}  # startup None: = stall
-
-
-class SweepError(ValueError):
-    """A bad sweep file or option; one line naming the file and key."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Cell:
-    benchmark: str
-    script: str
-    mode: str
-    preset: str
-    sets: tuple
-    method: str = None
-    nodes: int = 1
-    devices_per_node: int = 1
-    servers: int = 0
-    workers: int = 0
-    network: str = None
-    repeats: int = 3
-    timeout: float = 900.0
-    stall: float = 300.0
-    startup: float = None
-
-    @property
-    def world_size(self):
-        return self.workers if self.mode == "ps" else self.nodes * self.devices_per_node
-
-    def extra_sets(self):
-        """Config overrides other than the method (they tell cells of one shape apart)."""
-        return [s for s in self.sets if not s.startswith(f"{METHOD_KEY[self.mode]}=")]
-
-    def label(self):
-        shape = (f"{self.servers}s/{self.workers}w" if self.mode == "ps"
-                 else f"{self.nodes}x{self.devices_per_node}")
-        extra = " ".join(self.extra_sets())
-        parts = [self.benchmark, self.preset, self.mode, self.method or "", shape,
-                 f"nodes={self.nodes}" if self.mode == "ps" and self.nodes > 1 else "",
-                 f"net={self.network}" if self.network else "", extra]
-        return " ".join(p for p in parts if p)
-
-    def script_args(self, results_path):
-        args = ["--preset", self.preset]
-        for s in self.sets:
-            args += ["--set", s]
-        return args + ["--results", results_path]
-
-
-# ----------------------------------------------------------------------------------------------
-# Pure part: sweep files -> cells
-
-
-def load_spec(path):
-    try:
-        with open(path) as f:
-            spec = yaml.safe_load(f)
-    except OSError as e:
-        raise SweepError(f"{path}: cannot read sweep file ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise SweepError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(spec, dict) or not isinstance(spec.get("cells"), list) or not spec["cells"]:
-        raise SweepError(f"{path}: expected a mapping with a non-empty list `cells`")
-    unknown = set(spec) - TOP_KEYS
-    if unknown:
-        raise SweepError(f"{path}: unknown key {sorted(unknown)[0]!r} (expected {', '.join(sorted(TOP_KEYS))})")
-    return spec
-
-
-def find_script(benchmark, script=None, root=REPO_ROOT):
-    """(path, family) of a registered benchmark; with `script:` a file of the benchmark's family
-    (a variant of it); (None, None) when there is none."""
-    bench = registry.BENCHMARKS.get(benchmark)
-    if bench is None:
-        return None, None
-    if script:
-        path = script if os.path.isabs(script) else os.path.join(root, script)
-        return (path, bench.family) if os.path.exists(path) else (None, None)
-    return str(bench.path), bench.family
-
-
-def _axis(value):
-    return value if isinstance(value, list) else [value]
-
-
-def expand(spec, where="sweep", root=REPO_ROOT):
-    """All cells of a sweep spec, in file order (raises SweepError naming where and the key)."""
-    top = {k: spec.get(k, v) for k, v in DEFAULTS.items()}
-    cells = []
-    for gi, group in enumerate(spec["cells"], start=1):
-        at = f"{where}: cells[{gi}]"
-        if not isinstance(group, dict):
-            raise SweepError(f"{at}: expected a mapping")
-        unknown = set(group) - CELL_KEYS
-        if unknown:
-            raise SweepError(f"{at}: unknown key {sorted(unknown)[0]!r} (expected {', '.join(sorted(CELL_KEYS))})")
-        if not isinstance(group.get("benchmark"), str):
-            raise SweepError(f"{at}: `benchmark` must name one benchmark (e.g. resnet50)")
-        script, mode = find_script(group["benchmark"], group.get("script"), root)
-        if script is None:
-            raise SweepError(f"{at}: no script for benchmark {group['benchmark']!r} "
-                             f"(registered: {', '.join(registry.BENCHMARKS)})")
-        mode = group.get("mode", mode)
-        if mode not in METHOD_KEY:
-            raise SweepError(f"{at}: mode {mode!r}: expected one of {', '.join(METHOD_KEY)}")
-        sets = group.get("set") or {}
-        if not isinstance(sets, dict):
-            raise SweepError(f"{at}: `set` must be a mapping of config key -> value(s)")
-        set_axes = [[f"{k}={_scalar(v)}" for v in _axis(vals)] for k, vals in sets.items()]
-        axes = [_axis(group.get("preset", "full")), _axis(group.get("method")), _axis(group.get("network")),
-                _axis(group.get("devices_per_node", 1)), _axis(group.get("servers_workers", "1/1")),
-                _axis(group.get("nodes"))] + set_axes
-        for preset, method, network, per_node, sw, nodes, *chosen in itertools.product(*axes):
-            cells.append(_cell(at, group, top, script, mode, preset, method, network, per_node, sw, nodes, chosen))
-    return cells
-
-
-def _scalar(v):
-    return json.dumps(v) if isinstance(v, bool) else str(v)
-
-
-def _positive_int(at, key, value):
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise SweepError(f"{at}: {key} {value!r}: expected an integer >= 1")
-    return value
-
-
-def _cell(at, group, top, script, mode, preset, method, network, per_node, sw, nodes, chosen):
-    if network is not None and network not in netem.PROFILES:
-        raise SweepError(f"{at}: network {network!r}: expected one of {', '.join(netem.PROFILES)}")
-    nodes = _positive_int(at, "nodes", nodes if nodes is not None else (2 if network else 1))
-    if nodes > 1 and network is None:
-        raise SweepError(f"{at}: nodes {nodes} on one machine needs a `network` profile (an emulated cluster)")
-    servers = workers = 0
-    if mode == "ps":
-        try:
-            servers, workers = (int(x) for x in str(sw).split("/"))
-        except ValueError:
-            raise SweepError(f"{at}: servers_workers {sw!r}: expected SERVERS/WORKERS like 2/2") from None
-        _positive_int(at, "servers", servers), _positive_int(at, "workers", workers)
-    sets = tuple(chosen)
-    if method is not None:
-        sets = (f"{METHOD_KEY[mode]}={method}",) + sets
-    knobs = {k: group.get(k, top[k]) for k in DEFAULTS}
-    _positive_int(at, "repeats", knobs["repeats"])
-    for k in ("timeout", "stall", "startup"):
-        if k == "startup" and knobs[k] is None:
-            continue
-        if not isinstance(knobs[k], (int, float)) or isinstance(knobs[k], bool) or knobs[k] <= 0:
-            raise SweepError(f"{at}: {k} {knobs[k]!r}: expected seconds > 0")
-    return Cell(group["benchmark"], script, mode, str(preset), sets, method, nodes,
-                _positive_int(at, "devices_per_node", per_node), servers, workers, network,
-                knobs["repeats"], float(knobs["timeout"]), float(knobs["stall"]),
-                None if knobs["startup"] is None else float(knobs["startup"]))
-
-
-def network_key(network):
-    """The part of a network dict that makes runs comparable (what was asked for)."""
-    if not network:
-        return None
-    return {"profile": network.get("profile"), "rate_gbit": network.get("rate_gbit"),
-            "delay_ms": network.get("delay_ms_requested", network.get("delay_ms"))}
-
-
-def run_key(benchmark, preset, config, mode, nodes, world_size, network):
-    """results.config_hash of a run's identity; `runtime` (device, threads, versions the loop
-    adds to the stored config) and what the network could not apply are not part of it."""
-    config = {k: v for k, v in config.items() if k != "runtime"}
-    return results.config_hash({"benchmark": benchmark, "preset": preset, "config": config, "mode": mode,
-                                "nodes": nodes, "world_size": world_size, "network": network_key(network)})
-
-
-def record_key(rec):
-    return run_key(rec["benchmark"], rec.get("preset"), rec["config"], rec["mode"], rec["nodes"],
-                   rec["world_size"], rec.get("network"))
-
-
-def planned_network(cell):
-    if not cell.network:
-        return None
-    return netem.network_dict(netem.shaping_from(cell.network), cell.nodes)
-
-
-def cell_key(cell, config):
-    return run_key(cell.benchmark, cell.preset, config, cell.mode, cell.nodes, cell.world_size,
-                   planned_network(cell))
 
 
 def duration(seconds):
@@ -271,7 +61,7 @@ class Interrupted(Exception):
 
 
 def _raise_interrupt(sig, _frame):
-    raise Interrupted(launch.signal_name(sig))
+    raise Interrupted(signal.Signals(sig).name)
 
 
 class Cluster:
@@ -338,23 +128,22 @@ def node_launches(cell, state, log_dir, results_path, base_env):
         if flags is None:
             continue
         node_dir = os.path.join(log_dir, f"node{node.index}")
-        cmd = ["ip", "netns", "exec", node.netns] + launch.paddle_command(
-            flags + ["--host", node.ip], node_dir, cell.script, args)
-        env = launch.child_env(base_env, {"GLOO_SOCKET_IFNAME": node.ifname, "POD_IP": node.ip,
+        env = job.child_env(base_env, {"GLOO_SOCKET_IFNAME": node.ifname, "POD_IP": node.ip,
                                           "FLEETBENCH_NODES": str(cell.nodes),
                                           "FLEETBENCH_NETWORK": json.dumps(network)})
         if "FLEETBENCH_OMP_THREADS" not in env:
             env.update(FLEETBENCH_OMP_THREADS=str(shared_threads(cell)),
                        FLEETBENCH_OMP_THREADS_BY="fleetbench sweep: equal share of cores across emulated nodes")
-        launches.append(launch.NodeLaunch(cmd, node_dir, env, name=f"node{node.index}"))
+        launches.append(job.NodeLaunch.paddle(flags + ["--host", node.ip], node_dir, cell.script, args, env,
+                                              name=f"node{node.index}", prefix=["ip", "netns", "exec", node.netns]))
     return launches, network
 
 
 def local_launch(cell, log_dir, results_path, base_env):
     flags = (["--server_num", str(cell.servers), "--trainer_num", str(cell.workers)] if cell.mode == "ps"
              else ["--nproc_per_node", str(cell.devices_per_node)])
-    cmd = launch.paddle_command(flags, log_dir, cell.script, cell.script_args(results_path))
-    return [launch.NodeLaunch(cmd, log_dir, launch.child_env(base_env, {"FLEETBENCH_NODES": "1"}))]
+    env = job.child_env(base_env, {"FLEETBENCH_NODES": "1"})
+    return [job.NodeLaunch.paddle(flags, log_dir, cell.script, cell.script_args(results_path), env)]
 
 
 class Sweep:
@@ -373,8 +162,9 @@ class Sweep:
             key = (cell.script, cell.preset, cell.sets)
             if key not in self.configs:
                 try:
-                    self.configs[key] = launch.check_config(cell.script, list(cell.script_args(self.results_path)[:-2]), env)
-                except launch.LaunchError as e:
+                    self.configs[key] = preflight.check_config(cell.script, list(cell.script_args(self.results_path)[:-2]),
+                                                               env)
+                except preflight.LaunchError as e:
                     raise SweepError(f"cell {i} ({cell.label()}): {e}") from None
 
     def config(self, cell):
@@ -425,19 +215,14 @@ class Sweep:
     def run_one(self, i, cell, repeat, base_env):
         log_dir = os.path.join(self.log_root, f"cell{i:02d}-r{repeat}-{time.strftime('%H%M%S')}")
         before = self.done_counts().get(cell_key(cell, self.config(cell)), 0)
-        network = None
         try:
-            if cell.network:
-                launches, network = node_launches(cell, self.cluster.ensure(cell), log_dir, self.results_path,
-                                                  base_env)
-            else:
-                launches = local_launch(cell, log_dir, self.results_path, base_env)
+            launches, network = self.launches(cell, log_dir, base_env)
         except netem.ClusterError as e:
             self.failed_runs += 1
             self.say(f"  -> FAILED to set up the cluster: {e}")
             return
-        sup = launch.Supervisor(launches, timeout=cell.timeout, stall=cell.stall, startup=cell.startup)
-        outcome = sup.run()
+        limits = job.Limits(timeout=cell.timeout, stall=cell.stall, startup=cell.startup)
+        outcome = job.supervise(launches, limits)
         if outcome.status == "interrupted":
             raise Interrupted(outcome.detail)
         after = self.done_counts().get(cell_key(cell, self.config(cell)), 0)
@@ -450,15 +235,25 @@ class Sweep:
             outcome = dataclasses.replace(outcome, status="failed",
                                           detail="the run finished without storing a matching result record")
         self.failed_runs += 1
-        identity = launch.RunIdentity(cell.benchmark, cell.mode, str(self.config(cell).get(METHOD_KEY[cell.mode])
-                                                                     or cell.method or "unknown"),
-                                      cell.preset, self.config(cell), cell.nodes,
-                                      max(1, cell.world_size // cell.nodes), cell.world_size,
-                                      network or planned_network(cell))
-        results.append(self.results_path, launch.failure_record(identity, outcome))
+        failure.store_failure(self.results_path, self.identity(cell, network), outcome)
         self.say(f"  -> FAILED: {outcome.detail} (logs: {log_dir})")
-        for line in launch.format_report(outcome).splitlines()[1:]:
+        for line in outcome.report().splitlines()[1:]:
             self.say(f"     {line}")
+
+    def launches(self, cell, log_dir, base_env):
+        """(the cell's Paddle launchers, the network they run on or None)."""
+        if cell.network:
+            return node_launches(cell, self.cluster.ensure(cell), log_dir, self.results_path, base_env)
+        return local_launch(cell, log_dir, self.results_path, base_env), None
+
+    def identity(self, cell, network):
+        """What a failure record of this cell says the run was."""
+        config = self.config(cell)
+        return failure.RunIdentity(
+            benchmark=cell.benchmark, mode=cell.mode, method=str(config.get(METHOD_KEY[cell.mode]) or cell.method
+                                                                 or "unknown"),
+            preset=cell.preset, config=config, nodes=cell.nodes, devices_per_node=max(1, cell.world_size // cell.nodes),
+            world_size=cell.world_size, network=network or planned_network(cell))
 
     def summary(self):
         """mean ± std per sweep cell (results.aggregate over that cell's runs), efficiency against
@@ -496,44 +291,42 @@ def _parser():
     return p
 
 
-def sweep_path(args):
-    if bool(args.file) == bool(args.preset):
-        raise SweepError("give a sweep FILE.yaml or --preset NAME (one of them)")
-    if args.file:
-        return args.file
-    path = os.path.join(SWEEP_DIR, f"{args.preset}.yaml")
-    if not os.path.exists(path):
-        names = sorted(f[:-5] for f in os.listdir(SWEEP_DIR) if f.endswith(".yaml"))
-        raise SweepError(f"--preset {args.preset!r}: no such sweep (available: {', '.join(names)})")
-    return path
+def prepare(args):
+    """The sweep to run, every input checked (one line naming the file or flag if not)."""
+    path = sweep_path(args)
+    spec = load_spec(path)
+    if args.repeats is not None:
+        if args.repeats < 1:
+            raise SweepError(f"--repeats {args.repeats}: expected >= 1")
+        spec = dict(spec, repeats=args.repeats, cells=[{k: v for k, v in c.items() if k != "repeats"}
+                                                       for c in spec["cells"]])
+    cells = expand(spec, path)
+    preflight.check_results_path(args.results)
+    name = os.path.splitext(os.path.basename(path))[0]
+    sweep = Sweep(cells, args.results, args.log_dir or os.path.join("log", f"sweep-{name}"),
+                  cluster_prefix=args.cluster_name)
+    sweep.resolve_configs(job.child_env())
+    return sweep
 
 
 def cli(argv):
     args = _parser().parse_args(argv)
     old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        path = sweep_path(args)
-        spec = load_spec(path)
-        if args.repeats is not None:
-            if args.repeats < 1:
-                raise SweepError(f"--repeats {args.repeats}: expected >= 1")
-            spec = dict(spec, repeats=args.repeats, cells=[{k: v for k, v in c.items() if k != "repeats"}
-                                                           for c in spec["cells"]])
-        cells = expand(spec, path)
-        name = os.path.splitext(os.path.basename(path))[0]
-        sweep = Sweep(cells, args.results, args.log_dir or os.path.join("log", f"sweep-{name}"),
-                      cluster_prefix=args.cluster_name)
-        env = launch.child_env()
-        sweep.resolve_configs(env)
+        sweep = prepare(args)
         if args.dry_run:
             for i, (cell, done) in enumerate(sweep.plan(), start=1):
-                print(f"cell {i}/{len(cells)} {cell.label()}: {done}/{cell.repeats} done")
+                print(f"cell {i}/{len(sweep.cells)} {cell.label()}: {done}/{cell.repeats} done")
             return 0
         sweep.run(dict(os.environ))
         return 1 if sweep.failed_runs else 0
-    except (SweepError, results.RecordError, netem.ClusterError, ValueError) as e:
+    except (SweepError, preflight.LaunchError, results.RecordError, netem.ClusterError) as e:
         print(f"fleetbench sweep: error: {e}", file=sys.stderr)
         return 2
+    except failure.StoreError as e:  # the store broke during the sweep: going on would lose results
+        print(f"fleetbench sweep: error: {e}; runs stored before are kept, fix it and run the same "
+              f"command again to resume", file=sys.stderr)
+        return 1
     except (Interrupted, KeyboardInterrupt) as e:
         print(f"fleetbench sweep: interrupted ({e or 'SIGINT'}); finished runs are stored, "
               f"run the same command again to resume", file=sys.stderr)

@@ -1,0 +1,89 @@
+"""Checks made before a job starts: a bad input is one line naming the flag, exit 2, no process
+of the job started and nothing stored (instead of a traceback after minutes of training).
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+# Paddle's own device parsing (paddle/distributed/launch/context/device.py), run in a child so
+# the launcher itself does not import paddle: the device type and the ids --devices may name.
+DEVICE_PROBE = """import json
+from paddle.distributed.launch.context.device import Device
+d = Device.parse_device()
+print(json.dumps({"type": d.dtype, "labels": d.labels}))"""
+
+
+class LaunchError(ValueError):
+    """Bad input; the message is one line naming the flag or file."""
+
+
+def check_results_path(path, flag="--results"):
+    """Raise LaunchError unless a record could be appended to `path`. Tried for real (opening
+    the file for append, or creating and removing a file where it would go): for root,
+    access() says yes to anything, even under /proc."""
+    if os.path.isdir(path):
+        raise LaunchError(f"{flag} {path}: is a directory, expected a results file (.jsonl)")
+    if os.path.exists(path):
+        try:
+            open(path, "ab").close()  # appending nothing changes nothing
+        except OSError as e:
+            raise LaunchError(f"{flag} {path}: cannot append to it ({e.strerror or e})") from None
+        return
+    parent = _nearest_existing(os.path.dirname(os.path.abspath(path)))
+    if not os.path.isdir(parent):
+        raise LaunchError(f"{flag} {path}: {parent} is not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".fleetbench-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise LaunchError(f"{flag} {path}: cannot create files in {parent} ({e.strerror or e})") from None
+
+
+def _nearest_existing(path):
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def visible_devices(env, timeout=120):
+    """{'type': 'gpu'|'xpu'|'cpu'|..., 'labels': [...]} as Paddle's launcher will see them, or
+    None when that cannot be told (Paddle's launcher then decides)."""
+    try:
+        p = subprocess.run([sys.executable, "-c", DEVICE_PROBE], env=env, capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+    found = [line for line in p.stdout.splitlines() if line.startswith("{")]
+    return json.loads(found[-1]) if p.returncode == 0 and found else None
+
+
+def check_devices(flag, ids, env):
+    """Raise LaunchError unless every device id in `ids` ('0,1,2') is one Paddle can use here
+    (GPU path: by Paddle's own parsing, untested on this CPU-only machine)."""
+    found = visible_devices(env)
+    if found is None:
+        return
+    if found["type"] == "cpu":
+        raise LaunchError(f"{flag} {ids}: this Paddle build sees no GPU or other device (it runs on CPU); "
+                          f"on CPU give --nproc_per_node N instead")
+    missing = [d for d in ids.split(",") if d not in found["labels"]]
+    if missing:
+        raise LaunchError(f"{flag} {ids}: device(s) {','.join(missing)} not visible here (visible "
+                          f"{found['type']} devices: {','.join(found['labels']) or 'none'})")
+
+
+def check_config(script, script_args, env, timeout=120):
+    """A benchmark's resolved config from its own `--check` (validates, trains nothing)."""
+    try:
+        p = subprocess.run([sys.executable, script, *script_args, "--check"], env=env, capture_output=True,
+                           text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise LaunchError(f"{script} --check did not finish within {timeout} s") from None
+    lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
+    if p.returncode != 0 or not lines:
+        err = [line for line in (p.stderr or p.stdout).strip().splitlines() if line.strip()]
+        raise LaunchError(err[-1] if err else f"{script} --check failed with code {p.returncode}")
+    return json.loads(lines[-1])

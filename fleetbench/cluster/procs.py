@@ -1,0 +1,158 @@
+"""Facts about processes, read from Linux's /proc, and the few prctl calls the launcher needs.
+
+The supervisor and the rank wrapper both use these: which processes belong to a job, whether a
+process is stopped (state T) or burning CPU, and whether a given process (pid plus start time, so
+a reused pid is not mistaken for it) still exists.
+"""
+import ctypes
+import dataclasses
+import os
+import signal
+
+from fleetbench.measure.registry import JOB_ENV
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+STOPPED_STATES = ("T", "t")  # stopped by a signal (SIGSTOP, ^Z) or by a tracer
+DEAD_STATES = ("Z", "X")
+
+
+@dataclasses.dataclass(frozen=True)
+class Stat:
+    """The fields of /proc/PID/stat that the launcher reads."""
+    state: str    # R running, S sleeping, D disk wait, T stopped, Z zombie, ...
+    ppid: int
+    ticks: int    # utime + stime of all its threads, in clock ticks
+    start: int    # start time after boot, in clock ticks: with the pid, names one process
+
+
+def read_stat(pid):
+    """Stat of a process, or None when it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            # the command name (field 2) may contain spaces and parentheses: split after the last ")"
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return Stat(fields[0], int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[19]))
+
+
+def alive(pid):
+    stat = read_stat(pid)
+    return stat is not None and stat.state not in DEAD_STATES
+
+
+def process_table():
+    """{pid: Stat} of every process on the machine (one pass over /proc)."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = read_stat(entry)
+            if stat is not None:
+                table[int(entry)] = stat
+    return table
+
+
+def tree_ticks(table, root):
+    """CPU ticks of a process and all its descendants (a rank's DataLoader workers count)."""
+    children = {}
+    for pid, stat in table.items():
+        children.setdefault(stat.ppid, []).append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in table:
+            total += table[pid].ticks
+            todo.extend(children.get(pid, ()))
+    return total
+
+
+def job_pids(job_id, variable=JOB_ENV):
+    """Pids of live processes whose environment carries this job's id (zombies and the caller
+    excluded): the whole job, whatever its process tree, and nothing else on the machine."""
+    marker = f"{variable}={job_id}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if marker not in f.read().split(b"\0"):
+                    continue
+        except OSError:
+            continue
+        if alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+def boot_id():
+    """This machine's boot id: pids and start times mean something only on the same boot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
+def token(pid=None):
+    """'boot:pid:start' naming one process for as long as it lives (pids are reused; with the
+    start time and the machine's boot id they are not)."""
+    pid = os.getpid() if pid is None else pid
+    stat = read_stat(pid)
+    return f"{boot_id()}:{pid}:{stat.start}" if stat else None
+
+
+def token_alive(text):
+    """Whether the process named by token() still exists. A token of another machine (an
+    environment forwarded to a remote host) cannot be checked here: taken as alive."""
+    boot, pid, start = (str(text).split(":") + ["", "", ""])[:3]
+    if boot != boot_id():
+        return True
+    stat = read_stat(pid) if pid.isdigit() else None
+    return stat is not None and stat.state not in DEAD_STATES and str(stat.start) == start
+
+
+def send(pids, sig):
+    """Signal each pid, ignoring those already gone."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def reap_children(exclude=()):
+    """Collect exited children other than `exclude` (orphans re-parented to us as subreaper;
+    the excluded ones are Popen objects' own, whose exit codes Popen must read)."""
+    for pid, stat in process_table().items():
+        if stat.state == "Z" and stat.ppid == os.getpid() and pid not in exclude:
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def _prctl(option, value):
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, value)
+    except (OSError, AttributeError):  # not Linux: the launcher then has no such safety net
+        pass
+
+
+def become_subreaper():
+    """Orphaned descendants become our children (instead of init's), so we can reap them."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def die_with_parent(sig=signal.SIGKILL):
+    """The calling process gets `sig` when its parent exits. Call it in a child between fork
+    and exec (Popen's preexec_fn): it survives exec, and the parent is then the Popen caller."""
+    _prctl(PR_SET_PDEATHSIG, sig)
+
+
+def signal_name(num):
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"

@@ -1,0 +1,124 @@
+"""The rank wrapper: `python -m fleetbench.cluster.rankwrap SCRIPT [ARGS]`.
+
+`fleetbench launch` has Paddle's launcher run this module in place of each rank's script. It starts
+the script, waits for it, and writes what happened as JSON lines to `.fbrank-<job>-<pid>` in the
+log directory: a `start` event (role, rank, wrapper and script pids, log file) and an `exit` event
+(exit code or signal, whether someone asked it to stop). Paddle's own report names the first
+failed rank in container order, not the first to fail; these events let the supervisor tell.
+
+It also ends its job when the supervisor is gone (`kill -9` of `fleetbench launch`): nothing
+would stop a hung job then, and rank 0 would still append a record much later. The supervisor
+passes its identity (pid and start time) in FLEETBENCH_SUPERVISOR; the wrapper checks it twice a
+second and, once it is gone, stops every process carrying the job's id.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from fleetbench.cluster import procs
+from fleetbench.measure.registry import JOB_ENV
+
+SUPERVISOR_ENV = "FLEETBENCH_SUPERVISOR"  # procs.token() of the supervising process
+WATCH_S = 0.5                             # how often the supervisor's existence is checked
+ORPHAN_GRACE_S = 2.0                      # SIGTERM, then SIGKILL after this long
+EVENTS_PREFIX = ".fbrank-"
+ROLES = {"PSERVER": "server", "TRAINER": "worker", "HETER_TRAINER": "heter"}
+
+
+def events_path(log_dir, job_id, pid):
+    return os.path.join(log_dir or ".", f"{EVENTS_PREFIX}{job_id}-{pid}")
+
+
+def rank_identity(env):
+    """(role, rank) of this process from the variables Paddle's launchers set."""
+    role = ROLES.get(env.get("TRAINING_ROLE", ""), (env.get("TRAINING_ROLE") or "worker").lower())
+    if role == "server":
+        me = f"{env.get('POD_IP', '')}:{env.get('PADDLE_PORT', '')}"
+        servers = env.get("PADDLE_PSERVERS_IP_PORT_LIST", "").split(",")
+        return role, servers.index(me) if me in servers else int(env.get("PADDLE_PORT", "-1"))
+    return role, int(env.get("PADDLE_TRAINER_ID", env.get("PADDLE_GLOBAL_RANK", "0")))
+
+
+class Events:
+    """The wrapper's event file; every line carries who we are and when."""
+
+    def __init__(self, env):
+        self.role, self.rank = rank_identity(env)
+        try:
+            self.log = os.readlink("/proc/self/fd/1")  # the rank log Paddle redirected us to
+        except OSError:
+            self.log = None
+        self.path = events_path(env.get("PADDLE_LOG_DIR"), env.get(JOB_ENV, "nojob"), os.getpid())
+
+    def write(self, **fields):
+        line = dict(fields, pid=os.getpid(), role=self.role, rank=self.rank, log=self.log, t=time.time())
+        with open(self.path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
+def stop_job(job_id):
+    """Stop every process of the job but ourselves: SIGTERM (with SIGCONT, so a stopped process
+    acts on it), then SIGKILL what is left after a grace period."""
+    pids = procs.job_pids(job_id)
+    procs.send(pids, signal.SIGTERM)
+    procs.send(pids, signal.SIGCONT)
+    deadline = time.monotonic() + ORPHAN_GRACE_S
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.1)
+        pids = [p for p in pids if procs.alive(p)]
+    procs.send(pids, signal.SIGKILL)
+
+
+def watch_supervisor(supervisor, job_id, events):
+    """Thread body: end the job once the supervising process no longer exists."""
+    while procs.token_alive(supervisor):
+        time.sleep(WATCH_S)
+    events.write(event="orphaned", supervisor=supervisor)
+    print(f"fleetbench rank wrapper: the supervisor ({supervisor}) is gone; stopping job {job_id}",
+          file=sys.stderr, flush=True)
+    stop_job(job_id)
+
+
+def main(argv):
+    if not argv:
+        print("usage: python -m fleetbench.cluster.rankwrap SCRIPT [ARGS]", file=sys.stderr)
+        return 2
+    events = Events(os.environ)
+    supervisor = os.environ.get(SUPERVISOR_ENV)
+    if supervisor and not procs.token_alive(supervisor):
+        print(f"fleetbench rank wrapper: the supervisor ({supervisor}) is gone; not starting",
+              file=sys.stderr, flush=True)
+        return 1
+    asked = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        # The script shares our process group, so a group signal reaches it directly; we stay
+        # to record how it ended.
+        signal.signal(sig, lambda s, _f: asked.append(s))
+    # If the wrapper is SIGKILLed (Paddle's force-stop kills only the container's first pid),
+    # the script must not live on as an orphan.
+    child = subprocess.Popen([sys.executable, "-u", *argv], preexec_fn=procs.die_with_parent)
+    events.write(event="start", child=child.pid)
+    if supervisor:
+        threading.Thread(target=watch_supervisor, args=(supervisor, os.environ.get(JOB_ENV), events),
+                         daemon=True).start()
+    code = child.wait()
+    events.write(event="exit", code=code, signal=-code if code < 0 else None, asked_to_stop=bool(asked))
+    return end_like(code)
+
+
+def end_like(code):
+    """End the way the script did, so Paddle's launcher sees what the script saw."""
+    if code < 0:
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        return 128 - code  # a signal whose default action is not to terminate
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,77 @@
+"""Which rank to blame, from what the supervisor observed (pure: no processes, no files).
+
+A failed job usually has one cause and several ranks that failed because of it. The rules:
+- The root cause of a failure is the earliest abnormal exit that nobody asked for (Paddle's
+  launcher stops the other ranks after a failure; those exits are effects).
+- Unless that rank died of a collective timeout (gloo gives up after ~30 s, compiled into Paddle
+  2.6.2): then it was a victim, waiting for a rank that never arrived, and the cause is among the
+  ranks that did not time out. A rank that is stopped (SIGSTOP: state T) is such a cause for sure.
+- A stalled (or timed-out) job blames the most suspect running rank: a stopped one; else the one
+  furthest behind (fewest steps logged; workers before servers, which log no steps); among equals
+  an idle one (no CPU time over the stall window); else the lowest rank.
+Paddle ranks have background threads, so a rank blocked in Python still uses ~0.3% of a core
+(measured here): only a stopped or truly blocked process is idle, and idleness only breaks ties.
+"""
+import time
+
+from fleetbench.cluster.ranks import COLLECTIVE_TIMEOUT
+
+SETTLE_S = 2.0  # after a first collective timeout, let the other victims time out too
+
+
+def abnormal(rank):
+    return bool(rank.exit and rank.exit["code"] != 0)
+
+
+def first_failure(ranks):
+    """The rank whose failure came first, or None."""
+    failed = sorted((r for r in ranks if abnormal(r)), key=lambda r: (r.asked_to_stop, r.exit["t"]))
+    if failed and not failed[0].asked_to_stop:
+        return failed[0]
+    vanished = [r for r in ranks if r.vanished]
+    return vanished[0] if vanished else (failed[0] if failed else None)
+
+
+def died_waiting(rank, tail):
+    """Did this rank end because a collective timed out (a victim of another rank)?"""
+    return abnormal(rank) and any(COLLECTIVE_TIMEOUT.search(line) for line in tail)
+
+
+def idle(rank, window, now):
+    return bool(window) and rank.idle_for(window, now)
+
+
+def suspicion(rank, steps, window, now):
+    """Sort key, most suspect first (see the module docstring)."""
+    clean_exit = bool(rank.exit) and not abnormal(rank)
+    return (not rank.stopped, clean_exit, rank.role != "worker", steps, not idle(rank, window, now), rank.rank)
+
+
+def most_suspect(candidates, steps_of, window, now):
+    """(rank, reason) of the most suspect candidate, or (None, None)."""
+    if not candidates:
+        return None, None
+    ordered = sorted(candidates, key=lambda r: suspicion(r, steps_of(r), window, now))
+    first, runner = ordered[0], (ordered[1] if len(ordered) > 1 else None)
+    if first.stopped:
+        return first, "stopped (process state T)"
+    if runner is None or (first.role, steps_of(first)) != (runner.role, steps_of(runner)):
+        return first, "furthest behind"
+    if idle(first, window, now) and not idle(runner, window, now):
+        return first, f"idle (no CPU time for {window:g} s; others as far)"
+    return first, "furthest behind (tied with others; the lowest rank is named)"
+
+
+def blame_failure(ranks, tail_of, steps_of, window, now):
+    """None while waiting for other victims to settle, else (culprit, victim or None, reason)."""
+    failed = first_failure(ranks)
+    if not died_waiting(failed, tail_of(failed)):
+        return failed, None, None
+    others = [r for r in ranks if r is not failed and not died_waiting(r, tail_of(r))]
+    if not others:
+        return failed, None, None
+    settling = time.time() - failed.exit["t"] < SETTLE_S
+    if settling and not any(r.stopped for r in others):
+        return None
+    culprit, reason = most_suspect(others, steps_of, window, now)
+    return culprit, failed, reason
