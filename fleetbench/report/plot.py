@@ -16,7 +16,7 @@ import os
 import sys
 
 from fleetbench.measure import results
-from fleetbench.report import charts, tables
+from fleetbench.report import arch, charts, tables
 from fleetbench.report import comm as comm_report
 # Other report modules (convergence, analysis.explain) reach the shared style and helpers through
 # this module; the style itself is defined in `style` only.
@@ -105,10 +105,12 @@ def run(paths, images_dir, readme=None, title="Results") -> list[str]:
         written += [png, png[:-4] + ".csv"]
         links[chart["name"]] = os.path.relpath(os.path.abspath(png), base).replace(os.sep, "/")
     section = tables.report_markdown(title, planned, links, list(paths), len(records))
-    comm_section, comm_files = comm_report.section(
-        records, images_dir, lambda png: os.path.relpath(os.path.abspath(png), base).replace(os.sep, "/"))
-    section += f"\n{comm_section}" if comm_section else ""
-    written += comm_files
+    # sections of their own: comm records, and models trained both ways (AllReduce vs PS)
+    for module in (comm_report, arch):
+        more, files = module.section(
+            records, images_dir, lambda png: os.path.relpath(os.path.abspath(png), base).replace(os.sep, "/"))
+        section += f"\n{more}" if more else ""
+        written += files
     if readme is None:
         sys.stdout.write(section)
     else:

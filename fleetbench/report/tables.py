@@ -94,11 +94,13 @@ def distinguishing(groups: list[dict]) -> list[str]:
     for group, t in zip(groups, traits):
         places.setdefault((group["network"], group["mode"], group["method"], layout(group)), []).append(t)
 
-    def varies(among, name):
-        return len({t.get(name) for t in among}) > 1
+    def varies(among, name, where_present=False):
+        return len({t.get(name) for t in among if not where_present or name in t}) > 1
 
+    # Across the table, a key only some groups have (a family's own, e.g. k_steps beside method
+    # for a model run both ways) distinguishes nothing the mode does not; at one place, any does.
     return [name for name in names
-            if (not _follows_from_place(name) and varies(traits, name))
+            if (not _follows_from_place(name) and varies(traits, name, where_present=True))
             or any(varies(among, name) for among in places.values())]
 
 
