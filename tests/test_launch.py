@@ -82,6 +82,18 @@ def test_job_shape():
     assert shape("--servers", "a:1", "--trainers", "a:2,b:3,b:4") == ("ps", 1, 3, 3)
 
 
+@pytest.mark.parametrize("argv, config, expected", [
+    (["--nproc_per_node", "2", "collective/resnet50.py"], {"method": "bsp"}, ("resnet50", "collective", "bsp")),
+    (["--server_num", "1", "--trainer_num", "1", "parameter_server/ctr.py"], {"mode": "async"}, ("ctr", "ps", "async")),
+    (["--nproc_per_node", "2", "collective/comm.py"], {"op": "all_reduce"}, ("comm", "comm", "all_reduce")),
+    (["--nproc_per_node", "2", "probe.py"], None, ("probe", "collective", "unknown")),
+])
+def test_what_a_failure_record_says_the_run_was(argv, config, expected):
+    identity = launch.identity_for(launch.parse_argv([a if not a.endswith(".py") else str(REPO / a) for a in argv]),
+                                   config)
+    assert (identity.benchmark, identity.mode, identity.method) == expected
+
+
 def test_progress_lines_are_the_timing_log_format():
     from fleetbench.measure.timing import log_line
 

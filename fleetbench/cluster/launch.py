@@ -161,9 +161,11 @@ def job_shape(args):
 def identity_for(args, config=None, network=None):
     mode, nodes, per_node, world = job_shape(args)
     benchmark = registry.for_script(args.script)
+    if benchmark is not None and benchmark.family == "comm":
+        mode = "comm"  # launched like a collective job; its records say comm
     if config is None:
         config = {"script": args.script, "script_args": args.script_args}
-    method = config.get("method") or config.get("mode") or "unknown"
+    method = config.get(registry.METHOD_KEY.get(mode, "method")) or "unknown"
     preset = args.script_flag("--preset", "full" if benchmark else None)
     return RunIdentity(benchmark=registry.name_for_script(args.script), mode=mode, method=str(method),
                        preset=preset, config=config, nodes=nodes, devices_per_node=per_node, world_size=world,
