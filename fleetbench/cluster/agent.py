@@ -37,6 +37,10 @@ import tempfile
 import threading
 import time
 
+from fleetbench.cluster import job, procs
+from fleetbench.cluster.rankwrap import SUPERVISOR_ENV
+from fleetbench.measure.registry import JOB_ENV
+
 SCRATCH = "@NODE_SCRATCH@"
 LOG_MARK = "FBLOG "    # FBLOG <file name>\t<line>
 EXIT_MARK = "FBEXIT "  # FBEXIT <launcher exit code>
@@ -90,41 +94,56 @@ def _watch_stdin(flag):
     flag.set()
 
 
-def stop_job(job_id, procs=(), grace_s=STOP_GRACE_S):
-    """SIGTERM every live process of this job on this host, SIGKILL what is left after grace_s.
-    Returns the pids still alive at the end (none, normally)."""
-    from fleetbench.cluster import launch
-
-    targets = set(launch.job_pids(job_id)) | {p.pid for p in procs if p.poll() is None}
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 3.0)):
-        for pid in targets:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+def stop_job(job_id, children=(), grace_s=STOP_GRACE_S):
+    """SIGTERM (and SIGCONT) every live process of this job on this host, SIGKILL what is left
+    after grace_s. Returns the pids still alive at the end (none, normally)."""
+    targets = set(procs.job_pids(job_id)) | {p.pid for p in children if p.poll() is None}
+    for sigs, wait_s in (((signal.SIGTERM, signal.SIGCONT), grace_s), ((signal.SIGKILL,), 3.0)):
+        for sig in sigs:
+            procs.send(targets, sig)
         deadline = time.monotonic() + wait_s
         while targets and time.monotonic() < deadline:
-            for p in procs:
+            for p in children:
                 p.poll()
             time.sleep(0.05)
-            targets = {pid for pid in targets if launch._alive(pid)} | set(launch.job_pids(job_id))
+            targets = {pid for pid in targets if procs.alive(pid)} | set(procs.job_pids(job_id))
         if not targets:
             break
     return sorted(targets)
 
 
-def node_command(spec, scratch):
-    """Paddle's launcher for this node, with the rank wrapper (fleetbench.cluster.launch)."""
-    from fleetbench.cluster import launch
+def interface_of(address):
+    """The network interface holding `address` on this host (`ip -o -4 addr`), or None."""
+    try:
+        out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[3].split("/")[0] == address:
+            return fields[1]
+    return None
 
+
+def node_env(spec):
+    """The launcher's environment on this node. Gloo must use the interface of the node's own
+    address (the one the other nodes reach it at) unless the user named one."""
+    extra = dict(spec["env"], **{JOB_ENV: spec["job"], SUPERVISOR_ENV: procs.token()})
+    if "GLOO_SOCKET_IFNAME" not in extra and "GLOO_SOCKET_IFNAME" not in os.environ:
+        ifname = interface_of(extra.get("POD_IP", ""))
+        if ifname:
+            extra["GLOO_SOCKET_IFNAME"] = ifname
+    return job.child_env(extra=extra)
+
+
+def node_command(spec, scratch):
+    """Paddle's launcher for this node, with the rank wrapper (fleetbench.cluster.rankwrap)."""
     args = [a.replace(SCRATCH, scratch) for a in spec["args"]]
-    return launch.paddle_command(spec["flags"], os.path.join(scratch, "log"), spec["script"], args)
+    return job.paddle_command(spec["flags"], os.path.join(scratch, "log"), spec["script"], args)
 
 
 def run_node(spec, out=sys.stdout):
     """Run this node's launcher and forward its logs until it ends or the head goes away."""
-    from fleetbench.cluster import launch
-
     scratch = tempfile.mkdtemp(prefix=f"fleetbench-{spec['job']}-")
     log_dir = os.path.join(scratch, "log")
     os.makedirs(log_dir)
@@ -132,7 +151,7 @@ def run_node(spec, out=sys.stdout):
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     threading.Thread(target=_watch_stdin, args=(stop,), daemon=True).start()
-    env = launch.child_env(extra=dict(spec["env"], **{launch.JOB_ENV: spec["job"]}))
+    env = node_env(spec)  # this agent is the node's supervisor (SUPERVISOR_ENV): if it vanishes, the ranks stop
     fwd = _Forwarder(log_dir, out)
     with open(os.path.join(log_dir, "launcher.log"), "ab") as log:
         proc = subprocess.Popen(node_command(spec, scratch), env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -197,10 +216,24 @@ class Mirror:
 
 def run_mirror(log_dir, transport, host):
     """Run the transport (ssh/srun argv) and mirror what the node's agent sends into log_dir.
-    Exit code: the node launcher's, or the transport's own when the agent never reported."""
+    Exit code: the node launcher's, or the transport's own when the agent never reported.
+
+    Stopping (SIGTERM from the supervisor) closes the transport's stdin: the agent stops the
+    node's job and reports, and only then does the connection end, so a stopped job is gone from
+    every node when the supervisor is done. The transport does not carry the job's id (the
+    supervisor would kill it first); it dies with the mirror (PR_SET_PDEATHSIG)."""
     mirror = Mirror(log_dir)
-    proc = subprocess.Popen(transport, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    signal.signal(signal.SIGTERM, lambda *_: proc.terminate())  # closes the connection: the node stops
+    env = {k: v for k, v in os.environ.items() if k not in (JOB_ENV, SUPERVISOR_ENV)}
+    proc = subprocess.Popen(transport, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                            preexec_fn=procs.die_with_parent)
+
+    def stop(*_):
+        proc.stdin.close()
+        timer = threading.Timer(STOP_GRACE_S + 3.0, proc.kill)  # an agent that does not answer
+        timer.daemon = True
+        timer.start()
+
+    signal.signal(signal.SIGTERM, stop)
     for raw in proc.stdout:
         mirror.line(raw.decode("utf-8", "replace").rstrip("\n"))
     code = proc.wait()

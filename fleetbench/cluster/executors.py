@@ -2,7 +2,7 @@
 
 | executor | where the launchers run | how |
 |---|---|---|
-| `local`  | this machine, one launcher | a child process |
+| `local`  | this machine, one launcher | a child process (fleetbench.cluster.job) |
 | `netns`  | emulated nodes (namespaces) | `ip netns exec NODE` + the launcher |
 | `ssh`    | the hosts of a hostfile | OpenSSH to each host runs fleetbench's node agent |
 | `slurm`  | the nodes of a Slurm allocation | one `srun --nodes=1 --nodelist=NODE` per node runs the agent |
@@ -32,6 +32,8 @@ import subprocess
 import sys
 
 from fleetbench.cluster import hosts as hostlib
+from fleetbench.cluster.job import NodeLaunch, child_env, paddle_command
+from fleetbench.cluster.rankwrap import SUPERVISOR_ENV
 from fleetbench.measure import registry
 
 FORWARD_PREFIXES = ("FLEETBENCH_", "NCCL_", "FLAGS_")
@@ -47,13 +49,17 @@ class Job:
     mode: str                 # collective | ps
     script: str
     args: tuple               # script arguments
-    counts: tuple = (1,)      # collective: processes per node, one per node
+    nodes: int = 1
+    counts: tuple = None      # collective: processes per node, one per node (None: 1 each)
     servers: int = 0          # ps: totals over all nodes
     workers: int = 0
+    flags: tuple = ()         # more Paddle launcher flags for every node (e.g. --devices 0,1)
 
-    @property
-    def nodes(self):
-        return len(self.counts)
+    def __post_init__(self):
+        if self.counts is None:
+            object.__setattr__(self, "counts", (1,) * self.nodes)
+        if len(self.counts) != self.nodes:
+            raise ValueError(f"Job: {len(self.counts)} process counts for {self.nodes} nodes")
 
 
 def spread(total, nodes):
@@ -68,23 +74,23 @@ def free_port():
 
 def node_flags(job, addresses):
     """Paddle launcher flags for each node (None: a PS node with nothing to run)."""
-    nodes = len(addresses)
+    nodes, extra = len(addresses), list(job.flags)
     if job.mode == "collective":
         master = f"{addresses[0]}:{free_port()}"
         return [["--master", master, "--nnodes", str(nodes), "--rank", str(i), "--nproc_per_node", str(k),
-                 "--host", addr] for i, (addr, k) in enumerate(zip(addresses, job.counts))]
+                 "--host", addr, *extra] for i, (addr, k) in enumerate(zip(addresses, job.counts))]
     servers = [[f"{a}:{free_port()}" for _ in range(k)] for a, k in zip(addresses, spread(job.servers, nodes))]
     workers = [[f"{a}:{free_port()}" for _ in range(k)] for a, k in zip(addresses, spread(job.workers, nodes))]
     common = ["--servers", ",".join(sum(servers, [])), "--trainers", ",".join(sum(workers, [])),
               "--gloo_port", str(free_port())]
-    return [common + ["--host", a] if (s or w) else None for a, s, w in zip(addresses, servers, workers)]
+    return [common + ["--host", a, *extra] if (s or w) else None for a, s, w in zip(addresses, servers, workers)]
 
 
 def forwarded_env(base, extra_names=()):
     """The allow-listed part of the head's environment that a remote node receives."""
     keep = set(FORWARD_NAMES) | set(extra_names)
     return {k: v for k, v in base.items()
-            if (k.startswith(FORWARD_PREFIXES) or k in keep) and k != registry.JOB_ENV}
+            if (k.startswith(FORWARD_PREFIXES) or k in keep) and k not in (registry.JOB_ENV, SUPERVISOR_ENV)}
 
 
 def launch_block(executor, hosts, counts=None):
@@ -141,34 +147,8 @@ class Node:
 
 
 class Executor:
-    name = "local"
-
-    def launches(self, job, log_dir, base_env, job_id):
-        """[fleetbench.cluster.launch.NodeLaunch], one per node that runs something."""
-        raise NotImplementedError
-
-    def launch_block(self, job):
-        raise NotImplementedError
-
-
-class LocalExecutor(Executor):
-    """One launcher on this machine (single-node jobs)."""
-
-    def launches(self, job, log_dir, base_env, job_id):
-        from fleetbench.cluster import launch
-
-        flags = (["--server_num", str(job.servers), "--trainer_num", str(job.workers)] if job.mode == "ps"
-                 else ["--nproc_per_node", str(job.counts[0])])
-        cmd = launch.paddle_command(flags, log_dir, job.script, list(job.args))
-        env = launch.child_env(base_env, rank_env(self.name, [socket.gethostname()], job))
-        return [launch.NodeLaunch(cmd, log_dir, env)]
-
-    def launch_block(self, job):
-        return launch_block(self.name, [socket.gethostname()])
-
-
-class MultiNodeExecutor(Executor):
     """Common part: Paddle flags per node, the rank environment, one NodeLaunch per node."""
+    name = None
 
     def __init__(self, nodes, forward=()):
         self.nodes, self.forward = list(nodes), tuple(forward)
@@ -178,11 +158,9 @@ class MultiNodeExecutor(Executor):
         return [n.host for n in self.nodes]
 
     def launch_block(self, job):
-        return launch_block(self.name, self.hosts, job.counts if job.mode == "collective" else None)
+        return launch_block(self.name, self.hosts[:job.nodes], job.counts if job.mode == "collective" else None)
 
     def launches(self, job, log_dir, base_env, job_id):
-        from fleetbench.cluster import launch
-
         if len(self.nodes) < job.nodes:
             raise hostlib.HostsError(f"{self.name}: the job needs {job.nodes} nodes, {len(self.nodes)} given")
         nodes = self.nodes[:job.nodes]
@@ -193,14 +171,14 @@ class MultiNodeExecutor(Executor):
             node_dir = os.path.join(log_dir, f"node{node.rank}")
             env = dict(rank_env(self.name, [n.host for n in nodes], job), POD_IP=node.address, **node.env)
             cmd = self.node_command(node, flags, job, node_dir, base_env, env, job_id)
-            out.append(launch.NodeLaunch(cmd, node_dir, launch.child_env(base_env, env), name=node.host))
+            out.append(NodeLaunch(cmd, node_dir, child_env(base_env, env), name=node.host))
         return out
 
     def node_command(self, node, flags, job, node_dir, base_env, env, job_id):
         raise NotImplementedError
 
 
-class NetnsExecutor(MultiNodeExecutor):
+class NetnsExecutor(Executor):
     """The emulated cluster's original path: each launcher inside its node's namespace, directly."""
     name = "netns"
 
@@ -209,13 +187,11 @@ class NetnsExecutor(MultiNodeExecutor):
         self.netns = dict(zip((n.host for n in nodes), netns))
 
     def node_command(self, node, flags, job, node_dir, base_env, env, job_id):
-        from fleetbench.cluster import launch
-
-        return ["ip", "netns", "exec", self.netns[node.host]] + launch.paddle_command(
+        return ["ip", "netns", "exec", self.netns[node.host]] + paddle_command(
             flags, node_dir, job.script, list(job.args))
 
 
-class AgentExecutor(MultiNodeExecutor):
+class AgentExecutor(Executor):
     """Executors that run fleetbench's node agent on each host through a transport (ssh, srun);
     the local command is the agent's mirror around that transport."""
 
@@ -227,10 +203,8 @@ class AgentExecutor(MultiNodeExecutor):
     def spec(self, node, flags, job, base_env, env, job_id):
         from fleetbench.cluster import agent
 
-        from fleetbench.cluster import launch
-
         # child_env first: it turns the user's OMP_NUM_THREADS into FLEETBENCH_OMP_THREADS
-        node_env = dict(forwarded_env(launch.child_env(base_env), self.forward), **env)
+        node_env = dict(forwarded_env(child_env(base_env), self.forward), **env)
         args = _results_to_scratch(list(job.args), agent.SCRATCH)
         return {"job": f"{job_id}-node{node.rank}", "flags": flags, "script": job.script, "args": args,
                 "env": node_env}

@@ -65,11 +65,22 @@ def allocation_hosts(env=None):
     return expand_nodelist(nodelist)
 
 
+def node_addr(name):
+    """The address Slurm itself uses for node `name` (its NodeAddr; a node's name need not
+    resolve), falling back to the name when scontrol is not there."""
+    if shutil.which("scontrol"):
+        out = subprocess.run(["scontrol", "show", "node", "-o", name], capture_output=True, text=True, timeout=30)
+        found = re.search(r"\bNodeAddr=(\S+)", out.stdout)
+        if out.returncode == 0 and found:
+            return found.group(1)
+    return name
+
+
 def executor(env=None, forward=()):
     """A SlurmExecutor over the allocation's nodes, addresses resolved first."""
     env = os.environ if env is None else env
     hosts = allocation_hosts(env)
-    nodes = [executors.Node(i, h, executors.resolve(h, i)) for i, h in enumerate(hosts)]
+    nodes = [executors.Node(i, h, executors.resolve(node_addr(h), i, h)) for i, h in enumerate(hosts)]
     return executors.SlurmExecutor(nodes, forward, cpus=env.get("SLURM_CPUS_ON_NODE"))
 
 

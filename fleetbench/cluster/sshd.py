@@ -49,6 +49,20 @@ def head_address(layout):
     return str(list(net.hosts())[-1]), net.prefixlen
 
 
+def cluster_layout(prefix):
+    """The layout of the emulated cluster `prefix` (ClusterError when it is not up)."""
+    state = netem.load_state(prefix)
+    if not state or not state["created"]:
+        raise netem.ClusterError(f"cluster {prefix!r} is not up (fleetbench cluster up --name {prefix})")
+    return netem.Layout.from_dict(state["layout"])
+
+
+def attach_head(layout):
+    """Give this machine the subnet's last address on the cluster's bridge (idempotent)."""
+    addr, plen = head_address(layout)
+    netem_state.run(["ip", "addr", "replace", f"{addr}/{plen}", "dev", layout.bridge])
+
+
 def sshd_config(d, node):
     return "\n".join([
         f"ListenAddress {node.ip}", "Port 22", f"HostKey {d}/host_key",
@@ -82,10 +96,7 @@ def up(prefix=netem.DEFAULT_PREFIX):
     problem = requirements_problem()
     if problem:
         raise netem.ClusterError(problem)
-    state = netem.load_state(prefix)
-    if not state or not state["created"]:
-        raise netem.ClusterError(f"cluster {prefix!r} is not up (fleetbench cluster up --name {prefix})")
-    layout = netem.Layout.from_dict(state["layout"])
+    layout = cluster_layout(prefix)
     d = directory(prefix)
     if not os.path.exists(os.path.join(d, "id_ed25519")):
         os.makedirs(d, mode=0o700, exist_ok=True)
@@ -97,8 +108,7 @@ def up(prefix=netem.DEFAULT_PREFIX):
     _write(os.path.join(d, "known_hosts"), "".join(f"{n.ip} {host_key}\n" for n in layout.nodes))
     _write(os.path.join(d, "ssh_config"), client_config(d, layout))
     _write(os.path.join(d, "hostfile"), "".join(f"{n.ip} slots=1\n" for n in layout.nodes), 0o644)
-    addr, plen = head_address(layout)
-    netem_state.run(["ip", "addr", "replace", f"{addr}/{plen}", "dev", layout.bridge])
+    attach_head(layout)
     os.makedirs(PRIVSEP_DIR, mode=0o755, exist_ok=True)
     for node in layout.nodes:
         _start(d, node)
