@@ -36,8 +36,10 @@ def probe(out_dir: Path, batch_size: int) -> None:
     spec = importlib.util.spec_from_file_location("bert_large", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    from paddle.distributed import stream
+
     calls = []
-    real_all_reduce, real_all_gather = dist.all_reduce, dist.all_gather
+    real_all_reduce, real_all_gather = dist.all_reduce, stream.all_gather
 
     def counting(op, real):  # records (op, dtype, elements sent) of each Python collective call
         def call(*args, **kwargs):
@@ -79,10 +81,10 @@ def probe(out_dir: Path, batch_size: int) -> None:
             batch = next(batches)
             mark(method, step, "begin")
             calls.clear()
-            dist.all_reduce, dist.all_gather = (counting("all_reduce", real_all_reduce),
-                                                counting("all_gather", real_all_gather))
+            dist.all_reduce, stream.all_gather = (counting("all_reduce", real_all_reduce),
+                                                  counting("all_gather", real_all_gather))
             loss = step_fn(batch)
-            dist.all_reduce, dist.all_gather = real_all_reduce, real_all_gather
+            dist.all_reduce, stream.all_gather = real_all_reduce, real_all_gather
             mark(method, step, "end")
             grads = [p.grad.reshape([-1]) for p in work.model.parameters() if p.grad is not None]
             steps.append({"python_calls": list(calls), "loss": float(loss),

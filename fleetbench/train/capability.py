@@ -36,12 +36,13 @@ NO_SYNC = "paddle:DataParallel.no_sync"
 FUSED_ALLREDUCE = "paddle.distributed.fleet.utils.hybrid_parallel_util:fused_allreduce_gradients"
 BUILD_BUCKETS = "paddle.distributed.parallel:build_groups"
 SPLIT_BUCKETS = "paddle.distributed.parallel:_split_tensors"
+GATHER_INTO = "paddle.distributed:stream.all_gather"  # into one tensor (fp16_allreduce's gather path)
 METHOD_NEEDS = {
     "bsp": (NO_SYNC, FUSED_ALLREDUCE),
     "wfbp": (DATA_PARALLEL,),
     "mgwfbp": (DATA_PARALLEL,),
     "grad_merge": (NO_SYNC,),
-    "fp16_allreduce": (NO_SYNC, BUILD_BUCKETS, SPLIT_BUCKETS),
+    "fp16_allreduce": (NO_SYNC, BUILD_BUCKETS, SPLIT_BUCKETS, GATHER_INTO),
     "none": (NO_SYNC,),  # the control: forward+backward under no_sync, nothing sent
 }
 

@@ -117,9 +117,11 @@ def _sum_on_the_wire(wire, world_size: int):
 
 
 def _gather_then_sum(wire, world_size: int):
-    parts = []
-    dist.all_gather(parts, wire)  # still float16 on the wire; the sum is float32 and exact enough
-    return paddle.add_n([part.astype("float32") for part in parts]) / world_size
+    # Into one tensor, not a list (which Paddle fills by splitting): ~10% less time in a 2-rank
+    # probe on 3.3.1 with ResNet50's 23.5M gradients, where float16 casts on CPU cost the most.
+    gathered = paddle.empty([world_size * wire.shape[0]], dtype=wire.dtype)
+    capability.resolve(capability.GATHER_INTO)(gathered, wire)  # still float16 on the wire
+    return gathered.astype("float32").reshape([world_size, -1]).sum(axis=0) / world_size
 
 
 def allreduce_fp16(parameters, world_size, wire="all_reduce", bucket_mb=POST_BACKWARD_BUCKET_MB) -> int:
