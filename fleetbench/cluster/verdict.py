@@ -17,6 +17,7 @@ import time
 from fleetbench.cluster.ranks import COLLECTIVE_TIMEOUT
 
 SETTLE_S = 2.0  # after a first collective timeout, let the other victims time out too
+MIN_IDLE_WINDOW_S = 5.0  # CPU time is read once a second: shorter windows tell nothing
 
 
 def abnormal(rank):
@@ -38,7 +39,7 @@ def died_waiting(rank, tail):
 
 
 def idle(rank, window, now):
-    return bool(window) and rank.idle_for(window, now)
+    return bool(window) and window >= MIN_IDLE_WINDOW_S and rank.idle_for(window, now)
 
 
 def suspicion(rank, steps, window, now):
