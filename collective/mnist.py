@@ -24,7 +24,7 @@ from paddle import nn
 import datasets
 from datasets import mnist
 from fleetbench.measure import config
-from fleetbench.train import epochs, loop
+from fleetbench.train import epochs, evaluate, loop
 
 MODELS = ("resnet18", "resnet50", "resnet101", "lenet")
 MEAN, STD = 0.1307 * 255, 0.3081 * 255  # of MNIST's training pixels
@@ -85,7 +85,7 @@ def build(cfg: MnistConfig) -> epochs.EpochWorkload:
         model=model, optimizer=paddle.optimizer.Adam(learning_rate=lr, parameters=model.parameters()),
         batches=datasets.Batches(data["train"], cfg.batch_size, rank, world, cfg.seed, cfg.data.path,
                                  convert=to_tensors),
-        held_out=epochs.HeldOut(data["test"], cfg.eval_batch_size, rank, world, convert=to_tensors),
+        held_out=evaluate.HeldOut(data["test"], cfg.eval_batch_size, rank, world, convert=to_tensors),
         num_classes=mnist.NUM_CLASSES, lr=lr,
         loss_fn=lambda net, batch: cross_entropy(net(batch[0]), batch[1]))
 

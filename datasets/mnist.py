@@ -122,7 +122,8 @@ def load(path) -> dict:
     """{"train": (images, labels), "test": (images, labels)} of an MNIST directory."""
     root = Path(path)
     if not root.is_dir():
-        raise DataError(f"{root}: not a directory (expected the four MNIST IDX files, see datasets/mnist.py)")
+        raise DataError(f"{root}: not a directory (expected the four MNIST IDX files; "
+                        f"`fleetbench data get mnist-5k --out {root}` writes 5000 real digits there)")
     return {split: read_split(root, split) for split in SPLITS}
 
 

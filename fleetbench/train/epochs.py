@@ -68,16 +68,6 @@ class EpochWorkload(loop.Workload):
     lr: Optional[float] = None  # the learning rate the optimizer was built with, for the record
 
 
-class HeldOut:
-    """Re-iterable view of evaluate.held_out_batches (a fresh pass each iteration)."""
-
-    def __init__(self, arrays: dict, batch_size: int, rank: int, world: int, convert=lambda b: b):
-        self.batches = evaluate.held_out_batches(arrays, batch_size, rank, world, convert)
-
-    def __iter__(self):
-        return self.batches()
-
-
 @dataclasses.dataclass
 class Tally:
     """This rank's running figures across epochs."""

@@ -27,17 +27,18 @@ def shard(examples: int, rank: int, world_size: int) -> np.ndarray:
     return np.arange(rank, examples, world_size)
 
 
-def held_out_batches(arrays: dict, batch_size: int, rank: int, world_size: int,
-                     convert: Callable = lambda batch: batch) -> Callable[[], Iterable]:
-    """A function giving, at each call, this rank's shard of `arrays` in batches (in order)."""
-    index = shard(len(next(iter(arrays.values()))), rank, world_size)
+class HeldOut:
+    """This rank's shard of a held-out split held in arrays, in batches (in order); re-iterable."""
 
-    def batches():
-        for start in range(0, len(index), batch_size):
-            rows = index[start:start + batch_size]
-            yield convert({name: array[rows] for name, array in arrays.items()})
+    def __init__(self, arrays: dict, batch_size: int, rank: int, world_size: int,
+                 convert: Callable = lambda batch: batch):
+        self.arrays, self.batch_size, self.convert = arrays, batch_size, convert
+        self.index = shard(len(next(iter(arrays.values()))), rank, world_size)
 
-    return batches
+    def __iter__(self):
+        for start in range(0, len(self.index), self.batch_size):
+            rows = self.index[start:start + self.batch_size]
+            yield self.convert({name: array[rows] for name, array in self.arrays.items()})
 
 
 def average_buffers(model: paddle.nn.Layer, world_size: int) -> None:
