@@ -87,7 +87,7 @@ def table_markdown(table: dict) -> str:
             "Time to target (s)", "Reached"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for g in table["groups"]:
-        throughput = "—" if g["mean"] is None else fmt(g["mean"]) + (f" ± {fmt(g['std'])}" if g["n"] > 1 else "")
+        throughput = _stat_text([run["metrics"]["throughput"] for run in g["runs"]])
         speedup = "—" if g["speedup"] is None else f"{g['speedup']:.2f}x"
         reached = f"{g['reached']}/{len(g['runs'])}" + (f" (+{g['failed']} failed)" if g["failed"] else "")
         lines.append("| " + " | ".join([
