@@ -305,11 +305,11 @@ def test_cli_table_chart_and_markdown(tmp_path, capsys):
 
 def test_report_section_for_fleetbench_report(tmp_path):
     records = shared_machine_records()
-    section, files = explain.report_section(records, str(tmp_path / "images"), str(tmp_path))
+    section, files = explain.section(records, str(tmp_path / "images"), lambda png: os.path.relpath(png, tmp_path))
     assert section.startswith("### Why not better") and "](images/explain-resnet50-tiny.png)" in section
     assert sorted(os.path.basename(f) for f in files) == ["explain-resnet50-tiny.csv", "explain-resnet50-tiny.png"]
     no_breakdown = [r for r in records if r["world_size"] > 1 and r["method"] != "none"]
-    assert explain.report_section(no_breakdown, str(tmp_path / "other"), str(tmp_path)) == ("", [])
+    assert explain.section(no_breakdown, str(tmp_path / "other"), lambda png: png) == ("", [])
 
 
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):

@@ -168,7 +168,10 @@ def pool(records: list[dict]) -> tuple[list[Cell], list[CommCell]]:
     """Training cells (collective, successful runs) and all_reduce comm cells of `records`."""
     groups: dict = {}
     for record in records:  # repeats pool as in every report: one group per experiment
-        if record.get("error") is None and not record.get("source") and record["mode"] == "collective":
+        # a step time is what the breakdown takes apart: records without one (hand-made, or from
+        # an older schema) have nothing to explain
+        if (record.get("error") is None and not record.get("source") and record["mode"] == "collective"
+                and (record.get("metrics") or {}).get("step_time_ms") is not None):
             groups.setdefault(experiment.of(record), []).append(record)
     comm = [r for r in records if r["mode"] == "comm" and r.get("error") is None]
     return [_cell(members) for members in groups.values()], _comm_cells(comm)

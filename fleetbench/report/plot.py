@@ -16,7 +16,8 @@ import os
 import sys
 
 from fleetbench.measure import results
-from fleetbench.report import arch, charts, tables
+from fleetbench.analysis import explain
+from fleetbench.report import arch, charts, convergence, tables
 from fleetbench.report import comm as comm_report
 # Other report modules (convergence, analysis.explain) reach the shared style and helpers through
 # this module; the style itself is defined in `style` only.
@@ -105,8 +106,9 @@ def run(paths, images_dir, readme=None, title="Results") -> list[str]:
         written += [png, png[:-4] + ".csv"]
         links[chart["name"]] = os.path.relpath(os.path.abspath(png), base).replace(os.sep, "/")
     section = tables.report_markdown(title, planned, links, list(paths), len(records))
-    # sections of their own: comm records, and models trained both ways (AllReduce vs PS)
-    for module in (comm_report, arch):
+    # sections of their own: comm records, models trained both ways (AllReduce vs PS), accuracy
+    # against time, and why multi-device cells are not N times faster
+    for module in (comm_report, arch, convergence, explain):
         more, files = module.section(
             records, images_dir, lambda png: os.path.relpath(os.path.abspath(png), base).replace(os.sep, "/"))
         section += f"\n{more}" if more else ""
