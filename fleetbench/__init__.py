@@ -36,7 +36,7 @@ _THREADS_SOURCE = (os.environ.get("FLEETBENCH_OMP_THREADS_BY") or "user") if _US
 
 def local_process_count() -> int:
     """Processes this launcher started on this node (collective: PADDLE_LOCAL_SIZE). Parameter-
-    server processes re-set their threads once their role is known (fleetbench.train.ps.set_threads)."""
+    server processes re-set their threads once their role is known (fleetbench.train.ps.roles.set_threads)."""
     for name in ("FLEETBENCH_LOCAL_PROCS", "PADDLE_LOCAL_SIZE"):
         value = os.environ.get(name, "")
         if value.isdigit() and int(value) > 0:
