@@ -71,11 +71,7 @@ class Run:
     preset: str
     results_path: str
     check_only: bool = False
-
-    @property
-    def unit(self) -> Optional[str]:
-        bench = registry.BENCHMARKS.get(self.name)
-        return bench.unit if bench else None
+    unit: Optional[str] = None  # the registry's, for this script (None: a script outside it)
 
     def unit_for(self, workload: Workload) -> str:
         return self.unit or workload.unit or "samples/s"
@@ -130,7 +126,7 @@ def start(script, cls, family: str, argv=None, checks: Iterable[Callable] = ()) 
     if args.check:
         print(json.dumps(config.to_dict(cfg), sort_keys=True), flush=True)
     return Run(name=name, family=family, cfg=cfg, preset=args.preset, results_path=args.results,
-               check_only=args.check)
+               check_only=args.check, unit=bench.unit if bench else None)
 
 
 def check_results_path(path: str) -> None:
