@@ -8,6 +8,7 @@ import ctypes
 import dataclasses
 import os
 import signal
+import time
 
 from fleetbench.measure.registry import JOB_ENV
 
@@ -120,6 +121,26 @@ def send(pids, sig):
             os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def terminate(find, grace_s, kill_wait_s=5.0, poll=None):
+    """Stop the processes `find()` returns (asked again while waiting, so that children started
+    meanwhile are caught too): SIGTERM and SIGCONT (a stopped process acts on SIGTERM only once
+    continued), then SIGKILL what is left after grace_s. `poll` runs while waiting (reaping).
+    Returns the pids still alive at the end (none, normally)."""
+    targets = set(find())
+    for sigs, wait_s in (((signal.SIGTERM, signal.SIGCONT), grace_s), ((signal.SIGKILL,), kill_wait_s)):
+        for sig in sigs:
+            send(targets, sig)
+        deadline = time.monotonic() + wait_s
+        while targets and time.monotonic() < deadline:
+            if poll:
+                poll()
+            time.sleep(0.05)
+            targets = {pid for pid in targets if alive(pid)} | set(find())
+        if not targets:
+            break
+    return sorted(targets)
 
 
 def reap_children(exclude=()):

@@ -60,19 +60,6 @@ class Events:
             f.write(json.dumps(line) + "\n")
 
 
-def stop_job(job_id):
-    """Stop every process of the job but ourselves: SIGTERM (with SIGCONT, so a stopped process
-    acts on it), then SIGKILL what is left after a grace period."""
-    pids = procs.job_pids(job_id)
-    procs.send(pids, signal.SIGTERM)
-    procs.send(pids, signal.SIGCONT)
-    deadline = time.monotonic() + ORPHAN_GRACE_S
-    while pids and time.monotonic() < deadline:
-        time.sleep(0.1)
-        pids = [p for p in pids if procs.alive(p)]
-    procs.send(pids, signal.SIGKILL)
-
-
 def watch_supervisor(supervisor, job_id, events):
     """Thread body: end the job once the supervising process no longer exists."""
     while procs.token_alive(supervisor):
@@ -80,7 +67,7 @@ def watch_supervisor(supervisor, job_id, events):
     events.write(event="orphaned", supervisor=supervisor)
     print(f"fleetbench rank wrapper: the supervisor ({supervisor}) is gone; stopping job {job_id}",
           file=sys.stderr, flush=True)
-    stop_job(job_id)
+    procs.terminate(lambda: procs.job_pids(job_id), ORPHAN_GRACE_S)  # every process of the job but us
 
 
 def main(argv):

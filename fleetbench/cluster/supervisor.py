@@ -177,23 +177,15 @@ class Supervisor:
                                                    stdin=subprocess.DEVNULL, start_new_session=True,
                                                    preexec_fn=procs.die_with_parent))
 
+    def _job_processes(self):
+        """Live processes of this job: those carrying its id, and our launchers."""
+        return set(procs.job_pids(self.job_id)) | {p.pid for p in self.procs if p.poll() is None}
+
     def _stop(self):
-        """Stop every process of this job: SIGTERM (and SIGCONT, so a stopped process acts on
-        it), then SIGKILL after a grace period. Returns the pids still alive after that."""
-        targets = set(procs.job_pids(self.job_id)) | {p.pid for p in self.procs if p.poll() is None}
-        for sigs, wait_s in (((signal.SIGTERM, signal.SIGCONT), STOP_GRACE_S), ((signal.SIGKILL,), 5.0)):
-            for sig in sigs:
-                procs.send(targets, sig)
-            deadline = time.monotonic() + wait_s
-            while targets and time.monotonic() < deadline:
-                self._reap()
-                targets = {p for p in targets if procs.alive(p)} | set(procs.job_pids(self.job_id))
-                if targets:
-                    time.sleep(0.05)
-            if not targets:
-                break
+        """Stop every process of this job (procs.terminate). Returns the pids still alive."""
+        left = procs.terminate(self._job_processes, STOP_GRACE_S, poll=self._reap)
         self._reap()
-        return sorted(targets)
+        return left
 
     def _reap(self):
         for p in self.procs:
@@ -227,7 +219,7 @@ class Supervisor:
     def _finish(self, decision):
         culprit = self._report(decision.culprit) if decision.culprit else None
         others = [self._report(r) for r in decision.show]  # before our stopping adds its noise
-        stopping = procs.job_pids(self.job_id) + [p.pid for p in self.procs if p.poll() is None]
+        stopping = self._job_processes()
         left = self._stop() if stopping else []
         for p in self.procs:
             try:
@@ -236,7 +228,7 @@ class Supervisor:
                 pass
         self._scan(time.monotonic())  # the logs are complete now
         out = Outcome(status=decision.status, elapsed_s=time.monotonic() - self.start_t, detail=decision.detail,
-                      culprit=culprit, others=others, stopped=len(set(stopping)), left_running=left)
+                      culprit=culprit, others=others, stopped=len(stopping), left_running=left)
         if out.status == "ok" and any(p.returncode not in (0, None) for p in self.procs) and not self.workers_done_t:
             out.status, out.detail = "failed", "a launcher exited non-zero after all ranks finished"
         if culprit is None and out.status == "failed":
