@@ -16,7 +16,10 @@ A sweep file lists cell groups; list values are axes, and a group expands to the
         network: [1gbe, 10gbe]      # an emulated cluster per profile (root); nodes default to 2
 
 Other cell keys: script, nodes, set (config overrides; list values are axes too), timeout, stall,
-startup (seconds allowed before the first progress line; default: stall). A run's identity is
+startup (seconds allowed before the first progress line; default: stall). devices_per_node may
+differ between nodes: "3+2" (fleetbench.cluster.hosts). Top-level `hosts:` runs the cells on real
+hosts (a hostfile path, relative to the sweep file, or a list like [node1:4, node2:4]); then
+`nodes` > 1 needs no `network`. A run's identity is
 `results.config_hash` of what makes it the same cell (benchmark, preset, resolved config, mode,
 nodes, world size, network): run_key.
 """
@@ -27,13 +30,13 @@ import os
 
 import yaml
 
-from fleetbench.cluster import netem
+from fleetbench.cluster import hosts, netem
 from fleetbench.measure import registry, results
 
 REPO_ROOT = str(registry.REPO_ROOT)
 SWEEP_DIR = str(registry.SWEEP_DIR)
 METHOD_KEY = registry.METHOD_KEY
-TOP_KEYS = {"description", "repeats", "timeout", "stall", "startup", "cells"}
+TOP_KEYS = {"description", "repeats", "timeout", "stall", "startup", "cells", "hosts"}
 CELL_KEYS = {"benchmark", "script", "mode", "preset", "devices_per_node", "nodes", "method", "servers_workers",
              "network", "set", "repeats", "timeout", "stall", "startup"}
 DEFAULTS = {"repeats": 3, "timeout": 900.0, "stall": 300.0, "startup": None}  # startup None: = stall
@@ -59,6 +62,7 @@ class Cell:
     servers: int = 0
     workers: int = 0
     network: str = None
+    counts: tuple = None   # processes of each node when they differ ("3+2"); devices_per_node is the largest
     repeats: int = 3
     timeout: float = 900.0
     stall: float = 300.0
@@ -66,7 +70,9 @@ class Cell:
 
     @property
     def world_size(self):
-        return self.workers if self.mode == "ps" else self.nodes * self.devices_per_node
+        if self.mode == "ps":
+            return self.workers
+        return sum(self.counts) if self.counts else self.nodes * self.devices_per_node
 
     def extra_sets(self):
         """Config overrides other than the method (they tell cells of one shape apart)."""
@@ -74,7 +80,7 @@ class Cell:
 
     def label(self):
         shape = (f"{self.servers}s/{self.workers}w" if self.mode == "ps"
-                 else f"{self.nodes}x{self.devices_per_node}")
+                 else "+".join(map(str, self.counts)) if self.counts else f"{self.nodes}x{self.devices_per_node}")
         extra = " ".join(self.extra_sets())
         parts = [self.benchmark, self.preset, self.mode, self.method or "", shape,
                  f"nodes={self.nodes}" if self.mode == "ps" and self.nodes > 1 else "",
@@ -110,12 +116,15 @@ def load_spec(path):
     return spec
 
 
-def find_script(benchmark, script=None, root=REPO_ROOT):
-    """(path, family) of a registered benchmark; with `script:` a file of the benchmark's family
-    (a variant of it); (None, None) when there is none."""
+def find_script(benchmark, script=None, root=REPO_ROOT, mode=None):
+    """(path, family) of a registered benchmark (its script of family `mode` when it has one: a
+    model trained both ways); with `script:` a file of the benchmark's family (a variant of it);
+    (None, None) when there is none."""
     bench = registry.BENCHMARKS.get(benchmark)
     if bench is None:
         return None, None
+    if mode in registry.families(benchmark):
+        bench = registry.get(benchmark, mode)
     if script:
         path = script if os.path.isabs(script) else os.path.join(root, script)
         return (path, bench.family) if os.path.exists(path) else (None, None)
@@ -126,9 +135,10 @@ def _axis(value):
     return value if isinstance(value, list) else [value]
 
 
-def expand(spec, where="sweep", root=REPO_ROOT):
-    """All cells of a sweep spec, in file order (raises SweepError naming where and the key)."""
-    top = {k: spec.get(k, v) for k, v in DEFAULTS.items()}
+def expand(spec, where="sweep", root=REPO_ROOT, on_hosts=False):
+    """All cells of a sweep spec, in file order (raises SweepError naming where and the key).
+    on_hosts: the cells run on several hosts (fleetbench.cluster.remote), not only on this machine."""
+    top = dict({k: spec.get(k, v) for k, v in DEFAULTS.items()}, on_hosts=on_hosts or bool(spec.get("hosts")))
     cells = []
     for gi, group in enumerate(spec["cells"], start=1):
         at = f"{where}: cells[{gi}]"
@@ -139,7 +149,7 @@ def expand(spec, where="sweep", root=REPO_ROOT):
             raise SweepError(f"{at}: unknown key {sorted(unknown)[0]!r} (expected {', '.join(sorted(CELL_KEYS))})")
         if not isinstance(group.get("benchmark"), str):
             raise SweepError(f"{at}: `benchmark` must name one benchmark (e.g. resnet50)")
-        script, mode = find_script(group["benchmark"], group.get("script"), root)
+        script, mode = find_script(group["benchmark"], group.get("script"), root, group.get("mode"))
         if script is None:
             raise SweepError(f"{at}: no script for benchmark {group['benchmark']!r} "
                              f"(registered: {', '.join(registry.BENCHMARKS)})")
@@ -173,14 +183,18 @@ def _cell(at, group, top, choice):
     if network is not None and network not in netem.PROFILES:
         raise SweepError(f"{at}: network {network!r}: expected one of {', '.join(netem.PROFILES)}")
     nodes = _positive_int(at, "nodes", choice["nodes"] if choice["nodes"] is not None else (2 if network else 1))
-    if nodes > 1 and network is None:
+    if nodes > 1 and network is None and not top["on_hosts"]:
         raise SweepError(f"{at}: nodes {nodes} on one machine needs a `network` profile (an emulated cluster)")
     servers, workers = _servers_workers(at, choice["servers_workers"]) if mode == "ps" else (0, 0)
     sets = ((f"{METHOD_KEY[mode]}={method}",) if method is not None else ()) + choice["sets"]
     knobs = _knobs(at, {k: group.get(k, top[k]) for k in DEFAULTS})
+    try:
+        counts = hosts.counts_for(nodes, hosts.parse_per_node(choice["devices_per_node"]))
+    except hosts.HostsError as e:
+        raise SweepError(f"{at}: {e}") from None
     return Cell(benchmark=group["benchmark"], script=group["script"], mode=mode, preset=str(choice["preset"]),
-                sets=sets, method=method, nodes=nodes,
-                devices_per_node=_positive_int(at, "devices_per_node", choice["devices_per_node"]),
+                sets=sets, method=method, nodes=nodes, devices_per_node=max(counts),
+                counts=counts if len(set(counts)) > 1 else None,
                 servers=servers, workers=workers, network=network, **knobs)
 
 

@@ -57,13 +57,20 @@ DEFINITIONS = {
     "steps_per_epoch": "epoch runs: optimizer steps of one epoch on each rank",
     # parameter server
     "workers": "ps: trainer processes (the record's world_size)",
-    "passes": "ps: passes over each worker's files",
+    "passes": "ps and collective ctr: passes over each worker's (rank's) files",
     "examples": "ps: input lines trained in the measured window, all workers",
-    "valid_lines": "ps: lines the data pipes accepted, all workers, warm-up included",
-    "invalid_lines": "ps: lines the data pipes skipped as malformed, all workers",
+    "valid_lines": "ps and collective ctr: lines the data pipes (the rank's reader) accepted, all "
+                   "workers, warm-up included (resnet18 ps: examples the image pipe wrote)",
+    "invalid_lines": "ps and collective ctr: lines the data pipes (the rank's reader) skipped as malformed, all workers",
     "load_s": "ps: the slowest worker's InMemoryDataset load time (0 for QueueDataset), not in elapsed_s",
-    "logloss": "ps: mean log loss per example over the measured window (CTR)",
-    "auc": "ps: AUC of the measured window's predictions, all workers' buckets together (CTR)",
+    # CTR, both families (fleetbench.train.ctr; docs/arch.md)
+    "logloss": "ctr: mean log loss per example over the measured window, each batch scored before its update",
+    "auc": "ctr: AUC (fleetbench.measure.auc) of the measured window's predictions, each scored before "
+           "its update, all ranks' buckets together",
+    "table_bytes": "ctr collective: bytes of the embedding table, replicated on every rank",
+    "embedding_grad_bytes_per_step": "ctr collective: bytes of the table's gradient each rank sends per "
+                                     "step: the whole table all-reduced (sparse_grad=false), or one row "
+                                     "(int64 id + values) per lookup all-gathered (sparse_grad=true)",
     "analogy_accuracy": "ps: 3CosAdd analogy accuracy of the trained vectors (Word2Vec, optional)",
     "analogy_questions": "ps: analogy questions answered",
     "analogy_skipped": "ps: analogy questions skipped (a word outside the analogy vocabulary)",
