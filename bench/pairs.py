@@ -19,6 +19,8 @@ def fleetrun(launcher: list, script_args: list, log_dir: Path, **env_extra) -> s
     current directory); return its stdout and every worker log, or exit naming the command."""
     env = dict(os.environ, GLOG_minloglevel="2", PYTHONWARNINGS="ignore", PYTHONPATH=str(REPO),
                **{k: str(v) for k, v in env_extra.items()})
+    if "OMP_NUM_THREADS" not in env_extra:  # importing fleetbench here set it: let each job choose
+        env.pop("OMP_NUM_THREADS", None)
     cmd = [sys.executable, "-m", "paddle.distributed.launch", "--log_dir", str(log_dir), *map(str, launcher),
            *map(str, script_args)]
     out = subprocess.run(cmd, cwd=log_dir.parent, env=env, capture_output=True, text=True, timeout=3600)
