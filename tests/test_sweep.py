@@ -9,7 +9,7 @@ import uuid
 import pytest
 import yaml
 
-from fleetbench.cluster import failure, netem, procs, sweep, sweep_spec
+from fleetbench.cluster import failure, netem, procs, remote, sweep, sweep_spec
 from util import PYTHON, env, records
 
 TINY = {"steps": 4, "warmup_steps": 1, "log_every": 1}  # resnet50 tiny, cut to seconds
@@ -138,18 +138,26 @@ def _state(nodes, shaping="1gbe"):
             "not_applied": []}
 
 
+def _netns_launches(cell, state, base_env):
+    """The launchers of the netns executor for one run of `cell` (as the sweep starts them)."""
+    network = netem.network_dict(netem.Shaping(**state["shaping"]), cell.nodes, state["not_applied"])
+    ex = remote.emulated_executor(remote.HostOptions(executor="netns"), state, "fb")
+    return ex.launches(remote.cell_job(cell, "/r.jsonl"), "/L", sweep.emulated_env(cell, base_env, network), "j1"), network
+
+
 def test_collective_nodes_each_run_a_launcher_in_their_namespace():
     (cell,) = sweep_spec.expand(_spec({"benchmark": "resnet50", "preset": "tiny", "network": "1gbe", "nodes": 2,
                                   "devices_per_node": 1}))
-    launches, network = sweep.node_launches(cell, _state(2), "/L", "/r.jsonl", {"PATH": "/bin"})
-    assert [l.name for l in launches] == ["node0", "node1"] and network["profile"] == "1gbe"
+    launches, network = _netns_launches(cell, _state(2), {"PATH": "/bin"})
+    assert [l.name for l in launches] == ["10.77.0.1", "10.77.0.2"] and network["profile"] == "1gbe"
     masters = set()
     for i, l in enumerate(launches):
         cmd = l.cmd
         assert cmd[:4] == ["ip", "netns", "exec", f"fb-node{i}"]
         flag = lambda f: cmd[cmd.index(f) + 1]
         masters.add(flag("--master"))
-        assert (flag("--nnodes"), flag("--nproc_per_node"), flag("--host")) == ("2", "1", f"10.77.0.{i + 1}")
+        assert (flag("--nnodes"), flag("--rank"), flag("--nproc_per_node"), flag("--host")) == (
+            "2", str(i), "1", f"10.77.0.{i + 1}")
         assert flag("--log_dir") == f"/L/node{i}" and cmd[-2:] == ["--results", "/r.jsonl"]
         assert l.env["GLOO_SOCKET_IFNAME"] == f"fb-n{i}" and l.env["FLEETBENCH_NODES"] == "2"
         assert json.loads(l.env["FLEETBENCH_NETWORK"])["rate_gbit"] == 1.0
@@ -162,7 +170,7 @@ def test_ps_servers_and_workers_spread_over_nodes(tmp_path):
     (tmp_path / "parameter_server" / "ctr.py").write_text("")
     (cell,) = sweep_spec.expand(_spec({"benchmark": "ctr", "method": "async", "servers_workers": "1/3",
                                   "network": "10gbe", "nodes": 2}), root=tmp_path)
-    launches, _ = sweep.node_launches(cell, _state(2, "10gbe"), "/L", "/r.jsonl", {})
+    launches, _ = _netns_launches(cell, _state(2, "10gbe"), {})
     assert len(launches) == 2
     flag = lambda cmd, f: cmd[cmd.index(f) + 1]
     servers = flag(launches[0].cmd, "--servers").split(",")

@@ -43,6 +43,7 @@ from fleetbench.measure.registry import JOB_ENV
 
 SCRATCH = "@NODE_SCRATCH@"
 LOG_MARK = "FBLOG "    # FBLOG <file name>\t<line>
+FILE_MARK = "FBFILE "  # FBFILE <file name>: it exists (an empty rank log is a fact worth reporting)
 EXIT_MARK = "FBEXIT "  # FBEXIT <launcher exit code>
 POLL_S = 0.1
 STOP_GRACE_S = 2.0     # less than the supervisor's own grace: a node is clean before the head gives up
@@ -77,6 +78,8 @@ class _Forwarder:
                     data = f.read()
             except OSError:
                 continue
+            if name not in self.offsets:
+                self.send(f"{FILE_MARK}{name}\n")
             self.offsets[name] = self.offsets.get(name, 0) + len(data)
             lines = (self.partial.get(name, b"") + data).split(b"\n")
             self.partial[name] = lines.pop()
@@ -155,7 +158,7 @@ def run_node(spec, out=sys.stdout):
     fwd = _Forwarder(log_dir, out)
     with open(os.path.join(log_dir, "launcher.log"), "ab") as log:
         proc = subprocess.Popen(node_command(spec, scratch), env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd=scratch, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True)  # cwd: the remote workdir
     while proc.poll() is None and not stop.is_set() and not fwd.broken:
         fwd.poll()
         time.sleep(POLL_S)
@@ -185,6 +188,8 @@ class Mirror:
     def line(self, text):
         if text.startswith(EXIT_MARK):
             self.exit_code = int(text[len(EXIT_MARK):].strip() or 1)
+        elif text.startswith(FILE_MARK):
+            self._file(os.path.basename(text[len(FILE_MARK):]))
         elif text.startswith(LOG_MARK) and "\t" in text:
             name, body = text[len(LOG_MARK):].split("\t", 1)
             self._write(os.path.basename(name), body)
@@ -197,10 +202,13 @@ class Mirror:
             return
         if name.startswith(".fbrank-"):
             body = json.dumps(self.local_event(json.loads(body)))
-        if name not in self.files:
-            self.files[name] = open(os.path.join(self.log_dir, name), "a", encoding="utf-8")
-        self.files[name].write(body + "\n")
+        self._file(name).write(body + "\n")
         self.files[name].flush()
+
+    def _file(self, name):
+        if name not in self.files and name != "launcher.log":
+            self.files[name] = open(os.path.join(self.log_dir, name), "a", encoding="utf-8")
+        return self.files.get(name)
 
     def local_event(self, ev):
         ev = dict(ev, remote_pid=ev.get("pid"), remote_log=ev.get("log"), remote_t=ev.get("t"))

@@ -101,6 +101,16 @@ def launch_block(executor, hosts, counts=None):
     return block
 
 
+def local_block():
+    """The `launch` block of a job on this machine alone."""
+    return launch_block("local", [socket.gethostname()])
+
+
+def local_env():
+    """local_block() as the ranks read it (FLEETBENCH_LAUNCH)."""
+    return {LAUNCH_ENV: json.dumps(local_block())}
+
+
 def rank_env(executor, hosts, job):
     return {"FLEETBENCH_NODES": str(len(hosts)),
             LAUNCH_ENV: json.dumps(launch_block(executor, hosts, job.counts if job.mode == "collective" else None))}
@@ -206,8 +216,15 @@ class AgentExecutor(Executor):
         # child_env first: it turns the user's OMP_NUM_THREADS into FLEETBENCH_OMP_THREADS
         node_env = dict(forwarded_env(child_env(base_env), self.forward), **env)
         args = _results_to_scratch(list(job.args), agent.SCRATCH)
-        return {"job": f"{job_id}-node{node.rank}", "flags": flags, "script": job.script, "args": args,
-                "env": node_env}
+        return {"job": f"{job_id}-node{node.rank}", "flags": flags, "script": self.script_on_node(job.script),
+                "args": args, "env": node_env}
+
+    def script_on_node(self, script):
+        """The script's path on the hosts: a file of this repository is found in its copy there
+        (relative to the workdir the agent starts in); any other file at its absolute path."""
+        path = os.path.abspath(script)
+        inside = os.path.commonpath([path, str(registry.REPO_ROOT)]) == str(registry.REPO_ROOT)
+        return os.path.relpath(path, registry.REPO_ROOT) if inside else path
 
     def node_command(self, node, flags, job, node_dir, base_env, env, job_id):
         spec = json.dumps(self.spec(node, flags, job, base_env, env, job_id), separators=(",", ":"))

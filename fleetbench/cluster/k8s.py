@@ -159,11 +159,11 @@ def _shape(mode, nodes, per_node, servers_workers, where):
 
 def from_sweep(path, pod, namespace):
     """One PaddleJob per cell and repeat of a sweep file."""
-    from fleetbench.cluster import sweep
+    from fleetbench.cluster import sweep_spec as sweep
 
     docs = []
     try:
-        cells = sweep.expand(sweep.load_spec(path), path)
+        cells = sweep.expand(sweep.load_spec(path), path, on_hosts=True)
     except sweep.SweepError as e:
         raise K8sError(str(e)) from None
     for i, cell in enumerate(cells, start=1):

@@ -17,8 +17,10 @@ import re
 import shlex
 import sys
 
-from fleetbench.cluster import job, preflight
+from fleetbench.cluster import job, preflight, remote
 from fleetbench.cluster.failure import RunIdentity, StoreError, store_failure
+from fleetbench.cluster.executors import local_block, local_env
+from fleetbench.cluster.hosts import HostsError
 from fleetbench.cluster.preflight import LaunchError
 from fleetbench.measure import registry
 
@@ -70,6 +72,7 @@ class LaunchArgs:
     tail: int = 20
     quiet: bool = False
     check: bool = True
+    hosts: remote.HostOptions = dataclasses.field(default_factory=remote.HostOptions)
 
     def flag(self, name, default=None):
         """Value of a Paddle flag (aliases of --devices included)."""
@@ -107,9 +110,10 @@ def parse_argv(argv):
             setattr(out, *SWITCHES[tok])
             continue
         name, eq, value = tok.partition("=")
-        if name not in PADDLE_FLAGS and name not in OWN_FLAGS:
+        if name not in PADDLE_FLAGS and name not in OWN_FLAGS and name not in remote.FLAGS:
             raise LaunchError(f"unknown launcher flag {name} (before SCRIPT: Paddle launcher flags, "
-                              f"--timeout S, --stall S, --startup S, --tail N, --quiet, --no-check)")
+                              f"--timeout S, --stall S, --startup S, --tail N, --quiet, --no-check, "
+                              f"--hostfile F, --hosts L, --executor E, --ssh-config F, --forward-env A,B)")
         if not eq:
             if i >= len(argv):
                 raise LaunchError(f"{name} needs a value")
@@ -121,7 +125,9 @@ def parse_argv(argv):
 
 
 def _take_flag(out, name, value):
-    if name in OWN_FLAGS:
+    if name in remote.FLAGS:
+        out.hosts.take(name, value)
+    elif name in OWN_FLAGS:
         try:
             parsed = OWN_FLAGS[name](value)
         except ValueError:
@@ -169,7 +175,7 @@ def identity_for(args, config=None, network=None):
     preset = args.script_flag("--preset", "full" if benchmark else None)
     return RunIdentity(benchmark=registry.name_for_script(args.script), mode=mode, method=str(method),
                        preset=preset, config=config, nodes=nodes, devices_per_node=per_node, world_size=world,
-                       network=network)
+                       network=network, launch=local_block())
 
 
 def results_path(args):
@@ -202,6 +208,8 @@ launcher flags: any flag of `python -m paddle.distributed.launch` (device lists 
   --tail N      log lines shown per rank in a report (default 20)
   --quiet       do not echo rank 0's log
   --no-check    skip the benchmark's `--check` before launching
+  --hostfile F | --hosts a:2,b:2   one launcher per host over ssh (docs/clusters.md); also
+  --executor ssh|slurm, --ssh-config F, --forward-env A,B, --remote-python P, --remote-dir D
 The failure record goes to the script's --results file (default results/runs.jsonl)."""
 
 
@@ -215,11 +223,13 @@ def cli(argv):
         args = parse_argv(argv)
         env = job.child_env()
         identity = prepare(args, env)
-    except (LaunchError, results.RecordError) as e:
+        if args.hosts.on_hosts():
+            return remote.launch_on_hosts(args, args.hosts, identity, env, job_shape(args))
+    except (LaunchError, results.RecordError, HostsError) as e:
         print(f"fleetbench launch: error: {e}", file=sys.stderr)
         return 2
     log_dir = args.log_dir or job.new_log_dir()
-    node = job.NodeLaunch.paddle(args.paddle, log_dir, args.script, args.script_args, env)
+    node = job.NodeLaunch.paddle(args.paddle, log_dir, args.script, args.script_args, dict(env, **local_env()))
     print(f"fleetbench launch: logs in {log_dir}; running: {shlex.join(node.cmd)}", file=sys.stderr, flush=True)
     outcome = job.supervise([node], args.limits(), echo=None if args.quiet else sys.stdout)
     print(outcome.report(), file=sys.stderr, flush=True)

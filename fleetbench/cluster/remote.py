@@ -23,9 +23,11 @@ from fleetbench.measure import result_logs
 CHOICES = ("auto",) + executors.EXECUTORS
 FLAGS = {"--hostfile": "hostfile", "--hosts": "hosts", "--executor": "executor", "--ssh-config": "ssh_config",
          "--forward-env": "forward", "--remote-python": "python", "--remote-dir": "workdir"}
-# Paddle flags an executor sets per node itself: a user's value would contradict the plan.
-PLANNED_FLAGS = ("--master", "--nnodes", "--rank", "--host", "--ips", "--servers", "--trainers", "--gloo_port",
-                 "--server_num", "--trainer_num", "--worker_num", "--workers", "--nproc_per_node")
+# Paddle flags an executor sets per node itself (a user's value would contradict the plan), and
+# the ones it reads to make the plan.
+PLANNED_FLAGS = ("--master", "--rank", "--host", "--ips", "--servers", "--trainers", "--gloo_port", "--worker_num",
+                 "--workers")
+SHAPE_FLAGS = ("--nnodes", "--nproc_per_node", "--server_num", "--trainer_num")
 
 
 @dataclasses.dataclass
@@ -50,7 +52,12 @@ class HostOptions:
 
     def on_hosts(self):
         """True when jobs go to other hosts (a host list, or an executor that needs one)."""
-        return bool(self.hostfile or self.hosts) or self.executor in ("ssh", "slurm")
+        return self.real_hosts() or self.executor == "ssh"
+
+    def real_hosts(self):
+        """True when there are hosts besides the emulated cluster's (`--executor ssh` alone, in a
+        sweep, means the emulated nodes' sshd)."""
+        return bool(self.hostfile or self.hosts) or self.executor == "slurm"
 
     def host_list(self):
         if self.hostfile and self.hosts:
@@ -76,9 +83,34 @@ def add_arguments(parser):
 def from_namespace(ns):
     opts = HostOptions(ns.executor, ns.hostfile, ns.hosts, ns.ssh_config, ns.forward_env, ns.remote_python,
                        ns.remote_dir)
-    if opts.executor == "ssh" or opts.hostfile or opts.hosts:
+    if opts.hostfile or opts.hosts:
         opts.host_list()  # a bad hostfile fails before anything runs
     return opts
+
+
+def from_sweep(opts, spec, path):
+    """The options of a sweep: its flags, else the sweep file's `hosts:` (a hostfile path relative
+    to the file, or a list like [node1:4, node2:4])."""
+    value = spec.get("hosts")
+    if value is None or opts.hostfile or opts.hosts:
+        return opts
+    if isinstance(value, list) and value:
+        opts.hosts = ",".join(map(str, value))
+    elif isinstance(value, str) and value:
+        opts.hostfile = os.path.join(os.path.dirname(os.path.abspath(path)), value)
+    else:
+        raise hostlib.HostsError(f"{path}: hosts: expected a hostfile path or a list like [node1:4, node2:4]")
+    opts.host_list()
+    return opts
+
+
+def cell_job(cell, results_path):
+    """The Job of one run of a sweep cell (fleetbench.cluster.sweep_spec.Cell)."""
+    args = tuple(cell.script_args(results_path))
+    if cell.mode == "ps":
+        return Job("ps", cell.script, args, cell.nodes, servers=cell.servers, workers=cell.workers)
+    counts = cell.counts or (cell.devices_per_node,) * cell.nodes  # comm jobs launch like collective ones
+    return Job("collective", cell.script, args, cell.nodes, counts)
 
 
 def host_executor(opts, nodes, counts, check_slots=True):
@@ -133,12 +165,12 @@ def run_job(executor, job, log_dir, base_env, limits, results_path, echo=None, j
 def job_from_launch(args, shape, slots):
     """The Job of a `fleetbench launch` on hosts with these slots (one per host, in order).
     shape: launch.job_shape's (mode, ...)."""
-    planned = [f for f in PLANNED_FLAGS[:-1] if args.flag(f)]
+    planned = [f for f in PLANNED_FLAGS if args.flag(f)]
     if planned:
         raise hostlib.HostsError(f"{planned[0]}: with hosts, fleetbench plans it for every node; leave it out")
     nnodes = args.flag("--nnodes")
     nodes = int(nnodes.split(":")[-1]) if nnodes else len(slots)
-    other = tuple(x for i in range(0, len(args.paddle), 2) if args.paddle[i] not in PLANNED_FLAGS
+    other = tuple(x for i in range(0, len(args.paddle), 2) if args.paddle[i] not in SHAPE_FLAGS
                   for x in args.paddle[i:i + 2])
     if shape[0] == "ps":
         servers, trainers = (int(args.flag(f) or 1) for f in ("--server_num", "--trainer_num"))  # per node, as Paddle's
@@ -174,6 +206,10 @@ def launch_on_hosts(args, opts, identity, env, shape):
     print(outcome.report(), file=sys.stderr, flush=True)
     if outcome.ok or outcome.status == "interrupted":
         return 0 if outcome.ok else 130
-    failure.store_failure(launch.results_path(args), identity, outcome)
+    try:
+        failure.store_failure(launch.results_path(args), identity, outcome)
+    except failure.StoreError as e:
+        print(f"fleetbench launch: error: {e}", file=sys.stderr)
+        return 1
     print(f"fleetbench launch: failure recorded in {launch.results_path(args)}", file=sys.stderr)
     return 1

@@ -127,11 +127,11 @@ def _parser():
 
 
 def cli(argv):
-    from fleetbench.cluster import sweep
+    from fleetbench.cluster import sweep_spec as sweep
 
     args = _parser().parse_args(argv)
     try:
-        cells = sweep.expand(sweep.load_spec(args.sweep), args.sweep)
+        cells = sweep.expand(sweep.load_spec(args.sweep), args.sweep, on_hosts=True)
         emulated = [c for c in cells if c.network]
         if emulated:
             raise sweep.SweepError(f"{args.sweep}: cell {emulated[0].label()}: `network` profiles are emulated "

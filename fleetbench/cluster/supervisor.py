@@ -36,6 +36,7 @@ class Decision:
     culprit: ranks.Rank = None
     detail: str = ""
     show: list = dataclasses.field(default_factory=list)  # other ranks whose logs the report shows
+    launcher: object = None  # a NodeLaunch whose launcher failed before any rank did: its log is shown
 
 
 class Supervisor:
@@ -114,7 +115,7 @@ class Supervisor:
         if bad:
             node, code = bad[0]
             return Decision("failed", detail=f"the launcher on {node.name} exited with code {code} "
-                                             f"(see {node.log_dir}/launcher.log)")
+                                             f"(see {node.log_dir}/launcher.log)", launcher=node)
         if all(c == 0 for c in codes):
             return Decision("ok", detail="all ranks finished")
         workers = [r for r in self.ranks.values() if r.role == "worker"]
@@ -232,7 +233,7 @@ class Supervisor:
         if out.status == "ok" and any(p.returncode not in (0, None) for p in self.procs) and not self.workers_done_t:
             out.status, out.detail = "failed", "a launcher exited non-zero after all ranks finished"
         if culprit is None and out.status == "failed":
-            out.launcher_log = os.path.join(self.nodes[0].log_dir, "launcher.log")
+            out.launcher_log = os.path.join((decision.launcher or self.nodes[0]).log_dir, "launcher.log")
             out.launcher_tail = _last_lines(out.launcher_log, self.limits.tail)
         return out
 

@@ -5,18 +5,19 @@ the benchmark's own `--check` before anything runs, so a bad key fails the sweep
 it; so does a results file that cannot be written. Cells whose repeats are already in the results
 file are skipped, which is how an interrupted sweep resumes. A failed run is stored (error set)
 and the sweep goes on; failed runs are run again on resume. Each run is a supervised job
-(fleetbench.cluster.job), with the same fault reports as `fleetbench launch`.
+(fleetbench.cluster.job), with the same fault reports as `fleetbench launch`. Network cells and
+sweeps on hosts start one launcher per node through an executor (fleetbench.cluster.remote).
 """
 import argparse
 import dataclasses
 import json
 import os
-import random
 import signal
 import sys
 import time
 
-from fleetbench.cluster import failure, job, netem, preflight
+from fleetbench.cluster import executors, failure, job, netem, preflight, remote, sshd
+from fleetbench.cluster.hosts import HostsError
 from fleetbench.cluster.sweep_spec import (METHOD_KEY, REPO_ROOT, SWEEP_DIR, SweepError, cell_key, expand,
                                            load_spec, planned_network, record_key, sweep_path)
 from fleetbench.measure import registry, results
@@ -67,8 +68,8 @@ def _raise_interrupt(sig, _frame):
 class Cluster:
     """The emulated cluster for network cells: brought up per profile, down at the end if we made it."""
 
-    def __init__(self, prefix=netem.DEFAULT_PREFIX):
-        self.prefix, self.ours, self.state = prefix, False, None
+    def __init__(self, prefix=netem.DEFAULT_PREFIX, subnet=netem.DEFAULT_SUBNET):
+        self.prefix, self.subnet, self.ours, self.state = prefix, subnet, False, None
 
     def ensure(self, cell):
         problem = netem.requirements_problem()
@@ -80,18 +81,14 @@ class Cluster:
             existing = None
         if not (existing and existing["created"]):
             self.ours = True
-        self.state = netem.up(cell.nodes, netem.shaping_from(cell.network), prefix=self.prefix)
+        self.state = netem.up(cell.nodes, netem.shaping_from(cell.network), prefix=self.prefix, subnet=self.subnet)
         return self.state
 
     def close(self):
         if self.ours:
+            sshd.down(self.prefix)  # its servers live in the namespaces: before they go
             netem.down(self.prefix)
             self.ours = False
-
-
-def _free_port():
-    # Inside namespaces we created every port is free; random keeps concurrent sweeps apart anyway.
-    return random.randint(20000, 29999)
 
 
 def shared_threads(cell):
@@ -103,53 +100,29 @@ def shared_threads(cell):
     return max(1, fleetbench.usable_cores() // procs)
 
 
-def node_launches(cell, state, log_dir, results_path, base_env):
-    """One Paddle launcher per node, each inside its namespace (argument lists, no shell)."""
-    layout = netem.Layout.from_dict(state["layout"])
-    nodes = layout.nodes[:cell.nodes]
-    network = netem.network_dict(netem.Shaping(**state["shaping"]), cell.nodes, state["not_applied"])
-    args = cell.script_args(results_path)
-    launches = []
-    if cell.mode != "ps":  # collective and comm jobs launch alike
-        master = f"{nodes[0].ip}:{_free_port()}"
-        per_node = [["--master", master, "--nnodes", str(cell.nodes), "--nproc_per_node", str(cell.devices_per_node)]
-                    for _ in nodes]
-    else:
-        # Servers and workers spread over the nodes in contiguous blocks (Paddle numbers a node's
-        # trainers from its first endpoint in the list).
-        def spread(total):
-            return [total // cell.nodes + (i < total % cell.nodes) for i in range(cell.nodes)]
-        servers = [[f"{n.ip}:{_free_port()}" for _ in range(k)] for n, k in zip(nodes, spread(cell.servers))]
-        workers = [[f"{n.ip}:{_free_port()}" for _ in range(k)] for n, k in zip(nodes, spread(cell.workers))]
-        flags = ["--servers", ",".join(sum(servers, [])), "--trainers", ",".join(sum(workers, [])),
-                 "--gloo_port", str(_free_port())]
-        per_node = [flags if (s or w) else None for s, w in zip(servers, workers)]
-    for node, flags in zip(nodes, per_node):
-        if flags is None:
-            continue
-        node_dir = os.path.join(log_dir, f"node{node.index}")
-        env = job.child_env(base_env, {"GLOO_SOCKET_IFNAME": node.ifname, "POD_IP": node.ip,
-                                          "FLEETBENCH_NODES": str(cell.nodes),
-                                          "FLEETBENCH_NETWORK": json.dumps(network)})
-        if "FLEETBENCH_OMP_THREADS" not in env:
-            env.update(FLEETBENCH_OMP_THREADS=str(shared_threads(cell)),
-                       FLEETBENCH_OMP_THREADS_BY="fleetbench sweep: equal share of cores across emulated nodes")
-        launches.append(job.NodeLaunch.paddle(flags + ["--host", node.ip], node_dir, cell.script, args, env,
-                                              name=f"node{node.index}", prefix=["ip", "netns", "exec", node.netns]))
-    return launches, network
+def emulated_env(cell, base_env, network):
+    """The environment of a run on the emulated cluster: its network, and an equal share of this
+    machine's cores as threads unless the user chose a count."""
+    env = job.child_env(base_env, {"FLEETBENCH_NETWORK": json.dumps(network)})
+    if "FLEETBENCH_OMP_THREADS" not in env:
+        env.update(FLEETBENCH_OMP_THREADS=str(shared_threads(cell)),
+                   FLEETBENCH_OMP_THREADS_BY="fleetbench sweep: equal share of cores across emulated nodes")
+    return env
 
 
 def local_launch(cell, log_dir, results_path, base_env):
     flags = (["--server_num", str(cell.servers), "--trainer_num", str(cell.workers)] if cell.mode == "ps"
              else ["--nproc_per_node", str(cell.devices_per_node)])
-    env = job.child_env(base_env, {"FLEETBENCH_NODES": "1"})
+    env = job.child_env(base_env, dict(executors.local_env(), FLEETBENCH_NODES="1"))
     return [job.NodeLaunch.paddle(flags, log_dir, cell.script, cell.script_args(results_path), env)]
 
 
 class Sweep:
-    def __init__(self, cells, results_path, log_root, out=sys.stdout, cluster_prefix=netem.DEFAULT_PREFIX):
+    def __init__(self, cells, results_path, log_root, out=sys.stdout, cluster_prefix=netem.DEFAULT_PREFIX,
+                 hosts=None, cluster_subnet=netem.DEFAULT_SUBNET):
         self.cells, self.results_path, self.log_root, self.out = cells, os.path.abspath(results_path), log_root, out
-        self.cluster = Cluster(cluster_prefix)
+        self.cluster = Cluster(cluster_prefix, cluster_subnet)
+        self.hosts = hosts or remote.HostOptions()
         self.configs = {}
         self.failed_runs = 0
 
@@ -215,14 +188,13 @@ class Sweep:
     def run_one(self, i, cell, repeat, base_env):
         log_dir = os.path.join(self.log_root, f"cell{i:02d}-r{repeat}-{time.strftime('%H%M%S')}")
         before = self.done_counts().get(cell_key(cell, self.config(cell)), 0)
+        limits = job.Limits(timeout=cell.timeout, stall=cell.stall, startup=cell.startup)
         try:
-            launches, network = self.launches(cell, log_dir, base_env)
-        except netem.ClusterError as e:
+            outcome, network, launch = self.execute(cell, log_dir, base_env, limits)
+        except (netem.ClusterError, HostsError) as e:
             self.failed_runs += 1
             self.say(f"  -> FAILED to set up the cluster: {e}")
             return
-        limits = job.Limits(timeout=cell.timeout, stall=cell.stall, startup=cell.startup)
-        outcome = job.supervise(launches, limits)
         if outcome.status == "interrupted":
             raise Interrupted(outcome.detail)
         after = self.done_counts().get(cell_key(cell, self.config(cell)), 0)
@@ -235,25 +207,36 @@ class Sweep:
             outcome = dataclasses.replace(outcome, status="failed",
                                           detail="the run finished without storing a matching result record")
         self.failed_runs += 1
-        failure.store_failure(self.results_path, self.identity(cell, network), outcome)
+        failure.store_failure(self.results_path, self.identity(cell, network, launch), outcome)
         self.say(f"  -> FAILED: {outcome.detail} (logs: {log_dir})")
         for line in outcome.report().splitlines()[1:]:
             self.say(f"     {line}")
 
-    def launches(self, cell, log_dir, base_env):
-        """(the cell's Paddle launchers, the network they run on or None)."""
+    def execute(self, cell, log_dir, base_env, limits):
+        """Run one repeat of `cell`: (Outcome, the network it ran on or None, its launch block)."""
+        if not (cell.network or self.hosts.real_hosts()):
+            outcome = job.supervise(local_launch(cell, log_dir, self.results_path, base_env), limits)
+            return outcome, None, executors.local_block()
+        network, env = None, base_env
         if cell.network:
-            return node_launches(cell, self.cluster.ensure(cell), log_dir, self.results_path, base_env)
-        return local_launch(cell, log_dir, self.results_path, base_env), None
+            state = self.cluster.ensure(cell)
+            network = netem.network_dict(netem.Shaping(**state["shaping"]), cell.nodes, state["not_applied"])
+            env = emulated_env(cell, base_env, network)
+            ex = remote.emulated_executor(self.hosts, state, self.cluster.prefix, self.say)
+        else:
+            ex = None
+        work = remote.cell_job(cell, self.results_path)
+        ex = ex or remote.host_executor(self.hosts, cell.nodes, work.counts, check_slots=cell.mode != "ps")
+        return remote.run_job(ex, work, log_dir, env, limits, self.results_path), network, ex.launch_block(work)
 
-    def identity(self, cell, network):
+    def identity(self, cell, network, launch=None):
         """What a failure record of this cell says the run was."""
         config = self.config(cell)
         return failure.RunIdentity(
             benchmark=cell.benchmark, mode=cell.mode, method=str(config.get(METHOD_KEY[cell.mode]) or cell.method
                                                                  or "unknown"),
             preset=cell.preset, config=config, nodes=cell.nodes, devices_per_node=max(1, cell.world_size // cell.nodes),
-            world_size=cell.world_size, network=network or planned_network(cell))
+            world_size=cell.world_size, network=network or planned_network(cell), launch=launch)
 
     def summary(self):
         """mean ± std per sweep cell (results.aggregate over that cell's runs), efficiency against
@@ -287,6 +270,8 @@ def _parser():
     p.add_argument("--repeats", type=int, help="override every cell's repeats")
     p.add_argument("--log-dir", default=None, help="where run logs go (default log/sweep-<name>)")
     p.add_argument("--cluster-name", default=netem.DEFAULT_PREFIX, help="emulated cluster name prefix (default fb)")
+    p.add_argument("--cluster-subnet", default=netem.DEFAULT_SUBNET, help=f"its subnet (default {netem.DEFAULT_SUBNET})")
+    remote.add_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="resolve and list the cells, run nothing")
     return p
 
@@ -300,11 +285,14 @@ def prepare(args):
             raise SweepError(f"--repeats {args.repeats}: expected >= 1")
         spec = dict(spec, repeats=args.repeats, cells=[{k: v for k, v in c.items() if k != "repeats"}
                                                        for c in spec["cells"]])
-    cells = expand(spec, path)
+    hosts = remote.from_sweep(remote.from_namespace(args), spec, path)
+    cells = expand(spec, path, on_hosts=hosts.real_hosts())
+    if hosts.executor == "ssh" and not hosts.real_hosts() and not all(c.network for c in cells):
+        raise SweepError("--executor ssh: cells without `network` need hosts (--hostfile or --hosts)")
     preflight.check_results_path(args.results)
     name = os.path.splitext(os.path.basename(path))[0]
     sweep = Sweep(cells, args.results, args.log_dir or os.path.join("log", f"sweep-{name}"),
-                  cluster_prefix=args.cluster_name)
+                  cluster_prefix=args.cluster_name, hosts=hosts, cluster_subnet=args.cluster_subnet)
     sweep.resolve_configs(job.child_env())
     return sweep
 
@@ -320,7 +308,7 @@ def cli(argv):
             return 0
         sweep.run(dict(os.environ))
         return 1 if sweep.failed_runs else 0
-    except (SweepError, preflight.LaunchError, results.RecordError, netem.ClusterError) as e:
+    except (SweepError, preflight.LaunchError, results.RecordError, netem.ClusterError, HostsError) as e:
         print(f"fleetbench sweep: error: {e}", file=sys.stderr)
         return 2
     except failure.StoreError as e:  # the store broke during the sweep: going on would lose results
