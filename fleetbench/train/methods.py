@@ -154,53 +154,58 @@ def prepare(cfg, work, ctx):
     optimizer = fleet.distributed_optimizer(work.optimizer) if ctx.world_size > 1 else work.optimizer
     amp = Precision(cfg.amp)  # cfg.amp on GPU: auto_cast around the forward, loss scaling for fp16
     params = [p for p in work.model.parameters() if not p.stop_gradient]
-
-    schedule = work.optimizer._learning_rate  # Paddle keeps an LRScheduler here; it steps by hand
-
-    def apply(optimizer):
-        amp.step(optimizer)
-        optimizer.clear_grad()
-        if isinstance(schedule, paddle.optimizer.lr.LRScheduler):
-            schedule.step()  # once per optimizer step (grad_merge: per k micro-steps)
-
-    def overlapped(batch):  # wfbp, mgwfbp: the reducer's hooks all-reduce buckets during backward
-        with amp.forward():
-            loss = work.loss_fn(model, batch)
-        amp.backward(loss)
-        apply(optimizer)
-        return loss
-
-    sync_after_backward = post_backward_sync(cfg, ctx, params)
-
-    def after_backward(batch):  # bsp, fp16_allreduce: the reducer never runs
-        with no_sync(model):
-            with amp.forward():
-                loss = work.loss_fn(model, batch)
-            amp.backward(loss)
-        sync_after_backward()
-        apply(optimizer)
-        return loss
-
-    micro = {"n": 0}
-
-    def grad_merge(batch):
-        k = cfg.grad_merge_steps
-        micro["n"] += 1
-        last = micro["n"] % k == 0
-        with (contextlib.nullcontext() if last else no_sync(model)):
-            with amp.forward():
-                loss = work.loss_fn(model, batch)
-            amp.backward(loss / k)  # k micro-batches of b average like one batch of k*b
-        if last:
-            apply(optimizer)
-        return loss
-
-    steps = {"bsp": after_backward, "wfbp": overlapped, "mgwfbp": overlapped, "grad_merge": grad_merge,
-             "fp16_allreduce": after_backward, CONTROL: after_backward}  # none: no sync after it
+    steps = Steps(cfg, work, model, optimizer, amp, post_backward_sync(cfg, ctx, params))
+    by_method = {"bsp": steps.after_backward, "wfbp": steps.overlapped, "mgwfbp": steps.overlapped,
+                 "grad_merge": steps.grad_merge, "fp16_allreduce": steps.after_backward,
+                 CONTROL: steps.after_backward}  # none: its post-backward sync is a no-op
     ctx.comm = comm_plan(cfg, model, params, ctx.runtime.get("fp16_wire"))
     if ctx.rank == 0:
         print(describe(cfg, model, params, ctx.runtime.get("fp16_wire")), flush=True)
-    return model, steps[cfg.method]
+    return model, by_method[cfg.method]
+
+
+class Steps:
+    """One training step per method over a wrapped model; each returns the batch's loss."""
+
+    def __init__(self, cfg, work, model, optimizer, amp, sync_after_backward):
+        self.cfg, self.work, self.model, self.optimizer, self.amp = cfg, work, model, optimizer, amp
+        self.sync_after_backward = sync_after_backward
+        self.schedule = work.optimizer._learning_rate  # Paddle keeps an LRScheduler here; stepped by hand
+        self.micro_steps = 0
+
+    def _forward_backward(self, batch, merged=None):
+        with self.amp.forward():
+            loss = self.work.loss_fn(self.model, batch)
+        self.amp.backward(loss if merged is None else loss / merged)  # k micro-batches average like one
+        return loss
+
+    def _apply(self):
+        self.amp.step(self.optimizer)
+        self.optimizer.clear_grad()
+        if isinstance(self.schedule, paddle.optimizer.lr.LRScheduler):
+            self.schedule.step()  # once per optimizer step (grad_merge: per k micro-steps)
+
+    def overlapped(self, batch):  # wfbp, mgwfbp: the reducer's hooks all-reduce buckets during backward
+        loss = self._forward_backward(batch)
+        self._apply()
+        return loss
+
+    def after_backward(self, batch):  # bsp, fp16_allreduce, none: the reducer never runs
+        with no_sync(self.model):
+            loss = self._forward_backward(batch)
+        self.sync_after_backward()
+        self._apply()
+        return loss
+
+    def grad_merge(self, batch):
+        k = self.cfg.grad_merge_steps
+        self.micro_steps += 1
+        last = self.micro_steps % k == 0
+        with (contextlib.nullcontext() if last else no_sync(self.model)):
+            loss = self._forward_backward(batch, merged=k)
+        if last:
+            self._apply()
+        return loss
 
 
 def post_backward_sync(cfg, ctx, params):
