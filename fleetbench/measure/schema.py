@@ -1,0 +1,116 @@
+"""Schema 1 of a result record: its constants and what a valid record is (pure; no I/O).
+
+docs/results.md describes every field; measure/results.py builds, stores and aggregates records.
+"""
+from __future__ import annotations
+
+import math
+
+SCHEMA = 1
+MODES = ("collective", "ps", "comm")
+UNITS = ("images/s", "tokens/s", "samples/s", "words/s", "examples/s", "GB/s")  # GB/s: comm busbw
+# A record with `source` set was not measured here (e.g. a published table); see docs/results.md.
+SOURCE_KINDS = ("published",)
+# Conventional method name of a plain single-device run: the baseline of every method of its
+# benchmark when no 1-device run of the method itself exists (see `baseline_for`).
+SINGLE = "single"
+# The method of the no-synchronisation control run (docs/explain.md): a measurement of compute,
+# never a training result nor an efficiency baseline.
+CONTROL = "none"
+
+class RecordError(ValueError):
+    """A record or results file that does not follow schema 1; the message is one line."""
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _problem(record) -> str | None:
+    """What is wrong with `record`, or None. Checks in reading order; first problem wins."""
+    if not isinstance(record, dict):
+        return f"expected a JSON object, got {type(record).__name__}"
+    if record.get("schema") != SCHEMA:
+        return f"schema: expected {SCHEMA}, got {record.get('schema')!r}"
+    for key in ("id", "time", "benchmark", "method"):
+        if not isinstance(record.get(key), str) or not record.get(key):
+            return f"{key}: expected a non-empty string, got {record.get(key)!r}"
+    if record.get("mode") not in MODES:
+        return f"mode: expected one of {'|'.join(MODES)}, got {record.get('mode')!r}"
+    if record.get("preset") is not None and not isinstance(record["preset"], str):
+        return f"preset: expected a string or null, got {record['preset']!r}"
+    if not isinstance(record.get("config"), dict):
+        return f"config: expected an object, got {record.get('config')!r}"
+    for key in ("nodes", "devices_per_node", "world_size"):
+        if not _is_int(record.get(key)) or record[key] < 1:
+            return f"{key}: expected an integer >= 1, got {record.get(key)!r}"
+    network = record.get("network")
+    if network is not None and not isinstance(network, dict):
+        return f"network: expected an object or null, got {network!r}"
+    launch = record.get("launch")
+    if launch is not None and not (isinstance(launch, dict) and isinstance(launch.get("executor"), str)
+                                   and isinstance(launch.get("hosts"), list)):
+        return f"launch: expected null or an object with executor (a string) and hosts (a list), got {launch!r}"
+    error = record.get("error")
+    if error is not None and (not isinstance(error, str) or not error):
+        return f"error: expected null or a non-empty message, got {error!r}"
+    problem = (_metrics_problem(record.get("metrics"), failed=error is not None)
+               or _origin_problem(record.get("source"), record.get("env")))
+    if problem:
+        return problem
+    if record.get("topology") is not None and not isinstance(record["topology"], dict):
+        return f"topology: expected an object or null, got {record['topology']!r}"
+    if record.get("git") is not None and not isinstance(record["git"], str):
+        return f"git: expected a commit sha or null, got {record['git']!r}"
+    return None
+
+
+def _origin_problem(source, env) -> str | None:
+    """A published record names its source and may lack env; one measured here carries env."""
+    if source is not None:
+        if not isinstance(source, dict) or source.get("kind") not in SOURCE_KINDS:
+            return f"source: expected null or an object with kind in {'|'.join(SOURCE_KINDS)}"
+        for key in ("name", "citation"):
+            if not isinstance(source.get(key), str) or not source[key]:
+                return f"source.{key}: expected a non-empty string (short name; where it was published)"
+    if source is None and not isinstance(env, dict):
+        return "env: expected an object (every result measured here carries its environment)"
+    if source is not None and env is not None and not isinstance(env, dict):
+        return f"env: expected an object or null, got {env!r}"
+    return None
+
+
+def _metrics_problem(metrics, failed: bool) -> str | None:
+    if metrics is None:
+        return None if failed else "metrics: missing (only a failed run, with error set, may omit it)"
+    if not isinstance(metrics, dict):
+        return f"metrics: expected an object, got {metrics!r}"
+    if failed and "throughput" not in metrics:
+        return None  # partial metrics of a failed run
+    throughput = metrics.get("throughput")
+    if not _is_number(throughput):
+        return f"metrics.throughput: expected a finite number, got {throughput!r}"
+    if throughput < 0:
+        return f"metrics.throughput: expected >= 0, got {throughput!r}"
+    if "unit" not in metrics:
+        return f"metrics.unit: missing (expected one of {', '.join(UNITS)})"
+    if metrics["unit"] not in UNITS:
+        return f"metrics.unit: expected one of {', '.join(UNITS)}, got {metrics['unit']!r}"
+    std = metrics.get("throughput_std")
+    if std is not None and (not _is_number(std) or std < 0):
+        return f"metrics.throughput_std: expected a number >= 0 or null, got {std!r}"
+    repeats = metrics.get("repeats")
+    if repeats is not None and (not _is_int(repeats) or repeats < 1):
+        return f"metrics.repeats: expected an integer >= 1 or null, got {repeats!r}"
+    return None
+
+
+def validate(record, where: str = "") -> None:
+    """Raise RecordError("<where>: <field>: <what was expected>") if `record` breaks schema 1."""
+    problem = _problem(record)
+    if problem:
+        raise RecordError(f"{where or 'record'}: {problem}")
