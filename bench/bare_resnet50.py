@@ -32,7 +32,7 @@ model = paddle.vision.models.resnet50(num_classes=classes)
 opt = paddle.optimizer.Momentum(learning_rate=lr, momentum=0.9, weight_decay=1e-4, parameters=model.parameters())
 if world > 1:
     model, opt = fleet.distributed_model(model), fleet.distributed_optimizer(opt)
-data = synthetic_batches(8, batch, size, classes, "NCHW", 2021, dist.get_rank(), 1.0)
+data = synthetic_batches(8, batch, size, classes, "NCHW", 2021, dist.get_rank(), noise=1.0)
 loss_fn = paddle.nn.CrossEntropyLoss()
 model.train()
 for step in range(1, steps + 1):

@@ -24,7 +24,7 @@ class ResNet18Config(resnet18.ResNet18Settings, config.CollectiveConfig):
 def build(cfg: ResNet18Config) -> loop.Workload:
     model = resnet18.network(cfg)
     batches = images.synthetic_batches(cfg.synthetic_batches, cfg.batch_size, cfg.image_size, cfg.num_classes,
-                                       "NCHW", cfg.seed, paddle.distributed.get_rank(), cfg.synthetic_noise)
+                                       "NCHW", cfg.seed, paddle.distributed.get_rank(), noise=cfg.synthetic_noise)
     cross_entropy = paddle.nn.CrossEntropyLoss()
     return loop.Workload(model=model, optimizer=resnet18.optimizer(cfg, model.parameters()), batches=batches,
                          loss_fn=lambda net, batch: cross_entropy(net(batch[0]), batch[1]))

@@ -35,7 +35,7 @@ def synthetic_arrays(num_batches, batch_size, image_size, num_classes, seed, ran
     return batches
 
 
-def synthetic_batches(num_batches, batch_size, image_size, num_classes, data_format, seed, rank, noise=1.0):
+def synthetic_batches(num_batches, batch_size, image_size, num_classes, data_format, seed, rank, *, noise=1.0):
     """synthetic_arrays as (image, label) tensor pairs in `data_format`, labels shaped (batch, 1)."""
     import paddle
 

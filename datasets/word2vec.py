@@ -246,7 +246,7 @@ class PairMaker:
         return "\n".join(map(" ".join, rows)) + "\n", left
 
 
-def pipe(stdin, stdout, counts, window=5, neg=5, sample=1e-3, seed=0, stats_path=None, block=2000) -> dict:
+def pipe(stdin, stdout, counts, *, window=5, neg=5, sample=1e-3, seed=0, stats_path=None, block=2000) -> dict:
     """Fleet's pipe_command: id lines in, MultiSlot pairs out (slots `SLOTS`). The `words` slot
     carries each sentence's word count on its first pair (carried to the next pair when a
     sentence yields none), so summing it over the batches a trainer consumed counts corpus words
@@ -387,8 +387,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stats", default=None)
     args = parser.parse_args(argv)
-    pipe(sys.stdin.buffer, sys.stdout, read_counts(args.dict), args.window, args.neg, args.sample, args.seed,
-         args.stats)
+    pipe(sys.stdin.buffer, sys.stdout, read_counts(args.dict), window=args.window, neg=args.neg,
+         sample=args.sample, seed=args.seed, stats_path=args.stats)
     return 0
 
 

@@ -56,7 +56,7 @@ def workload(cfg: ImageConfig, model, optimizer):
     else:
         batches = images.synthetic_batches(cfg.synthetic_batches, cfg.batch_size, cfg.image_size,
                                            cfg.num_classes, cfg.data_format, cfg.seed,
-                                           paddle.distributed.get_rank(), cfg.synthetic_noise)
+                                           paddle.distributed.get_rank(), noise=cfg.synthetic_noise)
     cross_entropy = paddle.nn.CrossEntropyLoss()
     parts = dict(model=images.set_data_format(model, cfg.data_format), optimizer=optimizer, batches=batches,
                  loss_fn=lambda net, batch: cross_entropy(net(batch[0]), batch[1]))
