@@ -123,7 +123,7 @@ class Progressive:
 
     def metrics(self, comm) -> dict:
         """{"auc", "logloss"} over all ranks (every rank calls this together)."""
-        counts = comm.sum(self.buckets.numpy().tolist() + [float(self.loss_sum), self.examples])
+        counts = comm.sum(self.buckets.numpy().tolist() + [self.loss_sum.item(), self.examples])
         negatives, positives = counts[:auc.THRESHOLDS + 1], counts[auc.THRESHOLDS + 1:-2]
         loss_sum, examples = counts[-2:]
         return {"auc": auc.from_buckets(positives, negatives),
