@@ -163,6 +163,10 @@ def write_charts(cells: list[dict], images_dir: str) -> dict:
     return written
 
 
+def _share(value: float) -> str:
+    return f"{0.0 if abs(value) < 0.005 else value:.0%}"  # no "-0%" for noise around zero
+
+
 def markdown(cells: list[dict], images: dict, link) -> str:
     """The README section: per benchmark a table of the breakdown and its chart (`link(png)` is
     the path the markdown links to)."""
@@ -177,8 +181,11 @@ def markdown(cells: list[dict], images: dict, link) -> str:
                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for c in group:
             losses = c.get("losses") or {}
-            lost = " / ".join(f"{losses[k]:.0%}" for k in LOSSES[:4]) if losses else "—"
-            source = "control" if "control" in (c.get("compute_source") or "") else "1 device"
+            controlled = (c.get("compute_source") or "").startswith("method=none control")
+            source = "control" if controlled else "1 device"
+            lost = " / ".join(_share(losses[k]) for k in LOSSES[:4]) if losses else "—"
+            if losses and not controlled:  # without a control, core sharing hides inside communication
+                lost = "n/a / " + lost.split(" / ", 1)[1].replace(" / ", " (with sharing) / ", 1)
             out.append("| " + " | ".join([
                 cell_name(c), _ms(c["measured_step_ms"]), f"{_ms(c.get('compute_ms'))} ({source})",
                 _ms(c.get("exposed_comm_ms")), _ms(c.get("predicted_comm_ms")), _ms(c.get("imbalance_ms")),
