@@ -1,9 +1,6 @@
-"""Slurm: the allocation's nodes, the sbatch script `fleetbench slurm` writes, and a sweep run
-through it with a fake `srun` that records its argv and runs the command on this machine.
-
-Debian's slurm-wlm could not run a slurmctld/slurmd pair here (see docs/clusters.md), so the
-srun path is exercised with the fake; everything else in the chain is real: the generated
-script run by bash, the sweep, one srun per node, the node agents, Paddle's launchers."""
+"""Slurm: the allocation's nodes, the sbatch script `fleetbench slurm` writes, a sweep run through
+it with a fake `srun` that records its argv (no root needed), and the same script submitted with
+`sbatch` to a real slurmctld with a slurmd in each emulated node (root, slurm-wlm and munge)."""
 import json
 import os
 import stat
@@ -12,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from fleetbench.cluster import slurm
+from fleetbench.cluster import netem, slurm, slurmd
 from fleetbench.cluster.hosts import HostsError
 from util import PYTHON, REPO, env, records
 
@@ -65,3 +62,81 @@ def test_emulated_network_cells_are_refused_for_slurm(tmp_path):
     spec = write_sweep(tmp_path, [{"benchmark": "resnet50", "preset": "tiny", "network": "1gbe"}])
     p = fleetbench("slurm", spec)
     assert p.returncode == 2 and "`network` profiles are emulated links" in p.stderr
+
+
+FAKE_SRUN = """#!/bin/bash
+# A stand-in for Slurm's srun: records its argv (one JSON list a line), then runs the command here.
+python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$FAKE_SRUN_LOG"
+while [[ $# -gt 0 && $1 == --* ]]; do
+    case $1 in --chdir=*) cd "${1#--chdir=}" || exit 1 ;; esac
+    shift
+done
+exec "$@"
+"""
+
+
+def test_the_script_runs_a_two_node_sweep_through_srun(tmp_path):
+    """As sbatch would: bash runs the script with the allocation's variables; srun is a fake that
+    runs each node's command on this machine. The two "nodes" are 127.0.0.1 and 127.0.0.2 (both
+    this machine's loopback), so no root is needed."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(FAKE_SRUN)
+    (bin_dir / "srun").chmod(0o755)
+    spec = write_sweep(tmp_path, [{"benchmark": "resnet50", "preset": "tiny", "nodes": 2,
+                                   "set": {"steps": 4, "warmup_steps": 1, "log_every": 1}}])
+    script, store = tmp_path / "job.sbatch", tmp_path / "runs.jsonl"
+    assert fleetbench("slurm", spec, "--results", store, "--log-dir", tmp_path / "log", "--out", script).returncode == 0
+    argv_log = tmp_path / "srun.jsonl"
+    p = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                       env=env(PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_SRUN_LOG=argv_log, SLURM_JOB_ID="77",
+                               SLURM_JOB_NODELIST="127.0.0.[1-2]", SLURM_CPUS_ON_NODE="2"))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    [rec] = records(store)
+    assert rec["error"] is None and rec["nodes"] == 2 and rec["world_size"] == 2
+    assert rec["launch"] == {"executor": "slurm", "hosts": ["127.0.0.1", "127.0.0.2"]}
+    calls = [json.loads(line) for line in argv_log.read_text().splitlines()]
+    assert [c[:5] for c in calls] == [
+        ["--nodes=1", "--ntasks=1", f"--nodelist=127.0.0.{i}", "--cpus-per-task=2", "--kill-on-bad-exit=1"]
+        for i in (1, 2)]
+    assert all(c[6:9] == [PYTHON, "-m", "fleetbench.cluster.agent"] for c in calls)
+    assert (tmp_path / "log" / "sweep-cluster-77").is_dir()
+
+
+SLURM_PROBLEM = slurmd.requirements_problem()
+PREFIX = f"fbq{os.getpid() % 10000}"
+
+
+@pytest.fixture
+def slurm_cluster(tmp_path):
+    """A real Slurm on 2 emulated nodes: munged, slurmctld, a slurmd in each namespace."""
+    state = tmp_path / "state"
+    old = os.environ.get("FLEETBENCH_CLUSTER_STATE_DIR")
+    os.environ["FLEETBENCH_CLUSTER_STATE_DIR"] = str(state)
+    try:
+        netem.up(2, netem.shaping_from("unshaped"), prefix=PREFIX, subnet=f"10.93.{os.getpid() % 200}.0/24")
+        yield dict(slurmd.up(PREFIX), state=str(state))
+    finally:
+        slurmd.down(PREFIX)
+        netem.down(PREFIX)
+        os.environ.pop("FLEETBENCH_CLUSTER_STATE_DIR") if old is None else os.environ.update(
+            FLEETBENCH_CLUSTER_STATE_DIR=old)
+
+
+@pytest.mark.skipif(SLURM_PROBLEM is not None, reason=SLURM_PROBLEM or "")
+def test_sbatch_runs_the_sweep_on_a_real_slurm(slurm_cluster, tmp_path):
+    spec = write_sweep(tmp_path, [{"benchmark": "resnet50", "preset": "tiny", "nodes": 2,
+                                   "set": {"steps": 4, "warmup_steps": 1, "log_every": 1}},
+                                  {"benchmark": "ctr", "preset": "tiny", "servers_workers": "2/2", "nodes": 2}])
+    script, store = tmp_path / "job.sbatch", tmp_path / "runs.jsonl"
+    assert fleetbench("slurm", spec, "--results", store, "--log-dir", tmp_path / "log", "--out", script).returncode == 0
+    slurm_env = env(SLURM_CONF=slurm_cluster["slurm_conf"], FLEETBENCH_CLUSTER_STATE_DIR=slurm_cluster["state"])
+    p = subprocess.run(["sbatch", "--wait", str(script)], cwd=tmp_path, env=slurm_env, capture_output=True,
+                       text=True, timeout=600)
+    outputs = "".join(f.read_text() for f in (tmp_path / "log").glob("slurm-*.out"))
+    assert p.returncode == 0, p.stdout + p.stderr + outputs[-3000:]
+    recs = records(store)
+    assert [(r["benchmark"], r["error"]) for r in recs] == [("resnet50", None), ("ctr", None)]
+    for r in recs:
+        assert r["launch"] == {"executor": "slurm", "hosts": ["n0", "n1"]} and r["nodes"] == 2
+    assert "sweep finished" in outputs and "2 runs, 0 failed" in outputs

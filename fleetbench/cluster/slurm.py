@@ -58,22 +58,26 @@ def allocation_hosts(env=None):
     if not nodelist:
         raise HostsError("--executor slurm: not inside a Slurm allocation (SLURM_JOB_NODELIST is unset); "
                          "run under salloc or sbatch (fleetbench slurm SWEEP.yaml writes the script)")
-    if shutil.which("scontrol"):
-        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
-        if out.returncode == 0 and out.stdout.split():
-            return out.stdout.split()
-    return expand_nodelist(nodelist)
+    out = _scontrol("show", "hostnames", nodelist)
+    return out.split() if out and out.split() else expand_nodelist(nodelist)
+
+
+def _scontrol(*args):
+    """scontrol's output, or None when it is not there or does not answer (no Slurm config here)."""
+    if not shutil.which("scontrol"):
+        return None
+    try:
+        out = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=15)
+    except subprocess.TimeoutExpired:
+        return None
+    return out.stdout if out.returncode == 0 else None
 
 
 def node_addr(name):
     """The address Slurm itself uses for node `name` (its NodeAddr; a node's name need not
     resolve), falling back to the name when scontrol is not there."""
-    if shutil.which("scontrol"):
-        out = subprocess.run(["scontrol", "show", "node", "-o", name], capture_output=True, text=True, timeout=30)
-        found = re.search(r"\bNodeAddr=(\S+)", out.stdout)
-        if out.returncode == 0 and found:
-            return found.group(1)
-    return name
+    found = re.search(r"\bNodeAddr=(\S+)", _scontrol("show", "node", "-o", name) or "")
+    return found.group(1) if found else name
 
 
 def executor(env=None, forward=()):
@@ -96,12 +100,12 @@ def time_limit(cells):
 
 
 def sbatch_script(sweep_file, cells, results, options):
-    """The script's text. options: partition, account, gpus (bool), python, workdir."""
+    """The script's text. options: partition, account, gpus (bool), python, workdir, log_dir."""
     nodes = max(c.nodes for c in cells)
     name = os.path.splitext(os.path.basename(sweep_file))[0]
     lines = ["#!/bin/bash", f"#SBATCH --job-name=fleetbench-{name}", f"#SBATCH --nodes={nodes}",
              "#SBATCH --ntasks-per-node=1", "#SBATCH --exclusive", f"#SBATCH --time={time_limit(cells)}",
-             f"#SBATCH --output={options['workdir']}/log/slurm-%j.out"]
+             f"#SBATCH --output={os.path.abspath(options['log_dir'])}/slurm-%j.out"]
     if options.get("gpus"):
         lines.append(f"#SBATCH --gpus-per-node={max(c.devices_per_node for c in cells)}")
     lines += [f"#SBATCH --{k}={options[k]}" for k in ("partition", "account") if options.get(k)]
@@ -109,7 +113,7 @@ def sbatch_script(sweep_file, cells, results, options):
              "--results", os.path.abspath(results)]
     lines += ["# one Paddle launcher per node (srun --nodes=1 per node); master: the first node",
               "set -euo pipefail", f"cd {shlex.quote(options['workdir'])}",
-              f'exec {shlex.join(sweep)} --log-dir "log/sweep-{name}-$SLURM_JOB_ID"', ""]
+              f'exec {shlex.join(sweep)} --log-dir "{os.path.abspath(options["log_dir"])}/sweep-{name}-$SLURM_JOB_ID"', ""]
     return "\n".join(lines)
 
 
@@ -122,6 +126,7 @@ def _parser():
     p.add_argument("--gpus", action="store_true", help="request devices_per_node GPUs per node")
     p.add_argument("--python", default=sys.executable, help="Python on the nodes (default: this one)")
     p.add_argument("--workdir", default=str(registry.REPO_ROOT), help="this repository on the nodes")
+    p.add_argument("--log-dir", default="log", help="where the job's output and run logs go (default log)")
     p.add_argument("--out", help="write the script here (default: stdout)")
     return p
 
@@ -140,6 +145,7 @@ def cli(argv):
         print(f"fleetbench slurm: error: {e}", file=sys.stderr)
         return 2
     text = sbatch_script(args.sweep, cells, args.results, vars(args))
+    os.makedirs(args.log_dir, exist_ok=True)  # Slurm does not create the --output directory: the job would fail
     if not args.out:
         sys.stdout.write(text)
         return 0
