@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "sweep": ("fleetbench.cluster.sweep", "run a matrix of benchmark cells with repeats"),
     "cluster": ("fleetbench.cluster.netem", "emulated multi-node cluster in network namespaces"),
     "sshd": ("fleetbench.cluster.sshd", "an OpenSSH server on every node of the emulated cluster"),
+    "slurmd": ("fleetbench.cluster.slurmd", "a real Slurm (munged, slurmctld, slurmd) on the emulated cluster"),
     "slurm": ("fleetbench.cluster.slurm", "write an sbatch script that runs a sweep on a Slurm allocation"),
     "k8s": ("fleetbench.cluster.k8s", "write Kubeflow PaddleJob manifests for a benchmark or a sweep"),
     "results": ("fleetbench.measure.result_logs", "results import LOG...: store FLEETBENCH_RESULT lines from logs"),

@@ -2,6 +2,7 @@
 openssh-server, keys generated for the test), and jobs reach the nodes over SSH exactly as on a
 real cluster; failures are reported with host, rank and cause, and leave nothing on any node.
 Needs root, iproute2 and openssh-server (the tests skip with the reason otherwise)."""
+import json
 import os
 import re
 import subprocess
@@ -131,3 +132,16 @@ def test_a_host_name_that_does_not_resolve_is_refused_before_anything_starts(clu
     assert p.stderr.strip().splitlines()[-1] == (
         "fleetbench launch: error: node 1: host nosuch-node.invalid does not resolve (Name or service not known)")
     assert took < 30 and recs == [] and not (tmp_path / "log").exists()
+
+
+def test_uneven_nodes_two_processes_on_one_host_and_one_on_the_other(cluster, tmp_path):
+    h0, h1 = cluster["hosts"]
+    p = fleetbench(cluster, "launch", "--hosts", f"{h0}:2,{h1}:1", "--ssh-config", cluster["ssh_config"],
+                   "--timeout", 120, "--stall", 60, "--log_dir", tmp_path / "log", "tests/scripts/fault_rank.py",
+                   "--results", tmp_path / "runs.jsonl", timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    ranks = {}
+    for events in (tmp_path / "log").glob("node*/.fbrank-*"):
+        start = json.loads(events.read_text().splitlines()[0])
+        ranks[start["rank"]] = events.parent.name
+    assert ranks == {0: "node0", 1: "node0", 2: "node1"}  # node 1's first rank follows node 0's two
