@@ -56,7 +56,21 @@ def groups(records: list[dict]) -> list[dict]:
         values = [r["metrics"].get(metric) for r in records if r.get("error") is None and experiment.of(r) == key]
         stats = timing.summarize([v for v in values if v is not None])
         out.append(dict(group, quality={k: stats[k] for k in ("n", "mean", "std")}))
-    return out
+    return _fold_failures(out)
+
+
+def _fold_failures(groups: list[dict]) -> list[dict]:
+    """Count a failed-only group's runs in the successful group at the same place (mode, method,
+    network, job shape): a run the launcher stored as failed has no config.runtime block, so it
+    forms an experiment of its own, which would otherwise become a series of its own."""
+    def place(g):
+        return g["mode"], g["method"], g["network"], layout(g)
+
+    succeeded = {place(g): g for g in groups if g["mean"] is not None}
+    for g in groups:
+        if g["mean"] is None and place(g) in succeeded:
+            succeeded[place(g)]["failed"] += g["failed"]
+    return [g for g in groups if g["mean"] is not None or place(g) not in succeeded]
 
 
 def _labels(members: list[dict]) -> dict:
@@ -188,6 +202,7 @@ def draw(chart: dict) -> bytes:
             ax.set_xlim(-0.5, len(chart["ticks"]) - 0.5)
             ax.set_xlabel("training processes (ranks / PS workers)")
             ax.set_ylabel(ylabel)
+        _quality_scale(quality, chart)
         speed.set_title(chart["title"], loc="left")
         handles, labels = speed.get_legend_handles_labels()
         handles.append(Patch(facecolor="white", edgecolor="black", linewidth=0.5, hatch=PS_HATCH))
@@ -213,6 +228,15 @@ def _bars(ax, chart: dict, series: dict, index: int, width: float, value) -> lis
     for bar in bars:
         bar.set_hatch(PS_HATCH if series["mode"] == "ps" else None)
     return [(x, g) for x, (g, _, _) in zip(xs, drawn)]
+
+
+def _quality_scale(ax, chart: dict) -> None:
+    """A log axis when the quality values span more than a decade (losses near 0 beside a run
+    that did not converge), so that both stay readable."""
+    values = [g["quality"]["mean"] for s in chart["series"] for g in s["groups"] if g["quality"]["mean"] is not None]
+    if values and min(values) > 0 and max(values) / min(values) > 10:
+        ax.set_yscale("log")
+        ax.set_ylabel(chart["quality_label"] + ", log scale")
 
 
 def _points(ax, chart: dict, series: dict, index: int, width: float) -> None:
