@@ -54,7 +54,9 @@ class Context:
 
     @property
     def placement(self) -> run.Placement:
-        nodes = max(1, self.world_size // max(1, self.local_size))
+        # The launcher's node count when it gave one (nodes may differ in size: "3+2"), else
+        # what this node's size implies.
+        nodes = int(os.environ.get("FLEETBENCH_NODES") or 0) or max(1, self.world_size // max(1, self.local_size))
         return run.Placement(rank=self.rank, world_size=self.world_size, nodes=nodes,
                              runtime={"device": self.device, **self.runtime})
 
