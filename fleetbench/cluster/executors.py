@@ -147,6 +147,15 @@ def resolve(name, node, host=None):
 # Executors
 
 
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """One start of a job: what runs, where its logs go, the caller's environment, its id."""
+    job: Job
+    log_dir: str
+    base_env: dict
+    job_id: str
+
+
 @dataclasses.dataclass
 class Node:
     """One node as an executor starts it."""
@@ -171,6 +180,8 @@ class Executor:
         return launch_block(self.name, self.hosts[:job.nodes], job.counts if job.mode == "collective" else None)
 
     def launches(self, job, log_dir, base_env, job_id):
+        """[fleetbench.cluster.job.NodeLaunch], one per node that runs something."""
+        start = Start(job, log_dir, base_env, job_id)
         if len(self.nodes) < job.nodes:
             raise hostlib.HostsError(f"{self.name}: the job needs {job.nodes} nodes, {len(self.nodes)} given")
         nodes = self.nodes[:job.nodes]
@@ -178,13 +189,16 @@ class Executor:
         for node, flags in zip(nodes, node_flags(job, [n.address for n in nodes])):
             if flags is None:
                 continue
-            node_dir = os.path.join(log_dir, f"node{node.rank}")
             env = dict(rank_env(self.name, [n.host for n in nodes], job), POD_IP=node.address, **node.env)
-            cmd = self.node_command(node, flags, job, node_dir, base_env, env, job_id)
-            out.append(NodeLaunch(cmd, node_dir, child_env(base_env, env), name=node.host))
+            out.append(NodeLaunch(self.node_command(start, node, flags, env), self.node_dir(start, node),
+                                  child_env(base_env, env), name=node.host))
         return out
 
-    def node_command(self, node, flags, job, node_dir, base_env, env, job_id):
+    @staticmethod
+    def node_dir(start, node):
+        return os.path.join(start.log_dir, f"node{node.rank}")
+
+    def node_command(self, start, node, flags, env):
         raise NotImplementedError
 
 
@@ -196,9 +210,9 @@ class NetnsExecutor(Executor):
         super().__init__(nodes)
         self.netns = dict(zip((n.host for n in nodes), netns))
 
-    def node_command(self, node, flags, job, node_dir, base_env, env, job_id):
+    def node_command(self, start, node, flags, env):
         return ["ip", "netns", "exec", self.netns[node.host]] + paddle_command(
-            flags, node_dir, job.script, list(job.args))
+            flags, self.node_dir(start, node), start.job.script, list(start.job.args))
 
 
 class AgentExecutor(Executor):
@@ -210,14 +224,15 @@ class AgentExecutor(Executor):
         self.python = python or sys.executable
         self.workdir = workdir or str(registry.REPO_ROOT)
 
-    def spec(self, node, flags, job, base_env, env, job_id):
+    def spec(self, start, node, flags, env):
+        """What the node's agent runs (fleetbench.cluster.agent.run_node)."""
         from fleetbench.cluster import agent
 
         # child_env first: it turns the user's OMP_NUM_THREADS into FLEETBENCH_OMP_THREADS
-        node_env = dict(forwarded_env(child_env(base_env), self.forward), **env)
-        args = _results_to_scratch(list(job.args), agent.SCRATCH)
-        return {"job": f"{job_id}-node{node.rank}", "flags": flags, "script": self.script_on_node(job.script),
-                "args": args, "env": node_env}
+        node_env = dict(forwarded_env(child_env(start.base_env), self.forward), **env)
+        args = _results_to_scratch(list(start.job.args), agent.SCRATCH)
+        return {"job": f"{start.job_id}-node{node.rank}", "flags": flags,
+                "script": self.script_on_node(start.job.script), "args": args, "env": node_env}
 
     def script_on_node(self, script):
         """The script's path on the hosts: a file of this repository is found in its copy there
@@ -226,11 +241,11 @@ class AgentExecutor(Executor):
         inside = os.path.commonpath([path, str(registry.REPO_ROOT)]) == str(registry.REPO_ROOT)
         return os.path.relpath(path, registry.REPO_ROOT) if inside else path
 
-    def node_command(self, node, flags, job, node_dir, base_env, env, job_id):
-        spec = json.dumps(self.spec(node, flags, job, base_env, env, job_id), separators=(",", ":"))
+    def node_command(self, start, node, flags, env):
+        spec = json.dumps(self.spec(start, node, flags, env), separators=(",", ":"))
         agent = [self.python, "-m", "fleetbench.cluster.agent", spec]
-        return [sys.executable, "-m", "fleetbench.cluster.agent", "--mirror", node_dir, node.host, "--",
-                *self.transport(node, agent)]
+        return [sys.executable, "-m", "fleetbench.cluster.agent", "--mirror", self.node_dir(start, node), node.host,
+                "--", *self.transport(node, agent)]
 
     def transport(self, node, agent_argv):
         raise NotImplementedError

@@ -148,7 +148,7 @@ def emulated_executor(opts, state, prefix, say=print):
     return executors.NetnsExecutor(nodes, [n.netns for n in layout.nodes])
 
 
-def run_job(executor, job, log_dir, base_env, limits, results_path, echo=None, job_id=None):
+def run_job(executor, job, log_dir, base_env, limits, results_path, *, echo=None, job_id=None):
     """Supervise `job` on `executor`; store the record the nodes printed. Returns the Outcome."""
     job_id = job_id or uuid.uuid4().hex[:12]
     launches = executor.launches(job, log_dir, base_env, job_id)
