@@ -150,16 +150,12 @@ def write_charts(cells: list[dict], images_dir: str) -> dict:
     """images_dir/explain-<benchmark>-<preset>.png beside its CSV; returns {(benchmark, preset): png}."""
     from fleetbench.report import plot
 
-    os.makedirs(images_dir, exist_ok=True)
     written = {}
     for key in dict.fromkeys((c["benchmark"], c["preset"]) for c in cells):
         rows = chart_rows([c for c in cells if (c["benchmark"], c["preset"]) == key])
-        if not rows:
-            continue
-        png = os.path.join(images_dir, plot.slug("explain", *key) + ".png")
-        plot.write_csv(png[:-4] + ".csv", rows)
-        plot._write_if_changed(png, draw(rows, f"{key[0]} [{key[1]}] — where the step time goes"))
-        written[key] = png
+        if rows:
+            written[key] = plot.save_chart(images_dir, plot.slug("explain", *key), rows,
+                                           draw(rows, f"{key[0]} [{key[1]}] — where the step time goes"))
     return written
 
 

@@ -254,16 +254,11 @@ def _points(ax, chart: dict, series: dict, index: int, width: float) -> None:
 def section(records: list[dict], images_dir: str, link) -> tuple[str, list[str]]:
     """(markdown, files written): every AllReduce-vs-PS chart with its CSV and table; "" when no
     benchmark ran both ways."""
-    import os
-
     from fleetbench.report import plot  # late: plot imports this module
 
     out, written = [], []
     for chart in plan(records):
-        os.makedirs(images_dir, exist_ok=True)
-        png = os.path.join(images_dir, chart["name"] + ".png")
-        plot.write_csv(png[:-4] + ".csv", chart_rows(chart))
-        plot._write_if_changed(png, draw(chart))
+        png = plot.save_chart(images_dir, chart["name"], chart_rows(chart), draw(chart))
         written += [png, png[:-4] + ".csv"]
         out += [f"### AllReduce vs parameter server: {chart['heading']}", "", table_markdown(chart), "",
                 f"![{chart['name']}]({link(png)})", ""]

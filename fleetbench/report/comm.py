@@ -177,15 +177,11 @@ def size_label(nbytes: float, _position=None) -> str:
 
 def section(records: list[dict], images_dir: str, link) -> tuple[str, list[str]]:
     """(markdown, files written): every comm chart with its CSV and table; "" without comm records."""
-    import os
-
     from fleetbench.report import plot  # late: plot may import this module
 
     out, written = [], []
     for chart in plan(records):
-        png = os.path.join(images_dir, chart["name"] + ".png")
-        plot.write_csv(png[:-4] + ".csv", chart_rows(chart))
-        plot._write_if_changed(png, draw(chart))
+        png = plot.save_chart(images_dir, chart["name"], chart_rows(chart), draw(chart))
         written += [png, png[:-4] + ".csv"]
         out += [f"### Communication: {chart['title']}", "", table_markdown(chart), "",
                 f"![{chart['name']}]({link(png)})", ""]

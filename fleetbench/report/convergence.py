@@ -147,16 +147,11 @@ def draw(table: dict) -> bytes:
 def section(records: list[dict], images_dir: str, link) -> tuple[str, list[str]]:
     """(markdown, files written): every convergence table with its chart; "" when no record has
     epochs. `link(png_path)` gives the path the markdown uses for an image."""
-    import os
-
     from fleetbench.report import plot
 
     out, written = [], []
     for table in tables(records):
-        os.makedirs(images_dir, exist_ok=True)
-        png = os.path.join(images_dir, table["name"] + ".png")
-        plot.write_csv(png[:-4] + ".csv", chart_rows(table))
-        plot._write_if_changed(png, draw(table))
+        png = plot.save_chart(images_dir, table["name"], chart_rows(table), draw(table))
         written += [png, png[:-4] + ".csv"]
         heading = table["benchmark"] + (f" [{table['preset']}]" if table["preset"] else "")
         out += [f"### Convergence: {heading}", "", table_markdown(table), "",

@@ -100,9 +100,7 @@ def run(paths, images_dir, readme=None, title="Results") -> list[str]:
     base = os.path.dirname(os.path.abspath(readme)) if readme else os.getcwd()
     written, links = [], {}
     for chart in (c for table in planned for c in table["charts"]):
-        png = os.path.join(images_dir, chart["name"] + ".png")
-        write_csv(png[:-4] + ".csv", charts.chart_rows(chart))
-        _write_if_changed(png, charts.draw(chart))
+        png = save_chart(images_dir, chart["name"], charts.chart_rows(chart), charts.draw(chart))
         written += [png, png[:-4] + ".csv"]
         links[chart["name"]] = os.path.relpath(os.path.abspath(png), base).replace(os.sep, "/")
     section = tables.report_markdown(title, planned, links, list(paths), len(records))
@@ -119,6 +117,16 @@ def run(paths, images_dir, readme=None, title="Results") -> list[str]:
         _write_if_changed(readme, replace_section(readme_text, section, readme).encode("utf-8"))
         written.append(readme)
     return written
+
+
+def save_chart(images_dir: str, name: str, rows: list[dict], png_bytes: bytes) -> str:
+    """images_dir/NAME.png beside NAME.csv, the numbers it draws; returns the PNG's path. Every
+    section of the report writes its charts through here."""
+    os.makedirs(images_dir, exist_ok=True)
+    png = os.path.join(images_dir, name + ".png")
+    write_csv(png[:-4] + ".csv", rows)
+    _write_if_changed(png, png_bytes)
+    return png
 
 
 def _load(paths) -> list[dict]:
