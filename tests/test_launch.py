@@ -13,7 +13,7 @@ import pytest
 from fleetbench.cluster import job, launch, procs, rankwrap
 from fleetbench.cluster.ranks import progress_step
 from fleetbench.measure import results
-from util import PYTHON, REPO, env, records
+from util import PYTHON, REPO, env, records, wait_for
 
 FAULT_SCRIPT = str(REPO / "tests" / "scripts" / "fault_rank.py")
 FAULT_PS = str(REPO / "tests" / "scripts" / "fault_ps.py")
@@ -175,15 +175,6 @@ def _job_processes(token):
     return procs.job_pids(token, variable="FAULT_TEST_TOKEN")
 
 
-def _wait_for(check, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def _launch_cmd(tmp_path, store, *flags, script=FAULT_SCRIPT):
     return [PYTHON, "-m", "fleetbench", "launch", "--quiet", "--log_dir", str(tmp_path / "log"), *flags, script,
             "--results", str(store)]
@@ -322,7 +313,7 @@ def _wait_for_rank(log_dir, rank, timeout=60):
             if start["rank"] == rank and "step 1/" in open(start["log"]).read():
                 found.update(start)
         return bool(found)
-    assert _wait_for(ready, timeout), "the rank never logged progress"
+    assert wait_for(ready, timeout), "the rank never logged progress"
     return found
 
 
@@ -338,7 +329,7 @@ def test_kill_9_of_the_launcher_stops_its_job_within_seconds(tmp_path):
         proc.kill()
         killed = time.monotonic()
         proc.wait()
-        assert _wait_for(lambda: _job_processes(token) == [], 15), _job_processes(token)
+        assert wait_for(lambda: _job_processes(token) == [], 15), _job_processes(token)
         took = time.monotonic() - killed
     finally:
         for pid in _job_processes(token):

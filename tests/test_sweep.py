@@ -3,14 +3,13 @@ import json
 import os
 import signal
 import subprocess
-import time
 import uuid
 
 import pytest
 import yaml
 
 from fleetbench.cluster import failure, netem, procs, remote, sweep, sweep_spec
-from util import PYTHON, env, records
+from util import PYTHON, env, records, wait_for
 
 TINY = {"steps": 4, "warmup_steps": 1, "log_every": 1}  # resnet50 tiny, cut to seconds
 
@@ -227,15 +226,6 @@ def _job_processes(token):
     return procs.job_pids(token, variable="SWEEP_TEST_TOKEN")
 
 
-def _wait_for(check, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_interrupted_sweep_resumes_and_a_failing_cell_does_not_stop_the_others(tmp_path):
     first = {"benchmark": "resnet50", "preset": "tiny", "set": dict(TINY)}
     failing = {"benchmark": "resnet50", "preset": "tiny", "set": dict(TINY, seed=7), "timeout": 1}
@@ -248,7 +238,7 @@ def test_interrupted_sweep_resumes_and_a_failing_cell_does_not_stop_the_others(t
     proc = subprocess.Popen(_sweep_cmd(spec, store), cwd=tmp_path, env=env(SWEEP_TEST_TOKEN=token),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert _wait_for(lambda: any(r["error"] is None for r in records(store)), 120), "first cell never stored"
+        assert wait_for(lambda: any(r["error"] is None for r in records(store)), 120), "first cell never stored"
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:

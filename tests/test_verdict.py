@@ -7,16 +7,7 @@ import time
 
 from fleetbench.cluster import procs, verdict
 from fleetbench.cluster.ranks import Rank
-from util import PYTHON
-
-
-def _wait_for(check, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return False
+from util import PYTHON, wait_for
 
 
 GLOO_TIMEOUT = "terminate called after throwing an instance of 'gloo::TimeoutException'"
@@ -95,9 +86,9 @@ def test_a_stopped_process_is_seen_as_stopped():
     child = subprocess.Popen([PYTHON, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         os.kill(child.pid, signal.SIGSTOP)
-        assert _wait_for(lambda: procs.read_stat(child.pid).state == "T", 10)
+        assert wait_for(lambda: procs.read_stat(child.pid).state == "T", 10)
         os.kill(child.pid, signal.SIGCONT)
-        assert _wait_for(lambda: procs.read_stat(child.pid).state != "T", 10)
+        assert wait_for(lambda: procs.read_stat(child.pid).state != "T", 10)
     finally:
         child.kill()
         child.wait()

@@ -5,6 +5,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -67,3 +68,13 @@ def rank_summaries(log_dir) -> dict:
         for m in RANK_LINE.finditer(log.read_text(errors="replace")):
             found[int(m[1])] = (int(m[2]), float(m[3]), float(m[4]), float(m[5]))
     return found
+
+
+def wait_for(check, timeout) -> bool:
+    """Poll `check()` every 0.1 s until it is true (True) or `timeout` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return False
