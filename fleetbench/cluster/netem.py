@@ -345,3 +345,24 @@ def cli(argv):
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def node_daemons_cli(prog: str, description: str, argv, daemons, say_up, say_none) -> int:
+    """`fleetbench PROG up|down [--name N]` for daemons started on every emulated node (sshd,
+    slurmd): `daemons` has up(name) and down(name); `say_up(info)` is what up prints and
+    `say_none(name)` what down prints when none of ours was running."""
+    p = argparse.ArgumentParser(prog=f"fleetbench {prog}", description=description)
+    p.add_argument("action", choices=["up", "down"])
+    p.add_argument("--name", default=DEFAULT_PREFIX, help="the emulated cluster (default fb)")
+    args = p.parse_args(argv)
+    try:
+        if args.action == "up":
+            print(say_up(daemons.up(args.name)))
+        else:
+            stopped = daemons.down(args.name)
+            print(f"stopped pids {stopped}" if stopped else say_none(args.name))
+        return 0
+    except ClusterError as e:
+        print(f"fleetbench {prog}: {e}", file=sys.stderr)
+        return 2
+

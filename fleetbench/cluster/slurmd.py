@@ -12,7 +12,6 @@ clients find the cluster through SLURM_CONF, which `up` prints.
 slurmd starts from a shell that mounts the cgroup v1 controllers again inside that private
 mount namespace (the machine's own mounts are not touched).
 """
-import argparse
 import os
 import shutil
 import signal
@@ -157,19 +156,8 @@ def down(prefix=netem.DEFAULT_PREFIX):
 
 
 def cli(argv):
-    p = argparse.ArgumentParser(prog="fleetbench slurmd", description=__doc__.splitlines()[0])
-    p.add_argument("action", choices=["up", "down"])
-    p.add_argument("--name", default=netem.DEFAULT_PREFIX, help="the emulated cluster (default fb)")
-    args = p.parse_args(argv)
-    try:
-        if args.action == "up":
-            info = up(args.name)
-            print(f"Slurm nodes {', '.join(info['nodes'])} idle in partition emu\n"
-                  f"export SLURM_CONF={info['slurm_conf']}   # then: sinfo; salloc -N2; sbatch ...")
-        else:
-            stopped = down(args.name)
-            print(f"stopped pids {stopped}" if stopped else f"cluster {args.name}: no Slurm daemons of ours")
-        return 0
-    except netem.ClusterError as e:
-        print(f"fleetbench slurmd: {e}", file=sys.stderr)
-        return 2
+    return netem.node_daemons_cli(
+        "slurmd", __doc__.splitlines()[0], argv, sys.modules[__name__],
+        lambda info: (f"Slurm nodes {', '.join(info['nodes'])} idle in partition emu\n"
+                      f"export SLURM_CONF={info['slurm_conf']}   # then: sinfo; salloc -N2; sbatch ..."),
+        lambda name: f"cluster {name}: no Slurm daemons of ours")

@@ -14,7 +14,6 @@ exactly the sshd processes whose pid files it wrote, removes the head's address 
 directory. Needs root and Debian's openssh-server (`apt-get install openssh-server`; its service
 need not run).
 """
-import argparse
 import ipaddress
 import os
 import shutil
@@ -161,19 +160,9 @@ def down(prefix=netem.DEFAULT_PREFIX):
 
 
 def cli(argv):
-    p = argparse.ArgumentParser(prog="fleetbench sshd", description=__doc__.splitlines()[0])
-    p.add_argument("action", choices=["up", "down"])
-    p.add_argument("--name", default=netem.DEFAULT_PREFIX, help="the emulated cluster (default fb)")
-    args = p.parse_args(argv)
-    try:
-        if args.action == "up":
-            info = up(args.name)
-            print(f"sshd on {', '.join(info['hosts'])}\nhostfile:   {info['hostfile']}\n"
-                  f"ssh config: {info['ssh_config']}\ntry: ssh -F {info['ssh_config']} {info['hosts'][0]} hostname")
-        else:
-            stopped = down(args.name)
-            print(f"stopped sshd pids {stopped}" if stopped else f"cluster {args.name}: no sshd of ours running")
-        return 0
-    except netem.ClusterError as e:
-        print(f"fleetbench sshd: {e}", file=sys.stderr)
-        return 2
+    return netem.node_daemons_cli(
+        "sshd", __doc__.splitlines()[0], argv, sys.modules[__name__],
+        lambda info: (f"sshd on {', '.join(info['hosts'])}\nhostfile:   {info['hostfile']}\n"
+                      f"ssh config: {info['ssh_config']}\n"
+                      f"try: ssh -F {info['ssh_config']} {info['hosts'][0]} hostname"),
+        lambda name: f"cluster {name}: no sshd of ours running")
