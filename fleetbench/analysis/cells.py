@@ -11,8 +11,8 @@ import statistics
 
 from fleetbench.analysis import alphabeta
 from fleetbench.measure import experiment
+from fleetbench.measure.schema import CONTROL  # the no-synchronisation control's method
 
-CONTROL = "none"  # the method of the no-synchronisation control (a measurement, never training)
 POST_BACKWARD = ("bsp", "fp16_allreduce")  # methods that all-reduce after backward: no overlap
 
 

@@ -19,6 +19,7 @@ import paddle
 import paddle.distributed as dist
 from paddle.distributed import fleet
 
+from fleetbench.measure.schema import CONTROL  # a measurement control, never a training result
 from fleetbench.train import capability
 from fleetbench.train.amp import Precision
 
@@ -31,7 +32,6 @@ METHODS = {
     "none": "control: each rank trains on its own data, no gradient synchronisation (not valid "
             "training: measures compute under the same processes, threads and placement)",
 }
-CONTROL = "none"  # a measurement control, never a training result nor an efficiency baseline
 # Buckets of the all-reduce that bsp/fp16_allreduce run after backward: the size Paddle's
 # fused_allreduce_gradients uses, so a model of <= 128 MB of gradients is one all-reduce.
 POST_BACKWARD_BUCKET_MB = 128
