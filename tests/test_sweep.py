@@ -123,6 +123,28 @@ def test_run_key_ignores_runtime_and_what_the_network_could_not_apply():
     assert k != sweep_spec.run_key("b", "tiny", {"lr": 1}, "collective", 1, 2, net)
 
 
+
+def test_runs_under_another_paddle_are_another_experiment(tmp_path):
+    # `make versions` may store both Paddles' runs of one cell in one file: a sweep under 3.3.1
+    # must neither count 2.6.2's runs as done (it would skip its own) nor summarise them with its own.
+    demo = os.path.join(sweep_spec.REPO_ROOT, "results", "kvm-2vcpu-paddle2.6.2-demo.jsonl")
+    (base,) = [r for r in records(demo) if r["benchmark"] == "resnet50" and r["world_size"] == 1][:1]
+    store = tmp_path / "runs.jsonl"
+    with open(store, "w") as f:
+        for i, version in enumerate(["2.6.2", "2.6.2", "3.3.1"]):
+            env_block = dict(base["env"], paddle=dict(base["env"]["paddle"], version=version))
+            f.write(json.dumps(dict(base, id=f"run{i}", env=env_block)) + "\n")
+    (cell,) = sweep_spec.expand(_spec({"benchmark": "resnet50", "preset": "tiny"}, repeats=2), "s.yaml")
+    counts = {}
+    for version in ("2.6.2", "3.3.1", None):
+        s = sweep.Sweep([cell], str(store), str(tmp_path / "log"), out=open(os.devnull, "w"), paddle=version)
+        s.configs[(cell.script, cell.preset, cell.sets)] = base["config"]
+        counts[version] = s.plan()[0][1]
+        if version == "3.3.1":
+            (row,) = s.summary()
+            assert row["n"] == 1 and row["paddle"].startswith("3.3.1")
+    assert counts == {"2.6.2": 2, "3.3.1": 1, None: 2}  # None (a remote Python): any version, capped at repeats
+
 def test_progress_line():
     (cell,) = sweep_spec.expand(_spec({"benchmark": "resnet50", "preset": "tiny"}))
     assert sweep.progress_line(2, 5, cell, 1, 75, 130) == (

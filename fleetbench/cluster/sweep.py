@@ -19,7 +19,9 @@ import time
 from fleetbench.cluster import executors, failure, job, netem, preflight, remote, sshd
 from fleetbench.cluster.hosts import HostsError
 from fleetbench.cluster.sweep_spec import (METHOD_KEY, REPO_ROOT, SWEEP_DIR, SweepError, cell_key, expand,
-                                           load_spec, planned_network, record_key, sweep_path)
+                                           load_spec, planned_network, record_key, record_paddle,
+                                           sweep_path)
+from fleetbench.machine import env as machine_env
 from fleetbench.measure import registry, results
 
 
@@ -119,8 +121,9 @@ def local_launch(cell, log_dir, results_path, base_env):
 
 class Sweep:
     def __init__(self, cells, results_path, log_root, out=sys.stdout, cluster_prefix=netem.DEFAULT_PREFIX,
-                 hosts=None, cluster_subnet=netem.DEFAULT_SUBNET):
+                 hosts=None, cluster_subnet=netem.DEFAULT_SUBNET, paddle=None):
         self.cells, self.results_path, self.log_root, self.out = cells, os.path.abspath(results_path), log_root, out
+        self.paddle = paddle  # the Paddle version the runs use; None: not known here (remote Python)
         self.cluster = Cluster(cluster_prefix, cluster_subnet)
         self.hosts = hosts or remote.HostOptions()
         self.configs = {}
@@ -143,18 +146,18 @@ class Sweep:
     def config(self, cell):
         return self.configs[(cell.script, cell.preset, cell.sets)]
 
-    def done_counts(self):
-        if not os.path.exists(self.results_path):
-            return {}
-        counts = {}
-        for rec in results.load(self.results_path):
-            if rec.get("error") is None:
-                counts[record_key(rec)] = counts.get(record_key(rec), 0) + 1
-        return counts
+    def runs_of(self, cell, records=None, ok_only=True):
+        """The cell's stored runs under this sweep's Paddle. Another version's runs of the same cell
+        in the same file are another experiment: neither counted as done nor summarised here."""
+        if records is None:
+            records = results.load(self.results_path) if os.path.exists(self.results_path) else []
+        key = cell_key(cell, self.config(cell))
+        return [r for r in records if record_key(r) == key and (r.get("error") is None or not ok_only)
+                and (self.paddle is None or record_paddle(r) == self.paddle)]
 
     def plan(self):
-        counts = self.done_counts()
-        return [(cell, min(counts.get(cell_key(cell, self.config(cell)), 0), cell.repeats)) for cell in self.cells]
+        recs = results.load(self.results_path) if os.path.exists(self.results_path) else []
+        return [(cell, min(len(self.runs_of(cell, recs)), cell.repeats)) for cell in self.cells]
 
     def run(self, base_env):
         started = time.monotonic()
@@ -187,7 +190,7 @@ class Sweep:
 
     def run_one(self, i, cell, repeat, base_env):
         log_dir = os.path.join(self.log_root, f"cell{i:02d}-r{repeat}-{time.strftime('%H%M%S')}")
-        before = self.done_counts().get(cell_key(cell, self.config(cell)), 0)
+        before = len(self.runs_of(cell))
         limits = job.Limits(timeout=cell.timeout, stall=cell.stall, startup=cell.startup)
         try:
             outcome, network, launch = self.execute(cell, log_dir, base_env, limits)
@@ -197,10 +200,9 @@ class Sweep:
             return
         if outcome.status == "interrupted":
             raise Interrupted(outcome.detail)
-        after = self.done_counts().get(cell_key(cell, self.config(cell)), 0)
-        if outcome.ok and after > before:
-            rec = [r for r in results.load(self.results_path) if record_key(r) == cell_key(cell, self.config(cell))][-1]
-            m = rec["metrics"]
+        after = self.runs_of(cell)
+        if outcome.ok and len(after) > before:
+            m = after[-1]["metrics"]
             self.say(f"  -> ok: {m['throughput']:.2f} {m['unit']} in {outcome.elapsed_s:.0f} s")
             return
         if outcome.ok:  # finished, but the run stored nothing that matches the cell
@@ -242,16 +244,13 @@ class Sweep:
         """mean ± std per sweep cell (results.aggregate over that cell's runs), efficiency against
         a baseline among them (results.add_efficiency)."""
         recs = results.load(self.results_path) if os.path.exists(self.results_path) else []
-        by_key = {}
-        for rec in recs:
-            by_key.setdefault(record_key(rec), []).append(rec)
         rows, seen = [], set()
         for cell in self.cells:
-            key = cell_key(cell, self.config(cell))
-            if key in seen or key not in by_key:
+            key, runs = cell_key(cell, self.config(cell)), self.runs_of(cell, recs, ok_only=False)
+            if key in seen or not runs:
                 continue
             seen.add(key)
-            for agg in results.aggregate(by_key[key]):
+            for agg in results.aggregate(runs):
                 rows.append(dict(agg, sweep_extra=cell_extra(cell)))
         rows = results.add_efficiency(rows)
         self.say(summary_table(rows))
@@ -276,6 +275,12 @@ def _parser():
     return p
 
 
+def local_paddle():
+    """The Paddle version of this Python, which runs the ranks unless --remote-python says otherwise."""
+    paddle, _missing = machine_env.read_paddle()
+    return (paddle or {}).get("version")
+
+
 def prepare(args):
     """The sweep to run, every input checked (one line naming the file or flag if not)."""
     path = sweep_path(args)
@@ -292,7 +297,8 @@ def prepare(args):
     preflight.check_results_path(args.results)
     name = os.path.splitext(os.path.basename(path))[0]
     sweep = Sweep(cells, args.results, args.log_dir or os.path.join("log", f"sweep-{name}"),
-                  cluster_prefix=args.cluster_name, hosts=hosts, cluster_subnet=args.cluster_subnet)
+                  cluster_prefix=args.cluster_name, hosts=hosts, cluster_subnet=args.cluster_subnet,
+                  paddle=None if hosts.python else local_paddle())
     sweep.resolve_configs(job.child_env())
     return sweep
 

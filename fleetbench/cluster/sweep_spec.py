@@ -239,6 +239,11 @@ def record_key(rec):
                    rec["world_size"], rec.get("network"))
 
 
+def record_paddle(rec):
+    """The Paddle version a record ran under (None for records without an env block)."""
+    return ((rec.get("env") or {}).get("paddle") or {}).get("version")
+
+
 def planned_network(cell):
     if not cell.network:
         return None
