@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from fleetbench.cluster import netem, sweep
+from fleetbench.cluster import netem, sshd, sweep
 from fleetbench.measure import comm, linkprobe, results
 from fleetbench.report import comm as comm_report
 from util import PYTHON, REPO, env, fleetrun, records, run_script
@@ -344,13 +344,14 @@ def test_sweep_cells_of_comm_set_the_op_and_keep_mode_comm():
 # ---------------------------------------------------------------- emulated cluster (root)
 @pytest.mark.skipif(netem.requirements_problem() is not None, reason=netem.requirements_problem() or "")
 def test_two_emulated_nodes_measure_the_raw_tcp_rate_of_their_shaped_link(tmp_path, monkeypatch):
-    """A `benchmark: comm` sweep cell over a 1 Gbit/s link: the job streams raw TCP between the two
-    namespaces (node0 -> node1) before the collectives and stores the rate beside busbw."""
+    """`benchmark: comm` sweep cells over a 1 Gbit/s link: the job streams raw TCP between two
+    namespaces (node0 -> node1) before the collectives and stores the rate beside busbw. The second
+    cell needs 3 nodes, so the sweep rebuilds its cluster (and the nodes' sshd) between them."""
     name = f"fbm{os.getpid() % 100000}"
     spec = tmp_path / "comm.yaml"
     spec.write_text(yaml.safe_dump({"repeats": 1, "timeout": 300, "stall": 120, "cells": [
         {"benchmark": "comm", "preset": "tiny", "set": {"op": "all_reduce", "tcp_probe_s": 1.0},
-         "nodes": 2, "network": "1gbe"}]}))
+         "nodes": [2, 3], "network": "1gbe"}]}))
     store = tmp_path / "runs.jsonl"
     state_dir = tmp_path / "state"
     try:
@@ -362,9 +363,29 @@ def test_two_emulated_nodes_measure_the_raw_tcp_rate_of_their_shaped_link(tmp_pa
         monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(state_dir))
         netem.down(name)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    (rec,) = records(store)
-    assert rec["mode"] == "comm" and rec["nodes"] == 2 and rec["network"]["rate_gbit"] == 1.0
-    m = rec["metrics"]
-    # one TCP stream gets the shaped 0.125 GB/s less its headers (about 4%), never more
-    assert 0.8 * 0.125 < m["link_tcp_GBps"] <= 0.125, m["link_tcp_note"]
-    assert m["link_tcp_note"].startswith("one TCP stream, 10.77.0.")
+    recs = records(store)
+    assert [r["nodes"] for r in recs] == [2, 3] and all(r["error"] is None for r in recs)
+    for rec in recs:
+        assert rec["mode"] == "comm" and rec["network"]["rate_gbit"] == 1.0
+        m = rec["metrics"]
+        # one TCP stream gets the shaped 0.125 GB/s less its headers (about 4%), never more
+        assert 0.8 * 0.125 < m["link_tcp_GBps"] <= 0.125, m["link_tcp_note"]
+        assert m["link_tcp_note"].startswith("one TCP stream, 10.77.0.")
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _exe(pid) == sshd.SSHD
+            and sshd.directory(name).encode() in _cmdline(pid)]
+    assert left == [], "node sshd left running after the sweep"
+
+
+def _exe(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""

@@ -79,6 +79,9 @@ class Cluster:
             raise netem.ClusterError(problem)
         existing = netem.load_state(self.prefix)
         if existing and existing["created"] and len(existing["layout"]["nodes"]) != cell.nodes and self.ours:
+            # The node sshds first: a process outlives its deleted namespace, and `sshd.up` would
+            # take the old pid for a server of the new node (every ssh then refused).
+            sshd.down(self.prefix)
             netem.down(self.prefix)
             existing = None
         if not (existing and existing["created"]):
