@@ -90,6 +90,19 @@ def test_fit_keeps_latency_under_noise_where_plain_least_squares_loses_it():
     assert abs(intercept * 1e6 - 50.0) > 10 * abs(fit["alpha_us"] - 50.0)
 
 
+
+def test_a_latency_below_the_noise_is_zero_not_negative():
+    # 1 MiB .. 256 MiB over 1 GbE (measured: a free fit gave alpha = -135 us): the time of the
+    # smallest message is ~8 ms, so 1 ms of latency hides in 1% noise; the fit stays physical.
+    sizes = [2 ** k for k in range(20, 29)]
+    noise = [-0.01] + [0.0] * (len(sizes) - 2) + [0.01]  # small ones 1% fast, the largest 1% slow
+    points = _points(0.0, 0.125e9, sizes, noise)
+    slope, intercept = np.polyfit([x for x, _ in points], [t for _, t in points], 1)
+    assert intercept < 0  # what a free line makes of it
+    fit = comm.fit_alpha_beta(points)
+    assert fit["alpha_us"] == 0.0
+    assert fit["bandwidth_GBps"] == pytest.approx(0.125, rel=0.02)
+
 def test_fit_of_a_constant_time_has_no_bandwidth():
     fit = comm.fit_alpha_beta([(0.0, 3e-4), (0.0, 5e-4)])
     assert fit["bandwidth_GBps"] is None

@@ -119,8 +119,9 @@ def fit_alpha_beta(points: list) -> dict:
     on relative errors (weights 1/time^2): sizes span many decades, and plain least squares
     would let the largest sizes decide alone, leaving alpha meaningless.
 
-    Returns alpha_us, bandwidth_GBps (None when the points cannot determine it: one distinct
-    size, or a slope <= 0) and fit_max_rel_error (worst |fit - time| / time over the points).
+    alpha is kept >= 0 (refit through the origin when the free fit goes below). Returns alpha_us,
+    bandwidth_GBps (None when the points cannot determine it: one distinct size, or a slope <= 0)
+    and fit_max_rel_error (worst |fit - time| / time over the points).
     """
     if not points:
         return {"alpha_us": None, "bandwidth_GBps": None, "fit_max_rel_error": None}
@@ -136,6 +137,8 @@ def fit_alpha_beta(points: list) -> dict:
     else:
         alpha = (sxx * st - sx * sxt) / det
         beta = (sw * sxt - sx * st) / det
+        if alpha < 0:  # latency hidden in the noise of large messages: a negative one is no fit
+            alpha, beta = 0.0, sxt / sxx
     worst = max(abs(alpha + beta * x - t) / t for x, t in points)
     return {"alpha_us": alpha * 1e6, "bandwidth_GBps": 1 / beta / 1e9 if beta > 0 else None,
             "fit_max_rel_error": worst}

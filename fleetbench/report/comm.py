@@ -44,7 +44,11 @@ def _series_of(exp, op: str, members: list[dict]) -> dict:
             sizes.setdefault(row["bytes"], {"busbw": [], "algbw": [], "time_us": []})
             for key, name in (("busbw", "busbw_GBps"), ("algbw", "algbw_GBps"), ("time_us", "time_us")):
                 sizes[row["bytes"]][key].append(row[name])
-    parts = [(r["metrics"].get("ops") or {}).get(op) or {} for r in members]
+    # Each run's headline and fit are computed again from its rows, so a fit improved since the
+    # run was made (e.g. alpha kept >= 0) applies to stored records too.
+    parts = [comm.summarize_op(op, [row for row in r["metrics"]["rows"] if row["op"] == op], r["world_size"],
+                               ((r["metrics"].get("ops") or {}).get(op) or {}).get("headline_min_bytes")
+                               or r["metrics"]["headline_min_bytes"]) for r in members]
     network = members[0].get("network") or {}
     rate = network.get("rate_gbit")
     return {"network": exp.network, "runs": len(members), "sizes": dict(sorted(sizes.items())),
