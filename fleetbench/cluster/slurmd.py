@@ -21,7 +21,7 @@ import sys
 import time
 import zlib
 
-from fleetbench.cluster import netem, netem_state, sshd
+from fleetbench.cluster import netem, netem_state, procs, sshd
 
 DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd")
 CGROUPS = "cpuset memory freezer devices cpu cpuacct pids"
@@ -125,14 +125,9 @@ def _wait_idle(conf, count, timeout_s=30):
 
 
 def _pid(d, name):
-    """The pid in <d>/<name>.pid if that process is one of the Slurm/munge daemons, else None."""
-    try:
-        with open(os.path.join(d, f"{name}.pid")) as f:
-            pid = int(f.read().strip())
-        exe = os.readlink(f"/proc/{pid}/exe")
-        return pid if exe in {os.path.realpath(p) for p in DAEMONS} else None  # Debian links slurmctld-wlm
-    except (OSError, ValueError):
-        return None
+    """The pid in <d>/<name>.pid if that process is one of the Slurm/munge daemons, else None
+    (links resolved: Debian links slurmctld to slurmctld-wlm)."""
+    return procs.daemon_pid(os.path.join(d, f"{name}.pid"), DAEMONS)
 
 
 def down(prefix=netem.DEFAULT_PREFIX):

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 
-from fleetbench.cluster import netem, netem_state
+from fleetbench.cluster import netem, netem_state, procs
 
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = "/run/sshd"  # sshd refuses to start without its privilege-separation directory
@@ -131,12 +131,7 @@ def _start(d, node):
 
 def _pid(d, index):
     """The pid of our sshd for node `index` if it runs, else None."""
-    try:
-        with open(os.path.join(d, f"sshd-{index}.pid")) as f:
-            pid = int(f.read().strip())
-        return pid if os.readlink(f"/proc/{pid}/exe") == SSHD else None  # sshd rewrites its title
-    except (OSError, ValueError):
-        return None
+    return procs.daemon_pid(os.path.join(d, f"sshd-{index}.pid"), [SSHD])
 
 
 def down(prefix=netem.DEFAULT_PREFIX):
