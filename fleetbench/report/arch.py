@@ -256,10 +256,5 @@ def section(records: list[dict], images_dir: str, link) -> tuple[str, list[str]]
     benchmark ran both ways."""
     from fleetbench.report import plot  # late: plot imports this module
 
-    out, written = [], []
-    for chart in plan(records):
-        png = plot.save_chart(images_dir, chart["name"], chart_rows(chart), draw(chart))
-        written += [png, png[:-4] + ".csv"]
-        out += [f"### AllReduce vs parameter server: {chart['heading']}", "", table_markdown(chart), "",
-                f"![{chart['name']}]({link(png)})", ""]
-    return "\n".join(out), written
+    return plot.chart_sections(plan(records), lambda chart: f"AllReduce vs parameter server: {chart['heading']}",
+                               (chart_rows, draw, table_markdown), images_dir, link)

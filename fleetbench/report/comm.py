@@ -183,10 +183,5 @@ def section(records: list[dict], images_dir: str, link) -> tuple[str, list[str]]
     """(markdown, files written): every comm chart with its CSV and table; "" without comm records."""
     from fleetbench.report import plot  # late: plot may import this module
 
-    out, written = [], []
-    for chart in plan(records):
-        png = plot.save_chart(images_dir, chart["name"], chart_rows(chart), draw(chart))
-        written += [png, png[:-4] + ".csv"]
-        out += [f"### Communication: {chart['title']}", "", table_markdown(chart), "",
-                f"![{chart['name']}]({link(png)})", ""]
-    return "\n".join(out), written
+    return plot.chart_sections(plan(records), lambda chart: f"Communication: {chart['title']}",
+                               (chart_rows, draw, table_markdown), images_dir, link)

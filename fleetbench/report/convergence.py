@@ -149,11 +149,7 @@ def section(records: list[dict], images_dir: str, link) -> tuple[str, list[str]]
     epochs. `link(png_path)` gives the path the markdown uses for an image."""
     from fleetbench.report import plot
 
-    out, written = [], []
-    for table in tables(records):
-        png = plot.save_chart(images_dir, table["name"], chart_rows(table), draw(table))
-        written += [png, png[:-4] + ".csv"]
-        heading = table["benchmark"] + (f" [{table['preset']}]" if table["preset"] else "")
-        out += [f"### Convergence: {heading}", "", table_markdown(table), "",
-                f"![{table['name']}]({link(png)})", ""]
-    return "\n".join(out), written
+    def heading(table):
+        return "Convergence: " + table["benchmark"] + (f" [{table['preset']}]" if table["preset"] else "")
+
+    return plot.chart_sections(tables(records), heading, (chart_rows, draw, table_markdown), images_dir, link)

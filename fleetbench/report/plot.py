@@ -129,6 +129,20 @@ def save_chart(images_dir: str, name: str, rows: list[dict], png_bytes: bytes) -
     return png
 
 
+
+def chart_sections(charts: list[dict], heading, draw_with, images_dir: str, link) -> tuple[str, list[str]]:
+    """(markdown, files written) of a report section with one chart per item of `charts`: its PNG
+    and CSV (save_chart), then `### heading(chart)`, its table and the image. `draw_with` is the
+    section's (chart_rows, draw, table_markdown); `link(png_path)` the path the markdown uses."""
+    chart_rows, draw, table_markdown = draw_with
+    out, written = [], []
+    for chart in charts:
+        png = save_chart(images_dir, chart["name"], chart_rows(chart), draw(chart))
+        written += [png, png[:-4] + ".csv"]
+        out += [f"### {heading(chart)}", "", table_markdown(chart), "", f"![{chart['name']}]({link(png)})", ""]
+    return "\n".join(out), written
+
+
 def _load(paths) -> list[dict]:
     records = results.load(paths)
     if not records:  # failed runs alone still make a table: failures are results
