@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from fleetbench.cluster import job, launch, procs, rankwrap
-from fleetbench.cluster.ranks import progress_step
+from fleetbench.cluster.ranks import RENDEZVOUS_FAILURE, progress_step
 from fleetbench.measure import results
 from util import PYTHON, REPO, env, records, wait_for
 
@@ -211,6 +211,40 @@ def test_rank_exiting_with_error_is_reported(tmp_path):
     assert took < 60
     assert len(new) == 1 and new[0]["error"].startswith("launch: worker rank 1 exited with code 3")
     assert new[0]["metrics"] is None and new[0]["world_size"] == 2 and new[0]["mode"] == "collective"
+
+
+def test_a_job_failing_in_the_rendezvous_runs_once_more_and_the_record_says_so(tmp_path):
+    p, took, new = _run_fault(tmp_path, "rendezvous", 1, "--timeout", "90", FAULT_ONCE="1")
+    assert p.returncode == 0, p.stderr
+    assert "failed in Paddle's rendezvous before any step (worker rank 1 exited with code 1)" in p.stderr
+    assert new == []  # the second attempt succeeded: no failure record
+    assert {"workerlog.0", "workerlog.1"} <= set(os.listdir(tmp_path / "log" / "attempt2"))
+    assert "Connection refused" in (tmp_path / "log" / "workerlog.1").read_text()  # the first attempt's log stays
+
+
+def test_a_second_rendezvous_failure_is_stored_naming_both_attempts(tmp_path):
+    p, took, new = _run_fault(tmp_path, "rendezvous", 1, "--timeout", "90")
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.count("starting it again") == 1  # once, never a loop
+    assert len(new) == 1 and new[0]["error"].startswith("launch: worker rank 1 exited with code 1")
+    assert "(second attempt; first: worker rank 1 exited with code 1; last log line: RuntimeError" in new[0]["error"]
+
+
+def test_a_failure_before_the_first_step_that_is_not_gloo_s_is_not_retried(tmp_path):
+    p, took, new = _run_fault(tmp_path, "exit", 1, "--timeout", "90", FAULT_STEP="0")
+    assert p.returncode == 1 and "starting it again" not in p.stderr and len(new) == 1
+
+
+@pytest.mark.parametrize("line, rendezvous", [
+    ("RuntimeError: [/paddle/third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [127.0.0.1]:27683: "
+     "Connection refused", True),
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 30000ms", True),
+    ("  File \".../process_group.py\", in new_group: pg = core.ProcessGroupGloo.create(store, rank, size)", True),
+    ("fleet pull sparse from 127.0.0.1:6000 failed: Connection refused", False),  # a PS RPC, not gloo
+    ("ValueError: preset 'huge' is not defined", False),
+])
+def test_which_log_lines_mark_a_rendezvous_failure(line, rendezvous):
+    assert bool(RENDEZVOUS_FAILURE.search(line)) is rendezvous
 
 
 def test_rank_killed_by_sigkill_is_reported(tmp_path):

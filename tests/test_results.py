@@ -38,6 +38,17 @@ def test_make_record_fills_identity_env_and_network_from_environment(monkeypatch
         run()
 
 
+def test_a_second_attempt_is_written_into_the_launch_block(monkeypatch):
+    monkeypatch.setenv("FLEETBENCH_LAUNCH", '{"executor": "local", "hosts": ["h"]}')
+    monkeypatch.setenv("FLEETBENCH_ATTEMPT", "")  # a first attempt: nothing added
+    assert results.launch_from_env() == {"executor": "local", "hosts": ["h"]}
+    monkeypatch.setenv("FLEETBENCH_ATTEMPT", '{"attempt": 2, "retried_after": "worker rank 1 exited with code 1"}')
+    record = run(world=2)
+    results.validate(record)
+    assert record["launch"] == {"executor": "local", "hosts": ["h"], "attempt": 2,
+                                "retried_after": "worker rank 1 exited with code 1"}
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda r: r["metrics"].pop("unit"), "metrics.unit: missing"),
     (lambda r: r["metrics"].update(throughput=-1.0), "metrics.throughput: expected >= 0"),

@@ -37,6 +37,8 @@ class Outcome:
     launcher_tail: list = dataclasses.field(default_factory=list)
     stopped: int = 0            # processes the supervisor had to stop
     left_running: list = dataclasses.field(default_factory=list)
+    rendezvous: bool = False    # failed in Paddle's gloo rendezvous, before any rank logged a step
+    retried_after: str = None   # this is a second attempt: error_text() of the first
 
     @property
     def ok(self):
@@ -45,6 +47,8 @@ class Outcome:
     def report(self):
         """The multi-line report on stderr (the sweep indents all but the first line)."""
         lines = [f"fleetbench launch: {self.status.upper()} after {self.elapsed_s:.1f} s: {self.detail}"]
+        if self.retried_after:
+            lines.append(f"  (second attempt; the first failed in Paddle's rendezvous: {self.retried_after})")
         c = self.culprit
         if c is not None:
             lines.append(f"  rank {c.rank}, role {c.role}, node {c.node}, {c.status}")
@@ -94,7 +98,8 @@ class RunIdentity:
 def error_text(outcome):
     """One line for the record's `error`: what happened and the last log line of that rank."""
     last = outcome.last_line()
-    return f"launch: {outcome.detail}" + (f"; last log line: {last[:300]}" if last else "")
+    text = f"launch: {outcome.detail}" + (f"; last log line: {last[:300]}" if last else "")
+    return text + (f" (second attempt; first: {outcome.retried_after})" if outcome.retried_after else "")
 
 
 def failure_record(identity, outcome):

@@ -4,8 +4,15 @@ The API both use: NodeLaunch.paddle() plans one Paddle launcher (one per node), 
 the launchers to an Outcome (fleetbench.cluster.supervisor), and the failure record is stored
 with fleetbench.cluster.failure.store_failure. Commands are argument lists; nothing goes
 through a shell.
+
+A job that fails in Paddle's gloo rendezvous, before any rank has logged a step, is started once
+more: nothing was measured, and on an overloaded host the handshake fails now and then (see
+fleetbench.cluster.ranks.RENDEZVOUS_FAILURE). The second attempt runs in `attempt2/` under the
+job's log directory (the first attempt's logs stay), and its record says so in its `launch`
+block (`attempt`, `retried_after`); a failed second attempt is stored as a failure naming both.
 """
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -64,9 +71,32 @@ class NodeLaunch:
         return cls([*prefix, *paddle_command(flags, log_dir, script, script_args)], log_dir, env, name)
 
 
-def supervise(launches, limits, echo=None):
-    """Run a job's launchers under supervision until it ends: an Outcome (fleetbench.cluster.failure)."""
-    return Supervisor(launches, limits, echo=echo).run()
+RENDEZVOUS_ATTEMPTS = 2
+ATTEMPT_ENV = "FLEETBENCH_ATTEMPT"  # {"attempt": 2, "retried_after": ...}: read into the record's launch block
+
+
+def supervise(plan, log_dir, limits, echo=None, say=None, job_id=None):
+    """Run the job `plan(log_dir, extra_env, job_id)` -> [NodeLaunch] builds under supervision until
+    it ends: an Outcome (fleetbench.cluster.failure). `say` hears about a second attempt."""
+    job_id = job_id or uuid.uuid4().hex[:12]
+    first_env = {ATTEMPT_ENV: ""}  # a value inherited from an enclosing job is not ours
+    outcome = Supervisor(plan(log_dir, first_env, job_id), limits, echo=echo, job_id=job_id).run()
+    for attempt in range(2, RENDEZVOUS_ATTEMPTS + 1):
+        if not outcome.rendezvous:
+            break
+        first = f"{outcome.detail}; last log line: {outcome.last_line()[:300]}"
+        retry_dir = os.path.join(log_dir, f"attempt{attempt}")
+        (say or _stderr)(f"fleetbench: the job failed in Paddle's rendezvous before any step ({outcome.detail}); "
+                         f"starting it again, logs in {retry_dir}")
+        job_id = uuid.uuid4().hex[:12]
+        extra = {ATTEMPT_ENV: json.dumps({"attempt": attempt, "retried_after": first})}
+        outcome = Supervisor(plan(retry_dir, extra, job_id), limits, echo=echo, job_id=job_id).run()
+        outcome.retried_after = first
+    return outcome
+
+
+def _stderr(text):
+    print(text, file=sys.stderr, flush=True)
 
 
 def new_log_dir(base="log"):

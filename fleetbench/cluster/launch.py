@@ -229,9 +229,13 @@ def cli(argv):
         print(f"fleetbench launch: error: {e}", file=sys.stderr)
         return 2
     log_dir = args.log_dir or job.new_log_dir()
-    node = job.NodeLaunch.paddle(args.paddle, log_dir, args.script, args.script_args, dict(env, **local_env()))
-    print(f"fleetbench launch: logs in {log_dir}; running: {shlex.join(node.cmd)}", file=sys.stderr, flush=True)
-    outcome = job.supervise([node], args.limits(), echo=None if args.quiet else sys.stdout)
+
+    def plan(dir_, extra, _job_id):
+        return [job.NodeLaunch.paddle(args.paddle, dir_, args.script, args.script_args, dict(env, **local_env(), **extra))]
+
+    print(f"fleetbench launch: logs in {log_dir}; running: {shlex.join(plan(log_dir, {}, None)[0].cmd)}",
+          file=sys.stderr, flush=True)
+    outcome = job.supervise(plan, log_dir, args.limits(), echo=None if args.quiet else sys.stdout)
     print(outcome.report(), file=sys.stderr, flush=True)
     if outcome.ok:
         return 0

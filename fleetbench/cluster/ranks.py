@@ -18,6 +18,11 @@ RANK_LOG = re.compile(r"^(worker|server|heter|coordinator)log\.(\d+)$")
 # SIGABRT, from the DataParallel reducer's hook); NCCL's watchdog says "timeout" (untested here).
 COLLECTIVE_TIMEOUT = re.compile(r"gloo::TimeoutException|gloo/transport/\S+\] TIMEOUT|"
                                 r"(?:nccl|gloo|collective)\w*\W.*\btime(?:d ?)?out", re.I)
+# How Paddle's rendezvous fails on an overloaded host: fleet.init / init_parallel_env create gloo
+# groups, each a TCP handshake between ranks, and under load one of them sometimes ends with gloo's
+# "Connection refused" or TIMEOUT (2 of 60 launches at load 9-18 on 2 cores, docs/methods.md).
+# Only a job that logged no step yet counts (fleetbench.cluster.job starts it once more).
+RENDEZVOUS_FAILURE = re.compile(r"\bgloo\b.*(?:connection refused|time(?:d ?)?out)|ProcessGroupGloo", re.I)
 KEPT_LINES = 400   # last lines kept per rank log
 CPU_HISTORY = 600  # samples kept per rank (one a second: ten minutes of history)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

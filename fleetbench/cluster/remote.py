@@ -17,7 +17,7 @@ import uuid
 
 from fleetbench.cluster import executors, hosts as hostlib, netem, sshd
 from fleetbench.cluster.executors import Job, Node
-from fleetbench.cluster.supervisor import Supervisor
+from fleetbench.cluster.job import supervise
 from fleetbench.measure import result_logs
 
 CHOICES = ("auto",) + executors.EXECUTORS
@@ -148,11 +148,10 @@ def emulated_executor(opts, state, prefix, say=print):
     return executors.NetnsExecutor(nodes, [n.netns for n in layout.nodes])
 
 
-def run_job(executor, job, log_dir, base_env, limits, results_path, *, echo=None, job_id=None):
+def run_job(executor, job, log_dir, base_env, limits, results_path, *, echo=None, say=None, job_id=None):
     """Supervise `job` on `executor`; store the record the nodes printed. Returns the Outcome."""
-    job_id = job_id or uuid.uuid4().hex[:12]
-    launches = executor.launches(job, log_dir, base_env, job_id)
-    outcome = Supervisor(launches, limits, echo=echo, job_id=job_id).run()
+    outcome = supervise(lambda dir_, extra, job_id_: executor.launches(job, dir_, dict(base_env, **extra), job_id_),
+                        log_dir, limits, echo=echo, say=say, job_id=job_id)
     if isinstance(executor, executors.AgentExecutor):
         result_logs.import_logs(result_logs.rank_logs(log_dir), results_path)
     return outcome

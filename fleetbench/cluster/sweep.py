@@ -220,7 +220,9 @@ class Sweep:
     def execute(self, cell, log_dir, base_env, limits):
         """Run one repeat of `cell`: (Outcome, the network it ran on or None, its launch block)."""
         if not (cell.network or self.hosts.real_hosts()):
-            outcome = job.supervise(local_launch(cell, log_dir, self.results_path, base_env), limits)
+            outcome = job.supervise(
+                lambda dir_, extra, _job_id: local_launch(cell, dir_, self.results_path, dict(base_env, **extra)),
+                log_dir, limits, say=self.say)
             return outcome, None, executors.local_block()
         network, env = None, base_env
         if cell.network:
@@ -232,7 +234,8 @@ class Sweep:
             ex = None
         work = remote.cell_job(cell, self.results_path)
         ex = ex or remote.host_executor(self.hosts, cell.nodes, work.counts, check_slots=cell.mode != "ps")
-        return remote.run_job(ex, work, log_dir, env, limits, self.results_path), network, ex.launch_block(work)
+        outcome = remote.run_job(ex, work, log_dir, env, limits, self.results_path, say=self.say)
+        return outcome, network, ex.launch_block(work)
 
     def identity(self, cell, network, launch=None):
         """What a failure record of this cell says the run was."""

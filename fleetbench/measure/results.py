@@ -49,8 +49,12 @@ def network_from_env() -> dict | None:
 
 def launch_from_env() -> dict | None:
     """The `launch` block (executor, hosts in rank order of nodes) that whoever started the job
-    put in FLEETBENCH_LAUNCH (fleetbench.cluster.executors), or None (a script run by hand)."""
-    return _object_from_env("FLEETBENCH_LAUNCH")
+    put in FLEETBENCH_LAUNCH (fleetbench.cluster.executors), or None (a script run by hand); a
+    second attempt after a failed rendezvous adds `attempt` and `retried_after` (FLEETBENCH_ATTEMPT,
+    fleetbench.cluster.job)."""
+    launch = _object_from_env("FLEETBENCH_LAUNCH")
+    attempt = _object_from_env("FLEETBENCH_ATTEMPT")
+    return dict(launch, **attempt) if launch is not None and attempt else launch
 
 
 def git_sha() -> str | None:

@@ -2,8 +2,11 @@
 
 Driven by env vars so launch tests need no big model:
   FAULT_RANK   which rank misbehaves (default -1: none)
-  FAULT_KIND   exit | kill | hang | stop | none: exit(3), SIGKILL itself, block forever, SIGSTOP
-               itself (state T, as `kill -STOP` does from outside)
+  FAULT_KIND   exit | kill | hang | stop | rendezvous | none: exit(3), SIGKILL itself, block
+               forever, SIGSTOP itself (state T, as `kill -STOP` does from outside); rendezvous:
+               fail where init_parallel_env does, with the error gloo gives an overloaded host
+               (Paddle's real failure cannot be caused on demand)
+  FAULT_ONCE   1: fault only in a job's first attempt (FLEETBENCH_ATTEMPT unset or empty)
   FAULT_STEP   at which step (default 3); 0: before the first step, so no rank ever logs progress
   FAULT_WHEN   after (default): after that step's all-reduce and before its log line, so the
                faulty rank's last progress line is one step behind the others;
@@ -32,6 +35,12 @@ fault_when = os.environ.get("FAULT_WHEN", "after")
 steps = int(os.environ.get("STEPS", "6"))
 step_s = float(os.environ.get("STEP_S", "0.05"))
 collective = world > 1 and os.environ.get("COLLECTIVE", "1") == "1"
+
+if (kind == "rendezvous" and rank == fault_rank
+        and not (os.environ.get("FAULT_ONCE") == "1" and os.environ.get("FLEETBENCH_ATTEMPT"))):
+    print("RuntimeError: [/paddle/third_party/gloo/gloo/transport/tcp/pair.cc:799] connect "
+          "[127.0.0.1]:27683: Connection refused", file=sys.stderr, flush=True)
+    sys.exit(1)
 
 if collective:
     import paddle
