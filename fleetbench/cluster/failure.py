@@ -38,7 +38,7 @@ class Outcome:
     stopped: int = 0            # processes the supervisor had to stop
     left_running: list = dataclasses.field(default_factory=list)
     rendezvous: bool = False    # failed in Paddle's gloo rendezvous, before any rank logged a step
-    retried_after: str = None   # this is a second attempt: error_text() of the first
+    retried_after: str = None   # this is a second attempt: summary() of the first
 
     @property
     def ok(self):
@@ -64,6 +64,11 @@ class Outcome:
         for other in self.others:
             lines += _log_section(other, f"{other.label} ({other.status}): ")
         return "\n".join(lines)
+
+    def summary(self):
+        """One line: what happened and the last log line of the rank to blame."""
+        last = self.last_line()
+        return self.detail + (f"; last log line: {last[:300]}" if last else "")
 
     def last_line(self):
         tail = self.culprit.tail if self.culprit else self.launcher_tail
@@ -97,8 +102,7 @@ class RunIdentity:
 
 def error_text(outcome):
     """One line for the record's `error`: what happened and the last log line of that rank."""
-    last = outcome.last_line()
-    text = f"launch: {outcome.detail}" + (f"; last log line: {last[:300]}" if last else "")
+    text = f"launch: {outcome.summary()}"
     return text + (f" (second attempt; first: {outcome.retried_after})" if outcome.retried_after else "")
 
 

@@ -84,7 +84,7 @@ def supervise(plan, log_dir, limits, echo=None, say=None, job_id=None):
     for attempt in range(2, RENDEZVOUS_ATTEMPTS + 1):
         if not outcome.rendezvous:
             break
-        first = f"{outcome.detail}; last log line: {outcome.last_line()[:300]}"
+        first = outcome.summary()
         retry_dir = os.path.join(log_dir, f"attempt{attempt}")
         (say or _stderr)(f"fleetbench: the job failed in Paddle's rendezvous before any step ({outcome.detail}); "
                          f"starting it again, logs in {retry_dir}")
