@@ -35,13 +35,11 @@ def state_path(prefix):
 
 
 def run(cmd, check=True):
-    """Run one ip/tc argument list; returns CompletedProcess. Raises ClusterError on failure if check.
-    FLEETBENCH_TOOL_TIMEOUT_S (default 30) bounds each call; tests that block a tool on purpose raise it."""
-    timeout = float(os.environ.get("FLEETBENCH_TOOL_TIMEOUT_S", "30"))
+    """Run one ip/tc argument list; returns CompletedProcess. Raises ClusterError on failure if check."""
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:
-        raise ClusterError(f"`{' '.join(cmd)}` did not finish within {timeout:g} s") from None
+        raise ClusterError(f"`{' '.join(cmd)}` did not finish within 30 s") from None
     if check and p.returncode != 0:
         raise ClusterError(f"`{' '.join(cmd)}` failed: {(p.stderr or p.stdout).strip()}")
     return p
