@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from fleetbench.cluster import job, launch, procs, rankwrap
-from fleetbench.cluster.ranks import RENDEZVOUS_FAILURE, progress_step
+from fleetbench.cluster.ranks import RENDEZVOUS_FAILURE, progress_step, read_events
 from fleetbench.measure import results
 from util import PYTHON, REPO, env, records, wait_for
 
@@ -343,8 +343,9 @@ def _wait_for_rank(log_dir, rank, timeout=60):
 
     def ready():
         for path in log_dir.glob(".fbrank-*"):
-            start = json.loads(path.read_text().splitlines()[0])
-            if start["rank"] == rank and "step 1/" in open(start["log"]).read():
+            events, _ = read_events(path, 0)  # the wrapper may not have written its first line yet
+            start = events[0] if events else None
+            if start and start["rank"] == rank and "step 1/" in open(start["log"]).read():
                 found.update(start)
         return bool(found)
     assert wait_for(ready, timeout), "the rank never logged progress"
