@@ -385,7 +385,7 @@ def test_two_emulated_nodes_measure_the_raw_tcp_rate_of_their_shaped_link(tmp_pa
         # it comes is a measurement (bench/, docs/comm.md), not a test: a CI host stalled one 1 s
         # probe to 0.023 GB/s
         assert 0 < m["link_tcp_GBps"] <= 0.125, [(r["nodes"], r["metrics"]["link_tcp_GBps"]) for r in recs]
-        assert m["link_tcp_note"].startswith("one TCP stream, 10.77.0.")
+        assert m["link_tcp_note"].startswith("one TCP stream, 10.77.")
     left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _exe(pid) == sshd.SSHD
             and sshd.directory(name).encode() in _cmdline(pid)]
     assert left == [], "node sshd left running after the sweep"

@@ -1,5 +1,6 @@
 """fleetbench cluster: pure parsers and planning, and (as root) a real cluster up/status/down."""
 import contextlib
+import ipaddress
 import os
 import shutil
 import signal
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetbench.cluster import netem, netem_plan as plan, netem_state
+from fleetbench.cluster import netem, netem_plan as plan, netem_state, sshd
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -52,6 +53,26 @@ def test_parse_delay(text, ms):
 def test_parse_delay_rejects_unitless():
     with pytest.raises(ValueError, match="0.05ms"):
         plan.parse_delay("5")
+
+
+ROUTES = [{"dst": "default", "gateway": "192.0.2.1", "dev": "eth0"},
+          {"dst": "192.0.2.0/24", "dev": "eth0"},
+          {"dst": "10.77.0.0/24", "dev": "old-br"},  # a cluster left by a killed run
+          {"dst": "10.77.1.128/25", "dev": "vpn0"}]
+
+
+def test_subnet_users_are_the_overlapping_routes_of_other_devices():
+    assert plan.subnet_users("10.77.0.0/24", ROUTES) == ["old-br (10.77.0.0/24)"]
+    assert plan.subnet_users("10.77.0.0/16", ROUTES) == ["old-br (10.77.0.0/24)", "vpn0 (10.77.1.128/25)"]
+    assert plan.subnet_users("10.77.0.0/24", ROUTES, own_device="old-br") == []
+    assert plan.subnet_users("10.78.0.0/24", ROUTES) == []  # the default route is no clash
+
+
+def test_first_free_subnet_skips_every_routed_one():
+    assert plan.first_free_subnet([]) == plan.DEFAULT_SUBNET
+    assert plan.first_free_subnet(ROUTES) == "10.77.2.0/24"
+    with pytest.raises(ValueError, match="--subnet"):
+        plan.first_free_subnet([{"dst": "10.77.0.0/16", "dev": "big"}])
 
 
 def test_shaping_from_flags():
@@ -172,14 +193,16 @@ def _tcp_gbit(client_ns, server_ns, server_ip, seconds=1.0):
 def test_cluster_up_status_down(cluster_name):
     state = netem.up(2, plan.shaping_from(None, "1gbit", "0.1ms"), prefix=cluster_name)
     st = netem.status(cluster_name)
-    assert [n["ip"] for n in st["nodes"]] == ["10.77.0.1", "10.77.0.2"]
+    net = ipaddress.ip_network(state["layout"]["subnet"])  # the first one free here: 10.77.0.0/24 on a clean machine
+    ip0, ip1 = (str(a) for a in list(net.hosts())[:2])
+    assert [n["ip"] for n in st["nodes"]] == [ip0, ip1]
     for n in st["nodes"]:  # shaped in both directions
         assert plan.describe_link(n["egress"]).startswith("tbf 1Gbit")
         assert plan.describe_link(n["ingress"]).startswith("tbf 1Gbit")
     has_netem = any(q["kind"] == "netem" for q in st["nodes"][0]["egress"])
     assert has_netem == (not state["not_applied"])  # delay applied, or said not to be
     text = netem.format_status(st)
-    assert f"{cluster_name}-node1" in text and "10.77.0.2" in text
+    assert f"{cluster_name}-node1" in text and ip1 in text
     if not has_netem:
         assert "not applied: delay 0.1 ms" in text
 
@@ -187,9 +210,9 @@ def test_cluster_up_status_down(cluster_name):
     resolve = "import socket; print(socket.gethostbyname(socket.gethostname()))"
     out = subprocess.run(["ip", "netns", "exec", f"{cluster_name}-node1", sys.executable, "-c", resolve],
                          capture_output=True, text=True, timeout=30)
-    assert out.stdout.strip() == "10.77.0.2", out.stderr
+    assert out.stdout.strip() == ip1, out.stderr
 
-    gbit = _tcp_gbit(f"{cluster_name}-node0", f"{cluster_name}-node1", "10.77.0.2")
+    gbit = _tcp_gbit(f"{cluster_name}-node0", f"{cluster_name}-node1", ip1)
     assert 0.5 < gbit < 1.1, f"tbf 1gbit link carried {gbit:.2f} Gbit/s"
 
     # re-shaping an existing cluster replaces the qdiscs
@@ -216,6 +239,31 @@ def test_up_with_another_layout_is_refused(cluster_name):
     netem.up(1, plan.shaping_from("10gbe"), prefix=cluster_name)
     with pytest.raises(netem.ClusterError, match="already up with a different layout"):
         netem.up(2, plan.shaping_from("10gbe"), prefix=cluster_name)
+
+
+@needs_cluster
+def test_a_subnet_this_machine_already_routes_is_never_used(cluster_name, capsys):
+    """A cluster left by a killed run keeps routing its subnet through its bridge. A new cluster on
+    the same subnet got none of this machine's packets: CI saw every ssh to its nodes refused."""
+    taken = plan.first_free_subnet(netem_state.host_routes())
+    stale = f"{cluster_name}-x"
+    with foreign("bridge", stale):
+        subprocess.run(["ip", "addr", "add", taken.replace(".0/24", ".254/24"), "dev", stale], check=True)
+        subprocess.run(["ip", "link", "set", stale, "up"], check=True)
+        assert netem.cli(["up", "--nodes", "1", "--name", cluster_name, "--subnet", taken]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"--subnet {taken} is already routed" in err[0] and stale in err[0]
+        assert netem.leftovers(cluster_name) == [] and _no_cluster_files(cluster_name)
+
+        state = netem.up(1, plan.shaping_from("unshaped"), prefix=cluster_name)  # no --subnet: a free one
+        assert state["layout"]["subnet"] != taken
+        assert netem.up(1, plan.shaping_from("10gbe"), prefix=cluster_name)["layout"]["subnet"] == state["layout"]["subnet"]
+
+        # the head address of the sshd nodes is refused when another device routes the subnet too
+        layout = netem.Layout.from_dict(state["layout"])
+        subprocess.run(["ip", "addr", "add", layout.subnet.replace(".0/24", ".200/24"), "dev", stale], check=True)
+        with pytest.raises(netem.ClusterError, match=f"also routed via {stale}"):
+            sshd.attach_head(layout)
 
 
 def _eventually(check, timeout=5.0):

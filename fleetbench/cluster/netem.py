@@ -36,8 +36,8 @@ import uuid
 
 from fleetbench.cluster import netem_state
 from fleetbench.cluster.netem_plan import (
-    DEFAULT_PREFIX, DEFAULT_SUBNET, PROFILES, Layout, Shaping, describe_link, hosts_file,
-    network_dict, parse_qdiscs, plan_layout, shaping_commands, shaping_from)
+    DEFAULT_PREFIX, DEFAULT_SUBNET, PROFILES, Layout, Shaping, describe_link, first_free_subnet,
+    hosts_file, network_dict, parse_qdiscs, plan_layout, shaping_commands, shaping_from, subnet_users)
 from fleetbench.cluster.netem_state import NETNS_ETC, ClusterError, load_state, run, state_path
 
 DELETE_ORDER = {"link": 0, "netns": 1, "etc": 2}  # a host veth end takes its peer with it
@@ -56,19 +56,22 @@ def requirements_problem():
 # ----------------------------------------------------------------------------------------------
 # up / down
 
-def up(nodes=2, shaping=Shaping("unshaped"), prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET):
+def up(nodes=2, shaping=Shaping("unshaped"), prefix=DEFAULT_PREFIX, subnet=None):
     """Create (or re-shape) the cluster; returns the state dict. Raises ClusterError/ValueError.
 
+    `subnet` None: the cluster's own when it is up, else the first 10.77.N.0/24 that no route of
+    this machine uses. A given subnet that a route already uses is refused.
     A failed or interrupted `up` (KeyboardInterrupt, or any exception a signal handler raises)
     removes what it created and its state file before the exception propagates.
     """
-    layout = plan_layout(nodes, prefix, subnet)
+    plan_layout(nodes, prefix, subnet or DEFAULT_SUBNET)  # bad flags fail before any command runs
     problem = requirements_problem()
     if problem:
         raise ClusterError(problem)
     with netem_state.locked(prefix):
         state = netem_state.read_state(prefix)
         if state and netem_state.intact(state):
+            layout = plan_layout(nodes, prefix, subnet or state["layout"]["subnet"])
             if Layout.from_dict(state["layout"]) != layout:
                 raise ClusterError(f"cluster {prefix!r} is already up with a different layout "
                                    f"({len(state['layout']['nodes'])} nodes); run `fleetbench cluster down` first")
@@ -78,9 +81,11 @@ def up(nodes=2, shaping=Shaping("unshaped"), prefix=DEFAULT_PREFIX, subnet=DEFAU
         if state:  # left by an interrupted or killed `up`, or damaged since: clear what is ours
             _teardown(state)
             netem_state.remove_state(prefix)
+        routes = netem_state.host_routes()
+        layout = plan_layout(nodes, prefix, subnet or first_free_subnet(routes))
+        _refuse_foreign(layout, routes)
         state = {"layout": layout.to_dict(), "token": uuid.uuid4().hex[:12], "created": [],
                  "complete": False, "shaping": None, "not_applied": []}
-        _refuse_foreign(layout)
         try:
             netem_state.save_state(state)  # the token first: a killed `up` leaves a state that knows its mark
             _build(state, layout)
@@ -95,7 +100,12 @@ def up(nodes=2, shaping=Shaping("unshaped"), prefix=DEFAULT_PREFIX, subnet=DEFAU
         return state
 
 
-def _refuse_foreign(layout):
+def _refuse_foreign(layout, routes):
+    users = subnet_users(layout.subnet, routes)
+    if users:
+        raise ClusterError(f"cannot bring cluster {layout.prefix!r} up: --subnet {layout.subnet} is already "
+                           f"routed on this machine via {', '.join(users)}; choose another --subnet "
+                           "(nothing was changed)")
     _, foreign = netem_state.survey(layout, None)
     if foreign:
         names = ", ".join(f"{kind} {name}" for kind, name in foreign)
@@ -295,7 +305,8 @@ def _parser():
     p.add_argument("--rate", help="custom link rate, e.g. 10gbit (instead of --profile)")
     p.add_argument("--delay", help="added one-way node-to-node delay, e.g. 0.05ms (needs netem)")
     p.add_argument("--name", default=DEFAULT_PREFIX, help="name prefix of namespaces and links (default fb)")
-    p.add_argument("--subnet", default=DEFAULT_SUBNET, help=f"private subnet inside the namespaces ({DEFAULT_SUBNET})")
+    p.add_argument("--subnet", help="private subnet inside the namespaces (default: the first 10.77.N.0/24 "
+                   "no route of this machine uses)")
     p.add_argument("--json", action="store_true", help="status as JSON")
     return p
 

@@ -153,6 +153,32 @@ def plan_layout(nodes, prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET):
     return Layout(prefix, str(net), bridge, tuple(out))
 
 
+def subnet_users(subnet, routes, own_device=None):
+    """The routes of this machine (`ip -j -4 route show` rows) that overlap `subnet`, as
+    "dev (dst)" texts; a route through `own_device` (the cluster's own bridge) is not a clash."""
+    net = ipaddress.ip_network(subnet)
+    users = []
+    for route in routes:
+        dst, dev = route.get("dst"), route.get("dev")
+        if dst in (None, "default") or dev == own_device:
+            continue
+        if ipaddress.ip_network(dst, strict=False).overlaps(net):
+            users.append(f"{dev} ({dst})")
+    return users
+
+
+def first_free_subnet(routes):
+    """The first 10.77.N.0/24 no route of this machine overlaps. A cluster left on the default
+    subnet by a killed run (its bridge still routes it) would otherwise take the new cluster's
+    traffic: every connection to a node then reaches the old namespace and is refused."""
+    base = ipaddress.ip_network(DEFAULT_SUBNET)
+    for n in range(256):
+        candidate = str(ipaddress.ip_network((int(base.network_address) + (n << 8), 24)))
+        if not subnet_users(candidate, routes):
+            return candidate
+    raise ValueError("--subnet: every 10.77.N.0/24 is routed on this machine; give a free private subnet")
+
+
 def shaping_commands(layout, shaping):
     """(where, cmd) pairs to shape every link in both directions; where is 'rate' or 'delay'.
 

@@ -99,6 +99,11 @@ def host_links():
             for link in json.loads(run(["ip", "-j", "link", "show"]).stdout or "[]")}
 
 
+def host_routes():
+    """This machine's IPv4 routes (main table) as `ip -j` rows: {dst, dev, ...}."""
+    return json.loads(run(["ip", "-j", "-4", "route", "show"]).stdout or "[]")
+
+
 def netns_names():
     return {line.split()[0] for line in run(["ip", "netns", "list"]).stdout.splitlines() if line.strip()}
 

@@ -58,6 +58,10 @@ def cluster_layout(prefix):
 
 def attach_head(layout):
     """Give this machine the subnet's last address on the cluster's bridge (idempotent)."""
+    users = netem.subnet_users(layout.subnet, netem_state.host_routes(), own_device=layout.bridge)
+    if users:  # this machine's packets to the nodes would go there, and every ssh be refused
+        raise netem.ClusterError(f"cluster {layout.prefix!r}: its subnet {layout.subnet} is also routed via "
+                                 f"{', '.join(users)}; bring the cluster up again on another --subnet")
     addr, plen = head_address(layout)
     netem_state.run(["ip", "addr", "replace", f"{addr}/{plen}", "dev", layout.bridge])
 

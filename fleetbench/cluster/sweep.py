@@ -70,7 +70,7 @@ def _raise_interrupt(sig, _frame):
 class Cluster:
     """The emulated cluster for network cells: brought up per profile, down at the end if we made it."""
 
-    def __init__(self, prefix=netem.DEFAULT_PREFIX, subnet=netem.DEFAULT_SUBNET):
+    def __init__(self, prefix=netem.DEFAULT_PREFIX, subnet=None):
         self.prefix, self.subnet, self.ours, self.state = prefix, subnet, False, None
 
     def ensure(self, cell):
@@ -124,7 +124,7 @@ def local_launch(cell, log_dir, results_path, base_env):
 
 class Sweep:
     def __init__(self, cells, results_path, log_root, out=sys.stdout, cluster_prefix=netem.DEFAULT_PREFIX,
-                 hosts=None, cluster_subnet=netem.DEFAULT_SUBNET, paddle=None):
+                 hosts=None, cluster_subnet=None, paddle=None):
         self.cells, self.results_path, self.log_root, self.out = cells, os.path.abspath(results_path), log_root, out
         self.paddle = paddle  # the Paddle version the runs use; None: not known here (remote Python)
         self.cluster = Cluster(cluster_prefix, cluster_subnet)
@@ -275,7 +275,7 @@ def _parser():
     p.add_argument("--repeats", type=int, help="override every cell's repeats")
     p.add_argument("--log-dir", default=None, help="where run logs go (default log/sweep-<name>)")
     p.add_argument("--cluster-name", default=netem.DEFAULT_PREFIX, help="emulated cluster name prefix (default fb)")
-    p.add_argument("--cluster-subnet", default=netem.DEFAULT_SUBNET, help=f"its subnet (default {netem.DEFAULT_SUBNET})")
+    p.add_argument("--cluster-subnet", help="its subnet (default: the first 10.77.N.0/24 no route here uses)")
     remote.add_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="resolve and list the cells, run nothing")
     return p
