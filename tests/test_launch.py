@@ -120,6 +120,12 @@ def test_child_env_drops_inherited_rank_and_job_variables():
     assert got["PYTHONPATH"].split(os.pathsep)[0] == str(REPO)
 
 
+def test_paddle_picks_its_ports_below_the_ephemeral_range_unless_the_user_chose():
+    low, high = map(int, job.child_env({})["PORT_RANGE"].split(":"))
+    assert 1024 < low < high < 32768  # Linux's default ephemeral range starts at 32768
+    assert job.child_env({"PORT_RANGE": "40000:41000"})["PORT_RANGE"] == "40000:41000"
+
+
 # ---------------------------------------------------------------------------------------------
 # bad input: one line, exit 2, nothing started, nothing stored
 

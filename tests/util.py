@@ -9,9 +9,12 @@ import time
 import uuid
 from pathlib import Path
 
+from fleetbench.cluster.job import LAUNCHER_PORT_RANGE
+
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
-QUIET_ENV = {"GLOG_minloglevel": "2", "PYTHONWARNINGS": "ignore"}
+# Paddle's launcher run directly gets the port range fleetbench's launches get (job.py says why)
+QUIET_ENV = {"GLOG_minloglevel": "2", "PYTHONWARNINGS": "ignore", "PORT_RANGE": LAUNCHER_PORT_RANGE}
 
 
 def env(**extra) -> dict:

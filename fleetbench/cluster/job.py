@@ -31,6 +31,13 @@ RANK_ENV = ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ENDPOINT
             "PADDLE_JOB_ID", "PADDLE_PSERVERS_IP_PORT_LIST", "PADDLE_PORT", "PADDLE_ROLE", "TRAINING_ROLE",
             "POD_IP", "POD_NAME", "PADDLE_DISTRI_BACKEND", registry.JOB_ENV, SUPERVISOR_ENV)
 
+# Paddle's launcher takes the ports of servers, trainers, gloo and master from PORT_RANGE (default
+# 35100:64000), probing each with a bind it then closes. Most of that is Linux's ephemeral range
+# (32768-60999), where any outgoing connection can take the port before the server listens: seen
+# as "Fail to listen 127.0.0.1:53298", a PS server that exits 0 and workers waiting forever. Below
+# the ephemeral range only other listeners compete.
+LAUNCHER_PORT_RANGE = "20000:32000"
+
 __all__ = ["NodeLaunch", "Limits", "supervise", "child_env", "paddle_command", "new_log_dir"]
 
 
@@ -46,6 +53,7 @@ def child_env(base=None, extra=None):
     if fleetbench._USER_THREADS:
         env["FLEETBENCH_OMP_THREADS"] = str(fleetbench._USER_THREADS)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(registry.REPO_ROOT), env.get("PYTHONPATH")) if p)
+    env.setdefault("PORT_RANGE", LAUNCHER_PORT_RANGE)
     env.update(extra or {})
     return env
 
