@@ -15,7 +15,7 @@ RATES = {"1gbe": 1.0, "10gbe": 10.0, "unshaped": None}
 
 
 def record(method="bsp", nodes=2, per_node=1, network="1gbe", rank_ms=(100.0, 100.0), reader_ms=0.0,
-           comm_bytes=None, buckets=1, threads=1, cores=2, batch=8, steps=10):
+           comm_bytes=None, buckets=1, threads=1, cores=2, batch=8, steps=10, preset="tiny"):
     """A collective run: per-rank step times as the loop stores them (elapsed per rank)."""
     world = nodes * per_node
     step = max(rank_ms)
@@ -27,7 +27,7 @@ def record(method="bsp", nodes=2, per_node=1, network="1gbe", rank_ms=(100.0, 10
     net = None if network is None else {"profile": network, "rate_gbit": RATES.get(network),
                                         "emulated": True, "nodes": nodes}
     return {"schema": 1, "id": uuid.uuid4().hex, "time": "2026-01-01T00:00:00.000+00:00",
-            "benchmark": "resnet50", "mode": "collective", "method": method, "preset": "tiny",
+            "benchmark": "resnet50", "mode": "collective", "method": method, "preset": preset,
             "config": {"batch_size": batch, "method": method, "runtime": {"device": "cpu"}},
             "nodes": nodes, "devices_per_node": per_node, "world_size": world, "network": net,
             "metrics": metrics, "env": {"cpu": {"usable_threads": cores}}, "topology": None,
@@ -185,18 +185,36 @@ def test_host_cost_per_byte_of_post_backward_cells_is_calibrated_on_the_other_ce
     assert only_one[0]["predicted_step_ms"] == pytest.approx(200.0)  # no other bsp cell: host cost 0
 
 
-def test_overlap_of_a_method_is_measured_on_the_other_cells():
-    # mgwfbp hides 50 of 100 ms at 1gbe (fraction 0.5) and nothing at 10gbe (fraction 0)
+def test_overlap_is_the_time_backward_hides_measured_on_the_other_cells():
+    # mgwfbp hides 50 ms of a 100 ms link at 1gbe and all 10 ms of its link at 10gbe. Backward
+    # hides at most its own length whatever the link, so what is carried over is a time, not a share
     records = [record("none", 2, 1, "1gbe", (100.0, 100.0)),
                record("mgwfbp", 2, 1, "1gbe", (150.0, 150.0), comm_bytes=6e6),
-               record("mgwfbp", 2, 1, "10gbe", (110.0, 110.0), comm_bytes=6e6),
+               record("mgwfbp", 2, 1, "10gbe", (100.0, 100.0), comm_bytes=6e6),
                comm_record("1gbe", 2, 1, alpha_us=0.0, bandwidth=0.06, with_fit=True),
                comm_record("10gbe", 2, 1, alpha_us=0.0, bandwidth=0.6, with_fit=True)]
     out = predict.explain(records)
     slow, fast = only(out, network="1gbe"), only(out, network="10gbe")
-    assert slow["overlap_fraction"] == pytest.approx(0.5) and fast["overlap_fraction"] == pytest.approx(0.0)
-    assert slow["predicted_step_ms"] == pytest.approx(100.0 + 100.0 * (1 - 0.0))  # the other's overlap
-    assert fast["predicted_step_ms"] == pytest.approx(100.0 + 10.0 * (1 - 0.5))
+    assert slow["overlap_fraction"] == pytest.approx(0.5) and fast["overlap_fraction"] == pytest.approx(1.0)
+    # 10gbe shows only a lower bound of the window (10 ms, all it had); a share (100%) would
+    # have predicted 1gbe as free
+    assert slow["predicted_step_ms"] == pytest.approx(100.0 + 100.0 - 10.0)
+    assert fast["predicted_step_ms"] == pytest.approx(100.0 + 10.0 - 10.0)  # a 50 ms window covers it
+    assert any("overlap window 10.0 ms" in n for n in slow["prediction_notes"])
+
+
+def test_host_cost_is_taken_from_the_same_work_before_any_other():
+    # the same bytes cost resnet50 small more host time than tiny (larger activations beside them)
+    records = [record("none", 2, 1, "1gbe", (100.0, 100.0)),
+               record("none", 2, 1, "1gbe", (100.0, 100.0), preset="small"),
+               record("bsp", 2, 1, "1gbe", (220.0, 220.0), comm_bytes=6e6),
+               record("bsp", 2, 1, "10gbe", (130.0, 130.0), comm_bytes=6e6),
+               record("bsp", 2, 1, "1gbe", (260.0, 260.0), comm_bytes=6e6, preset="small"),
+               record("bsp", 2, 1, "10gbe", (170.0, 170.0), comm_bytes=6e6, preset="small"),
+               comm_record("1gbe", 2, 1, alpha_us=0.0, bandwidth=0.06, with_fit=True),
+               comm_record("10gbe", 2, 1, alpha_us=0.0, bandwidth=0.6, with_fit=True)]
+    for cell in predict.explain(records):
+        assert cell["predicted_step_ms"] == pytest.approx(cell["measured_step_ms"])
 
 
 # ---- prediction and validation --------------------------------------------------------------------

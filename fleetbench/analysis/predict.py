@@ -2,7 +2,7 @@
 
 A prediction of a training cell (work, method, network, nodes x devices per node) is
 
-    predicted = base + link(gradient bytes, calls) x (1 - overlap) + host cost per byte x bytes
+    predicted = base + link(gradient bytes, calls) - hidden + host cost per byte x bytes
 
 base: the method=none control's step time of that shape (compute + imbalance + reader), else the
 nearest control (or the 1-device run) scaled by core sharing, else nothing. Core sharing: a
@@ -11,8 +11,9 @@ job's ranks when the nodes are emulated on one machine, its devices per node oth
 own their device: no scaling). The link: cells.link_for. Calibration (`calibrate`), from measured
 cells other than the one predicted: the host cost per byte is what a post-backward method's
 exposed communication takes beyond the link model (packing gradients into buckets, scaling,
-unpacking: host work the comm benchmark does not do), measured on bsp (or the method's own) cells;
-the overlap of other methods is what they hide of link + host cost, as a fraction of the link.
+unpacking: host work the comm benchmark does not do), measured on the same work's bsp (or the
+method's own) cells; the overlap of other methods is the time they hide (at most the link's),
+whose largest value seen is the window backward offers: predicted exposure = link - min(window, link).
 """
 from __future__ import annotations
 
@@ -51,44 +52,47 @@ def _mean(values: list[float]) -> float:
 
 
 def calibrate(breakdowns: list[dict]) -> dict:
-    """Host cost per byte (per post-backward method) and overlap fractions (per work and method,
-    clipped to 0..1) measured on `breakdowns`; see the module docstring."""
+    """Host cost per byte of the post-backward methods and the overlap window (ms hidden) of the
+    others, each by work and method and by method alone, measured on `breakdowns`."""
     usable = [b for b in breakdowns if b.get("predicted_comm_ms") and b.get("comm_bytes")]
-    host: dict[str, list[float]] = {}
+    host: dict = {}
     for b in usable:
         if b["method"] in cellmod.POST_BACKWARD:
-            host.setdefault(b["method"], []).append((b["exposed_comm_ms"] - b["predicted_comm_ms"]) / b["comm_bytes"])
-    cal = {"host": {m: _mean(v) for m, v in host.items()}, "work": {}, "method": {}}
-    per_work: dict[tuple, list[float]] = {}
+            per_byte = (b["exposed_comm_ms"] - b["predicted_comm_ms"]) / b["comm_bytes"]
+            for key in ((b["benchmark"], b["preset"], b["method"]), b["method"]):
+                host.setdefault(key, []).append(per_byte)
+    cal = {"host": {key: _mean(v) for key, v in host.items()}, "window": {}}
     for b in usable:
         if b["method"] not in cellmod.POST_BACKWARD:
-            per_byte, _ = host_for(b["method"], cal)
+            per_byte, _ = host_for(b["benchmark"], b["preset"], b["method"], cal)
             hidden = b["predicted_comm_ms"] + per_byte * b["comm_bytes"] - b["exposed_comm_ms"]
-            per_work.setdefault((b["benchmark"], b["preset"], b["method"]), []).append(
-                min(1.0, max(0.0, hidden / b["predicted_comm_ms"])))
-    for (benchmark, preset, method), values in per_work.items():
-        cal["work"][(benchmark, preset, method)] = _mean(values)
-        cal["method"].setdefault(method, []).extend(values)
-    cal["method"] = {m: _mean(v) for m, v in cal["method"].items()}
+            hidden = min(b["predicted_comm_ms"], max(0.0, hidden))
+            # Backward hides at most its own length, whatever the link. A cell that hid all of
+            # its link shows only a lower bound of that window: the largest one seen is the best.
+            for key in ((b["benchmark"], b["preset"], b["method"]), b["method"]):
+                cal["window"][key] = max(cal["window"].get(key, 0.0), hidden)
     return cal
 
 
-def host_for(method: str, cal: dict) -> tuple[float, str]:
-    """(ms per byte, where from): the method's own post-backward cells, else bsp's."""
-    for source in (method, "bsp"):
-        if source in cal["host"]:
-            value = cal["host"][source]
-            return value, f"host cost {value * 1e9:.3g} ms/GB measured on other {source} cells"
+def host_for(benchmark: str, preset, method: str, cal: dict) -> tuple[float, str]:
+    """(ms per byte, where from): the same work's cells of the method, else of bsp; else any
+    work's. By work first: the same bytes cost more host time beside larger activations."""
+    for key in ((benchmark, preset, method), (benchmark, preset, "bsp"), method, "bsp"):
+        if key in cal["host"]:
+            value = cal["host"][key]
+            where = f"{benchmark} {preset or ''} {key[2]}" if isinstance(key, tuple) else key
+            return value, f"host cost {value * 1e9:.3g} ms/GB measured on other {' '.join(where.split())} cells"
     return 0.0, "no other bsp cell with a predicted communication: host cost taken as 0"
 
 
 def overlap_for(benchmark: str, preset, method: str, cal: dict) -> tuple[float, str]:
+    """(ms of communication backward can hide, where from)."""
     if method in cellmod.POST_BACKWARD:
         return 0.0, f"{method} all-reduces after backward: no overlap"
-    for key, where in (((benchmark, preset, method), "work"), (method, "method")):
-        if key in cal[where]:
-            value = cal[where][key]
-            return value, f"overlap {value:.0%} measured on other {method} cells"
+    for key in ((benchmark, preset, method), method):
+        if key in cal["window"]:
+            value = cal["window"][key]
+            return value, f"overlap window {value:.1f} ms measured on other {method} cells"
     return 0.0, f"no other {method} cell with a predicted communication: overlap taken as 0"
 
 
@@ -147,15 +151,16 @@ def predict(target: Target, ref: Cell, cells: list[Cell], comm: list, cal: dict,
         link, problem = cellmod.link_for(target.network, target.shape, comm, target.rate_gbit)
         comm_ms = link.allreduce_ms(ref.comm_bytes, ref.comm_buckets or 1) if link else None
         out["notes"].append(f"link: {link.describe()}" if link else f"no link: {problem}")
-    fraction, overlap_note = overlap_for(ref.benchmark, ref.preset, target.method, cal)
-    per_byte, host_note = host_for(target.method, cal)
+    window, overlap_note = overlap_for(ref.benchmark, ref.preset, target.method, cal)
+    per_byte, host_note = host_for(ref.benchmark, ref.preset, target.method, cal)
     out["notes"] += [overlap_note, host_note]
     host_ms = per_byte * (ref.comm_bytes or 0.0) if target.shape.world_size > 1 else 0.0
-    out.update({"base_ms": base, "predicted_comm_ms": comm_ms, "overlap_fraction": fraction,
-                "host_ms": host_ms})
+    hidden = min(window, comm_ms) if comm_ms else 0.0
+    out.update({"base_ms": base, "predicted_comm_ms": comm_ms, "hidden_ms": hidden, "host_ms": host_ms,
+                "overlap_fraction": hidden / comm_ms if comm_ms else 0.0})
     if base is None or comm_ms is None:
         return out
-    step = base + comm_ms * (1 - fraction) + host_ms
+    step = base + comm_ms - hidden + host_ms
     out["predicted_step_ms"] = step
     out["predicted_throughput"] = ref.units_per_rank_step * target.shape.world_size / step * 1e3
     single = cellmod.find_single(ref, cells)
