@@ -219,6 +219,31 @@ def test_rank_exiting_with_error_is_reported(tmp_path):
     assert new[0]["metrics"] is None and new[0]["world_size"] == 2 and new[0]["mode"] == "collective"
 
 
+LATE_RANK = """\
+import os, signal, sys, time
+from fleetbench.measure import registry, results
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # Paddle 3.3.1's ranks outlast SIGTERM for a while
+print("step 1/2 loss 1.0", flush=True)
+deadline = time.monotonic() + 60  # then finish anyway: a missing mark must fail the test, not hang it
+while not os.path.exists(os.environ[registry.STOPPED_ENV]) and time.monotonic() < deadline:
+    time.sleep(0.05)
+if os.environ.get("PADDLE_TRAINER_ID", "0") == "0":
+    results.emit(sys.argv[sys.argv.index("--results") + 1], {"late": True, "error": None})
+"""
+
+
+def test_a_rank_finishing_while_its_failed_job_is_stopped_stores_no_success(tmp_path):
+    # Seen under Paddle 3.3.1: a sweep stored a cell's timeout failure and, 0.25 s before it, the
+    # success record its rank wrote during the stop. Here the rank finishes once the supervisor
+    # has decided (a stall), inside the stop's grace.
+    script = tmp_path / "late_rank.py"
+    script.write_text(LATE_RANK)
+    p, took, new = _run_fault(tmp_path, "none", -1, "--timeout", "90", "--stall", "2", script=str(script))
+    assert p.returncode == 1, p.stderr
+    assert len(new) == 1 and "stalled" in new[0]["error"], new
+    assert "not stored in" in (tmp_path / "log" / "workerlog.0").read_text()
+
+
 def test_a_job_failing_in_the_rendezvous_runs_once_more_and_the_record_says_so(tmp_path):
     p, took, new = _run_fault(tmp_path, "rendezvous", 1, "--timeout", "90", FAULT_ONCE="1")
     assert p.returncode == 0, p.stderr

@@ -29,7 +29,7 @@ RANK_ENV = ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ENDPOINT
             "PADDLE_GLOBAL_RANK", "PADDLE_LOCAL_RANK", "PADDLE_GLOBAL_SIZE", "PADDLE_LOCAL_SIZE",
             "PADDLE_RANK_IN_NODE", "PADDLE_MASTER", "PADDLE_NNODES", "PADDLE_RANK", "PADDLE_LOG_DIR",
             "PADDLE_JOB_ID", "PADDLE_PSERVERS_IP_PORT_LIST", "PADDLE_PORT", "PADDLE_ROLE", "TRAINING_ROLE",
-            "POD_IP", "POD_NAME", "PADDLE_DISTRI_BACKEND", registry.JOB_ENV, SUPERVISOR_ENV)
+            "POD_IP", "POD_NAME", "PADDLE_DISTRI_BACKEND", registry.JOB_ENV, registry.STOPPED_ENV, SUPERVISOR_ENV)
 
 # Paddle's launcher takes the ports of servers, trainers, gloo and master from PORT_RANGE (default
 # 35100:64000), probing each with a bind it then closes. Most of that is Linux's ephemeral range

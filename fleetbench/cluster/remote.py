@@ -152,7 +152,8 @@ def run_job(executor, job, log_dir, base_env, limits, results_path, *, echo=None
     """Supervise `job` on `executor`; store the record the nodes printed. Returns the Outcome."""
     outcome = supervise(lambda dir_, extra, job_id_: executor.launches(job, dir_, dict(base_env, **extra), job_id_),
                         log_dir, limits, echo=echo, say=say, job_id=job_id)
-    if isinstance(executor, executors.AgentExecutor):
+    if isinstance(executor, executors.AgentExecutor) and outcome.status == "ok":
+        # a failed job's record is the supervisor's; a line printed while it was being stopped is not one
         result_logs.import_logs(result_logs.rank_logs(log_dir), results_path)
     return outcome
 

@@ -15,7 +15,7 @@ import uuid
 
 from fleetbench.cluster import procs, ranks, rankwrap, verdict
 from fleetbench.cluster.failure import Outcome, RankReport
-from fleetbench.measure.registry import JOB_ENV
+from fleetbench.measure.registry import JOB_ENV, STOPPED_ENV
 
 STOP_GRACE_S = 3.0       # SIGTERM, then SIGKILL after this long
 PS_SERVER_GRACE_S = 3.0  # processes still up this long after every worker finished: stop them
@@ -171,12 +171,22 @@ class Supervisor:
     def _start(self):
         me = procs.token()
         for node in self.nodes:
-            env = dict(node.env, **{JOB_ENV: self.job_id, rankwrap.SUPERVISOR_ENV: me})
+            env = dict(node.env, **{JOB_ENV: self.job_id, rankwrap.SUPERVISOR_ENV: me,
+                                    STOPPED_ENV: self._stopped_file(node)})
             with open(os.path.join(node.log_dir, "launcher.log"), "ab") as out:
                 # The launcher dies with us; the rank wrappers then stop the rest of the job.
                 self.procs.append(subprocess.Popen(node.cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
                                                    stdin=subprocess.DEVNULL, start_new_session=True,
                                                    preexec_fn=procs.die_with_parent))
+
+    def _stopped_file(self, node):
+        return os.path.join(node.log_dir, f".fbstopped-{self.job_id}")
+
+    def _mark_stopped(self):
+        """Before the stop: a rank that still finishes must not store a success (results.emit)."""
+        for node in self.nodes:
+            with open(self._stopped_file(node), "w"):
+                pass
 
     def _job_processes(self):
         """Live processes of this job: those carrying its id, and our launchers."""
@@ -221,6 +231,8 @@ class Supervisor:
         culprit = self._report(decision.culprit) if decision.culprit else None
         others = [self._report(r) for r in decision.show]  # before our stopping adds its noise
         stopping = self._job_processes()
+        if decision.status != "ok":
+            self._mark_stopped()
         left = self._stop() if stopping else []
         for p in self.procs:
             try:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import uuid
 
-from fleetbench.measure import experiment
+from fleetbench.measure import experiment, registry
 from fleetbench.measure.experiment import Experiment
 from fleetbench.measure.schema import (CONTROL, MODES, SCHEMA, SINGLE, SOURCE_KINDS,  # noqa: F401
                                        UNITS, RecordError, validate)
@@ -176,6 +176,11 @@ def emit(path: str, record: dict) -> None:
     stays in the rank's log, and the StoreError raised says so.
     """
     print(RESULT_PREFIX + dumps(record), flush=True)
+    stopped = os.environ.get(registry.STOPPED_ENV)
+    if stopped and os.path.exists(stopped):
+        print(f"fleetbench: the supervisor stopped this job as failed before its record was complete; "
+              f"not stored in {path} (kept in this log)", file=sys.stderr, flush=True)
+        return
     try:
         append(path, record)
     except OSError as exc:
