@@ -6,8 +6,9 @@ Three loops run in the same job, on the same sizes, iterations and warm-up, in r
 paddle.distributed.all_reduce on a zero tensor, and that bare loop again on a second tensor. The
 third is an A/A control: bare against bare differs only by chance, so its ratio is the resolution
 of this machine at that size. Each measurement is the slowest rank's mean per op; the figure per
-size is the median over the repeats (--stat min: the minimum). Target: comm and bare agree within 2% at every size; a size
-whose A/A ratio is itself off by more than 2% cannot show that here, and is marked so.
+size is the median over the repeats (--stat min: the minimum). Target: comm and bare agree within
+2% at every size; a size whose A/A ratio is itself off by more than 2% cannot show that here, and
+is marked so.
 
     python bench/comm_vs_bare.py [--nproc 2] [--repeats 15] [--iters 100] [--min-bytes 1024] [--max-bytes 33554432]
 (it starts itself under Paddle's launcher; exit code 1 when a size misses the target)

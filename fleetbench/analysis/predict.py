@@ -80,8 +80,8 @@ def host_for(benchmark: str, preset, method: str, cal: dict) -> tuple[float, str
     for key in ((benchmark, preset, method), (benchmark, preset, "bsp"), method, "bsp"):
         if key in cal["host"]:
             value = cal["host"][key]
-            where = f"{benchmark} {preset or ''} {key[2]}" if isinstance(key, tuple) else key
-            return value, f"host cost {value * 1e9:.3g} ms/GB measured on other {' '.join(where.split())} cells"
+            where = " ".join(p for p in key if p) if isinstance(key, tuple) else key
+            return value, f"host cost {value * 1e9:.3g} ms/GB measured on other {where} cells"
     return 0.0, "no other bsp cell with a predicted communication: host cost taken as 0"
 
 

@@ -171,11 +171,9 @@ def first_free_subnet(routes):
     """The first 10.77.N.0/24 no route of this machine overlaps. A cluster left on the default
     subnet by a killed run (its bridge still routes it) would otherwise take the new cluster's
     traffic: every connection to a node then reaches the old namespace and is refused."""
-    base = ipaddress.ip_network(DEFAULT_SUBNET)
-    for n in range(256):
-        candidate = str(ipaddress.ip_network((int(base.network_address) + (n << 8), 24)))
-        if not subnet_users(candidate, routes):
-            return candidate
+    for candidate in ipaddress.ip_network(DEFAULT_SUBNET).supernet(new_prefix=16).subnets(new_prefix=24):
+        if not subnet_users(str(candidate), routes):
+            return str(candidate)
     raise ValueError("--subnet: every 10.77.N.0/24 is routed on this machine; give a free private subnet")
 
 

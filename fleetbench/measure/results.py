@@ -178,8 +178,8 @@ def emit(path: str, record: dict) -> None:
     print(RESULT_PREFIX + dumps(record), flush=True)
     stopped = os.environ.get(registry.STOPPED_ENV)
     if stopped and os.path.exists(stopped):
-        print(f"fleetbench: the supervisor stopped this job as failed before its record was complete; "
-              f"not stored in {path} (kept in this log)", file=sys.stderr, flush=True)
+        print(f"fleetbench: the supervisor had already judged this job failed and was stopping it; "
+              f"record not stored in {path} (kept in this log)", file=sys.stderr, flush=True)
         return
     try:
         append(path, record)
