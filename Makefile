@@ -26,7 +26,12 @@ $(1)/bin/python -m pip install --quiet -e ".[$(2)]"
 touch $@
 endef
 
-.PHONY: install install-paddle3 demo test test-paddle3 bench versions clean
+.PHONY: deps install install-paddle3 demo test test-paddle3 bench versions clean
+
+# The Debian packages the suite drives (sshd, Slurm, munge, iperf3, iproute2), installed when
+# missing and we are root with apt; otherwise one line naming them. tools/deps.sh says more.
+deps:
+	@bash tools/deps.sh
 
 install: $(STAMP)
 
@@ -38,12 +43,12 @@ install-paddle3: $(STAMP3)
 $(STAMP3): setup.cfg pyproject.toml
 	$(call make-venv,$(VENV3),cpu3$(comma)test)
 
-demo: install
+demo: deps install
 	$(VENV)/bin/fleetbench sweep --preset demo --results results/demo.jsonl
 	$(VENV)/bin/fleetbench report results/demo.jsonl --images images --readme README.md
 
 # The whole suite on 2.6.2, then the collective and core tests on 3.x.
-test: install install-paddle3
+test: deps install install-paddle3
 	$(PY) -m pytest -q tests
 	$(MAKE) --no-print-directory test-paddle3
 

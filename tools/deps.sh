@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the suite drives, when missing: sshd and ssh for the SSH executor and
+# the emulated cluster's nodes, Slurm and munge for the Slurm executor, iperf3 for raw link rates,
+# iproute2 (ip, tc) for the emulated network. Called by `make deps` (and so by `make test`/`demo`).
+# Nothing already installed is reinstalled, and no system service is started or enabled: fleetbench
+# starts its own sshd/slurmd/munged per emulated node and never uses the system's.
+set -euo pipefail
+PACKAGES=(openssh-server openssh-client slurm-wlm slurm-client munge iperf3 iproute2)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+  echo "fleetbench: missing Debian packages ${missing[*]}: run 'sudo apt-get install ${missing[*]}' (the SSH, Slurm and emulated-cluster paths and their tests need them)" >&2
+  exit 1
+fi
+
+echo "fleetbench: installing ${missing[*]} (apt-get; no service is started or enabled)"
+# policy-rc.d exit 101 is Debian's documented way to forbid maintainer scripts to start services
+# (invoke-rc.d reads it). Only ours is removed afterwards; an existing one is left as it was.
+policy=/usr/sbin/policy-rc.d
+ours=
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && ours=1
+fi
+trap 'if [ -n "$ours" ]; then rm -f "$policy"; fi' EXIT
+wanted_units() { find /etc/systemd/system -path '*.wants/*' 2>/dev/null | sort; }
+mapfile -t wants_before < <(wanted_units)
+export DEBIAN_FRONTEND=noninteractive
+# An empty package list (a fresh image) cannot resolve names: update once, then install.
+apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null 2>&1 || {
+  apt-get update -q >/dev/null
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+}
+# Maintainer scripts enable their units for the next boot: remove the links this install added.
+comm -13 <(printf '%s\n' "${wants_before[@]}") <(wanted_units) | xargs -r rm -f
+echo "fleetbench: installed ${missing[*]}"
