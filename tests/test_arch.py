@@ -6,15 +6,11 @@ import re
 import numpy as np
 import pytest
 
-from util import fleetrun, rank_summaries, records, run_script
+from util import fleetrun, needs_ps, rank_summaries, records, run_script
 
 from fleetbench.cluster import sweep_spec
 from fleetbench.measure import auc, config, metrics, registry
 from fleetbench.report import arch, tables
-from fleetbench.train.capability import ps_missing
-
-PS_MISSING = ps_missing()
-needs_ps = pytest.mark.skipif(PS_MISSING is not None, reason=PS_MISSING or "")
 QUALITY = {"ctr": {"auc", "logloss", "loss_first", "loss_last"}, "resnet18": {"loss_first", "loss_last"}}
 
 

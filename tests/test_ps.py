@@ -16,15 +16,14 @@ import uuid
 
 import pytest
 
+import util
 from util import PYTHON, REPO, env, records
 
 from datasets import criteo, word2vec
 from fleetbench.measure import metrics
-from fleetbench.train.capability import ps_missing
 
 # Paddle 3.1+ has no parameter server: `make test` runs this file on 3.x too, where it skips, saying why.
-PS_MISSING = ps_missing()
-pytestmark = pytest.mark.skipif(PS_MISSING is not None, reason=PS_MISSING or "")
+pytestmark = util.NEEDS_PS
 
 
 @pytest.fixture(scope="module")

@@ -9,12 +9,26 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from fleetbench.cluster.job import LAUNCHER_PORT_RANGE
+from fleetbench.train.capability import ps_missing
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 # Paddle's launcher run directly gets the port range fleetbench's launches get (job.py says why)
 QUIET_ENV = {"GLOG_minloglevel": "2", "PYTHONWARNINGS": "ignore", "PORT_RANGE": LAUNCHER_PORT_RANGE}
+
+# Paddle 3.1+ has no parameter server: its tests skip there, saying why, and only they may skip
+# under CI (conftest.py): no install step can give this Paddle build what it lacks.
+PS_MISSING = ps_missing()
+NEEDS_PS = [pytest.mark.paddle_build, pytest.mark.skipif(PS_MISSING is not None, reason=PS_MISSING or "")]
+
+
+def needs_ps(test):
+    for mark in NEEDS_PS:
+        test = mark(test)
+    return test
 
 
 def env(**extra) -> dict:
