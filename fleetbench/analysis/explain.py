@@ -116,17 +116,17 @@ def draw(rows: list[dict], title: str) -> bytes:
 
     import matplotlib
 
-    from fleetbench.report import plot  # the one plot style (and matplotlib's Agg backend)
+    from fleetbench.report import style  # the one plot style (and matplotlib's Agg backend)
 
-    with matplotlib.rc_context(plot.STYLE):
-        fig = plot.Figure(figsize=plot.FIGSIZE, dpi=plot.DPI)
-        fig.subplots_adjust(**plot.MARGINS)
+    with matplotlib.rc_context(style.STYLE):
+        fig = style.Figure(figsize=style.FIGSIZE, dpi=style.DPI)
+        fig.subplots_adjust(**style.MARGINS)
         ax = fig.add_subplot()
         xs = range(len(rows))
         bottom = [0.0] * len(rows)
         for i, (key, label) in enumerate(SEGMENTS):
             heights = [max(0.0, r[key]) for r in rows]
-            ax.bar(xs, heights, 0.6, bottom=bottom, label=label, color=plot.COLORS[i],
+            ax.bar(xs, heights, 0.6, bottom=bottom, label=label, color=style.COLORS[i],
                    edgecolor="black", linewidth=0.5)
             bottom = [b + h for b, h in zip(bottom, heights)]
         ax.scatter(xs, [r["measured_step_ms"] for r in rows], marker="_", s=400, color="black",
@@ -142,19 +142,19 @@ def draw(rows: list[dict], title: str) -> bytes:
         fig.text(0.01, 0.005, "bars: parts of the step (docs/explain.md); compute from the method=none "
                  "control where one exists", fontsize=7, ha="left", va="bottom")
         buffer = io.BytesIO()
-        fig.savefig(buffer, **plot.SAVE)
+        fig.savefig(buffer, **style.SAVE)
     return buffer.getvalue()
 
 
 def write_charts(cells: list[dict], images_dir: str) -> dict:
     """images_dir/explain-<benchmark>-<preset>.png beside its CSV; returns {(benchmark, preset): png}."""
-    from fleetbench.report import plot
+    from fleetbench.report import output, style
 
     written = {}
     for key in dict.fromkeys((c["benchmark"], c["preset"]) for c in cells):
         rows = chart_rows([c for c in cells if (c["benchmark"], c["preset"]) == key])
         if rows:
-            written[key] = plot.save_chart(images_dir, plot.slug("explain", *key), rows,
+            written[key] = output.save_chart(images_dir, style.slug("explain", *key), rows,
                                            draw(rows, f"{key[0]} [{key[1]}] — where the step time goes"))
     return written
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 
 from fleetbench.measure import experiment, results, timing
+from fleetbench.report import output
 from fleetbench.report.style import (
     COLORS, DPI, FIGSIZE, PS_HATCH, SAVE, STYLE, Figure, Patch, matplotlib, slug)
 from fleetbench.report.tables import columns, distinguishing, fmt, layout, variant_text
@@ -254,7 +255,5 @@ def _points(ax, chart: dict, series: dict, index: int, width: float) -> None:
 def section(records: list[dict], images_dir: str, link) -> tuple[str, list[str]]:
     """(markdown, files written): every AllReduce-vs-PS chart with its CSV and table; "" when no
     benchmark ran both ways."""
-    from fleetbench.report import plot  # late: plot imports this module
-
-    return plot.chart_sections(plan(records), lambda chart: f"AllReduce vs parameter server: {chart['heading']}",
+    return output.chart_sections(plan(records), lambda chart: f"AllReduce vs parameter server: {chart['heading']}",
                                (chart_rows, draw, table_markdown), images_dir, link)

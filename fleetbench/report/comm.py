@@ -20,6 +20,7 @@ import io
 import statistics
 
 from fleetbench.measure import comm, experiment
+from fleetbench.report import output
 from fleetbench.report.style import COLORS, DPI, FIGSIZE, MARGINS, SAVE, STYLE, Figure, matplotlib, slug
 from fleetbench.report.tables import fmt
 
@@ -181,7 +182,5 @@ def size_label(nbytes: float, _position=None) -> str:
 
 def section(records: list[dict], images_dir: str, link) -> tuple[str, list[str]]:
     """(markdown, files written): every comm chart with its CSV and table; "" without comm records."""
-    from fleetbench.report import plot  # late: plot may import this module
-
-    return plot.chart_sections(plan(records), lambda chart: f"Communication: {chart['title']}",
+    return output.chart_sections(plan(records), lambda chart: f"Communication: {chart['title']}",
                                (chart_rows, draw, table_markdown), images_dir, link)

@@ -19,6 +19,9 @@ import io
 import re
 
 from fleetbench.measure import experiment, results, timing
+from fleetbench.report import output, style
+from fleetbench.report.style import slug
+from fleetbench.report.tables import fmt
 
 STEP_LINE = re.compile(r"Step\s*(\d+):?\s+([\d.]+)\s+data/sec")
 EPOCH_LINE = re.compile(r"Epoch\s+(\d+)\s+in\s+([\d.]+)\s+sec,\s+test time\s+([\d.]+)\s+sec[.,]\s+"
@@ -40,8 +43,6 @@ def _with_epochs(records: list[dict]) -> list[dict]:
 
 
 def _stat_text(values: list) -> str:
-    from fleetbench.report.plot import fmt
-
     if not values:
         return "—"
     stats = timing.summarize(values)
@@ -69,8 +70,6 @@ def groups(records: list[dict]) -> list[dict]:
 
 def tables(records: list[dict]) -> list[dict]:
     """Groups gathered per (source, benchmark, preset): each gathering is one table and one chart."""
-    from fleetbench.report.plot import slug
-
     gathered: dict[tuple, list[dict]] = {}
     for group in groups(records):
         gathered.setdefault((group["source"] or "", group["benchmark"], group["preset"] or ""), []).append(group)
@@ -81,8 +80,6 @@ def tables(records: list[dict]) -> list[dict]:
 # ---- table -----------------------------------------------------------------------------------
 
 def table_markdown(table: dict) -> str:
-    from fleetbench.report.plot import fmt
-
     head = ["Processes", "Method", "Throughput", "Speedup", "Final accuracy", "Epochs to target",
             "Time to target (s)", "Reached"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -114,14 +111,12 @@ def draw(table: dict) -> bytes:
     import matplotlib
     from matplotlib.ticker import MaxNLocator
 
-    from fleetbench.report import plot
-
-    with matplotlib.rc_context(plot.STYLE):
-        fig = plot.Figure(figsize=plot.FIGSIZE, dpi=plot.DPI)
+    with matplotlib.rc_context(style.STYLE):
+        fig = style.Figure(figsize=style.FIGSIZE, dpi=style.DPI)
         fig.subplots_adjust(left=0.075, right=0.82, top=0.86, bottom=0.14, wspace=0.25)
         by_time, by_epoch = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
         for index, cell in enumerate(table["groups"]):
-            color = plot.COLORS[index % len(plot.COLORS)]
+            color = style.COLORS[index % len(style.COLORS)]
             for number, run in enumerate(cell["runs"]):
                 epochs = run["metrics"]["epochs"]
                 label = f"{cell['world_size']} process{'es' if cell['world_size'] > 1 else ''}" if not number else None
@@ -140,16 +135,14 @@ def draw(table: dict) -> bytes:
         by_time.set_title(f"{title}: test accuracy, one line per run", loc="left")
         by_time.legend(loc="upper left", bbox_to_anchor=(2.28, 1.0), frameon=False)
         buffer = io.BytesIO()
-        fig.savefig(buffer, **plot.SAVE)
+        fig.savefig(buffer, **style.SAVE)
     return buffer.getvalue()
 
 
 def section(records: list[dict], images_dir: str, link) -> tuple[str, list[str]]:
     """(markdown, files written): every convergence table with its chart; "" when no record has
     epochs. `link(png_path)` gives the path the markdown uses for an image."""
-    from fleetbench.report import plot
-
     def heading(table):
         return "Convergence: " + table["benchmark"] + (f" [{table['preset']}]" if table["preset"] else "")
 
-    return plot.chart_sections(tables(records), heading, (chart_rows, draw, table_markdown), images_dir, link)
+    return output.chart_sections(tables(records), heading, (chart_rows, draw, table_markdown), images_dir, link)

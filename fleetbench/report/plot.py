@@ -19,11 +19,7 @@ from fleetbench.measure import results
 from fleetbench.analysis import explain
 from fleetbench.report import arch, charts, convergence, tables
 from fleetbench.report import comm as comm_report
-# Other report modules (convergence, analysis.explain) reach the shared style and helpers through
-# this module; the style itself is defined in `style` only.
-from fleetbench.report.style import (  # noqa: F401
-    COLORS, DPI, FIGSIZE, MARGINS, SAVE, STYLE, Figure, slug)
-from fleetbench.report.tables import fmt  # noqa: F401
+from fleetbench.report.output import save_chart, write_if_changed
 
 BEGIN = "<!-- fleetbench:results:begin -->"
 END = "<!-- fleetbench:results:end -->"
@@ -43,26 +39,6 @@ def replace_section(text: str, section: str, path: str) -> str:
     newline = "\r\n" if lines[begins[0]].endswith("\r\n") else "\n"
     body = section.replace("\n", newline)
     return "".join(lines[:begins[0] + 1]) + newline + body + newline + "".join(lines[ends[0]:])
-
-
-def write_csv(path: str, rows: list[dict]) -> None:
-    """`rows` as CSV (floats in full precision), written only when the bytes change."""
-    _write_if_changed(path, charts.csv_bytes(rows))
-
-
-def _write_if_changed(path: str, data: bytes) -> bool:
-    """Atomic replace, and only when the bytes differ (re-runs leave files and mtimes alone)."""
-    try:
-        with open(path, "rb") as handle:
-            if handle.read() == data:
-                return False
-    except FileNotFoundError:
-        pass
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-    os.replace(tmp, path)
-    return True
 
 
 # ---- command line -------------------------------------------------------------------------------
@@ -114,33 +90,9 @@ def run(paths, images_dir, readme=None, title="Results") -> list[str]:
     if readme is None:
         sys.stdout.write(section)
     else:
-        _write_if_changed(readme, replace_section(readme_text, section, readme).encode("utf-8"))
+        write_if_changed(readme, replace_section(readme_text, section, readme).encode("utf-8"))
         written.append(readme)
     return written
-
-
-def save_chart(images_dir: str, name: str, rows: list[dict], png_bytes: bytes) -> str:
-    """images_dir/NAME.png beside NAME.csv, the numbers it draws; returns the PNG's path. Every
-    section of the report writes its charts through here."""
-    os.makedirs(images_dir, exist_ok=True)
-    png = os.path.join(images_dir, name + ".png")
-    write_csv(png[:-4] + ".csv", rows)
-    _write_if_changed(png, png_bytes)
-    return png
-
-
-
-def chart_sections(charts: list[dict], heading, draw_with, images_dir: str, link) -> tuple[str, list[str]]:
-    """(markdown, files written) of a report section with one chart per item of `charts`: its PNG
-    and CSV (save_chart), then `### heading(chart)`, its table and the image. `draw_with` is the
-    section's (chart_rows, draw, table_markdown); `link(png_path)` the path the markdown uses."""
-    chart_rows, draw, table_markdown = draw_with
-    out, written = [], []
-    for chart in charts:
-        png = save_chart(images_dir, chart["name"], chart_rows(chart), draw(chart))
-        written += [png, png[:-4] + ".csv"]
-        out += [f"### {heading(chart)}", "", table_markdown(chart), "", f"![{chart['name']}]({link(png)})", ""]
-    return "\n".join(out), written
 
 
 def _load(paths) -> list[dict]:

@@ -67,6 +67,9 @@ class EpochWorkload(loop.Workload):
     num_classes: int
     lr: Optional[float] = None  # the learning rate the optimizer was built with, for the record
 
+    def schedule(self, cfg: EpochConfig, ctx: loop.Context, unit: str, comm) -> tuple:
+        return train(cfg, self, ctx, unit, comm)  # epochs, each followed by an evaluation
+
 
 @dataclasses.dataclass
 class Tally:

@@ -40,6 +40,11 @@ class Workload(run.Workload):
         samples = int(batch[0].shape[0])
         return samples, samples
 
+    def schedule(self, cfg, ctx: "Context", unit: str, comm) -> tuple:
+        """Train and return (this rank's figures, convergence metrics). The workload's type decides
+        the schedule: a fixed number of steps here; epochs.EpochWorkload trains by epochs."""
+        return train(cfg, self, ctx, unit), {}
+
 
 @dataclasses.dataclass
 class Context:
@@ -170,12 +175,7 @@ def main(script: str, cls, build: Callable[[Any], Workload], argv=None) -> None:
         work = build(bench.cfg)
         unit = bench.unit_for(work)
         comm = Collective() if ctx.world_size > 1 else metrics.Alone()
-        if hasattr(work, "held_out"):  # epochs, each followed by an evaluation: fleetbench.train.epochs
-            from fleetbench.train import epochs  # here: epochs builds on this module
-
-            mine, convergence = epochs.train(bench.cfg, work, ctx, unit, comm)
-        else:
-            mine, convergence = train(bench.cfg, work, ctx, unit), {}
+        mine, convergence = work.schedule(bench.cfg, ctx, unit, comm)
         totals = metrics.reduce(mine, comm)
         extra = work.finish(comm) if work.finish else {}
     except Exception as err:  # a failed run is a result too: store it, then fail loudly
