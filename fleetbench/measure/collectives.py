@@ -25,9 +25,6 @@ import paddle.distributed as dist
 from fleetbench.measure import comm, config
 from fleetbench.train import loop
 
-# op -> why gloo cannot run it (Paddle 2.6.2's ProcessGroupGloo)
-GLOO_MISSING = {"reduce_scatter": "ProcessGroupGloo raises Unimplemented for reduce_scatter",
-                "alltoall": "ProcessGroupGloo raises Unimplemented for all_to_all"}
 REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
 
 
@@ -86,9 +83,10 @@ def check_backend(cfg: CommConfig) -> None:
     if on_gpu():
         return
     for op in cfg.ops:
-        if op in GLOO_MISSING:
+        missing = comm.TABLE[op].gloo_missing
+        if missing:
             raise config.ConfigError(f"config key 'op': {op} is not available on gloo, this CPU build's "
-                                     f"backend ({GLOO_MISSING[op]} in Paddle {paddle.__version__}); "
+                                     f"backend ({missing} in Paddle {paddle.__version__}); "
                                      "it runs on NCCL (GPU builds)")
 
 
@@ -123,8 +121,8 @@ class Collective:
 
     def __init__(self, op: str, count: int, peers: Peers, cfg: CommConfig):
         self.op, self.count, self.peers, self.dtype = op, count, peers, cfg.dtype
+        self.entry = comm.TABLE[op]
         self.reduce_op = REDUCE_OPS[cfg.redop]
-        self.call = CALLS[op]
         self.send = self.recv = None
 
     def load(self, corrupt: bool = False) -> None:
@@ -133,14 +131,16 @@ class Collective:
         if values is None:
             return
         self.send = self._tensor(comm.corrupt(values) if corrupt else values)
-        self.recv = self.send if self.op not in SEPARATE_OUTPUT else paddle.zeros(
-            [SEPARATE_OUTPUT[self.op](self.count, self.peers.ranks)], dtype=self.dtype)
+        output = self.entry.output_count
+        self.recv = self.send if output is None else paddle.zeros(
+            [output(self.count, self.peers.ranks)], dtype=self.dtype)
 
     def zero(self) -> None:
         """The timed phase's fill: zeros in every buffer."""
         if self.send is not None:
+            separate = self.entry.output_count is not None
             self.send = paddle.zeros(self.send.shape, dtype=self.dtype)
-            self.recv = paddle.zeros(self.recv.shape, dtype=self.dtype) if self.op in SEPARATE_OUTPUT else self.send
+            self.recv = paddle.zeros(self.recv.shape, dtype=self.dtype) if separate else self.send
 
     def received(self) -> Optional[np.ndarray]:
         if self.recv is None:
@@ -153,48 +153,7 @@ class Collective:
         return tensor if self.dtype == "float32" else tensor.astype(self.dtype)
 
     def __call__(self) -> None:
-        self.call(self)
-
-
-def _sendrecv(c: Collective) -> None:
-    """Ring shift: every rank sends to rank+1 and receives from rank-1 (nccl-tests' sendrecv).
-
-    NCCL: one grouped isend+irecv, both directions at once. gloo: Paddle 2.6.2 runs a gloo send
-    or recv to completion in the calling thread, and matches them by a per-group counter of
-    calls, so each neighbour pair gets its own group and even ranks send first while odd ranks
-    receive first (no rank waits for one that waits for it); a rank's send and receive run one
-    after the other, so gloo's sendrecv cannot overlap the two directions (about half the link).
-    """
-    rank, ranks = c.peers.rank, c.peers.ranks
-    nxt, prev = (rank + 1) % ranks, (rank - 1) % ranks
-    if c.peers.backend == "nccl":
-        tasks = dist.batch_isend_irecv([dist.P2POp(dist.isend, c.send, nxt), dist.P2POp(dist.irecv, c.recv, prev)])
-        for task in tasks:
-            task.wait()
-        return
-    send = lambda: dist.send(c.send, dst=nxt, group=c.peers.ring[rank])  # noqa: E731
-    recv = lambda: dist.recv(c.recv, src=prev, group=c.peers.ring[prev])  # noqa: E731
-    for step in ((send, recv) if rank % 2 == 0 else (recv, send)):
-        step()
-
-
-CALLS: dict = {
-    "all_reduce": lambda c: dist.all_reduce(c.send, op=c.reduce_op),
-    "all_gather": lambda c: dist.stream.all_gather(c.recv, c.send),
-    "reduce_scatter": lambda c: dist.stream.reduce_scatter(c.recv, c.send, op=c.reduce_op),
-    "broadcast": lambda c: dist.broadcast(c.send, src=comm.ROOT),
-    "reduce": lambda c: dist.reduce(c.send, dst=comm.ROOT, op=c.reduce_op),
-    "alltoall": lambda c: dist.alltoall_single(c.send, c.recv),
-    "sendrecv": _sendrecv,
-    "barrier": lambda c: dist.barrier(),
-}
-# ops that write into a buffer of their own: op -> its element count from (count, ranks)
-SEPARATE_OUTPUT: dict = {
-    "all_gather": lambda count, ranks: count,  # the input is one chunk of count / ranks
-    "reduce_scatter": lambda count, ranks: count // ranks,
-    "alltoall": lambda count, ranks: count,
-    "sendrecv": lambda count, ranks: count,
-}
+        self.entry.call(dist, self)
 
 
 # ---------------------------------------------------------------- the timed loop

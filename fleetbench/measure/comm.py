@@ -11,14 +11,11 @@ table, and the correctness check (the values each rank sends and what it must re
 """
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+from typing import Any, Callable, Optional
 
 import numpy as np
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv",
-       "barrier")
-REDUCING = ("all_reduce", "reduce_scatter", "reduce")  # ops that apply redop
-CHUNKED = ("all_gather", "reduce_scatter", "alltoall")  # count must be a multiple of the ranks
 ROOT = 0  # broadcast's source and reduce's destination, as nccl-tests' default root
 REDOPS = ("sum", "max")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -33,18 +30,91 @@ class CommError(ValueError):
     """A bad op list or size range; str(err) is one line naming the config key."""
 
 
+# ---------------------------------------------------------------- the ops, one entry each
+def _ring(ranks: int) -> float:
+    return 2 * (ranks - 1) / ranks
+
+
+def _chunk(ranks: int) -> float:
+    return (ranks - 1) / ranks
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    """Everything about one collective, as one nccl-tests struct: its bus factor, its buffers, what
+    it must deliver (in `expected`), the Paddle call and the backends that lack it.
+
+    `call(dist, c)` runs the op once on `c` (collectives.Collective: send/recv buffers, reduce_op,
+    peers) with `dist` = paddle.distributed, passed in so that this module stays free of Paddle.
+    """
+
+    name: str
+    bus_factor: Callable[[int], float]  # ranks -> share of the message each rank's link carries
+    call: Callable[[Any, Any], None]
+    reduces: bool = False  # applies redop
+    chunked: bool = False  # the buffer is split in per-rank chunks: count is a multiple of the ranks
+    rooted: bool = False  # has a root rank (ROOT)
+    # elements of a separate output buffer from (count, ranks); None: the op works in place
+    output_count: Optional[Callable[[int, int], int]] = None
+    gloo_missing: Optional[str] = None  # why Paddle's gloo process group cannot run it
+
+
+def _sendrecv(dist, c) -> None:
+    """Ring shift: every rank sends to rank+1 and receives from rank-1 (nccl-tests' sendrecv).
+
+    NCCL: one grouped isend+irecv, both directions at once. gloo: Paddle 2.6.2 runs a gloo send
+    or recv to completion in the calling thread, and matches them by a per-group counter of
+    calls, so each neighbour pair gets its own group and even ranks send first while odd ranks
+    receive first (no rank waits for one that waits for it); a rank's send and receive run one
+    after the other, so gloo's sendrecv cannot overlap the two directions (about half the link).
+    """
+    rank, ranks = c.peers.rank, c.peers.ranks
+    nxt, prev = (rank + 1) % ranks, (rank - 1) % ranks
+    if c.peers.backend == "nccl":
+        tasks = dist.batch_isend_irecv([dist.P2POp(dist.isend, c.send, nxt), dist.P2POp(dist.irecv, c.recv, prev)])
+        for task in tasks:
+            task.wait()
+        return
+    send = lambda: dist.send(c.send, dst=nxt, group=c.peers.ring[rank])  # noqa: E731
+    recv = lambda: dist.recv(c.recv, src=prev, group=c.peers.ring[prev])  # noqa: E731
+    for step in ((send, recv) if rank % 2 == 0 else (recv, send)):
+        step()
+
+
+_SAME = lambda count, ranks: count  # noqa: E731  (an output as large as the whole buffer)
+TABLE = {op.name: op for op in (
+    Op("all_reduce", _ring, lambda dist, c: dist.all_reduce(c.send, op=c.reduce_op), reduces=True),
+    # the gathered output is the whole buffer; the input one chunk of count / ranks
+    Op("all_gather", _chunk, lambda dist, c: dist.stream.all_gather(c.recv, c.send), chunked=True,
+       output_count=_SAME),
+    Op("reduce_scatter", _chunk, lambda dist, c: dist.stream.reduce_scatter(c.recv, c.send, op=c.reduce_op),
+       reduces=True, chunked=True, output_count=lambda count, ranks: count // ranks,
+       gloo_missing="ProcessGroupGloo raises Unimplemented for reduce_scatter"),
+    Op("broadcast", lambda ranks: 1.0, lambda dist, c: dist.broadcast(c.send, src=ROOT), rooted=True),
+    Op("reduce", lambda ranks: 1.0, lambda dist, c: dist.reduce(c.send, dst=ROOT, op=c.reduce_op),
+       reduces=True, rooted=True),
+    # dist.stream.alltoall_single takes (out, in) in 2.6 and 3.x alike; dist.alltoall_single's
+    # order changed between them (2.6: in, out; 3.x: out, in)
+    Op("alltoall", _chunk, lambda dist, c: dist.stream.alltoall_single(c.recv, c.send), chunked=True,
+       output_count=_SAME, gloo_missing="ProcessGroupGloo raises Unimplemented for all_to_all"),
+    Op("sendrecv", lambda ranks: 1.0, _sendrecv, output_count=_SAME),
+    Op("barrier", lambda ranks: 0.0, lambda dist, c: dist.barrier()),  # moves no payload
+)}
+OPS = tuple(TABLE)
+REDUCING = tuple(name for name, op in TABLE.items() if op.reduces)
+CHUNKED = tuple(name for name, op in TABLE.items() if op.chunked)
+
+
+def op_entry(op: str) -> Op:
+    if op not in TABLE:
+        raise CommError(f"config key 'op': unknown op {op!r} (known: {', '.join(OPS)})")
+    return TABLE[op]
+
+
 # ---------------------------------------------------------------- definitions
 def busbw_factor(op: str, ranks: int) -> float:
     """nccl-tests' bus-bandwidth factor of `op` on `ranks` ranks (barrier moves no payload: 0)."""
-    if op == "all_reduce":
-        return 2 * (ranks - 1) / ranks
-    if op in CHUNKED:
-        return (ranks - 1) / ranks
-    if op in ("broadcast", "reduce", "sendrecv"):
-        return 1.0
-    if op == "barrier":
-        return 0.0
-    raise CommError(f"config key 'op': unknown op {op!r} (known: {', '.join(OPS)})")
+    return op_entry(op).bus_factor(ranks)
 
 
 def bandwidths(nbytes: int, time_s: float, factor: float) -> tuple:
@@ -80,7 +150,7 @@ def element_count(op: str, nbytes: int, ranks: int, dtype: str) -> int:
     if op == "barrier":
         return 0
     count = nbytes // DTYPE_BYTES[dtype]
-    return count - count % ranks if op in CHUNKED else count
+    return count - count % ranks if op_entry(op).chunked else count
 
 
 def plan(ops: list, size_list: list, ranks: int, dtype: str) -> list:
@@ -179,8 +249,8 @@ def _line(values) -> str:
 def table(op: str, rows: list, ranks: int, dtype: str, redop: str, summary: dict) -> str:
     """nccl-tests' layout for one op (in-place columns only: Paddle's collectives work in place
     or into one output buffer), then its average busbw and the fit."""
-    reduces = op in REDUCING
-    root = ROOT if op in ("broadcast", "reduce") else -1
+    reduces = op_entry(op).reduces
+    root = ROOT if op_entry(op).rooted else -1
     lines = [f"# {op}: {ranks} ranks, {dtype}, redop {redop if reduces else 'none'}, "
              f"busbw factor {busbw_factor(op, ranks):.4g}", _line(_HEAD), _line(_UNITS)]
     for r in rows:
@@ -227,7 +297,7 @@ def send_values(op: str, rank: int, ranks: int, count: int) -> Optional[np.ndarr
 def expected(op: str, rank: int, ranks: int, count: int, redop: str) -> Optional[np.ndarray]:
     """What this rank's output must hold after `op`, or None when it holds nothing to check
     (barrier, reduce on a non-root rank)."""
-    chunk = count // ranks if op in CHUNKED else count
+    chunk = count // ranks if op_entry(op).chunked else count
     everyone = range(ranks)
     if op == "all_reduce" or (op == "reduce" and rank == ROOT):
         return _reduce([values(r, 0, count) for r in everyone], redop)
