@@ -11,7 +11,8 @@ import fleetbench  # noqa: F401  (first: sets OpenMP threads before paddle start
 import os
 import sys
 
-from fleetbench.measure import collectives, comm, config, linkprobe, run
+from fleetbench.measure import collectives, comm, config, linkprobe
+from fleetbench.train import run
 from fleetbench.train import loop
 
 

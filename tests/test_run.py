@@ -1,4 +1,4 @@
-"""The run layer (fleetbench.measure.run) and the metrics vocabulary, without a job: the
+"""The run layer (fleetbench.train.run) and the metrics vocabulary, without a job: the
 results-path check, the record, the supervised guard, a store that fails after training, and
 the reduction across ranks both families share."""
 import json
@@ -8,7 +8,8 @@ import pytest
 
 from util import REPO, records, run_script
 
-from fleetbench.measure import config, metrics, registry, results, run
+from fleetbench.measure import config, metrics, registry, results
+from fleetbench.train import run
 
 
 def test_an_unwritable_results_path_is_found_before_anything_runs(tmp_path):

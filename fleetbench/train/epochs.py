@@ -23,7 +23,8 @@ from typing import Iterable, Optional
 import paddle
 import paddle.distributed as dist
 
-from fleetbench.measure import config, metrics, run
+from fleetbench.measure import config, metrics
+from fleetbench.train import run
 from fleetbench.measure.timing import WindowTimer, log_line
 from fleetbench.train import evaluate, loop, methods
 

@@ -1,7 +1,7 @@
 """The measured training loop shared by every collective (data-parallel) benchmark script.
 
 A script declares its config dataclass and a `build(cfg) -> Workload`, and calls
-`main(__file__, ConfigClass, build)`; the run layer (fleetbench.measure.run) parses and checks
+`main(__file__, ConfigClass, build)`; the run layer (fleetbench.train.run) parses and checks
 the command line and stores the record, this module does the rest: device and Fleet set-up,
 warm-up, the measured window, the reduction across ranks (slowest rank decides), the log lines.
 """
@@ -16,7 +16,8 @@ import paddle.distributed as dist
 from paddle.distributed import fleet
 
 import fleetbench
-from fleetbench.measure import metrics, run
+from fleetbench.measure import metrics
+from fleetbench.train import run
 from fleetbench.measure.timing import WindowTimer, log_line
 from fleetbench.train import capability, methods
 

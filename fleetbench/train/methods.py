@@ -33,7 +33,9 @@ METHODS = {
             "training: measures compute under the same processes, threads and placement)",
 }
 # Buckets of the all-reduce that bsp/fp16_allreduce run after backward: the size Paddle's
-# fused_allreduce_gradients uses, so a model of <= 128 MB of gradients is one all-reduce.
+# fused_allreduce_gradients uses, so a model of <= 128 MiB of gradients is one all-reduce.
+# Paddle's bucket sizes (here, comm_buffer_size, comm_buffer_mb) say "MB" but count 2**20 bytes,
+# so the log labels them MiB; gradient totals are MB (10**6 bytes), as comm_bytes_per_step and docs.
 POST_BACKWARD_BUCKET_MB = 128
 # Paddle's default last_comm_buffer_size: the bucket holding the gradients ready *last* is kept
 # small because nothing is left to overlap it with.
@@ -65,7 +67,7 @@ def strategy(cfg):
 
 
 def bucket_mb(cfg):
-    """(comm_buffer_size, last_comm_buffer_size) in MB for DataParallel's reducer, or None if unused."""
+    """(comm_buffer_size, last_comm_buffer_size) in MiB (Paddle's "MB") for DataParallel's reducer, or None."""
     if cfg.method == "wfbp":
         return 0.0, 0.0  # every parameter tensor is its own group (observed: group_indices [[0], [1], ...])
     if cfg.method in ("mgwfbp", "grad_merge"):
@@ -253,11 +255,11 @@ def comm_plan(cfg, model, params, wire=None) -> dict:
 
 def describe(cfg, model, params, wire=None) -> str:
     """One log line: the method and the all-reduce schedule it produces on this model."""
-    mb = sum(int(p.numel()) * p.element_size() for p in params) / 2**20
+    mb = sum(int(p.numel()) * p.element_size() for p in params) / 1e6
     if isinstance(model, paddle.DataParallel) and bucket_mb(cfg) is not None:
-        comm = f"{len(model.group_indices)} reducer buckets per sync (comm_buffer {bucket_mb(cfg)[0]:g} MB)"
+        comm = f"{len(model.group_indices)} reducer buckets per sync (comm_buffer {bucket_mb(cfg)[0]:g} MiB)"
     elif isinstance(model, paddle.DataParallel):
-        comm = f"all-reduce after backward in buckets of {POST_BACKWARD_BUCKET_MB} MB"
+        comm = f"all-reduce after backward in buckets of {POST_BACKWARD_BUCKET_MB} MiB"
         comm += f"; {FP16_WIRE[wire]}" if wire else ""
     else:
         comm = "single process: no all-reduce"

@@ -13,7 +13,7 @@ A script declares its config (a PSConfig) and `build(cfg) -> Workload` and calls
               measured window runs from the end of its last warm-up batch to the end of its last
               batch of the last pass; the job's wall time is the slowest worker's window
     results   reduced over workers by gloo (fleetbench.measure.metrics); worker 0 stores the
-              record through the run layer (fleetbench.measure.run)
+              record through the run layer (fleetbench.train.run)
     shutdown  all workers meet at a barrier, then worker 0 tells the servers to stop, so the
               whole job ends by itself under either launcher
     files     nothing in the user's directory or /tmp outlives a process (scratch.py)

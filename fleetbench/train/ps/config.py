@@ -4,7 +4,8 @@ import dataclasses
 from pathlib import Path
 from typing import Callable, Optional
 
-from fleetbench.measure import config, run
+from fleetbench.measure import config
+from fleetbench.train import run
 
 MODES = ("sync", "async", "geo")
 DATASETS = ("InMemoryDataset", "QueueDataset")

@@ -4,7 +4,8 @@ import dataclasses
 import os
 
 import fleetbench
-from fleetbench.measure import config, run
+from fleetbench.measure import config
+from fleetbench.train import run
 
 
 @dataclasses.dataclass

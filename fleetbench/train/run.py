@@ -1,7 +1,7 @@
 """The run layer: what every benchmark script does that is not its family's (collective loop,
 parameter-server driver, communication benchmark) nor its model's.
 
-    from fleetbench.measure import run
+    from fleetbench.train import run
 
     bench = run.start(script, ConfigClass, family, argv=None, checks=(check, ...))
         # The script's name comes from the registry (registry.name_for_script). Parses
