@@ -1,6 +1,7 @@
 """The environment report: schema on this machine, GPU path through a fake nvidia-smi, the
 text parsers on other machines' files, and the env block in result records."""
 import getpass
+import ipaddress
 import json
 import os
 import re
@@ -16,8 +17,21 @@ import pytest
 from fleetbench.machine import env
 
 REPO = Path(__file__).resolve().parents[1]
+PADDLE_DISTRIBUTIONS = ("paddlepaddle", "paddlepaddle-gpu")  # the cpu/cpu3/ps extras, the gpu extra
 TOP_KEYS = {"python", "paddle", "nvidia_driver", "gpus", "gpu_count", "cpu", "memory", "os", "nics",
             "infiniband", "env_vars", "threads", "unavailable"}
+
+
+def installed_paddle_version() -> str:
+    """The version of the one Paddle distribution installed, whichever extra brought it."""
+    found = {}
+    for name in PADDLE_DISTRIBUTIONS:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    assert len(found) == 1, f"expected exactly one of {', '.join(PADDLE_DISTRIBUTIONS)} installed, got {found}"
+    return found.popitem()[1]
 
 
 def test_collect_schema_on_this_machine():
@@ -28,8 +42,7 @@ def test_collect_schema_on_this_machine():
     for key, value in report.items():
         if value is None:
             assert key in missing, f"{key} is null without a reason"
-    assert report["paddle"]["version"] == metadata.version("paddlepaddle" if not report["paddle"]["compiled_with_cuda"]
-                                                           else "paddlepaddle-gpu")
+    assert report["paddle"]["version"] == installed_paddle_version()
     assert re.fullmatch(r"[0-9a-f]{40}", report["paddle"]["commit"])
     if report["gpus"] is None:  # this machine: no NVIDIA GPU
         assert report["gpu_count"] is None and report["nvidia_driver"] is None
@@ -115,7 +128,7 @@ def test_collect_does_not_import_paddle():
     code = "import sys, fleetbench.machine.env as e; r = e.collect(); print(r['paddle']['version'], 'paddle' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == [metadata.version("paddlepaddle"), "False"]
+    assert out.stdout.split() == [installed_paddle_version(), "False"]
 
 
 TWO_SOCKETS = "\n\n".join(
@@ -218,7 +231,8 @@ def test_fleetbench_env_subcommand():
 
 
 def test_result_records_carry_env_and_topology():
-    results = pytest.importorskip("fleetbench.measure.results")
+    from fleetbench.measure import results
+
     record = results.make_record(benchmark="resnet50", mode="collective", method="allreduce", preset="tiny",
                                  config={"batch_size": 2}, nodes=1, devices_per_node=1, world_size=1,
                                  metrics=None, error="env block test")
@@ -226,3 +240,82 @@ def test_result_records_carry_env_and_topology():
     assert set(record["env"]) == TOP_KEYS and record["env"]["cpu"]["threads"] >= 1
     if record["env"]["gpus"] is None:
         assert record["topology"] is None
+
+
+# ---------------------------------------------------------------- nothing that names a machine or a person's files
+
+# Planted in the environment of the processes below: values of variables the env block keeps
+# (FLAGS_, NCCL_, GLOG_, PADDLE_, GLOO_, FLEETBENCH_) that name a machine or a directory.
+PLANTED = {"NCCL_PLANTED_MAC": "aa:bb:cc:dd:ee:0f", "NCCL_PLANTED_MAC_DASHES": "AA-BB-CC-DD-EE-0F",
+           "GLOO_PLANTED_V4": "10.1.2.3", "PADDLE_PLANTED_ENDPOINTS": "10.1.2.3:6170,10.1.2.4:6170",
+           "FLAGS_planted_v6": "fe80::a00:27ff:fe4e:66a1", "FLAGS_planted_v6_loopback": "::1",
+           "FLEETBENCH_PLANTED_V6_PORT": "[fd00::1]:6170", "GLOG_planted_scoped_v6": "fe80::1%eth0",
+           "PADDLE_PLANTED_REPO_PATH": str(REPO / "data"), "GLOG_planted_home": "/home/alice/log",
+           "NCCL_PLANTED_IFNAMES": "eth0,10.0.0.2"}
+KEPT = {"NCCL_SOCKET_IFNAME": "eth0", "FLAGS_planted_flag": "phi::DenseTensor"}  # name no machine: kept
+MAC = re.compile(r"\b[0-9a-f]{2}([:-])[0-9a-f]{2}(?:\1[0-9a-f]{2}){4}\b", re.IGNORECASE)
+IPV4 = re.compile(r"(?<![\d.])\d{1,3}(?:\.\d{1,3}){3}(?![\d.])")
+PERSONAL_DIRS = re.compile(r"(?<![\w.])/(?:root|home|work|tmp|Users)\b")
+
+
+def addresses_and_paths(text: str) -> list:
+    """Every MAC address, IPv4/IPv6 address and personal or checkout path found in `text`."""
+    found = [m.group(0) for m in MAC.finditer(text)] + IPV4.findall(text)
+    for word in re.findall(r"[0-9A-Fa-f:.%\w]*:[0-9A-Fa-f:.%\w]*", text):
+        try:
+            ipaddress.ip_address(word)
+            found.append(word)
+        except ValueError:
+            pass
+    found += PERSONAL_DIRS.findall(text)
+    for path in {str(REPO), str(Path.home()), os.getcwd(), sys.prefix}:
+        if len(path) > 1 and path in text:
+            found.append(path)
+    return found
+
+
+def test_the_scan_finds_what_it_looks_for():
+    """The scan below can fail: each planted value is found in plain text."""
+    for value in PLANTED.values():
+        assert addresses_and_paths(json.dumps({"v": value})), value
+    assert addresses_and_paths(json.dumps({"v": "phi::DenseTensor 2.6.2 eth0 mlx5_0 18:04"})) == []
+
+
+def broken_nvidia_smi(directory: Path) -> Path:
+    """A `nvidia-smi` on PATH that cannot be executed (bad interpreter): the OSError names its path."""
+    directory.mkdir()
+    write_fake_nvidia_smi(directory, "")
+    script = directory / "nvidia-smi"
+    script.write_text("#!/nonexistent/interpreter\n")
+    return directory
+
+
+def assert_identifies_nothing(report: dict):
+    assert addresses_and_paths(json.dumps(report)) == [], addresses_and_paths(json.dumps(report))
+    assert {k: report["env_vars"][k] for k in PLANTED} == dict.fromkeys(PLANTED, "<redacted>")
+    assert {k: report["env_vars"][k] for k in KEPT} == KEPT
+    assert report["unavailable"]["gpus"].startswith("nvidia-smi could not run: ")
+
+
+def test_fleetbench_env_stores_no_mac_ip_or_path(tmp_path):
+    tools = broken_nvidia_smi(tmp_path / "bin")
+    run = subprocess.run([sys.executable, "-m", "fleetbench", "env", "--json"], cwd=REPO, capture_output=True,
+                         text=True, timeout=60,
+                         env=dict(os.environ, **PLANTED, **KEPT, PATH=f"{tools}:{os.path.dirname(sys.executable)}"))
+    assert run.returncode == 0, run.stderr
+    assert_identifies_nothing(json.loads(run.stdout))
+
+
+def test_a_stored_records_env_block_holds_no_mac_ip_or_path(tmp_path, monkeypatch):
+    from fleetbench.measure import results
+
+    for name, value in {**PLANTED, **KEPT}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PATH", f"{broken_nvidia_smi(tmp_path / 'bin')}:{os.path.dirname(sys.executable)}")
+    record = results.make_record(benchmark="resnet50", mode="collective", method="allreduce", preset="tiny",
+                                 config={"batch_size": 2}, nodes=1, devices_per_node=1, world_size=1,
+                                 metrics=None, error="env block test")
+    store = tmp_path / "r.jsonl"
+    results.append(str(store), record)
+    (stored,) = [json.loads(line) for line in store.read_text().splitlines()]
+    assert_identifies_nothing(stored["env"])

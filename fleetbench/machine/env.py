@@ -2,11 +2,12 @@
 
 `collect()` is called once per benchmark run, so it must be fast and must never raise: every
 field it cannot read is null and `unavailable` says why, keyed by the field's dotted path
-(e.g. {"gpus": "nvidia-smi not found on PATH"}). No hostname, user name, MAC address or home path
+(e.g. {"gpus": "nvidia-smi not found on PATH"}). No hostname, user name, MAC or IP address or path
 is recorded, so result files can be published.
 """
 import argparse
 import importlib.util
+import ipaddress
 import json
 import os
 import platform
@@ -21,7 +22,9 @@ ENV_PREFIXES = ("FLAGS_", "NCCL_", "GLOG_", "PADDLE_", "GLOO_", "FLEETBENCH_")
 ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 # Not stored: credentials (by name) and values that identify machines or people (addresses, paths).
 SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|KEY|AUTH)(_|$)", re.IGNORECASE)
-IDENTIFYING_VALUE = re.compile(r"/|\b\d{1,3}(\.\d{1,3}){3}\b|:\d{2,5}\b")
+# a path, an IPv4 address, a port, a MAC address (aa:bb:.. or AA-BB-..); IPv6 is found by ipaddress
+IDENTIFYING_VALUE = re.compile(r"/|\b\d{1,3}(\.\d{1,3}){3}\b|:\d{2,5}\b|"
+                               r"\b[0-9a-f]{2}([:-])[0-9a-f]{2}(\2[0-9a-f]{2}){4}\b", re.IGNORECASE)
 
 
 # ---------------------------------------------------------------- pure parsers (tested on text)
@@ -142,8 +145,8 @@ def read_gpus():
                               capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return None, None, f"nvidia-smi timed out after {NVIDIA_SMI_TIMEOUT_S:g} s"
-    except OSError as e:
-        return None, None, f"nvidia-smi could not run: {e}"
+    except OSError as e:  # strerror only: str(e) names the tool's path (a user's directory, maybe)
+        return None, None, f"nvidia-smi could not run: {e.strerror or type(e).__name__}"
     if proc.returncode != 0:
         first = next((ln.strip() for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()), "")
         return None, None, f"nvidia-smi failed (exit {proc.returncode}): {first}"
@@ -243,10 +246,26 @@ def read_infiniband(root="/sys/class/infiniband"):
     return devices
 
 
+def _has_ipv6(value: str) -> bool:
+    """True if a word of `value` is an IPv6 address (fe80::1, [fd00::1]:6170, ::1%eth0)."""
+    for word in re.findall(r"[\w:.%]*:[\w:.%]*", value):
+        try:
+            ipaddress.IPv6Address(word)
+            return True
+        except ValueError:
+            continue
+    return False
+
+
+def identifying(value: str) -> bool:
+    """Whether an environment value names a machine or a person's files (see IDENTIFYING_VALUE)."""
+    return bool(IDENTIFYING_VALUE.search(value)) or _has_ipv6(value)
+
+
 def read_env_vars(environ=None):
     environ = os.environ if environ is None else environ
     keep = sorted(k for k in environ if k.startswith(ENV_PREFIXES) or k in ENV_NAMES)
-    return {k: ("<redacted>" if SECRET_NAME.search(k) or IDENTIFYING_VALUE.search(environ[k]) else environ[k])
+    return {k: ("<redacted>" if SECRET_NAME.search(k) or identifying(environ[k]) else environ[k])
             for k in keep}
 
 
