@@ -95,3 +95,15 @@ def wait_for(check, timeout) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def cluster_name(tag: str = "fb") -> str:
+    """A name for one test's emulated cluster: `tag` and random base-36 digits, 8 characters in
+    all (netem's limit, so `<name>-h<i>` fits an interface name). Two runs at once draw the same
+    one about once in 2e9 (a pid-derived name: once in a few hundred), and netem refuses a name
+    whose objects are not its own, so even then nothing is shared."""
+    n, name = uuid.uuid4().int, tag
+    while len(name) < 8:
+        n, digit = divmod(n, 36)
+        name += "0123456789abcdefghijklmnopqrstuvwxyz"[digit]
+    return name

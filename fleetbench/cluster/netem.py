@@ -59,8 +59,9 @@ def requirements_problem():
 def up(nodes=2, shaping=Shaping("unshaped"), prefix=DEFAULT_PREFIX, subnet=None):
     """Create (or re-shape) the cluster; returns the state dict. Raises ClusterError/ValueError.
 
-    `subnet` None: the cluster's own when it is up, else the first 10.77.N.0/24 that no route of
-    this machine uses. A given subnet that a route already uses is refused.
+    `subnet` None: the cluster's own when it is up, else the first 10.77.N.0/24 that no route and
+    no namespace address of this machine uses, chosen under a machine-wide lock (concurrent `up`s
+    get different subnets). A given subnet already in use is refused.
     A failed or interrupted `up` (KeyboardInterrupt, or any exception a signal handler raises)
     removes what it created and its state file before the exception propagates.
     """
@@ -81,30 +82,41 @@ def up(nodes=2, shaping=Shaping("unshaped"), prefix=DEFAULT_PREFIX, subnet=None)
         if state:  # left by an interrupted or killed `up`, or damaged since: clear what is ours
             _teardown(state)
             netem_state.remove_state(prefix)
-        routes = netem_state.host_routes()
-        layout = plan_layout(nodes, prefix, subnet or first_free_subnet(routes))
-        _refuse_foreign(layout, routes)
-        state = {"layout": layout.to_dict(), "token": uuid.uuid4().hex[:12], "created": [],
-                 "complete": False, "shaping": None, "not_applied": []}
-        try:
-            netem_state.save_state(state)  # the token first: a killed `up` leaves a state that knows its mark
-            _build(state, layout)
+        # Another `up` (another run, with a state dir of its own) must not choose between our
+        # look at the subnets in use and our nodes holding theirs: both would take the same one.
+        with netem_state.subnets_locked():
+            in_use = netem_state.host_routes() + netem_state.namespace_addresses()
+            layout = plan_layout(nodes, prefix, subnet or first_free_subnet(in_use))
+            _refuse_foreign(layout, in_use)
+            state = {"layout": layout.to_dict(), "token": uuid.uuid4().hex[:12], "created": [],
+                     "complete": False, "shaping": None, "not_applied": []}
+            with _undone_on_failure(state):
+                netem_state.save_state(state)  # the token first: a killed `up` leaves a state that knows its mark
+                _build(state, layout)
+        with _undone_on_failure(state):
             _shape(state, layout, shaping)
             state["complete"] = True
             netem_state.save_state(state)
-        except BaseException:
-            with _signals_deferred():
-                _teardown(state)
-                netem_state.remove_state(prefix)
-            raise
         return state
 
 
-def _refuse_foreign(layout, routes):
-    users = subnet_users(layout.subnet, routes)
+@contextlib.contextmanager
+def _undone_on_failure(state):
+    """A failed or interrupted `up` removes what it created and its state file."""
+    try:
+        yield
+    except BaseException:
+        with _signals_deferred():
+            _teardown(state)
+            netem_state.remove_state(state["layout"]["prefix"])
+        raise
+
+
+def _refuse_foreign(layout, in_use):
+    users = subnet_users(layout.subnet, in_use)
     if users:
         raise ClusterError(f"cannot bring cluster {layout.prefix!r} up: --subnet {layout.subnet} is already "
-                           f"routed on this machine via {', '.join(users)}; choose another --subnet "
+                           f"used on this machine by {', '.join(users)}; choose another --subnet "
                            "(nothing was changed)")
     _, foreign = netem_state.survey(layout, None)
     if foreign:
@@ -306,7 +318,7 @@ def _parser():
     p.add_argument("--delay", help="added one-way node-to-node delay, e.g. 0.05ms (needs netem)")
     p.add_argument("--name", default=DEFAULT_PREFIX, help="name prefix of namespaces and links (default fb)")
     p.add_argument("--subnet", help="private subnet inside the namespaces (default: the first 10.77.N.0/24 "
-                   "no route of this machine uses)")
+                   "no route or namespace of this machine uses)")
     p.add_argument("--json", action="store_true", help="status as JSON")
     return p
 

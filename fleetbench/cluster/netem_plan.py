@@ -168,9 +168,10 @@ def subnet_users(subnet, routes, own_device=None):
 
 
 def first_free_subnet(routes):
-    """The first 10.77.N.0/24 no route of this machine overlaps. A cluster left on the default
-    subnet by a killed run (its bridge still routes it) would otherwise take the new cluster's
-    traffic: every connection to a node then reaches the old namespace and is refused."""
+    """The first 10.77.N.0/24 that none of `routes` (route-like rows: this machine's routes and
+    the addresses in its namespaces) overlaps. A cluster left on the default subnet by a killed
+    run (its bridge still routes it) would otherwise take the new cluster's traffic: every
+    connection to a node then reaches the old namespace and is refused."""
     for candidate in ipaddress.ip_network(DEFAULT_SUBNET).supernet(new_prefix=16).subnets(new_prefix=24):
         if not subnet_users(str(candidate), routes):
             return str(candidate)

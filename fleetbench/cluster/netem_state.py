@@ -10,6 +10,7 @@ made is ever deleted, also after an `up` that was killed before it could clean u
 
 import contextlib
 import fcntl
+import ipaddress
 import json
 import os
 import subprocess
@@ -49,6 +50,22 @@ def run(cmd, check=True):
 def locked(prefix):
     os.makedirs(state_dir(), exist_ok=True)
     with open(state_path(prefix) + ".lock", "w") as lock:  # a lock, not state: it stays empty
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def subnet_lock_path():
+    # Machine-wide, not under state_dir(): concurrent runs (two pytest processes, a sweep and a
+    # test) have state dirs of their own but share this machine's subnets.
+    base = "/run" if os.access("/run", os.W_OK) else tempfile.gettempdir()
+    return os.path.join(base, "fleetbench-subnets.lock")
+
+
+@contextlib.contextmanager
+def subnets_locked():
+    """Held by an `up` from choosing its subnet until its nodes hold their addresses, so the next
+    `up` sees that subnet taken. flock is released by the kernel when a holder dies."""
+    with open(subnet_lock_path(), "a") as lock:  # a lock, not state: it stays empty
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
@@ -106,6 +123,24 @@ def host_routes():
 
 def netns_names():
     return {line.split()[0] for line in run(["ip", "netns", "list"]).stdout.splitlines() if line.strip()}
+
+
+def namespace_addresses():
+    """The IPv4 addresses of every named namespace as route-like rows {dst: "ip/len", dev}. A
+    cluster's subnet lives only in its nodes' namespaces (no route of this machine shows it until
+    `sshd up` gives the head an address), so choosing a subnet by routes alone hands every
+    cluster the same one."""
+    rows = []
+    for ns in sorted(netns_names()):
+        p = run(["ip", "-n", ns, "-j", "-4", "addr", "show"], check=False)
+        if p.returncode != 0:  # deleted since it was listed
+            continue
+        for link in json.loads(p.stdout or "[]"):
+            for addr in link.get("addr_info", []):
+                if not ipaddress.ip_address(addr["local"]).is_loopback:
+                    rows.append({"dst": f"{addr['local']}/{addr['prefixlen']}",
+                                 "dev": f"{link['ifname']} in netns {ns}"})
+    return rows
 
 
 def _netns_mark(ns):

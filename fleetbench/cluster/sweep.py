@@ -275,7 +275,7 @@ def _parser():
     p.add_argument("--repeats", type=int, help="override every cell's repeats")
     p.add_argument("--log-dir", default=None, help="where run logs go (default log/sweep-<name>)")
     p.add_argument("--cluster-name", default=netem.DEFAULT_PREFIX, help="emulated cluster name prefix (default fb)")
-    p.add_argument("--cluster-subnet", help="its subnet (default: the first 10.77.N.0/24 no route here uses)")
+    p.add_argument("--cluster-subnet", help="its subnet (default: the first 10.77.N.0/24 no route or namespace here uses)")
     remote.add_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="resolve and list the cells, run nothing")
     return p
