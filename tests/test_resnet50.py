@@ -1,5 +1,6 @@
 """ResNet50 through Paddle's real launcher: records, arithmetic, slowest rank, learning, bad input."""
 import json
+import os
 
 import pytest
 
@@ -24,8 +25,27 @@ def test_two_ranks_write_exactly_one_record(two_rank_run):
     (rec,) = records(two_rank_run / "r.jsonl")
     assert rec["world_size"] == 2 and rec["nodes"] == 1 and rec["devices_per_node"] == 2
     assert rec["benchmark"] == "resnet50" and rec["mode"] == "collective" and rec["error"] is None
-    assert rec["metrics"]["unit"] == "images/s" and rec["env"] is not None
-    assert rec["config"]["runtime"]["threads"]["omp_num_threads"] == 1  # 2 cores / 2 local ranks
+    assert rec["metrics"]["unit"] == "images/s"
+
+
+def test_each_rank_gets_an_equal_share_of_the_cores(two_rank_run):
+    """fleetbench/__init__.py: with OMP_NUM_THREADS unset, each of the node's local processes gets
+    usable cores // local processes threads (at least 1); usable = this process's CPU affinity,
+    which the launcher's ranks inherit."""
+    (rec,) = records(two_rank_run / "r.jsonl")
+    expected = max(1, len(os.sched_getaffinity(0)) // 2)
+    assert rec["config"]["runtime"]["threads"] == {"omp_num_threads": expected, "source": "fleetbench"}
+
+
+def test_the_env_block_is_the_reporting_ranks(two_rank_run):
+    """The record's env is collected inside rank 0 of the job, not in the launcher or the test."""
+    (rec,) = records(two_rank_run / "r.jsonl")
+    env = rec["env"]
+    assert env["env_vars"]["PADDLE_TRAINER_ID"] == "0" and env["env_vars"]["PADDLE_TRAINERS_NUM"] == "2"
+    assert env["env_vars"]["OMP_NUM_THREADS"] == str(rec["config"]["runtime"]["threads"]["omp_num_threads"])
+    assert env["threads"] == rec["config"]["runtime"]["threads"]
+    assert env["paddle"]["version"] == rec["config"]["runtime"]["paddle"]
+    assert env["cpu"]["usable_threads"] == len(os.sched_getaffinity(0))
 
 
 def test_throughput_is_global_batch_over_slowest_rank_time(two_rank_run):
