@@ -24,7 +24,11 @@ from fleetbench.cluster import executors
 from fleetbench.cluster.hosts import HostsError
 from fleetbench.measure import registry
 
-TIME_MARGIN = 1.1  # the allocation's time limit: every run's timeout, plus 10 %
+# The allocation's time limit: every run's timeout plus 10 %, plus STARTUP_S for what no run's
+# timeout covers (the sweep's start: imports and each cell's --check; the summary at the end),
+# which a sweep of short runs would otherwise not fit.
+TIME_MARGIN = 1.1
+STARTUP_S = 60
 
 
 def expand_nodelist(text):
@@ -94,7 +98,7 @@ def executor(env=None, forward=()):
 
 def time_limit(cells):
     """Slurm's D-HH:MM:SS for running every repeat of every cell to its timeout."""
-    seconds = int(sum(c.timeout * c.repeats for c in cells) * TIME_MARGIN) + 60
+    seconds = int(sum(c.timeout * c.repeats for c in cells) * TIME_MARGIN) + STARTUP_S
     days, rest = divmod(seconds, 86400)
     return f"{days}-{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
 
