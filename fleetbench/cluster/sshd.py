@@ -1,5 +1,6 @@
-"""`fleetbench sshd up|down|status`: an OpenSSH server on every node of the emulated cluster, so
-jobs reach the nodes the way they reach a real cluster's hosts (the ssh executor).
+"""`fleetbench sshd up|down`: an OpenSSH server on every node of the emulated cluster (root).
+
+Jobs reach the nodes through it the way they reach a real cluster's hosts (the ssh executor).
 
 For a cluster brought up by `fleetbench cluster up --name NAME`, `up`:
 - gives this machine (the head, like a cluster's login node) the subnet's last address on the
