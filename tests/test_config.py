@@ -1,9 +1,13 @@
 """Config resolution: defaults <- preset <- --set, typed, with one-line errors naming the key."""
+import ast
 import dataclasses
+import importlib.util
+import os
 
 import pytest
 
-from fleetbench.measure import config
+from datasets import mnist as mnist_data
+from fleetbench.measure import config, registry
 
 
 @dataclasses.dataclass
@@ -69,10 +73,42 @@ def test_bad_presets_are_named(presets, tmp_path):
         config.build("other", ToyConfig, "tiny")
 
 
-def test_every_shipped_preset_resolves():
-    """Each preset file in the package builds with its benchmark's real dataclass (no paddle needed)."""
+def script_config_class(bench: registry.Benchmark):
+    """The dataclass a registered script runs with: the second argument of its one call
+    `main(__file__, Config, ...)` or `run.start(__file__, Config, ...)`, read from the script's
+    source and looked up in the script imported as a module (its job runs only as __main__)."""
+    tree = ast.parse(bench.path.read_text())
+    calls = {ast.unparse(node.args[1]) for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and len(node.args) > 1 and isinstance(node.args[0], ast.Name) and node.args[0].id == "__file__"}
+    assert len(calls) == 1, f"{bench.script}: expected one call passing (__file__, ConfigClass), found {calls}"
+    spec = importlib.util.spec_from_file_location(f"_preset_check_{bench.family}_{bench.name}", bench.path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cls = eval(calls.pop(), vars(module))  # a name or dotted name the script itself resolves
+    assert dataclasses.is_dataclass(cls) and hasattr(cls, "validate"), (bench.script, cls)
+    return cls
+
+
+# Presets that read a data directory (data.path, relative to where you run) get one written here,
+# as `fleetbench data get` would: 4000 train / 1000 test digits, the mnist-5k split.
+DATA_WRITERS = {"mnist": lambda out: mnist_data.write(out, mnist_data.generate(4000, 1000))}
+
+
+@pytest.mark.parametrize("bench", registry.REGISTERED, ids=lambda b: b.script)
+def test_every_shipped_preset_builds_with_its_scripts_config(bench, tmp_path, monkeypatch):
+    """Each preset in the benchmark's presets file (shared by a model's collective and PS scripts)
+    builds with the real dataclass of each script registered under that name."""
     import yaml
 
-    for path in sorted(config.PRESET_DIR.glob("*.yaml")):
-        presets = yaml.safe_load(path.read_text())
-        assert isinstance(presets, dict) and "tiny" in presets, f"{path} lacks a tiny preset"
+    cls = script_config_class(bench)
+    presets = yaml.safe_load(bench.presets.read_text())
+    assert isinstance(presets, dict) and "tiny" in presets, f"{bench.presets} lacks a tiny preset"
+    monkeypatch.chdir(tmp_path)
+    for preset in presets:
+        for key, value in config.preset_overrides(bench.name, preset):
+            if key == "data.path":
+                assert bench.name in DATA_WRITERS and not os.path.isabs(value), \
+                    f"{bench.presets.name} [{preset}]: data.path {value}: this test cannot make that data"
+                DATA_WRITERS[bench.name](tmp_path / value)
+        cfg = config.build(bench.name, cls, preset)
+        assert type(cfg) is cls, preset
