@@ -18,6 +18,22 @@ def append_counts(path: str, counts: dict) -> None:
         os.close(fd)
 
 
+def add_out_argument(parser, help_text: str) -> None:
+    """`--out PATH`, as every `fleetbench data gen` takes it; bert and wmt16 also keep their first
+    form, a positional OUT, so scripts written against it still run."""
+    parser.add_argument("--out", help=help_text)
+    parser.add_argument("out_positional", nargs="?", metavar="OUT", help="the same as --out (older form)")
+
+
+def out_path(parser, args) -> str:
+    """The one output path given by add_out_argument's flags; a parser error (exit 2) otherwise."""
+    if args.out and args.out_positional:
+        parser.error(f"the output is given twice ({args.out_positional} and --out {args.out}); give --out only")
+    if not (args.out or args.out_positional):
+        parser.error("the following arguments are required: --out")
+    return args.out or args.out_positional
+
+
 class Batches:
     """Re-iterable: each pass is one epoch of this rank's slices of the shared global batches.
 

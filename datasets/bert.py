@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datasets import Batches, DataError  # noqa: F401  (bert.Batches: the shared batcher)
+from datasets import Batches, DataError, add_out_argument, out_path  # noqa: F401  (bert.Batches: the shared batcher)
 
 PAD, CLS, SEP, MASK = 0, 1, 2, 3  # special ids of generated data; words are ids >= FIRST_WORD
 FIRST_WORD = 4
@@ -158,10 +158,10 @@ def source(path, synthetic_examples, vocab_size, seq_len, max_predictions, seed)
 
 
 def cli(argv=None) -> int:
-    """`fleetbench data gen bert OUT.npz ...`: write a synthetic shard in the format above."""
+    """`fleetbench data gen bert --out OUT.npz ...`: write a synthetic shard in the format above."""
     parser = argparse.ArgumentParser(prog="fleetbench data gen bert",
                                      description="write synthetic BERT pretraining data (.npz)")
-    parser.add_argument("out", help="output .npz file")
+    add_out_argument(parser, "output .npz file")
     parser.add_argument("--examples", type=int, default=1024)
     parser.add_argument("--seq-len", type=int, default=128)
     parser.add_argument("--vocab-size", type=int, default=30522)
@@ -172,5 +172,5 @@ def cli(argv=None) -> int:
         arrays = generate(args.examples, args.seq_len, args.vocab_size, args.max_predictions, args.seed)
     except ValueError as err:
         parser.error(str(err))
-    print(f"wrote {args.examples} examples (seq_len {args.seq_len}) to {write(args.out, arrays)}")
+    print(f"wrote {args.examples} examples (seq_len {args.seq_len}) to {write(out_path(parser, args), arrays)}")
     return 0

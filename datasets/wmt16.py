@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from datasets import DataError
+from datasets import DataError, add_out_argument, out_path
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
@@ -180,10 +180,10 @@ class Batches:
 
 
 def cli(argv=None) -> int:
-    """`fleetbench data gen wmt16 OUT_DIR ...`: write synthetic data in the format above."""
+    """`fleetbench data gen wmt16 --out OUT_DIR ...`: write synthetic data in the format above."""
     parser = argparse.ArgumentParser(prog="fleetbench data gen wmt16",
                                      description="write synthetic WMT16-format parallel data")
-    parser.add_argument("out", help="output directory (vocab.txt, train.src, train.tgt)")
+    add_out_argument(parser, "output directory (vocab.txt, train.src, train.tgt)")
     parser.add_argument("--pairs", type=int, default=10000)
     parser.add_argument("--vocab-size", type=int, default=37000)
     parser.add_argument("--max-len", type=int, default=100, help="longest sentence, in tokens")
@@ -193,5 +193,5 @@ def cli(argv=None) -> int:
         pairs = generate(args.pairs, args.vocab_size, args.max_len, args.seed)
     except ValueError as err:
         parser.error(str(err))
-    print(f"wrote {args.pairs} sentence pairs to {write(args.out, pairs, args.vocab_size)}")
+    print(f"wrote {args.pairs} sentence pairs to {write(out_path(parser, args), pairs, args.vocab_size)}")
     return 0
