@@ -9,10 +9,9 @@ from fleetbench.cluster import k8s
 from fleetbench.measure import results
 from util import PYTHON, REPO, env
 
-try:  # the operator's published Python SDK: its models enforce the operator's OpenAPI schema
-    from kubeflow.training.api_client import ApiClient
-except ImportError:
-    ApiClient = None
+# What these tests check a manifest against is fleetbench's own rendition of the training
+# operator's rules (k8s.problems, from the operator's paddlepaddle_validation.go), never the
+# operator itself: the PaddleJob CRD's schema is not in the repository yet (issue 24).
 
 
 def fleetbench(*args, cwd=REPO):
@@ -35,20 +34,14 @@ def env_of(cont):
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in cont["env"]}
 
 
-def assert_operator_accepts(doc):
+def assert_fleetbench_checker_passes(doc):
     assert k8s.problems(doc) == []
-    if ApiClient is None:
-        return
-    client = ApiClient()
-    typed = client._ApiClient__deserialize(doc, "KubeflowOrgV1PaddleJob")  # raises on a missing required field
-    # every field survives the typed round trip: none is unknown to the schema (a typo would vanish)
-    assert client.sanitize_for_serialization(typed) == doc
 
 
 def test_collective_job_is_workers_running_paddles_launcher(tmp_path):
     [doc] = write_manifests(tmp_path, "resnet50", "--preset", "tiny", "--nodes", 2, "--devices-per-node", 4,
                             "--gpus", "--cpu", 16, "--memory", "64Gi", "--set", "batch_size=8")
-    assert_operator_accepts(doc)
+    assert_fleetbench_checker_passes(doc)
     assert doc["metadata"]["name"] == "fb-resnet50-tiny-2x4"
     assert list(doc["spec"]["paddleReplicaSpecs"]) == ["Worker"]
     worker = doc["spec"]["paddleReplicaSpecs"]["Worker"]
@@ -69,7 +62,7 @@ def test_collective_job_is_workers_running_paddles_launcher(tmp_path):
 
 def test_parameter_server_job_is_master_servers_and_workers(tmp_path):
     [doc] = write_manifests(tmp_path, "ctr", "--preset", "tiny", "--servers-workers", "2/3")
-    assert_operator_accepts(doc)
+    assert_fleetbench_checker_passes(doc)
     specs = doc["spec"]["paddleReplicaSpecs"]
     assert {t: s["replicas"] for t, s in specs.items()} == {"Master": 2, "Worker": 3}
     cont = container(doc, "Master")
@@ -88,7 +81,7 @@ def test_a_sweep_becomes_one_job_per_cell_and_repeat(tmp_path):
     docs = write_manifests(tmp_path, spec)
     assert len(docs) == 6 and len({d["metadata"]["name"] for d in docs}) == 6
     for doc in docs:
-        assert_operator_accepts(doc)
+        assert_fleetbench_checker_passes(doc)
     assert container(docs[-1], "Worker")["args"][-5:-2] == ["tiny", "--set", "mode=async"]
 
 
@@ -105,9 +98,13 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
     assert not out.exists()
 
 
-def test_the_operator_rules_are_enforced():
-    doc = k8s.manifest("ok", k8s.registry.get("resnet50"), [], {"mode": "collective", "nodes": 1, "per_node": 1},
-                       {"image": "img", "workdir": "/w"})
+def a_valid_job():
+    return k8s.manifest("ok", k8s.registry.get("resnet50"), [], {"mode": "collective", "nodes": 1, "per_node": 1},
+                        {"image": "img", "workdir": "/w"})
+
+
+def test_fleetbench_checker_reports_every_rule_broken_at_once():
+    doc = a_valid_job()
     assert k8s.problems(doc) == []
     doc["spec"]["paddleReplicaSpecs"]["PServer"] = doc["spec"]["paddleReplicaSpecs"]["Worker"]
     container(doc, "Worker")["name"] = "main"
@@ -115,6 +112,40 @@ def test_the_operator_rules_are_enforced():
         "spec.paddleReplicaSpecs.Worker: expected a container named 'paddle', every container with an image",
         "spec.paddleReplicaSpecs.PServer: replica type must be one of Master, Worker",
         "spec.paddleReplicaSpecs.PServer: expected a container named 'paddle', every container with an image"]
+
+
+def _set(path, value):
+    """A change to a valid job at `path` (keys and list indices)."""
+    def change(doc):
+        *parents, last = path
+        for key in parents:
+            doc = doc[key]
+        doc[last] = value
+    return change
+
+
+WORKER = ("spec", "paddleReplicaSpecs", "Worker")
+PADDLE = (*WORKER, "template", "spec", "containers", 0)
+
+
+@pytest.mark.parametrize("change, problem", [
+    (_set(("apiVersion",), "kubeflow.org/v2"), "apiVersion/kind: expected kubeflow.org/v1 PaddleJob"),
+    (_set(("kind",), "PyTorchJob"), "apiVersion/kind: expected kubeflow.org/v1 PaddleJob"),
+    (_set(("metadata", "name"), "1st-job"), "metadata.name '1st-job': expected a DNS-1035 label"),
+    (_set(("metadata", "name"), "a" * 64), f"metadata.name '{'a' * 64}': expected a DNS-1035 label"),
+    (_set(("spec", "paddleReplicaSpecs"), {}), "spec.paddleReplicaSpecs: missing"),
+    (_set((*WORKER, "replicas"), 0), "spec.paddleReplicaSpecs.Worker.replicas: expected an integer >= 1"),
+    (_set((*WORKER, "restartPolicy"), "Sometimes"),
+     "spec.paddleReplicaSpecs.Worker.restartPolicy: expected one of Always, OnFailure, Never, ExitCode"),
+    (_set((*PADDLE, "image"), ""),
+     "spec.paddleReplicaSpecs.Worker: expected a container named 'paddle', every container with an image"),
+    (_set((*PADDLE, "ports"), [{"containerPort": k8s.PORT, "name": "rendezvous"}]),
+     "spec.paddleReplicaSpecs.Worker: the paddle container needs a port named 'master'"),
+])
+def test_fleetbench_checker_finds_each_broken_rule(change, problem):
+    doc = a_valid_job()
+    change(doc)
+    assert k8s.problems(doc) == [problem]
 
 
 def pod_log(tmp_path, record, name="worker-0.log"):

@@ -9,8 +9,8 @@ them (paddle/distributed/launch/context/args_envs.py). The operator knows two re
   each) and `Worker` = the trainers (PADDLE_TRAINER_NUM=1). Its schema has no `PServer` type.
 The operator's own rules for these fields (pkg/apis/kubeflow.org/v1, paddlepaddle_validation.go):
 a DNS-1035 name, replica types Master/Worker only, a container named `paddle` with an image in
-each, the rendezvous port named `master`; `problems()` checks them, the tests also against the
-operator's published Python SDK (kubeflow-training) when it is installed.
+each, the rendezvous port named `master`; `problems()` checks them (its own rendition of those
+rules: nothing here validates against the PaddleJob CRD's schema).
 
 Each pod also gets POD_IP (its address, Paddle's --host), in collective jobs PADDLE_RANK from the
 pod's `training.kubeflow.org/replica-index` label (node rank = worker index, so the record's
