@@ -247,4 +247,14 @@ def test_fleetbench_topo_subcommand_on_this_machine():
     env = dict(os.environ, PATH=os.path.dirname(sys.executable))  # no nvidia-smi in a venv's bin
     none = subprocess.run([sys.executable, "-m", "fleetbench", "topo"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=60)
-    assert none.returncode == 3 and "no NVIDIA GPU topology available" in none.stderr
+    assert none.returncode == 3 and none.stdout == ""
+    assert none.stderr.count("\n") == 1 and "no NVIDIA GPU topology available" in none.stderr
+    assert "use --input FILE" in none.stderr
+    saved = subprocess.run([sys.executable, "-m", "fleetbench", "topo", "--input", FIXTURES / "fleetx_8xv100.txt",
+                            "--gpus", "0-3"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert saved.returncode == 0 and saved.stderr == "", saved.stderr
+    assert saved.stdout.startswith("GPUs: 8 (GPU0 GPU1 GPU2 GPU3 GPU4 GPU5 GPU6 GPU7)\nNICs: 1 (mlx5_0)\n")
+    assert "Selected GPU0 GPU1 GPU2 GPU3: worst link NV1" in saved.stdout
+    piped = subprocess.run([sys.executable, "-m", "fleetbench", "topo", "--input", "-", "--json"], cwd=REPO, env=env,
+                           input=raw("fleetx_8xv100.txt"), capture_output=True, text=True, timeout=60)
+    assert piped.returncode == 0 and json.loads(piped.stdout)["links"]["GPU0"]["GPU1"] == "NV2"
