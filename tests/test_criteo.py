@@ -3,6 +3,7 @@ processes, generator output, the pipe, and the `fleetbench data` command lines."
 import io
 import json
 import subprocess
+import zlib
 
 import pytest
 
@@ -124,6 +125,22 @@ def test_hash_is_stable_across_processes_with_different_hash_seeds():
     assert 1000001 > a >= 1 and 1000001 > b >= 1
     # case of the hex digits does not change the feature
     assert criteo.hash_category(3, b"ABCDEF01", 100) == criteo.hash_category(3, b"abcdef01", 100)
+
+
+def documented_id(slot: int, value: str, buckets: int) -> int:
+    """docs/ps.md: 1 + CRC-32("C<slot>:<lower-case hex>") mod (buckets - 1), computed here from the
+    whole string (the code continues a per-slot CRC instead)."""
+    return 1 + zlib.crc32(f"C{slot}:{value.lower()}".encode("ascii")) % (buckets - 1)
+
+
+def test_hash_is_the_documented_crc32_formula():
+    assert zlib.crc32(b"123456789") == 0xCBF43926  # zlib's CRC-32 is the standard one (its check value)
+    for slot, value, buckets in [(1, "68fd1e64", 1000001), (3, "ABCDEF01", 100), (26, "", 1000001),
+                                 (14, "0000abcd", 2), (7, "deadbeef", 1009), (26, "FFFFFFFF", 65537)]:
+        assert criteo.hash_category(slot, value.encode(), buckets) == documented_id(slot, value, buckets), \
+            (slot, value, buckets)
+    raw = line(end="").encode()  # and the ids a training line gets are the same formula, slot by slot
+    assert criteo.features(raw, 1009)[2] == [documented_id(i + 1, v, 1009) for i, v in enumerate(CATS_OK)]
 
 
 def test_generator_writes_exact_format_with_skew_missing_and_labels(tmp_path):
