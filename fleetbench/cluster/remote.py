@@ -8,10 +8,12 @@ auto|local|netns|ssh|slurm`, `--ssh-config FILE` (`ssh -F`; default: the user's 
 `--remote-dir DIR` (this repository's Python and directory on the hosts; default: the same paths
 as here, as on a shared filesystem). `auto` is ssh with hosts, local without; on the emulated
 cluster (sweep `network:` cells) ssh into the nodes' sshd when openssh-server is installed, else
-`ip netns exec` (the reason is printed once).
+`ip netns exec` (the reason is printed once). An explicit `--executor ssh` that cannot be had here
+is refused before anything runs (ssh_problem): no silent fallback where the user chose.
 """
 import dataclasses
 import os
+import shutil
 import sys
 import uuid
 
@@ -102,6 +104,19 @@ def from_sweep(opts, spec, path):
         raise hostlib.HostsError(f"{path}: hosts: expected a hostfile path or a list like [node1:4, node2:4]")
     opts.host_list()
     return opts
+
+
+def ssh_problem(opts, emulated):
+    """Why the ssh these options ask for cannot be had on this machine, as one line naming what is
+    missing and how to install it; None when it can, or when ssh is only the automatic choice on
+    the emulated cluster (`emulated`: some cells run there), which falls back to `ip netns exec`."""
+    if opts.executor == "ssh" and emulated:
+        problem = sshd.requirements_problem()
+        if problem:
+            return f"--executor ssh: {problem}"
+    if opts.executor in ("auto", "ssh") and (opts.hostfile or opts.hosts) and not shutil.which("ssh"):
+        return "the hosts are reached with ssh, which is not on PATH (Debian: apt-get install openssh-client)"
+    return None
 
 
 def cell_job(cell, results_path):

@@ -300,6 +300,9 @@ def prepare(args):
     cells = expand(spec, path, on_hosts=hosts.real_hosts())
     if hosts.executor == "ssh" and not hosts.real_hosts() and not all(c.network for c in cells):
         raise SweepError("--executor ssh: cells without `network` need hosts (--hostfile or --hosts)")
+    problem = remote.ssh_problem(hosts, emulated=any(c.network for c in cells))
+    if problem:  # refused before any cell runs: running them another way would not be what was asked
+        raise SweepError(problem)
     preflight.check_results_path(args.results)
     name = os.path.splitext(os.path.basename(path))[0]
     sweep = Sweep(cells, args.results, args.log_dir or os.path.join("log", f"sweep-{name}"),
