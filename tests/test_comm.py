@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ import yaml
 from fleetbench.cluster import netem, sshd, sweep
 from fleetbench.measure import comm, linkprobe, results
 from fleetbench.report import comm as comm_report
-from util import PYTHON, REPO, env, fleetrun, records, run_script
+from util import PYTHON, REPO, cluster_name, env, fleetrun, records, run_script
 
 SCRIPT = "collective/comm.py"
 GLOO_OPS = ["all_reduce", "all_gather", "broadcast", "reduce", "sendrecv", "barrier"]
@@ -205,11 +206,15 @@ def test_stream_delivers_every_byte_and_the_receiver_times_it():
     got = {}
     receiver = threading.Thread(target=lambda: got.update(zip(("bytes", "seconds"), linkprobe.receive(server, 10))))
     receiver.start()
+    t0 = time.perf_counter()
     sent = linkprobe.stream("127.0.0.1", server.getsockname()[1], 0.2)
-    receiver.join(10)
+    receiver.join(30)
+    took = time.perf_counter() - t0
     server.close()
     assert got["bytes"] == sent >= linkprobe.CHUNK
-    assert 0.1 < got["seconds"] < 5
+    # The receiver's clock runs within the exchange (from its first byte, not from accept or the
+    # thread's start). How long 0.2 s of sending takes to arrive is the machine's load, not a promise.
+    assert 0 < got["seconds"] <= took
 
 
 # ---------------------------------------------------------------- the report
@@ -360,7 +365,7 @@ def test_two_emulated_nodes_measure_the_raw_tcp_rate_of_their_shaped_link(tmp_pa
     """`benchmark: comm` sweep cells over a 1 Gbit/s link: the job streams raw TCP between two
     namespaces (node0 -> node1) before the collectives and stores the rate beside busbw. The second
     cell needs 3 nodes, so the sweep rebuilds its cluster (and the nodes' sshd) between them."""
-    name = f"fbm{os.getpid() % 100000}"
+    name = cluster_name("fbm")  # its subnet: the first free one, under netem's machine-wide lock
     spec = tmp_path / "comm.yaml"
     spec.write_text(yaml.safe_dump({"repeats": 1, "timeout": 300, "stall": 120, "cells": [
         {"benchmark": "comm", "preset": "tiny", "set": {"op": "all_reduce", "tcp_probe_s": 1.0},

