@@ -213,7 +213,7 @@ def test_convergence_table_and_chart(tmp_path):
 
 
 # ---------------------------------------------------------------- real runs (tiny preset)
-TEST_DIGITS = 3001  # odd: the two ranks' shards differ in size (1501 + 1500)
+TEST_DIGITS = 3001  # odd: the two ranks' shards differ in size (1501 + 1500); many: evaluation outlasts warm-up
 TARGET = 0.4  # reached after the first epoch in this run (0.17, 0.43, 0.56 here)
 
 
@@ -244,8 +244,12 @@ def test_evaluation_time_is_outside_the_measured_window(two_rank_run):
     rec, log = two_rank_run
     m, epochs = rec["metrics"], rec["metrics"]["epochs"]
     train_s, test_s = sum(e["epoch_time_s"] for e in epochs), sum(e["test_time_s"] for e in epochs)
-    assert test_s > 0.05  # evaluation is long enough to show if it leaked into the window
-    assert m["elapsed_s"] <= train_s + 1e-3  # measured window: training only (warm-up excluded)
+    # The window is the epochs' training time less the warm-up steps: `slack` is that warm-up. Were
+    # evaluation inside the window, slack would be warm-up - test_s, below zero whenever evaluation
+    # outlasts the warm-up, which it does by far on any machine (3 x 3001 held-out digits against 2
+    # training steps of 32; ~25x here, both slowing alike under load), so the check can fail.
+    slack = train_s - m["elapsed_s"]
+    assert -1e-3 <= slack and slack + 1e-3 < test_s, (slack, test_s)  # measured window: training only
     assert epochs[-1]["elapsed_s"] >= train_s + test_s - 1e-3  # the wall clock has both
     logged = rank_summaries(log)
     units = sum(u for _, _, _, u in logged.values())
