@@ -1,0 +1,501 @@
+"""Every command the README and docs/*.md show works as shown.
+
+The commands are read from the docs' code blocks, so a command added or changed there is checked
+without editing this file:
+- the cheap ones run for real (`--help`, `--check`, `--dry-run`, `data gen`, `report`, `explain`,
+  `env`, the manifest writers `k8s` and `slurm`, and documented config failures), in a temporary
+  directory with their outputs rewritten into it and data sizes scaled down; the exit code must be
+  0, or 2 with the documented error line where the docs show one;
+- the others start clusters, daemons or training: their subcommand's own parser reads them and is
+  stopped before it acts, so a flag that no longer exists fails here;
+- every subcommand the docs name answers --help, every make target they name exists, and every
+  file of the repository they name exists.
+The extraction states what it found and fails below known minimums, so a change in the docs'
+format cannot quietly turn these checks into nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import importlib
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleetbench.cli import SUBCOMMANDS
+from util import REPO, env
+
+DOCS = [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md"))
+PROGRAMS = ("fleetbench", ".venv/bin/fleetbench", "python", ".venv/bin/python", "fleetrun", "make")
+# What a documented `results/<env>-...` stands for: the environment the committed results come from.
+ENV_NAME = "kvm-2vcpu-paddle2.6.2"
+# The docs' my_sweep.yaml, the reader's own sweep: one cell (a sweep's --dry-run runs each cell's
+# --check, a Paddle import each), no emulated links (Slurm refuses those).
+MY_SWEEP = """description: the docs' my_sweep.yaml
+repeats: 2
+timeout: 300
+cells:
+  - benchmark: resnet50
+    preset: tiny
+    devices_per_node: 2
+"""
+# A small committed results file for globs like results/*.jsonl: report and explain stay fast.
+SMALL_RESULTS = REPO / "results" / f"{ENV_NAME}-cluster-ssh.jsonl"
+OUTPUT_FLAGS = ("--out", "--images", "--results", "--log-dir", "--readme")
+INPUT_FLAGS = ("--hostfile", "--ssh-config", "--input", "--text", "--wheel", "--csv", "--dict")
+# Data-set sizes scaled to seconds: the format and the flags are what is checked, not the size.
+SMALL_SIZES = {"--rows": "200", "--sentences": "300", "--vocabulary": "300", "--examples": "64",
+               "--pairs": "100", "--train": "50", "--test": "20", "--files": "2"}
+CHEAP_SUBCOMMANDS = ("report", "explain", "env", "k8s", "slurm")
+CHEAP_FLAGS = ("--help", "-h", "--check", "--dry-run")
+
+
+@dataclasses.dataclass(frozen=True)
+class DocCommand:
+    where: str                 # file:line
+    text: str                  # as documented, without its comment
+    argv: tuple                # without a `flock LOCK` or `salloc ...` prefix
+    comment: str = ""          # the documented comment, e.g. "on a CPU build"
+    error: str | None = None   # the documented first line of output of a failing command
+
+    @property
+    def program(self) -> str:
+        return os.path.basename(self.argv[0])
+
+    @property
+    def subcommand(self) -> str | None:
+        return self.argv[1] if self.program == "fleetbench" and len(self.argv) > 1 else None
+
+    @property
+    def conditional(self) -> bool:
+        """Shown for one kind of machine ("# on 3.3.1", "# on a CPU build"): not run here."""
+        return self.comment.startswith("on ")
+
+
+# ----------------------------------------------------------------------------------------------
+# extraction
+
+
+def code_blocks(path: Path):
+    """(line number of the block's first line, its lines) for every fenced block."""
+    block, start = None, 0
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if line.lstrip().startswith("```"):
+            if block is None:
+                block, start = [], number + 1
+            else:
+                yield start, block
+                block = None
+        elif block is not None:
+            block.append(line)
+
+
+def logical_lines(start: int, lines: list):
+    """(line number, text) with backslash continuations joined."""
+    pending, first = "", start
+    for number, line in enumerate(lines, start=start):
+        if not pending:
+            first = number
+        if line.rstrip().endswith("\\"):
+            pending += line.rstrip()[:-1] + " "
+            continue
+        yield first, pending + line
+        pending = ""
+
+
+def split_comment(text: str) -> tuple:
+    match = re.search(r"\s#\s?(.*)$", text)
+    return (text[:match.start()], match.group(1).strip()) if match else (text, "")
+
+
+def strip_prefix(argv: list) -> list:
+    """`flock LOCK CMD` and `salloc ARGS CMD` run CMD."""
+    if argv and argv[0] == "flock":
+        argv = argv[2:]
+    if argv and argv[0] == "salloc":
+        argv = argv[1:]
+        while argv and argv[0].startswith("-"):
+            argv = argv[1:]
+    return argv
+
+
+def drop_optional(argv: list) -> list:
+    """`[--seed 0]`, `[--json]`: a synopsis's optional parts, left out (the command runs without)."""
+    out, depth = [], 0
+    for token in argv:
+        depth += token.count("[") if token.startswith("[") or depth else 0
+        if not depth:
+            out.append(token)
+        depth -= token.count("]") if depth else 0
+    return out
+
+
+def is_output(text: str) -> bool:
+    """`fleetbench launch: error: ...`, `resnet50: error: ...`: what a command printed."""
+    return bool(re.match(r"(fleetbench( [\w-]+)*|[\w-]+):\s", text))
+
+
+def commands_in(path: Path) -> list:
+    found = []
+    for start, lines in code_blocks(path):
+        prompted = any(line.startswith("$ ") for line in lines)
+        last = None
+        for number, line in logical_lines(start, lines):
+            if prompted and not line.startswith("$ "):
+                if last is not None and last.error is None and ": error:" in line:
+                    found[-1] = last = dataclasses.replace(last, error=line.strip())
+                last = None if not line.strip() else last
+                continue
+            text, comment = split_comment(line[2:] if prompted else line)
+            text = re.split(r"\s>\s", text)[0]  # a redirection: the command is what matters
+            for part in re.split(r"\s*(?:&&|;|\|)\s*", text.strip()):
+                try:
+                    argv = drop_optional(strip_prefix(shlex.split(part)))
+                except ValueError:
+                    continue
+                if argv and argv[0] in PROGRAMS and not is_output(part.strip()):
+                    last = DocCommand(f"{path.relative_to(REPO)}:{number}", part.strip(), tuple(argv), comment)
+                    found.append(last)
+    return found
+
+
+def inline_code(path: Path) -> list:
+    """The `...` spans outside code blocks (prose)."""
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    return re.findall(r"`([^`\n]+)`", text)
+
+
+ALL = [command for doc in DOCS for command in commands_in(doc)]
+
+
+# ----------------------------------------------------------------------------------------------
+# what to do with each command
+
+
+def placeholder(command: DocCommand) -> str | None:
+    """The token that stands for something the reader fills in, if any."""
+    for token in command.argv[1:]:
+        token = token.replace("<env>", ENV_NAME)
+        if "..." in token or "…" in token or token.startswith("[") or "<" in token:
+            return token
+    return None
+
+
+def input_paths(argv: tuple) -> list:
+    """The paths a command reads: values of INPUT_FLAGS, `--set KEY.path=P`, and positional
+    arguments that look like paths (flag values such as `--image registry/x:1` are not)."""
+    paths = []
+    for previous, token in zip(argv, argv[1:]):
+        if previous in INPUT_FLAGS:
+            paths.append(token)
+        elif re.match(r"[\w.]*path=", token):
+            paths.append(token.split("=", 1)[1])
+        elif not previous.startswith("-") and not token.startswith("-") and "=" not in token \
+                and ("/" in token or token.endswith((".jsonl", ".yaml", ".txt", ".npz"))):
+            paths.append(token)
+    return paths
+
+
+def missing_input(command: DocCommand) -> str | None:
+    """A path the command reads that neither the repository nor this test has (a user's data)."""
+    for token in input_paths(command.argv):
+        if not (map_input(token) or glob.glob(str(REPO / token.replace("<env>", ENV_NAME)))):
+            return token
+    return None
+
+
+def plan(command: DocCommand) -> tuple:
+    """("run" | "parse" | "skip", why)."""
+    if command.program == "make":
+        return "skip", "make targets: test_documented_make_targets_exist"
+    if placeholder(command):
+        return "skip", f"placeholder {placeholder(command)!r}"
+    if command.program == "fleetrun":
+        return "parse", "starts training: its script must exist"
+    if command.program == "python" and command.argv[1] == "-m":
+        if command.argv[2] == "pytest":
+            return "parse", "runs tests: they must exist"
+        return "skip", f"{command.argv[2]}, not fleetbench's"
+    if command.program == "python" and not command.argv[1].startswith(("collective/", "parameter_server/")):
+        return "parse", "a tool or benchmark of the suite: it must exist"
+    if missing_input(command):
+        return "parse", f"reads {missing_input(command)}, which a user brings"
+    if command.conditional:
+        return "parse", f"shown for one kind of machine ({command.comment})"
+    cheap_flag = set(CHEAP_FLAGS) & set(command.argv)
+    if command.program == "python":
+        return ("run", "--check or a config error") if cheap_flag or command.error else ("parse", "trains")
+    if command.subcommand == "launch":
+        if command.error and "--gpus" not in command.argv:
+            return "run", "fails before launching, as documented"
+        return "parse", "launches a job"
+    data_gen = command.subcommand == "data" and command.argv[2:3] == ("gen",)
+    if cheap_flag or data_gen or command.subcommand in CHEAP_SUBCOMMANDS:
+        return "run", "cheap"
+    return "parse", "acts on the machine: a cluster, daemons, jobs, nvidia-smi or the network"
+
+
+def map_input(token: str) -> str | None:
+    """A documented input path as the repository has it (absolute), or None."""
+    token = token.replace("<env>", ENV_NAME)
+    if token == "my_sweep.yaml":
+        return token  # written into the directory the command runs in
+    if token in ("results/*.jsonl", "results/runs.jsonl"):
+        return str(SMALL_RESULTS)
+    path = REPO / token
+    if path.exists():
+        return str(path)
+    committed = REPO / "results" / f"{ENV_NAME}-{Path(token).name}"
+    if token.startswith("results/") and committed.exists():  # the file a documented sweep wrote here
+        return str(committed)
+    return None
+
+
+def rewrite(command: DocCommand, tmp: Path) -> list:
+    """The command's argv to run here: outputs into tmp, inputs from the repository, sizes small."""
+    argv, out = list(command.argv), []
+    if command.program in ("fleetbench", ".venv/bin/fleetbench"):
+        out = [sys.executable, "-m", "fleetbench"]
+    elif command.program == "python":
+        out = [sys.executable]
+    argv = argv[1:]
+    i = 0
+    while i < len(argv):
+        token = argv[i].replace("<env>", ENV_NAME)
+        if token in OUTPUT_FLAGS and i + 1 < len(argv):
+            out += [token, output_path(token, argv[i + 1], tmp)]
+            i += 2
+            continue
+        if token in SMALL_SIZES and i + 1 < len(argv):
+            out += [token, SMALL_SIZES[token]]
+            i += 2
+            continue
+        mapped = map_input(token) if not token.startswith("-") else None
+        if mapped is None and "*" in token:
+            out += sorted(glob.glob(str(REPO / token)))
+        else:
+            out.append(mapped or token)
+        i += 1
+    return out
+
+
+def output_path(flag: str, value: str, tmp: Path) -> str:
+    """Relative outputs land in tmp, where the command runs; absolute ones are moved under it."""
+    if value.startswith("/proc/"):
+        return value  # the documented unwritable store: its refusal is the point
+    target = tmp / value.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if flag == "--readme":  # the file is rewritten in place: give it a copy
+        shutil.copy(REPO / value, target)
+    return str(target)
+
+
+def first_of_each(commands: list) -> list:
+    """One of each command text: the same command shown in two docs runs once."""
+    seen = {}
+    for command in commands:
+        seen.setdefault(command.text, command)
+    return list(seen.values())
+
+
+RUN = first_of_each([c for c in ALL if plan(c)[0] == "run"])
+PARSE = first_of_each([c for c in ALL if plan(c)[0] == "parse"])
+
+
+# ----------------------------------------------------------------------------------------------
+# the extraction found what it must
+
+
+def test_the_extraction_finds_the_documented_commands():
+    listing = "\n".join(f"{plan(c)[0]:<5} {c.where:<22} {c.text}   [{plan(c)[1]}]" for c in ALL)
+    print(listing)
+    fleetbench = [c for c in ALL if c.program in ("fleetbench", ".venv/bin/fleetbench")]
+    assert len(fleetbench) >= 80, f"only {len(fleetbench)} fleetbench commands found:\n{listing}"
+    assert len(RUN) >= 25, f"only {len(RUN)} different cheap commands to run:\n{listing}"
+    assert len(PARSE) >= 40, f"only {len(PARSE)} different commands to parse:\n{listing}"
+    assert len([c for c in RUN if c.error]) >= 3, "the documented failures are no longer found"
+    kinds = {c.subcommand for c in RUN} | {"--check" for c in RUN if "--check" in c.argv}
+    assert {"report", "explain", "data", "sweep", "k8s", "slurm", "env"} <= kinds, kinds
+    documented = {c.text for c in ALL}
+    for known in ("fleetbench sweep my_sweep.yaml --dry-run", "fleetbench sshd up",
+                  "python collective/resnet50.py --preset tiny --set batch_size=0"):
+        assert known in documented, f"{known!r} is no longer found in the docs"
+
+
+# ----------------------------------------------------------------------------------------------
+# the cheap commands run
+
+
+@pytest.mark.parametrize("command", RUN, ids=[c.where for c in RUN])
+def test_the_documented_command_runs(command, tmp_path):
+    argv = rewrite(command, tmp_path)
+    (tmp_path / "my_sweep.yaml").write_text(MY_SWEEP)
+    proc = subprocess.run(argv, cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120)
+    said = f"{command.where}: {command.text}\nran: {shlex.join(argv)}\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+    if command.error is None:
+        assert proc.returncode == 0, said
+        return
+    assert proc.returncode == 2, said
+    expected = command.error.split("...")[0].split("…")[0].strip()
+    assert expected in " ".join(proc.stderr.split()), f"documented: {command.error}\n{said}"
+
+
+# ----------------------------------------------------------------------------------------------
+# the others parse
+
+
+class Parsed(Exception):
+    """The subcommand's parser accepted the command line; nothing after it ran."""
+
+
+@pytest.mark.parametrize("command", PARSE, ids=[c.where for c in PARSE])
+def test_the_documented_command_parses(command, tmp_path, monkeypatch, capsys):
+    if command.program in ("fleetrun", "python"):
+        files = [t for t in command.argv[1:] if t.endswith(".py")]
+        assert files, f"{command.where}: {command.text}: names no script"
+        missing = [f for f in files if not (REPO / f).is_file()]
+        assert not missing, f"{command.where}: {command.text}: not in the repository: {missing}"
+        return
+    argv = [a.replace("<env>", ENV_NAME) for a in command.argv[1:]]
+    if argv[0] == "launch":
+        from fleetbench.cluster import launch
+
+        args = launch.parse_argv(argv[1:])
+        assert (REPO / args.script).is_file(), f"{command.where}: {command.text}: no {args.script}"
+        return
+    original = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, args=None, namespace=None):
+        original(self, args, namespace)  # exits 2 on an unknown flag or a bad choice
+        raise Parsed
+
+    # the subcommand would act (bring up namespaces, start daemons, run a sweep) after parsing
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_sweep.yaml").write_text(MY_SWEEP)
+    module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
+    try:
+        module.cli(argv[1:])
+    except Parsed:
+        return
+    except SystemExit as exc:
+        pytest.fail(f"{command.where}: {command.text}: exit {exc.code}: {capsys.readouterr().err.strip()}")
+    pytest.fail(f"{command.where}: {command.text}: its parser never ran")
+
+
+# ----------------------------------------------------------------------------------------------
+# subcommands, make targets and files the docs name
+
+
+def named_subcommands() -> set:
+    names = {c.subcommand for c in ALL if c.subcommand}
+    for doc in DOCS:
+        for span in inline_code(doc):
+            match = re.match(r"(?:\.venv/bin/)?fleetbench ([a-z0-9]+)\b", span)
+            if match:
+                names.add(match.group(1))
+    return names
+
+
+def test_every_subcommand_the_docs_name_exists_and_answers_help():
+    names = named_subcommands()
+    assert len(names) >= 12, names
+    unknown = names - set(SUBCOMMANDS)
+    assert not unknown, f"the docs name subcommands fleetbench does not have: {sorted(unknown)}"
+    for name in sorted(names):
+        proc = subprocess.run([sys.executable, "-m", "fleetbench", name, "--help"], cwd=REPO, env=env(),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0 and f"fleetbench {name}" in proc.stdout, (name, proc.stdout, proc.stderr)
+
+
+def test_documented_make_targets_exist():
+    makefile = (REPO / "Makefile").read_text()
+    targets = set(re.findall(r"^([\w-]+):", makefile, flags=re.M))
+    named = {c.argv[1] for c in ALL if c.program == "make" and len(c.argv) > 1}
+    for doc in DOCS:
+        named |= {m.group(1) for span in inline_code(doc) for m in [re.match(r"make ([\w-]+)$", span)] if m}
+    assert len(named) >= 4, named
+    assert named <= targets, f"make targets the docs name but the Makefile lacks: {sorted(named - targets)}"
+
+
+# a repository path: under a top-level directory of the repository, a file with a source-like suffix
+REPO_PATH = re.compile(r"^(?:fleetbench|collective|parameter_server|datasets|tests|bench|tools|docs)/"
+                       r"[\w./-]+\.(?:py|yaml|md|sh)$")
+PACKAGE_PATH = re.compile(r"^(?:measure|train|cluster|machine|report|analysis)/[\w/]+\.py$")
+
+
+def test_every_repository_file_the_docs_name_exists():
+    named = {}
+    for doc in DOCS:
+        spans = inline_code(doc) + [c.text for c in commands_in(doc)]
+        for span in spans:
+            for token in re.split(r"[\s,()]+", span):
+                token = token.strip(".:;'\"")
+                if PACKAGE_PATH.match(token):  # `measure/run.py`: short for fleetbench/measure/run.py
+                    token = "fleetbench/" + token
+                if REPO_PATH.match(token) and not re.search(r"\b[A-Z]{2,}\b", token):  # not datasets/NAME.py
+                    named.setdefault(token, doc.relative_to(REPO))
+    assert len(named) >= 40, sorted(named)
+    missing = {path: str(doc) for path, doc in named.items() if not (REPO / path).exists()}
+    assert not missing, f"files the docs name that do not exist (path: doc): {missing}"
+
+
+# ----------------------------------------------------------------------------------------------
+# commands named in prose: their flags exist
+
+
+def prose_commands() -> list:
+    """(doc, help argv, flags) for every `fleetbench SUB ...` span outside code blocks; a data set
+    written as alternatives (`criteo|bert`) gives one entry per data set."""
+    found = []
+    for doc in DOCS:
+        for span in inline_code(doc):
+            span = re.split(r"\s(?:;|>|&&)\s?|;\s", span)[0]
+            if not re.match(r"fleetbench [a-z]", span) or is_output(span):
+                continue
+            tokens = span.split()
+            flags = sorted({f.split("=")[0] for t in tokens for f in t.strip("[]").split("|") if f.startswith("--")})
+            if not flags:
+                continue
+            for prefix in help_prefixes(tokens):
+                found.append((str(doc.relative_to(REPO)), span, prefix, flags))
+    return found
+
+
+def help_prefixes(tokens: list) -> list:
+    if tokens[1] == "data" and len(tokens) > 3 and tokens[2] in ("gen", "validate", "get"):
+        return [["data", tokens[2], name] for name in tokens[3].split("|")]
+    if tokens[1] == "results" and len(tokens) > 2 and tokens[2] == "import":
+        return [["results", "import"]]
+    return [[tokens[1]]]
+
+
+PROSE = prose_commands()
+
+
+def test_the_flags_of_commands_named_in_prose_exist():
+    assert len(PROSE) >= 15, PROSE
+    assert any(p[2] == ["data", "gen", "bert"] for p in PROSE), "README's `data gen ...|bert --out` not found"
+    from fleetbench.cluster import launch, remote
+
+    launch_flags = set(launch.PADDLE_FLAGS) | set(launch.OWN_FLAGS) | set(launch.SWITCHES) | set(remote.FLAGS)
+    helps, wrong = {}, []
+    for doc, span, prefix, flags in PROSE:
+        if prefix == ["launch"]:
+            wrong += [f"{doc}: `{span}`: {f}" for f in flags if f not in launch_flags]
+            continue
+        key = tuple(prefix)
+        if key not in helps:
+            proc = subprocess.run([sys.executable, "-m", "fleetbench", *prefix, "--help"], cwd=REPO, env=env(),
+                                  capture_output=True, text=True, timeout=60)
+            assert proc.returncode == 0, (prefix, proc.stderr)
+            helps[key] = set(re.findall(r"--[\w-]+", proc.stdout))
+        wrong += [f"{doc}: `{span}`: fleetbench {' '.join(prefix)} has no {f}" for f in flags if f not in helps[key]]
+    assert not wrong, "\n".join(wrong)
