@@ -11,7 +11,7 @@ import yaml
 
 from fleetbench.cluster import netem, slurm, slurmd
 from fleetbench.cluster.hosts import HostsError
-from util import PYTHON, REPO, env, records
+from util import PYTHON, REPO, cluster_name, env, records
 
 
 @pytest.mark.parametrize("text, names", [
@@ -65,8 +65,10 @@ def test_emulated_network_cells_are_refused_for_slurm(tmp_path):
 
 
 FAKE_SRUN = """#!/bin/bash
-# A stand-in for Slurm's srun: records its argv (one JSON list a line), then runs the command here.
-python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" >> "$FAKE_SRUN_LOG"
+# A stand-in for Slurm's srun: records its argv (a JSON list) in a file of its own, then runs the
+# command here. The per-node sruns start concurrently: one writer per file, or their lines interleave.
+call=$(mktemp "$FAKE_SRUN_DIR/call-XXXXXX.json") || exit 1
+python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@" > "$call" || exit 1
 while [[ $# -gt 0 && $1 == --* ]]; do
     case $1 in --chdir=*) cd "${1#--chdir=}" || exit 1 ;; esac
     shift
@@ -87,16 +89,17 @@ def test_the_script_runs_a_two_node_sweep_through_srun(tmp_path):
                                    "set": {"steps": 4, "warmup_steps": 1, "log_every": 1}}])
     script, store = tmp_path / "job.sbatch", tmp_path / "runs.jsonl"
     assert fleetbench("slurm", spec, "--results", store, "--log-dir", tmp_path / "log", "--out", script).returncode == 0
-    argv_log = tmp_path / "srun.jsonl"
+    calls_dir = tmp_path / "srun-calls"
+    calls_dir.mkdir()
     p = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                       env=env(PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_SRUN_LOG=argv_log, SLURM_JOB_ID="77",
+                       env=env(PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_SRUN_DIR=calls_dir, SLURM_JOB_ID="77",
                                SLURM_JOB_NODELIST="127.0.0.[1-2]", SLURM_CPUS_ON_NODE="2"))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     [rec] = records(store)
     assert rec["error"] is None and rec["nodes"] == 2 and rec["world_size"] == 2
     assert rec["launch"] == {"executor": "slurm", "hosts": ["127.0.0.1", "127.0.0.2"]}
-    calls = [json.loads(line) for line in argv_log.read_text().splitlines()]
-    # one srun per node, started concurrently: the order they reach the log is not defined
+    calls = [json.loads(f.read_text()) for f in calls_dir.iterdir()]
+    # one srun per node, started concurrently: the order of their calls is not defined
     assert sorted(c[:5] for c in calls) == [
         ["--nodes=1", "--ntasks=1", f"--nodelist=127.0.0.{i}", "--cpus-per-task=2", "--kill-on-bad-exit=1"]
         for i in (1, 2)]
@@ -105,21 +108,22 @@ def test_the_script_runs_a_two_node_sweep_through_srun(tmp_path):
 
 
 SLURM_PROBLEM = slurmd.requirements_problem()
-PREFIX = f"fbq{os.getpid() % 10000}"
 
 
 @pytest.fixture
 def slurm_cluster(tmp_path):
-    """A real Slurm on 2 emulated nodes: munged, slurmctld, a slurmd in each namespace."""
-    state = tmp_path / "state"
+    """A real Slurm on 2 emulated nodes: munged, slurmctld, a slurmd in each namespace. Its name is
+    random and its subnet is netem's own choice, taken under netem's machine-wide lock, so two runs
+    at once get clusters of their own."""
+    prefix, state = cluster_name("fbq"), tmp_path / "state"
     old = os.environ.get("FLEETBENCH_CLUSTER_STATE_DIR")
     os.environ["FLEETBENCH_CLUSTER_STATE_DIR"] = str(state)
     try:
-        netem.up(2, netem.shaping_from("unshaped"), prefix=PREFIX, subnet=f"10.93.{os.getpid() % 200}.0/24")
-        yield dict(slurmd.up(PREFIX), state=str(state))
+        netem.up(2, netem.shaping_from("unshaped"), prefix=prefix)
+        yield dict(slurmd.up(prefix), state=str(state))
     finally:
-        slurmd.down(PREFIX)
-        netem.down(PREFIX)
+        slurmd.down(prefix)
+        netem.down(prefix)
         os.environ.pop("FLEETBENCH_CLUSTER_STATE_DIR") if old is None else os.environ.update(
             FLEETBENCH_CLUSTER_STATE_DIR=old)
 
