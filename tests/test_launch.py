@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from fleetbench.cluster import job, launch, procs, rankwrap
+from fleetbench.cluster import job, launch, preflight, procs, rankwrap
 from fleetbench.cluster.ranks import RENDEZVOUS_FAILURE, progress_step, read_events
 from fleetbench.measure import results
 from util import PYTHON, REPO, env, records, wait_for
@@ -154,15 +154,37 @@ def test_an_unwritable_results_path_is_refused_before_launching(tmp_path, capsys
 
 
 def test_devices_this_machine_lacks_are_refused_before_launching(tmp_path, capsys, monkeypatch):
-    # This machine's Paddle is a CPU build: Paddle's launcher would print a ValueError traceback
-    # and a failure record with world_size 8 would be stored.
+    # `--gpus 0-7` names devices 0..7 on every build (fleetbench expands the range; Paddle itself
+    # splits on commas only). An 8-GPU host has them all, so the job is made impossible everywhere
+    # by showing Paddle one device only: a CPU build sees none ("no GPU"), a GPU or XPU build with
+    # one or more devices sees label 0 alone (1..7 "not visible"). Either way Paddle's launcher
+    # would fail later, with a traceback and a failure record of world_size 8.
+    for name in ("CUDA_VISIBLE_DEVICES", "XPU_VISIBLE_DEVICES"):
+        monkeypatch.setenv(name, "0")
     monkeypatch.chdir(tmp_path)
+    found = preflight.visible_devices(job.child_env())
+    expected = "this Paddle build sees no GPU" if found["type"] == "cpu" else "device(s) 1,2,3,4,5,6,7 not visible"
     store = tmp_path / "runs.jsonl"
     before = _earlier_record(store)
     line = _cli_error(capsys, ["--gpus", "0-7", FAULT_SCRIPT, "--results", str(store)])
-    assert line.startswith("fleetbench launch: error: --gpus 0,1,2,3,4,5,6,7: ")
-    assert "no GPU" in line or "not visible" in line
+    assert line.startswith("fleetbench launch: error: --gpus 0,1,2,3,4,5,6,7: ") and expected in line, line
     assert store.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["runs.jsonl"]
+
+
+@pytest.mark.parametrize("found, problem", [
+    (None, None),  # the probe could not tell: Paddle's launcher decides
+    ({"type": "gpu", "labels": [str(i) for i in range(8)]}, None),  # an 8-GPU host launches it
+    ({"type": "gpu", "labels": ["0", "1", "2", "3"]}, "device(s) 4,5,6,7 not visible here (visible gpu devices: "
+                                                      "0,1,2,3)"),
+    ({"type": "gpu", "labels": ["2", "5"]}, "device(s) 0,1,3,4,6,7 not visible"),  # CUDA_VISIBLE_DEVICES=2,5
+    ({"type": "cpu", "labels": []}, "no GPU or other device"),
+])
+def test_which_device_lists_each_kind_of_host_refuses(found, problem):
+    got = preflight.device_problem("--gpus", launch.expand_devices("0-7"), found)
+    if problem is None:
+        assert got is None
+    else:
+        assert got.startswith("--gpus 0,1,2,3,4,5,6,7: ") and problem in got, got
 
 
 # ---------------------------------------------------------------------------------------------

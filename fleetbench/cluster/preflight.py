@@ -61,18 +61,25 @@ def visible_devices(env, timeout=120):
 
 
 def check_devices(flag, ids, env):
-    """Raise LaunchError unless every device id in `ids` ('0,1,2') is one Paddle can use here
-    (GPU path: by Paddle's own parsing, untested on this CPU-only machine)."""
-    found = visible_devices(env)
+    """Raise LaunchError unless every device id in `ids` ('0,1,2') is one Paddle can use here."""
+    problem = device_problem(flag, ids, visible_devices(env))
+    if problem:
+        raise LaunchError(problem)
+
+
+def device_problem(flag, ids, found):
+    """Why `ids` cannot run on the devices `found` (visible_devices' answer), or None. Apart from
+    the probe so that the GPU and XPU answers are tested on a CPU-only machine too."""
     if found is None:
-        return
+        return None  # Paddle's launcher decides
     if found["type"] == "cpu":
-        raise LaunchError(f"{flag} {ids}: this Paddle build sees no GPU or other device (it runs on CPU); "
-                          f"on CPU give --nproc_per_node N instead")
+        return (f"{flag} {ids}: this Paddle build sees no GPU or other device (it runs on CPU); "
+                f"on CPU give --nproc_per_node N instead")
     missing = [d for d in ids.split(",") if d not in found["labels"]]
     if missing:
-        raise LaunchError(f"{flag} {ids}: device(s) {','.join(missing)} not visible here (visible "
-                          f"{found['type']} devices: {','.join(found['labels']) or 'none'})")
+        return (f"{flag} {ids}: device(s) {','.join(missing)} not visible here (visible "
+                f"{found['type']} devices: {','.join(found['labels']) or 'none'})")
+    return None
 
 
 def check_config(script, script_args, env, timeout=120):
