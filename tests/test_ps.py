@@ -1,25 +1,30 @@
 """Real parameter-server jobs on tiny presets, under both of Paddle's launchers.
 
-Each job must end by itself (servers told to stop) with exit 0, leave no process behind, and write
-one record. Together they cover: CTR and Word2Vec x async and GEO x 1 server/1 worker and 2/2,
+Each job must end by itself (servers told to stop) with exit 0, leave no process behind (none
+carrying the job's id, in any session), and write one record. Together they cover: CTR and Word2Vec x async and GEO x 1 server/1 worker and 2/2,
 `--server_num` alone, the legacy launcher (`--worker_num`), explicit endpoints for both launchers,
 learning (AUC), sharding, skipped and strict invalid lines, and the refused sync mode.
 """
 import contextlib
+import fcntl
 import os
+import random
 import re
 import signal
 import socket
 import subprocess
-import time
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 
 import util
-from util import PYTHON, REPO, env, records
+from util import PYTHON, REPO, env, records, wait_for
 
 from datasets import criteo, word2vec
+from fleetbench.cluster.job import LAUNCHER_PORT_RANGE
+from fleetbench.cluster.procs import job_pids
 from fleetbench.measure import metrics
 
 # Paddle 3.1+ has no parameter server: `make test` runs this file on 3.x too, where it skips, saying why.
@@ -32,48 +37,92 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("data-cache")
 
 
-def free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+# Two tests are about explicit endpoints (`--servers/--workers`, `--servers/--trainers`), so their
+# ports must be named before the launch. They come from above Paddle's PORT_RANGE (util.QUIET_ENV:
+# 20000:32000, where launchers of concurrent jobs probe for their own ports) and below Linux's
+# ephemeral range (where any outgoing connection can take a port): no launcher and no kernel hands
+# these out. Concurrent test runs take them under a byte-range lock per port (fcntl, released by
+# the kernel when the holder dies), held for the whole test.
+EXPLICIT_PORTS = range(int(LAUNCHER_PORT_RANGE.split(":")[1]) + 1,
+                       int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0]))
+PORT_LOCK = os.path.join("/run" if os.access("/run", os.W_OK) else tempfile.gettempdir(), "fleetbench-test-ports.lock")
 
 
-def group_alive(pgid) -> bool:
+@pytest.fixture
+def reserve_ports():
+    """`take(n)`: n ports of EXPLICIT_PORTS that no concurrent run holds and nothing listens on,
+    kept until the test ends. POSIX locks belong to the process: one fixture at a time per process
+    (pytest runs tests one by one), and `held` keeps it from taking a port twice."""
+    assert len(EXPLICIT_PORTS) >= 5, (f"no room for fixed ports between PORT_RANGE's end and the ephemeral "
+                                      f"range ({EXPLICIT_PORTS}): see /proc/sys/net/ipv4/ip_local_port_range")
+    held = []
+    with open(PORT_LOCK, "a") as lock:
+        def take(n):
+            start = random.randrange(len(EXPLICIT_PORTS))
+            for i in range(len(EXPLICIT_PORTS)):
+                port = EXPLICIT_PORTS[(start + i) % len(EXPLICIT_PORTS)]
+                if port not in held and _lock_port(lock, port):
+                    held.append(port)
+                    if len(held) == n:
+                        return list(held)
+            pytest.fail(f"fewer than {n} free ports in {EXPLICIT_PORTS}")
+        yield take
+
+
+def _lock_port(lock, port) -> bool:
     try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
+        fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
+    except OSError:
+        return False  # another run holds it
+    with socket.socket() as probe:  # and nothing else (a server of an unrelated program) uses it now
+        try:
+            probe.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            fcntl.lockf(lock, fcntl.LOCK_UN, 1, port)
+            return False
+
+
+def kill_job(job_id):
+    for pid in job_pids(job_id, variable="FLEETBENCH_TEST_JOB"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _command_line(pid) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return "(gone)"
 
 
 def job(tmp_path, cache, launcher, script, *sets, timeout=240, expect=0, extra_env=None):
-    """Run `fleetrun LAUNCHER SCRIPT --preset tiny --set ...`; return (output, records, logs)."""
-    log_dir, store = tmp_path / "log", tmp_path / "runs.jsonl"
+    """Run `fleetrun LAUNCHER SCRIPT --preset tiny --set ...`; return (output, records, logs).
+
+    Every process of the job carries FLEETBENCH_TEST_JOB=<id> in its environment: Paddle's new
+    launcher starts each rank in a session of its own, so the launcher's process group is not the
+    job; the processes carrying the id are, whatever their session."""
+    log_dir, store, job_id = tmp_path / "log", tmp_path / "runs.jsonl", uuid.uuid4().hex
     args = [a for kv in sets for a in ("--set", kv)]
     cmd = [PYTHON, "-m", "paddle.distributed.launch", "--log_dir", str(log_dir), *launcher,
            str(REPO / "parameter_server" / script), "--preset", "tiny", *args, "--results", str(store)]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env(FLEETBENCH_DATA_CACHE=cache, **(extra_env or {})), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env(FLEETBENCH_DATA_CACHE=cache, FLEETBENCH_TEST_JOB=job_id,
+                                                       **(extra_env or {})),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_job(job_id)
         out = proc.communicate()[0]
         pytest.fail(f"job did not end within {timeout} s:\n{out[-3000:]}")
     logs = {p.name: p.read_text(errors="replace") for p in sorted(log_dir.glob("*log.*"))}
     detail = out[-2000:] + "".join(f"\n--- {k}\n{v[-2500:]}" for k, v in logs.items())
-    # the job ended by itself: nothing of it is left running
-    for _ in range(50):
-        if not group_alive(proc.pid):
-            break
-        subprocess.run(["sleep", "0.1"])
-    else:
-        os.killpg(proc.pid, signal.SIGKILL)
-        pytest.fail(f"processes of the job were still running after it exited:\n{detail}")
+    # the job ended by itself: once its launcher has exited, nothing of it runs on (the bound is
+    # for processes already exiting to be gone, not for any work)
+    if not wait_for(lambda: not job_pids(job_id, variable="FLEETBENCH_TEST_JOB"), 10):
+        left = {pid: _command_line(pid) for pid in job_pids(job_id, variable="FLEETBENCH_TEST_JOB")}
+        kill_job(job_id)
+        pytest.fail(f"processes of the job were still running 10 s after its launcher exited: {left}\n{detail}")
     assert proc.returncode == expect, detail
     # nothing left in the job's working directory (Paddle writes <id>_train_desc.prototxt on
     # every train_from_dataset, and http.log when gloo's HTTP rendezvous server is imported)
@@ -193,15 +242,17 @@ def test_word2vec_async_one_by_one(tmp_path, cache):
     assert 0 < m["throughput"] * m["elapsed_s"] <= m["valid_lines"] * 30
 
 
-def test_word2vec_async_two_by_two_explicit_endpoints_legacy(tmp_path, cache):
-    ports = free_ports(4)
+def test_word2vec_async_two_by_two_explicit_endpoints_legacy(tmp_path, cache, reserve_ports):
+    ports = reserve_ports(5)
     servers = ",".join(f"127.0.0.1:{p}" for p in ports[:2])
-    workers = ",".join(f"127.0.0.1:{p}" for p in ports[2:])
+    workers = ",".join(f"127.0.0.1:{p}" for p in ports[2:4])
     # with an analogy file: worker 0 pulls the trained input vectors from both servers' shards
     data = tmp_path / "w2v"
     word2vec.generate(data, sentences=600, vocabulary=2000, files=4, min_count=2, seed=2021)
     word2vec.synthetic_analogies(data / "analogies.txt", word2vec.read_tokens(data / "dict.txt"), 300, seed=1)
-    out, recs, logs = job(tmp_path, cache, ["--servers", servers, "--workers", workers], "word2vec.py",
+    # --http_port too: the legacy launcher would take gloo's rendezvous port from the ephemeral range
+    out, recs, logs = job(tmp_path, cache, ["--servers", servers, "--workers", workers, "--http_port", str(ports[4])],
+                          "word2vec.py",
                           f"data.path={data}", f"analogy_path={data / 'analogies.txt'}")
     m = check_record(recs[0], "word2vec", "async", 2, "words/s")
     assert m["analogy_questions"] + m["analogy_skipped"] == 300 and 10 <= m["analogy_skipped"] <= 60
@@ -214,8 +265,8 @@ def test_word2vec_geo_one_by_one_legacy(tmp_path, cache):
     check_record(recs[0], "word2vec", "geo", 1, "words/s")
 
 
-def test_word2vec_geo_two_by_two_explicit_endpoints_new_launcher(tmp_path, cache):
-    ports = free_ports(5)
+def test_word2vec_geo_two_by_two_explicit_endpoints_new_launcher(tmp_path, cache, reserve_ports):
+    ports = reserve_ports(5)  # --gloo_port too: its default is the fixed 6767
     servers = ",".join(f"127.0.0.1:{p}" for p in ports[:2])
     trainers = ",".join(f"127.0.0.1:{p}" for p in ports[2:4])
     out, recs, logs = job(tmp_path, cache, ["--servers", servers, "--trainers", trainers, "--gloo_port",
@@ -224,20 +275,10 @@ def test_word2vec_geo_two_by_two_explicit_endpoints_new_launcher(tmp_path, cache
 
 
 # ------------------------------------------------------------------ killed
-def wait_for(predicate, timeout_s):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        subprocess.run(["sleep", "0.2"])
-    return False
-
-
 def test_a_killed_job_leaves_nothing_in_its_directory_or_tmp(tmp_path, cache):
     """#16.6: SIGKILL every process of a job in the middle of training (no `finally` runs):
     Paddle's <id>_train_desc.prototxt and the driver's pipe counters lived in each process's
     scratch directory, which its reaper removes."""
-    from fleetbench.cluster.procs import job_pids
     cwd, tmp = tmp_path / "cwd", tmp_path / "tmp"
     cwd.mkdir(), tmp.mkdir()
     job_id, log = uuid.uuid4().hex, tmp_path / "log" / "workerlog.0"
@@ -251,9 +292,7 @@ def test_a_killed_job_leaves_nothing_in_its_directory_or_tmp(tmp_path, cache):
         assert training, log.read_text(errors="replace")[-2000:] if log.exists() else "no worker log"
         assert [p.name for p in tmp.iterdir() if p.name.startswith("fleetbench-ps-")]  # in use now
     finally:
-        for pid in job_pids(job_id, variable="FLEETBENCH_TEST_JOB"):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        kill_job(job_id)
         proc.wait(timeout=30)
     assert wait_for(lambda: not any(tmp.iterdir()), 10), sorted(p.name for p in tmp.iterdir())
     assert sorted(p.name for p in cwd.iterdir()) == []
