@@ -5,7 +5,6 @@ carrying the job's id, in any session), and write one record. Together they cove
 `--server_num` alone, the legacy launcher (`--worker_num`), explicit endpoints for both launchers,
 learning (AUC), sharding, skipped and strict invalid lines, and the refused sync mode.
 """
-import contextlib
 import fcntl
 import os
 import random
@@ -23,9 +22,11 @@ import util
 from util import PYTHON, REPO, env, records, wait_for
 
 from datasets import criteo, word2vec
+from fleetbench.cluster import procs
 from fleetbench.cluster.job import LAUNCHER_PORT_RANGE
 from fleetbench.cluster.procs import job_pids
 from fleetbench.measure import metrics
+from fleetbench.train.ps import scratch
 
 # Paddle 3.1+ has no parameter server: `make test` runs this file on 3.x too, where it skips, saying why.
 pytestmark = util.NEEDS_PS
@@ -84,16 +85,23 @@ def _lock_port(lock, port) -> bool:
 
 
 def kill_job(job_id):
-    for pid in job_pids(job_id, variable="FLEETBENCH_TEST_JOB"):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    """SIGKILL every process carrying the job's id, again until none is left (one may fork meanwhile)."""
+    def kill_all() -> bool:
+        pids = job_pids(job_id, variable="FLEETBENCH_TEST_JOB")
+        procs.send(pids, signal.SIGKILL)
+        return not pids
+    wait_for(kill_all, 10)
 
 
 def _command_line(pid) -> str:
+    return _read(f"/proc/{pid}/cmdline").replace(b"\0", b" ").decode(errors="replace")[:200]
+
+
+def _read(path) -> bytes:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+        return Path(path).read_bytes()
     except OSError:
-        return "(gone)"
+        return b""  # the process is gone
 
 
 def job(tmp_path, cache, launcher, script, *sets, timeout=240, expect=0, extra_env=None):
@@ -275,6 +283,12 @@ def test_word2vec_geo_two_by_two_explicit_endpoints_new_launcher(tmp_path, cache
 
 
 # ------------------------------------------------------------------ killed
+def scratch_reapers(tmp) -> list:
+    """Pids of the reapers of scratch directories under `tmp` (the directory is their argument)."""
+    marker = f"{tmp}/{scratch.PREFIX}".encode()
+    return [pid for pid in procs.process_table() if marker in _read(f"/proc/{pid}/cmdline")]
+
+
 def test_a_killed_job_leaves_nothing_in_its_directory_or_tmp(tmp_path, cache):
     """#16.6: SIGKILL every process of a job in the middle of training (no `finally` runs):
     Paddle's <id>_train_desc.prototxt and the driver's pipe counters lived in each process's
@@ -291,10 +305,14 @@ def test_a_killed_job_leaves_nothing_in_its_directory_or_tmp(tmp_path, cache):
         training = wait_for(lambda: log.exists() and "\nstep " in log.read_text(errors="replace"), 180)
         assert training, log.read_text(errors="replace")[-2000:] if log.exists() else "no worker log"
         assert [p.name for p in tmp.iterdir() if p.name.startswith("fleetbench-ps-")]  # in use now
+        assert scratch_reapers(tmp)  # found while they wait: their absence later means they ended
     finally:
         kill_job(job_id)
         proc.wait(timeout=30)
-    assert wait_for(lambda: not any(tmp.iterdir()), 10), sorted(p.name for p in tmp.iterdir())
+    # judged once the reapers have ended (each exits right after its `rm`), not by a deadline;
+    # the bound only catches a reaper that never ends
+    assert wait_for(lambda: not scratch_reapers(tmp), 60), f"reapers still running: {scratch_reapers(tmp)}"
+    assert sorted(p.name for p in tmp.iterdir()) == []
     assert sorted(p.name for p in cwd.iterdir()) == []
     assert not (tmp_path / "r.jsonl").exists()
 
