@@ -322,7 +322,7 @@ def test_hanging_rank_is_stopped_by_the_stall_watchdog(tmp_path):
     # start-up (paddle import, gloo rendezvous) has its own allowance: > 8 s on loaded cores
     stall = 5
     p, new = _run_fault(tmp_path, "hang", 1, "--stall", str(stall), "--startup", "60", "--timeout", "90",
-                              STEPS="6")
+                        STEPS="6")
     assert p.returncode == 1, p.stderr
     assert f"no progress line from any rank for {stall} s" in p.stderr
     assert "furthest behind: worker rank 1 (last: step 2/6" in p.stderr
@@ -339,7 +339,7 @@ def test_a_stopped_rank_is_named_when_the_logs_cannot_tell(tmp_path):
     # Rank 1 stops (SIGSTOP) at the start of step 3: both ranks logged step 2, rank 0 waits in
     # step 3's all-reduce. The stall (5 s) comes long before gloo's 30 s timeout.
     p, new = _run_fault(tmp_path, "stop", 1, "--stall", "5", "--startup", "60", "--timeout", "90",
-                              FAULT_WHEN="before")
+                        FAULT_WHEN="before")
     assert p.returncode == 1, p.stderr
     assert "stopped (process state T): worker rank 1 (last: step 2/6" in p.stderr
     assert "rank 1, role worker, node node0, stopped (process state T)" in p.stderr
@@ -352,7 +352,7 @@ def test_a_stopped_rank_is_named_when_its_peer_dies_of_gloos_timeout_first(tmp_p
     # The stall window (90 s) is longer than gloo's compiled-in 30 s: rank 0 gives up waiting in
     # the DataParallel all-reduce and aborts (SIGABRT, as ResNet50 does) while rank 1 is stopped.
     p, new = _run_fault(tmp_path, "stop", 1, "--stall", "90", "--timeout", "150", FAULT_WHEN="before",
-                              SYNC="dp", STEPS="20", timeout=200)
+                        SYNC="dp", STEPS="20", timeout=200)
     assert p.returncode == 1, p.stderr
     first = p.stderr.splitlines()[1]
     assert "FAILED" in first and first.split(": ", 2)[2].startswith("worker rank 1 is stopped"), first
@@ -366,7 +366,7 @@ def test_a_stopped_rank_is_named_when_its_peer_dies_of_gloos_timeout_first(tmp_p
 
 def test_a_stopped_ps_server_is_named_not_the_workers_waiting_for_it(tmp_path):
     p, new = _run_fault(tmp_path, "stop", 1, "--server_num", "2", "--trainer_num", "2", "--stall", "5",
-                              "--startup", "60", "--timeout", "90", script=FAULT_PS, FAULT_ROLE="server")
+                        "--startup", "60", "--timeout", "90", script=FAULT_PS, FAULT_ROLE="server")
     assert p.returncode == 1, p.stderr
     assert "stopped (process state T): server rank 1" in p.stderr
     assert "rank 1, role server, node node0, stopped (process state T)" in p.stderr
@@ -378,7 +378,7 @@ def test_a_stopped_ps_server_is_named_not_the_workers_waiting_for_it(tmp_path):
 
 def test_a_server_killed_before_it_logged_shows_its_log_is_empty(tmp_path):
     p, new = _run_fault(tmp_path, "kill", 0, "--server_num", "1", "--trainer_num", "1", "--timeout", "90",
-                              script=FAULT_PS, FAULT_ROLE="server", FAULT_STEP=0)
+                        script=FAULT_PS, FAULT_ROLE="server", FAULT_STEP=0)
     assert p.returncode == 1, p.stderr
     assert "server rank 0 was killed by SIGKILL" in p.stderr
     assert f"--- {tmp_path / 'log' / 'serverlog.0'} is empty: the rank logged nothing ---" in p.stderr
