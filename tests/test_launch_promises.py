@@ -79,9 +79,27 @@ def _logged_progress(log_dir, count):
     return sum("step 1/" in p.read_text(errors="replace") for p in logs) >= count
 
 
-def _interrupt(cmd, cwd, log_dir, ranks, **extra):
+def _processes_naming(text):
+    """Live processes whose command line names `text` (a node's agent carries the job id in its
+    spec, not in its environment)."""
+    from fleetbench.cluster.procs import alive
+
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if text.encode() in f.read() and int(entry) != os.getpid() and alive(int(entry)):
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _interrupt(cmd, cwd, log_dir, ranks, settle=0.0, **extra):
     """Start `fleetbench launch` (cmd), SIGINT it once `ranks` ranks logged a step: (exit code,
-    stderr, pids of the job still alive once the launcher has exited)."""
+    stderr, pids of the job alive `settle` seconds after the launcher exited: on this machine
+    the supervisor waits for its job itself; a remote node's agent stops its share once its
+    ssh connection closes, with a grace of its own)."""
     token = uuid.uuid4().hex
     # as from a terminal: a background job (make, nohup) would start us with SIGINT ignored
     proc = subprocess.Popen(cmd, cwd=cwd, env=env(FAULT_TEST_TOKEN=token, **extra), stdout=subprocess.DEVNULL,
@@ -91,7 +109,10 @@ def _interrupt(cmd, cwd, log_dir, ranks, **extra):
         assert wait_for(lambda: _logged_progress(log_dir, ranks), 180), "the ranks never logged progress"
         proc.send_signal(signal.SIGINT)  # the CLI alone, as ^C to a launcher in its own session would
         _, err = proc.communicate(timeout=120)
-        left = _job_processes(token)  # before the clean-up below: what the launcher left
+        job = re.search(r"; job (\w+) on ", err)  # a multi-host launch names its job
+        gone = lambda: not _job_processes(token) and not (job and _processes_naming(job.group(1)))
+        wait_for(gone, settle)
+        left = _job_processes(token) + (_processes_naming(job.group(1)) if job else [])  # before the clean-up
     finally:
         proc.kill()
         for pid in _job_processes(token):
@@ -116,7 +137,9 @@ def test_interrupting_launch_stores_nothing_and_stops_every_rank(tmp_path):
     _assert_interrupted(*_interrupt(cmd, tmp_path, log_dir, ranks=2), before, store)
     # the ranks did try to store their success when stopped, and were refused (the stop mark):
     # the byte-identical check above is one that could fail
-    for log in log_dir.glob("workerlog.[01]"):
+    logs = sorted(log_dir.glob("workerlog.[01]"))
+    assert len(logs) == 2, logs
+    for log in logs:
         text = log.read_text(errors="replace")
         assert "FLEETBENCH_RESULT" in text and "record not stored in" in text, text[-2000:]
 
@@ -254,5 +277,8 @@ def test_interrupting_a_two_host_launch_stops_every_host_and_stores_nothing(clus
            "--log_dir", str(log_dir), str(script), "--results", str(store)]
     # The nodes' ranks store into scratch files there; the head imports a node's record only from
     # a job that ended well, so an interrupted one leaves the head's store as it was.
-    _assert_interrupted(*_interrupt(cmd, REPO, log_dir, ranks=2, FLEETBENCH_CLUSTER_STATE_DIR=cluster["state"]),
-                        before, store)
+    # The agents stop their nodes' processes within agent.STOP_GRACE_S (2 s) and a SIGKILL; 30 s
+    # is that with slack for a loaded 2-core machine.
+    code, err, left = _interrupt(cmd, REPO, log_dir, ranks=2, settle=30, FLEETBENCH_CLUSTER_STATE_DIR=cluster["state"])
+    assert re.search(r"; job \w+ on ", err), err[-3000:]  # so the agents were looked for by their job id too
+    _assert_interrupted(code, err, left, before, store)
