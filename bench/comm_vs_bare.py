@@ -2,7 +2,7 @@
 
 Three loops run in the same job, on the same sizes, iterations and warm-up, in rotating order
 (ABC, BCA, CAB..., so drift hits all alike): the comm benchmark's own code
-(fleetbench.measure.collectives: Collective + time_op), a hand-written loop of
+(fleetbench.comm.collectives: Collective + time_op), a hand-written loop of
 paddle.distributed.all_reduce on a zero tensor, and that bare loop again on a second tensor. The
 third is an A/A control: bare against bare differs only by chance, so its ratio is the resolution
 of this machine at that size. Each measurement is the slowest rank's mean per op; the figure per
@@ -66,15 +66,15 @@ def measure(args) -> int:
     import fleetbench  # noqa: F401  (threads before paddle)
     import paddle
 
-    from fleetbench.measure import collectives, comm
+    from fleetbench.comm import collectives, opmath
     from fleetbench.train import loop
 
     cfg = collectives.CommConfig(op="all_reduce", iters=args.iters, warmup_iters=args.warmup_iters)
     peers = collectives.connect()
     slowest = loop.Collective().max
     worst, unresolved = 0.0, []
-    for nbytes in comm.sizes(args.min_bytes, args.max_bytes, args.factor):
-        count = comm.element_count("all_reduce", nbytes, peers.ranks, cfg.dtype)
+    for nbytes in opmath.sizes(args.min_bytes, args.max_bytes, args.factor):
+        count = opmath.element_count("all_reduce", nbytes, peers.ranks, cfg.dtype)
         ours = collectives.Collective("all_reduce", count, peers, cfg)
         ours.load()
         ours.zero()

@@ -6,7 +6,7 @@ faster than the link (tests/test_netem_cluster.py). How close they come to the r
 the machine's load, so it is measured here, over repeats:
 
 1. raw TCP: `--streams` one-way streams of `--seconds` each, node0 -> node1 of a 2-node 1gbe
-   cluster, timed by the receiver (fleetbench.measure.linkprobe); min / median / max in Gbit/s.
+   cluster, timed by the receiver (fleetbench.comm.linkprobe); min / median / max in Gbit/s.
 2. the step slowdown: ResNet50 tiny, method bsp, batch 2 (94 MB of fp32 gradients per step,
    all-reduced after backward) on 2 emulated nodes, unshaped and 1gbe, `--repeats` runs each
    (`fleetbench sweep`); the 1gbe/unshaped step-time ratio, the implied all-reduce bandwidth
@@ -29,7 +29,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fleetbench.cluster import netem  # noqa: E402
+from fleetbench.emulate import netem  # noqa: E402
 from fleetbench.measure import results  # noqa: E402
 
 RECEIVER = ("import sys;from fleetbench.measure import linkprobe as l;s=l.listen(sys.argv[1]);"

@@ -4,14 +4,15 @@
     fleetrun --nproc_per_node 2 collective/comm.py --set op=all_reduce,all_gather,broadcast
     fleetrun --gpus 0,1,2,3,4,5,6,7 collective/comm.py --set max_bytes=8589934592   # NCCL
 Rank 0 prints one table per op (size, count, type, redop, root, time, algbw, busbw, #wrong) and
-stores one record (mode comm). Definitions: docs/comm.md; the arithmetic: fleetbench/measure/comm.py.
+stores one record (mode comm). Definitions: docs/comm.md; the arithmetic: fleetbench/comm/opmath.py.
 """
 import fleetbench  # noqa: F401  (first: sets OpenMP threads before paddle starts)
 
 import os
 import sys
 
-from fleetbench.measure import collectives, comm, config, linkprobe
+from fleetbench.comm import collectives, linkprobe, opmath
+from fleetbench.measure import config
 from fleetbench.train import run
 from fleetbench.train import loop
 
@@ -26,14 +27,14 @@ def measure(cfg: collectives.CommConfig, peers: collectives.Peers) -> dict:
     communicator = loop.Collective()
     link = linkprobe.probe(peers.rank, cfg.tcp_probe_s, communicator)
     rows = collectives.measure_all(cfg, peers, communicator)
-    figures = comm.metrics(cfg.ops, rows, peers.ranks, cfg.headline_min_bytes)
+    figures = opmath.metrics(cfg.ops, rows, peers.ranks, cfg.headline_min_bytes)
     return dict(figures, **link)
 
 
 def report(cfg: collectives.CommConfig, peers: collectives.Peers, figures: dict) -> None:
     for op in cfg.ops:
         rows = [r for r in figures["rows"] if r["op"] == op]
-        print(comm.table(op, rows, peers.ranks, cfg.dtype, cfg.redop, figures["ops"][op]), flush=True)
+        print(opmath.table(op, rows, peers.ranks, cfg.dtype, cfg.redop, figures["ops"][op]), flush=True)
     if figures["link_tcp_GBps"] is not None:
         print(f"# Raw TCP rate between two nodes: {figures['link_tcp_GBps']:.4f} GB/s "
               f"({figures['link_tcp_note']})", flush=True)

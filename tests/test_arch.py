@@ -5,12 +5,12 @@ import re
 
 import numpy as np
 import pytest
-
 from util import fleetrun, needs_ps, rank_summaries, records, run_script
 
-from fleetbench.cluster import sweep_spec
 from fleetbench.measure import auc, config, metrics, registry
-from fleetbench.report import arch, tables
+from fleetbench.report import allreduce_vs_ps, tables
+from fleetbench.sweep import sweepfile
+
 QUALITY = {"ctr": {"auc", "logloss", "loss_first", "loss_last"}, "resnet18": {"loss_first", "loss_last"}}
 
 
@@ -33,6 +33,7 @@ def test_auc_is_paddles_bucketed_auc():
 def test_collective_ctr_counts_quality_like_the_ps_meter():
     """Warm-up batches are not counted; buckets and the example-weighted log loss of the rest are."""
     import paddle
+
     from fleetbench.train import ctr
     progressive = ctr.Progressive(warmup_steps=1)
     rng = np.random.default_rng(1)
@@ -51,8 +52,10 @@ def test_collective_ctr_counts_quality_like_the_ps_meter():
 
 # ---------------------------------------------------------------- the pairs
 def _configs(name):
-    from collective import ctr as ctr_collective, resnet18 as r18_collective
-    from parameter_server import ctr as ctr_ps, resnet18 as r18_ps
+    from collective import ctr as ctr_collective
+    from collective import resnet18 as r18_collective
+    from parameter_server import ctr as ctr_ps
+    from parameter_server import resnet18 as r18_ps
     return {"ctr": (ctr_collective.CTRAllReduceConfig, ctr_ps.CTRConfig),
             "resnet18": (r18_collective.ResNet18Config, r18_ps.ResNet18PSConfig)}[name]
 
@@ -83,7 +86,7 @@ def test_bad_pair_settings_are_one_line_before_anything_runs():
 
 
 def test_the_arch_sweep_runs_each_familys_script():
-    cells = sweep_spec.expand(sweep_spec.load_spec(registry.SWEEP_DIR / "arch.yaml"))
+    cells = sweepfile.expand(sweepfile.load_spec(registry.SWEEP_DIR / "arch.yaml"))
     assert {(c.benchmark, c.mode) for c in cells} == {(b, m) for b in ("ctr", "resnet18") for m in ("collective", "ps")}
     for cell in cells:
         assert registry.for_script(cell.script) == registry.get(cell.benchmark, cell.mode)
@@ -105,22 +108,22 @@ def test_report_pairs_both_ways_against_one_ideal_with_auc_beside():
     records = [_record("collective", "mgwfbp", 1, t, q) for t, q in ((1000, 0.80), (1100, 0.82))]
     records += [_record("collective", "mgwfbp", 2, 1500, 0.81), _record("ps", "async", 1, 600, 0.70),
                 _record("ps", "async", 2, 900, 0.72), _record("ps", "geo", 2, 1200, 0.75)]
-    (chart,) = arch.plan(records)
+    (chart,) = allreduce_vs_ps.plan(records)
     assert chart["metric"] == "auc" and [s["label"] for s in chart["series"]] == ["AllReduce mgwfbp", "PS async", "PS geo"]
-    rows = {(r["series"], r["world_size"]): r for r in arch.chart_rows(chart)}
+    rows = {(r["series"], r["world_size"]): r for r in allreduce_vs_ps.chart_rows(chart)}
     assert rows[("AllReduce mgwfbp", 1)]["throughput_mean"] == 1050 and rows[("AllReduce mgwfbp", 1)]["n"] == 2
     assert rows[("PS geo", 2)]["ideal"] == 2100 and rows[("PS geo", 2)]["of_ideal"] == pytest.approx(1200 / 2100)
     assert rows[("AllReduce mgwfbp", 1)]["quality_mean"] == pytest.approx(0.81)
-    text = arch.table_markdown(chart)
+    text = allreduce_vs_ps.table_markdown(chart)
     assert "| PS async | 2 (1×2) | 900 | 43% | 0.72 | 1 |" in text and "AUC" in text
-    assert arch.draw(chart) == arch.draw(chart)  # byte-identical PNG
+    assert allreduce_vs_ps.draw(chart) == allreduce_vs_ps.draw(chart)  # byte-identical PNG
     # the generic table shows no family-only keys (k_steps, steps) as differences between rows
     (table,) = tables.plan(records)
     assert table["dims"] == []
 
 
 def test_report_skips_a_model_run_one_way_only():
-    assert arch.plan([_record("collective", "mgwfbp", 1, 1000, 0.8)]) == []
+    assert allreduce_vs_ps.plan([_record("collective", "mgwfbp", 1, 1000, 0.8)]) == []
 
 
 # ---------------------------------------------------------------- real runs (heavy: under the CPU lock)

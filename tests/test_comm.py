@@ -10,11 +10,13 @@ import time
 import numpy as np
 import pytest
 import yaml
-
-from fleetbench.cluster import netem, sshd, sweep
-from fleetbench.measure import comm, linkprobe, results
-from fleetbench.report import comm as comm_report
 from util import PYTHON, REPO, cluster_name, env, fleetrun, records, run_script
+
+from fleetbench.comm import linkprobe, opmath
+from fleetbench.emulate import netem, sshd
+from fleetbench.measure import results
+from fleetbench.report import bandwidth as comm_report
+from fleetbench.sweep import runner
 
 SCRIPT = "collective/comm.py"
 GLOO_OPS = ["all_reduce", "all_gather", "broadcast", "reduce", "sendrecv", "barrier"]
@@ -27,24 +29,24 @@ GLOO_OPS = ["all_reduce", "all_gather", "broadcast", "reduce", "sendrecv", "barr
     ("broadcast", 4, 1.0), ("reduce", 3, 1.0), ("sendrecv", 5, 1.0), ("barrier", 4, 0.0),
 ])
 def test_busbw_factors_are_nccl_tests(op, ranks, factor):
-    assert comm.busbw_factor(op, ranks) == pytest.approx(factor)
+    assert opmath.busbw_factor(op, ranks) == pytest.approx(factor)
 
 
 def test_bandwidths_in_gigabytes_of_1e9():
-    algbw, busbw = comm.bandwidths(3_000_000_000, 2.0, 1.5)
+    algbw, busbw = opmath.bandwidths(3_000_000_000, 2.0, 1.5)
     assert algbw == pytest.approx(1.5) and busbw == pytest.approx(2.25)
-    row = comm.row("all_reduce", 1 << 20, 1 << 18, 1e-3, 4, 0)
+    row = opmath.row("all_reduce", 1 << 20, 1 << 18, 1e-3, 4, 0)
     assert row["time_us"] == pytest.approx(1000.0)
     assert row["algbw_GBps"] == pytest.approx((1 << 20) / 1e-3 / 1e9)
     assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * 1.5)
 
 
 def test_sizes_and_plan_round_to_whole_chunks():
-    assert comm.sizes(8, 64, 2) == [8, 16, 32, 64] and comm.sizes(8, 100, 4) == [8, 32]
+    assert opmath.sizes(8, 64, 2) == [8, 16, 32, 64] and opmath.sizes(8, 100, 4) == [8, 32]
     # all_gather on 3 ranks: 8 B is 2 floats, no whole chunk per rank (skipped); 16 B -> 3 floats
-    assert comm.plan(["all_gather", "barrier"], [8, 16, 64], 3, "float32") == [
+    assert opmath.plan(["all_gather", "barrier"], [8, 16, 64], 3, "float32") == [
         ("all_gather", 12, 3), ("all_gather", 60, 15), ("barrier", 0, 0)]
-    assert comm.plan(["all_reduce"], [2, 4], 2, "float16") == [("all_reduce", 2, 1), ("all_reduce", 4, 2)]
+    assert opmath.plan(["all_reduce"], [2, 4], 2, "float16") == [("all_reduce", 2, 1), ("all_reduce", 4, 2)]
 
 
 @pytest.mark.parametrize("text, fragment", [
@@ -52,17 +54,17 @@ def test_sizes_and_plan_round_to_whole_chunks():
     ("all_reduce, all_reduce", "lists an op twice"),
 ])
 def test_bad_op_lists(text, fragment):
-    with pytest.raises(comm.CommError, match=fragment):
-        comm.parse_ops(text)
-    assert comm.parse_ops(" all_gather ,barrier") == ["all_gather", "barrier"]
+    with pytest.raises(opmath.CommError, match=fragment):
+        opmath.parse_ops(text)
+    assert opmath.parse_ops(" all_gather ,barrier") == ["all_gather", "barrier"]
 
 
 def test_headline_averages_sizes_at_or_above_the_threshold():
-    rows = [comm.row("all_reduce", size, size // 4, size / 1e9, 2, 0) for size in (1 << 20, 1 << 26, 1 << 27)]
+    rows = [opmath.row("all_reduce", size, size // 4, size / 1e9, 2, 0) for size in (1 << 20, 1 << 26, 1 << 27)]
     rows[2]["busbw_GBps"] = 3.0
-    mean, threshold = comm.headline_busbw(rows, 1 << 26)
+    mean, threshold = opmath.headline_busbw(rows, 1 << 26)
     assert threshold == 1 << 26 and mean == pytest.approx((rows[1]["busbw_GBps"] + 3.0) / 2)
-    mean, threshold = comm.headline_busbw(rows, 1 << 30)  # every size smaller: the largest alone
+    mean, threshold = opmath.headline_busbw(rows, 1 << 30)  # every size smaller: the largest alone
     assert threshold == 1 << 27 and mean == 3.0
 
 
@@ -73,7 +75,7 @@ def _points(alpha_s, bandwidth, sizes, noise=()):
 
 
 def test_fit_recovers_exact_alpha_and_bandwidth():
-    fit = comm.fit_alpha_beta(_points(50e-6, 1.2e9, [2 ** k for k in range(3, 29, 2)]))
+    fit = opmath.fit_alpha_beta(_points(50e-6, 1.2e9, [2 ** k for k in range(3, 29, 2)]))
     assert fit["alpha_us"] == pytest.approx(50.0, rel=1e-9)
     assert fit["bandwidth_GBps"] == pytest.approx(1.2, rel=1e-9)
     assert fit["fit_max_rel_error"] < 1e-9
@@ -83,7 +85,7 @@ def test_fit_keeps_latency_under_noise_where_plain_least_squares_loses_it():
     sizes = [2 ** k for k in range(3, 29)]
     noise = [0.01 * (-1) ** k for k in range(len(sizes))]  # +-1%: large sizes carry ms of noise
     points = _points(50e-6, 1.2e9, sizes, noise)
-    fit = comm.fit_alpha_beta(points)
+    fit = opmath.fit_alpha_beta(points)
     assert fit["alpha_us"] == pytest.approx(50.0, rel=0.05)
     assert fit["bandwidth_GBps"] == pytest.approx(1.2, rel=0.02)
     # the unweighted line through the same points misses alpha by far more than the noise
@@ -100,22 +102,22 @@ def test_a_latency_below_the_noise_is_zero_not_negative():
     points = _points(0.0, 0.125e9, sizes, noise)
     slope, intercept = np.polyfit([x for x, _ in points], [t for _, t in points], 1)
     assert intercept < 0  # what a free line makes of it
-    fit = comm.fit_alpha_beta(points)
+    fit = opmath.fit_alpha_beta(points)
     assert fit["alpha_us"] == 0.0
     assert fit["bandwidth_GBps"] == pytest.approx(0.125, rel=0.02)
 
 def test_fit_of_a_constant_time_has_no_bandwidth():
-    fit = comm.fit_alpha_beta([(0.0, 3e-4), (0.0, 5e-4)])
+    fit = opmath.fit_alpha_beta([(0.0, 3e-4), (0.0, 5e-4)])
     assert fit["bandwidth_GBps"] is None
     assert 3e2 < fit["alpha_us"] < 5e2
-    shrinking = comm.fit_alpha_beta([(1e3, 2e-3), (1e6, 1e-3)])  # time falling with size: no bandwidth
+    shrinking = opmath.fit_alpha_beta([(1e3, 2e-3), (1e6, 1e-3)])  # time falling with size: no bandwidth
     assert shrinking["bandwidth_GBps"] is None
 
 
 def test_metrics_take_the_first_data_op_as_headline():
-    rows = [comm.row("barrier", 0, 0, 2e-4, 2, 0)] + [
-        comm.row("all_gather", s, s // 4, 1e-4 + s / 1e9, 2, 0) for s in (1 << 10, 1 << 20)]
-    m = comm.metrics(["barrier", "all_gather"], rows, 2, 1 << 20)
+    rows = [opmath.row("barrier", 0, 0, 2e-4, 2, 0)] + [
+        opmath.row("all_gather", s, s // 4, 1e-4 + s / 1e9, 2, 0) for s in (1 << 10, 1 << 20)]
+    m = opmath.metrics(["barrier", "all_gather"], rows, 2, 1 << 20)
     assert m["op"] == "all_gather" and m["unit"] == "GB/s" and m["throughput"] == m["busbw_GBps"]
     assert m["busbw_GBps"] == pytest.approx(rows[2]["busbw_GBps"])
     assert m["alpha_us"] == pytest.approx(m["ops"]["all_gather"]["alpha_us"])
@@ -128,8 +130,8 @@ def test_metrics_take_the_first_data_op_as_headline():
 
 
 def test_table_has_nccl_tests_columns_and_one_line_per_size():
-    rows = [comm.row("reduce", s, s // 4, 1e-4, 2, w) for s, w in ((64, 0), (1024, 3))]
-    text = comm.table("reduce", rows, 2, "float32", "max", comm.summarize_op("reduce", rows, 2, 1024))
+    rows = [opmath.row("reduce", s, s // 4, 1e-4, 2, w) for s, w in ((64, 0), (1024, 3))]
+    text = opmath.table("reduce", rows, 2, "float32", "max", opmath.summarize_op("reduce", rows, 2, 1024))
     lines = text.splitlines()
     assert lines[1].split() == ["#", "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"]
     assert lines[3].split() == ["64", "16", "float32", "max", "0", "100.00", "0.001", "0.001", "0"]
@@ -140,32 +142,32 @@ def test_table_has_nccl_tests_columns_and_one_line_per_size():
 # ---------------------------------------------------------------- the correctness check
 def _simulate(op, sends, ranks, count, redop, dtype):
     """Each rank's output of `op` computed straight from every rank's input (numpy in the
-    benchmark's dtype): independent of comm.expected."""
+    benchmark's dtype): independent of opmath.expected."""
     cast = {"float32": np.float32, "float16": np.float16, "bfloat16": np.float32}[dtype]
     sends = [s.astype(cast) for s in sends]
     reduced = np.sum(sends, axis=0) if redop == "sum" else np.max(sends, axis=0)
     chunk = count // ranks
     outputs = {
         "all_reduce": lambda r: reduced,
-        "reduce": lambda r: reduced if r == comm.ROOT else None,
+        "reduce": lambda r: reduced if r == opmath.ROOT else None,
         "all_gather": lambda r: np.concatenate(sends),
         "reduce_scatter": lambda r: reduced[r * chunk:(r + 1) * chunk],
         "alltoall": lambda r: np.concatenate([s[r * chunk:(r + 1) * chunk] for s in sends]),
-        "broadcast": lambda r: sends[comm.ROOT],
+        "broadcast": lambda r: sends[opmath.ROOT],
         "sendrecv": lambda r: sends[(r - 1) % ranks],
     }
     return [outputs[op](r) for r in range(ranks)]
 
 
 def _wrong(op, ranks, count, redop="sum", dtype="float32", corrupt_rank=-1):
-    sends = [comm.send_values(op, r, ranks, count) for r in range(ranks)]
-    sends = [comm.corrupt(s) if r == corrupt_rank else s for r, s in enumerate(sends)]
+    sends = [opmath.send_values(op, r, ranks, count) for r in range(ranks)]
+    sends = [opmath.corrupt(s) if r == corrupt_rank else s for r, s in enumerate(sends)]
     got = _simulate(op, sends, ranks, count, redop, dtype)
-    return [comm.count_wrong(got[r], comm.expected(op, r, ranks, count, redop), dtype)
+    return [opmath.count_wrong(got[r], opmath.expected(op, r, ranks, count, redop), dtype)
             if got[r] is not None else 0 for r in range(ranks)]
 
 
-@pytest.mark.parametrize("op", [op for op in comm.OPS if op != "barrier"])
+@pytest.mark.parametrize("op", [op for op in opmath.OPS if op != "barrier"])
 @pytest.mark.parametrize("ranks", [2, 3, 4])
 def test_expected_values_match_simulated_collectives(op, ranks):
     for redop, dtype in (("sum", "float32"), ("max", "float32"), ("sum", "float16")):
@@ -184,11 +186,11 @@ def test_one_corrupted_element_is_caught_where_it_lands(op, corrupt_rank, wrong_
 
 
 def test_check_counts_shape_mismatch_and_nan_as_wrong():
-    want = comm.expected("all_reduce", 0, 2, 4, "sum")
-    assert comm.count_wrong(want[:3], want, "float32") == 4
-    assert comm.count_wrong(np.where(np.arange(4) == 2, np.nan, want), want, "float32") == 1
-    assert comm.count_wrong(want + 0.01, want, "bfloat16") == 0  # inside bfloat16 rounding
-    assert comm.count_wrong(want + 0.01, want, "float32") == 4
+    want = opmath.expected("all_reduce", 0, 2, 4, "sum")
+    assert opmath.count_wrong(want[:3], want, "float32") == 4
+    assert opmath.count_wrong(np.where(np.arange(4) == 2, np.nan, want), want, "float32") == 1
+    assert opmath.count_wrong(want + 0.01, want, "bfloat16") == 0  # inside bfloat16 rounding
+    assert opmath.count_wrong(want + 0.01, want, "float32") == 4
 
 
 # ---------------------------------------------------------------- the TCP probe
@@ -220,8 +222,8 @@ def test_stream_delivers_every_byte_and_the_receiver_times_it():
 # ---------------------------------------------------------------- the report
 def _record(profile, rate_gbit, tcp, scale):
     """A 2-node all_reduce record whose busbw at every size is `scale` x bytes/1 GB/s's."""
-    rows = [comm.row("all_reduce", s, s // 4, s / (scale * 1e9), 2, 0) for s in (1 << 20, 1 << 26)]
-    metrics = dict(comm.metrics(["all_reduce"], rows, 2, 1 << 26), link_tcp_GBps=tcp)
+    rows = [opmath.row("all_reduce", s, s // 4, s / (scale * 1e9), 2, 0) for s in (1 << 20, 1 << 26)]
+    metrics = dict(opmath.metrics(["all_reduce"], rows, 2, 1 << 26), link_tcp_GBps=tcp)
     return {"benchmark": "comm", "mode": "comm", "method": "all_reduce", "preset": "link",
             "config": {"op": "all_reduce", "dtype": "float32"}, "nodes": 2, "devices_per_node": 1,
             "world_size": 2, "network": {"profile": profile, "rate_gbit": rate_gbit, "delay_ms": 0.0},
@@ -291,7 +293,7 @@ def test_row_time_is_the_slowest_ranks_and_bandwidths_follow(every_op):
         ranks_us = per_rank[(row["op"], row["bytes"])]
         assert len(ranks_us) == 2
         assert row["time_us"] == pytest.approx(max(ranks_us), abs=0.006)  # logged with 2 decimals
-        factor = comm.busbw_factor(row["op"], 2)
+        factor = opmath.busbw_factor(row["op"], 2)
         assert row["algbw_GBps"] == pytest.approx(row["bytes"] / (row["time_us"] * 1e3))
         assert row["busbw_GBps"] == pytest.approx(row["algbw_GBps"] * factor)
 
@@ -351,7 +353,7 @@ def test_refused_before_anything_starts_and_nothing_stored(tmp_path, args, messa
 
 
 def test_sweep_cells_of_comm_set_the_op_and_keep_mode_comm():
-    cells = sweep.expand({"cells": [{"benchmark": "comm", "preset": "link", "method": ["all_reduce", "all_gather"],
+    cells = runner.expand({"cells": [{"benchmark": "comm", "preset": "link", "method": ["all_reduce", "all_gather"],
                                      "network": "1gbe", "nodes": [2, 3]}]})
     assert [(c.mode, c.sets, c.nodes, c.world_size) for c in cells] == [
         ("comm", ("op=all_reduce",), 2, 2), ("comm", ("op=all_reduce",), 3, 3),

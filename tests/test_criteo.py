@@ -6,7 +6,6 @@ import subprocess
 import zlib
 
 import pytest
-
 from util import PYTHON, REPO, env
 
 from datasets import cli as data_cli

@@ -28,9 +28,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from util import REPO, env
 
 from fleetbench.cli import SUBCOMMANDS
-from util import REPO, env
 
 DOCS = [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md"))
 PROGRAMS = ("fleetbench", ".venv/bin/fleetbench", "python", ".venv/bin/python", "fleetrun", "make")
@@ -365,7 +365,7 @@ def test_the_documented_command_parses(command, tmp_path, monkeypatch, capsys):
         return
     argv = [a.replace("<env>", ENV_NAME) for a in command.argv[1:]]
     if argv[0] == "launch":
-        from fleetbench.cluster import launch
+        from fleetbench.hosts import launch
 
         args = launch.parse_argv(argv[1:])
         assert (REPO / args.script).is_file(), f"{command.where}: {command.text}: no {args.script}"
@@ -483,7 +483,7 @@ PROSE = prose_commands()
 def test_the_flags_of_commands_named_in_prose_exist():
     assert len(PROSE) >= 15, PROSE
     assert any(p[2] == ["data", "gen", "bert"] for p in PROSE), "README's `data gen ...|bert --out` not found"
-    from fleetbench.cluster import launch, remote
+    from fleetbench.hosts import launch, remote
 
     launch_flags = set(launch.PADDLE_FLAGS) | set(launch.OWN_FLAGS) | set(launch.SWITCHES) | set(remote.FLAGS)
     helps, wrong = {}, []

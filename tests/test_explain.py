@@ -6,10 +6,11 @@ import uuid
 
 import pytest
 
-from fleetbench.analysis import alphabeta, breakdown, cells, explain, predict
+from fleetbench.analysis import alphabeta, breakdown, cells, predict
 from fleetbench.analysis.alphabeta import Hierarchical, Link
 from fleetbench.analysis.cells import Shape
 from fleetbench.measure import results
+from fleetbench.report import explain
 
 RATES = {"1gbe": 1.0, "10gbe": 10.0, "unshaped": None}
 

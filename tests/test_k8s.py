@@ -4,10 +4,10 @@ import subprocess
 
 import pytest
 import yaml
-
-from fleetbench.cluster import k8s
-from fleetbench.measure import results
 from util import PYTHON, REPO, env
+
+from fleetbench.engines import k8s
+from fleetbench.measure import results
 
 # What these tests check a manifest against is fleetbench's own rendition of the training
 # operator's rules (k8s.problems, from the operator's paddlepaddle_validation.go), never the

@@ -8,11 +8,12 @@ import subprocess
 import uuid
 
 import pytest
-
-from fleetbench.cluster import job, launch, preflight, procs, rankwrap, supervisor
-from fleetbench.cluster.ranks import RENDEZVOUS_FAILURE, progress_step, read_events
-from fleetbench.measure import results
 from util import PYTHON, REPO, env, records, wait_for
+
+from fleetbench.hosts import launch
+from fleetbench.job import paddle_launch, preflight, procs, rankwrap, supervisor
+from fleetbench.job.ranks import RENDEZVOUS_FAILURE, progress_step, read_events
+from fleetbench.measure import results
 
 FAULT_SCRIPT = str(REPO / "tests" / "scripts" / "fault_rank.py")
 FAULT_PS = str(REPO / "tests" / "scripts" / "fault_ps.py")
@@ -39,12 +40,12 @@ def test_gpus_range_expands_in_the_command():
     args = launch.parse_argv(["--gpus", "0-3", "--timeout", "60", "train.py", "--preset", "tiny"])
     assert args.paddle == ["--gpus", "0,1,2,3"]
     assert (args.timeout, args.script, args.script_args) == (60.0, "train.py", ["--preset", "tiny"])
-    cmd = job.paddle_command(args.paddle, "/tmp/logs", args.script, args.script_args, python="py")
+    cmd = paddle_launch.paddle_command(args.paddle, "/tmp/logs", args.script, args.script_args, python="py")
     assert cmd == ["py", "-m", "paddle.distributed.launch", "--gpus", "0,1,2,3", "--log_dir", "/tmp/logs",
-                   job.WRAPPER_ENTRY, "train.py", "--preset", "tiny"]
+                   paddle_launch.WRAPPER_ENTRY, "train.py", "--preset", "tiny"]
     assert all(isinstance(a, str) for a in cmd)  # an argument list, never a shell string
     # the wrapper's entry file is alone in its directory: nothing there can shadow a module
-    assert os.listdir(os.path.dirname(job.WRAPPER_ENTRY)) in (["fleetbench_rank.py"],
+    assert os.listdir(os.path.dirname(paddle_launch.WRAPPER_ENTRY)) in (["fleetbench_rank.py"],
                                                               ["fleetbench_rank.py", "__pycache__"])
 
 
@@ -111,7 +112,7 @@ def test_rank_identity_from_paddle_env():
 
 
 def test_child_env_drops_inherited_rank_and_job_variables():
-    got = job.child_env({"PADDLE_TRAINER_ID": "1", "POD_IP": "1.2.3.4", "PATH": "/bin", "OMP_NUM_THREADS": "2",
+    got = paddle_launch.child_env({"PADDLE_TRAINER_ID": "1", "POD_IP": "1.2.3.4", "PATH": "/bin", "OMP_NUM_THREADS": "2",
                          "FLEETBENCH_JOB_ID": "outer", rankwrap.SUPERVISOR_ENV: "x:1:2"})
     assert not {"PADDLE_TRAINER_ID", "POD_IP", "FLEETBENCH_JOB_ID", rankwrap.SUPERVISOR_ENV} & set(got)
     assert got["PATH"] == "/bin"
@@ -120,9 +121,9 @@ def test_child_env_drops_inherited_rank_and_job_variables():
 
 
 def test_paddle_picks_its_ports_below_the_ephemeral_range_unless_the_user_chose():
-    low, high = map(int, job.child_env({})["PORT_RANGE"].split(":"))
+    low, high = map(int, paddle_launch.child_env({})["PORT_RANGE"].split(":"))
     assert 1024 < low < high < 32768  # Linux's default ephemeral range starts at 32768
-    assert job.child_env({"PORT_RANGE": "40000:41000"})["PORT_RANGE"] == "40000:41000"
+    assert paddle_launch.child_env({"PORT_RANGE": "40000:41000"})["PORT_RANGE"] == "40000:41000"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,7 +162,7 @@ def test_devices_this_machine_lacks_are_refused_before_launching(tmp_path, capsy
     for name in ("CUDA_VISIBLE_DEVICES", "XPU_VISIBLE_DEVICES"):
         monkeypatch.setenv(name, "0")
     monkeypatch.chdir(tmp_path)
-    found = preflight.visible_devices(job.child_env())
+    found = preflight.visible_devices(paddle_launch.child_env())
     expected = "this Paddle build sees no GPU" if found["type"] == "cpu" else "device(s) 1,2,3,4,5,6,7 not visible"
     store = tmp_path / "runs.jsonl"
     before = _earlier_record(store)

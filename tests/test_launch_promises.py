@@ -13,14 +13,21 @@ import subprocess
 import uuid
 
 import pytest
+from util import PYTHON, REPO, cluster_name, env, records, wait_for
 
-from fleetbench.cluster import netem, sshd
-from fleetbench.cluster.executors import FORWARD_NAMES, FORWARD_PREFIXES, Job, Node, SlurmExecutor, SshExecutor, \
-    forwarded_env
-from fleetbench.cluster.rankwrap import SUPERVISOR_ENV
+from fleetbench.emulate import netem, sshd
+from fleetbench.hosts.executors import (
+    FORWARD_NAMES,
+    FORWARD_PREFIXES,
+    Job,
+    Node,
+    SlurmExecutor,
+    SshExecutor,
+    forwarded_env,
+)
+from fleetbench.job.rankwrap import SUPERVISOR_ENV
 from fleetbench.measure import results
 from fleetbench.measure.registry import JOB_ENV
-from util import PYTHON, REPO, cluster_name, env, records, wait_for
 
 PROBLEM = sshd.requirements_problem()
 needs_sshd = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
@@ -68,7 +75,7 @@ def _earlier_record(path):
 def _job_processes(token):
     """Live processes of the job on any host (the emulated nodes share this process table), in
     whatever session Paddle started them: they inherited the test's token."""
-    from fleetbench.cluster.procs import job_pids
+    from fleetbench.job.procs import job_pids
 
     return job_pids(token, variable="FAULT_TEST_TOKEN")
 
@@ -82,7 +89,7 @@ def _logged_progress(log_dir, count):
 def _processes_naming(text):
     """Live processes whose command line names `text` (a node's agent carries the job id in its
     spec, not in its environment)."""
-    from fleetbench.cluster.procs import alive
+    from fleetbench.job.procs import alive
 
     found = []
     for entry in os.listdir("/proc"):

@@ -26,9 +26,10 @@ MARK = re.compile(r"^PROBE (\w+) (\d+) (begin|hook|end)$")
 def probe(out_dir: Path, batch_size: int) -> None:
     import importlib.util
 
-    import fleetbench  # noqa: F401
     import paddle
     import paddle.distributed as dist
+
+    import fleetbench  # noqa: F401
     from fleetbench.measure import config
     from fleetbench.train import loop, methods
 

@@ -6,12 +6,12 @@ import zipfile
 
 import numpy as np
 import pytest
+from util import fleetrun, rank_summaries, records, run_script
 
 from datasets import DataError, mnist
 from datasets import cli as data_cli
 from fleetbench.report import convergence
 from fleetbench.train import evaluate
-from util import fleetrun, rank_summaries, records, run_script
 
 SCRIPT = "collective/mnist.py"
 

@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from fleetbench.cluster import netem, netem_plan as plan, netem_state, sshd
 from util import cluster_name as unique_cluster_name
+
+from fleetbench.emulate import netem, netem_state, sshd
+from fleetbench.emulate import netem_plan as plan
 
 REPO = Path(__file__).resolve().parents[1]
 

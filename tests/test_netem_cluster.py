@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 import yaml
-
-from fleetbench.cluster import netem
 from util import PYTHON, REPO, cluster_name, env, records
+
+from fleetbench.emulate import netem
 
 PROBLEM = netem.requirements_problem()
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")

@@ -1,8 +1,8 @@
 """`fleetbench report`: tables equal the published ddl-benchmarks table, charts come with the CSV
 of their numbers, README regeneration touches only the marked section, output is reproducible."""
 import csv
-import json
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from fleetbench.report import plot
 from fleetbench.measure import results
+from fleetbench.report import generate
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO / "results" / "reference" / "ddl-benchmarks-2020-05-29.jsonl"
 # The published table as fetched (HKBU-HPML/ddl-benchmarks, results/2020-05-29/README.md), kept
 # beside its converter so a fresh clone checks every cell against it.
 SEED = REPO / "results" / "reference" / "ddl_benchmarks_results_2020-05-29.md"
-README = f"# Title\n\nintro text\n\n{plot.BEGIN}\nold generated text\n{plot.END}\n\n## After\nkept\n"
+README = f"# Title\n\nintro text\n\n{generate.BEGIN}\nold generated text\n{generate.END}\n\n## After\nkept\n"
 
 
 def digest(directory: Path) -> dict:
@@ -30,7 +30,7 @@ def digest(directory: Path) -> dict:
 def reference_report(tmp_path_factory):
     root = tmp_path_factory.mktemp("ref")
     (root / "README.md").write_text(README)
-    assert plot.cli([str(REFERENCE), "--images", str(root / "images"),
+    assert generate.cli([str(REFERENCE), "--images", str(root / "images"),
                      "--readme", str(root / "README.md")]) == 0
     return root
 
@@ -105,15 +105,15 @@ def test_nine_method_charts_and_their_csvs(reference_report):
 
 def test_readme_only_the_marked_section_changes_and_rerun_is_idempotent(reference_report):
     text = (reference_report / "README.md").read_text()
-    head, rest = text.split(plot.BEGIN + "\n", 1)
-    section, tail = rest.split(plot.END, 1)
+    head, rest = text.split(generate.BEGIN + "\n", 1)
+    section, tail = rest.split(generate.END, 1)
     assert head == "# Title\n\nintro text\n\n" and tail == "\n\n## After\nkept\n"
     assert "old generated text" not in section
     assert "![ddl-benchmarks-2020-05-29-resnet50-10gbe](images/ddl-benchmarks-2020-05-29-resnet50-10gbe.png)" in section
 
     before = digest(reference_report / "images")
     mtimes = {p: p.stat().st_mtime_ns for p in reference_report.rglob("*")}
-    assert plot.cli([str(REFERENCE), "--images", str(reference_report / "images"),
+    assert generate.cli([str(REFERENCE), "--images", str(reference_report / "images"),
                      "--readme", str(reference_report / "README.md")]) == 0
     assert (reference_report / "README.md").read_text() == text
     assert digest(reference_report / "images") == before
@@ -132,10 +132,10 @@ def test_a_second_process_writes_byte_identical_files(reference_report, tmp_path
 def test_missing_markers_is_an_error_and_nothing_is_written(tmp_path, capsys):
     readme = tmp_path / "README.md"
     readme.write_text("# Title\nno markers here\n")
-    code = plot.cli([str(REFERENCE), "--images", str(tmp_path / "images"), "--readme", str(readme)])
+    code = generate.cli([str(REFERENCE), "--images", str(tmp_path / "images"), "--readme", str(readme)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err
-    assert err.startswith(f"fleetbench report: {readme}: expected one line '{plot.BEGIN}'")
+    assert err.startswith(f"fleetbench report: {readme}: expected one line '{generate.BEGIN}'")
     assert readme.read_text() == "# Title\nno markers here\n"
     assert not (tmp_path / "images").exists()
 
@@ -146,7 +146,7 @@ def test_invalid_record_stops_report_with_file_and_line(tmp_path, capsys):
     bad = measured(2, 12.0)
     del bad["metrics"]["unit"]
     path.write_text(results.dumps(good) + "\n" + results.dumps(bad) + "\n")
-    assert plot.cli([str(path), "--images", str(tmp_path / "images")]) == 2
+    assert generate.cli([str(path), "--images", str(tmp_path / "images")]) == 2
     assert capsys.readouterr().err.strip() == \
         f"fleetbench report: {path}:2: metrics.unit: missing (expected one of " \
         f"{', '.join(results.UNITS)})"
@@ -172,7 +172,7 @@ def test_measured_report_labels_efficiency_from_measured_baseline(tmp_path, caps
     path = tmp_path / "runs.jsonl"
     for record in records:
         results.append(str(path), record)
-    assert plot.cli([str(path), "--images", str(tmp_path / "images")]) == 0
+    assert generate.cli([str(path), "--images", str(tmp_path / "images")]) == 0
     markdown = capsys.readouterr().out
     # 79 / (2 x 42) = 0.94: the baseline is the mean of this file's own 1-device runs
     assert "| — | allreduce | 42 ± 2.828 n=2 | 79 ± 1.414 (1.88x, 94%) n=2 +1 failed |" in markdown
@@ -210,7 +210,7 @@ def test_report_json_gives_two_versions_by_two_batch_sizes_as_four_groups(tmp_pa
         for batch in (8, 16):
             for seed in (1, 2):  # repeats differ in seed only
                 results.append(str(path), versioned(1, base + batch + seed, version, batch, seed))
-    assert plot.cli([str(path), "--json", "--images", str(tmp_path / "images")]) == 0
+    assert generate.cli([str(path), "--json", "--images", str(tmp_path / "images")]) == 0
     groups = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert sorted((g["paddle"].split()[0], g["config"]["batch_size"], g["n"], g["mean"], g["unit"])
                   for g in groups) == [("2.6.2", 8, 2, 49.5, "images/s"),
@@ -228,7 +228,7 @@ def test_two_paddle_versions_are_side_by_side_in_table_chart_and_csv(tmp_path, c
     for version, speed in (("2.6.2", 40.0), ("3.3.1", 60.0)):
         for world, factor in ((1, 1.0), (2, 1.5)):
             results.append(str(path), versioned(world, speed * factor, version))
-    assert plot.cli([str(path), "--images", str(tmp_path / "images")]) == 0
+    assert generate.cli([str(path), "--images", str(tmp_path / "images")]) == 0
     markdown = capsys.readouterr().out
     assert "| Network | Method | Paddle | 1 device | 2 devices |" in markdown
     # each version scales against its own 1-device run: 60/40 and 90/60, both 1.50x

@@ -17,14 +17,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 import util
 from util import PYTHON, REPO, env, records, wait_for
 
 from datasets import criteo, word2vec
-from fleetbench.cluster import procs
-from fleetbench.cluster.job import LAUNCHER_PORT_RANGE
-from fleetbench.cluster.procs import job_pids
+from fleetbench.job import procs
+from fleetbench.job.paddle_launch import LAUNCHER_PORT_RANGE
+from fleetbench.job.procs import job_pids
 from fleetbench.measure import metrics
 from fleetbench.train.ps import scratch
 

@@ -9,11 +9,10 @@ import sys
 import threading
 
 import pytest
-
 from util import PYTHON, REPO, env, wait_for
 
 from datasets import criteo
-from fleetbench.cluster import procs
+from fleetbench.job import procs
 from fleetbench.measure import config
 from fleetbench.train import ps
 from fleetbench.train.ps import data, paddle26, roles, scratch
@@ -53,7 +52,10 @@ def test_config_refuses_sync_with_the_reason_and_bad_values_by_name():
 
 
 def test_presets_resolve():
-    from parameter_server import ctr, word2vec  # a namespace package: the scripts import without paddle
+    from parameter_server import (  # a namespace package: the scripts import without paddle
+        ctr,
+        word2vec,
+    )
     tiny = config.build("ctr", ctr.CTRConfig, "tiny")
     assert tiny.batch_size == 32 and tiny.data.num_workers == 1 and tiny.mode == "async"
     full = config.build("ctr", ctr.CTRConfig, "full")

@@ -3,7 +3,6 @@ import json
 import os
 
 import pytest
-
 from util import fleetrun, rank_summaries, records, run_script
 
 from fleetbench.measure import metrics

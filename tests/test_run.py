@@ -5,7 +5,6 @@ import json
 import re
 
 import pytest
-
 from util import REPO, records, run_script
 
 from fleetbench.measure import config, metrics, registry, results
@@ -32,7 +31,9 @@ def test_the_script_says_so_in_one_line_and_exits_2(tmp_path):
 
 
 def make_run(tmp_path, family="collective", name="resnet50"):
-    from collective import resnet50  # a namespace package: the script imports without running
+    from collective import (
+        resnet50,  # a namespace package: the script imports without running
+    )
     from parameter_server import ctr
     cls = resnet50.ResNet50Config if family == "collective" else ctr.CTRConfig
     script = REPO / registry.BENCHMARKS[name].script

@@ -8,10 +8,11 @@ import subprocess
 
 import pytest
 import yaml
-
-from fleetbench.cluster import netem, slurm, slurmd
-from fleetbench.cluster.hosts import HostsError
 from util import PYTHON, REPO, cluster_name, env, records
+
+from fleetbench.emulate import netem, slurmd
+from fleetbench.engines import slurm
+from fleetbench.hosts.hostlist import HostsError
 
 
 @pytest.mark.parametrize("text, names", [
@@ -103,7 +104,7 @@ def test_the_script_runs_a_two_node_sweep_through_srun(tmp_path):
     assert sorted(c[:5] for c in calls) == [
         ["--nodes=1", "--ntasks=1", f"--nodelist=127.0.0.{i}", "--cpus-per-task=2", "--kill-on-bad-exit=1"]
         for i in (1, 2)]
-    assert all(c[6:9] == [PYTHON, "-m", "fleetbench.cluster.agent"] for c in calls)
+    assert all(c[6:9] == [PYTHON, "-m", "fleetbench.hosts.agent"] for c in calls)
     assert (tmp_path / "log" / "sweep-cluster-77").is_dir()
 
 

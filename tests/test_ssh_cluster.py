@@ -11,9 +11,10 @@ import subprocess
 
 import pytest
 import yaml
-
-from fleetbench.cluster import netem, remote, sshd
 from util import PYTHON, REPO, cluster_name, env, records
+
+from fleetbench.emulate import netem, sshd
+from fleetbench.hosts import remote
 
 PROBLEM = sshd.requirements_problem()
 needs_sshd = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")

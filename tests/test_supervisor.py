@@ -12,13 +12,14 @@ import signal
 import subprocess
 import uuid
 
-from fleetbench.cluster import procs, supervisor
-from fleetbench.cluster.ranks import read_events
 from util import PYTHON, env, records
+
+from fleetbench.job import procs, supervisor
+from fleetbench.job.ranks import read_events
 
 STANDIN_PS = """\
 import os, signal, sys, time
-from fleetbench.cluster import rankwrap
+from fleetbench.job import rankwrap
 from fleetbench.measure import results
 role, rank = rankwrap.rank_identity(os.environ)
 if role == "server":

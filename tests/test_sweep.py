@@ -7,10 +7,13 @@ import uuid
 
 import pytest
 import yaml
-
-from fleetbench.cluster import failure, netem, procs, remote, sweep, sweep_spec
-from fleetbench.measure import registry
 from util import PYTHON, env, records, wait_for
+
+from fleetbench.emulate import netem
+from fleetbench.hosts import remote
+from fleetbench.job import failure, procs
+from fleetbench.measure import registry
+from fleetbench.sweep import runner, sweepfile
 
 TINY = {"steps": 4, "warmup_steps": 1, "log_every": 1}  # resnet50 tiny, cut to seconds
 
@@ -23,7 +26,7 @@ def _spec(*cells, **top):
 # sweep files -> cells (pure)
 
 def test_axes_expand_to_their_product_in_file_order():
-    cells = sweep_spec.expand(_spec({"benchmark": "resnet50", "preset": "tiny", "devices_per_node": [1, 2],
+    cells = sweepfile.expand(_spec({"benchmark": "resnet50", "preset": "tiny", "devices_per_node": [1, 2],
                                 "set": {"batch_size": [4, 8]}}))
     assert [(c.devices_per_node, c.sets) for c in cells] == [
         (1, ("batch_size=4",)), (1, ("batch_size=8",)), (2, ("batch_size=4",)), (2, ("batch_size=8",))]
@@ -33,7 +36,7 @@ def test_axes_expand_to_their_product_in_file_order():
 
 
 def test_method_network_and_top_level_knobs():
-    (a, b) = sweep_spec.expand(_spec({"benchmark": "resnet50", "method": "mgwfbp", "network": ["1gbe", "10gbe"],
+    (a, b) = sweepfile.expand(_spec({"benchmark": "resnet50", "method": "mgwfbp", "network": ["1gbe", "10gbe"],
                                  "startup": 90}, repeats=2, timeout=60))
     assert (a.network, a.nodes, a.world_size, a.repeats, a.timeout) == ("1gbe", 2, 2, 2, 60.0)
     assert (a.stall, a.startup) == (300.0, 90.0)
@@ -44,11 +47,11 @@ def test_method_network_and_top_level_knobs():
 def test_ps_cells_pair_servers_and_workers(tmp_path):
     (tmp_path / "parameter_server").mkdir()
     (tmp_path / "parameter_server" / "ctr.py").write_text("")
-    cells = sweep_spec.expand(_spec({"benchmark": "ctr", "preset": "tiny", "method": ["async", "geo"],
+    cells = sweepfile.expand(_spec({"benchmark": "ctr", "preset": "tiny", "method": ["async", "geo"],
                                 "servers_workers": ["1/1", "2/2"]}), root=tmp_path)
     assert [(c.mode, c.method, c.servers, c.workers, c.world_size) for c in cells] == [
         ("ps", "async", 1, 1, 1), ("ps", "async", 2, 2, 2), ("ps", "geo", 1, 1, 1), ("ps", "geo", 2, 2, 2)]
-    assert cells[1].sets == (f"{sweep_spec.METHOD_KEY['ps']}=async",) and cells[1].label() == "ctr tiny ps async 2s/2w"
+    assert cells[1].sets == (f"{sweepfile.METHOD_KEY['ps']}=async",) and cells[1].label() == "ctr tiny ps async 2s/2w"
 
 
 @pytest.mark.parametrize("cell, fragment", [
@@ -65,30 +68,30 @@ def test_ps_cells_pair_servers_and_workers(tmp_path):
     ({"benchmark": "resnet50", "mode": "ps", "servers_workers": "2"}, "servers_workers '2'"),
 ])
 def test_bad_cells_name_the_cell_and_key(cell, fragment):
-    with pytest.raises(sweep_spec.SweepError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
-        sweep_spec.expand(_spec(cell), "s.yaml")
+    with pytest.raises(sweepfile.SweepError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
+        sweepfile.expand(_spec(cell), "s.yaml")
 
 
 def test_bad_sweep_files(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("cells: [\n")
-    with pytest.raises(sweep_spec.SweepError, match="bad.yaml: not valid YAML"):
-        sweep_spec.load_spec(str(bad))
+    with pytest.raises(sweepfile.SweepError, match="bad.yaml: not valid YAML"):
+        sweepfile.load_spec(str(bad))
     bad.write_text("repeat: 3\ncells: [{benchmark: resnet50}]\n")
-    with pytest.raises(sweep_spec.SweepError, match="unknown key 'repeat'"):
-        sweep_spec.load_spec(str(bad))
+    with pytest.raises(sweepfile.SweepError, match="unknown key 'repeat'"):
+        sweepfile.load_spec(str(bad))
     bad.write_text("cells: []\n")
-    with pytest.raises(sweep_spec.SweepError, match="non-empty list `cells`"):
-        sweep_spec.load_spec(str(bad))
+    with pytest.raises(sweepfile.SweepError, match="non-empty list `cells`"):
+        sweepfile.load_spec(str(bad))
     bad.write_bytes(b"\xff\xfe\x00c\x00e\x00l\x00l\x00s")  # UTF-16, say: not a YAML text file
-    with pytest.raises(sweep_spec.SweepError, match=r"bad.yaml: not a text file \(byte 0 is not UTF-8\)"):
-        sweep_spec.load_spec(str(bad))
+    with pytest.raises(sweepfile.SweepError, match=r"bad.yaml: not a text file \(byte 0 is not UTF-8\)"):
+        sweepfile.load_spec(str(bad))
 
 
 def test_a_binary_sweep_file_is_one_line_naming_it(tmp_path, capsys):
     bad = tmp_path / "binary.yaml"
     bad.write_bytes(bytes(range(256)))
-    assert sweep.cli([str(bad), "--results", str(tmp_path / "r.jsonl")]) == 2
+    assert runner.cli([str(bad), "--results", str(tmp_path / "r.jsonl")]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"fleetbench sweep: error: {bad}: not a text file")
 
@@ -96,7 +99,7 @@ def test_a_binary_sweep_file_is_one_line_naming_it(tmp_path, capsys):
 def test_an_unwritable_results_path_stops_the_sweep_before_anything_runs(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = _write(tmp_path, _spec({"benchmark": "resnet50", "preset": "tiny"}))
-    assert sweep.cli([spec, "--results", "/proc/forbidden/r.jsonl"]) == 2
+    assert runner.cli([spec, "--results", "/proc/forbidden/r.jsonl"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("fleetbench sweep: error: --results /proc/forbidden/r.jsonl: cannot create files in /proc")
     assert os.listdir(tmp_path) == ["s.yaml"]  # no log directory: nothing ran
@@ -117,28 +120,28 @@ def test_a_store_that_fails_during_the_sweep_is_one_line_naming_it(tmp_path):
 def test_run_key_ignores_runtime_and_what_the_network_could_not_apply():
     net = netem.network_dict(netem.shaping_from(None, "1gbit", "1ms"), 2)
     net_missing = netem.network_dict(netem.shaping_from(None, "1gbit", "1ms"), 2, ["delay 1 ms: no netem"])
-    k = sweep_spec.run_key("b", "tiny", {"lr": 1, "runtime": {"threads": 2}}, "collective", 2, 2, net)
-    assert k == sweep_spec.run_key("b", "tiny", {"lr": 1}, "collective", 2, 2, net_missing)
-    assert k != sweep_spec.run_key("b", "tiny", {"lr": 2}, "collective", 2, 2, net)
-    assert k != sweep_spec.run_key("b", "tiny", {"lr": 1}, "collective", 2, 2, netem.network_dict(netem.shaping_from("10gbe"), 2))
-    assert k != sweep_spec.run_key("b", "tiny", {"lr": 1}, "collective", 1, 2, net)
+    k = sweepfile.run_key("b", "tiny", {"lr": 1, "runtime": {"threads": 2}}, "collective", 2, 2, net)
+    assert k == sweepfile.run_key("b", "tiny", {"lr": 1}, "collective", 2, 2, net_missing)
+    assert k != sweepfile.run_key("b", "tiny", {"lr": 2}, "collective", 2, 2, net)
+    assert k != sweepfile.run_key("b", "tiny", {"lr": 1}, "collective", 2, 2, netem.network_dict(netem.shaping_from("10gbe"), 2))
+    assert k != sweepfile.run_key("b", "tiny", {"lr": 1}, "collective", 1, 2, net)
 
 
 
 def test_runs_under_another_paddle_are_another_experiment(tmp_path):
     # `make versions` may store both Paddles' runs of one cell in one file: a sweep under 3.3.1
     # must neither count 2.6.2's runs as done (it would skip its own) nor summarise them with its own.
-    demo = os.path.join(sweep_spec.REPO_ROOT, "results", "kvm-2vcpu-paddle2.6.2-demo.jsonl")
+    demo = os.path.join(sweepfile.REPO_ROOT, "results", "kvm-2vcpu-paddle2.6.2-demo.jsonl")
     (base,) = [r for r in records(demo) if r["benchmark"] == "resnet50" and r["world_size"] == 1][:1]
     store = tmp_path / "runs.jsonl"
     with open(store, "w") as f:
         for i, version in enumerate(["2.6.2", "2.6.2", "3.3.1"]):
             env_block = dict(base["env"], paddle=dict(base["env"]["paddle"], version=version))
             f.write(json.dumps(dict(base, id=f"run{i}", env=env_block)) + "\n")
-    (cell,) = sweep_spec.expand(_spec({"benchmark": "resnet50", "preset": "tiny"}, repeats=2), "s.yaml")
+    (cell,) = sweepfile.expand(_spec({"benchmark": "resnet50", "preset": "tiny"}, repeats=2), "s.yaml")
     counts = {}
     for version in ("2.6.2", "3.3.1", None):
-        s = sweep.Sweep([cell], str(store), str(tmp_path / "log"), out=open(os.devnull, "w"), paddle=version)
+        s = runner.Sweep([cell], str(store), str(tmp_path / "log"), out=open(os.devnull, "w"), paddle=version)
         s.configs[(cell.script, cell.preset, cell.sets)] = base["config"]
         counts[version] = s.plan()[0][1]
         if version == "3.3.1":
@@ -147,10 +150,10 @@ def test_runs_under_another_paddle_are_another_experiment(tmp_path):
     assert counts == {"2.6.2": 2, "3.3.1": 1, None: 2}  # None (a remote Python): any version, capped at repeats
 
 def test_progress_line():
-    (cell,) = sweep_spec.expand(_spec({"benchmark": "resnet50", "preset": "tiny"}))
-    assert sweep.progress_line(2, 5, cell, 1, 75, 130) == (
+    (cell,) = sweepfile.expand(_spec({"benchmark": "resnet50", "preset": "tiny"}))
+    assert runner.progress_line(2, 5, cell, 1, 75, 130) == (
         "cell 2/5 resnet50 tiny collective 1x1 repeat 1/3 | elapsed 1m15s ETA 2m10s")
-    assert sweep.progress_line(1, 5, cell, 1, 0, None).endswith("elapsed 0s ETA ?")
+    assert runner.progress_line(1, 5, cell, 1, 0, None).endswith("elapsed 0s ETA ?")
 
 
 def _state(nodes, shaping="1gbe"):
@@ -164,11 +167,11 @@ def _netns_launches(cell, state, base_env):
     """The launchers of the netns executor for one run of `cell` (as the sweep starts them)."""
     network = netem.network_dict(netem.Shaping(**state["shaping"]), cell.nodes, state["not_applied"])
     ex = remote.emulated_executor(remote.HostOptions(executor="netns"), state, "fb")
-    return ex.launches(remote.cell_job(cell, "/r.jsonl"), "/L", sweep.emulated_env(cell, base_env, network), "j1"), network
+    return ex.launches(remote.cell_job(cell, "/r.jsonl"), "/L", runner.emulated_env(cell, base_env, network), "j1"), network
 
 
 def test_collective_nodes_each_run_a_launcher_in_their_namespace():
-    (cell,) = sweep_spec.expand(_spec({"benchmark": "resnet50", "preset": "tiny", "network": "1gbe", "nodes": 2,
+    (cell,) = sweepfile.expand(_spec({"benchmark": "resnet50", "preset": "tiny", "network": "1gbe", "nodes": 2,
                                   "devices_per_node": 1}))
     launches, network = _netns_launches(cell, _state(2), {"PATH": "/bin"})
     assert [l.name for l in launches] == ["10.77.0.1", "10.77.0.2"] and network["profile"] == "1gbe"
@@ -190,7 +193,7 @@ def test_collective_nodes_each_run_a_launcher_in_their_namespace():
 def test_ps_servers_and_workers_spread_over_nodes(tmp_path):
     (tmp_path / "parameter_server").mkdir()
     (tmp_path / "parameter_server" / "ctr.py").write_text("")
-    (cell,) = sweep_spec.expand(_spec({"benchmark": "ctr", "method": "async", "servers_workers": "1/3",
+    (cell,) = sweepfile.expand(_spec({"benchmark": "ctr", "method": "async", "servers_workers": "1/3",
                                   "network": "10gbe", "nodes": 2}), root=tmp_path)
     launches, _ = _netns_launches(cell, _state(2, "10gbe"), {})
     assert len(launches) == 2
@@ -206,7 +209,7 @@ def test_ps_servers_and_workers_spread_over_nodes(tmp_path):
 
 
 def shipped_sweeps() -> list:
-    return sorted(f for f in os.listdir(sweep_spec.SWEEP_DIR) if f.endswith(".yaml"))
+    return sorted(f for f in os.listdir(sweepfile.SWEEP_DIR) if f.endswith(".yaml"))
 
 
 def test_every_shipped_sweep_expands_to_registered_benchmarks():
@@ -216,10 +219,10 @@ def test_every_shipped_sweep_expands_to_registered_benchmarks():
     assert "demo.yaml" in names
     problems = []
     for name in names:
-        path = os.path.join(sweep_spec.SWEEP_DIR, name)
+        path = os.path.join(sweepfile.SWEEP_DIR, name)
         try:
-            cells = sweep_spec.expand(sweep_spec.load_spec(path), path)
-        except sweep_spec.SweepError as e:
+            cells = sweepfile.expand(sweepfile.load_spec(path), path)
+        except sweepfile.SweepError as e:
             problems.append(str(e))
             continue
         assert cells, name

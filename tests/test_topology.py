@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from fleetbench.machine import topology
-from fleetbench.machine.topology import TopologyError, analyse, link_score, parse, parse_gpu_list
+from fleetbench.machine.topology import (
+    TopologyError,
+    analyse,
+    link_score,
+    parse,
+    parse_gpu_list,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "topo"

@@ -1,14 +1,14 @@
-"""Whom a failed or hung job's report blames (fleetbench.cluster.verdict, on ranks as the
+"""Whom a failed or hung job's report blames (fleetbench.job.verdict, on ranks as the
 supervisor would have observed them), and the /proc facts it observes them with."""
 import os
 import signal
 import subprocess
 import time
 
-from fleetbench.cluster import procs, verdict
-from fleetbench.cluster.ranks import Rank
 from util import PYTHON, wait_for
 
+from fleetbench.job import procs, verdict
+from fleetbench.job.ranks import Rank
 
 GLOO_TIMEOUT = "terminate called after throwing an instance of 'gloo::TimeoutException'"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetbench.cluster.job import LAUNCHER_PORT_RANGE
+from fleetbench.job.paddle_launch import LAUNCHER_PORT_RANGE
 from fleetbench.train.capability import ps_missing
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,7 +41,7 @@ def env(**extra) -> dict:
 def _run(cmd, timeout, env_extra) -> subprocess.CompletedProcess:
     """Run a job; on timeout kill every process tagged with its job id (Paddle's launcher starts
     each rank in a session of its own, so killing the launcher alone would leave ranks running)."""
-    from fleetbench.cluster.procs import job_pids
+    from fleetbench.job.procs import job_pids
 
     job_id = uuid.uuid4().hex
     try:

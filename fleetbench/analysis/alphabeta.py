@@ -86,7 +86,9 @@ def fit_rows(rows: list[dict], ranks: int) -> tuple[float, float]:
     """(alpha_us, bandwidth_GBps) of all_reduce rows of a comm record, by the comm benchmark's own
     fit (measure.comm.fit_alpha_beta: least squares on relative errors); rows of other ops or
     with a wrong result are left out."""
-    from fleetbench.measure.comm import fit_alpha_beta  # numpy only; one fit for both tools
+    from fleetbench.comm.opmath import (
+        fit_alpha_beta,  # numpy only; one fit for both tools
+    )
 
     if ranks < 2:
         raise FitError(f"a fit needs at least 2 ranks (got {ranks})")

@@ -213,7 +213,9 @@ def known_rate(network: str | None, comm: list[CommCell], cells: list[Cell] = ()
     for item in list(comm) + list(cells):
         if item.network == network and item.rate_gbit:
             return item.rate_gbit
-    from fleetbench.cluster.netem import PROFILES  # stdlib-only module: the profile table
+    from fleetbench.emulate.netem import (
+        PROFILES,  # stdlib-only module: the profile table
+    )
 
     rate = PROFILES.get(network or "")
     return rate / 1e9 if rate else None

@@ -18,8 +18,16 @@ import uuid
 
 from fleetbench.measure import experiment, registry
 from fleetbench.measure.experiment import Experiment
-from fleetbench.measure.schema import (CONTROL, MODES, SCHEMA, SINGLE, SOURCE_KINDS,  # noqa: F401
-                                       UNITS, RecordError, validate)
+from fleetbench.measure.schema import (  # noqa: F401
+    CONTROL,
+    MODES,
+    SCHEMA,
+    SINGLE,
+    SOURCE_KINDS,
+    UNITS,
+    RecordError,
+    validate,
+)
 from fleetbench.measure.timing import summarize
 
 RESULT_PREFIX = "FLEETBENCH_RESULT "
@@ -49,9 +57,9 @@ def network_from_env() -> dict | None:
 
 def launch_from_env() -> dict | None:
     """The `launch` block (executor, hosts in rank order of nodes) that whoever started the job
-    put in FLEETBENCH_LAUNCH (fleetbench.cluster.executors), or None (a script run by hand); a
+    put in FLEETBENCH_LAUNCH (fleetbench.hosts.executors), or None (a script run by hand); a
     second attempt after a failed rendezvous adds `attempt` and `retried_after` (FLEETBENCH_ATTEMPT,
-    fleetbench.cluster.job)."""
+    fleetbench.job.paddle_launch)."""
     launch = _object_from_env("FLEETBENCH_LAUNCH")
     attempt = _object_from_env("FLEETBENCH_ATTEMPT")
     return dict(launch, **attempt) if launch is not None and attempt else launch
@@ -92,7 +100,10 @@ def make_record(*, benchmark: str, mode: str, method: str, preset: str | None, c
 
 
 def _collect_env() -> tuple[dict, dict | None]:
-    from fleetbench.machine import env, topology  # lazy: collecting the environment runs tools
+    from fleetbench.machine import (  # lazy: collecting the environment runs tools
+        env,
+        topology,
+    )
     return env.collect(), topology.detect_for_record()
 
 

@@ -24,9 +24,9 @@ import paddle
 import paddle.distributed as dist
 
 from fleetbench.measure import config, metrics
-from fleetbench.train import run
 from fleetbench.measure.timing import WindowTimer, log_line
-from fleetbench.train import evaluate, loop, methods
+from fleetbench.train import evaluate, loop, methods, run
+
 
 @dataclasses.dataclass
 class EpochConfig(config.CollectiveConfig):

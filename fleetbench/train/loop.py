@@ -17,9 +17,8 @@ from paddle.distributed import fleet
 
 import fleetbench
 from fleetbench.measure import metrics
-from fleetbench.train import run
 from fleetbench.measure.timing import WindowTimer, log_line
-from fleetbench.train import capability, methods
+from fleetbench.train import capability, methods, run
 
 
 @dataclasses.dataclass(kw_only=True)

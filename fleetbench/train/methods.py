@@ -19,7 +19,9 @@ import paddle
 import paddle.distributed as dist
 from paddle.distributed import fleet
 
-from fleetbench.measure.schema import CONTROL  # a measurement control, never a training result
+from fleetbench.measure.schema import (
+    CONTROL,  # a measurement control, never a training result
+)
 from fleetbench.train import capability
 from fleetbench.train.amp import Precision
 

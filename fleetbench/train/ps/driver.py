@@ -15,8 +15,7 @@ from typing import Callable, Optional
 import fleetbench
 from fleetbench.measure import auc as auc_metric
 from fleetbench.measure import config, metrics
-from fleetbench.train import run
-from fleetbench.train import capability
+from fleetbench.train import capability, run
 from fleetbench.train.ps import data, gloo, paddle26, roles, scratch
 from fleetbench.train.ps.meter import StepMeter
 from fleetbench.train.ps.paddle26 import Quiet, say

@@ -1,12 +1,12 @@
 """`fleetbench sweep FILE.yaml | --preset NAME`: a matrix of benchmark runs, one at a time.
 
-The sweep file and its cells: fleetbench.cluster.sweep_spec. Every cell's config is resolved with
+The sweep file and its cells: fleetbench.sweep.sweepfile. Every cell's config is resolved with
 the benchmark's own `--check` before anything runs, so a bad key fails the sweep at once, naming
 it; so does a results file that cannot be written. Cells whose repeats are already in the results
 file are skipped, which is how an interrupted sweep resumes. A failed run is stored (error set)
 and the sweep goes on; failed runs are run again on resume. Each run is a supervised job
-(fleetbench.cluster.job), with the same fault reports as `fleetbench launch`. Network cells and
-sweeps on hosts start one launcher per node through an executor (fleetbench.cluster.remote).
+(fleetbench.job.paddle_launch), with the same fault reports as `fleetbench launch`. Network cells and
+sweeps on hosts start one launcher per node through an executor (fleetbench.hosts.remote).
 """
 import argparse
 import dataclasses
@@ -16,13 +16,25 @@ import signal
 import sys
 import time
 
-from fleetbench.cluster import executors, failure, job, netem, preflight, remote, sshd
-from fleetbench.cluster.hosts import HostsError
-from fleetbench.cluster.sweep_spec import (METHOD_KEY, REPO_ROOT, SWEEP_DIR, SweepError, cell_key, expand,
-                                           load_spec, planned_network, record_key, record_paddle,
-                                           sweep_path)
+from fleetbench.emulate import netem, sshd
+from fleetbench.hosts import executors, remote
+from fleetbench.hosts.hostlist import HostsError
+from fleetbench.job import failure, paddle_launch, preflight
 from fleetbench.machine import env as machine_env
 from fleetbench.measure import registry, results
+from fleetbench.sweep.sweepfile import (
+    METHOD_KEY,
+    REPO_ROOT,
+    SWEEP_DIR,
+    SweepError,
+    cell_key,
+    expand,
+    load_spec,
+    planned_network,
+    record_key,
+    record_paddle,
+    sweep_path,
+)
 
 
 def duration(seconds):
@@ -108,7 +120,7 @@ def shared_threads(cell):
 def emulated_env(cell, base_env, network):
     """The environment of a run on the emulated cluster: its network, and an equal share of this
     machine's cores as threads unless the user chose a count."""
-    env = job.child_env(base_env, {"FLEETBENCH_NETWORK": json.dumps(network)})
+    env = paddle_launch.child_env(base_env, {"FLEETBENCH_NETWORK": json.dumps(network)})
     if "FLEETBENCH_OMP_THREADS" not in env:
         env.update(FLEETBENCH_OMP_THREADS=str(shared_threads(cell)),
                    FLEETBENCH_OMP_THREADS_BY="fleetbench sweep: equal share of cores across emulated nodes")
@@ -118,12 +130,12 @@ def emulated_env(cell, base_env, network):
 def local_launch(cell, log_dir, results_path, base_env):
     flags = (["--server_num", str(cell.servers), "--trainer_num", str(cell.workers)] if cell.mode == "ps"
              else ["--nproc_per_node", str(cell.devices_per_node)])
-    env = job.child_env(base_env, dict(executors.local_env(), FLEETBENCH_NODES="1"))
-    return [job.NodeLaunch.paddle(flags, log_dir, cell.script, cell.script_args(results_path), env)]
+    env = paddle_launch.child_env(base_env, dict(executors.local_env(), FLEETBENCH_NODES="1"))
+    return [paddle_launch.NodeLaunch.paddle(flags, log_dir, cell.script, cell.script_args(results_path), env)]
 
 
 class Sweep:
-    def __init__(self, cells, results_path, log_root, out=sys.stdout, cluster_prefix=netem.DEFAULT_PREFIX,
+    def __init__(self, cells, results_path, log_root, *, out=sys.stdout, cluster_prefix=netem.DEFAULT_PREFIX,
                  hosts=None, cluster_subnet=None, paddle=None):
         self.cells, self.results_path, self.log_root, self.out = cells, os.path.abspath(results_path), log_root, out
         self.paddle = paddle  # the Paddle version the runs use; None: not known here (remote Python)
@@ -194,7 +206,7 @@ class Sweep:
     def run_one(self, i, cell, repeat, base_env):
         log_dir = os.path.join(self.log_root, f"cell{i:02d}-r{repeat}-{time.strftime('%H%M%S')}")
         before = len(self.runs_of(cell))
-        limits = job.Limits(timeout=cell.timeout, stall=cell.stall, startup=cell.startup)
+        limits = paddle_launch.Limits(timeout=cell.timeout, stall=cell.stall, startup=cell.startup)
         try:
             outcome, network, launch = self.execute(cell, log_dir, base_env, limits)
         except (netem.ClusterError, HostsError) as e:
@@ -220,7 +232,7 @@ class Sweep:
     def execute(self, cell, log_dir, base_env, limits):
         """Run one repeat of `cell`: (Outcome, the network it ran on or None, its launch block)."""
         if not (cell.network or self.hosts.real_hosts()):
-            outcome = job.supervise(
+            outcome = paddle_launch.supervise(
                 lambda dir_, extra, _job_id: local_launch(cell, dir_, self.results_path, dict(base_env, **extra)),
                 log_dir, limits, say=self.say)
             return outcome, None, executors.local_block()
@@ -308,7 +320,7 @@ def prepare(args):
     sweep = Sweep(cells, args.results, args.log_dir or os.path.join("log", f"sweep-{name}"),
                   cluster_prefix=args.cluster_name, hosts=hosts, cluster_subnet=args.cluster_subnet,
                   paddle=None if hosts.python else local_paddle())
-    sweep.resolve_configs(job.child_env())
+    sweep.resolve_configs(paddle_launch.child_env())
     return sweep
 
 

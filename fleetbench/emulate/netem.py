@@ -34,11 +34,30 @@ import sys
 import threading
 import uuid
 
-from fleetbench.cluster import netem_state
-from fleetbench.cluster.netem_plan import (
-    DEFAULT_PREFIX, DEFAULT_SUBNET, PROFILES, Layout, Shaping, describe_link, first_free_subnet,
-    hosts_file, network_dict, parse_qdiscs, plan_layout, shaping_commands, shaping_from, subnet_users)
-from fleetbench.cluster.netem_state import NETNS_ETC, ClusterError, load_state, run, state_path
+from fleetbench.emulate import netem_state
+from fleetbench.emulate.netem_plan import (
+    DEFAULT_PREFIX,
+    DEFAULT_SUBNET,
+    PROFILES,
+    Layout,
+    Shaping,
+    describe_link,
+    first_free_subnet,
+    hosts_file,
+    network_dict,
+    parse_qdiscs,
+    plan_layout,
+    shaping_commands,
+    shaping_from,
+    subnet_users,
+)
+from fleetbench.emulate.netem_state import (
+    NETNS_ETC,
+    ClusterError,
+    load_state,
+    run,
+    state_path,
+)
 
 DELETE_ORDER = {"link": 0, "netns": 1, "etc": 2}  # a host veth end takes its peer with it
 

@@ -16,7 +16,7 @@ import os
 import subprocess
 import tempfile
 
-from fleetbench.cluster.netem_plan import DEFAULT_PREFIX, Layout
+from fleetbench.emulate.netem_plan import DEFAULT_PREFIX, Layout
 
 NETNS_ETC = "/etc/netns"  # per-namespace configuration files that `ip netns exec` mounts
 MARK = "fleetbench-cluster"

@@ -16,9 +16,14 @@ import os
 import sys
 
 from fleetbench.measure import results
-from fleetbench.analysis import explain
-from fleetbench.report import arch, charts, convergence, tables
-from fleetbench.report import comm as comm_report
+from fleetbench.report import (
+    allreduce_vs_ps,
+    bandwidth,
+    charts,
+    convergence,
+    explain,
+    tables,
+)
 from fleetbench.report.output import save_chart, write_if_changed
 
 BEGIN = "<!-- fleetbench:results:begin -->"
@@ -82,7 +87,7 @@ def run(paths, images_dir, readme=None, title="Results") -> list[str]:
     section = tables.report_markdown(title, planned, links, list(paths), len(records))
     # sections of their own: comm records, models trained both ways (AllReduce vs PS), accuracy
     # against time, and why multi-device cells are not N times faster
-    for module in (comm_report, arch, convergence, explain):
+    for module in (bandwidth, allreduce_vs_ps, convergence, explain):
         more, files = module.section(
             records, images_dir, lambda png: os.path.relpath(os.path.abspath(png), base).replace(os.sep, "/"))
         section += f"\n{more}" if more else ""

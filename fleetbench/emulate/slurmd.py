@@ -21,7 +21,8 @@ import sys
 import time
 import zlib
 
-from fleetbench.cluster import netem, netem_state, procs, sshd
+from fleetbench.emulate import netem, netem_state, sshd
+from fleetbench.job import procs
 
 DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd")
 CGROUPS = "cpuset memory freezer devices cpu cpuacct pids"

@@ -14,7 +14,7 @@ Paddle ranks have background threads, so a rank blocked in Python still uses ~0.
 """
 import time
 
-from fleetbench.cluster.ranks import COLLECTIVE_TIMEOUT
+from fleetbench.job.ranks import COLLECTIVE_TIMEOUT
 
 SETTLE_S = 2.0  # after a first collective timeout, let the other victims time out too
 MIN_IDLE_WINDOW_S = 5.0  # CPU time is read once a second: shorter windows tell nothing

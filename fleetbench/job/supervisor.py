@@ -2,8 +2,8 @@
 
 Paddle starts every rank in its own session (setsid), so a job is not one process group. Every
 process of a job carries FLEETBENCH_JOB_ID in its environment instead; stopping the job signals
-exactly the live processes that carry it. Each rank runs under fleetbench.cluster.rankwrap, whose
-event files tell how each rank ended; fleetbench.cluster.verdict decides whom to blame.
+exactly the live processes that carry it. Each rank runs under fleetbench.job.rankwrap, whose
+event files tell how each rank ended; fleetbench.job.verdict decides whom to blame.
 """
 import dataclasses
 import glob
@@ -13,8 +13,8 @@ import subprocess
 import time
 import uuid
 
-from fleetbench.cluster import procs, ranks, rankwrap, verdict
-from fleetbench.cluster.failure import Outcome, RankReport
+from fleetbench.job import procs, ranks, rankwrap, verdict
+from fleetbench.job.failure import Outcome, RankReport
 from fleetbench.measure.registry import JOB_ENV, STOPPED_ENV
 
 STOP_GRACE_S = 3.0       # SIGTERM, then SIGKILL after this long

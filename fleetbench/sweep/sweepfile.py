@@ -17,7 +17,7 @@ A sweep file lists cell groups; list values are axes, and a group expands to the
 
 Other cell keys: script, nodes, set (config overrides; list values are axes too), timeout, stall,
 startup (seconds allowed before the first progress line; default: stall). devices_per_node may
-differ between nodes: "3+2" (fleetbench.cluster.hosts). Top-level `hosts:` runs the cells on real
+differ between nodes: "3+2" (fleetbench.hosts.hostlist). Top-level `hosts:` runs the cells on real
 hosts (a hostfile path, relative to the sweep file, or a list like [node1:4, node2:4]); then
 `nodes` > 1 needs no `network`. A run's identity is
 `results.config_hash` of what makes it the same cell (benchmark, preset, resolved config, mode,
@@ -30,7 +30,8 @@ import os
 
 import yaml
 
-from fleetbench.cluster import hosts, netem
+from fleetbench.emulate import netem
+from fleetbench.hosts import hostlist
 from fleetbench.measure import registry, results
 
 REPO_ROOT = str(registry.REPO_ROOT)
@@ -137,7 +138,7 @@ def _axis(value):
 
 def expand(spec, where="sweep", root=REPO_ROOT, on_hosts=False):
     """All cells of a sweep spec, in file order (raises SweepError naming where and the key).
-    on_hosts: the cells run on several hosts (fleetbench.cluster.remote), not only on this machine."""
+    on_hosts: the cells run on several hosts (fleetbench.hosts.remote), not only on this machine."""
     top = dict({k: spec.get(k, v) for k, v in DEFAULTS.items()}, on_hosts=on_hosts or bool(spec.get("hosts")))
     cells = []
     for gi, group in enumerate(spec["cells"], start=1):
@@ -189,8 +190,8 @@ def _cell(at, group, top, choice):
     sets = ((f"{METHOD_KEY[mode]}={method}",) if method is not None else ()) + choice["sets"]
     knobs = _knobs(at, {k: group.get(k, top[k]) for k in DEFAULTS})
     try:
-        counts = hosts.counts_for(nodes, hosts.parse_per_node(choice["devices_per_node"]))
-    except hosts.HostsError as e:
+        counts = hostlist.counts_for(nodes, hostlist.parse_per_node(choice["devices_per_node"]))
+    except hostlist.HostsError as e:
         raise SweepError(f"{at}: {e}") from None
     return Cell(benchmark=group["benchmark"], script=group["script"], mode=mode, preset=str(choice["preset"]),
                 sets=sets, method=method, nodes=nodes, devices_per_node=max(counts),

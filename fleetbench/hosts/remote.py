@@ -14,22 +14,16 @@ is refused before anything runs (ssh_problem): no silent fallback where the user
 import dataclasses
 import os
 import shutil
-import sys
-import uuid
 
-from fleetbench.cluster import executors, hosts as hostlib, netem, sshd
-from fleetbench.cluster.executors import Job, Node
-from fleetbench.cluster.job import supervise
+from fleetbench.emulate import netem, sshd
+from fleetbench.hosts import executors, hostlist
+from fleetbench.hosts.executors import Job, Node
+from fleetbench.job.paddle_launch import supervise
 from fleetbench.measure import result_logs
 
 CHOICES = ("auto",) + executors.EXECUTORS
 FLAGS = {"--hostfile": "hostfile", "--hosts": "hosts", "--executor": "executor", "--ssh-config": "ssh_config",
          "--forward-env": "forward", "--remote-python": "python", "--remote-dir": "workdir"}
-# Paddle flags an executor sets per node itself (a user's value would contradict the plan), and
-# the ones it reads to make the plan.
-PLANNED_FLAGS = ("--master", "--rank", "--host", "--ips", "--servers", "--trainers", "--gloo_port", "--worker_num",
-                 "--workers")
-SHAPE_FLAGS = ("--nnodes", "--nproc_per_node", "--server_num", "--trainer_num")
 
 
 @dataclasses.dataclass
@@ -45,7 +39,7 @@ class HostOptions:
     def take(self, flag, value):
         """Set one option from its command-line flag (HostsError on a bad executor name)."""
         if flag == "--executor" and value not in CHOICES:
-            raise hostlib.HostsError(f"--executor {value!r}: expected one of {', '.join(CHOICES)}")
+            raise hostlist.HostsError(f"--executor {value!r}: expected one of {', '.join(CHOICES)}")
         setattr(self, FLAGS[flag], value)
 
     @property
@@ -63,12 +57,12 @@ class HostOptions:
 
     def host_list(self):
         if self.hostfile and self.hosts:
-            raise hostlib.HostsError("--hostfile and --hosts are alternatives; give one")
+            raise hostlist.HostsError("--hostfile and --hosts are alternatives; give one")
         if self.hostfile:
-            return hostlib.load_hostfile(self.hostfile)
+            return hostlist.load_hostfile(self.hostfile)
         if self.hosts:
-            return hostlib.parse_hosts_arg(self.hosts)
-        raise hostlib.HostsError(f"--executor {self.executor} needs hosts: --hostfile FILE or --hosts a:2,b:2")
+            return hostlist.parse_hosts_arg(self.hosts)
+        raise hostlist.HostsError(f"--executor {self.executor} needs hosts: --hostfile FILE or --hosts a:2,b:2")
 
 
 def add_arguments(parser):
@@ -101,7 +95,7 @@ def from_sweep(opts, spec, path):
     elif isinstance(value, str) and value:
         opts.hostfile = os.path.join(os.path.dirname(os.path.abspath(path)), value)
     else:
-        raise hostlib.HostsError(f"{path}: hosts: expected a hostfile path or a list like [node1:4, node2:4]")
+        raise hostlist.HostsError(f"{path}: hosts: expected a hostfile path or a list like [node1:4, node2:4]")
     opts.host_list()
     return opts
 
@@ -120,7 +114,7 @@ def ssh_problem(opts, emulated):
 
 
 def cell_job(cell, results_path):
-    """The Job of one run of a sweep cell (fleetbench.cluster.sweep_spec.Cell)."""
+    """The Job of one run of a sweep cell (fleetbench.sweep.sweepfile.Cell)."""
     args = tuple(cell.script_args(results_path))
     if cell.mode == "ps":
         return Job("ps", cell.script, args, cell.nodes, servers=cell.servers, workers=cell.workers)
@@ -131,17 +125,17 @@ def cell_job(cell, results_path):
 def host_executor(opts, nodes, counts, check_slots=True):
     """The executor for a job of `nodes` nodes on real hosts (addresses resolved first)."""
     if opts.executor == "slurm":
-        from fleetbench.cluster import slurm
+        from fleetbench.engines import slurm
 
         ex = slurm.executor(forward=opts.forwarded)
         if nodes > len(ex.nodes):
-            raise hostlib.HostsError(f"--executor slurm: {nodes} nodes asked for, the allocation has {len(ex.nodes)}")
+            raise hostlist.HostsError(f"--executor slurm: {nodes} nodes asked for, the allocation has {len(ex.nodes)}")
         ex.python, ex.workdir = opts.python or ex.python, opts.workdir or ex.workdir
         ex.nodes = ex.nodes[:nodes]
         return ex
     if opts.executor in ("local", "netns"):
-        raise hostlib.HostsError(f"--executor {opts.executor} runs on this machine; hosts need ssh or slurm")
-    placements = hostlib.select(opts.host_list(), nodes, counts, check_slots)
+        raise hostlist.HostsError(f"--executor {opts.executor} runs on this machine; hosts need ssh or slurm")
+    placements = hostlist.select(opts.host_list(), nodes, counts, check_slots)
     return executors.SshExecutor(executors.ssh_nodes(placements, opts.ssh_config), opts.forwarded, opts.python,
                                  opts.workdir, opts.ssh_config)
 
@@ -171,60 +165,3 @@ def run_job(executor, job, log_dir, base_env, limits, results_path, *, echo=None
         # a failed job's record is the supervisor's; a line printed while it was being stopped is not one
         result_logs.import_logs(result_logs.rank_logs(log_dir), results_path)
     return outcome
-
-
-# ----------------------------------------------------------------------------------------------
-# fleetbench launch --hostfile ...
-
-
-def job_from_launch(args, shape, slots):
-    """The Job of a `fleetbench launch` on hosts with these slots (one per host, in order).
-    shape: launch.job_shape's (mode, ...)."""
-    planned = [f for f in PLANNED_FLAGS if args.flag(f)]
-    if planned:
-        raise hostlib.HostsError(f"{planned[0]}: with hosts, fleetbench plans it for every node; leave it out")
-    nnodes = args.flag("--nnodes")
-    nodes = int(nnodes.split(":")[-1]) if nnodes else len(slots)
-    other = tuple(x for i in range(0, len(args.paddle), 2) if args.paddle[i] not in SHAPE_FLAGS
-                  for x in args.paddle[i:i + 2])
-    if shape[0] == "ps":
-        servers, trainers = (int(args.flag(f) or 1) for f in ("--server_num", "--trainer_num"))  # per node, as Paddle's
-        return Job("ps", args.script, tuple(args.script_args), nodes, servers=servers * nodes,
-                   workers=trainers * nodes, flags=other)
-    nproc = args.flag("--nproc_per_node")
-    counts = (int(nproc),) * nodes if nproc else tuple(slots[:nodes])
-    return Job("collective", args.script, tuple(args.script_args), nodes, counts, flags=other)
-
-
-def launch_on_hosts(args, opts, identity, env, shape):
-    """`fleetbench launch` with hosts: exit code. Bad input (hosts, names that do not resolve)
-    raises HostsError before anything starts."""
-    from fleetbench.cluster import failure, launch
-
-    if opts.executor == "slurm":
-        from fleetbench.cluster import slurm
-
-        slots = [1] * len(slurm.allocation_hosts())
-    else:
-        slots = [h.slots for h in opts.host_list()]
-    job = job_from_launch(args, shape, slots)
-    ex = host_executor(opts, job.nodes, job.counts, check_slots=job.mode == "collective")
-    collective = job.mode == "collective"
-    identity = dataclasses.replace(identity, nodes=job.nodes, launch=ex.launch_block(job),
-                                   world_size=sum(job.counts) if collective else job.workers,
-                                   devices_per_node=max(job.counts) if collective else identity.devices_per_node)
-    log_dir, job_id = args.log_dir or launch.job.new_log_dir(), uuid.uuid4().hex[:12]
-    print(f"fleetbench launch: logs in {log_dir}; job {job_id} on {', '.join(ex.hosts[:job.nodes])} ({ex.name})",
-          file=sys.stderr, flush=True)
-    outcome = run_job(ex, job, log_dir, env, args.limits(), launch.results_path(args),
-                      echo=None if args.quiet else sys.stdout, job_id=job_id)
-    print(outcome.report(), file=sys.stderr, flush=True)
-    if outcome.ok or outcome.status == "interrupted":
-        return 0 if outcome.ok else 130
-    try:
-        failure.store_failure(launch.results_path(args), identity, outcome)
-    except failure.StoreError as e:
-        print(f"fleetbench launch: error: {e}", file=sys.stderr)
-        return 1
-    print(f"fleetbench launch: failure recorded in {launch.results_path(args)}", file=sys.stderr)
-    return 1

@@ -5,7 +5,7 @@ Inside an allocation (`salloc`, or the script `sbatch` runs on the first node) a
 with `--executor slurm` takes its hosts from SLURM_JOB_NODELIST, in Slurm's order: the first node
 is node 0 and hosts the master. The list is expanded by `scontrol show hostnames` when Slurm's
 tools are on PATH, else by `expand_nodelist` (Slurm's compact form: `gpu[01-04,07],login1`).
-Each run then starts one job step per node (fleetbench.cluster.executors.SlurmExecutor).
+Each run then starts one job step per node (fleetbench.hosts.executors.SlurmExecutor).
 
 The script asks for whole nodes with one task each (`--ntasks-per-node=1 --exclusive`): one
 Paddle launcher per node starts that node's ranks itself, and each job step gets all the node's
@@ -20,8 +20,8 @@ import shutil
 import subprocess
 import sys
 
-from fleetbench.cluster import executors
-from fleetbench.cluster.hosts import HostsError
+from fleetbench.hosts import executors
+from fleetbench.hosts.hostlist import HostsError
 from fleetbench.measure import registry
 
 # The allocation's time limit: every run's timeout plus 10 %, plus STARTUP_S for what no run's
@@ -136,16 +136,16 @@ def _parser():
 
 
 def cli(argv):
-    from fleetbench.cluster import sweep_spec as sweep
+    from fleetbench.sweep import sweepfile
 
     args = _parser().parse_args(argv)
     try:
-        cells = sweep.expand(sweep.load_spec(args.sweep), args.sweep, on_hosts=True)
+        cells = sweepfile.expand(sweepfile.load_spec(args.sweep), args.sweep, on_hosts=True)
         emulated = [c for c in cells if c.network]
         if emulated:
-            raise sweep.SweepError(f"{args.sweep}: cell {emulated[0].label()}: `network` profiles are emulated "
+            raise sweepfile.SweepError(f"{args.sweep}: cell {emulated[0].label()}: `network` profiles are emulated "
                                    f"links; on Slurm the links are the cluster's (drop `network:`)")
-    except sweep.SweepError as e:
+    except sweepfile.SweepError as e:
         print(f"fleetbench slurm: error: {e}", file=sys.stderr)
         return 2
     text = sbatch_script(args.sweep, cells, args.results, vars(args))

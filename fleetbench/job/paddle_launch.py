@@ -1,13 +1,13 @@
 """A supervised job, as `fleetbench launch` and `fleetbench sweep` run it.
 
 The API both use: NodeLaunch.paddle() plans one Paddle launcher (one per node), supervise() runs
-the launchers to an Outcome (fleetbench.cluster.supervisor), and the failure record is stored
-with fleetbench.cluster.failure.store_failure. Commands are argument lists; nothing goes
+the launchers to an Outcome (fleetbench.job.supervisor), and the failure record is stored
+with fleetbench.job.failure.store_failure. Commands are argument lists; nothing goes
 through a shell.
 
 A job that fails in Paddle's gloo rendezvous, before any rank has logged a step, is started once
 more: nothing was measured, and on an overloaded host the handshake fails now and then (see
-fleetbench.cluster.ranks.RENDEZVOUS_FAILURE). The second attempt runs in `attempt2/` under the
+fleetbench.job.ranks.RENDEZVOUS_FAILURE). The second attempt runs in `attempt2/` under the
 job's log directory (the first attempt's logs stay), and its record says so in its `launch`
 block (`attempt`, `retried_after`); a failed second attempt is stored as a failure naming both.
 """
@@ -18,11 +18,11 @@ import sys
 import time
 import uuid
 
-from fleetbench.cluster.rankwrap import SUPERVISOR_ENV
-from fleetbench.cluster.supervisor import Limits, Supervisor
+from fleetbench.job.rankwrap import SUPERVISOR_ENV
+from fleetbench.job.supervisor import Limits, Supervisor
 from fleetbench.measure import registry
 
-# Paddle's launchers run a .py file per rank; this one runs the module fleetbench.cluster.rankwrap.
+# Paddle's launchers run a .py file per rank; this one runs the module fleetbench.job.rankwrap.
 WRAPPER_ENTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "entry", "fleetbench_rank.py")
 # Environment a caller may have inherited from an enclosing job; it would re-rank our launcher.
 RANK_ENV = ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ENDPOINTS", "PADDLE_CURRENT_ENDPOINT",
@@ -85,7 +85,7 @@ ATTEMPT_ENV = "FLEETBENCH_ATTEMPT"  # {"attempt": 2, "retried_after": ...}: read
 
 def supervise(plan, log_dir, limits, echo=None, say=None, job_id=None):
     """Run the job `plan(log_dir, extra_env, job_id)` -> [NodeLaunch] builds under supervision until
-    it ends: an Outcome (fleetbench.cluster.failure). `say` hears about a second attempt."""
+    it ends: an Outcome (fleetbench.job.failure). `say` hears about a second attempt."""
     job_id = job_id or uuid.uuid4().hex[:12]
     first_env = {ATTEMPT_ENV: ""}  # a value inherited from an enclosing job is not ours
     outcome = Supervisor(plan(log_dir, first_env, job_id), limits, echo=echo, job_id=job_id).run()

@@ -1,6 +1,6 @@
 """Communication charts: bus bandwidth against message size, per network, beside the wire's limit.
 
-Reads comm records (mode `comm`, fleetbench.measure.comm). Repeats of one experiment
+Reads comm records (mode `comm`, fleetbench.comm.opmath). Repeats of one experiment
 (fleetbench.measure.experiment) are pooled per size. For every op and job shape (benchmark,
 preset, config, nodes x devices, build, host: everything but the network) it makes
 - one chart: busbw (GB/s, log axis) against message size (bytes, log axis), one line per network (mean
@@ -19,9 +19,20 @@ import dataclasses
 import io
 import statistics
 
-from fleetbench.measure import comm, experiment
+from fleetbench.comm import opmath
+from fleetbench.measure import experiment
 from fleetbench.report import output
-from fleetbench.report.style import COLORS, DPI, FIGSIZE, MARGINS, SAVE, STYLE, Figure, matplotlib, slug
+from fleetbench.report.style import (
+    COLORS,
+    DPI,
+    FIGSIZE,
+    MARGINS,
+    SAVE,
+    STYLE,
+    Figure,
+    matplotlib,
+    slug,
+)
 from fleetbench.report.tables import fmt
 
 NOTE = ("busbw = bytes / time x the op's factor (nccl-tests); shaped = the emulated link's rate; "
@@ -47,7 +58,7 @@ def _series_of(exp, op: str, members: list[dict]) -> dict:
                 sizes[row["bytes"]][key].append(row[name])
     # Each run's headline and fit are computed again from its rows, so a fit improved since the
     # run was made (e.g. alpha kept >= 0) applies to stored records too.
-    parts = [comm.summarize_op(op, [row for row in r["metrics"]["rows"] if row["op"] == op], r["world_size"],
+    parts = [opmath.summarize_op(op, [row for row in r["metrics"]["rows"] if row["op"] == op], r["world_size"],
                                ((r["metrics"].get("ops") or {}).get(op) or {}).get("headline_min_bytes")
                                or r["metrics"]["headline_min_bytes"]) for r in members]
     network = members[0].get("network") or {}
@@ -71,7 +82,7 @@ def plan(records: list[dict]) -> list[dict]:
         pooled.setdefault(experiment.of(record), []).append(record)
     charts: dict = {}
     for exp, members in pooled.items():
-        ops = comm.parse_ops(exp.method)
+        ops = opmath.parse_ops(exp.method)
         for op in (op for op in ops if op != "barrier"):
             key = (dataclasses.replace(exp, network=None), op)
             charts.setdefault(key, []).append(_series_of(exp, op, members))

@@ -22,7 +22,8 @@ import numpy as np
 import paddle
 import paddle.distributed as dist
 
-from fleetbench.measure import comm, config
+from fleetbench.comm import opmath
+from fleetbench.measure import config
 from fleetbench.train import loop
 
 REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
@@ -37,7 +38,7 @@ class CommDebugConfig:
 
 @dataclasses.dataclass
 class CommConfig:
-    op: str = "all_reduce"  # one op or several, comma-separated (comm.OPS); all run in one job
+    op: str = "all_reduce"  # one op or several, comma-separated (opmath.OPS); all run in one job
     min_bytes: int = 8
     max_bytes: int = 33554432  # 32 MiB: the whole default range takes seconds on 2 CPU cores
     factor: int = 2  # size step: min_bytes, min_bytes*factor, ... (nccl-tests' -f)
@@ -51,15 +52,15 @@ class CommConfig:
 
     def validate(self) -> None:
         try:
-            comm.parse_ops(self.op)
-        except comm.CommError as err:
+            opmath.parse_ops(self.op)
+        except opmath.CommError as err:
             raise config.ConfigError(str(err)) from None
         checks = (
             (self.min_bytes >= 1, "min_bytes", "must be >= 1"),
             (self.max_bytes >= self.min_bytes, "max_bytes", f"must be >= min_bytes ({self.min_bytes})"),
             (self.factor >= 2, "factor", "must be >= 2"),
-            (self.dtype in comm.DTYPE_BYTES, "dtype", f"must be one of {', '.join(comm.DTYPE_BYTES)}"),
-            (self.redop in comm.REDOPS, "redop", f"must be one of {', '.join(comm.REDOPS)}"),
+            (self.dtype in opmath.DTYPE_BYTES, "dtype", f"must be one of {', '.join(opmath.DTYPE_BYTES)}"),
+            (self.redop in opmath.REDOPS, "redop", f"must be one of {', '.join(opmath.REDOPS)}"),
             (self.warmup_iters >= 0, "warmup_iters", "must be >= 0"),
             (self.iters >= 1, "iters", "must be >= 1"),
             (self.headline_min_bytes >= 1, "headline_min_bytes", "must be >= 1"),
@@ -71,7 +72,7 @@ class CommConfig:
 
     @property
     def ops(self) -> list:
-        return comm.parse_ops(self.op)
+        return opmath.parse_ops(self.op)
 
 
 def on_gpu() -> bool:
@@ -83,7 +84,7 @@ def check_backend(cfg: CommConfig) -> None:
     if on_gpu():
         return
     for op in cfg.ops:
-        missing = comm.TABLE[op].gloo_missing
+        missing = opmath.TABLE[op].gloo_missing
         if missing:
             raise config.ConfigError(f"config key 'op': {op} is not available on gloo, this CPU build's "
                                      f"backend ({missing} in Paddle {paddle.__version__}); "
@@ -121,16 +122,16 @@ class Collective:
 
     def __init__(self, op: str, count: int, peers: Peers, cfg: CommConfig):
         self.op, self.count, self.peers, self.dtype = op, count, peers, cfg.dtype
-        self.entry = comm.TABLE[op]
+        self.entry = opmath.TABLE[op]
         self.reduce_op = REDUCE_OPS[cfg.redop]
         self.send = self.recv = None
 
     def load(self, corrupt: bool = False) -> None:
-        """The checked fill: this rank's values (comm.send_values); a separate output starts at zero."""
-        values = comm.send_values(self.op, self.peers.rank, self.peers.ranks, self.count)
+        """The checked fill: this rank's values (opmath.send_values); a separate output starts at zero."""
+        values = opmath.send_values(self.op, self.peers.rank, self.peers.ranks, self.count)
         if values is None:
             return
-        self.send = self._tensor(comm.corrupt(values) if corrupt else values)
+        self.send = self._tensor(opmath.corrupt(values) if corrupt else values)
         output = self.entry.output_count
         self.recv = self.send if output is None else paddle.zeros(
             [output(self.count, self.peers.ranks)], dtype=self.dtype)
@@ -176,8 +177,8 @@ def measure_one(op: str, count: int, peers: Peers, cfg: CommConfig) -> tuple:
     collective.load(corrupt=cfg.debug.corrupt_rank == peers.rank)
     collective()
     peers.sync()
-    want = comm.expected(op, peers.rank, peers.ranks, count, cfg.redop)
-    wrong = comm.count_wrong(collective.received(), want, cfg.dtype) if want is not None else 0
+    want = opmath.expected(op, peers.rank, peers.ranks, count, cfg.redop)
+    wrong = opmath.count_wrong(collective.received(), want, cfg.dtype) if want is not None else 0
     collective.zero()
     return time_op(collective, cfg.warmup_iters, cfg.iters, peers), wrong
 
@@ -185,7 +186,7 @@ def measure_one(op: str, count: int, peers: Peers, cfg: CommConfig) -> tuple:
 def measure_all(cfg: CommConfig, peers: Peers, communicator) -> list:
     """metrics rows of every op and size: slowest rank's time, wrong elements summed over ranks.
     `communicator` reduces across ranks (fleetbench.measure.metrics.Communicator)."""
-    todo = comm.plan(cfg.ops, comm.sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor), peers.ranks, cfg.dtype)
+    todo = opmath.plan(cfg.ops, opmath.sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor), peers.ranks, cfg.dtype)
     mine = []
     for step, (op, nbytes, count) in enumerate(todo, start=1):
         mine.append(measure_one(op, count, peers, cfg))
@@ -194,5 +195,5 @@ def measure_all(cfg: CommConfig, peers: Peers, communicator) -> list:
               f"wrong {mine[-1][1]}", flush=True)
     slowest = communicator.max([t for t, _ in mine])
     wrong = communicator.sum([float(w) for _, w in mine])
-    return [comm.row(op, nbytes, count, t, peers.ranks, int(w))
+    return [opmath.row(op, nbytes, count, t, peers.ranks, int(w))
             for (op, nbytes, count), t, w in zip(todo, slowest, wrong)]

@@ -23,7 +23,8 @@ import subprocess
 import sys
 import time
 
-from fleetbench.cluster import netem, netem_state, procs
+from fleetbench.emulate import netem, netem_state
+from fleetbench.job import procs
 
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = "/run/sshd"  # sshd refuses to start without its privilege-separation directory

@@ -1,7 +1,7 @@
 """The emulated cluster's plan: link profiles, rates and delays, the names and addresses of its
 nodes, the `tc` commands that shape its links, and the parsing of what `tc` reports.
 
-Pure functions only (no command runs here); `fleetbench.cluster.netem` runs them. Bad input raises
+Pure functions only (no command runs here); `fleetbench.emulate.netem` runs them. Bad input raises
 ValueError with a one-line message naming the flag.
 """
 

@@ -27,7 +27,7 @@ import sys
 
 import yaml
 
-from fleetbench.cluster import hosts as hostlib
+from fleetbench.hosts import hostlist
 from fleetbench.measure import registry
 
 API_VERSION = "kubeflow.org/v1"
@@ -143,7 +143,7 @@ def problems(doc):
 
 def _shape(mode, nodes, per_node, servers_workers, where):
     if mode == "collective":
-        counts = hostlib.counts_for(nodes, hostlib.parse_per_node(per_node, where + "devices-per-node"))
+        counts = hostlist.counts_for(nodes, hostlist.parse_per_node(per_node, where + "devices-per-node"))
         if len(set(counts)) > 1:
             raise K8sError(f"{where}devices per node {per_node}: a PaddleJob's workers share one pod "
                            f"template, so every pod runs the same number of processes")
@@ -159,12 +159,12 @@ def _shape(mode, nodes, per_node, servers_workers, where):
 
 def from_sweep(path, pod, namespace):
     """One PaddleJob per cell and repeat of a sweep file."""
-    from fleetbench.cluster import sweep_spec as sweep
+    from fleetbench.sweep import sweepfile
 
     docs = []
     try:
-        cells = sweep.expand(sweep.load_spec(path), path, on_hosts=True)
-    except sweep.SweepError as e:
+        cells = sweepfile.expand(sweepfile.load_spec(path), path, on_hosts=True)
+    except sweepfile.SweepError as e:
         raise K8sError(str(e)) from None
     for i, cell in enumerate(cells, start=1):
         where = f"{path}: cell {i} ({cell.label()}): "
@@ -227,7 +227,7 @@ def cli(argv):
             bad = problems(doc)
             if bad:
                 raise K8sError(f"{doc['metadata']['name']}: {bad[0]}")
-    except (K8sError, hostlib.HostsError) as e:
+    except (K8sError, hostlist.HostsError) as e:
         print(f"fleetbench k8s: error: {e}", file=sys.stderr)
         return 2
     text = yaml.safe_dump_all(docs, sort_keys=False, width=1000)

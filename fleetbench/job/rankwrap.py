@@ -1,4 +1,4 @@
-"""The rank wrapper: `python -m fleetbench.cluster.rankwrap SCRIPT [ARGS]`.
+"""The rank wrapper: `python -m fleetbench.job.rankwrap SCRIPT [ARGS]`.
 
 `fleetbench launch` has Paddle's launcher run this module in place of each rank's script. It starts
 the script, waits for it, and writes what happened as JSON lines to `.fbrank-<job>-<pid>` in the
@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from fleetbench.cluster import procs
+from fleetbench.job import procs
 from fleetbench.measure.registry import JOB_ENV
 
 SUPERVISOR_ENV = "FLEETBENCH_SUPERVISOR"  # procs.token() of the supervising process
@@ -72,7 +72,7 @@ def watch_supervisor(supervisor, job_id, events):
 
 def main(argv):
     if not argv:
-        print("usage: python -m fleetbench.cluster.rankwrap SCRIPT [ARGS]", file=sys.stderr)
+        print("usage: python -m fleetbench.job.rankwrap SCRIPT [ARGS]", file=sys.stderr)
         return 2
     events = Events(os.environ)
     supervisor = os.environ.get(SUPERVISOR_ENV)

@@ -2,7 +2,7 @@
 
 | executor | where the launchers run | how |
 |---|---|---|
-| `local`  | this machine, one launcher | a child process (fleetbench.cluster.job) |
+| `local`  | this machine, one launcher | a child process (fleetbench.job.paddle_launch) |
 | `netns`  | emulated nodes (namespaces) | `ip netns exec NODE` + the launcher |
 | `ssh`    | the hosts of a hostfile | OpenSSH to each host runs fleetbench's node agent |
 | `slurm`  | the nodes of a Slurm allocation | one `srun --nodes=1 --nodelist=NODE` per node runs the agent |
@@ -17,7 +17,7 @@ order of nodes).
 
 ssh: `ssh -T -o BatchMode=yes` (the user's keys, agent and ~/.ssh/config; a password prompt is
 never possible), one connection per host, the remote command `cd DIR && exec env NAME=VALUE ...
-PYTHON -m fleetbench.cluster.agent SPEC` (every word quoted: ssh hands the remote shell one
+PYTHON -m fleetbench.hosts.agent SPEC` (every word quoted: ssh hands the remote shell one
 string). Only an allow-list of the head's environment is forwarded: FLEETBENCH_*, NCCL_*, FLAGS_*,
 GLOO_SOCKET_IFNAME and names the user adds; the node keeps its own login environment otherwise.
 """
@@ -31,9 +31,9 @@ import socket
 import subprocess
 import sys
 
-from fleetbench.cluster import hosts as hostlib
-from fleetbench.cluster.job import NodeLaunch, child_env, paddle_command
-from fleetbench.cluster.rankwrap import SUPERVISOR_ENV
+from fleetbench.hosts import hostlist
+from fleetbench.job.paddle_launch import NodeLaunch, child_env, paddle_command
+from fleetbench.job.rankwrap import SUPERVISOR_ENV
 from fleetbench.measure import registry
 
 FORWARD_PREFIXES = ("FLEETBENCH_", "NCCL_", "FLAGS_")
@@ -126,9 +126,9 @@ def ssh_hostname(host, ssh_config=None):
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise hostlib.HostsError(f"`{shlex.join(cmd)}` failed: {e}") from None
+        raise hostlist.HostsError(f"`{shlex.join(cmd)}` failed: {e}") from None
     if out.returncode != 0:
-        raise hostlib.HostsError(f"`{shlex.join(cmd)}` failed: {(out.stderr or out.stdout).strip()[:200]}")
+        raise hostlist.HostsError(f"`{shlex.join(cmd)}` failed: {(out.stderr or out.stdout).strip()[:200]}")
     found = re.search(r"^hostname (\S+)$", out.stdout, re.M)
     return found.group(1) if found else host.rsplit("@", 1)[-1]
 
@@ -139,7 +139,7 @@ def resolve(name, node, host=None):
         return socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
     except (socket.gaierror, UnicodeError) as e:
         shown = host if host in (None, name) else f"{host} (HostName {name})"
-        raise hostlib.HostsError(f"node {node}: host {shown or name} does not resolve "
+        raise hostlist.HostsError(f"node {node}: host {shown or name} does not resolve "
                                  f"({getattr(e, 'strerror', None) or e})") from None
 
 
@@ -180,10 +180,10 @@ class Executor:
         return launch_block(self.name, self.hosts[:job.nodes], job.counts if job.mode == "collective" else None)
 
     def launches(self, job, log_dir, base_env, job_id):
-        """[fleetbench.cluster.job.NodeLaunch], one per node that runs something."""
+        """[fleetbench.job.paddle_launch.NodeLaunch], one per node that runs something."""
         start = Start(job, log_dir, base_env, job_id)
         if len(self.nodes) < job.nodes:
-            raise hostlib.HostsError(f"{self.name}: the job needs {job.nodes} nodes, {len(self.nodes)} given")
+            raise hostlist.HostsError(f"{self.name}: the job needs {job.nodes} nodes, {len(self.nodes)} given")
         nodes = self.nodes[:job.nodes]
         out = []
         for node, flags in zip(nodes, node_flags(job, [n.address for n in nodes])):
@@ -225,8 +225,8 @@ class AgentExecutor(Executor):
         self.workdir = workdir or str(registry.REPO_ROOT)
 
     def spec(self, start, node, flags, env):
-        """What the node's agent runs (fleetbench.cluster.agent.run_node)."""
-        from fleetbench.cluster import agent
+        """What the node's agent runs (fleetbench.hosts.agent.run_node)."""
+        from fleetbench.hosts import agent
 
         # child_env first: it turns the user's OMP_NUM_THREADS into FLEETBENCH_OMP_THREADS
         node_env = dict(forwarded_env(child_env(start.base_env), self.forward), **env)
@@ -243,8 +243,8 @@ class AgentExecutor(Executor):
 
     def node_command(self, start, node, flags, env):
         spec = json.dumps(self.spec(start, node, flags, env), separators=(",", ":"))
-        agent = [self.python, "-m", "fleetbench.cluster.agent", spec]
-        return [sys.executable, "-m", "fleetbench.cluster.agent", "--mirror", self.node_dir(start, node), node.host,
+        agent = [self.python, "-m", "fleetbench.hosts.agent", spec]
+        return [sys.executable, "-m", "fleetbench.hosts.agent", "--mirror", self.node_dir(start, node), node.host,
                 "--", *self.transport(node, agent)]
 
     def transport(self, node, agent_argv):

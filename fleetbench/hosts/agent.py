@@ -1,10 +1,10 @@
 """One node of a multi-host job: the agent that runs on the node, and its mirror on the head.
 
-An executor (ssh, srun) starts, on every host, `python -m fleetbench.cluster.agent SPEC`. The
+An executor (ssh, srun) starts, on every host, `python -m fleetbench.hosts.agent SPEC`. The
 agent starts Paddle's launcher there (with fleetbench's rank wrapper, exactly as `fleetbench
 launch` does locally), and streams every new line of the launcher's log directory back over its
 stdout: rank logs (`workerlog.N`, `serverlog.N`), `launcher.log` and the rank wrapper's start/exit
-events. The head runs one mirror per node (`python -m fleetbench.cluster.agent --mirror DIR --
+events. The head runs one mirror per node (`python -m fleetbench.hosts.agent --mirror DIR --
 ssh HOST ...`) that writes those lines into DIR, so the supervisor reads a remote node exactly
 like a local one: the same files, the same fault reports (host, rank, role, exit code, log tail).
 
@@ -37,8 +37,8 @@ import tempfile
 import threading
 import time
 
-from fleetbench.cluster import job, procs
-from fleetbench.cluster.rankwrap import SUPERVISOR_ENV
+from fleetbench.job import paddle_launch, procs
+from fleetbench.job.rankwrap import SUPERVISOR_ENV
 from fleetbench.measure.registry import JOB_ENV
 
 SCRATCH = "@NODE_SCRATCH@"
@@ -136,13 +136,13 @@ def node_env(spec):
         ifname = interface_of(extra.get("POD_IP", ""))
         if ifname:
             extra["GLOO_SOCKET_IFNAME"] = ifname
-    return job.child_env(extra=extra)
+    return paddle_launch.child_env(extra=extra)
 
 
 def node_command(spec, scratch):
-    """Paddle's launcher for this node, with the rank wrapper (fleetbench.cluster.rankwrap)."""
+    """Paddle's launcher for this node, with the rank wrapper (fleetbench.job.rankwrap)."""
     args = [a.replace(SCRATCH, scratch) for a in spec["args"]]
-    return job.paddle_command(spec["flags"], os.path.join(scratch, "log"), spec["script"], args)
+    return paddle_launch.paddle_command(spec["flags"], os.path.join(scratch, "log"), spec["script"], args)
 
 
 def run_node(spec, out=sys.stdout):

@@ -116,7 +116,9 @@ def draw(rows: list[dict], title: str) -> bytes:
 
     import matplotlib
 
-    from fleetbench.report import style  # the one plot style (and matplotlib's Agg backend)
+    from fleetbench.report import (
+        style,  # the one plot style (and matplotlib's Agg backend)
+    )
 
     with matplotlib.rc_context(style.STYLE):
         fig = style.Figure(figsize=style.FIGSIZE, dpi=style.DPI)

@@ -9,7 +9,7 @@ import json
 import os
 import re
 
-from fleetbench.cluster import procs
+from fleetbench.job import procs
 
 PROGRESS = re.compile(r"^(?:step (\d+)/(\d+)\b|FLEETBENCH_RESULT )")
 RANK_LOG = re.compile(r"^(worker|server|heter|coordinator)log\.(\d+)$")
@@ -21,7 +21,7 @@ COLLECTIVE_TIMEOUT = re.compile(r"gloo::TimeoutException|gloo/transport/\S+\] TI
 # How Paddle's rendezvous fails on an overloaded host: fleet.init / init_parallel_env create gloo
 # groups, each a TCP handshake between ranks, and under load one of them sometimes ends with gloo's
 # "Connection refused" or TIMEOUT (2 of 60 launches at load 9-18 on 2 cores, docs/methods.md).
-# Only a job that logged no step yet counts (fleetbench.cluster.job starts it once more).
+# Only a job that logged no step yet counts (fleetbench.job.paddle_launch starts it once more).
 RENDEZVOUS_FAILURE = re.compile(r"\bgloo\b.*(?:connection refused|time(?:d ?)?out)|ProcessGroupGloo", re.I)
 KEPT_LINES = 400   # last lines kept per rank log
 CPU_HISTORY = 600  # samples kept per rank (one a second: ten minutes of history)
@@ -157,7 +157,7 @@ def apply_event(ranks, key, node, event):
     """Update `ranks` (events path -> Rank) with one wrapper event."""
     if event["event"] == "start":
         log = os.path.realpath(event["log"]) if event.get("log") else None
-        # A remote rank's events come through a mirror (fleetbench.cluster.agent): `pid` is then
+        # A remote rank's events come through a mirror (fleetbench.hosts.agent): `pid` is then
         # the mirror's, and the script's pid means nothing on this machine.
         child = None if "remote_pid" in event else event.get("child")
         ranks[key] = Rank(node=node, role=event["role"], rank=event["rank"], pid=event["pid"],

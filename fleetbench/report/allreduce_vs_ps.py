@@ -20,7 +20,17 @@ import io
 from fleetbench.measure import experiment, results, timing
 from fleetbench.report import output
 from fleetbench.report.style import (
-    COLORS, DPI, FIGSIZE, PS_HATCH, SAVE, STYLE, Figure, Patch, matplotlib, slug)
+    COLORS,
+    DPI,
+    FIGSIZE,
+    PS_HATCH,
+    SAVE,
+    STYLE,
+    Figure,
+    Patch,
+    matplotlib,
+    slug,
+)
 from fleetbench.report.tables import columns, distinguishing, fmt, layout, variant_text
 
 FAMILIES = ("collective", "ps")

@@ -6,9 +6,9 @@ What it adds to `python -m paddle.distributed.launch`:
   benchmark's config is valid (its own `--check`); a bad input is one line and exit code 2;
 - a fresh log directory per job, a wall-clock `--timeout` and a stall watchdog (`--stall`);
 - on a failed, stalled or timed-out job: every process of the job stopped, a report naming the
-  rank to blame (fleetbench.cluster.verdict) with the log tails, and a failure record stored.
+  rank to blame (fleetbench.job.verdict) with the log tails, and a failure record stored.
 
-This module is the command line; the job itself is fleetbench.cluster.job (supervisor, rank
+This module is the command line; the job itself is fleetbench.job.paddle_launch (supervisor, rank
 wrapper, verdict, failure record).
 """
 import dataclasses
@@ -16,12 +16,14 @@ import os
 import re
 import shlex
 import sys
+import uuid
 
-from fleetbench.cluster import job, preflight, remote
-from fleetbench.cluster.failure import RunIdentity, StoreError, store_failure
-from fleetbench.cluster.executors import local_block, local_env
-from fleetbench.cluster.hosts import HostsError
-from fleetbench.cluster.preflight import LaunchError
+from fleetbench.hosts import executors, remote
+from fleetbench.hosts.executors import local_block, local_env
+from fleetbench.hosts.hostlist import HostsError
+from fleetbench.job import paddle_launch, preflight
+from fleetbench.job.failure import RunIdentity, StoreError, store_failure
+from fleetbench.job.preflight import LaunchError
 from fleetbench.measure import registry
 
 # Flags of Paddle 2.6.2's launcher (paddle/distributed/launch/context/args_envs.py) and of the
@@ -44,6 +46,12 @@ PS_FLAGS = ("--server_num", "--trainer_num", "--servers", "--trainers", "--worke
 OWN_FLAGS = {"--timeout": float, "--stall": float, "--startup": float, "--tail": int}
 SWITCHES = {"--quiet": ("quiet", True), "--no-check": ("check", False)}
 
+
+# Paddle flags an executor sets per node itself (a user's value would contradict the plan), and
+# the ones it reads to make the plan.
+PLANNED_FLAGS = ("--master", "--rank", "--host", "--ips", "--servers", "--trainers", "--gloo_port", "--worker_num",
+                 "--workers")
+SHAPE_FLAGS = ("--nnodes", "--nproc_per_node", "--server_num", "--trainer_num")
 
 def expand_devices(text, flag="--gpus"):
     """'0-3,6' -> '0,1,2,3,6' (Paddle 2.6.2 splits device lists on commas only)."""
@@ -92,7 +100,7 @@ class LaunchArgs:
         return default
 
     def limits(self):
-        return job.Limits(timeout=self.timeout, stall=self.stall, startup=self.startup, tail=self.tail)
+        return paddle_launch.Limits(timeout=self.timeout, stall=self.stall, startup=self.startup, tail=self.tail)
 
 
 def parse_argv(argv):
@@ -213,6 +221,62 @@ launcher flags: any flag of `python -m paddle.distributed.launch` (device lists 
 The failure record goes to the script's --results file (default results/runs.jsonl)."""
 
 
+
+# ----------------------------------------------------------------------------------------------
+# fleetbench launch --hostfile ...
+
+
+def job_from_launch(args, shape, slots):
+    """The Job of a `fleetbench launch` on hosts with these slots (one per host, in order).
+    shape: launch.job_shape's (mode, ...)."""
+    planned = [f for f in PLANNED_FLAGS if args.flag(f)]
+    if planned:
+        raise HostsError(f"{planned[0]}: with hosts, fleetbench plans it for every node; leave it out")
+    nnodes = args.flag("--nnodes")
+    nodes = int(nnodes.split(":")[-1]) if nnodes else len(slots)
+    other = tuple(x for i in range(0, len(args.paddle), 2) if args.paddle[i] not in SHAPE_FLAGS
+                  for x in args.paddle[i:i + 2])
+    if shape[0] == "ps":
+        servers, trainers = (int(args.flag(f) or 1) for f in ("--server_num", "--trainer_num"))  # per node, as Paddle's
+        return executors.Job("ps", args.script, tuple(args.script_args), nodes, servers=servers * nodes,
+                   workers=trainers * nodes, flags=other)
+    nproc = args.flag("--nproc_per_node")
+    counts = (int(nproc),) * nodes if nproc else tuple(slots[:nodes])
+    return executors.Job("collective", args.script, tuple(args.script_args), nodes, counts, flags=other)
+
+
+def launch_on_hosts(args, opts, identity, env, shape):
+    """`fleetbench launch` with hosts: exit code. Bad input (hosts, names that do not resolve)
+    raises HostsError before anything starts."""
+    if opts.executor == "slurm":
+        from fleetbench.engines import slurm
+
+        slots = [1] * len(slurm.allocation_hosts())
+    else:
+        slots = [h.slots for h in opts.host_list()]
+    job = job_from_launch(args, shape, slots)
+    ex = remote.host_executor(opts, job.nodes, job.counts, check_slots=job.mode == "collective")
+    collective = job.mode == "collective"
+    identity = dataclasses.replace(identity, nodes=job.nodes, launch=ex.launch_block(job),
+                                   world_size=sum(job.counts) if collective else job.workers,
+                                   devices_per_node=max(job.counts) if collective else identity.devices_per_node)
+    log_dir, job_id = args.log_dir or paddle_launch.new_log_dir(), uuid.uuid4().hex[:12]
+    print(f"fleetbench launch: logs in {log_dir}; job {job_id} on {', '.join(ex.hosts[:job.nodes])} ({ex.name})",
+          file=sys.stderr, flush=True)
+    outcome = remote.run_job(ex, job, log_dir, env, args.limits(), results_path(args),
+                      echo=None if args.quiet else sys.stdout, job_id=job_id)
+    print(outcome.report(), file=sys.stderr, flush=True)
+    if outcome.ok or outcome.status == "interrupted":
+        return 0 if outcome.ok else 130
+    try:
+        store_failure(results_path(args), identity, outcome)
+    except StoreError as e:
+        print(f"fleetbench launch: error: {e}", file=sys.stderr)
+        return 1
+    print(f"fleetbench launch: failure recorded in {results_path(args)}", file=sys.stderr)
+    return 1
+
+
 def cli(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
@@ -221,21 +285,21 @@ def cli(argv):
 
     try:
         args = parse_argv(argv)
-        env = job.child_env()
+        env = paddle_launch.child_env()
         identity = prepare(args, env)
         if args.hosts.on_hosts():
-            return remote.launch_on_hosts(args, args.hosts, identity, env, job_shape(args))
+            return launch_on_hosts(args, args.hosts, identity, env, job_shape(args))
     except (LaunchError, results.RecordError, HostsError) as e:
         print(f"fleetbench launch: error: {e}", file=sys.stderr)
         return 2
-    log_dir = args.log_dir or job.new_log_dir()
+    log_dir = args.log_dir or paddle_launch.new_log_dir()
 
     def plan(dir_, extra, _job_id):
-        return [job.NodeLaunch.paddle(args.paddle, dir_, args.script, args.script_args, dict(env, **local_env(), **extra))]
+        return [paddle_launch.NodeLaunch.paddle(args.paddle, dir_, args.script, args.script_args, dict(env, **local_env(), **extra))]
 
     print(f"fleetbench launch: logs in {log_dir}; running: {shlex.join(plan(log_dir, {}, None)[0].cmd)}",
           file=sys.stderr, flush=True)
-    outcome = job.supervise(plan, log_dir, args.limits(), echo=None if args.quiet else sys.stdout)
+    outcome = paddle_launch.supervise(plan, log_dir, args.limits(), echo=None if args.quiet else sys.stdout)
     print(outcome.report(), file=sys.stderr, flush=True)
     if outcome.ok:
         return 0
