@@ -7,6 +7,8 @@ the cores instead, and record what was used.
 """
 import os
 
+from fleetbench.measure import contract  # the launcher's variables; imports nothing heavy
+
 __version__ = "0.1.0"
 
 
@@ -18,7 +20,7 @@ def _user_threads():
     1 is Paddle's default, not a choice; FLEETBENCH_OMP_THREADS (which `fleetbench launch` fills
     from the user's shell) states a choice explicitly.
     """
-    explicit = os.environ.get("FLEETBENCH_OMP_THREADS")
+    explicit = os.environ.get(contract.THREADS)
     if explicit:
         return explicit
     inherited = os.environ.get("OMP_NUM_THREADS")
@@ -31,13 +33,13 @@ def _user_threads():
 _USER_THREADS = _user_threads()
 # Who chose the count: "fleetbench" (this module), "user", or a tool that chose on the user's
 # behalf and says so in FLEETBENCH_OMP_THREADS_BY (the sweep sharing cores among emulated nodes).
-_THREADS_SOURCE = (os.environ.get("FLEETBENCH_OMP_THREADS_BY") or "user") if _USER_THREADS else "fleetbench"
+_THREADS_SOURCE = (os.environ.get(contract.THREADS_BY) or "user") if _USER_THREADS else "fleetbench"
 
 
 def local_process_count() -> int:
     """Processes this launcher started on this node (collective: PADDLE_LOCAL_SIZE). Parameter-
     server processes re-set their threads once their role is known (fleetbench.train.ps.roles.set_threads)."""
-    for name in ("FLEETBENCH_LOCAL_PROCS", "PADDLE_LOCAL_SIZE"):
+    for name in (contract.LOCAL_PROCS, "PADDLE_LOCAL_SIZE"):
         value = os.environ.get(name, "")
         if value.isdigit() and int(value) > 0:
             return int(value)

@@ -231,11 +231,12 @@ def test_fleetbench_env_subcommand():
 
 
 def test_result_records_carry_env_and_topology():
-    from fleetbench.measure import results
+    from fleetbench.measure import contract, results
 
-    record = results.make_record(benchmark="resnet50", mode="collective", method="allreduce", preset="tiny",
-                                 config={"batch_size": 2}, nodes=1, devices_per_node=1, world_size=1,
-                                 metrics=None, error="env block test")
+    record = results.make_record(contract.RunIdentity(benchmark="resnet50", mode="collective",
+                                                      method="allreduce", preset="tiny",
+                                                      config={"batch_size": 2}, nodes=1, devices_per_node=1,
+                                                      world_size=1), None, "env block test")
     results.validate(record)
     assert set(record["env"]) == TOP_KEYS and record["env"]["cpu"]["threads"] >= 1
     if record["env"]["gpus"] is None:
@@ -307,14 +308,15 @@ def test_fleetbench_env_stores_no_mac_ip_or_path(tmp_path):
 
 
 def test_a_stored_records_env_block_holds_no_mac_ip_or_path(tmp_path, monkeypatch):
-    from fleetbench.measure import results
+    from fleetbench.measure import contract, results
 
     for name, value in {**PLANTED, **KEPT}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("PATH", f"{broken_nvidia_smi(tmp_path / 'bin')}:{os.path.dirname(sys.executable)}")
-    record = results.make_record(benchmark="resnet50", mode="collective", method="allreduce", preset="tiny",
-                                 config={"batch_size": 2}, nodes=1, devices_per_node=1, world_size=1,
-                                 metrics=None, error="env block test")
+    record = results.make_record(contract.RunIdentity(benchmark="resnet50", mode="collective",
+                                                      method="allreduce", preset="tiny",
+                                                      config={"batch_size": 2}, nodes=1, devices_per_node=1,
+                                                      world_size=1), None, "env block test")
     store = tmp_path / "r.jsonl"
     results.append(str(store), record)
     (stored,) = [json.loads(line) for line in store.read_text().splitlines()]

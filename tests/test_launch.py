@@ -13,7 +13,7 @@ from util import PYTHON, REPO, env, records, wait_for
 from fleetbench.hosts import launch
 from fleetbench.job import paddle_launch, preflight, procs, rankwrap, supervisor
 from fleetbench.job.ranks import RENDEZVOUS_FAILURE, progress_step, read_events
-from fleetbench.measure import results
+from fleetbench.measure import contract, results
 
 FAULT_SCRIPT = str(REPO / "tests" / "scripts" / "fault_rank.py")
 FAULT_PS = str(REPO / "tests" / "scripts" / "fault_ps.py")
@@ -113,8 +113,8 @@ def test_rank_identity_from_paddle_env():
 
 def test_child_env_drops_inherited_rank_and_job_variables():
     got = paddle_launch.child_env({"PADDLE_TRAINER_ID": "1", "POD_IP": "1.2.3.4", "PATH": "/bin", "OMP_NUM_THREADS": "2",
-                         "FLEETBENCH_JOB_ID": "outer", rankwrap.SUPERVISOR_ENV: "x:1:2"})
-    assert not {"PADDLE_TRAINER_ID", "POD_IP", "FLEETBENCH_JOB_ID", rankwrap.SUPERVISOR_ENV} & set(got)
+                         "FLEETBENCH_JOB_ID": "outer", contract.SUPERVISOR: "x:1:2"})
+    assert not {"PADDLE_TRAINER_ID", "POD_IP", "FLEETBENCH_JOB_ID", contract.SUPERVISOR} & set(got)
     assert got["PATH"] == "/bin"
     assert "OMP_NUM_THREADS" not in got  # each rank takes its share (fleetbench/__init__)
     assert got["PYTHONPATH"].split(os.pathsep)[0] == str(REPO)
@@ -191,9 +191,9 @@ def test_which_device_lists_each_kind_of_host_refuses(found, problem):
 # real jobs
 
 def _earlier_record(path):
-    rec = results.make_record(benchmark="earlier", mode="collective", method="mgwfbp", preset="tiny",
-                              config={"x": 1}, nodes=1, devices_per_node=1, world_size=1,
-                              metrics={"throughput": 1.0, "unit": "images/s"})
+    rec = results.make_record(contract.RunIdentity(benchmark="earlier", mode="collective", method="mgwfbp",
+                                                   preset="tiny", config={"x": 1}, nodes=1, devices_per_node=1,
+                                                   world_size=1), {"throughput": 1.0, "unit": "images/s"})
     results.append(str(path), rec)
     return path.read_bytes()
 
@@ -253,11 +253,11 @@ def test_rank_exiting_with_error_is_reported(tmp_path):
 
 LATE_RANK = """\
 import os, signal, sys, time
-from fleetbench.measure import registry, results
+from fleetbench.measure import contract, results
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # Paddle 3.3.1's ranks outlast SIGTERM for a while
 print("step 1/2 loss 1.0", flush=True)
 deadline = time.monotonic() + 60  # then finish anyway: a missing mark must fail the test, not hang it
-while not os.path.exists(os.environ[registry.STOPPED_ENV]) and time.monotonic() < deadline:
+while not os.path.exists(os.environ[contract.STOPPED_FILE]) and time.monotonic() < deadline:
     time.sleep(0.05)
 if os.environ.get("PADDLE_TRAINER_ID", "0") == "0":
     results.emit(sys.argv[sys.argv.index("--results") + 1], {"late": True, "error": None})

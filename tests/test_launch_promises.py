@@ -25,9 +25,8 @@ from fleetbench.hosts.executors import (
     SshExecutor,
     forwarded_env,
 )
-from fleetbench.job.rankwrap import SUPERVISOR_ENV
-from fleetbench.measure import results
-from fleetbench.measure.registry import JOB_ENV
+from fleetbench.measure import contract, results
+from fleetbench.measure.contract import JOB_ID, SUPERVISOR
 
 PROBLEM = sshd.requirements_problem()
 needs_sshd = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
@@ -37,13 +36,13 @@ needs_sshd = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
 # a result of a run the user cancelled; the supervisor's stop mark must keep it out.
 FINISHING_RANK = """\
 import signal, sys, time
-from fleetbench.measure import results
+from fleetbench.measure import contract, results
 from fleetbench.measure.timing import log_line
 
 path = sys.argv[sys.argv.index("--results") + 1]
-record = results.make_record(benchmark="finishing", mode="collective", method="bsp", preset="tiny", config={},
-                             nodes=1, devices_per_node=1, world_size=1,
-                             metrics={"throughput": 1.0, "unit": "samples/s"})
+record = results.make_record(contract.RunIdentity(benchmark="finishing", mode="collective", method="bsp",
+                                                  preset="tiny", config={}, nodes=1, devices_per_node=1,
+                                                  world_size=1), {"throughput": 1.0, "unit": "samples/s"})
 
 def finish(_sig, _frame):
     results.emit(path, record)
@@ -65,9 +64,9 @@ print("RANK_ENV " + json.dumps(dict(os.environ)), flush=True)
 
 
 def _earlier_record(path):
-    rec = results.make_record(benchmark="earlier", mode="collective", method="bsp", preset="tiny", config={},
-                              nodes=1, devices_per_node=1, world_size=1,
-                              metrics={"throughput": 1.0, "unit": "images/s"})
+    rec = results.make_record(contract.RunIdentity(benchmark="earlier", mode="collective", method="bsp",
+                                                   preset="tiny", config={}, nodes=1, devices_per_node=1,
+                                                   world_size=1), {"throughput": 1.0, "unit": "images/s"})
     results.append(str(path), rec)
     return path.read_bytes()
 
@@ -197,7 +196,7 @@ def test_an_unchecked_bad_config_stops_every_rank_with_one_report(tmp_path):
 HEAD_ENV = {"PATH": "/usr/bin", "HOME": "/root", "FOO_SECRET": "s3cret", "AWS_SECRET_ACCESS_KEY": "k",
             "LD_PRELOAD": "/tmp/x.so", "NCCL_DEBUG": "INFO", "NCCL_IB_DISABLE": "1", "FLAGS_check_nan_inf": "1",
             "FLEETBENCH_NODES": "9", "GLOO_SOCKET_IFNAME": "eth1", "FORWARD_ME": "yes", "PADDLE_TRAINER_ID": "3",
-            JOB_ENV: "outer-job", SUPERVISOR_ENV: "boot:1:2", "NCCLX": "no", "XFLAGS_y": "no"}
+            JOB_ID: "outer-job", SUPERVISOR: "boot:1:2", "NCCLX": "no", "XFLAGS_y": "no"}
 FORWARDED = {"NCCL_DEBUG", "NCCL_IB_DISABLE", "FLAGS_check_nan_inf", "FLEETBENCH_NODES", "GLOO_SOCKET_IFNAME"}
 
 

@@ -5,17 +5,17 @@ import os
 
 import pytest
 
-from fleetbench.measure import experiment, results
+from fleetbench.measure import contract, experiment, results
 from fleetbench.measure.results import RecordError
 
 
 def run(world=1, throughput=10.0, method="allreduce", network=None, nodes=1, error=None,
         benchmark="resnet50", preset="tiny", unit="images/s"):
     metrics = None if error else {"throughput": throughput, "unit": unit}
-    return results.make_record(benchmark=benchmark, mode="collective", method=method,
-                               preset=preset, config={"batch_size": 8}, nodes=nodes,
-                               devices_per_node=world // nodes, world_size=world,
-                               metrics=metrics, error=error, network=network)
+    return results.make_record(contract.RunIdentity(benchmark=benchmark, mode="collective", method=method,
+                                                    preset=preset, config={"batch_size": 8}, nodes=nodes,
+                                                    devices_per_node=world // nodes, world_size=world,
+                                                    network=network), metrics, error)
 
 
 def write_lines(path, lines):
@@ -41,7 +41,7 @@ def test_make_record_fills_identity_env_and_network_from_environment(monkeypatch
 def test_a_second_attempt_is_written_into_the_launch_block(monkeypatch):
     monkeypatch.setenv("FLEETBENCH_LAUNCH", '{"executor": "local", "hosts": ["h"]}')
     monkeypatch.setenv("FLEETBENCH_ATTEMPT", "")  # a first attempt: nothing added
-    assert results.launch_from_env() == {"executor": "local", "hosts": ["h"]}
+    assert contract.RankContract.from_env().launch_block() == {"executor": "local", "hosts": ["h"]}
     monkeypatch.setenv("FLEETBENCH_ATTEMPT", '{"attempt": 2, "retried_after": "worker rank 1 exited with code 1"}')
     record = run(world=2)
     results.validate(record)

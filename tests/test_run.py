@@ -7,19 +7,19 @@ import re
 import pytest
 from util import REPO, records, run_script
 
-from fleetbench.measure import config, metrics, registry, results
+from fleetbench.measure import config, contract, metrics, registry, results
 from fleetbench.train import run
 
 
 def test_an_unwritable_results_path_is_found_before_anything_runs(tmp_path):
-    with pytest.raises(config.ConfigError, match=r"^--results /proc/forbidden/r.jsonl: cannot create files in /proc"):
-        run.check_results_path("/proc/forbidden/r.jsonl")
-    with pytest.raises(config.ConfigError, match="is a directory"):
-        run.check_results_path(str(tmp_path))
+    with pytest.raises(results.PathError, match=r"^--results /proc/forbidden/r.jsonl: cannot create files in /proc"):
+        results.check_appendable("/proc/forbidden/r.jsonl")
+    with pytest.raises(results.PathError, match="is a directory"):
+        results.check_appendable(str(tmp_path))
     (tmp_path / "file").write_text("x")
-    with pytest.raises(config.ConfigError, match="Not a directory"):
-        run.check_results_path(str(tmp_path / "file" / "r.jsonl"))
-    run.check_results_path(str(tmp_path / "new" / "deeper" / "r.jsonl"))  # made by the append
+    with pytest.raises(results.PathError, match="is not a directory"):
+        results.check_appendable(str(tmp_path / "file" / "r.jsonl"))
+    results.check_appendable(str(tmp_path / "new" / "deeper" / "r.jsonl"))  # made by the append
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # the probe leaves nothing
 
 
@@ -56,12 +56,12 @@ def test_the_record_of_each_family(tmp_path):
 
 def test_failures_are_stored_by_rank_0_unless_a_supervisor_does(tmp_path, monkeypatch):
     bench = make_run(tmp_path)
-    monkeypatch.delenv(registry.JOB_ENV, raising=False)
+    monkeypatch.delenv(contract.JOB_ID, raising=False)
     bench.store_failure(run.Placement(1, 2, 1), RuntimeError("rank 1's"))
     assert records(tmp_path / "r.jsonl") == []
     bench.store_failure(run.Placement(0, 2, 1), RuntimeError("boom"))
     assert [r["error"] for r in records(tmp_path / "r.jsonl")] == ["RuntimeError: boom"]
-    monkeypatch.setenv(registry.JOB_ENV, "job-1")
+    monkeypatch.setenv(contract.JOB_ID, "job-1")
     bench.store_failure(run.Placement(0, 2, 1), RuntimeError("again"))
     assert len(records(tmp_path / "r.jsonl")) == 1
 

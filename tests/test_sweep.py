@@ -12,7 +12,7 @@ from util import PYTHON, env, records, wait_for
 from fleetbench.emulate import netem
 from fleetbench.hosts import remote
 from fleetbench.job import failure, procs
-from fleetbench.measure import registry
+from fleetbench.measure import contract, registry, results
 from fleetbench.sweep import runner, sweepfile
 
 TINY = {"steps": 4, "warmup_steps": 1, "log_every": 1}  # resnet50 tiny, cut to seconds
@@ -109,11 +109,11 @@ def test_a_store_that_fails_during_the_sweep_is_one_line_naming_it(tmp_path):
     # What the sweep calls for a failed run: the error names the file, no traceback (the sweep's
     # command line prints it and stops, exit 1, keeping what was stored before).
     outcome = failure.Outcome(status="failed", elapsed_s=1.0, detail="worker rank 1 exited with code 3")
-    identity = failure.RunIdentity(benchmark="resnet50", mode="collective", method="bsp", preset="tiny",
-                                   config={}, nodes=1, devices_per_node=1, world_size=1)
+    identity = contract.RunIdentity(benchmark="resnet50", mode="collective", method="bsp", preset="tiny",
+                                    config={}, nodes=1, devices_per_node=1, world_size=1)
     (tmp_path / "file").write_text("")
     path = str(tmp_path / "file" / "runs.jsonl")
-    with pytest.raises(failure.StoreError, match=f"^{path}: cannot store the failure record \\(.+\\)$"):
+    with pytest.raises(results.StoreError, match=f"^{path}: cannot store the failure record \\(.+\\)$"):
         failure.store_failure(path, identity, outcome)
 
 

@@ -20,7 +20,6 @@ log to the pod's log: `kubectl logs NAME-worker-0 > w0.log && fleetbench results
 restartPolicy Never and backoffLimit 0: a failed benchmark run is a result, not something to retry.
 """
 import argparse
-import json
 import os
 import re
 import sys
@@ -28,7 +27,7 @@ import sys
 import yaml
 
 from fleetbench.hosts import hostlist
-from fleetbench.measure import registry
+from fleetbench.measure import contract, registry
 
 API_VERSION = "kubeflow.org/v1"
 KIND = "PaddleJob"
@@ -91,12 +90,13 @@ def manifest(name, bench, script_args, shape, pod, namespace=None):
         pod_names = [f"{name}-master-{i}" for i in range(shape["servers"])] + \
                     [f"{name}-worker-{i}" for i in range(shape["workers"])]
         procs = 1
-    env = [_env("POD_IP", field="status.podIP"), _env("FLEETBENCH_NODES", str(len(pod_names))),
-           _env("FLEETBENCH_LAUNCH", json.dumps({"executor": "kubernetes", "hosts": pod_names}))]
+    said = contract.RankContract(nodes=len(pod_names), launch={"executor": "kubernetes", "hosts": pod_names})
+    env = [_env("POD_IP", field="status.podIP")] + [_env(k, v) for k, v in said.to_env().items()]
     if shape["mode"] == "collective":
         env.append(_env("PADDLE_RANK", field=f"metadata.labels['{INDEX_LABEL}']"))
     if pod.get("cpu"):  # the pod sees the machine's cores, not its limit: share the limit instead
-        env.append(_env("FLEETBENCH_OMP_THREADS", str(max(1, int(float(pod["cpu"])) // procs))))
+        threads = contract.RankContract(threads=str(max(1, int(float(pod["cpu"])) // procs)))
+        env += [_env(k, v) for k, v in threads.to_env().items()]
     gpus = shape.get("per_node") if pod.get("gpus") else None
     cont = container(pod["image"], pod["workdir"], launcher + args, env,
                      _resources(pod.get("cpu"), pod.get("memory"), gpus))

@@ -38,8 +38,7 @@ import threading
 import time
 
 from fleetbench.job import paddle_launch, procs
-from fleetbench.job.rankwrap import SUPERVISOR_ENV
-from fleetbench.measure.registry import JOB_ENV
+from fleetbench.measure.contract import JOB_ID, SUPERVISOR
 
 SCRATCH = "@NODE_SCRATCH@"
 LOG_MARK = "FBLOG "    # FBLOG <file name>\t<line>
@@ -131,7 +130,7 @@ def interface_of(address):
 def node_env(spec):
     """The launcher's environment on this node. Gloo must use the interface of the node's own
     address (the one the other nodes reach it at) unless the user named one."""
-    extra = dict(spec["env"], **{JOB_ENV: spec["job"], SUPERVISOR_ENV: procs.token()})
+    extra = dict(spec["env"], **{JOB_ID: spec["job"], SUPERVISOR: procs.token()})
     if "GLOO_SOCKET_IFNAME" not in extra and "GLOO_SOCKET_IFNAME" not in os.environ:
         ifname = interface_of(extra.get("POD_IP", ""))
         if ifname:
@@ -154,7 +153,7 @@ def run_node(spec, out=sys.stdout):
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     threading.Thread(target=_watch_stdin, args=(stop,), daemon=True).start()
-    env = node_env(spec)  # this agent is the node's supervisor (SUPERVISOR_ENV): if it vanishes, the ranks stop
+    env = node_env(spec)  # this agent is the node's supervisor (SUPERVISOR): if it vanishes, the ranks stop
     fwd = _Forwarder(log_dir, out)
     with open(os.path.join(log_dir, "launcher.log"), "ab") as log:
         proc = subprocess.Popen(node_command(spec, scratch), env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -231,7 +230,7 @@ def run_mirror(log_dir, transport, host):
     every node when the supervisor is done. The transport does not carry the job's id (the
     supervisor would kill it first); it dies with the mirror (PR_SET_PDEATHSIG)."""
     mirror = Mirror(log_dir)
-    env = {k: v for k, v in os.environ.items() if k not in (JOB_ENV, SUPERVISOR_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in (JOB_ID, SUPERVISOR)}
     proc = subprocess.Popen(transport, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                             preexec_fn=procs.die_with_parent)
 

@@ -33,12 +33,10 @@ import sys
 
 from fleetbench.hosts import hostlist
 from fleetbench.job.paddle_launch import NodeLaunch, child_env, paddle_command
-from fleetbench.job.rankwrap import SUPERVISOR_ENV
-from fleetbench.measure import registry
+from fleetbench.measure import contract, registry
 
 FORWARD_PREFIXES = ("FLEETBENCH_", "NCCL_", "FLAGS_")
 FORWARD_NAMES = ("GLOO_SOCKET_IFNAME",)
-LAUNCH_ENV = "FLEETBENCH_LAUNCH"
 SSH_OPTIONS = ("-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3")
 EXECUTORS = ("local", "netns", "ssh", "slurm")
 
@@ -90,7 +88,7 @@ def forwarded_env(base, extra_names=()):
     """The allow-listed part of the head's environment that a remote node receives."""
     keep = set(FORWARD_NAMES) | set(extra_names)
     return {k: v for k, v in base.items()
-            if (k.startswith(FORWARD_PREFIXES) or k in keep) and k not in (registry.JOB_ENV, SUPERVISOR_ENV)}
+            if (k.startswith(FORWARD_PREFIXES) or k in keep) and k not in (contract.JOB_ID, contract.SUPERVISOR)}
 
 
 def launch_block(executor, hosts, counts=None):
@@ -107,13 +105,13 @@ def local_block():
 
 
 def local_env():
-    """local_block() as the ranks read it (FLEETBENCH_LAUNCH)."""
-    return {LAUNCH_ENV: json.dumps(local_block())}
+    """local_block() as the ranks read it (the launcher-rank contract)."""
+    return contract.RankContract(launch=local_block()).to_env()
 
 
 def rank_env(executor, hosts, job):
-    return {"FLEETBENCH_NODES": str(len(hosts)),
-            LAUNCH_ENV: json.dumps(launch_block(executor, hosts, job.counts if job.mode == "collective" else None))}
+    block = launch_block(executor, hosts, job.counts if job.mode == "collective" else None)
+    return contract.RankContract(nodes=len(hosts), launch=block).to_env()
 
 
 # ----------------------------------------------------------------------------------------------

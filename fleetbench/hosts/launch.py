@@ -22,9 +22,9 @@ from fleetbench.hosts import executors, remote
 from fleetbench.hosts.executors import local_block, local_env
 from fleetbench.hosts.hostlist import HostsError
 from fleetbench.job import paddle_launch, preflight
-from fleetbench.job.failure import RunIdentity, StoreError, store_failure
+from fleetbench.job.failure import store_failure
 from fleetbench.job.preflight import LaunchError
-from fleetbench.measure import registry
+from fleetbench.measure import contract, registry, results
 
 # Flags of Paddle 2.6.2's launcher (paddle/distributed/launch/context/args_envs.py) and of the
 # legacy one it falls back to (paddle/distributed/fleet/launch.py). Every one takes a value.
@@ -159,7 +159,7 @@ def job_shape(args):
     """(mode, nodes, devices_per_node, world_size) implied by the launcher flags."""
     ps = any(args.flag(f) for f in PS_FLAGS) or args.flag("--run_mode") == "ps"
     nnodes = args.flag("--nnodes", "1")
-    nodes = int(os.environ.get("FLEETBENCH_NODES") or nnodes.split(":")[-1] or 1)
+    nodes = contract.RankContract.from_env().nodes or int(nnodes.split(":")[-1] or 1)
     if args.flag("--ips"):
         nodes = len(args.flag("--ips").split(","))
     if ps:
@@ -181,9 +181,9 @@ def identity_for(args, config=None, network=None):
         config = {"script": args.script, "script_args": args.script_args}
     method = config.get(registry.METHOD_KEY.get(mode, "method")) or "unknown"
     preset = args.script_flag("--preset", "full" if benchmark else None)
-    return RunIdentity(benchmark=registry.name_for_script(args.script), mode=mode, method=str(method),
-                       preset=preset, config=config, nodes=nodes, devices_per_node=per_node, world_size=world,
-                       network=network, launch=local_block())
+    return contract.RunIdentity(benchmark=registry.name_for_script(args.script), mode=mode, method=str(method),
+                                preset=preset, config=config, nodes=nodes, devices_per_node=per_node,
+                                world_size=world, network=network, launch=local_block())
 
 
 def results_path(args):
@@ -192,18 +192,16 @@ def results_path(args):
 
 def prepare(args, env):
     """Every check that can fail before launching; the run's identity for a failure record."""
-    from fleetbench.measure import results
-
     if not os.path.exists(args.script):
         raise LaunchError(f"SCRIPT {args.script}: no such file")
-    preflight.check_results_path(results_path(args))
+    results.check_appendable(results_path(args))
     device = args.flag("--devices")
     if device:
         flag = next(f for f in DEVICE_FLAGS if f in args.paddle)
         preflight.check_devices(flag, device, env)
     benchmark = registry.for_script(args.script)
     config = preflight.check_config(args.script, args.script_args, env) if args.check and benchmark else None
-    return identity_for(args, config, results.network_from_env())
+    return identity_for(args, config, contract.RankContract.from_env().network)
 
 
 USAGE = """usage: fleetbench launch [launcher flags] SCRIPT [script args]
@@ -270,7 +268,7 @@ def launch_on_hosts(args, opts, identity, env, shape):
         return 0 if outcome.ok else 130
     try:
         store_failure(results_path(args), identity, outcome)
-    except StoreError as e:
+    except results.StoreError as e:
         print(f"fleetbench launch: error: {e}", file=sys.stderr)
         return 1
     print(f"fleetbench launch: failure recorded in {results_path(args)}", file=sys.stderr)
@@ -289,7 +287,7 @@ def cli(argv):
         identity = prepare(args, env)
         if args.hosts.on_hosts():
             return launch_on_hosts(args, args.hosts, identity, env, job_shape(args))
-    except (LaunchError, results.RecordError, HostsError) as e:
+    except (LaunchError, results.PathError, results.RecordError, contract.ContractError, HostsError) as e:
         print(f"fleetbench launch: error: {e}", file=sys.stderr)
         return 2
     log_dir = args.log_dir or paddle_launch.new_log_dir()
@@ -307,7 +305,7 @@ def cli(argv):
         return 130
     try:
         store_failure(results_path(args), identity, outcome)
-    except StoreError as e:
+    except results.StoreError as e:
         print(f"fleetbench launch: error: {e}", file=sys.stderr)
         return 1
     print(f"fleetbench launch: failure recorded in {results_path(args)}", file=sys.stderr)

@@ -6,10 +6,7 @@ Failures are results: a failed, stalled or timed-out run is appended to the resu
 import dataclasses
 
 from fleetbench.measure import results
-
-
-class StoreError(RuntimeError):
-    """The results store could not be written; the message is one line naming the file."""
+from fleetbench.measure.contract import RunIdentity
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -85,36 +82,20 @@ def _log_section(rank, heading):
     return [f"  --- {heading}last {len(rank.tail)} lines of {rank.log} ---"] + [f"  | {line}" for line in rank.tail]
 
 
-@dataclasses.dataclass(kw_only=True)
-class RunIdentity:
-    """What a failure record says the run was (a successful run's record says it itself)."""
-    benchmark: str
-    mode: str
-    method: str
-    preset: str
-    config: dict
-    nodes: int
-    devices_per_node: int
-    world_size: int
-    network: dict = None
-    launch: dict = None     # the record's launch block (executor, hosts); None: from the environment
-
-
 def error_text(outcome):
     """One line for the record's `error`: what happened and the last log line of that rank."""
     text = f"launch: {outcome.summary()}"
     return text + (f" (second attempt; first: {outcome.retried_after})" if outcome.retried_after else "")
 
 
-def failure_record(identity, outcome):
-    fields = dataclasses.asdict(identity)
-    return results.make_record(**fields, metrics=None, error=error_text(outcome))
+def failure_record(identity: RunIdentity, outcome: Outcome) -> dict:
+    return results.make_record(identity, None, error_text(outcome))
 
 
 def store_failure(path, identity, outcome):
-    """Append the failure record to `path`; StoreError (one line) when it cannot be stored."""
+    """Append the failure record to `path`; results.StoreError (one line) when it cannot be stored."""
     try:
         results.append(path, failure_record(identity, outcome))
     except (OSError, results.RecordError) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise StoreError(f"{path}: cannot store the failure record ({reason})") from None
+        raise results.StoreError(f"{path}: cannot store the failure record ({reason})") from None

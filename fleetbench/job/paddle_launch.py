@@ -12,15 +12,13 @@ job's log directory (the first attempt's logs stay), and its record says so in i
 block (`attempt`, `retried_after`); a failed second attempt is stored as a failure naming both.
 """
 import dataclasses
-import json
 import os
 import sys
 import time
 import uuid
 
-from fleetbench.job.rankwrap import SUPERVISOR_ENV
 from fleetbench.job.supervisor import Limits, Supervisor
-from fleetbench.measure import registry
+from fleetbench.measure import contract, registry
 
 # Paddle's launchers run a .py file per rank; this one runs the module fleetbench.job.rankwrap.
 WRAPPER_ENTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "entry", "fleetbench_rank.py")
@@ -29,7 +27,7 @@ RANK_ENV = ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ENDPOINT
             "PADDLE_GLOBAL_RANK", "PADDLE_LOCAL_RANK", "PADDLE_GLOBAL_SIZE", "PADDLE_LOCAL_SIZE",
             "PADDLE_RANK_IN_NODE", "PADDLE_MASTER", "PADDLE_NNODES", "PADDLE_RANK", "PADDLE_LOG_DIR",
             "PADDLE_JOB_ID", "PADDLE_PSERVERS_IP_PORT_LIST", "PADDLE_PORT", "PADDLE_ROLE", "TRAINING_ROLE",
-            "POD_IP", "POD_NAME", "PADDLE_DISTRI_BACKEND", registry.JOB_ENV, registry.STOPPED_ENV, SUPERVISOR_ENV)
+            "POD_IP", "POD_NAME", "PADDLE_DISTRI_BACKEND", contract.JOB_ID, contract.STOPPED_FILE, contract.SUPERVISOR)
 
 # Paddle's launcher takes the ports of servers, trainers, gloo and master from PORT_RANGE (default
 # 35100:64000), probing each with a bind it then closes. Most of that is Linux's ephemeral range
@@ -51,7 +49,7 @@ def child_env(base=None, extra=None):
         env.pop(key, None)
     env.pop("OMP_NUM_THREADS", None)  # importing fleetbench set it for *this* process
     if fleetbench._USER_THREADS:
-        env["FLEETBENCH_OMP_THREADS"] = str(fleetbench._USER_THREADS)
+        env.update(contract.RankContract(threads=str(fleetbench._USER_THREADS)).to_env())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(registry.REPO_ROOT), env.get("PYTHONPATH")) if p)
     env.setdefault("PORT_RANGE", LAUNCHER_PORT_RANGE)
     env.update(extra or {})
@@ -80,14 +78,13 @@ class NodeLaunch:
 
 
 RENDEZVOUS_ATTEMPTS = 2
-ATTEMPT_ENV = "FLEETBENCH_ATTEMPT"  # {"attempt": 2, "retried_after": ...}: read into the record's launch block
 
 
 def supervise(plan, log_dir, limits, echo=None, say=None, job_id=None):
     """Run the job `plan(log_dir, extra_env, job_id)` -> [NodeLaunch] builds under supervision until
     it ends: an Outcome (fleetbench.job.failure). `say` hears about a second attempt."""
     job_id = job_id or uuid.uuid4().hex[:12]
-    first_env = {ATTEMPT_ENV: ""}  # a value inherited from an enclosing job is not ours
+    first_env = {contract.ATTEMPT: ""}  # a value inherited from an enclosing job is not ours
     outcome = Supervisor(plan(log_dir, first_env, job_id), limits, echo=echo, job_id=job_id).run()
     for attempt in range(2, RENDEZVOUS_ATTEMPTS + 1):
         if not outcome.rendezvous:
@@ -97,7 +94,7 @@ def supervise(plan, log_dir, limits, echo=None, say=None, job_id=None):
         (say or _stderr)(f"fleetbench: the job failed in Paddle's rendezvous before any step ({outcome.detail}); "
                          f"starting it again, logs in {retry_dir}")
         job_id = uuid.uuid4().hex[:12]
-        extra = {ATTEMPT_ENV: json.dumps({"attempt": attempt, "retried_after": first})}
+        extra = contract.RankContract(attempt={"attempt": attempt, "retried_after": first}).to_env()
         outcome = Supervisor(plan(retry_dir, extra, job_id), limits, echo=echo, job_id=job_id).run()
         outcome.retried_after = first
     return outcome

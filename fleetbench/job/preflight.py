@@ -2,10 +2,8 @@
 of the job started and nothing stored (instead of a traceback after minutes of training).
 """
 import json
-import os
 import subprocess
 import sys
-import tempfile
 
 # Paddle's own device parsing (paddle/distributed/launch/context/device.py), run in a child so
 # the launcher itself does not import paddle: the device type and the ids --devices may name.
@@ -17,35 +15,6 @@ print(json.dumps({"type": d.dtype, "labels": d.labels}))"""
 
 class LaunchError(ValueError):
     """Bad input; the message is one line naming the flag or file."""
-
-
-def check_results_path(path, flag="--results"):
-    """Raise LaunchError unless a record could be appended to `path`. Tried for real (opening
-    the file for append, or creating and removing a file where it would go): for root,
-    access() says yes to anything, even under /proc."""
-    if os.path.isdir(path):
-        raise LaunchError(f"{flag} {path}: is a directory, expected a results file (.jsonl)")
-    if os.path.exists(path):
-        try:
-            open(path, "ab").close()  # appending nothing changes nothing
-        except OSError as e:
-            raise LaunchError(f"{flag} {path}: cannot append to it ({e.strerror or e})") from None
-        return
-    parent = _nearest_existing(os.path.dirname(os.path.abspath(path)))
-    if not os.path.isdir(parent):
-        raise LaunchError(f"{flag} {path}: {parent} is not a directory")
-    try:
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=".fleetbench-probe-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise LaunchError(f"{flag} {path}: cannot create files in {parent} ({e.strerror or e})") from None
-
-
-def _nearest_existing(path):
-    while not os.path.exists(path) and os.path.dirname(path) != path:
-        path = os.path.dirname(path)
-    return path
 
 
 def visible_devices(env, timeout=120):

@@ -10,7 +10,7 @@ import os
 import signal
 import time
 
-from fleetbench.measure.registry import JOB_ENV
+from fleetbench.measure.contract import JOB_ID
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -81,7 +81,7 @@ def daemon_pid(pidfile, executables):
     return pid if exe in {os.path.realpath(p) for p in executables} else None
 
 
-def job_pids(job_id, variable=JOB_ENV):
+def job_pids(job_id, variable=JOB_ID):
     """Pids of live processes whose environment carries this job's id (zombies and the caller
     excluded): the whole job, whatever its process tree, and nothing else on the machine."""
     marker = f"{variable}={job_id}".encode()

@@ -20,9 +20,8 @@ import threading
 import time
 
 from fleetbench.job import procs
-from fleetbench.measure.registry import JOB_ENV
+from fleetbench.measure import contract
 
-SUPERVISOR_ENV = "FLEETBENCH_SUPERVISOR"  # procs.token() of the supervising process
 WATCH_S = 0.5                             # how often the supervisor's existence is checked
 ORPHAN_GRACE_S = 2.0                      # SIGTERM, then SIGKILL after this long
 EVENTS_PREFIX = ".fbrank-"
@@ -52,7 +51,7 @@ class Events:
             self.log = os.readlink("/proc/self/fd/1")  # the rank log Paddle redirected us to
         except OSError:
             self.log = None
-        self.path = events_path(env.get("PADDLE_LOG_DIR"), env.get(JOB_ENV, "nojob"), os.getpid())
+        self.path = events_path(env.get("PADDLE_LOG_DIR"), env.get(contract.JOB_ID, "nojob"), os.getpid())
 
     def write(self, **fields):
         line = dict(fields, pid=os.getpid(), role=self.role, rank=self.rank, log=self.log, t=time.time())
@@ -75,7 +74,7 @@ def main(argv):
         print("usage: python -m fleetbench.job.rankwrap SCRIPT [ARGS]", file=sys.stderr)
         return 2
     events = Events(os.environ)
-    supervisor = os.environ.get(SUPERVISOR_ENV)
+    supervisor = os.environ.get(contract.SUPERVISOR)
     if supervisor and not procs.token_alive(supervisor):
         print(f"fleetbench rank wrapper: the supervisor ({supervisor}) is gone; not starting",
               file=sys.stderr, flush=True)
@@ -90,7 +89,7 @@ def main(argv):
     child = subprocess.Popen([sys.executable, "-u", *argv], preexec_fn=procs.die_with_parent)
     events.write(event="start", child=child.pid)
     if supervisor:
-        threading.Thread(target=watch_supervisor, args=(supervisor, os.environ.get(JOB_ENV), events),
+        threading.Thread(target=watch_supervisor, args=(supervisor, os.environ.get(contract.JOB_ID), events),
                          daemon=True).start()
     code = child.wait()
     events.write(event="exit", code=code, signal=-code if code < 0 else None, asked_to_stop=bool(asked))

@@ -15,7 +15,7 @@ import uuid
 
 from fleetbench.job import procs, ranks, rankwrap, verdict
 from fleetbench.job.failure import Outcome, RankReport
-from fleetbench.measure.registry import JOB_ENV, STOPPED_ENV
+from fleetbench.measure import contract
 
 STOP_GRACE_S = 3.0       # SIGTERM, then SIGKILL after this long
 PS_SERVER_GRACE_S = 3.0  # processes still up this long after every worker finished: stop them
@@ -171,8 +171,8 @@ class Supervisor:
     def _start(self):
         me = procs.token()
         for node in self.nodes:
-            env = dict(node.env, **{JOB_ENV: self.job_id, rankwrap.SUPERVISOR_ENV: me,
-                                    STOPPED_ENV: self._stopped_file(node)})
+            env = dict(node.env, **contract.RankContract(job_id=self.job_id, supervisor=me,
+                                                         stopped_file=self._stopped_file(node)).to_env())
             with open(os.path.join(node.log_dir, "launcher.log"), "ab") as out:
                 # The launcher dies with us; the rank wrappers then stop the rest of the job.
                 self.procs.append(subprocess.Popen(node.cmd, env=env, stdout=out, stderr=subprocess.STDOUT,

@@ -11,13 +11,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PRESET_DIR = REPO_ROOT / "fleetbench" / "presets"
 SWEEP_DIR = PRESET_DIR / "sweeps"
 DEFAULT_RESULTS = "results/runs.jsonl"
-# Set by `fleetbench launch` in every process of a supervised job: the job is found by it, and a
-# rank under supervision leaves the failure record to the supervisor (one record per run).
-JOB_ENV = "FLEETBENCH_JOB_ID"
-# A file the supervisor creates once it has decided the job failed, before it stops it: a rank
-# that finishes during the stop (Paddle 3.3.1's ranks outlast SIGTERM's grace) must not store a
-# success beside the supervisor's failure record.
-STOPPED_ENV = "FLEETBENCH_STOPPED_FILE"
 FAMILIES = ("collective", "ps", "comm")  # the record's `mode`
 METHOD_KEY = {"collective": "method", "ps": "mode", "comm": "op"}  # config key a sweep's `method` sets
 

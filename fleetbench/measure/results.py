@@ -7,6 +7,7 @@ and skips that line and keeps every line before it.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import fcntl
 import hashlib
@@ -14,9 +15,11 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 
-from fleetbench.measure import experiment, registry
+from fleetbench.measure import contract, experiment
+from fleetbench.measure.contract import RunIdentity
 from fleetbench.measure.experiment import Experiment
 from fleetbench.measure.schema import (  # noqa: F401
     CONTROL,
@@ -36,35 +39,6 @@ RESULT_PREFIX = "FLEETBENCH_RESULT "
 # ---------------------------------------------------------------------------------------------
 # building records
 
-def _object_from_env(name: str) -> dict | None:
-    """The JSON object a launcher put in environment variable `name`, or None when unset."""
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise RecordError(f"{name}: expected a JSON object, got {text!r} ({exc.msg})")
-    if not isinstance(value, dict):
-        raise RecordError(f"{name}: expected a JSON object, got {text!r}")
-    return value
-
-
-def network_from_env() -> dict | None:
-    """The network dict a sweep/cluster put in FLEETBENCH_NETWORK (JSON), or None."""
-    return _object_from_env("FLEETBENCH_NETWORK")
-
-
-def launch_from_env() -> dict | None:
-    """The `launch` block (executor, hosts in rank order of nodes) that whoever started the job
-    put in FLEETBENCH_LAUNCH (fleetbench.hosts.executors), or None (a script run by hand); a
-    second attempt after a failed rendezvous adds `attempt` and `retried_after` (FLEETBENCH_ATTEMPT,
-    fleetbench.job.paddle_launch)."""
-    launch = _object_from_env("FLEETBENCH_LAUNCH")
-    attempt = _object_from_env("FLEETBENCH_ATTEMPT")
-    return dict(launch, **attempt) if launch is not None and attempt else launch
-
-
 def git_sha() -> str | None:
     """Commit of the checkout this code runs from; None outside a git work tree."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -77,20 +51,19 @@ def git_sha() -> str | None:
     return sha if out.returncode == 0 and sha else None
 
 
-def make_record(*, benchmark: str, mode: str, method: str, preset: str | None, config: dict,
-                nodes: int, devices_per_node: int, world_size: int, metrics: dict | None,
-                error: str | None = None, network: dict | None = None, launch: dict | None = None) -> dict:
-    """A complete schema-1 record: the caller's measurements plus id, time, env, topology, git."""
+def make_record(identity: RunIdentity, metrics: dict | None, error: str | None = None) -> dict:
+    """A complete schema-1 record: what the run was (network and launch from the launcher's
+    contract where the identity leaves them out), what it measured, and id, time, env, topology, git."""
+    try:
+        identity = identity.resolved()
+    except contract.ContractError as err:  # a launcher's malformed variable: the record cannot say where it ran
+        raise RecordError(str(err)) from None
     env_info, topology_info = _collect_env()
     return {
         "schema": SCHEMA,
         "id": uuid.uuid4().hex,
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
-        "benchmark": benchmark, "mode": mode, "method": method, "preset": preset,
-        "config": config, "nodes": nodes, "devices_per_node": devices_per_node,
-        "world_size": world_size,
-        "network": network if network is not None else network_from_env(),
-        "launch": launch if launch is not None else launch_from_env(),
+        **dataclasses.asdict(identity),
         "metrics": metrics,
         "env": env_info,
         "topology": topology_info,
@@ -175,6 +148,35 @@ def _parses(raw: bytes) -> bool:
     return True
 
 
+class PathError(ValueError):
+    """A results path that cannot take a record; the message is one line naming the flag and path."""
+
+
+def check_appendable(path: str, flag: str = "--results") -> None:
+    """PathError unless a record could be appended to `path`, found before anything runs. Tried
+    for real (opening the file for append, or creating and removing a file where it would go): for
+    root, access() says yes to anything, even under /proc. Creates nothing that stays."""
+    if os.path.isdir(path):
+        raise PathError(f"{flag} {path}: is a directory, expected a results file (.jsonl)")
+    if os.path.exists(path):
+        try:
+            open(path, "ab").close()  # appending nothing changes nothing
+        except OSError as e:
+            raise PathError(f"{flag} {path}: cannot append to it ({e.strerror or e})") from None
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent) and os.path.dirname(parent) != parent:  # append makes the rest
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise PathError(f"{flag} {path}: {parent} is not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".fleetbench-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise PathError(f"{flag} {path}: cannot create files in {parent} ({e.strerror or e})") from None
+
+
 class StoreError(OSError):
     """A result could not be appended to its store; the message names the store and says where
     the record is kept instead (the FLEETBENCH_RESULT line printed before the append)."""
@@ -187,7 +189,7 @@ def emit(path: str, record: dict) -> None:
     stays in the rank's log, and the StoreError raised says so.
     """
     print(RESULT_PREFIX + dumps(record), flush=True)
-    stopped = os.environ.get(registry.STOPPED_ENV)
+    stopped = contract.RankContract.from_env().stopped_file
     if stopped and os.path.exists(stopped):
         print(f"fleetbench: the supervisor had already judged this job failed and was stopping it; "
               f"record not stored in {path} (kept in this log)", file=sys.stderr, flush=True)

@@ -10,7 +10,6 @@ sweeps on hosts start one launcher per node through an executor (fleetbench.host
 """
 import argparse
 import dataclasses
-import json
 import os
 import signal
 import sys
@@ -21,7 +20,7 @@ from fleetbench.hosts import executors, remote
 from fleetbench.hosts.hostlist import HostsError
 from fleetbench.job import failure, paddle_launch, preflight
 from fleetbench.machine import env as machine_env
-from fleetbench.measure import registry, results
+from fleetbench.measure import contract, registry, results
 from fleetbench.sweep.sweepfile import (
     METHOD_KEY,
     REPO_ROOT,
@@ -120,17 +119,18 @@ def shared_threads(cell):
 def emulated_env(cell, base_env, network):
     """The environment of a run on the emulated cluster: its network, and an equal share of this
     machine's cores as threads unless the user chose a count."""
-    env = paddle_launch.child_env(base_env, {"FLEETBENCH_NETWORK": json.dumps(network)})
-    if "FLEETBENCH_OMP_THREADS" not in env:
-        env.update(FLEETBENCH_OMP_THREADS=str(shared_threads(cell)),
-                   FLEETBENCH_OMP_THREADS_BY="fleetbench sweep: equal share of cores across emulated nodes")
+    env = paddle_launch.child_env(base_env, contract.RankContract(network=network).to_env())
+    if contract.RankContract.from_env(env).threads is None:
+        env.update(contract.RankContract(
+            threads=str(shared_threads(cell)),
+            threads_by="fleetbench sweep: equal share of cores across emulated nodes").to_env())
     return env
 
 
 def local_launch(cell, log_dir, results_path, base_env):
     flags = (["--server_num", str(cell.servers), "--trainer_num", str(cell.workers)] if cell.mode == "ps"
              else ["--nproc_per_node", str(cell.devices_per_node)])
-    env = paddle_launch.child_env(base_env, dict(executors.local_env(), FLEETBENCH_NODES="1"))
+    env = paddle_launch.child_env(base_env, contract.RankContract(nodes=1, launch=executors.local_block()).to_env())
     return [paddle_launch.NodeLaunch.paddle(flags, log_dir, cell.script, cell.script_args(results_path), env)]
 
 
@@ -252,7 +252,7 @@ class Sweep:
     def identity(self, cell, network, launch=None):
         """What a failure record of this cell says the run was."""
         config = self.config(cell)
-        return failure.RunIdentity(
+        return contract.RunIdentity(
             benchmark=cell.benchmark, mode=cell.mode, method=str(config.get(METHOD_KEY[cell.mode]) or cell.method
                                                                  or "unknown"),
             preset=cell.preset, config=config, nodes=cell.nodes, devices_per_node=max(1, cell.world_size // cell.nodes),
@@ -315,7 +315,7 @@ def prepare(args):
     problem = remote.ssh_problem(hosts, emulated=any(c.network for c in cells))
     if problem:  # refused before any cell runs: running them another way would not be what was asked
         raise SweepError(problem)
-    preflight.check_results_path(args.results)
+    results.check_appendable(args.results)
     name = os.path.splitext(os.path.basename(path))[0]
     sweep = Sweep(cells, args.results, args.log_dir or os.path.join("log", f"sweep-{name}"),
                   cluster_prefix=args.cluster_name, hosts=hosts, cluster_subnet=args.cluster_subnet,
@@ -335,10 +335,11 @@ def cli(argv):
             return 0
         sweep.run(dict(os.environ))
         return 1 if sweep.failed_runs else 0
-    except (SweepError, preflight.LaunchError, results.RecordError, netem.ClusterError, HostsError) as e:
+    except (SweepError, preflight.LaunchError, results.PathError, results.RecordError, netem.ClusterError,
+            HostsError) as e:
         print(f"fleetbench sweep: error: {e}", file=sys.stderr)
         return 2
-    except failure.StoreError as e:  # the store broke during the sweep: going on would lose results
+    except results.StoreError as e:  # the store broke during the sweep: going on would lose results
         print(f"fleetbench sweep: error: {e}; runs stored before are kept, fix it and run the same "
               f"command again to resume", file=sys.stderr)
         return 1

@@ -16,7 +16,7 @@ import paddle.distributed as dist
 from paddle.distributed import fleet
 
 import fleetbench
-from fleetbench.measure import metrics
+from fleetbench.measure import contract, metrics
 from fleetbench.measure.timing import WindowTimer, log_line
 from fleetbench.train import capability, methods, run
 
@@ -61,7 +61,7 @@ class Context:
     def placement(self) -> run.Placement:
         # The launcher's node count when it gave one (nodes may differ in size: "3+2"), else
         # what this node's size implies.
-        nodes = int(os.environ.get("FLEETBENCH_NODES") or 0) or max(1, self.world_size // max(1, self.local_size))
+        nodes = contract.RankContract.from_env().nodes or max(1, self.world_size // max(1, self.local_size))
         return run.Placement(rank=self.rank, world_size=self.world_size, nodes=nodes,
                              runtime={"device": self.device, **self.runtime})
 

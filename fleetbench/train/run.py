@@ -22,7 +22,7 @@ parameter-server driver, communication benchmark) nor its model's.
         # stderr naming the store when it cannot be written (the record stays in the rank's log)
     bench.store_failure(where, error)
         # a failed run is a result: rank 0 stores it with `error` set, except under
-        # `fleetbench launch` (registry.JOB_ENV set), whose supervisor stores the failure
+        # `fleetbench launch` (the contract's JOB_ID set), whose supervisor stores the failure
     run.peak_memory_mib(device)        # this process's peak: allocator on GPU, resident set on CPU
     run.Workload                       # base of what a script's build(cfg) returns
 
@@ -30,15 +30,12 @@ The metrics' names and definitions are fleetbench.measure.metrics'.
 """
 import dataclasses
 import json
-import os
 import resource
 import sys
-import tempfile
-from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 import fleetbench
-from fleetbench.measure import config, registry, results
+from fleetbench.measure import config, contract, registry, results
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -82,9 +79,10 @@ class Run:
         resolved["runtime"] = {"threads": fleetbench.threads_info(), "paddle": paddle.__version__,
                                **where.runtime}
         method = getattr(self.cfg, registry.METHOD_KEY[self.family])
-        return results.make_record(benchmark=self.name, mode=self.family, method=method, preset=self.preset,
-                                   config=resolved, nodes=where.nodes, devices_per_node=where.devices_per_node,
-                                   world_size=where.world_size, metrics=metrics, error=error)
+        identity = contract.RunIdentity(benchmark=self.name, mode=self.family, method=method, preset=self.preset,
+                                        config=resolved, nodes=where.nodes, devices_per_node=where.devices_per_node,
+                                        world_size=where.world_size)
+        return results.make_record(identity, metrics, error)
 
     def store_result(self, where: Placement, metrics: dict) -> int:
         return self._emit(self.record_for(where, metrics, None)) if where.rank == 0 else 0
@@ -92,7 +90,7 @@ class Run:
     def store_failure(self, where: Placement, error) -> None:
         # Under `fleetbench launch` the supervisor stores the failure, naming the rank that failed
         # first (which need not be this one); a second record would count one run twice.
-        if where.rank == 0 and registry.JOB_ENV not in os.environ:
+        if where.rank == 0 and contract.RankContract.from_env().job_id is None:
             text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
             self._emit(self.record_for(where, None, text))
 
@@ -116,7 +114,7 @@ def start(script, cls, family: str, argv=None, checks: Iterable[Callable] = ()) 
         raise RuntimeError(f"{script} is registered as a {bench.family} benchmark, not {family}")
     cfg, args = config.parse_args(name, cls, argv)
     try:
-        check_results_path(args.results)
+        results.check_appendable(args.results)
         for check in checks:
             check(cfg)
     except (config.ConfigError, ValueError) as err:  # ValueError: a data reader's one-line error
@@ -127,28 +125,6 @@ def start(script, cls, family: str, argv=None, checks: Iterable[Callable] = ()) 
         print(json.dumps(config.to_dict(cfg), sort_keys=True), flush=True)
     return Run(name=name, family=family, cfg=cfg, preset=args.preset, results_path=args.results,
                check_only=args.check, unit=bench.unit if bench else None)
-
-
-def check_results_path(path: str) -> None:
-    """ConfigError unless a record can be appended to `path`: found now, not after training.
-    Creates nothing that stays (a probe file is anonymous and gone when closed)."""
-    target = Path(path)
-    if target.is_dir():
-        raise config.ConfigError(f"--results {path}: is a directory, expected a JSONL file")
-    if target.exists():
-        try:
-            os.close(os.open(target, os.O_WRONLY | os.O_APPEND))
-        except OSError as err:
-            raise config.ConfigError(f"--results {path}: cannot append to it ({err.strerror})") from None
-        return
-    parent = target.absolute().parent
-    while not parent.exists():  # results.append creates the missing directories
-        parent = parent.parent
-    try:
-        with tempfile.TemporaryFile(dir=parent):
-            pass
-    except OSError as err:
-        raise config.ConfigError(f"--results {path}: cannot create files in {parent} ({err.strerror})") from None
 
 
 def peak_memory_mib(device: str = "cpu") -> float:

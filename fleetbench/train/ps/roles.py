@@ -4,7 +4,7 @@ import dataclasses
 import os
 
 import fleetbench
-from fleetbench.measure import config
+from fleetbench.measure import config, contract
 from fleetbench.train import run
 
 
@@ -35,7 +35,7 @@ def role_from_env() -> Role:
     local = [e for e in servers + workers if e.rsplit(":", 1)[0] == here] if here else []
     return Role(role="server" if role == "PSERVER" else "worker", servers=servers,
                 workers=int(env.get("PADDLE_TRAINERS_NUM") or len(workers) or 1),
-                nodes=int(env.get("FLEETBENCH_NODES") or max(1, len(hosts))),
+                nodes=contract.RankContract.from_env(env).nodes or max(1, len(hosts)),
                 local_workers=max(1, sum(e in workers for e in local)) if local else 1)
 
 
