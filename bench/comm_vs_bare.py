@@ -71,7 +71,7 @@ def measure(args) -> int:
 
     cfg = collectives.CommConfig(op="all_reduce", iters=args.iters, warmup_iters=args.warmup_iters)
     peers = collectives.connect()
-    slowest = loop.Collective().max
+    slowest = loop.PaddleCommunicator().max
     worst, unresolved = 0.0, []
     for nbytes in opmath.sizes(args.min_bytes, args.max_bytes, args.factor):
         count = opmath.element_count("all_reduce", nbytes, peers.ranks, cfg.dtype)

@@ -24,7 +24,7 @@ def placement(peers: collectives.Peers) -> run.Placement:
 
 
 def measure(cfg: collectives.CommConfig, peers: collectives.Peers) -> dict:
-    communicator = loop.Collective()
+    communicator = loop.PaddleCommunicator()
     link = linkprobe.probe(peers.rank, cfg.tcp_probe_s, communicator)
     rows = collectives.measure_all(cfg, peers, communicator)
     figures = opmath.metrics(cfg.ops, rows, peers.ranks, cfg.headline_min_bytes)

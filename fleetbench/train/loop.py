@@ -144,7 +144,7 @@ def train(cfg, work: Workload, ctx: Context, unit: str) -> metrics.RankFigures:
     return mine
 
 
-class Collective:
+class PaddleCommunicator:
     """metrics.Communicator over paddle.distributed (float64, so sums of counts stay exact)."""
 
     @staticmethod
@@ -174,7 +174,7 @@ def main(script: str, cls, build: Callable[[Any], Workload], argv=None) -> None:
     try:
         work = build(bench.cfg)
         unit = bench.unit_for(work)
-        comm = Collective() if ctx.world_size > 1 else metrics.Alone()
+        comm = PaddleCommunicator() if ctx.world_size > 1 else metrics.Alone()
         mine, convergence = work.schedule(bench.cfg, ctx, unit, comm)
         totals = metrics.reduce(mine, comm)
         extra = work.finish(comm) if work.finish else {}
