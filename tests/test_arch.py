@@ -1,4 +1,4 @@
-"""All-reduce against parameter server on the same model (docs/arch.md): the pairs share presets,
+"""All-reduce against parameter server on the same model (docs/allreduce_vs_ps.md): the pairs share presets,
 data and units; one AUC definition; the report pairs their records; real tiny runs of both ways."""
 import json
 import re
