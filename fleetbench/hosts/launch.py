@@ -263,24 +263,13 @@ def launch_on_hosts(args, opts, identity, env, shape):
           file=sys.stderr, flush=True)
     outcome = remote.run_job(ex, job, log_dir, env, args.limits(), results_path(args),
                       echo=None if args.quiet else sys.stdout, job_id=job_id)
-    print(outcome.report(), file=sys.stderr, flush=True)
-    if outcome.ok or outcome.status == "interrupted":
-        return 0 if outcome.ok else 130
-    try:
-        store_failure(results_path(args), identity, outcome)
-    except results.StoreError as e:
-        print(f"fleetbench launch: error: {e}", file=sys.stderr)
-        return 1
-    print(f"fleetbench launch: failure recorded in {results_path(args)}", file=sys.stderr)
-    return 1
+    return finish(args, identity, outcome)
 
 
 def cli(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
-    from fleetbench.measure import results
-
     try:
         args = parse_argv(argv)
         env = paddle_launch.child_env()
@@ -298,10 +287,16 @@ def cli(argv):
     print(f"fleetbench launch: logs in {log_dir}; running: {shlex.join(plan(log_dir, {}, None)[0].cmd)}",
           file=sys.stderr, flush=True)
     outcome = paddle_launch.supervise(plan, log_dir, args.limits(), echo=None if args.quiet else sys.stdout)
+    return finish(args, identity, outcome)
+
+
+def finish(args, identity, outcome) -> int:
+    """Report how the job ended and its exit code; a failure is stored as a record (a user's
+    interrupt is not a result of the benchmark: nothing is stored, exit 130)."""
     print(outcome.report(), file=sys.stderr, flush=True)
     if outcome.ok:
         return 0
-    if outcome.status == "interrupted":  # cancelled by the user: not a result of the benchmark
+    if outcome.status == "interrupted":
         return 130
     try:
         store_failure(results_path(args), identity, outcome)
