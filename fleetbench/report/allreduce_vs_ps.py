@@ -19,18 +19,8 @@ import io
 
 from fleetbench.measure import experiment, results, timing
 from fleetbench.report import output
-from fleetbench.report.style import (
-    COLORS,
-    DPI,
-    FIGSIZE,
-    PS_HATCH,
-    SAVE,
-    STYLE,
-    Figure,
-    Patch,
-    matplotlib,
-    slug,
-)
+from fleetbench.report.style import (COLORS, DPI, FIGSIZE, PS_HATCH, SAVE, STYLE, Figure, Patch, matplotlib,
+                                     slug)
 from fleetbench.report.tables import columns, distinguishing, fmt, layout, variant_text
 
 FAMILIES = ("collective", "ps")

@@ -6,30 +6,10 @@ import csv
 import io
 
 from fleetbench.measure import results
-from fleetbench.report.style import (
-    COLORS,
-    DPI,
-    FIGSIZE,
-    MARGINS,
-    PS_HATCH,
-    SAVE,
-    STYLE,
-    Figure,
-    Patch,
-    matplotlib,
-    slug,
-)
-from fleetbench.report.tables import (
-    columns,
-    eff_label,
-    fmt,
-    layout,
-    line_key,
-    row_key,
-    size_noun,
-    variant,
-    variant_text,
-)
+from fleetbench.report.style import (COLORS, DPI, FIGSIZE, MARGINS, PS_HATCH, SAVE, STYLE, Figure, Patch,
+                                     matplotlib, slug)
+from fleetbench.report.tables import (columns, eff_label, fmt, layout, line_key, row_key, size_noun, variant,
+                                      variant_text)
 
 LABEL_ROTATE_OVER = 3  # more series than this: efficiency labels are written vertically
 LABEL_BARS_HORIZONTAL = 12  # ... and so are they when a chart has more bars than this
