@@ -12,19 +12,22 @@ A failed job usually has one cause and several ranks that failed because of it. 
 Paddle ranks have background threads, so a rank blocked in Python still uses ~0.3% of a core
 (measured here): only a stopped or truly blocked process is idle, and idleness only breaks ties.
 """
-import time
+from __future__ import annotations
 
-from fleetbench.job.ranks import COLLECTIVE_TIMEOUT
+import time
+from collections.abc import Callable, Iterable
+
+from fleetbench.job.ranks import COLLECTIVE_TIMEOUT, Rank
 
 SETTLE_S = 2.0  # after a first collective timeout, let the other victims time out too
 MIN_IDLE_WINDOW_S = 5.0  # CPU time is read once a second: shorter windows tell nothing
 
 
-def abnormal(rank):
+def abnormal(rank: Rank) -> bool:
     return bool(rank.exit and rank.exit["code"] != 0)
 
 
-def first_failure(ranks):
+def first_failure(ranks: Iterable[Rank]) -> Rank | None:
     """The rank whose failure came first, or None."""
     failed = sorted((r for r in ranks if abnormal(r)), key=lambda r: (r.asked_to_stop, r.exit["t"]))
     if failed and not failed[0].asked_to_stop:
@@ -33,22 +36,23 @@ def first_failure(ranks):
     return vanished[0] if vanished else (failed[0] if failed else None)
 
 
-def died_waiting(rank, tail):
+def died_waiting(rank: Rank, tail: list[str]) -> bool:
     """Did this rank end because a collective timed out (a victim of another rank)?"""
     return abnormal(rank) and any(COLLECTIVE_TIMEOUT.search(line) for line in tail)
 
 
-def idle(rank, window, now):
+def idle(rank: Rank, window: float, now: float) -> bool:
     return bool(window) and window >= MIN_IDLE_WINDOW_S and rank.idle_for(window, now)
 
 
-def suspicion(rank, steps, window, now):
+def suspicion(rank: Rank, steps: int, window: float, now: float) -> tuple:
     """Sort key, most suspect first (see the module docstring)."""
     clean_exit = bool(rank.exit) and not abnormal(rank)
     return (not rank.stopped, clean_exit, rank.role != "worker", steps, not idle(rank, window, now), rank.rank)
 
 
-def most_suspect(candidates, steps_of, window, now):
+def most_suspect(candidates: list[Rank], steps_of: Callable[[Rank], int], window: float,
+                 now: float) -> tuple[Rank | None, str | None]:
     """(rank, reason) of the most suspect candidate, or (None, None)."""
     if not candidates:
         return None, None
@@ -63,7 +67,8 @@ def most_suspect(candidates, steps_of, window, now):
     return first, "furthest behind (tied with others; the lowest rank is named)"
 
 
-def blame_failure(ranks, tail_of, steps_of, window, now):
+def blame_failure(ranks: list[Rank], tail_of: Callable[[Rank], list[str]], steps_of: Callable[[Rank], int],
+                  window: float, now: float) -> tuple[Rank, Rank | None, str | None] | None:
     """None while waiting for other victims to settle, else (culprit, victim or None, reason)."""
     failed = first_failure(ranks)
     if not died_waiting(failed, tail_of(failed)):
