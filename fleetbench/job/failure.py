@@ -3,6 +3,8 @@
 Failures are results: a failed, stalled or timed-out run is appended to the results store with
 `error` set and no metrics, so a sweep's table counts it and nothing is silently missing.
 """
+from __future__ import annotations
+
 import dataclasses
 
 from fleetbench.measure import results
@@ -38,10 +40,10 @@ class Outcome:
     retried_after: str = None   # this is a second attempt: summary() of the first
 
     @property
-    def ok(self):
+    def ok(self) -> bool:
         return self.status == "ok"
 
-    def report(self):
+    def report(self) -> str:
         """The multi-line report on stderr (the sweep indents all but the first line)."""
         lines = [f"fleetbench launch: {self.status.upper()} after {self.elapsed_s:.1f} s: {self.detail}"]
         if self.retried_after:
@@ -62,17 +64,17 @@ class Outcome:
             lines += _log_section(other, f"{other.label} ({other.status}): ")
         return "\n".join(lines)
 
-    def summary(self):
+    def summary(self) -> str:
         """One line: what happened and the last log line of the rank to blame."""
         last = self.last_line()
         return self.detail + (f"; last log line: {last[:300]}" if last else "")
 
-    def last_line(self):
+    def last_line(self) -> str:
         tail = self.culprit.tail if self.culprit else self.launcher_tail
         return next((line.strip() for line in reversed(tail) if line.strip()), "")
 
 
-def _log_section(rank, heading):
+def _log_section(rank: RankReport, heading: str) -> list[str]:
     if not rank.log:
         return [f"  --- {heading}no log file is known for this rank ---"]
     if rank.log_empty:
@@ -82,7 +84,7 @@ def _log_section(rank, heading):
     return [f"  --- {heading}last {len(rank.tail)} lines of {rank.log} ---"] + [f"  | {line}" for line in rank.tail]
 
 
-def error_text(outcome):
+def error_text(outcome: Outcome) -> str:
     """One line for the record's `error`: what happened and the last log line of that rank."""
     text = f"launch: {outcome.summary()}"
     return text + (f" (second attempt; first: {outcome.retried_after})" if outcome.retried_after else "")
@@ -92,7 +94,7 @@ def failure_record(identity: RunIdentity, outcome: Outcome) -> dict:
     return results.make_record(identity, None, error_text(outcome))
 
 
-def store_failure(path, identity, outcome):
+def store_failure(path: str, identity: RunIdentity, outcome: Outcome) -> None:
     """Append the failure record to `path`; results.StoreError (one line) when it cannot be stored."""
     try:
         results.append(path, failure_record(identity, outcome))
