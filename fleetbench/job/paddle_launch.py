@@ -11,12 +11,17 @@ fleetbench.job.ranks.RENDEZVOUS_FAILURE). The second attempt runs in `attempt2/`
 job's log directory (the first attempt's logs stay), and its record says so in its `launch`
 block (`attempt`, `retried_after`); a failed second attempt is stored as a failure naming both.
 """
+from __future__ import annotations
+
 import dataclasses
 import os
 import sys
 import time
 import uuid
+from collections.abc import Callable, Sequence
+from typing import TextIO
 
+from fleetbench.job.failure import Outcome
 from fleetbench.job.supervisor import Limits, Supervisor
 from fleetbench.measure import contract, registry
 
@@ -39,7 +44,7 @@ LAUNCHER_PORT_RANGE = "20000:32000"
 __all__ = ["NodeLaunch", "Limits", "supervise", "child_env", "paddle_command", "new_log_dir"]
 
 
-def child_env(base=None, extra=None):
+def child_env(base: dict | None = None, extra: dict | None = None) -> dict:
     """The launcher's environment: the caller's, minus inherited rank variables, with the
     user's own OMP_NUM_THREADS choice (if any) passed on explicitly (see fleetbench/__init__)."""
     import fleetbench  # imported for its record of the user's thread choice
@@ -56,7 +61,8 @@ def child_env(base=None, extra=None):
     return env
 
 
-def paddle_command(paddle_flags, log_dir, script, script_args, python=sys.executable):
+def paddle_command(paddle_flags: Sequence[str], log_dir: str, script: str, script_args: Sequence[str],
+                   python: str = sys.executable) -> list[str]:
     """The argument list running Paddle's launcher with our rank wrapper around SCRIPT."""
     return [python, "-m", "paddle.distributed.launch", *paddle_flags, "--log_dir", log_dir,
             WRAPPER_ENTRY, script, *script_args]
@@ -71,7 +77,8 @@ class NodeLaunch:
     name: str = "node0"
 
     @classmethod
-    def paddle(cls, flags, log_dir, script, script_args, env, name="node0", prefix=()):
+    def paddle(cls, flags: Sequence[str], log_dir: str, script: str, script_args: Sequence[str], env: dict,
+               name: str = "node0", prefix: Sequence[str] = ()) -> NodeLaunch:
         """Paddle's launcher with `flags` running SCRIPT under the rank wrapper; `prefix` runs
         it inside something (e.g. `ip netns exec NODE`); `env` is complete (see child_env)."""
         return cls([*prefix, *paddle_command(flags, log_dir, script, script_args)], log_dir, env, name)
@@ -80,7 +87,9 @@ class NodeLaunch:
 RENDEZVOUS_ATTEMPTS = 2
 
 
-def supervise(plan, log_dir, limits, echo=None, say=None, job_id=None):
+def supervise(plan: Callable[[str, dict, str], list[NodeLaunch]], log_dir: str, limits: Limits,
+              echo: TextIO | None = None, say: Callable[[str], None] | None = None,
+              job_id: str | None = None) -> Outcome:
     """Run the job `plan(log_dir, extra_env, job_id)` -> [NodeLaunch] builds under supervision until
     it ends: an Outcome (fleetbench.job.failure). `say` hears about a second attempt."""
     job_id = job_id or uuid.uuid4().hex[:12]
@@ -100,9 +109,9 @@ def supervise(plan, log_dir, limits, echo=None, say=None, job_id=None):
     return outcome
 
 
-def _stderr(text):
+def _stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def new_log_dir(base="log"):
+def new_log_dir(base: str = "log") -> str:
     return os.path.join(base, f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}")
