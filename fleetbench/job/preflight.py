@@ -1,6 +1,8 @@
 """Checks made before a job starts: a bad input is one line naming the flag, exit 2, no process
 of the job started and nothing stored (instead of a traceback after minutes of training).
 """
+from __future__ import annotations
+
 import json
 import subprocess
 import sys
@@ -17,7 +19,7 @@ class LaunchError(ValueError):
     """Bad input; the message is one line naming the flag or file."""
 
 
-def visible_devices(env, timeout=120):
+def visible_devices(env: dict, timeout: float = 120) -> dict | None:
     """{'type': 'gpu'|'xpu'|'cpu'|..., 'labels': [...]} as Paddle's launcher will see them, or
     None when that cannot be told (Paddle's launcher then decides)."""
     try:
@@ -29,14 +31,14 @@ def visible_devices(env, timeout=120):
     return json.loads(found[-1]) if p.returncode == 0 and found else None
 
 
-def check_devices(flag, ids, env):
+def check_devices(flag: str, ids: str, env: dict) -> None:
     """Raise LaunchError unless every device id in `ids` ('0,1,2') is one Paddle can use here."""
     problem = device_problem(flag, ids, visible_devices(env))
     if problem:
         raise LaunchError(problem)
 
 
-def device_problem(flag, ids, found):
+def device_problem(flag: str, ids: str, found: dict | None) -> str | None:
     """Why `ids` cannot run on the devices `found` (visible_devices' answer), or None. Apart from
     the probe so that the GPU and XPU answers are tested on a CPU-only machine too."""
     if found is None:
@@ -51,7 +53,7 @@ def device_problem(flag, ids, found):
     return None
 
 
-def check_config(script, script_args, env, timeout=120):
+def check_config(script: str, script_args: list[str], env: dict, timeout: float = 120) -> dict:
     """A benchmark's resolved config from its own `--check` (validates, trains nothing)."""
     try:
         p = subprocess.run([sys.executable, script, *script_args, "--check"], env=env, capture_output=True,
