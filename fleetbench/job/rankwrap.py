@@ -11,6 +11,8 @@ would stop a hung job then, and rank 0 would still append a record much later. T
 passes its identity (pid and start time) in FLEETBENCH_SUPERVISOR; the wrapper checks it twice a
 second and, once it is gone, stops every process carrying the job's id.
 """
+from __future__ import annotations
+
 import json
 import os
 import signal
@@ -18,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 
 from fleetbench.job import procs
 from fleetbench.measure import contract
@@ -28,11 +31,11 @@ EVENTS_PREFIX = ".fbrank-"
 ROLES = {"PSERVER": "server", "TRAINER": "worker", "HETER_TRAINER": "heter"}
 
 
-def events_path(log_dir, job_id, pid):
+def events_path(log_dir: str | None, job_id: str, pid: int | str) -> str:
     return os.path.join(log_dir or ".", f"{EVENTS_PREFIX}{job_id}-{pid}")
 
 
-def rank_identity(env):
+def rank_identity(env: Mapping[str, str]) -> tuple[str, int]:
     """(role, rank) of this process from the variables Paddle's launchers set."""
     role = ROLES.get(env.get("TRAINING_ROLE", ""), (env.get("TRAINING_ROLE") or "worker").lower())
     if role == "server":
@@ -45,7 +48,7 @@ def rank_identity(env):
 class Events:
     """The wrapper's event file; every line carries who we are and when."""
 
-    def __init__(self, env):
+    def __init__(self, env: Mapping[str, str]) -> None:
         self.role, self.rank = rank_identity(env)
         try:
             self.log = os.readlink("/proc/self/fd/1")  # the rank log Paddle redirected us to
@@ -53,13 +56,13 @@ class Events:
             self.log = None
         self.path = events_path(env.get("PADDLE_LOG_DIR"), env.get(contract.JOB_ID, "nojob"), os.getpid())
 
-    def write(self, **fields):
+    def write(self, **fields: object) -> None:
         line = dict(fields, pid=os.getpid(), role=self.role, rank=self.rank, log=self.log, t=time.time())
         with open(self.path, "a") as f:
             f.write(json.dumps(line) + "\n")
 
 
-def watch_supervisor(supervisor, job_id, events):
+def watch_supervisor(supervisor: str, job_id: str | None, events: Events) -> None:
     """Thread body: end the job once the supervising process no longer exists."""
     while procs.token_alive(supervisor):
         time.sleep(WATCH_S)
@@ -69,7 +72,7 @@ def watch_supervisor(supervisor, job_id, events):
     procs.terminate(lambda: procs.job_pids(job_id), ORPHAN_GRACE_S)  # every process of the job but us
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     if not argv:
         print("usage: python -m fleetbench.job.rankwrap SCRIPT [ARGS]", file=sys.stderr)
         return 2
@@ -96,7 +99,7 @@ def main(argv):
     return end_like(code)
 
 
-def end_like(code):
+def end_like(code: int) -> int:
     """End the way the script did, so Paddle's launcher sees what the script saw."""
     if code < 0:
         if -code not in (signal.SIGKILL, signal.SIGSTOP):
