@@ -3,11 +3,14 @@
 A rank is seen through three windows: the wrapper's event file (start, exit code or signal), the
 rank's log (progress lines, the last lines), and /proc (is the script stopped, does it use CPU).
 """
+from __future__ import annotations
+
 import collections
 import dataclasses
 import json
 import os
 import re
+from collections.abc import Iterable
 
 from fleetbench.job import procs
 
@@ -28,7 +31,7 @@ CPU_HISTORY = 600  # samples kept per rank (one a second: ten minutes of history
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def progress_step(line):
+def progress_step(line: str) -> tuple[int, int] | tuple[None, None] | None:
     """None for other lines; (step, total) for a window line; (None, None) for FLEETBENCH_RESULT."""
     m = PROGRESS.match(line)
     if not m:
@@ -39,12 +42,12 @@ def progress_step(line):
 class LogTail:
     """Incrementally read one rank log: progress lines and the last lines."""
 
-    def __init__(self, path, offset):
+    def __init__(self, path: str, offset: int) -> None:
         self.path, self.offset, self.partial = path, offset, b""
         self.last_progress = None  # (step, total, line)
         self.lines = collections.deque(maxlen=KEPT_LINES)
 
-    def poll(self):
+    def poll(self) -> list[str]:
         """New complete lines since the last call."""
         try:
             with open(self.path, "rb") as f:
@@ -63,11 +66,11 @@ class LogTail:
                 self.last_progress = (step[0], step[1], line)
         return lines
 
-    def tail(self, n):
+    def tail(self, n: int) -> list[str]:
         lines = list(self.lines) + ([self.partial.decode("utf-8", "replace")] if self.partial else [])
         return lines[-n:]
 
-    def steps(self):
+    def steps(self) -> int:
         """Steps this rank has logged (0 before its first window line)."""
         return (self.last_progress[0] or 0) if self.last_progress else 0
 
@@ -85,37 +88,37 @@ class Rank:
     gone: bool = False       # its wrapper no longer exists
     cpu: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=CPU_HISTORY))
 
-    def label(self):
+    def label(self) -> str:
         return f"{self.role} rank {self.rank}" + (f" on {self.node}" if self.node != "node0" else "")
 
     @property
-    def stopped(self):
+    def stopped(self) -> bool:
         """Stopped by a signal when last seen alive: it cannot take part in anything."""
         return self.state in procs.STOPPED_STATES
 
     @property
-    def vanished(self):
+    def vanished(self) -> bool:
         """Its wrapper is gone without recording an exit (it was killed)."""
         return self.gone and not self.exit
 
     @property
-    def asked_to_stop(self):
+    def asked_to_stop(self) -> bool:
         return bool(self.exit and self.exit.get("asked_to_stop"))
 
-    def idle_for(self, window, now):
+    def idle_for(self, window: float, now: float) -> bool:
         """True when the script (with its children) used no CPU time over the last `window`
         seconds, judged from samples that span it."""
         old = [(t, ticks) for t, ticks in self.cpu if t <= now - window]
         return bool(old and self.cpu) and self.cpu[-1][1] == old[-1][1]
 
-    def cpu_share(self, window, now):
+    def cpu_share(self, window: float, now: float) -> float | None:
         """Fraction of one core used over the last `window` seconds (None without samples)."""
         recent = [(t, ticks) for t, ticks in self.cpu if t >= now - window]
         if len(recent) < 2 or recent[-1][0] <= recent[0][0]:
             return None
         return (recent[-1][1] - recent[0][1]) / CLOCK_TICKS / (recent[-1][0] - recent[0][0])
 
-    def status(self):
+    def status(self) -> str:
         """Short form for the report: exit code or signal, or what it was when last seen."""
         if self.exit and self.exit.get("signal"):
             return f"signal {procs.signal_name(self.exit['signal'])}"
@@ -125,7 +128,7 @@ class Rank:
             return "stopped (process state T)"
         return "no exit status (its wrapper was killed)" if self.vanished else "running until the job was stopped"
 
-    def how(self, window=None, now=None):
+    def how(self, window: float | None = None, now: float | None = None) -> str:
         """What became of it, in words."""
         if self.exit and self.exit.get("signal"):
             return f"was killed by {procs.signal_name(self.exit['signal'])}"
@@ -141,7 +144,7 @@ class Rank:
                                      if share is not None else "")
 
 
-def read_events(path, offset):
+def read_events(path: str, offset: int) -> tuple[list[dict], int]:
     """(complete event dicts after `offset`, new offset) of one wrapper event file."""
     try:
         with open(path, "rb") as f:
@@ -153,7 +156,7 @@ def read_events(path, offset):
     return [json.loads(line) for line in complete.splitlines() if line.strip()], offset + len(complete)
 
 
-def apply_event(ranks, key, node, event):
+def apply_event(ranks: dict[str, Rank], key: str, node: str, event: dict) -> None:
     """Update `ranks` (events path -> Rank) with one wrapper event."""
     if event["event"] == "start":
         log = os.path.realpath(event["log"]) if event.get("log") else None
@@ -166,7 +169,7 @@ def apply_event(ranks, key, node, event):
         ranks[key].exit = event
 
 
-def sample(ranks, now, table=None):
+def sample(ranks: Iterable[Rank], now: float, table: dict[int, procs.Stat] | None = None) -> None:
     """Observe each running rank's script: its state always, its CPU ticks (with its children's)
     when a process table (one pass over /proc) is given. A rank whose wrapper no longer exists and
     has recorded no exit is marked gone (read its event file again before believing it vanished)."""
