@@ -4,11 +4,14 @@ The supervisor and the rank wrapper both use these: which processes belong to a 
 process is stopped (state T) or burning CPU, and whether a given process (pid plus start time, so
 a reused pid is not mistaken for it) still exists.
 """
+from __future__ import annotations
+
 import ctypes
 import dataclasses
 import os
 import signal
 import time
+from collections.abc import Callable, Collection, Iterable
 
 from fleetbench.measure.contract import JOB_ID
 
@@ -27,7 +30,7 @@ class Stat:
     start: int    # start time after boot, in clock ticks: with the pid, names one process
 
 
-def read_stat(pid):
+def read_stat(pid: int | str) -> Stat | None:
     """Stat of a process, or None when it does not exist."""
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -38,12 +41,12 @@ def read_stat(pid):
     return Stat(fields[0], int(fields[1]), int(fields[11]) + int(fields[12]), int(fields[19]))
 
 
-def alive(pid):
+def alive(pid: int | str) -> bool:
     stat = read_stat(pid)
     return stat is not None and stat.state not in DEAD_STATES
 
 
-def process_table():
+def process_table() -> dict[int, Stat]:
     """{pid: Stat} of every process on the machine (one pass over /proc)."""
     table = {}
     for entry in os.listdir("/proc"):
@@ -54,7 +57,7 @@ def process_table():
     return table
 
 
-def tree_ticks(table, root):
+def tree_ticks(table: dict[int, Stat], root: int) -> int:
     """CPU ticks of a process and all its descendants (a rank's DataLoader workers count)."""
     children = {}
     for pid, stat in table.items():
@@ -69,7 +72,7 @@ def tree_ticks(table, root):
 
 
 
-def daemon_pid(pidfile, executables):
+def daemon_pid(pidfile: str, executables: Iterable[str]) -> int | None:
     """The pid in `pidfile` if that process runs one of `executables` (links resolved), else None.
     Daemons rewrite their titles, so the executable, not the command line, says what runs."""
     try:
@@ -81,7 +84,7 @@ def daemon_pid(pidfile, executables):
     return pid if exe in {os.path.realpath(p) for p in executables} else None
 
 
-def job_pids(job_id, variable=JOB_ID):
+def job_pids(job_id: str, variable: str = JOB_ID) -> list[int]:
     """Pids of live processes whose environment carries this job's id (zombies and the caller
     excluded): the whole job, whatever its process tree, and nothing else on the machine."""
     marker = f"{variable}={job_id}".encode()
@@ -100,7 +103,7 @@ def job_pids(job_id, variable=JOB_ID):
     return found
 
 
-def boot_id():
+def boot_id() -> str:
     """This machine's boot id: pids and start times mean something only on the same boot."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
@@ -109,7 +112,7 @@ def boot_id():
         return "unknown"
 
 
-def token(pid=None):
+def token(pid: int | None = None) -> str | None:
     """'boot:pid:start' naming one process for as long as it lives (pids are reused; with the
     start time and the machine's boot id they are not)."""
     pid = os.getpid() if pid is None else pid
@@ -117,7 +120,7 @@ def token(pid=None):
     return f"{boot_id()}:{pid}:{stat.start}" if stat else None
 
 
-def token_alive(text):
+def token_alive(text: str) -> bool:
     """Whether the process named by token() still exists. A token of another machine (an
     environment forwarded to a remote host) cannot be checked here: taken as alive."""
     boot, pid, start = (str(text).split(":") + ["", "", ""])[:3]
@@ -127,7 +130,7 @@ def token_alive(text):
     return stat is not None and stat.state not in DEAD_STATES and str(stat.start) == start
 
 
-def send(pids, sig):
+def send(pids: Iterable[int], sig: int) -> None:
     """Signal each pid, ignoring those already gone."""
     for pid in pids:
         try:
@@ -136,7 +139,8 @@ def send(pids, sig):
             pass
 
 
-def terminate(find, grace_s, kill_wait_s=5.0, poll=None):
+def terminate(find: Callable[[], Iterable[int]], grace_s: float, kill_wait_s: float = 5.0,
+              poll: Callable[[], None] | None = None) -> list[int]:
     """Stop the processes `find()` returns (asked again while waiting, so that children started
     meanwhile are caught too): SIGTERM and SIGCONT (a stopped process acts on SIGTERM only once
     continued), then SIGKILL what is left after grace_s. `poll` runs while waiting (reaping).
@@ -156,7 +160,7 @@ def terminate(find, grace_s, kill_wait_s=5.0, poll=None):
     return sorted(targets)
 
 
-def reap_children(exclude=()):
+def reap_children(exclude: Collection[int] = ()) -> None:
     """Collect exited children other than `exclude` (orphans re-parented to us as subreaper;
     the excluded ones are Popen objects' own, whose exit codes Popen must read)."""
     for pid, stat in process_table().items():
@@ -167,25 +171,25 @@ def reap_children(exclude=()):
                 pass
 
 
-def _prctl(option, value):
+def _prctl(option: int, value: int) -> None:
     try:
         ctypes.CDLL(None, use_errno=True).prctl(option, value)
     except (OSError, AttributeError):  # not Linux: the launcher then has no such safety net
         pass
 
 
-def become_subreaper():
+def become_subreaper() -> None:
     """Orphaned descendants become our children (instead of init's), so we can reap them."""
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
-def die_with_parent(sig=signal.SIGKILL):
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """The calling process gets `sig` when its parent exits. Call it in a child between fork
     and exec (Popen's preexec_fn): it survives exec, and the parent is then the Popen caller."""
     _prctl(PR_SET_PDEATHSIG, sig)
 
 
-def signal_name(num):
+def signal_name(num: int) -> str:
     try:
         return signal.Signals(num).name
     except ValueError:
