@@ -5,6 +5,8 @@ process of a job carries FLEETBENCH_JOB_ID in its environment instead; stopping 
 exactly the live processes that carry it. Each rank runs under fleetbench.job.rankwrap, whose
 event files tell how each rank ended; fleetbench.job.verdict decides whom to blame.
 """
+from __future__ import annotations
+
 import dataclasses
 import glob
 import os
@@ -12,6 +14,8 @@ import signal
 import subprocess
 import time
 import uuid
+from types import FrameType
+from typing import Protocol, TextIO
 
 from fleetbench.job import procs, ranks, rankwrap, verdict
 from fleetbench.job.failure import Outcome, RankReport
@@ -30,17 +34,26 @@ class Limits:
     tail: int = 20          # log lines shown per rank
 
 
+class Node(Protocol):
+    """What the supervisor reads of a paddle_launch.NodeLaunch (which imports this module)."""
+    cmd: list
+    log_dir: str
+    env: dict
+    name: str
+
+
 @dataclasses.dataclass
 class Decision:
     status: str
     culprit: ranks.Rank = None
     detail: str = ""
     show: list = dataclasses.field(default_factory=list)  # other ranks whose logs the report shows
-    launcher: object = None  # a NodeLaunch whose launcher failed before any rank did: its log is shown
+    launcher: Node = None  # a NodeLaunch whose launcher failed before any rank did: its log is shown
 
 
 class Supervisor:
-    def __init__(self, nodes, limits, echo=None, poll_s=0.2, job_id=None):
+    def __init__(self, nodes: list[Node], limits: Limits, echo: TextIO | None = None, poll_s: float = 0.2,
+                 job_id: str | None = None) -> None:
         self.nodes, self.limits, self.echo, self.poll_s = nodes, limits, echo, poll_s
         self.startup = limits.startup or limits.stall
         self.job_id = job_id or uuid.uuid4().hex[:12]
@@ -53,7 +66,7 @@ class Supervisor:
         self.workers_done_t = self.cpu_sampled_t = None
 
     # -- observation
-    def _scan(self, now):
+    def _scan(self, now: float) -> None:
         for node in self.nodes:
             for path in glob.glob(rankwrap.events_path(node.log_dir, self.job_id, "*")):
                 self._read_events(node.name, path)
@@ -70,7 +83,7 @@ class Supervisor:
                     print(line, file=self.echo, flush=True)
         self._sample(now)
 
-    def _sample(self, now):
+    def _sample(self, now: float) -> None:
         table = None
         if self.cpu_sampled_t is None or now - self.cpu_sampled_t >= CPU_SAMPLE_S:
             table, self.cpu_sampled_t = procs.process_table(), now
@@ -79,32 +92,32 @@ class Supervisor:
             if r.vanished:  # the exit event is written just before the wrapper exits: read again
                 self._read_events(r.node, path)
 
-    def _read_events(self, node_name, path):
+    def _read_events(self, node_name: str, path: str) -> None:
         events, self.offsets[path] = ranks.read_events(path, self.offsets.get(path, 0))
         for event in events:
             ranks.apply_event(self.ranks, path, node_name, event)
 
-    def _echo_path(self):
+    def _echo_path(self) -> str:
         workers = sorted((r.rank, r.log) for r in self.ranks.values() if r.role == "worker" and r.log)
         return workers[0][1] if workers else os.path.join(self.nodes[0].log_dir, "workerlog.0")
 
-    def _log_of(self, rank):
+    def _log_of(self, rank: ranks.Rank | None) -> ranks.LogTail | None:
         return self.logs.get(rank.log) if rank is not None and rank.log else None
 
-    def _tail(self, rank, n=None):
+    def _tail(self, rank: ranks.Rank | None, n: int | None = None) -> list[str]:
         log = self._log_of(rank)
         return log.tail(n or self.limits.tail) if log else []
 
-    def _recent(self, rank):
+    def _recent(self, rank: ranks.Rank | None) -> list[str]:
         """All the lines kept of a rank's log (a timeout message can be far from its end)."""
         return self._tail(rank, ranks.KEPT_LINES)
 
-    def _steps(self, rank):
+    def _steps(self, rank: ranks.Rank) -> int:
         log = self._log_of(rank)
         return log.steps() if log else 0
 
     # -- decisions
-    def _decide(self, now):
+    def _decide(self, now: float) -> Decision | None:
         """None while the job should go on, else a Decision."""
         if self.interrupted:
             return Decision("interrupted", detail=f"interrupted by {procs.signal_name(self.interrupted)}")
@@ -127,7 +140,7 @@ class Supervisor:
             return None
         return self._watchdog(now)
 
-    def _watchdog(self, now):
+    def _watchdog(self, now: float) -> Decision | None:
         lim = self.limits
         if lim.timeout and now - self.start_t > lim.timeout:
             return self._blame_hang(now, "timeout", f"timeout: still running after {lim.timeout:g} s")
@@ -138,12 +151,12 @@ class Supervisor:
                                                     f"{self.startup:g} s of the start")
         return None
 
-    def _idle_window(self, now):
+    def _idle_window(self, now: float) -> float:
         """Seconds since the last progress line anywhere: the window over which a hung rank
         has done nothing."""
         return max(0.0, now - self.last_progress_t)
 
-    def _blame_hang(self, now, status, detail):
+    def _blame_hang(self, now: float, status: str, detail: str) -> Decision:
         running = [r for r in self.ranks.values() if not r.exit and not r.vanished]
         culprit, reason = verdict.most_suspect(running, self._steps, self._idle_window(now), now)
         if culprit is not None:
@@ -153,7 +166,7 @@ class Supervisor:
         others = [r for r in self.ranks.values() if r is not culprit]
         return Decision(status, culprit, detail, sorted(others, key=lambda r: (r.role, r.rank)))
 
-    def _blame_failure(self, now):
+    def _blame_failure(self, now: float) -> Decision | None:
         blamed = verdict.blame_failure(list(self.ranks.values()), self._recent, self._steps,
                                        self._idle_window(now), now)
         if blamed is None:
@@ -168,7 +181,7 @@ class Supervisor:
         return Decision("failed", culprit, detail, [victim])
 
     # -- actions
-    def _start(self):
+    def _start(self) -> None:
         me = procs.token()
         for node in self.nodes:
             env = dict(node.env, **contract.RankContract(job_id=self.job_id, supervisor=me,
@@ -179,34 +192,34 @@ class Supervisor:
                                                    stdin=subprocess.DEVNULL, start_new_session=True,
                                                    preexec_fn=procs.die_with_parent))
 
-    def _stopped_file(self, node):
+    def _stopped_file(self, node: Node) -> str:
         return os.path.join(node.log_dir, f".fbstopped-{self.job_id}")
 
-    def _mark_stopped(self):
+    def _mark_stopped(self) -> None:
         """Before the stop: a rank that still finishes must not store a success (results.emit)."""
         for node in self.nodes:
             with open(self._stopped_file(node), "w"):
                 pass
 
-    def _job_processes(self):
+    def _job_processes(self) -> set[int]:
         """Live processes of this job: those carrying its id, and our launchers."""
         return set(procs.job_pids(self.job_id)) | {p.pid for p in self.procs if p.poll() is None}
 
-    def _stop(self):
+    def _stop(self) -> list[int]:
         """Stop every process of this job (procs.terminate). Returns the pids still alive."""
         left = procs.terminate(self._job_processes, STOP_GRACE_S, poll=self._reap)
         self._reap()
         return left
 
-    def _reap(self):
+    def _reap(self) -> None:
         for p in self.procs:
             p.poll()
         procs.reap_children(exclude={p.pid for p in self.procs})
 
-    def _on_signal(self, sig, _frame):
+    def _on_signal(self, sig: int, _frame: FrameType | None) -> None:
         self.interrupted = sig
 
-    def run(self):
+    def run(self) -> Outcome:
         procs.become_subreaper()  # orphaned ranks (their launcher gone) become ours to reap
         self.start_t = self.last_progress_t = time.monotonic()
         self.start_sizes = {}
@@ -227,7 +240,7 @@ class Supervisor:
             for s, h in old_handlers.items():
                 signal.signal(s, h)
 
-    def _finish(self, decision):
+    def _finish(self, decision: Decision) -> Outcome:
         culprit = self._report(decision.culprit) if decision.culprit else None
         others = [self._report(r) for r in decision.show]  # before our stopping adds its noise
         stopping = self._job_processes()
@@ -252,13 +265,13 @@ class Supervisor:
             out.launcher_tail = _last_lines(out.launcher_log, self.limits.tail)
         return out
 
-    def _report(self, rank):
+    def _report(self, rank: ranks.Rank) -> RankReport:
         empty = bool(rank.log) and os.path.isfile(rank.log) and os.path.getsize(rank.log) == 0
         return RankReport(label=rank.label(), role=rank.role, rank=rank.rank, node=rank.node,
                           status=rank.status(), log=rank.log, tail=self._tail(rank), log_empty=empty)
 
 
-def _last_lines(path, n):
+def _last_lines(path: str, n: int) -> list[str]:
     try:
         with open(path, "rb") as f:
             return f.read().decode("utf-8", "replace").splitlines()[-n:]
