@@ -11,18 +11,21 @@ What it adds to `python -m paddle.distributed.launch`:
 This module is the command line; the job itself is fleetbench.job.paddle_launch (supervisor, rank
 wrapper, verdict, failure record).
 """
+from __future__ import annotations
+
 import dataclasses
 import os
 import re
 import shlex
 import sys
 import uuid
+from collections.abc import Sequence
 
 from fleetbench.hosts import executors, remote
 from fleetbench.hosts.executors import local_block, local_env
 from fleetbench.hosts.hostlist import HostsError
 from fleetbench.job import paddle_launch, preflight
-from fleetbench.job.failure import store_failure
+from fleetbench.job.failure import Outcome, store_failure
 from fleetbench.job.preflight import LaunchError
 from fleetbench.measure import contract, registry, results
 
@@ -53,7 +56,7 @@ PLANNED_FLAGS = ("--master", "--rank", "--host", "--ips", "--servers", "--traine
                  "--workers")
 SHAPE_FLAGS = ("--nnodes", "--nproc_per_node", "--server_num", "--trainer_num")
 
-def expand_devices(text, flag="--gpus"):
+def expand_devices(text: str, flag: str = "--gpus") -> str:
     """'0-3,6' -> '0,1,2,3,6' (Paddle 2.6.2 splits device lists on commas only)."""
     out = []
     for part in str(text).split(","):
@@ -82,7 +85,7 @@ class LaunchArgs:
     check: bool = True
     hosts: remote.HostOptions = dataclasses.field(default_factory=remote.HostOptions)
 
-    def flag(self, name, default=None):
+    def flag(self, name: str, default: str | None = None) -> str | None:
         """Value of a Paddle flag (aliases of --devices included)."""
         names = DEVICE_FLAGS if name in DEVICE_FLAGS else (name,)
         for i in range(0, len(self.paddle), 2):
@@ -90,7 +93,7 @@ class LaunchArgs:
                 return self.paddle[i + 1]
         return default
 
-    def script_flag(self, name, default=None):
+    def script_flag(self, name: str, default: str | None = None) -> str | None:
         args = self.script_args
         for i, a in enumerate(args):
             if a == name and i + 1 < len(args):
@@ -99,11 +102,11 @@ class LaunchArgs:
                 return a.split("=", 1)[1]
         return default
 
-    def limits(self):
+    def limits(self) -> paddle_launch.Limits:
         return paddle_launch.Limits(timeout=self.timeout, stall=self.stall, startup=self.startup, tail=self.tail)
 
 
-def parse_argv(argv):
+def parse_argv(argv: Sequence[str]) -> LaunchArgs:
     """Split `[launcher flags] SCRIPT [script args]` into LaunchArgs (raises LaunchError)."""
     argv = list(argv)
     out = LaunchArgs(paddle=[], script=None, script_args=[])
@@ -132,7 +135,7 @@ def parse_argv(argv):
     return out
 
 
-def _take_flag(out, name, value):
+def _take_flag(out: LaunchArgs, name: str, value: str) -> None:
     if name in remote.FLAGS:
         out.hosts.take(name, value)
     elif name in OWN_FLAGS:
@@ -155,7 +158,7 @@ def _take_flag(out, name, value):
         out.paddle += [name, value]
 
 
-def job_shape(args):
+def job_shape(args: LaunchArgs) -> tuple[str, int, int, int]:
     """(mode, nodes, devices_per_node, world_size) implied by the launcher flags."""
     ps = any(args.flag(f) for f in PS_FLAGS) or args.flag("--run_mode") == "ps"
     nnodes = args.flag("--nnodes", "1")
@@ -172,7 +175,7 @@ def job_shape(args):
     return "collective", nodes, per_node, per_node * nodes
 
 
-def identity_for(args, config=None, network=None):
+def identity_for(args: LaunchArgs, config: dict | None = None, network: dict | None = None) -> contract.RunIdentity:
     mode, nodes, per_node, world = job_shape(args)
     benchmark = registry.for_script(args.script)
     if benchmark is not None and benchmark.family == "comm":
@@ -186,11 +189,11 @@ def identity_for(args, config=None, network=None):
                                 world_size=world, network=network, launch=local_block())
 
 
-def results_path(args):
+def results_path(args: LaunchArgs) -> str:
     return args.script_flag("--results", registry.DEFAULT_RESULTS)
 
 
-def prepare(args, env):
+def prepare(args: LaunchArgs, env: dict) -> contract.RunIdentity:
     """Every check that can fail before launching; the run's identity for a failure record."""
     if not os.path.exists(args.script):
         raise LaunchError(f"SCRIPT {args.script}: no such file")
@@ -224,7 +227,7 @@ The failure record goes to the script's --results file (default results/runs.jso
 # fleetbench launch --hostfile ...
 
 
-def job_from_launch(args, shape, slots):
+def job_from_launch(args: LaunchArgs, shape: tuple[str, int, int, int], slots: list[int]) -> executors.Job:
     """The Job of a `fleetbench launch` on hosts with these slots (one per host, in order).
     shape: launch.job_shape's (mode, ...)."""
     planned = [f for f in PLANNED_FLAGS if args.flag(f)]
@@ -243,7 +246,8 @@ def job_from_launch(args, shape, slots):
     return executors.Job("collective", args.script, tuple(args.script_args), nodes, counts, flags=other)
 
 
-def launch_on_hosts(args, opts, identity, env, shape):
+def launch_on_hosts(args: LaunchArgs, opts: remote.HostOptions, identity: contract.RunIdentity, env: dict,
+                    shape: tuple[str, int, int, int]) -> int:
     """`fleetbench launch` with hosts: exit code. Bad input (hosts, names that do not resolve)
     raises HostsError before anything starts."""
     if opts.executor == "slurm":
@@ -266,7 +270,7 @@ def launch_on_hosts(args, opts, identity, env, shape):
     return finish(args, identity, outcome)
 
 
-def cli(argv):
+def cli(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
@@ -281,7 +285,7 @@ def cli(argv):
         return 2
     log_dir = args.log_dir or paddle_launch.new_log_dir()
 
-    def plan(dir_, extra, _job_id):
+    def plan(dir_: str, extra: dict, _job_id: str | None) -> list[paddle_launch.NodeLaunch]:
         return [paddle_launch.NodeLaunch.paddle(args.paddle, dir_, args.script, args.script_args, dict(env, **local_env(), **extra))]
 
     print(f"fleetbench launch: logs in {log_dir}; running: {shlex.join(plan(log_dir, {}, None)[0].cmd)}",
@@ -290,7 +294,7 @@ def cli(argv):
     return finish(args, identity, outcome)
 
 
-def finish(args, identity, outcome) -> int:
+def finish(args: LaunchArgs, identity: contract.RunIdentity, outcome: Outcome) -> int:
     """Report how the job ended and its exit code; a failure is stored as a record (a user's
     interrupt is not a result of the benchmark: nothing is stored, exit 130)."""
     print(outcome.report(), file=sys.stderr, flush=True)
