@@ -17,8 +17,11 @@ a node's first rank is the sum of the preceding nodes' counts: paddle/distribute
 controllers/collective.py, `_build_pod_with_master`) but not in its `--ips` form, which assumes
 equal counts; fleetbench always uses `--master` with an explicit `--rank` per node.
 """
+from __future__ import annotations
+
 import dataclasses
 import re
+from collections.abc import Sequence
 
 HOST_RE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
@@ -33,12 +36,12 @@ class Host:
     slots: int = 1
 
     @property
-    def address(self):
+    def address(self) -> str:
         """The host part without `user@` (what the other nodes connect to)."""
         return self.name.rsplit("@", 1)[-1]
 
 
-def _host(where, name, slots_text):
+def _host(where: str, name: str, slots_text: str) -> Host:
     if not HOST_RE.fullmatch(name):
         raise HostsError(f"{where}: host {name!r}: expected a host name, ssh alias, user@host or IPv4 address")
     if not re.fullmatch(r"[1-9]\d*", slots_text):
@@ -46,7 +49,7 @@ def _host(where, name, slots_text):
     return Host(name, int(slots_text))
 
 
-def _no_repeats(where, hosts):
+def _no_repeats(where: str, hosts: list[Host]) -> list[Host]:
     seen = set()
     for h in hosts:
         if h.name in seen:
@@ -57,7 +60,7 @@ def _no_repeats(where, hosts):
     return hosts
 
 
-def parse_hostfile(text, where="hostfile"):
+def parse_hostfile(text: str, where: str = "hostfile") -> list[Host]:
     """Hostfile text -> [Host] in file order."""
     hosts = []
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -76,7 +79,7 @@ def parse_hostfile(text, where="hostfile"):
     return _no_repeats(where, hosts)
 
 
-def load_hostfile(path):
+def load_hostfile(path: str) -> list[Host]:
     try:
         with open(path) as f:
             text = f.read()
@@ -85,7 +88,7 @@ def load_hostfile(path):
     return parse_hostfile(text, f"hostfile {path}")
 
 
-def parse_hosts_arg(text, where="--hosts"):
+def parse_hosts_arg(text: str, where: str = "--hosts") -> list[Host]:
     """'a:2,b:2' -> [Host('a', 2), Host('b', 2)]."""
     hosts = []
     for part in str(text).split(","):
@@ -94,7 +97,7 @@ def parse_hosts_arg(text, where="--hosts"):
     return _no_repeats(where, hosts)
 
 
-def parse_per_node(value, where="devices_per_node"):
+def parse_per_node(value: object, where: str = "devices_per_node") -> tuple[int, ...]:
     """2 -> (2,); '3+2' -> (3, 2): processes per node, one count or one per node."""
     text = str(value).strip()
     if isinstance(value, bool) or not re.fullmatch(r"[1-9]\d*(\s*\+\s*[1-9]\d*)*", text):
@@ -102,7 +105,7 @@ def parse_per_node(value, where="devices_per_node"):
     return tuple(int(x) for x in text.split("+"))
 
 
-def counts_for(nodes, per_node, where="devices_per_node"):
+def counts_for(nodes: int, per_node: tuple[int, ...], where: str = "devices_per_node") -> tuple[int, ...]:
     """Processes of each of `nodes` nodes from parse_per_node's tuple."""
     if len(per_node) == 1:
         return per_node * nodes
@@ -119,7 +122,8 @@ class Placement:
     processes: int
 
 
-def select(hosts, nodes, counts, check_slots=True, where="hosts"):
+def select(hosts: list[Host], nodes: int, counts: Sequence[int], check_slots: bool = True,
+           where: str = "hosts") -> list[Placement]:
     """The first `nodes` hosts with `counts[i]` processes on host i -> [Placement].
 
     check_slots: a collective job's processes are devices; a host with fewer slots is refused.
@@ -136,6 +140,6 @@ def select(hosts, nodes, counts, check_slots=True, where="hosts"):
     return placements
 
 
-def describe(placements):
+def describe(placements: list[Placement]) -> str:
     """'a(3) b(2)': for progress lines and reports."""
     return " ".join(f"{p.host.name}({p.processes})" for p in placements)
