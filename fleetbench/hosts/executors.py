@@ -21,6 +21,8 @@ PYTHON -m fleetbench.hosts.agent SPEC` (every word quoted: ssh hands the remote 
 string). Only an allow-list of the head's environment is forwarded: FLEETBENCH_*, NCCL_*, FLAGS_*,
 GLOO_SOCKET_IFNAME and names the user adds; the node keeps its own login environment otherwise.
 """
+from __future__ import annotations
+
 import dataclasses
 import json
 import os
@@ -30,6 +32,7 @@ import shlex
 import socket
 import subprocess
 import sys
+from collections.abc import Iterable, Sequence
 
 from fleetbench.hosts import hostlist
 from fleetbench.job.paddle_launch import NodeLaunch, child_env, paddle_command
@@ -53,24 +56,24 @@ class Job:
     workers: int = 0
     flags: tuple = ()         # more Paddle launcher flags for every node (e.g. --devices 0,1)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.counts is None:
             object.__setattr__(self, "counts", (1,) * self.nodes)
         if len(self.counts) != self.nodes:
             raise ValueError(f"Job: {len(self.counts)} process counts for {self.nodes} nodes")
 
 
-def spread(total, nodes):
+def spread(total: int, nodes: int) -> list[int]:
     """`total` processes over `nodes` nodes in contiguous blocks, the first nodes taking the rest."""
     return [total // nodes + (i < total % nodes) for i in range(nodes)]
 
 
-def free_port():
+def free_port() -> int:
     # Ports on other hosts cannot be probed from here; a random high port keeps jobs apart.
     return random.randint(20000, 29999)
 
 
-def node_flags(job, addresses):
+def node_flags(job: Job, addresses: Sequence[str]) -> list[list[str] | None]:
     """Paddle launcher flags for each node (None: a PS node with nothing to run)."""
     nodes, extra = len(addresses), list(job.flags)
     if job.mode == "collective":
@@ -84,14 +87,14 @@ def node_flags(job, addresses):
     return [common + ["--host", a, *extra] if (s or w) else None for a, s, w in zip(addresses, servers, workers)]
 
 
-def forwarded_env(base, extra_names=()):
+def forwarded_env(base: dict, extra_names: Iterable[str] = ()) -> dict:
     """The allow-listed part of the head's environment that a remote node receives."""
     keep = set(FORWARD_NAMES) | set(extra_names)
     return {k: v for k, v in base.items()
             if (k.startswith(FORWARD_PREFIXES) or k in keep) and k not in (contract.JOB_ID, contract.SUPERVISOR)}
 
 
-def launch_block(executor, hosts, counts=None):
+def launch_block(executor: str, hosts: Iterable[str], counts: Sequence[int] | None = None) -> dict:
     """The record's `launch` block; `processes` only when nodes differ (3+2)."""
     block = {"executor": executor, "hosts": list(hosts)}
     if counts and len(set(counts)) > 1:
@@ -99,17 +102,17 @@ def launch_block(executor, hosts, counts=None):
     return block
 
 
-def local_block():
+def local_block() -> dict:
     """The `launch` block of a job on this machine alone."""
     return launch_block("local", [socket.gethostname()])
 
 
-def local_env():
+def local_env() -> dict:
     """local_block() as the ranks read it (the launcher-rank contract)."""
     return contract.RankContract(launch=local_block()).to_env()
 
 
-def rank_env(executor, hosts, job):
+def rank_env(executor: str, hosts: list[str], job: Job) -> dict:
     block = launch_block(executor, hosts, job.counts if job.mode == "collective" else None)
     return contract.RankContract(nodes=len(hosts), launch=block).to_env()
 
@@ -118,7 +121,7 @@ def rank_env(executor, hosts, job):
 # Addresses
 
 
-def ssh_hostname(host, ssh_config=None):
+def ssh_hostname(host: str, ssh_config: str | None = None) -> str:
     """The HostName ssh would connect to for `host` (aliases of ~/.ssh/config resolved by `ssh -G`)."""
     cmd = ["ssh", "-G"] + (["-F", ssh_config] if ssh_config else []) + [host]
     try:
@@ -131,7 +134,7 @@ def ssh_hostname(host, ssh_config=None):
     return found.group(1) if found else host.rsplit("@", 1)[-1]
 
 
-def resolve(name, node, host=None):
+def resolve(name: str, node: int, host: str | None = None) -> str:
     """IPv4 address of `name` (Paddle's --host must be an address) or a one-line HostsError."""
     try:
         return socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
@@ -167,17 +170,17 @@ class Executor:
     """Common part: Paddle flags per node, the rank environment, one NodeLaunch per node."""
     name = None
 
-    def __init__(self, nodes, forward=()):
+    def __init__(self, nodes: Iterable[Node], forward: Iterable[str] = ()) -> None:
         self.nodes, self.forward = list(nodes), tuple(forward)
 
     @property
-    def hosts(self):
+    def hosts(self) -> list[str]:
         return [n.host for n in self.nodes]
 
-    def launch_block(self, job):
+    def launch_block(self, job: Job) -> dict:
         return launch_block(self.name, self.hosts[:job.nodes], job.counts if job.mode == "collective" else None)
 
-    def launches(self, job, log_dir, base_env, job_id):
+    def launches(self, job: Job, log_dir: str, base_env: dict, job_id: str) -> list[NodeLaunch]:
         """[fleetbench.job.paddle_launch.NodeLaunch], one per node that runs something."""
         start = Start(job, log_dir, base_env, job_id)
         if len(self.nodes) < job.nodes:
@@ -193,10 +196,10 @@ class Executor:
         return out
 
     @staticmethod
-    def node_dir(start, node):
+    def node_dir(start: Start, node: Node) -> str:
         return os.path.join(start.log_dir, f"node{node.rank}")
 
-    def node_command(self, start, node, flags, env):
+    def node_command(self, start: Start, node: Node, flags: list[str], env: dict) -> list[str]:
         raise NotImplementedError
 
 
@@ -204,11 +207,11 @@ class NetnsExecutor(Executor):
     """The emulated cluster's original path: each launcher inside its node's namespace, directly."""
     name = "netns"
 
-    def __init__(self, nodes, netns):
+    def __init__(self, nodes: list[Node], netns: Iterable[str]) -> None:
         super().__init__(nodes)
         self.netns = dict(zip((n.host for n in nodes), netns))
 
-    def node_command(self, start, node, flags, env):
+    def node_command(self, start: Start, node: Node, flags: list[str], env: dict) -> list[str]:
         return ["ip", "netns", "exec", self.netns[node.host]] + paddle_command(
             flags, self.node_dir(start, node), start.job.script, list(start.job.args))
 
@@ -217,12 +220,13 @@ class AgentExecutor(Executor):
     """Executors that run fleetbench's node agent on each host through a transport (ssh, srun);
     the local command is the agent's mirror around that transport."""
 
-    def __init__(self, nodes, forward=(), python=None, workdir=None):
+    def __init__(self, nodes: Iterable[Node], forward: Iterable[str] = (), python: str | None = None,
+                 workdir: str | None = None) -> None:
         super().__init__(nodes, forward)
         self.python = python or sys.executable
         self.workdir = workdir or str(registry.REPO_ROOT)
 
-    def spec(self, start, node, flags, env):
+    def spec(self, start: Start, node: Node, flags: list[str], env: dict) -> dict:
         """What the node's agent runs (fleetbench.hosts.agent.run_node)."""
         from fleetbench.hosts import agent
 
@@ -232,24 +236,24 @@ class AgentExecutor(Executor):
         return {"job": f"{start.job_id}-node{node.rank}", "flags": flags,
                 "script": self.script_on_node(start.job.script), "args": args, "env": node_env}
 
-    def script_on_node(self, script):
+    def script_on_node(self, script: str) -> str:
         """The script's path on the hosts: a file of this repository is found in its copy there
         (relative to the workdir the agent starts in); any other file at its absolute path."""
         path = os.path.abspath(script)
         inside = os.path.commonpath([path, str(registry.REPO_ROOT)]) == str(registry.REPO_ROOT)
         return os.path.relpath(path, registry.REPO_ROOT) if inside else path
 
-    def node_command(self, start, node, flags, env):
+    def node_command(self, start: Start, node: Node, flags: list[str], env: dict) -> list[str]:
         spec = json.dumps(self.spec(start, node, flags, env), separators=(",", ":"))
         agent = [self.python, "-m", "fleetbench.hosts.agent", spec]
         return [sys.executable, "-m", "fleetbench.hosts.agent", "--mirror", self.node_dir(start, node), node.host,
                 "--", *self.transport(node, agent)]
 
-    def transport(self, node, agent_argv):
+    def transport(self, node: Node, agent_argv: list[str]) -> list[str]:
         raise NotImplementedError
 
 
-def _results_to_scratch(args, scratch):
+def _results_to_scratch(args: list[str], scratch: str) -> list[str]:
     """The script's --results on a node is a scratch file there (the head imports the record)."""
     out = list(args)
     for i, a in enumerate(out):
@@ -264,20 +268,21 @@ def _results_to_scratch(args, scratch):
 class SshExecutor(AgentExecutor):
     name = "ssh"
 
-    def __init__(self, nodes, forward=(), python=None, workdir=None, ssh_config=None, connect_timeout=10):
+    def __init__(self, nodes: Iterable[Node], forward: Iterable[str] = (), python: str | None = None,
+                 workdir: str | None = None, ssh_config: str | None = None, connect_timeout: int = 10) -> None:
         super().__init__(nodes, forward, python, workdir)
         self.ssh_config, self.connect_timeout = ssh_config, connect_timeout
 
-    def transport(self, node, agent_argv):
+    def transport(self, node: Node, agent_argv: list[str]) -> list[str]:
         return ssh_argv(node.host, remote_command(self.workdir, agent_argv), self.ssh_config, self.connect_timeout)
 
 
-def ssh_argv(host, command, ssh_config=None, connect_timeout=10):
+def ssh_argv(host: str, command: str, ssh_config: str | None = None, connect_timeout: int = 10) -> list[str]:
     return (["ssh", *SSH_OPTIONS, "-o", f"ConnectTimeout={connect_timeout}"] +
             (["-F", ssh_config] if ssh_config else []) + [host, command])
 
 
-def remote_command(workdir, argv):
+def remote_command(workdir: str, argv: list[str]) -> str:
     """The one string ssh hands the remote shell: every word quoted."""
     return f"cd {shlex.quote(workdir)} && exec {shlex.join(argv)}"
 
@@ -287,17 +292,18 @@ class SlurmExecutor(AgentExecutor):
     each running the node agent with all the node's CPUs."""
     name = "slurm"
 
-    def __init__(self, nodes, forward=(), python=None, workdir=None, cpus=None):
+    def __init__(self, nodes: Iterable[Node], forward: Iterable[str] = (), python: str | None = None,
+                 workdir: str | None = None, cpus: str | None = None) -> None:
         super().__init__(nodes, forward, python, workdir)
         self.cpus = cpus
 
-    def transport(self, node, agent_argv):
+    def transport(self, node: Node, agent_argv: list[str]) -> list[str]:
         cpus = [f"--cpus-per-task={self.cpus}"] if self.cpus else []
         return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node.host}", *cpus, "--kill-on-bad-exit=1",
                 f"--chdir={self.workdir}", *agent_argv]
 
 
-def ssh_nodes(placements, ssh_config=None):
+def ssh_nodes(placements: list[hostlist.Placement], ssh_config: str | None = None) -> list[Node]:
     """Nodes of an ssh job from hosts.select's placements: every address resolved first, so a
     name that does not resolve is one line naming it before anything starts."""
     return [Node(p.rank, p.host.name, resolve(ssh_hostname(p.host.name, ssh_config), p.rank, p.host.name))
