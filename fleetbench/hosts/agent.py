@@ -26,6 +26,8 @@ arguments is replaced by the agent's scratch directory); the head imports the FL
 line from the mirrored rank log into its own store (fleetbench.measure.result_logs), so the record
 is stored once, on the head, whether or not the hosts share a filesystem.
 """
+from __future__ import annotations
+
 import glob
 import json
 import os
@@ -36,6 +38,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
+from typing import IO, TextIO
 
 from fleetbench.job import paddle_launch, procs
 from fleetbench.measure.contract import JOB_ID, SUPERVISOR
@@ -55,18 +59,18 @@ STOP_GRACE_S = 2.0     # less than the supervisor's own grace: a node is clean b
 class _Forwarder:
     """New complete lines of the files in a log directory, sent as FBLOG lines."""
 
-    def __init__(self, log_dir, out):
+    def __init__(self, log_dir: str, out: TextIO) -> None:
         self.log_dir, self.out, self.offsets, self.partial = log_dir, out, {}, {}
         self.broken = False
 
-    def send(self, text):
+    def send(self, text: str) -> None:
         try:
             self.out.write(text)
             self.out.flush()
         except (BrokenPipeError, OSError, ValueError):
             self.broken = True  # the head is gone: the caller stops the job
 
-    def poll(self):
+    def poll(self) -> None:
         names = [os.path.basename(p) for p in glob.glob(os.path.join(self.log_dir, "*log*"))
                  + glob.glob(os.path.join(self.log_dir, ".fbrank-*"))]
         for name in sorted(set(names)):
@@ -86,7 +90,7 @@ class _Forwarder:
                 self.send(f"{LOG_MARK}{name}\t{line.decode('utf-8', 'replace').rstrip(chr(13))}\n")
 
 
-def _watch_stdin(flag):
+def _watch_stdin(flag: threading.Event) -> None:
     """Set `flag` when stdin reaches end of file (the head's connection is gone)."""
     try:
         while os.read(0, 4096):
@@ -96,7 +100,7 @@ def _watch_stdin(flag):
     flag.set()
 
 
-def stop_job(job_id, children=(), grace_s=STOP_GRACE_S):
+def stop_job(job_id: str, children: Sequence[subprocess.Popen] = (), grace_s: float = STOP_GRACE_S) -> list[int]:
     """SIGTERM (and SIGCONT) every live process of this job on this host, SIGKILL what is left
     after grace_s. Returns the pids still alive at the end (none, normally)."""
     targets = set(procs.job_pids(job_id)) | {p.pid for p in children if p.poll() is None}
@@ -114,7 +118,7 @@ def stop_job(job_id, children=(), grace_s=STOP_GRACE_S):
     return sorted(targets)
 
 
-def interface_of(address):
+def interface_of(address: str) -> str | None:
     """The network interface holding `address` on this host (`ip -o -4 addr`), or None."""
     try:
         out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, timeout=10).stdout
@@ -127,7 +131,7 @@ def interface_of(address):
     return None
 
 
-def node_env(spec):
+def node_env(spec: dict) -> dict:
     """The launcher's environment on this node. Gloo must use the interface of the node's own
     address (the one the other nodes reach it at) unless the user named one."""
     extra = dict(spec["env"], **{JOB_ID: spec["job"], SUPERVISOR: procs.token()})
@@ -138,13 +142,13 @@ def node_env(spec):
     return paddle_launch.child_env(extra=extra)
 
 
-def node_command(spec, scratch):
+def node_command(spec: dict, scratch: str) -> list[str]:
     """Paddle's launcher for this node, with the rank wrapper (fleetbench.job.rankwrap)."""
     args = [a.replace(SCRATCH, scratch) for a in spec["args"]]
     return paddle_launch.paddle_command(spec["flags"], os.path.join(scratch, "log"), spec["script"], args)
 
 
-def run_node(spec, out=sys.stdout):
+def run_node(spec: dict, out: TextIO = sys.stdout) -> int:
     """Run this node's launcher and forward its logs until it ends or the head goes away."""
     scratch = tempfile.mkdtemp(prefix=f"fleetbench-{spec['job']}-")
     log_dir = os.path.join(scratch, "log")
@@ -179,12 +183,12 @@ def run_node(spec, out=sys.stdout):
 class Mirror:
     """Writes one node's forwarded lines into a local log directory."""
 
-    def __init__(self, log_dir, out=sys.stdout):
+    def __init__(self, log_dir: str, out: TextIO = sys.stdout) -> None:
         self.log_dir, self.out, self.exit_code = log_dir, out, None
         os.makedirs(log_dir, exist_ok=True)
         self.files = {}
 
-    def line(self, text):
+    def line(self, text: str) -> None:
         if text.startswith(EXIT_MARK):
             self.exit_code = int(text[len(EXIT_MARK):].strip() or 1)
         elif text.startswith(FILE_MARK):
@@ -195,7 +199,7 @@ class Mirror:
         else:  # the transport's own words (or a login script's): keep them with the launcher's
             self._write("launcher.log", text)
 
-    def _write(self, name, body):
+    def _write(self, name: str, body: str) -> None:
         if name == "launcher.log":
             print(body, file=self.out, flush=True)
             return
@@ -204,24 +208,24 @@ class Mirror:
         self._file(name).write(body + "\n")
         self.files[name].flush()
 
-    def _file(self, name):
+    def _file(self, name: str) -> IO[str] | None:
         if name not in self.files and name != "launcher.log":
             self.files[name] = open(os.path.join(self.log_dir, name), "a", encoding="utf-8")
         return self.files.get(name)
 
-    def local_event(self, ev):
+    def local_event(self, ev: dict) -> dict:
         ev = dict(ev, remote_pid=ev.get("pid"), remote_log=ev.get("log"), remote_t=ev.get("t"))
         ev["pid"], ev["t"] = os.getpid(), time.time()
         if ev.get("log"):
             ev["log"] = os.path.join(self.log_dir, os.path.basename(ev["log"]))
         return ev
 
-    def close(self):
+    def close(self) -> None:
         for f in self.files.values():
             f.close()
 
 
-def run_mirror(log_dir, transport, host):
+def run_mirror(log_dir: str, transport: list[str], host: str) -> int:
     """Run the transport (ssh/srun argv) and mirror what the node's agent sends into log_dir.
     Exit code: the node launcher's, or the transport's own when the agent never reported.
 
@@ -234,7 +238,7 @@ def run_mirror(log_dir, transport, host):
     proc = subprocess.Popen(transport, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                             preexec_fn=procs.die_with_parent)
 
-    def stop(*_):
+    def stop(*_: object) -> None:
         proc.stdin.close()
         timer = threading.Timer(STOP_GRACE_S + 3.0, proc.kill)  # an agent that does not answer
         timer.daemon = True
@@ -252,14 +256,14 @@ def run_mirror(log_dir, transport, host):
     return exit_status(mirror.exit_code)
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     if argv[:1] == ["--mirror"]:
         log_dir, host, transport = argv[1], argv[2], argv[4:]
         return run_mirror(log_dir, transport, host)
     return run_node(json.loads(argv[0]))
 
 
-def exit_status(code):
+def exit_status(code: int) -> int:
     """A launcher killed by a signal (negative code) is a failure, like any code outside 0..255."""
     return code if 0 <= code <= 255 else 1
 
