@@ -11,19 +11,39 @@ cluster (sweep `network:` cells) ssh into the nodes' sshd when openssh-server is
 `ip netns exec` (the reason is printed once). An explicit `--executor ssh` that cannot be had here
 is refused before anything runs (ssh_problem): no silent fallback where the user chose.
 """
+from __future__ import annotations
+
+import argparse
 import dataclasses
 import os
 import shutil
+from collections.abc import Callable, Sequence
+from typing import Protocol, TextIO
 
 from fleetbench.emulate import netem, sshd
 from fleetbench.hosts import executors, hostlist
 from fleetbench.hosts.executors import Job, Node
+from fleetbench.job.failure import Outcome
 from fleetbench.job.paddle_launch import supervise
+from fleetbench.job.supervisor import Limits
 from fleetbench.measure import result_logs
 
 CHOICES = ("auto",) + executors.EXECUTORS
 FLAGS = {"--hostfile": "hostfile", "--hosts": "hosts", "--executor": "executor", "--ssh-config": "ssh_config",
          "--forward-env": "forward", "--remote-python": "python", "--remote-dir": "workdir"}
+
+
+class SweepCell(Protocol):
+    """What cell_job reads of a sweep cell (fleetbench.sweep.sweepfile.Cell, which is above this room)."""
+    mode: str
+    script: str
+    nodes: int
+    servers: int
+    workers: int
+    counts: tuple | None
+    devices_per_node: int
+
+    def script_args(self, results_path: str) -> list[str]: ...
 
 
 @dataclasses.dataclass
@@ -36,26 +56,26 @@ class HostOptions:
     python: str = None
     workdir: str = None
 
-    def take(self, flag, value):
+    def take(self, flag: str, value: str) -> None:
         """Set one option from its command-line flag (HostsError on a bad executor name)."""
         if flag == "--executor" and value not in CHOICES:
             raise hostlist.HostsError(f"--executor {value!r}: expected one of {', '.join(CHOICES)}")
         setattr(self, FLAGS[flag], value)
 
     @property
-    def forwarded(self):
+    def forwarded(self) -> tuple[str, ...]:
         return tuple(n.strip() for n in self.forward.split(",") if n.strip())
 
-    def on_hosts(self):
+    def on_hosts(self) -> bool:
         """True when jobs go to other hosts (a host list, or an executor that needs one)."""
         return self.real_hosts() or self.executor == "ssh"
 
-    def real_hosts(self):
+    def real_hosts(self) -> bool:
         """True when there are hosts besides the emulated cluster's (`--executor ssh` alone, in a
         sweep, means the emulated nodes' sshd)."""
         return bool(self.hostfile or self.hosts) or self.executor == "slurm"
 
-    def host_list(self):
+    def host_list(self) -> list[hostlist.Host]:
         if self.hostfile and self.hosts:
             raise hostlist.HostsError("--hostfile and --hosts are alternatives; give one")
         if self.hostfile:
@@ -65,7 +85,7 @@ class HostOptions:
         raise hostlist.HostsError(f"--executor {self.executor} needs hosts: --hostfile FILE or --hosts a:2,b:2")
 
 
-def add_arguments(parser):
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options on an argparse parser (fleetbench sweep)."""
     parser.add_argument("--executor", choices=CHOICES, default="auto", help="how each host's launcher starts")
     parser.add_argument("--hostfile", help="hosts, one `HOST slots=N` per line (DeepSpeed/Horovod hostfile)")
@@ -76,7 +96,7 @@ def add_arguments(parser):
     parser.add_argument("--remote-dir", help="this repository on the hosts (default: its path here)")
 
 
-def from_namespace(ns):
+def from_namespace(ns: argparse.Namespace) -> HostOptions:
     opts = HostOptions(ns.executor, ns.hostfile, ns.hosts, ns.ssh_config, ns.forward_env, ns.remote_python,
                        ns.remote_dir)
     if opts.hostfile or opts.hosts:
@@ -84,7 +104,7 @@ def from_namespace(ns):
     return opts
 
 
-def from_sweep(opts, spec, path):
+def from_sweep(opts: HostOptions, spec: dict, path: str) -> HostOptions:
     """The options of a sweep: its flags, else the sweep file's `hosts:` (a hostfile path relative
     to the file, or a list like [node1:4, node2:4])."""
     value = spec.get("hosts")
@@ -100,7 +120,7 @@ def from_sweep(opts, spec, path):
     return opts
 
 
-def ssh_problem(opts, emulated):
+def ssh_problem(opts: HostOptions, emulated: bool) -> str | None:
     """Why the ssh these options ask for cannot be had on this machine, as one line naming what is
     missing and how to install it; None when it can, or when ssh is only the automatic choice on
     the emulated cluster (`emulated`: some cells run there), which falls back to `ip netns exec`."""
@@ -113,7 +133,7 @@ def ssh_problem(opts, emulated):
     return None
 
 
-def cell_job(cell, results_path):
+def cell_job(cell: SweepCell, results_path: str) -> Job:
     """The Job of one run of a sweep cell (fleetbench.sweep.sweepfile.Cell)."""
     args = tuple(cell.script_args(results_path))
     if cell.mode == "ps":
@@ -122,7 +142,8 @@ def cell_job(cell, results_path):
     return Job("collective", cell.script, args, cell.nodes, counts)
 
 
-def host_executor(opts, nodes, counts, check_slots=True):
+def host_executor(opts: HostOptions, nodes: int, counts: Sequence[int],
+                  check_slots: bool = True) -> executors.AgentExecutor:
     """The executor for a job of `nodes` nodes on real hosts (addresses resolved first)."""
     if opts.executor == "slurm":
         from fleetbench.engines import slurm
@@ -140,7 +161,8 @@ def host_executor(opts, nodes, counts, check_slots=True):
                                  opts.workdir, opts.ssh_config)
 
 
-def emulated_executor(opts, state, prefix, say=print):
+def emulated_executor(opts: HostOptions, state: dict, prefix: str,
+                      say: Callable[[str], None] = print) -> executors.Executor:
     """The executor for the emulated cluster `prefix` (its nodes' addresses are the hosts)."""
     layout = netem.Layout.from_dict(state["layout"])
     problem = sshd.requirements_problem()
@@ -157,7 +179,9 @@ def emulated_executor(opts, state, prefix, say=print):
     return executors.NetnsExecutor(nodes, [n.netns for n in layout.nodes])
 
 
-def run_job(executor, job, log_dir, base_env, limits, results_path, *, echo=None, say=None, job_id=None):
+def run_job(executor: executors.Executor, job: Job, log_dir: str, base_env: dict, limits: Limits,
+            results_path: str, *, echo: TextIO | None = None, say: Callable[[str], None] | None = None,
+            job_id: str | None = None) -> Outcome:
     """Supervise `job` on `executor`; store the record the nodes printed. Returns the Outcome."""
     outcome = supervise(lambda dir_, extra, job_id_: executor.launches(job, dir_, dict(base_env, **extra), job_id_),
                         log_dir, limits, echo=echo, say=say, job_id=job_id)
