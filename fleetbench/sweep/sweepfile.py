@@ -23,9 +23,12 @@ hosts (a hostfile path, relative to the sweep file, or a list like [node1:4, nod
 `results.config_hash` of what makes it the same cell (benchmark, preset, resolved config, mode,
 nodes, world size, network): run_key.
 """
+from __future__ import annotations
+
 import dataclasses
 import itertools
 import json
+import argparse
 import os
 
 import yaml
@@ -70,16 +73,16 @@ class Cell:
     startup: float = None
 
     @property
-    def world_size(self):
+    def world_size(self) -> int:
         if self.mode == "ps":
             return self.workers
         return sum(self.counts) if self.counts else self.nodes * self.devices_per_node
 
-    def extra_sets(self):
+    def extra_sets(self) -> list[str]:
         """Config overrides other than the method (they tell cells of one shape apart)."""
         return [s for s in self.sets if not s.startswith(f"{METHOD_KEY[self.mode]}=")]
 
-    def label(self):
+    def label(self) -> str:
         shape = (f"{self.servers}s/{self.workers}w" if self.mode == "ps"
                  else "+".join(map(str, self.counts)) if self.counts else f"{self.nodes}x{self.devices_per_node}")
         extra = " ".join(self.extra_sets())
@@ -88,7 +91,7 @@ class Cell:
                  f"net={self.network}" if self.network else "", extra]
         return " ".join(p for p in parts if p)
 
-    def script_args(self, results_path):
+    def script_args(self, results_path: str) -> list[str]:
         args = ["--preset", self.preset]
         for s in self.sets:
             args += ["--set", s]
@@ -99,7 +102,7 @@ class Cell:
 # Pure part: sweep files -> cells
 
 
-def load_spec(path):
+def load_spec(path: str) -> dict:
     try:
         with open(path, "rb") as f:
             spec = yaml.safe_load(f.read().decode("utf-8"))
@@ -117,7 +120,8 @@ def load_spec(path):
     return spec
 
 
-def find_script(benchmark, script=None, root=REPO_ROOT, mode=None):
+def find_script(benchmark: str, script: str | None = None, root: str = REPO_ROOT,
+                mode: str | None = None) -> tuple[str | None, str | None]:
     """(path, family) of a registered benchmark (its script of family `mode` when it has one: a
     model trained both ways); with `script:` a file of the benchmark's family (a variant of it);
     (None, None) when there is none."""
@@ -132,11 +136,11 @@ def find_script(benchmark, script=None, root=REPO_ROOT, mode=None):
     return str(bench.path), bench.family
 
 
-def _axis(value):
+def _axis(value: object) -> list:
     return value if isinstance(value, list) else [value]
 
 
-def expand(spec, where="sweep", root=REPO_ROOT, on_hosts=False):
+def expand(spec: dict, where: str = "sweep", root: str = REPO_ROOT, on_hosts: bool = False) -> list[Cell]:
     """All cells of a sweep spec, in file order (raises SweepError naming where and the key).
     on_hosts: the cells run on several hosts (fleetbench.hosts.remote), not only on this machine."""
     top = dict({k: spec.get(k, v) for k, v in DEFAULTS.items()}, on_hosts=on_hosts or bool(spec.get("hosts")))
@@ -168,17 +172,17 @@ def expand(spec, where="sweep", root=REPO_ROOT, on_hosts=False):
     return cells
 
 
-def _scalar(v):
+def _scalar(v: object) -> str:
     return json.dumps(v) if isinstance(v, bool) else str(v)
 
 
-def _positive_int(at, key, value):
+def _positive_int(at: str, key: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise SweepError(f"{at}: {key} {value!r}: expected an integer >= 1")
     return value
 
 
-def _cell(at, group, top, choice):
+def _cell(at: str, group: dict, top: dict, choice: dict) -> Cell:
     """One cell of a group (`group` with its resolved script and mode) for one choice of axes."""
     network, mode, method = choice["network"], group["mode"], choice["method"]
     if network is not None and network not in netem.PROFILES:
@@ -199,7 +203,7 @@ def _cell(at, group, top, choice):
                 servers=servers, workers=workers, network=network, **knobs)
 
 
-def _servers_workers(at, text):
+def _servers_workers(at: str, text: object) -> tuple[int, int]:
     try:
         servers, workers = (int(x) for x in str(text).split("/"))
     except ValueError:
@@ -207,7 +211,7 @@ def _servers_workers(at, text):
     return _positive_int(at, "servers", servers), _positive_int(at, "workers", workers)
 
 
-def _knobs(at, knobs):
+def _knobs(at: str, knobs: dict) -> dict:
     """repeats, timeout, stall, startup of a cell, checked (startup None: the stall value)."""
     _positive_int(at, "repeats", knobs["repeats"])
     for k in ("timeout", "stall", "startup"):
@@ -219,7 +223,7 @@ def _knobs(at, knobs):
     return knobs
 
 
-def network_key(network):
+def network_key(network: dict | None) -> dict | None:
     """The part of a network dict that makes runs comparable (what was asked for)."""
     if not network:
         return None
@@ -227,7 +231,8 @@ def network_key(network):
             "delay_ms": network.get("delay_ms_requested", network.get("delay_ms"))}
 
 
-def run_key(benchmark, preset, config, mode, nodes, world_size, network):
+def run_key(benchmark: str, preset: str | None, config: dict, mode: str, nodes: int, world_size: int,
+            network: dict | None) -> str:
     """results.config_hash of a run's identity; `runtime` (device, threads, versions the loop
     adds to the stored config) and what the network could not apply are not part of it."""
     config = {k: v for k, v in config.items() if k != "runtime"}
@@ -235,28 +240,28 @@ def run_key(benchmark, preset, config, mode, nodes, world_size, network):
                                 "nodes": nodes, "world_size": world_size, "network": network_key(network)})
 
 
-def record_key(rec):
+def record_key(rec: dict) -> str:
     return run_key(rec["benchmark"], rec.get("preset"), rec["config"], rec["mode"], rec["nodes"],
                    rec["world_size"], rec.get("network"))
 
 
-def record_paddle(rec):
+def record_paddle(rec: dict) -> str | None:
     """The Paddle version a record ran under (None for records without an env block)."""
     return ((rec.get("env") or {}).get("paddle") or {}).get("version")
 
 
-def planned_network(cell):
+def planned_network(cell: Cell) -> dict | None:
     if not cell.network:
         return None
     return netem.network_dict(netem.shaping_from(cell.network), cell.nodes)
 
 
-def cell_key(cell, config):
+def cell_key(cell: Cell, config: dict) -> str:
     return run_key(cell.benchmark, cell.preset, config, cell.mode, cell.nodes, cell.world_size,
                    planned_network(cell))
 
 
-def sweep_path(args):
+def sweep_path(args: argparse.Namespace) -> str:
     if bool(args.file) == bool(args.preset):
         raise SweepError("give a sweep FILE.yaml or --preset NAME (one of them)")
     if args.file:
