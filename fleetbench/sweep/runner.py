@@ -8,12 +8,16 @@ and the sweep goes on; failed runs are run again on resume. Each run is a superv
 (fleetbench.job.paddle_launch), with the same fault reports as `fleetbench launch`. Network cells and
 sweeps on hosts start one launcher per node through an executor (fleetbench.hosts.remote).
 """
+from __future__ import annotations
+
 import argparse
 import dataclasses
 import os
 import signal
 import sys
 import time
+from types import FrameType
+from typing import NoReturn, TextIO
 
 from fleetbench.emulate import netem, sshd
 from fleetbench.hosts import executors, remote
@@ -25,6 +29,7 @@ from fleetbench.sweep.sweepfile import (
     METHOD_KEY,
     REPO_ROOT,
     SWEEP_DIR,
+    Cell,
     SweepError,
     cell_key,
     expand,
@@ -36,22 +41,22 @@ from fleetbench.sweep.sweepfile import (
 )
 
 
-def duration(seconds):
+def duration(seconds: float) -> str:
     seconds = int(round(seconds))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def progress_line(i, n, cell, repeat, elapsed, eta):
+def progress_line(i: int, n: int, cell: Cell, repeat: int, elapsed: float, eta: float | None) -> str:
     eta_text = duration(eta) if eta is not None else "?"
     return (f"cell {i}/{n} {cell.label()} repeat {repeat}/{cell.repeats} | "
             f"elapsed {duration(elapsed)} ETA {eta_text}")
 
 
-def cell_extra(cell):
+def cell_extra(cell: Cell) -> str:
     return " ".join(cell.extra_sets())
 
 
-def summary_table(cells):
+def summary_table(cells: list[dict]) -> str:
     """Text table of aggregated cells (results.aggregate/add_efficiency output)."""
     head = ("benchmark", "preset", "mode", "method", "network", "nodes", "dev/node", "world", "n",
             "throughput mean ± std", "unit", "eff", "failed", "set")
@@ -74,17 +79,17 @@ class Interrupted(Exception):
     pass
 
 
-def _raise_interrupt(sig, _frame):
+def _raise_interrupt(sig: int, _frame: FrameType | None) -> NoReturn:
     raise Interrupted(signal.Signals(sig).name)
 
 
 class Cluster:
     """The emulated cluster for network cells: brought up per profile, down at the end if we made it."""
 
-    def __init__(self, prefix=netem.DEFAULT_PREFIX, subnet=None):
+    def __init__(self, prefix: str = netem.DEFAULT_PREFIX, subnet: str | None = None) -> None:
         self.prefix, self.subnet, self.ours, self.state = prefix, subnet, False, None
 
-    def ensure(self, cell):
+    def ensure(self, cell: Cell) -> dict:
         problem = netem.requirements_problem()
         if problem:
             raise netem.ClusterError(problem)
@@ -100,14 +105,14 @@ class Cluster:
         self.state = netem.up(cell.nodes, netem.shaping_from(cell.network), prefix=self.prefix, subnet=self.subnet)
         return self.state
 
-    def close(self):
+    def close(self) -> None:
         if self.ours:
             sshd.down(self.prefix)  # its servers live in the namespaces: before they go
             netem.down(self.prefix)
             self.ours = False
 
 
-def shared_threads(cell):
+def shared_threads(cell: Cell) -> int:
     """OpenMP threads per process when emulated nodes share this machine's cores: an equal share
     (each node's launcher alone would give each of its processes all the cores)."""
     import fleetbench
@@ -116,7 +121,7 @@ def shared_threads(cell):
     return max(1, fleetbench.usable_cores() // procs)
 
 
-def emulated_env(cell, base_env, network):
+def emulated_env(cell: Cell, base_env: dict, network: dict) -> dict:
     """The environment of a run on the emulated cluster: its network, and an equal share of this
     machine's cores as threads unless the user chose a count."""
     env = paddle_launch.child_env(base_env, contract.RankContract(network=network).to_env())
@@ -127,7 +132,7 @@ def emulated_env(cell, base_env, network):
     return env
 
 
-def local_launch(cell, log_dir, results_path, base_env):
+def local_launch(cell: Cell, log_dir: str, results_path: str, base_env: dict) -> list[paddle_launch.NodeLaunch]:
     flags = (["--server_num", str(cell.servers), "--trainer_num", str(cell.workers)] if cell.mode == "ps"
              else ["--nproc_per_node", str(cell.devices_per_node)])
     env = paddle_launch.child_env(base_env, contract.RankContract(nodes=1, launch=executors.local_block()).to_env())
@@ -135,8 +140,9 @@ def local_launch(cell, log_dir, results_path, base_env):
 
 
 class Sweep:
-    def __init__(self, cells, results_path, log_root, *, out=sys.stdout, cluster_prefix=netem.DEFAULT_PREFIX,
-                 hosts=None, cluster_subnet=None, paddle=None):
+    def __init__(self, cells: list[Cell], results_path: str, log_root: str, *, out: TextIO = sys.stdout,
+                 cluster_prefix: str = netem.DEFAULT_PREFIX, hosts: remote.HostOptions | None = None,
+                 cluster_subnet: str | None = None, paddle: str | None = None) -> None:
         self.cells, self.results_path, self.log_root, self.out = cells, os.path.abspath(results_path), log_root, out
         self.paddle = paddle  # the Paddle version the runs use; None: not known here (remote Python)
         self.cluster = Cluster(cluster_prefix, cluster_subnet)
@@ -144,10 +150,10 @@ class Sweep:
         self.configs = {}
         self.failed_runs = 0
 
-    def say(self, text):
+    def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
 
-    def resolve_configs(self, env):
+    def resolve_configs(self, env: dict) -> None:
         """Every cell's config via the benchmark's --check; errors name the cell, before any run."""
         for i, cell in enumerate(self.cells, start=1):
             key = (cell.script, cell.preset, cell.sets)
@@ -158,10 +164,10 @@ class Sweep:
                 except preflight.LaunchError as e:
                     raise SweepError(f"cell {i} ({cell.label()}): {e}") from None
 
-    def config(self, cell):
+    def config(self, cell: Cell) -> dict:
         return self.configs[(cell.script, cell.preset, cell.sets)]
 
-    def runs_of(self, cell, records=None, ok_only=True):
+    def runs_of(self, cell: Cell, records: list[dict] | None = None, ok_only: bool = True) -> list[dict]:
         """The cell's stored runs under this sweep's Paddle. Another version's runs of the same cell
         in the same file are another experiment: neither counted as done nor summarised here."""
         if records is None:
@@ -170,11 +176,11 @@ class Sweep:
         return [r for r in records if record_key(r) == key and (r.get("error") is None or not ok_only)
                 and (self.paddle is None or record_paddle(r) == self.paddle)]
 
-    def plan(self):
+    def plan(self) -> list[tuple[Cell, int]]:
         recs = results.load(self.results_path) if os.path.exists(self.results_path) else []
         return [(cell, min(len(self.runs_of(cell, recs)), cell.repeats)) for cell in self.cells]
 
-    def run(self, base_env):
+    def run(self, base_env: dict) -> list[dict]:
         started = time.monotonic()
         plan = self.plan()
         todo = sum(c.repeats - done for c, done in plan)
@@ -203,7 +209,7 @@ class Sweep:
                  f"{self.failed_runs} failed")
         return self.summary()
 
-    def run_one(self, i, cell, repeat, base_env):
+    def run_one(self, i: int, cell: Cell, repeat: int, base_env: dict) -> None:
         log_dir = os.path.join(self.log_root, f"cell{i:02d}-r{repeat}-{time.strftime('%H%M%S')}")
         before = len(self.runs_of(cell))
         limits = paddle_launch.Limits(timeout=cell.timeout, stall=cell.stall, startup=cell.startup)
@@ -229,7 +235,8 @@ class Sweep:
         for line in outcome.report().splitlines()[1:]:
             self.say(f"     {line}")
 
-    def execute(self, cell, log_dir, base_env, limits):
+    def execute(self, cell: Cell, log_dir: str, base_env: dict,
+                limits: paddle_launch.Limits) -> tuple[failure.Outcome, dict | None, dict]:
         """Run one repeat of `cell`: (Outcome, the network it ran on or None, its launch block)."""
         if not (cell.network or self.hosts.real_hosts()):
             outcome = paddle_launch.supervise(
@@ -249,7 +256,7 @@ class Sweep:
         outcome = remote.run_job(ex, work, log_dir, env, limits, self.results_path, say=self.say)
         return outcome, network, ex.launch_block(work)
 
-    def identity(self, cell, network, launch=None):
+    def identity(self, cell: Cell, network: dict | None, launch: dict | None = None) -> contract.RunIdentity:
         """What a failure record of this cell says the run was."""
         config = self.config(cell)
         return contract.RunIdentity(
@@ -258,7 +265,7 @@ class Sweep:
             preset=cell.preset, config=config, nodes=cell.nodes, devices_per_node=max(1, cell.world_size // cell.nodes),
             world_size=cell.world_size, network=network or planned_network(cell), launch=launch)
 
-    def summary(self):
+    def summary(self) -> list[dict]:
         """mean ± std per sweep cell (results.aggregate over that cell's runs), efficiency against
         a baseline among them (results.add_efficiency)."""
         recs = results.load(self.results_path) if os.path.exists(self.results_path) else []
@@ -279,7 +286,7 @@ class Sweep:
 # CLI
 
 
-def _parser():
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fleetbench sweep", description="Run a matrix of benchmark cells.")
     p.add_argument("file", nargs="?", help="sweep file (YAML)")
     p.add_argument("--preset", help=f"a sweep from {os.path.relpath(SWEEP_DIR, REPO_ROOT)}/NAME.yaml")
@@ -293,13 +300,13 @@ def _parser():
     return p
 
 
-def local_paddle():
+def local_paddle() -> str | None:
     """The Paddle version of this Python, which runs the ranks unless --remote-python says otherwise."""
     paddle, _missing = machine_env.read_paddle()
     return (paddle or {}).get("version")
 
 
-def prepare(args):
+def prepare(args: argparse.Namespace) -> Sweep:
     """The sweep to run, every input checked (one line naming the file or flag if not)."""
     path = sweep_path(args)
     spec = load_spec(path)
@@ -324,7 +331,7 @@ def prepare(args):
     return sweep
 
 
-def cli(argv):
+def cli(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
