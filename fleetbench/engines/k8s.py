@@ -20,6 +20,7 @@ log to the pod's log: `kubectl logs NAME-worker-0 > w0.log && fleetbench results
 restartPolicy Never and backoffLimit 0: a failed benchmark run is a result, not something to retry.
 """
 import argparse
+import copy
 import os
 import re
 import sys
@@ -27,6 +28,7 @@ import sys
 import yaml
 
 from fleetbench.hosts import hostlist
+from fleetbench.job.paddle_launch import LAUNCHER_PORT_RANGE
 from fleetbench.measure import contract, registry
 
 API_VERSION = "kubeflow.org/v1"
@@ -39,6 +41,9 @@ INDEX_LABEL = "training.kubeflow.org/replica-index"
 DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 POD_RESULTS = "/tmp/fleetbench-results.jsonl"  # the pod's own store (gone with the pod; the log stays)
 POD_LOGS = "/tmp/fleetbench-log"
+DEFAULT_TIMEOUT_S = 900  # a single job's activeDeadlineSeconds (a sweep cell's default timeout too)
+SHM = "/dev/shm"  # GPU pods: NCCL's shared-memory transport outgrows the runtime's 64 MB default
+POD_ANNOTATIONS = {"sidecar.istio.io/inject": "false"}  # Kubeflow's PaddleJob page: no sidecar in the pods
 
 
 class K8sError(ValueError):
@@ -71,42 +76,75 @@ def container(image, workdir, command, env, resources):
     return spec
 
 
-def replica(count, cont):
-    return {"replicas": count, "restartPolicy": "Never", "template": {"spec": {"containers": [cont]}}}
+def replica(count: int, cont: dict, command: list[str], gpus: bool) -> dict:
+    """One replica type's spec; a deep copy each, so the YAML carries no anchors (shared objects)."""
+    cont = copy.deepcopy(cont)
+    cont["command"], cont["args"] = command[:1], command[1:]
+    pod = {"containers": [cont]}
+    if gpus:  # untested here (no GPU): the upstream GPU example's memory emptyDir at /dev/shm
+        cont["volumeMounts"] = [{"name": "dshm", "mountPath": SHM}]
+        pod["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    return {"replicas": count, "restartPolicy": "Never",
+            "template": {"metadata": {"annotations": dict(POD_ANNOTATIONS)}, "spec": pod}}
+
+
+def ps_endpoints(name: str, rtype: str, count: int) -> str:
+    """Rank-ordered endpoints of one PS replica type, by the Service the operator makes for each pod
+    (`<job>-<type>-<i>`), qualified by the namespace so that `-1.` never prefixes `-10.` (Paddle's
+    launcher picks a pod's own endpoints by `startswith(host)`, launch/controllers/ps.py)."""
+    return ",".join(f"{name}-{rtype}-{i}.$(POD_NAMESPACE):{PORT}" for i in range(count))
+
+
+def ps_launch(name: str, shape: dict) -> tuple[list[str], list[dict]]:
+    """Launcher flags and environment so a Master pod runs only its server and a Worker pod only its
+    trainer. The operator sets PADDLE_SERVER_NUM=1 on Masters and PADDLE_TRAINER_NUM=1 on Workers
+    (envvar.go) and Paddle's master-mode launcher fills the missing count with 1 (both roles in every
+    pod); with explicit --servers/--trainers lists it runs the entries that start with its --host
+    (POD_IP), so each pod runs exactly its own. Hostnames, not IPs: untested on a real cluster."""
+    flags = ["--servers", ps_endpoints(name, "master", shape["servers"]),
+             "--trainers", ps_endpoints(name, "worker", shape["workers"])]
+    env = [_env("POD_NAME", field="metadata.name"), _env("POD_NAMESPACE", field="metadata.namespace"),
+           _env("POD_IP", "$(POD_NAME).$(POD_NAMESPACE)")]
+    return flags, env
 
 
 def manifest(name, bench, script_args, shape, pod, namespace=None):
     """One PaddleJob. shape: {"mode", "nodes", "per_node"} (collective) or {"mode", "servers",
-    "workers"} (ps); pod: {"image", "workdir", "cpu", "memory", "gpus"}."""
+    "workers"} (ps); pod: {"image", "workdir", "cpu", "memory", "gpus", "timeout"}."""
     launcher = ["python", "-m", "paddle.distributed.launch", "--log_dir", POD_LOGS]
     args = [bench.script, *script_args, "--results", POD_RESULTS]
     if shape["mode"] == "collective":
         types = {"Worker": shape["nodes"]}
         pod_names = [f"{name}-worker-{i}" for i in range(shape["nodes"])]
         launcher += ["--nproc_per_node", str(shape["per_node"])]
-        procs = shape["per_node"]
+        env, procs = [_env("POD_IP", field="status.podIP"),
+                      _env("PADDLE_RANK", field=f"metadata.labels['{INDEX_LABEL}']")], shape["per_node"]
     else:
         types = {"Master": shape["servers"], "Worker": shape["workers"]}
-        pod_names = [f"{name}-master-{i}" for i in range(shape["servers"])] + \
-                    [f"{name}-worker-{i}" for i in range(shape["workers"])]
-        procs = 1
+        # trainer 0 is the record's first host: the trainers in rank order, then the servers
+        pod_names = [f"{name}-worker-{i}" for i in range(shape["workers"])] + \
+                    [f"{name}-master-{i}" for i in range(shape["servers"])]
+        flags, env = ps_launch(name, shape)
+        launcher, procs = launcher + flags, 1
     said = contract.RankContract(nodes=len(pod_names), launch={"executor": "kubernetes", "hosts": pod_names})
-    env = [_env("POD_IP", field="status.podIP")] + [_env(k, v) for k, v in said.to_env().items()]
-    if shape["mode"] == "collective":
-        env.append(_env("PADDLE_RANK", field=f"metadata.labels['{INDEX_LABEL}']"))
+    env += [_env(k, v) for k, v in said.to_env().items()] + [_env("PORT_RANGE", LAUNCHER_PORT_RANGE)]
     if pod.get("cpu"):  # the pod sees the machine's cores, not its limit: share the limit instead
         threads = contract.RankContract(threads=str(max(1, int(float(pod["cpu"])) // procs)))
         env += [_env(k, v) for k, v in threads.to_env().items()]
     gpus = shape.get("per_node") if pod.get("gpus") else None
-    cont = container(pod["image"], pod["workdir"], launcher + args, env,
-                     _resources(pod.get("cpu"), pod.get("memory"), gpus))
+    cont = container(pod["image"], pod["workdir"], [], env, _resources(pod.get("cpu"), pod.get("memory"), gpus))
     meta = {"name": name, "labels": {"app.kubernetes.io/created-by": "fleetbench",
                                       "fleetbench/benchmark": bench.name}}
     if namespace:
         meta["namespace"] = namespace
+    run_policy = {"cleanPodPolicy": "None", "backoffLimit": 0,
+                  "activeDeadlineSeconds": int(pod.get("timeout") or DEFAULT_TIMEOUT_S),
+                  # all pods or none (a gang scheduler such as Volcano honours it; others ignore it)
+                  "schedulingPolicy": {"minAvailable": sum(types.values())}}
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": meta,
-            "spec": {"runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 0},
-                     "paddleReplicaSpecs": {t: replica(n, dict(cont)) for t, n in types.items()}}}
+            "spec": {"runPolicy": run_policy,
+                     "paddleReplicaSpecs": {t: replica(n, cont, launcher + args, bool(gpus))
+                                            for t, n in types.items()}}}
 
 
 def problems(doc):
@@ -174,10 +212,30 @@ def from_sweep(path, pod, namespace):
         shape = _shape(cell.mode, cell.nodes, cell.devices_per_node, f"{cell.servers}/{cell.workers}", where)
         bench = registry.get(cell.benchmark)
         args = ["--preset", cell.preset] + [x for s in cell.sets for x in ("--set", s)]
+        check_config(bench, args, where)
         for r in range(1, cell.repeats + 1):
             name = job_name("fb", bench.name, cell.preset, f"c{i}", f"r{r}")
-            docs.append(manifest(name, bench, args, shape, pod, namespace))
+            doc = manifest(name, bench, args, shape, dict(pod, timeout=cell.timeout), namespace)
+            queue(doc, len(docs) + 1)
+            docs.append(doc)
     return docs
+
+
+def queue(doc: dict, position: int) -> None:
+    """A sweep's jobs are created suspended and released one at a time, in `fleetbench/order`, by the
+    loop in docs/clusters.md: cells never run against each other (runPolicy.suspend, operator >= 1.6)."""
+    doc["spec"]["runPolicy"]["suspend"] = True
+    doc["metadata"]["labels"]["fleetbench/order"] = f"{position:04d}"
+
+
+def check_config(bench, script_args: list[str], where: str) -> None:
+    """The benchmark's own --check of its preset and --set keys, before anything is written."""
+    from fleetbench.job import preflight  # imports Paddle: only when manifests are really built
+
+    try:
+        preflight.check_config(str(bench.path), script_args, dict(os.environ))
+    except preflight.LaunchError as e:
+        raise K8sError(f"{where}{e}") from None
 
 
 def _parser():
@@ -193,6 +251,8 @@ def _parser():
     p.add_argument("--gpus", action="store_true", help="request devices-per-node nvidia.com/gpu per pod")
     p.add_argument("--cpu", help="CPU request and limit per pod (e.g. 8)")
     p.add_argument("--memory", help="memory request and limit per pod (e.g. 32Gi)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                   help="seconds before the job is stopped (runPolicy.activeDeadlineSeconds; sweeps: each cell's)")
     p.add_argument("--name", help="job name (default from benchmark, preset and shape)")
     p.add_argument("--namespace")
     p.add_argument("--out", help="write here (default: stdout)")
@@ -202,7 +262,10 @@ def _parser():
 def build(args):
     if args.cpu is not None and not re.fullmatch(r"\d+(\.\d+)?", args.cpu):
         raise K8sError(f"--cpu {args.cpu!r}: expected a number of cores like 8")
-    pod = {"image": args.image, "workdir": args.workdir, "cpu": args.cpu, "memory": args.memory, "gpus": args.gpus}
+    if args.timeout <= 0:
+        raise K8sError(f"--timeout {args.timeout}: expected seconds > 0")
+    pod = {"image": args.image, "workdir": args.workdir, "cpu": args.cpu, "memory": args.memory, "gpus": args.gpus,
+           "timeout": args.timeout}
     if args.what.endswith((".yaml", ".yml")):
         return from_sweep(args.what, pod, args.namespace)
     try:
@@ -216,6 +279,7 @@ def build(args):
     size = f"{args.nodes}x{shape['per_node']}" if shape["mode"] == "collective" else args.servers_workers
     name = args.name or job_name("fb", bench.name, args.preset, size)
     script_args = ["--preset", args.preset] + [x for s in args.set for x in ("--set", s)]
+    check_config(bench, script_args, "--preset/--set: ")
     return [manifest(name, bench, script_args, shape, pod, args.namespace)]
 
 
