@@ -4,10 +4,12 @@ nodes, the `tc` commands that shape its links, and the parsing of what `tc` repo
 Pure functions only (no command runs here); `fleetbench.emulate.netem` runs them. Bad input raises
 ValueError with a one-line message naming the flag.
 """
+from __future__ import annotations
 
 import dataclasses
 import ipaddress
 import re
+from collections.abc import Iterable, Sequence
 
 PROFILES = {  # name -> rate in bit/s (None = no shaping)
     "unshaped": None,
@@ -29,7 +31,7 @@ TBF_LATENCY = "50ms"
 _UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 
 
-def parse_rate(text):
+def parse_rate(text: str | float) -> float:
     """'10gbit', '100mbit', '1.5Gbit', '1000000' (bit/s) -> bit/s as float.
 
     tc's '...bps' means BYTES per second, a classic source of 8x mistakes, so it is refused.
@@ -45,7 +47,7 @@ def parse_rate(text):
     return value
 
 
-def parse_delay(text):
+def parse_delay(text: str | float) -> float:
     """'0.05ms', '2ms', '50us', '0.001s', '0' -> milliseconds as float."""
     s = str(text).strip().lower()
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(us|ms|s)?", s)
@@ -55,12 +57,12 @@ def parse_delay(text):
     return float(m.group(1)) * scale
 
 
-def tc_rate(bits):
+def tc_rate(bits: float) -> str:
     """bit/s -> the integer 'NNNbit' form tc accepts exactly."""
     return f"{int(round(bits))}bit"
 
 
-def tc_delay(ms):
+def tc_delay(ms: float) -> str:
     return f"{ms * 1000:.0f}us"
 
 
@@ -70,13 +72,13 @@ class Shaping:
     rate_bit: float = None  # None: rate not shaped
     delay_ms: float = 0.0   # one-way added latency between two nodes
 
-    def describe(self):
+    def describe(self) -> str:
         rate = "unshaped rate" if self.rate_bit is None else f"rate {self.rate_bit / 1e9:g} Gbit/s"
         delay = f", delay {self.delay_ms:g} ms" if self.delay_ms else ""
         return f"{self.profile}: {rate}{delay}"
 
 
-def shaping_from(profile=None, rate=None, delay=None):
+def shaping_from(profile: str | None = None, rate: str | None = None, delay: str | None = None) -> Shaping:
     """Validate the profile/--rate/--delay combination -> Shaping (raises ValueError)."""
     if profile is not None and rate is not None:
         raise ValueError("--profile and --rate are alternatives; give one")
@@ -89,7 +91,7 @@ def shaping_from(profile=None, rate=None, delay=None):
     return Shaping("custom", parse_rate(rate) if rate else None, parse_delay(delay) if delay else 0.0)
 
 
-def network_dict(shaping, nodes, not_applied=()):
+def network_dict(shaping: Shaping, nodes: int, not_applied: Sequence[str] = ()) -> dict:
     """The `network` field of result records: what the links really were (delay_ms is the delay
     actually applied; delay_ms_requested what was asked for)."""
     delay_missing = any(n.startswith("delay") for n in not_applied)
@@ -120,15 +122,15 @@ class Layout:
     bridge: str
     nodes: tuple
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @staticmethod
-    def from_dict(d):
+    def from_dict(d: dict) -> Layout:
         return Layout(d["prefix"], d["subnet"], d["bridge"], tuple(Node(**n) for n in d["nodes"]))
 
 
-def plan_layout(nodes, prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET):
+def plan_layout(nodes: int, prefix: str = DEFAULT_PREFIX, subnet: str = DEFAULT_SUBNET) -> Layout:
     """Names and addresses for an N-node cluster (pure; raises ValueError on bad input)."""
     if not isinstance(nodes, int) or nodes < 1:
         raise ValueError(f"--nodes {nodes!r}: expected a positive integer")
@@ -153,7 +155,7 @@ def plan_layout(nodes, prefix=DEFAULT_PREFIX, subnet=DEFAULT_SUBNET):
     return Layout(prefix, str(net), bridge, tuple(out))
 
 
-def subnet_users(subnet, routes, own_device=None):
+def subnet_users(subnet: str, routes: Iterable[dict], own_device: str | None = None) -> list[str]:
     """The routes of this machine (`ip -j -4 route show` rows) that overlap `subnet`, as
     "dev (dst)" texts; a route through `own_device` (the cluster's own bridge) is not a clash."""
     net = ipaddress.ip_network(subnet)
@@ -167,7 +169,7 @@ def subnet_users(subnet, routes, own_device=None):
     return users
 
 
-def first_free_subnet(routes):
+def first_free_subnet(routes: Sequence[dict]) -> str:
     """The first 10.77.N.0/24 that none of `routes` (route-like rows: this machine's routes and
     the addresses in its namespaces) overlaps. A cluster left on the default subnet by a killed
     run (its bridge still routes it) would otherwise take the new cluster's traffic: every
@@ -178,7 +180,7 @@ def first_free_subnet(routes):
     raise ValueError("--subnet: every 10.77.N.0/24 is routed on this machine; give a free private subnet")
 
 
-def shaping_commands(layout, shaping):
+def shaping_commands(layout: Layout, shaping: Shaping) -> list[tuple[str, list[str]]]:
     """(where, cmd) pairs to shape every link in both directions; where is 'rate' or 'delay'.
 
     Delay goes under tbf as its child (`parent 1:1`); each direction of a node-to-node path
@@ -206,13 +208,13 @@ _RATE = re.compile(r"\brate (\S+)")
 _DELAY = re.compile(r"\bdelay (\S+)")
 
 
-def _tc_size_to_bits(text):
+def _tc_size_to_bits(text: str) -> float | None:
     """tc prints rates like 1Gbit, 125Mbit, 999Kbit, 8bit."""
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)bit", text)
     return float(m.group(1)) * _UNITS[m.group(2).lower()] if m else None
 
 
-def parse_qdiscs(text):
+def parse_qdiscs(text: str) -> list[dict]:
     """Parse `tc -s qdisc show dev X` text -> [{kind, handle, parent, rate_bit, delay, sent_bytes,
     sent_packets, dropped, overlimits}] (fields absent from the text are None)."""
     out = []
@@ -235,7 +237,7 @@ def parse_qdiscs(text):
     return out
 
 
-def hosts_file(original, hostname, ip):
+def hosts_file(original: str, hostname: str, ip: str) -> str:
     """/etc/hosts for a node: the machine's file without lines naming its hostname, plus
     `ip hostname` so the hostname resolves to the node's own address."""
     names = {hostname, hostname.split(".")[0]}
@@ -244,7 +246,7 @@ def hosts_file(original, hostname, ip):
     return "\n".join(kept + [f"{ip} {' '.join(sorted(names, key=len, reverse=True))}"]) + "\n"
 
 
-def describe_link(qdiscs):
+def describe_link(qdiscs: list[dict]) -> str:
     """One short phrase for the shaping one egress really has, from parse_qdiscs() output."""
     parts = []
     for q in qdiscs:
