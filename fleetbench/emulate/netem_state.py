@@ -7,6 +7,7 @@ a namespace's loopback, the first line (a comment) of a node's hosts file. `surv
 objects that hold a layout's names into ours (marked) and foreign (not), so nothing someone else
 made is ever deleted, also after an `up` that was killed before it could clean up.
 """
+from __future__ import annotations
 
 import contextlib
 import fcntl
@@ -15,6 +16,7 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Iterator, Sequence
 
 from fleetbench.emulate.netem_plan import DEFAULT_PREFIX, Layout
 
@@ -26,16 +28,16 @@ class ClusterError(RuntimeError):
     """A one-line, user-facing reason why the cluster operation cannot proceed."""
 
 
-def state_dir():
+def state_dir() -> str:
     return os.environ.get("FLEETBENCH_CLUSTER_STATE_DIR") or (
         "/run/fleetbench" if os.access("/run", os.W_OK) else os.path.join(tempfile.gettempdir(), "fleetbench"))
 
 
-def state_path(prefix):
+def state_path(prefix: str) -> str:
     return os.path.join(state_dir(), f"cluster-{prefix}.json")
 
 
-def run(cmd, check=True):
+def run(cmd: Sequence[str], check: bool = True) -> subprocess.CompletedProcess:
     """Run one ip/tc argument list; returns CompletedProcess. Raises ClusterError on failure if check."""
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
@@ -47,14 +49,14 @@ def run(cmd, check=True):
 
 
 @contextlib.contextmanager
-def locked(prefix):
+def locked(prefix: str) -> Iterator[None]:
     os.makedirs(state_dir(), exist_ok=True)
     with open(state_path(prefix) + ".lock", "w") as lock:  # a lock, not state: it stays empty
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 
 
-def subnet_lock_path():
+def subnet_lock_path() -> str:
     # Machine-wide, not under state_dir(): concurrent runs (two pytest processes, a sweep and a
     # test) have state dirs of their own but share this machine's subnets.
     base = "/run" if os.access("/run", os.W_OK) else tempfile.gettempdir()
@@ -62,7 +64,7 @@ def subnet_lock_path():
 
 
 @contextlib.contextmanager
-def subnets_locked():
+def subnets_locked() -> Iterator[None]:
     """Held by an `up` from choosing its subnet until its nodes hold their addresses, so the next
     `up` sees that subnet taken. flock is released by the kernel when a holder dies."""
     with open(subnet_lock_path(), "a") as lock:  # a lock, not state: it stays empty
@@ -70,7 +72,7 @@ def subnets_locked():
         yield
 
 
-def read_state(prefix):
+def read_state(prefix: str) -> dict | None:
     """The state file as written, complete or not; None when there is none."""
     try:
         with open(state_path(prefix)) as f:
@@ -82,13 +84,13 @@ def read_state(prefix):
                            "remove it after checking `ip netns list` and `ip link`") from None
 
 
-def load_state(prefix=DEFAULT_PREFIX):
+def load_state(prefix: str = DEFAULT_PREFIX) -> dict | None:
     """The state of a cluster that is up (its `up` finished), else None."""
     state = read_state(prefix)
     return state if state and state.get("complete") else None
 
 
-def save_state(state):
+def save_state(state: dict) -> None:
     path = state_path(state["layout"]["prefix"])
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -98,34 +100,34 @@ def save_state(state):
     os.replace(tmp, path)
 
 
-def remove_state(prefix):
+def remove_state(prefix: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(state_path(prefix))
 
 
-def mark_of(state):
+def mark_of(state: dict) -> str | None:
     """The mark of the `up` that wrote `state`; None for a state without a token (nothing in it
     can be proven ours)."""
     token = state.get("token")
     return f"{MARK} {state['layout']['prefix']} {token}" if token else None
 
 
-def host_links():
+def host_links() -> dict[str, str | None]:
     """{name: alias or None} of the links in the host's namespace."""
     return {link["ifname"]: link.get("ifalias")
             for link in json.loads(run(["ip", "-j", "link", "show"]).stdout or "[]")}
 
 
-def host_routes():
+def host_routes() -> list[dict]:
     """This machine's IPv4 routes (main table) as `ip -j` rows: {dst, dev, ...}."""
     return json.loads(run(["ip", "-j", "-4", "route", "show"]).stdout or "[]")
 
 
-def netns_names():
+def netns_names() -> set[str]:
     return {line.split()[0] for line in run(["ip", "netns", "list"]).stdout.splitlines() if line.strip()}
 
 
-def namespace_addresses():
+def namespace_addresses() -> list[dict]:
     """The IPv4 addresses of every named namespace as route-like rows {dst: "ip/len", dev}. A
     cluster's subnet lives only in its nodes' namespaces (no route of this machine shows it until
     `sshd up` gives the head an address), so choosing a subnet by routes alone hands every
@@ -143,13 +145,13 @@ def namespace_addresses():
     return rows
 
 
-def _netns_mark(ns):
+def _netns_mark(ns: str) -> str | None:
     p = run(["ip", "-n", ns, "-j", "link", "show", "dev", "lo"], check=False)
     links = json.loads(p.stdout or "[]") if p.returncode == 0 else []
     return links[0].get("ifalias") if links else None
 
 
-def _etc_mark(path):
+def _etc_mark(path: str) -> str | None:
     try:
         with open(os.path.join(path, "hosts")) as f:
             first = f.readline()
@@ -158,7 +160,7 @@ def _etc_mark(path):
     return first[2:].strip() if first.startswith("# ") else None
 
 
-def objects(layout):
+def objects(layout: Layout) -> list[tuple[str, str]]:
     """(kind, name) of everything `up` makes for `layout`, in creation order."""
     out = [("link", layout.bridge)]
     for n in layout.nodes:
@@ -166,7 +168,7 @@ def objects(layout):
     return out
 
 
-def survey(layout, mark):
+def survey(layout: Layout, mark: str | None) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """(ours, foreign): the objects with `layout`'s names that exist, split by whether they carry
     `mark` (None: nothing is ours). A veth end still in the host's namespace counts as part of its
     peer on the host side, which was created in the same command."""
@@ -189,7 +191,7 @@ def survey(layout, mark):
     return ours, foreign
 
 
-def intact(state):
+def intact(state: dict) -> bool:
     """A finished `up` whose objects all still exist and carry its mark."""
     if not state.get("complete"):
         return False
