@@ -20,6 +20,7 @@ created and marked. `down`, and an `up` that finds the state of an interrupted, 
 cluster, delete an object only when it carries the mark, so an object of the same name made by
 someone else is never touched. A failed or interrupted `up` removes what it made and its state.
 """
+from __future__ import annotations
 
 import argparse
 import contextlib
@@ -33,6 +34,9 @@ import socket
 import sys
 import threading
 import uuid
+from collections.abc import Callable, Iterator, Sequence
+from types import FrameType, ModuleType
+from typing import NoReturn
 
 from fleetbench.emulate import netem_state
 from fleetbench.emulate.netem_plan import (
@@ -40,6 +44,7 @@ from fleetbench.emulate.netem_plan import (
     DEFAULT_SUBNET,
     PROFILES,
     Layout,
+    Node,
     Shaping,
     describe_link,
     first_free_subnet,
@@ -62,7 +67,7 @@ from fleetbench.emulate.netem_state import (
 DELETE_ORDER = {"link": 0, "netns": 1, "etc": 2}  # a host veth end takes its peer with it
 
 
-def requirements_problem():
+def requirements_problem() -> str | None:
     """None when the cluster can be built here, else the reason (also used by tests to skip)."""
     if os.geteuid() != 0:
         return "fleetbench cluster needs root (network namespaces and tc)"
@@ -75,7 +80,8 @@ def requirements_problem():
 # ----------------------------------------------------------------------------------------------
 # up / down
 
-def up(nodes=2, shaping=Shaping("unshaped"), prefix=DEFAULT_PREFIX, subnet=None):
+def up(nodes: int = 2, shaping: Shaping = Shaping("unshaped"), prefix: str = DEFAULT_PREFIX,
+       subnet: str | None = None) -> dict:
     """Create (or re-shape) the cluster; returns the state dict. Raises ClusterError/ValueError.
 
     `subnet` None: the cluster's own when it is up, else the first 10.77.N.0/24 that no route and
@@ -120,7 +126,7 @@ def up(nodes=2, shaping=Shaping("unshaped"), prefix=DEFAULT_PREFIX, subnet=None)
 
 
 @contextlib.contextmanager
-def _undone_on_failure(state):
+def _undone_on_failure(state: dict) -> Iterator[None]:
     """A failed or interrupted `up` removes what it created and its state file."""
     try:
         yield
@@ -131,7 +137,7 @@ def _undone_on_failure(state):
         raise
 
 
-def _refuse_foreign(layout, in_use):
+def _refuse_foreign(layout: Layout, in_use: list[dict]) -> None:
     users = subnet_users(layout.subnet, in_use)
     if users:
         raise ClusterError(f"cannot bring cluster {layout.prefix!r} up: --subnet {layout.subnet} is already "
@@ -146,7 +152,7 @@ def _refuse_foreign(layout, in_use):
 
 
 @contextlib.contextmanager
-def _signals_deferred():
+def _signals_deferred() -> Iterator[None]:
     """Clean-up after a failure must not itself be cut short by a second Ctrl-C."""
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -159,12 +165,12 @@ def _signals_deferred():
             signal.signal(sig, handler)
 
 
-def _created(state, kind, name):
+def _created(state: dict, kind: str, name: str) -> None:
     state["created"].append([kind, name])
     netem_state.save_state(state)
 
 
-def _create_marked(state, kind, name, create, mark):
+def _create_marked(state: dict, kind: str, name: str, create: Sequence[str], mark: Sequence[str]) -> None:
     """Run `create`, then `mark` it; record the name only when both succeeded. An object that
     was created but could not be marked is deleted at once: nothing unmarked is left behind."""
     run(create)
@@ -176,7 +182,7 @@ def _create_marked(state, kind, name, create, mark):
     _created(state, kind, name)
 
 
-def _build(state, layout):
+def _build(state: dict, layout: Layout) -> None:
     mark = netem_state.mark_of(state)
     _create_marked(state, "link", layout.bridge, ["ip", "link", "add", layout.bridge, "type", "bridge"],
                    ["ip", "link", "set", "dev", layout.bridge, "alias", mark])
@@ -205,11 +211,11 @@ def _build(state, layout):
         run(["ip", "-n", n.netns, "link", "set", "lo", "up"])
 
 
-def _etc_staging(state, netns):
+def _etc_staging(state: dict, netns: str) -> str:
     return os.path.join(NETNS_ETC, f".{netns}.{state['token']}")
 
 
-def _write_etc(state, node, hosts):
+def _write_etc(state: dict, node: Node, hosts: str) -> None:
     """/etc/netns/<namespace>/hosts, made in a staging directory named after this `up` and renamed
     into place: the directory appears complete, with its mark, or not at all."""
     final, staging = os.path.join(NETNS_ETC, node.netns), _etc_staging(state, node.netns)
@@ -223,7 +229,7 @@ def _write_etc(state, node, hosts):
     _created(state, "etc", final)
 
 
-def _shape(state, layout, shaping):
+def _shape(state: dict, layout: Layout, shaping: Shaping) -> None:
     """Replace the qdiscs of every link with `shaping`; record what the kernel refused."""
     for n in layout.nodes:  # start from a clean slate: deleting a missing root qdisc is harmless
         run(["tc", "qdisc", "del", "dev", n.host_if, "root"], check=False)
@@ -240,7 +246,7 @@ def _shape(state, layout, shaping):
     state["not_applied"] = not_applied
 
 
-def down(prefix=DEFAULT_PREFIX):
+def down(prefix: str = DEFAULT_PREFIX) -> list[str]:
     """Remove what `up` created (objects carrying its mark); returns what was removed. Objects
     recorded in the state that no longer carry the mark are kept and named on stderr. Idempotent."""
     problem = requirements_problem()
@@ -258,7 +264,7 @@ def down(prefix=DEFAULT_PREFIX):
     return removed
 
 
-def _teardown(state):
+def _teardown(state: dict) -> tuple[list[str], list[str]]:
     """Delete the objects of the state's layout that carry its mark; (removed, kept) where kept
     are recorded names now held by objects without the mark."""
     layout = Layout.from_dict(state["layout"])
@@ -284,7 +290,7 @@ def _teardown(state):
     return removed, [f"{kind} {name}" for kind, name in foreign if (kind, name) in recorded]
 
 
-def leftovers(prefix=DEFAULT_PREFIX):
+def leftovers(prefix: str = DEFAULT_PREFIX) -> list[str]:
     """Namespaces and links with this cluster's names that still exist (used to verify `down`)."""
     ns = run(["ip", "netns", "list"], check=False).stdout.split()
     links = [l.split(":")[1].strip().split("@")[0] for l in run(["ip", "-o", "link"], check=False).stdout.splitlines()]
@@ -292,7 +298,7 @@ def leftovers(prefix=DEFAULT_PREFIX):
     return sorted({x for x in ns + links if pat.match(x)})
 
 
-def status(prefix=DEFAULT_PREFIX):
+def status(prefix: str = DEFAULT_PREFIX) -> dict | None:
     """Current cluster as a dict (None when not up, or when what its `up` made is no longer all
     there and marked): nodes, addresses, shaping seen by tc."""
     state = netem_state.read_state(prefix)
@@ -311,7 +317,7 @@ def status(prefix=DEFAULT_PREFIX):
             "state_file": state_path(prefix)}
 
 
-def format_status(st):
+def format_status(st: dict) -> str:
     lines = [f"cluster {st['prefix']}: {len(st['nodes'])} nodes on bridge {st['bridge']}, subnet {st['subnet']}, "
              f"requested {Shaping(**st['shaping']).describe()}",
              f"{'node':<5} {'namespace':<14} {'interface':<10} {'address':<15} {'out (node->bridge)':<22} in (bridge->node)"]
@@ -327,7 +333,7 @@ def format_status(st):
 # CLI
 
 
-def _parser():
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fleetbench cluster",
                                 description="Emulated multi-node cluster: namespaces, bridge, tc-shaped links.")
     p.add_argument("action", choices=["up", "down", "status"])
@@ -342,14 +348,14 @@ def _parser():
     return p
 
 
-def _not_up(prefix):
+def _not_up(prefix: str) -> str:
     if netem_state.read_state(prefix):
         return (f"cluster {prefix}: not up (the state of an interrupted `up` or of a damaged cluster "
                 "is left: `fleetbench cluster down` removes what fleetbench created, `up` rebuilds)")
     return f"cluster {prefix}: not up"
 
 
-def _act(args):
+def _act(args: argparse.Namespace) -> None:
     if args.action == "up":
         shaping = shaping_from(args.profile, args.rate, args.delay)
         up(args.nodes, shaping, args.name, args.subnet)
@@ -365,11 +371,11 @@ def _act(args):
             print(format_status(st) if st else _not_up(args.name))
 
 
-def _interrupt(signum, _frame):
+def _interrupt(signum: int, _frame: FrameType | None) -> NoReturn:
     raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
-def cli(argv):
+def cli(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`: clean up as for Ctrl-C
     try:
@@ -389,7 +395,8 @@ def cli(argv):
         signal.signal(signal.SIGTERM, previous)
 
 
-def node_daemons_cli(prog: str, description: str, argv, daemons, say_up, say_none) -> int:
+def node_daemons_cli(prog: str, description: str, argv: list[str], daemons: ModuleType,
+                     say_up: Callable[[dict], str], say_none: Callable[[str], str]) -> int:
     """`fleetbench PROG up|down [--name N]` for daemons started on every emulated node (sshd,
     slurmd): `daemons` has up(name) and down(name); `say_up(info)` is what up prints and
     `say_none(name)` what down prints when none of ours was running."""
