@@ -15,6 +15,8 @@ exactly the sshd processes whose pid files it wrote, removes the head's address 
 directory. Needs root and Debian's openssh-server (`apt-get install openssh-server`; its service
 need not run).
 """
+from __future__ import annotations
+
 import ipaddress
 import os
 import shutil
@@ -30,7 +32,7 @@ SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = "/run/sshd"  # sshd refuses to start without its privilege-separation directory
 
 
-def requirements_problem():
+def requirements_problem() -> str | None:
     """None when sshd nodes can be made here, else why (tests skip with it)."""
     problem = netem.requirements_problem()
     if problem:
@@ -41,16 +43,16 @@ def requirements_problem():
     return None
 
 
-def directory(prefix):
+def directory(prefix: str) -> str:
     return os.path.join(netem_state.state_dir(), f"sshd-{prefix}")
 
 
-def head_address(layout):
+def head_address(layout: netem.Layout) -> tuple[str, int]:
     net = ipaddress.ip_network(layout.subnet)
     return str(list(net.hosts())[-1]), net.prefixlen
 
 
-def cluster_layout(prefix):
+def cluster_layout(prefix: str) -> netem.Layout:
     """The layout of the emulated cluster `prefix` (ClusterError when it is not up)."""
     state = netem.load_state(prefix)
     if not state or not state["created"]:
@@ -58,7 +60,7 @@ def cluster_layout(prefix):
     return netem.Layout.from_dict(state["layout"])
 
 
-def attach_head(layout):
+def attach_head(layout: netem.Layout) -> None:
     """Give this machine the subnet's last address on the cluster's bridge (idempotent)."""
     users = netem.subnet_users(layout.subnet, netem_state.host_routes(), own_device=layout.bridge)
     if users:  # this machine's packets to the nodes would go there, and every ssh be refused
@@ -68,7 +70,7 @@ def attach_head(layout):
     netem_state.run(["ip", "addr", "replace", f"{addr}/{plen}", "dev", layout.bridge])
 
 
-def sshd_config(d, node):
+def sshd_config(d: str, node: netem.Node) -> str:
     return "\n".join([
         f"ListenAddress {node.ip}", "Port 22", f"HostKey {d}/host_key",
         f"AuthorizedKeysFile {d}/authorized_keys", f"PidFile {d}/sshd-{node.index}.pid",
@@ -77,7 +79,7 @@ def sshd_config(d, node):
         "MaxStartups 100", "LogLevel INFO", ""])
 
 
-def client_config(d, layout):
+def client_config(d: str, layout: netem.Layout) -> str:
     ips = " ".join(n.ip for n in layout.nodes)
     return "\n".join([
         f"Host {ips}", "  User root", f"  IdentityFile {d}/id_ed25519", "  IdentitiesOnly yes",
@@ -85,18 +87,18 @@ def client_config(d, layout):
         "  StrictHostKeyChecking yes", "  BatchMode yes", ""])
 
 
-def _keygen(path):
+def _keygen(path: str) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "fleetbench-emulated", "-f", path],
                    check=True, capture_output=True, timeout=30)
 
 
-def _write(path, text, mode=0o600):
+def _write(path: str, text: str, mode: int = 0o600) -> None:
     with open(path, "w") as f:
         f.write(text)
     os.chmod(path, mode)
 
 
-def up(prefix=netem.DEFAULT_PREFIX):
+def up(prefix: str = netem.DEFAULT_PREFIX) -> dict:
     """Start sshd on every node of cluster `prefix`; returns {hostfile, ssh_config, hosts}."""
     problem = requirements_problem()
     if problem:
@@ -121,7 +123,7 @@ def up(prefix=netem.DEFAULT_PREFIX):
             "hosts": [n.ip for n in layout.nodes]}
 
 
-def _start(d, node):
+def _start(d: str, node: netem.Node) -> None:
     if _pid(d, node.index):
         return  # already serving
     cfg = os.path.join(d, f"sshd_config-{node.index}")
@@ -135,12 +137,12 @@ def _start(d, node):
         time.sleep(0.05)
 
 
-def _pid(d, index):
+def _pid(d: str, index: int | str) -> int | None:
     """The pid of our sshd for node `index` if it runs, else None."""
     return procs.daemon_pid(os.path.join(d, f"sshd-{index}.pid"), [SSHD])
 
 
-def down(prefix=netem.DEFAULT_PREFIX):
+def down(prefix: str = netem.DEFAULT_PREFIX) -> list[int]:
     """Stop our sshd processes, remove the head's address and our directory. Idempotent."""
     d = directory(prefix)
     stopped = []
@@ -160,7 +162,7 @@ def down(prefix=netem.DEFAULT_PREFIX):
     return stopped
 
 
-def cli(argv):
+def cli(argv: list[str]) -> int:
     return netem.node_daemons_cli(
         "sshd", __doc__.splitlines()[0], argv, sys.modules[__name__],
         lambda info: (f"sshd on {', '.join(info['hosts'])}\nhostfile:   {info['hostfile']}\n"
