@@ -12,6 +12,8 @@ clients find the cluster through SLURM_CONF, which `up` prints.
 slurmd starts from a shell that mounts the cgroup v1 controllers again inside that private
 mount namespace (the machine's own mounts are not touched).
 """
+from __future__ import annotations
+
 import os
 import shutil
 import signal
@@ -30,7 +32,7 @@ SLURMD_SHELL = ("mount -t tmpfs fleetbench-cgroup /sys/fs/cgroup && for c in {cg
                 "mount -t cgroup -o $c cgroup /sys/fs/cgroup/$c; done && exec slurmd -f \"$0\" -N \"$1\"")
 
 
-def requirements_problem():
+def requirements_problem() -> str | None:
     problem = netem.requirements_problem()
     if problem:
         return problem
@@ -39,20 +41,20 @@ def requirements_problem():
             if missing else None)
 
 
-def directory(prefix):
+def directory(prefix: str) -> str:
     return os.path.join(netem_state.state_dir(), f"slurm-{prefix}")
 
 
-def node_name(index):
+def node_name(index: int) -> str:
     return f"n{index}"
 
 
-def controller_port(prefix):
+def controller_port(prefix: str) -> int:
     # slurmctld listens on this machine: clusters of different names must not share a port
     return 16817 + zlib.crc32(prefix.encode()) % 1000
 
 
-def slurm_conf(d, layout, prefix, cpus):
+def slurm_conf(d: str, layout: netem.Layout, prefix: str, cpus: int) -> str:
     addr, _ = sshd.head_address(layout)
     nodes = [f"NodeName={node_name(n.index)} NodeAddr={n.ip} CPUs={cpus} State=UNKNOWN" for n in layout.nodes]
     names = ",".join(node_name(n.index) for n in layout.nodes)
@@ -72,7 +74,7 @@ def slurm_conf(d, layout, prefix, cpus):
                      [f"PartitionName=emu Nodes={names} Default=YES MaxTime=INFINITE State=UP", ""])
 
 
-def up(prefix=netem.DEFAULT_PREFIX):
+def up(prefix: str = netem.DEFAULT_PREFIX) -> dict:
     """Start munged, slurmctld and one slurmd per node; returns {slurm_conf, nodes}."""
     problem = requirements_problem()
     if problem:
@@ -102,7 +104,7 @@ def up(prefix=netem.DEFAULT_PREFIX):
     return {"slurm_conf": conf, "nodes": [node_name(n.index) for n in layout.nodes]}
 
 
-def _daemon(d, name, cmd):
+def _daemon(d: str, name: str, cmd: list[str]) -> None:
     if _pid(d, name):
         return
     netem_state.run(cmd)
@@ -113,7 +115,7 @@ def _daemon(d, name, cmd):
         time.sleep(0.1)
 
 
-def _wait_idle(conf, count, timeout_s=30):
+def _wait_idle(conf: str, count: int, timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=dict(os.environ, SLURM_CONF=conf),
@@ -125,13 +127,13 @@ def _wait_idle(conf, count, timeout_s=30):
         time.sleep(0.5)
 
 
-def _pid(d, name):
+def _pid(d: str, name: str) -> int | None:
     """The pid in <d>/<name>.pid if that process is one of the Slurm/munge daemons, else None
     (links resolved: Debian links slurmctld to slurmctld-wlm)."""
     return procs.daemon_pid(os.path.join(d, f"{name}.pid"), DAEMONS)
 
 
-def down(prefix=netem.DEFAULT_PREFIX):
+def down(prefix: str = netem.DEFAULT_PREFIX) -> list[int]:
     """Stop the daemons whose pid files we wrote (slurmds, slurmctld, munged); remove the directory."""
     d = directory(prefix)
     if not os.path.isdir(d):
@@ -151,7 +153,7 @@ def down(prefix=netem.DEFAULT_PREFIX):
     return stopped
 
 
-def cli(argv):
+def cli(argv: list[str]) -> int:
     return netem.node_daemons_cli(
         "slurmd", __doc__.splitlines()[0], argv, sys.modules[__name__],
         lambda info: (f"Slurm nodes {', '.join(info['nodes'])} idle in partition emu\n"
