@@ -14,6 +14,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Sequence
 from types import FrameType
 from typing import Protocol, TextIO
 
@@ -52,7 +53,7 @@ class Decision:
 
 
 class Supervisor:
-    def __init__(self, nodes: list[Node], limits: Limits, echo: TextIO | None = None, poll_s: float = 0.2,
+    def __init__(self, nodes: Sequence[Node], limits: Limits, echo: TextIO | None = None, poll_s: float = 0.2,
                  job_id: str | None = None) -> None:
         self.nodes, self.limits, self.echo, self.poll_s = nodes, limits, echo, poll_s
         self.startup = limits.startup or limits.stall
