@@ -34,14 +34,22 @@ FLAGS = {"--hostfile": "hostfile", "--hosts": "hosts", "--executor": "executor",
 
 
 class SweepCell(Protocol):
-    """What cell_job reads of a sweep cell (fleetbench.sweep.sweepfile.Cell, which is above this room)."""
-    mode: str
-    script: str
-    nodes: int
-    servers: int
-    workers: int
-    counts: tuple | None
-    devices_per_node: int
+    """What cell_job reads of a sweep cell (fleetbench.sweep.sweepfile.Cell, which is above this
+    room), read-only as in that frozen dataclass."""
+    @property
+    def mode(self) -> str: ...
+    @property
+    def script(self) -> str: ...
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def servers(self) -> int: ...
+    @property
+    def workers(self) -> int: ...
+    @property
+    def counts(self) -> tuple | None: ...
+    @property
+    def devices_per_node(self) -> int: ...
 
     def script_args(self, results_path: str) -> list[str]: ...
 
