@@ -113,7 +113,21 @@ def set_data_format(model, data_format: str):
         for attr in ("_data_format", "data_format"):
             if getattr(layer, attr, None) == "NCHW":
                 setattr(layer, attr, data_format)
+        if isinstance(layer, _conv2d_class()):
+            _conv_channels_last(layer)
     return model
+
+
+def _conv_channels_last(conv) -> None:
+    """Redo what Conv2D.__init__ derives from its layout (paddle/nn/layer/conv.py _ConvNd, 2.6.2
+    :103-142, 3.3.1 :134-173): the bias is added on `_channel_dim` (else "Broadcast dimension
+    mismatch" on the first conv with a bias, issue 26 finding 6) and the padding list is laid out
+    for channel-last inputs."""
+    from paddle.nn.functional.conv import _update_padding_nd
+
+    conv._channel_dim = 3
+    padding = conv._padding if conv._padding_mode == "zeros" else 0
+    conv._updated_padding, conv._padding_algorithm = _update_padding_nd(padding, True, 2)
 
 
 def write_image_folder(out, num_classes=2, images_per_class=8, size=40, seed=0):
@@ -129,3 +143,9 @@ def write_image_folder(out, num_classes=2, images_per_class=8, size=40, seed=0):
             pixels[..., k % 3] = 255 - pixels[..., k % 3] // 4  # a class-dependent colour cast
             Image.fromarray(pixels).save(folder / f"{i:04d}.jpg", quality=90)
     return Path(out)
+
+
+def _conv2d_class() -> type:
+    import paddle  # this module's pure helpers stay importable without Paddle
+
+    return paddle.nn.Conv2D
