@@ -18,6 +18,7 @@ whose largest value seen is the window backward offers: predicted exposure = lin
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from fleetbench.analysis import breakdown as bd
 from fleetbench.analysis import cells as cellmod
@@ -203,14 +204,22 @@ def parse_spec(text: str, allowed: tuple, flag: str) -> dict:
                 raise SpecError(f"{flag} {text!r}: {key} must be an integer >= 1 (got {value!r})")
             value = int(value)
         elif key == "rate_gbit":
-            try:
-                value = float(value)
-            except ValueError:
-                raise SpecError(f"{flag} {text!r}: rate_gbit must be a number in Gbit/s (got {value!r})") from None
+            value = _positive_rate(value, text, flag)
         spec[key] = value
     if not spec:
         raise SpecError(f"{flag}: expected key=value pairs (keys: {', '.join(allowed)})")
     return spec
+
+
+def _positive_rate(value: str, text: str, flag: str) -> float:
+    """A link rate in Gbit/s: finite and above 0 (a negative or nan rate predicted nonsense)."""
+    try:
+        rate = float(value)
+    except ValueError:
+        rate = float("nan")
+    if not math.isfinite(rate) or rate <= 0:
+        raise SpecError(f"{flag} {text!r}: rate_gbit must be a number of Gbit/s above 0 (got {value!r})")
+    return rate
 
 
 def _matches(values: dict, spec: dict) -> bool:
