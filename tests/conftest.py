@@ -18,6 +18,20 @@ def pytest_configure(config):
                                        "run it (allowed under CI)")
 
 
+# Tiers by directory: tests/job/ starts real multi-process runs (Paddle jobs, fleetbench launch/sweep),
+# tests/root/ needs root (namespaces, tc, sshd, slurmd). The markers themselves are registered in
+# pyproject.toml; a test elsewhere that starts a real job carries @pytest.mark.job itself.
+TIERS = {"job": "job", "root": "root"}
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).resolve().parent
+    for item in items:
+        parts = Path(str(item.fspath)).resolve().relative_to(here).parts
+        if parts and parts[0] in TIERS:
+            item.add_marker(TIERS[parts[0]])
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

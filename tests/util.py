@@ -22,7 +22,7 @@ QUIET_ENV = {"GLOG_minloglevel": "2", "PYTHONWARNINGS": "ignore", "PORT_RANGE": 
 # Paddle 3.1+ has no parameter server: its tests skip there, saying why, and only they may skip
 # under CI (conftest.py): no install step can give this Paddle build what it lacks.
 PS_MISSING = ps_missing()
-NEEDS_PS = [pytest.mark.paddle_build, pytest.mark.skipif(PS_MISSING is not None, reason=PS_MISSING or "")]
+NEEDS_PS = [pytest.mark.ps, pytest.mark.paddle_build, pytest.mark.skipif(PS_MISSING is not None, reason=PS_MISSING or "")]
 
 
 def needs_ps(test):

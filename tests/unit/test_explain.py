@@ -354,6 +354,7 @@ def test_post_backward_bucket_count_is_what_paddles_build_groups_makes():
 
 # ---- real jobs: what the records carry (2 gloo processes, ResNet50 tiny) ------------------------------
 
+@pytest.mark.job
 def test_real_control_and_bsp_records_explain_a_slow_rank(tmp_path):
     """Rank 1 sleeps 300 ms after every step in both runs. In the method=none control the ranks run
     free, so its per-rank step times show the slow rank; bsp carries its gradient bytes."""

@@ -18,7 +18,7 @@ from fleetbench.machine.topology import (
     parse_gpu_list,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "topo"
 VALID = sorted(p.name for p in FIXTURES.glob("*.txt") if not p.name.startswith("bad_"))
 

@@ -16,7 +16,7 @@ import pytest
 
 from fleetbench.machine import env
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PADDLE_DISTRIBUTIONS = ("paddlepaddle", "paddlepaddle-gpu")  # the cpu/cpu3/ps extras, the gpu extra
 TOP_KEYS = {"python", "paddle", "nvidia_driver", "gpus", "gpu_count", "cpu", "memory", "os", "nics",
             "infiniband", "env_vars", "threads", "unavailable"}

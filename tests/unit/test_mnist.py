@@ -230,6 +230,7 @@ def two_rank_run(tmp_path_factory):
     return rec, tmp / "log"
 
 
+@pytest.mark.job
 def test_every_held_out_digit_is_evaluated_once_across_ranks(two_rank_run):
     rec, _ = two_rank_run
     m = rec["metrics"]
@@ -240,6 +241,7 @@ def test_every_held_out_digit_is_evaluated_once_across_ranks(two_rank_run):
     assert m["epochs"][-1]["test_accuracy"] > m["epochs"][0]["test_accuracy"]  # it learns
 
 
+@pytest.mark.job
 def test_evaluation_time_is_outside_the_measured_window(two_rank_run):
     rec, log = two_rank_run
     m, epochs = rec["metrics"], rec["metrics"]["epochs"]
@@ -257,6 +259,7 @@ def test_evaluation_time_is_outside_the_measured_window(two_rank_run):
     assert m["throughput"] == pytest.approx(units / max(t for _, t, _, _ in logged.values()), rel=1e-5)
 
 
+@pytest.mark.job
 def test_time_to_target_is_the_first_epoch_at_target(two_rank_run):
     rec, _ = two_rank_run
     m = rec["metrics"]
@@ -265,6 +268,7 @@ def test_time_to_target_is_the_first_epoch_at_target(two_rank_run):
     assert m["time_to_target_s"] == first["elapsed_s"]
 
 
+@pytest.mark.job
 def test_fleetbench_log_reads_with_the_seeds_patterns(two_rank_run):
     rec, log = two_rank_run
     text = (log / "workerlog.0").read_text()
@@ -280,6 +284,7 @@ def test_fleetbench_log_reads_with_the_seeds_patterns(two_rank_run):
     assert len(seed_form) == len(steps) + 3  # each such line is one the patterns read
 
 
+@pytest.mark.job
 def test_stop_at_target_ends_the_run_at_the_target(tmp_path):
     proc = run_script(SCRIPT, "--preset", "tiny", "--set", "target_accuracy=0.05", "--set", "stop_at_target=true",
                       "--results", tmp_path / "r.jsonl")
@@ -298,6 +303,7 @@ def test_stop_at_target_ends_the_run_at_the_target(tmp_path):
     (["--set", "warmup_steps=20"], "config key 'warmup_steps' must be < the 20 steps of an epoch"),
     (["--set", "data.path={bad}"], "{bad}/train-images-idx3-ubyte: bad magic number 0x00000801"),
 ])
+@pytest.mark.job
 def test_bad_config_is_one_line_and_stores_nothing(tmp_path, args, message):
     bad = tmp_path / "bad"
     mnist.write(bad, mnist.generate(20, 10))
@@ -312,6 +318,7 @@ def test_bad_config_is_one_line_and_stores_nothing(tmp_path, args, message):
 
 
 # ---------------------------------------------------------------- the image benchmarks' val_path
+@pytest.mark.job
 def test_resnet50_with_an_evaluation_folder_reports_top1_top5_per_epoch(tmp_path):
     from datasets.images import write_image_folder
 
@@ -329,6 +336,7 @@ def test_resnet50_with_an_evaluation_folder_reports_top1_top5_per_epoch(tmp_path
     assert len(convergence.parse_log(proc.stdout)["epochs"]) == 2
 
 
+@pytest.mark.job
 def test_val_path_needs_the_same_classes(tmp_path):
     from datasets.images import write_image_folder
 

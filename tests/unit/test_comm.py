@@ -272,6 +272,7 @@ def every_op(tmp_path_factory):
     return tmp
 
 
+@pytest.mark.job
 def test_every_gloo_op_runs_checks_and_stores_one_record(every_op):
     (rec,) = records(every_op / "r.jsonl")
     assert rec["mode"] == "comm" and rec["benchmark"] == "comm" and rec["error"] is None
@@ -286,6 +287,7 @@ def test_every_gloo_op_runs_checks_and_stores_one_record(every_op):
     assert "#wrong" in log and "# Avg bus bandwidth" in log
 
 
+@pytest.mark.job
 def test_row_time_is_the_slowest_ranks_and_bandwidths_follow(every_op):
     (rec,) = records(every_op / "r.jsonl")
     per_rank = _rank_times(every_op / "log")
@@ -303,6 +305,7 @@ def paddle_version() -> str:
     return paddle.__version__
 
 
+@pytest.mark.job
 @pytest.mark.parametrize("dtype, redop", [("float16", "sum"), ("bfloat16", "max")])
 def test_half_precision_and_max_check_clean(tmp_path, dtype, redop):
     proc = fleetrun(tmp_path / "log", "--nproc_per_node", 2, SCRIPT, "--preset", "tiny",
@@ -320,6 +323,7 @@ def test_half_precision_and_max_check_clean(tmp_path, dtype, redop):
     assert [r["count"] for r in rec["metrics"]["rows"] if r["op"] == "all_reduce"] == [4, 32, 256, 2048]
 
 
+@pytest.mark.job
 def test_a_corrupted_rank_fails_the_run(tmp_path):
     proc = fleetrun(tmp_path / "log", "--nproc_per_node", 2, SCRIPT, "--preset", "tiny",
                     "--set", "op=all_reduce,all_gather", "--set", "debug.corrupt_rank=1",
@@ -342,6 +346,7 @@ def test_a_corrupted_rank_fails_the_run(tmp_path):
     (["--set", "factor=1"], "comm: error: config key 'factor' must be >= 2"),
     ([], "comm: error: comm needs 2 ranks or more (got 1)"),
 ])
+@pytest.mark.job
 def test_refused_before_anything_starts_and_nothing_stored(tmp_path, args, message):
     store = tmp_path / "r.jsonl"
     store.write_text('{"kept": true}\n')
@@ -362,6 +367,7 @@ def test_sweep_cells_of_comm_set_the_op_and_keep_mode_comm():
 
 
 # ---------------------------------------------------------------- emulated cluster (root)
+@pytest.mark.root
 @pytest.mark.skipif(netem.requirements_problem() is not None, reason=netem.requirements_problem() or "")
 def test_two_emulated_nodes_measure_the_raw_tcp_rate_of_their_shaped_link(tmp_path, monkeypatch):
     """`benchmark: comm` sweep cells over a 1 Gbit/s link: the job streams raw TCP between two

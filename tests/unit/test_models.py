@@ -43,6 +43,7 @@ def check_record(record, ranks, benchmark, unit):
     assert math.isfinite(m["loss_first"]) and m["loss_last"] < m["loss_first"]  # it learns
 
 
+@pytest.mark.job
 def test_bert_large_from_a_data_file(tmp_path):
     data = tmp_path / "bert.npz"
     assert bert.cli([str(data), "--examples", "64", "--seq-len", "32", "--vocab-size", "2048",
@@ -55,6 +56,7 @@ def test_bert_large_from_a_data_file(tmp_path):
     assert tokens_per_example.min() <= ratio <= 32 and ratio > 0.8 * 32  # mostly full-length examples
 
 
+@pytest.mark.job
 def test_transformer_from_a_data_directory(tmp_path):
     data = tmp_path / "wmt16"
     assert wmt16.cli([str(data), "--pairs", "512", "--vocab-size", "1000", "--max-len", "16"]) == 0
@@ -65,6 +67,7 @@ def test_transformer_from_a_data_directory(tmp_path):
     assert record["config"]["vocab_size"] == 1000  # taken from vocab.txt
 
 
+@pytest.mark.job
 def test_vgg16_synthetic(tmp_path):
     record, ranks = run_two_ranks(tmp_path, "vgg16")
     check_record(record, ranks, "vgg16", "images/s")
@@ -175,6 +178,7 @@ def test_wmt16_token_budget_batches(wmt_dir):
         np.testing.assert_array_equal(batch["tgt_in"][:, 1:][shifted], batch["tgt_out"][:, :-1][shifted])
 
 
+@pytest.mark.job
 def test_a_bad_data_path_is_one_line_before_training(tmp_path):
     bad = tmp_path / "bad.npz"
     bad.write_bytes(b"")

@@ -182,6 +182,7 @@ def test_gen_cli_and_registry(tmp_path, capsys):
     assert "unknown data set" in capsys.readouterr().err
 
 
+@pytest.mark.job
 def test_fleetbench_data_command_end_to_end(tmp_path):
     out = tmp_path / "c"
     gen = subprocess.run([PYTHON, "-m", "fleetbench", "data", "gen", "criteo", "--out", str(out), "--rows", "50",

@@ -16,7 +16,7 @@ from util import cluster_name as unique_cluster_name
 from fleetbench.emulate import netem, netem_state, sshd
 from fleetbench.emulate import netem_plan as plan
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # `tc -s qdisc show` as printed on this machine for a shaped veth, and for a tbf+netem pair.
 TBF_TEXT = """qdisc tbf 8003: root refcnt 3 rate 1Gbit burst 250000b lat 50ms 

@@ -14,7 +14,7 @@ import pytest
 from fleetbench.measure import contract, results
 from fleetbench.report import generate
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "results" / "reference" / "ddl-benchmarks-2020-05-29.jsonl"
 # The published table as fetched (HKBU-HPML/ddl-benchmarks, results/2020-05-29/README.md), kept
 # beside its converter so a fresh clone checks every cell against it.

@@ -334,7 +334,7 @@ def test_network_names_keep_apart_what_the_links_really_were():
 
 
 def test_reference_file_loads_and_every_record_names_its_source():
-    path = os.path.join(os.path.dirname(__file__), "..", "results", "reference",
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "results", "reference",
                         "ddl-benchmarks-2020-05-29.jsonl")
     records = results.load([path])
     assert len(records) == 3 * 3 * 7 * 4 + 3

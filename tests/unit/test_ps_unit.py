@@ -173,6 +173,7 @@ def test_a_file_name_the_dataset_shell_would_run_is_refused(tmp_path):
     assert data.check_names(["rel/part 1", good]) == [(tmp_path.cwd() / "rel/part 1"), good]  # absolute
 
 
+@pytest.mark.job
 def test_the_script_refuses_such_a_file_before_launch_and_runs_nothing(tmp_path):
     folder = tmp_path / "criteo"
     criteo.generate(folder, rows=20, files=1, seed=1)
@@ -186,6 +187,7 @@ def test_the_script_refuses_such_a_file_before_launch_and_runs_nothing(tmp_path)
     assert not list(tmp_path.rglob("PWNED"))
 
 
+@pytest.mark.job
 def test_empty_data_directory_is_refused_by_check(tmp_path):
     (tmp_path / "empty").mkdir()
     done = subprocess.run([PYTHON, str(REPO / "parameter_server" / "ctr.py"), "--preset", "tiny", "--check",

@@ -33,7 +33,7 @@ def probe(out_dir: Path, batch_size: int) -> None:
     from fleetbench.measure import config
     from fleetbench.train import loop, methods
 
-    path = Path(__file__).resolve().parents[1] / "collective/bert_large.py"
+    path = Path(__file__).resolve().parents[2] / "collective/bert_large.py"
     spec = importlib.util.spec_from_file_location("bert_large", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

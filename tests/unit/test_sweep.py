@@ -252,6 +252,7 @@ def _sweep_cmd(spec_path, store, *extra):
             os.path.join(os.path.dirname(spec_path), "log"), *extra]
 
 
+@pytest.mark.job
 def test_bad_config_fails_before_anything_runs(tmp_path):
     spec = _write(tmp_path, _spec({"benchmark": "resnet50", "preset": "tiny", "set": dict(TINY)},
                                   {"benchmark": "resnet50", "preset": "tiny", "set": {"bogus_key": 1}}))
@@ -269,6 +270,7 @@ def _job_processes(token):
     return procs.job_pids(token, variable="SWEEP_TEST_TOKEN")
 
 
+@pytest.mark.job
 def test_interrupted_sweep_resumes_and_a_failing_cell_does_not_stop_the_others(tmp_path):
     first = {"benchmark": "resnet50", "preset": "tiny", "set": dict(TINY)}
     failing = {"benchmark": "resnet50", "preset": "tiny", "set": dict(TINY, seed=7), "timeout": 1}

@@ -53,6 +53,7 @@ def ps_job_is_refused():
 HOW = ["script", "launch"] if util.PS_MISSING is not None else ["script"]
 
 
+@pytest.mark.job
 @pytest.mark.parametrize("how", HOW)
 def test_a_parameter_server_job_on_a_paddle_without_it_is_one_line_before_anything_starts(tmp_path, how):
     """Acceptance (issue 14): ctr.py under 3.3.1 -> one line naming the version and the fix, exit 2,
