@@ -10,12 +10,11 @@ STAMP  := $(VENV)/.installed-$(EXTRA)
 VENV3  := .venv3
 PY3    := $(VENV3)/bin/python
 STAMP3 := $(VENV3)/.installed-cpu3
-# The tests of what 3.x runs: the collective benchmarks and methods, the communication benchmark,
-# the run layer, launcher and sweeps, configs, timing, the environment report, the capability
-# checks; test_ps.py skips there, naming why. The rest (parsers, plots, data readers, emulated
-# networks, cluster manifests) does not depend on the Paddle build and runs once, on 2.6.2.
-PADDLE3_TESTS := $(addprefix tests/test_,$(addsuffix .py,capability methods models resnet50 mnist comm \
-	run launch sweep config timing images env ps))
+# What 3.x runs is chosen by marker, not by file: the unit and job tiers minus the parameter-server
+# tests (marker `ps`: 3.x has no parameter server) and the root tier (emulated networks and clusters
+# do not depend on the Paddle build). The unit tier runs on both builds: it is cheap, and it is where
+# the collective family's configs, the comm arithmetic and the run layer meet the Paddle under test.
+PADDLE3_SELECT := -m "not ps and not root" tests/unit tests/job
 
 comma := ,
 # $(call make-venv,DIR,EXTRAS): create DIR if needed and install fleetbench with EXTRAS into it.
@@ -26,7 +25,7 @@ $(1)/bin/python -m pip install --quiet -e ".[$(2)]"
 touch $@
 endef
 
-.PHONY: deps install install-paddle3 demo test test-paddle3 bench versions clean
+.PHONY: deps install install-paddle3 demo test test-fast test-paddle3 bench versions clean
 
 # The Debian packages the suite drives (sshd, Slurm, munge, iperf3, iproute2), installed when
 # missing and we are root with apt; otherwise one line naming them. tools/deps.sh says more.
@@ -52,8 +51,12 @@ test: deps install install-paddle3
 	$(PY) -m pytest -q tests
 	$(MAKE) --no-print-directory test-paddle3
 
+# The pure tier only (no Paddle job, no launcher, no root): under 2 minutes on 2 cores.
+test-fast: install
+	$(PY) -m pytest -q -m "not job and not root" tests/unit
+
 test-paddle3: install-paddle3
-	$(PY3) -m pytest -q $(PADDLE3_TESTS)
+	$(PY3) -m pytest -q $(PADDLE3_SELECT)
 
 bench: install
 	$(PY) bench/loop_overhead.py --preset small --repeats 5
