@@ -1,0 +1,117 @@
+"""The executors' command lines and per-node environments for a 2-node job, built without starting
+anything (fleetbench/hosts/executors.py): what each node's launcher is told, and how."""
+import json
+import shlex
+import sys
+
+import pytest
+
+from fleetbench.hosts import executors as ex
+from fleetbench.measure import contract
+
+NODES = [ex.Node(0, "alpha", "10.9.0.1", {"GLOO_SOCKET_IFNAME": "veth0"}),
+         ex.Node(1, "beta", "10.9.0.2", {"GLOO_SOCKET_IFNAME": "veth1"})]
+JOB = ex.Job("collective", "collective/resnet50.py", ("--preset", "tiny"), nodes=2, counts=(2, 1))
+BASE = {"PATH": "/bin", "HOME": "/root", "NCCL_DEBUG": "INFO", "SECRET": "x", contract.JOB_ID: "old"}
+
+
+def _flag(flags, name):
+    return flags[flags.index(name) + 1]
+
+
+def test_collective_node_flags_share_one_master_and_number_the_nodes():
+    flags = ex.node_flags(JOB, ["10.9.0.1", "10.9.0.2"])
+    assert [_flag(f, "--rank") for f in flags] == ["0", "1"]
+    assert [_flag(f, "--nproc_per_node") for f in flags] == ["2", "1"]
+    assert [_flag(f, "--host") for f in flags] == ["10.9.0.1", "10.9.0.2"]
+    assert {_flag(f, "--nnodes") for f in flags} == {"2"}
+    masters = {_flag(f, "--master") for f in flags}
+    assert len(masters) == 1 and masters.pop().startswith("10.9.0.1:")
+
+
+def test_ps_node_flags_spread_servers_and_trainers_and_skip_an_empty_node():
+    job = ex.Job("ps", "ps/ctr_dnn.py", (), nodes=3, servers=3, workers=1, flags=("--devices", "cpu"))
+    flags = ex.node_flags(job, ["a", "b", "c"])
+    servers = _flag(flags[0], "--servers").split(",")
+    trainers = _flag(flags[0], "--trainers").split(",")
+    assert [s.split(":")[0] for s in servers] == ["a", "b", "c"] and [t.split(":")[0] for t in trainers] == ["a"]
+    assert all(f is not None and f[-2:] == ["--devices", "cpu"] for f in flags)
+    # one server and no trainer on a 2-node job's second node still runs; a node with neither does not
+    none = ex.node_flags(ex.Job("ps", "s.py", (), nodes=2, servers=1, workers=1), ["a", "b"])
+    assert none[0] is not None and none[1] is None
+
+
+def test_spread_gives_the_rest_to_the_first_nodes():
+    assert ex.spread(5, 2) == [3, 2] and ex.spread(1, 3) == [1, 0, 0] and ex.spread(4, 4) == [1] * 4
+
+
+def test_netns_argv_enters_each_nodes_namespace_and_runs_paddles_launcher():
+    launches = ex.NetnsExecutor(NODES, ["fb-node0", "fb-node1"]).launches(JOB, "/logs", BASE, "job1")
+    assert [la.cmd[:4] for la in launches] == [["ip", "netns", "exec", "fb-node0"], ["ip", "netns", "exec", "fb-node1"]]
+    for i, la in enumerate(launches):
+        assert la.cmd[4:7] == [sys.executable, "-m", "paddle.distributed.launch"]
+        assert _flag(la.cmd, "--log_dir") == f"/logs/node{i}" == la.log_dir
+        assert la.cmd[-3:] == ["collective/resnet50.py", "--preset", "tiny"]
+        assert la.env["POD_IP"] == NODES[i].address and la.env["GLOO_SOCKET_IFNAME"] == f"veth{i}"
+    assert [la.name for la in launches] == ["alpha", "beta"]
+
+
+def test_per_node_env_carries_the_rank_contract_of_the_whole_job():
+    launches = ex.NetnsExecutor(NODES, ["n0", "n1"]).launches(JOB, "/logs", BASE, "job1")
+    for la in launches:
+        rc = contract.RankContract.from_env(la.env)
+        assert rc.nodes == 2
+        assert rc.launch == {"executor": "netns", "hosts": ["alpha", "beta"], "processes": [2, 1]}
+
+
+def test_a_job_larger_than_the_nodes_given_is_refused():
+    job = ex.Job("collective", "s.py", (), nodes=3)
+    with pytest.raises(ex.hostlist.HostsError, match="needs 3 nodes, 2 given"):
+        ex.NetnsExecutor(NODES, ["n0", "n1"]).launches(job, "/logs", BASE, "j")
+
+
+def _agent_spec(cmd):
+    """The spec the node agent receives: the last word of the transport's agent argv."""
+    return json.loads(cmd[-1])
+
+
+def test_ssh_argv_runs_the_agent_in_the_workdir_with_only_the_allow_listed_env():
+    executor = ex.SshExecutor(NODES, forward=("HOME",), python="/opt/py", workdir="/srv/fb",
+                              ssh_config="/etc/fb_ssh", connect_timeout=7)
+    launches = executor.launches(JOB, "/logs", BASE, "job1")
+    for i, la in enumerate(launches):
+        mirror, transport = la.cmd[:la.cmd.index("--")], la.cmd[la.cmd.index("--") + 1:]
+        assert mirror[1:] == ["-m", "fleetbench.hosts.agent", "--mirror", f"/logs/node{i}", NODES[i].host]
+        assert transport[:-2] == ["ssh", *ex.SSH_OPTIONS, "-o", "ConnectTimeout=7", "-F", "/etc/fb_ssh"]
+        assert transport[-2] == NODES[i].host
+        remote = shlex.split(transport[-1])
+        assert remote[:4] == ["cd", "/srv/fb", "&&", "exec"] and remote[4:7] == ["/opt/py", "-m", "fleetbench.hosts.agent"]
+        spec = json.loads(remote[7])
+        assert spec["job"] == f"job1-node{i}" and spec["script"] == "collective/resnet50.py"
+        assert spec["args"][-2:] == ["--results", spec["args"][-1]] and spec["args"][-1].endswith("/results.jsonl")
+        env = spec["env"]
+        assert env["NCCL_DEBUG"] == "INFO" and env["HOME"] == "/root" and env["POD_IP"] == NODES[i].address
+        assert "SECRET" not in env and "PATH" not in env and env.get(contract.JOB_ID) != "old"
+
+
+def test_ssh_argv_without_a_config_has_no_F():
+    argv = ex.ssh_argv("h", "true")
+    assert "-F" not in argv and argv[-2:] == ["h", "true"] and "ConnectTimeout=10" in argv
+
+
+def test_slurm_argv_is_one_step_per_node_with_the_nodes_cpus():
+    launches = ex.SlurmExecutor(NODES, python="/opt/py", workdir="/srv/fb", cpus="8").launches(JOB, "/l", BASE, "j")
+    for node, la in zip(NODES, launches):
+        step = la.cmd[la.cmd.index("--") + 1:]
+        assert step[:7] == ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node.host}", "--cpus-per-task=8",
+                            "--kill-on-bad-exit=1", "--chdir=/srv/fb"]
+        assert step[7:10] == ["/opt/py", "-m", "fleetbench.hosts.agent"]
+        assert _agent_spec(step)["flags"][_agent_spec(step)["flags"].index("--rank") + 1] == str(node.rank)
+    no_cpus = ex.SlurmExecutor(NODES).transport(NODES[0], ["a"])
+    assert not any(w.startswith("--cpus-per-task") for w in no_cpus)
+
+
+def test_results_path_moves_to_the_nodes_scratch_in_every_spelling():
+    assert ex._results_to_scratch(["--results", "/r.jsonl", "x"], "/s") == ["--results", "/s/results.jsonl", "x"]
+    assert ex._results_to_scratch(["--results=/r.jsonl"], "/s") == ["--results=/s/results.jsonl"]
+    assert ex._results_to_scratch(["x"], "/s") == ["x", "--results", "/s/results.jsonl"]
