@@ -16,7 +16,10 @@ import shutil
 import subprocess
 import sys
 
-NVIDIA_SMI_TIMEOUT_S = 1.2  # collect() has a 1.5 s budget; nvidia-smi is the only slow part
+# Without persistence mode the driver initialises every GPU on each nvidia-smi call: seconds on an
+# 8-GPU node (NVIDIA's driver persistence docs); 1.2 s dropped the GPU list there (issue 26 finding 7).
+# It runs once per record, not per step, so a generous bound costs nothing on a healthy host.
+NVIDIA_SMI_TIMEOUT_S = 15.0
 GPU_QUERY = "index,name,memory.total,driver_version,pci.bus_id"
 ENV_PREFIXES = ("FLAGS_", "NCCL_", "GLOG_", "PADDLE_", "GLOO_", "FLEETBENCH_")
 ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -130,7 +133,10 @@ def _nccl_version():
         return None, "paddle not imported in this process (NCCL version comes from paddle's core)"
     if not hasattr(core, "nccl_version"):
         return None, "paddle compiled without NCCL"
-    v = int(core.nccl_version())
+    try:  # a CUDA build whose libnccl is missing raises here; the rest of the Paddle block stands
+        v = int(core.nccl_version())
+    except Exception as e:  # noqa: BLE001 - any failure means "version unknown", said in the record
+        return None, f"NCCL version unavailable: {type(e).__name__}"
     major, rest = (v // 10000, v % 10000) if v >= 10000 else (v // 1000, v % 1000)
     return f"{major}.{rest // 100}.{rest % 100}", None
 
