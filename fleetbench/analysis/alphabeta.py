@@ -82,6 +82,33 @@ class Hierarchical:
         return self.source
 
 
+@dataclasses.dataclass(frozen=True)
+class FlatRing:
+    """NCCL across nodes: rings over all n GPUs (NCCL docs, "NCCL_ALGO": Ring; and the
+    nccl-tests PERFORMANCE.md bus bandwidth: each rank's link carries 2(n-1)/n of the bytes).
+    Every ring step moves one chunk on every hop at once, so a step lasts as long as its slowest
+    hop: the NIC hop (one per node) or an intra-node hop. Untested here (no GPU)."""
+    intra: Link
+    inter: Link
+    ranks: int
+
+    @property
+    def source(self) -> str:
+        return (f"NCCL flat ring over {self.ranks} GPUs: intra-node {self.intra.describe()}; "
+                f"inter-node {self.inter.describe()}")
+
+    def allreduce_ms(self, nbytes: float, calls: float) -> float:
+        if self.ranks <= 1 or nbytes <= 0:
+            return 0.0
+        bandwidth = min(self.intra.bandwidth_GBps, self.inter.bandwidth_GBps)
+        wire_us = allreduce_factor(self.ranks) * nbytes / (bandwidth * 1e3)
+        hop_us = max(self.intra.hop_alpha_us, self.inter.hop_alpha_us)
+        return (calls * hop_us * 2 * (self.ranks - 1) + wire_us) / 1e3
+
+    def describe(self) -> str:
+        return self.source
+
+
 def fit_rows(rows: list[dict], ranks: int) -> tuple[float, float]:
     """(alpha_us, bandwidth_GBps) of all_reduce rows of a comm record, by the comm benchmark's own
     fit (measure.comm.fit_alpha_beta: least squares on relative errors); rows of other ops or

@@ -243,10 +243,12 @@ def _flat(network, ranks: int, intra: bool, comm: list[CommCell], rate_gbit=None
     return alphabeta.rate_link(rate_gbit, ranks, hop, f"link rate {rate_gbit:g} Gbit/s, {note}"), ""
 
 
-def link_for(network: str | None, shape: Shape, comm: list[CommCell], rate_gbit: float | None = None):
+def link_for(network: str | None, shape: Shape, comm: list[CommCell], rate_gbit: float | None = None,
+             backend: str = "gloo"):
     """(link, problem): the all-reduce cost model for `shape` on `network` (or on a link of
     `rate_gbit`). An exact comm record of the shape and network wins; else one node or one device
-    per node is a ring fitted at another size; else hierarchical (intra-node + inter-node)."""
+    per node is a ring fitted at another size; else NCCL's flat ring over all GPUs (backend nccl),
+    or for gloo an intra-node then an inter-node all-reduce (as the fitted cells measured it)."""
     if shape.world_size == 1:
         return None, "one device: no all-reduce"
     exact = [c for c in comm if c.network == network and c.shape == shape]
@@ -258,4 +260,6 @@ def link_for(network: str | None, shape: Shape, comm: list[CommCell], rate_gbit:
     inter, problem2 = _flat(network, shape.nodes, False, comm, rate_gbit)
     if intra is None or inter is None:
         return None, problem or problem2
+    if backend == "nccl":
+        return alphabeta.FlatRing(intra, inter, shape.world_size), ""
     return alphabeta.Hierarchical(intra, inter), ""

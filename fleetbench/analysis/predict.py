@@ -149,7 +149,9 @@ def predict(target: Target, ref: Cell, cells: list[Cell], comm: list, cal: dict,
         comm_ms = None
         out["notes"].append("no gradient bytes per step in the records")
     else:
-        link, problem = cellmod.link_for(target.network, target.shape, comm, target.rate_gbit)
+        # GPU builds all-reduce with NCCL, CPU builds with gloo (Paddle's collective backends)
+        backend = "nccl" if ref.gpu else "gloo"
+        link, problem = cellmod.link_for(target.network, target.shape, comm, target.rate_gbit, backend)
         comm_ms = link.allreduce_ms(ref.comm_bytes, ref.comm_buckets or 1) if link else None
         out["notes"].append(f"link: {link.describe()}" if link else f"no link: {problem}")
     window, overlap_note = overlap_for(ref.benchmark, ref.preset, target.method, cal)
