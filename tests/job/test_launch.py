@@ -171,22 +171,6 @@ def test_devices_this_machine_lacks_are_refused_before_launching(tmp_path, capsy
     assert store.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["runs.jsonl"]
 
 
-@pytest.mark.parametrize("found, problem", [
-    (None, None),  # the probe could not tell: Paddle's launcher decides
-    ({"type": "gpu", "labels": [str(i) for i in range(8)]}, None),  # an 8-GPU host launches it
-    ({"type": "gpu", "labels": ["0", "1", "2", "3"]}, "device(s) 4,5,6,7 not visible here (visible gpu devices: "
-                                                      "0,1,2,3)"),
-    ({"type": "gpu", "labels": ["2", "5"]}, "device(s) 0,1,3,4,6,7 not visible"),  # CUDA_VISIBLE_DEVICES=2,5
-    ({"type": "cpu", "labels": []}, "no GPU or other device"),
-])
-def test_which_device_lists_each_kind_of_host_refuses(found, problem):
-    got = preflight.device_problem("--gpus", launch.expand_devices("0-7"), found)
-    if problem is None:
-        assert got is None
-    else:
-        assert got.startswith("--gpus 0,1,2,3,4,5,6,7: ") and problem in got, got
-
-
 # ---------------------------------------------------------------------------------------------
 # real jobs
 
