@@ -1,8 +1,8 @@
 """What the emulated cluster's 1 Gbit/s link carries: the measurements the tests only bound.
 
 The tests assert what shaping promises on any machine, loaded or not: one TCP stream never
-exceeds the tbf rate (tests/test_netem.py), and a ResNet50 step at 1gbe never moves its gradients
-faster than the link (tests/test_netem_cluster.py). How close they come to the rate depends on
+exceeds the tbf rate (tests/root/test_netem.py), and a ResNet50 step at 1gbe never moves its gradients
+faster than the link (tests/root/test_netem_cluster.py). How close they come to the rate depends on
 the machine's load, so it is measured here, over repeats:
 
 1. raw TCP: `--streams` one-way streams of `--seconds` each, node0 -> node1 of a 2-node 1gbe
