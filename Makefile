@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 EXTRA  := $(shell nvidia-smi -L 2>/dev/null | grep -q '^GPU' && echo gpu || echo cpu)
 STAMP  := $(VENV)/.installed-$(EXTRA)
 # A second virtualenv with the current Paddle 3.x CPU build: the collective family and the core are
-# tested on it too (3.x has no parameter-server support; those tests skip there, naming why).
+# tested on it too (3.x has no parameter-server support: `make test-paddle3` deselects the `ps` tests).
 VENV3  := .venv3
 PY3    := $(VENV3)/bin/python
 STAMP3 := $(VENV3)/.installed-cpu3
