@@ -5,18 +5,20 @@ sets PADDLE_MASTER, PADDLE_NNODES and PADDLE_JOB_ID in every container, and Padd
 them (paddle/distributed/launch/context/args_envs.py). The operator knows two replica types:
 - collective: `Worker` only; worker 0 is the rendezvous; each pod runs one launcher with
   `--nproc_per_node K` (K GPUs with --gpus);
-- parameter server: `Master` = the parameter servers (the operator sets PADDLE_SERVER_NUM=1 in
-  each) and `Worker` = the trainers (PADDLE_TRAINER_NUM=1). Its schema has no `PServer` type.
-The operator's own rules for these fields (pkg/apis/kubeflow.org/v1, paddlepaddle_validation.go):
-a DNS-1035 name, replica types Master/Worker only, a container named `paddle` with an image in
-each, the rendezvous port named `master`; `problems()` checks them (its own rendition of those
-rules: nothing here validates against the PaddleJob CRD's schema).
+- parameter server: `Master` = the parameter servers and `Worker` = the trainers. The operator sets
+  PADDLE_SERVER_NUM=1 on Masters and PADDLE_TRAINER_NUM=1 on Workers (envvar.go, v1.9.0), which alone
+  would make every pod run a server and a trainer (Paddle fills the missing count with 1); the pods get
+  explicit endpoint lists instead (ps_launch). Its schema has no `PServer` type.
+The operator's rules for these fields (webhooks in pkg/webhooks/paddlepaddle/ since 1.8): a DNS-1035
+name, replica types Master/Worker only, a container named `paddle` with an image in each, the
+rendezvous port named `master`; `problems()` checks them, and tests/unit/test_k8s_crd.py validates
+every sweep preset's documents against a copy of the v1.9.0 CRD schema.
 
-Each pod also gets POD_IP (its address, Paddle's --host), in collective jobs PADDLE_RANK from the
-pod's `training.kubeflow.org/replica-index` label (node rank = worker index, so the record's
-hosts are in rank order), FLEETBENCH_NODES and FLEETBENCH_LAUNCH (executor `kubernetes`, the pod
-names). Rank 0 prints its record as `FLEETBENCH_RESULT {...}` and Paddle's launcher copies rank 0's
-log to the pod's log: `kubectl logs NAME-worker-0 > w0.log && fleetbench results import w0.log`.
+Each pod also gets FLEETBENCH_NODES and FLEETBENCH_LAUNCH (executor `kubernetes`, the pod names in
+rank order), PORT_RANGE, and in collective jobs POD_IP and PADDLE_RANK from the pod's
+`training.kubeflow.org/replica-index` label. Rank 0 (trainer 0 for PS) prints its record as
+`FLEETBENCH_RESULT {...}` and Paddle's launcher copies its log to the pod's log:
+`kubectl logs NAME-worker-0 > w0.log && fleetbench results import w0.log` (docs/clusters.md).
 restartPolicy Never and backoffLimit 0: a failed benchmark run is a result, not something to retry.
 """
 import argparse
