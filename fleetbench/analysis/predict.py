@@ -213,6 +213,24 @@ def parse_spec(text: str, allowed: tuple, flag: str) -> dict:
     return spec
 
 
+def expand_sizes(text: str) -> list[str]:
+    """`nodes=2,4,8,network=10gbe` (a scaling curve) into one spec per node count; a spec of one
+    size comes back as it is. A bare value extends the list only right after nodes=."""
+    sizes: list[str] = []
+    rest: list[str] = []
+    last = None
+    for part in text.replace(",", " ").split():
+        key, sep, value = part.partition("=")
+        if not sep and last == "nodes":
+            sizes.append(part)
+            continue
+        last = key if sep else None
+        (sizes.append(value) if key == "nodes" and sep else rest.append(part))
+    if len(sizes) <= 1:
+        return [text]
+    return [" ".join([f"nodes={n}"] + rest) for n in sizes]
+
+
 def _positive_rate(value: str, text: str, flag: str) -> float:
     """A link rate in Gbit/s: finite and above 0 (a negative or nan rate predicted nonsense)."""
     try:

@@ -5,7 +5,7 @@ would do.
                        [--images DIR] [--markdown]
 
 Without options: one console line per multi-device training cell (breakdown of its step time and
-the efficiency lost to each part). --predict nodes=3[,network=1gbe|rate_gbit=5][,devices_per_node=2]
+the efficiency lost to each part). --predict nodes=3 (or nodes=2,4,8: one prediction per size)[,network=1gbe|rate_gbit=5][,devices_per_node=2]
 [,benchmark=..,preset=..,method=..]: every measured cell passing the filters, moved to the new
 shape/network. --validate nodes=2: fit on the records the selector picks, predict the others.
 --json: a list of cells (kind measured | predicted | validation). --images DIR: a stacked-bar chart
@@ -226,7 +226,8 @@ def run(args) -> str:
     """The output text; raises ValueError (one line) on bad input, before writing anything."""
     from fleetbench.measure import results
 
-    specs = [predict.parse_spec(s, predict.FILTER_KEYS + predict.CHANGE_KEYS, "--predict") for s in args.predict]
+    specs = [predict.parse_spec(one, predict.FILTER_KEYS + predict.CHANGE_KEYS, "--predict")
+             for s in args.predict for one in predict.expand_sizes(s)]
     selectors = [predict.parse_spec(s, predict.SELECT_KEYS, "--validate") for s in args.validate]
     records = results.load(args.results)
     cells = [dict(c, kind="measured") for c in predict.explain(records)]

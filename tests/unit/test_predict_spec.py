@@ -29,3 +29,16 @@ def test_cli_exits_2_in_one_line(tmp_path, capsys):
     assert explain.cli([str(empty), "--predict", "nodes=2,rate_gbit=-5"]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "rate_gbit" in err and "'-5'" in err
+
+
+def test_scaling_curve_spec_expands_to_one_spec_per_size():
+    specs = [predict.parse_spec(s, KEYS, "--predict")
+             for s in predict.expand_sizes("nodes=2,4,8,network=10gbe,devices_per_node=4")]
+    assert specs == [{"nodes": n, "network": "10gbe", "devices_per_node": 4} for n in (2, 4, 8)]
+
+
+def test_one_size_spec_is_unchanged_and_a_stray_value_still_refused():
+    assert predict.expand_sizes("nodes=3,network=1gbe") == ["nodes=3,network=1gbe"]
+    with pytest.raises(predict.SpecError, match="got '4'"):
+        for s in predict.expand_sizes("network=1gbe,4,nodes=2"):
+            predict.parse_spec(s, KEYS, "--predict")
