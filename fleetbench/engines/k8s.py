@@ -21,7 +21,10 @@ rank order), PORT_RANGE, and in collective jobs POD_IP and PADDLE_RANK from the 
 `kubectl logs NAME-worker-0 > w0.log && fleetbench results import w0.log` (docs/clusters.md).
 restartPolicy Never and backoffLimit 0: a failed benchmark run is a result, not something to retry.
 """
+from __future__ import annotations
+
 import argparse
+import functools
 import copy
 import dataclasses
 import os
@@ -236,16 +239,27 @@ def queue(doc: dict, position: int) -> None:
 
 def check_config(bench, script_args: list[str], where: str) -> None:
     """The benchmark's own --check of its preset and --set keys, before anything is written."""
+    problem = _check_problem(str(bench.path), tuple(script_args))
+    if problem is None:
+        return
+    # What the manifest says (its preset and --set keys) is refused here; anything else, such as
+    # a data directory this machine lacks, is the image's business and only said
+    if re.search(r"(^|: )--(preset|set)\b", problem):
+        raise K8sError(f"{where}{problem}")
+    print(f"fleetbench k8s: note: {where}{problem} (here; the pod's image may differ)", file=sys.stderr)
+
+
+@functools.lru_cache(maxsize=None)
+def _check_problem(script: str, script_args: tuple) -> str | None:
+    """The script's --check refusal, or None. Cached: a sweep's cells repeat a few (script, preset,
+    --set) choices, and each check starts a Python with Paddle (seconds)."""
     from fleetbench.job import preflight  # imports Paddle: only when manifests are really built
 
     try:
-        preflight.check_config(str(bench.path), script_args, dict(os.environ))
+        preflight.check_config(script, list(script_args), dict(os.environ))
     except preflight.LaunchError as e:
-        # What the manifest says (its preset and --set keys) is refused here; anything else, such as
-        # a data directory this machine lacks, is the image's business and only said
-        if re.search(r"(^|: )--(preset|set)\b", str(e)):
-            raise K8sError(f"{where}{e}") from None
-        print(f"fleetbench k8s: note: {where}{e} (here; the pod's image may differ)", file=sys.stderr)
+        return str(e)
+    return None
 
 
 def _parser():

@@ -84,6 +84,7 @@ def _sweep_docs(path: Path, tmp_path: Path) -> list[dict]:
     return list(yaml.safe_load_all(out.read_text()))
 
 
+@pytest.mark.job  # each cell's script runs its own --check (a Python with Paddle) before writing
 @pytest.mark.parametrize("path", sorted(Path(SWEEP_DIR).glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_sweep_preset_validates_strictly(path, tmp_path):
     docs = _sweep_docs(path, tmp_path)
