@@ -49,6 +49,10 @@ class CTRAllReduceConfig(ctr.CTRSettings, config.CollectiveConfig):
         config.require(not (self.sparse_grad and self.method in DENSE_ONLY_METHODS), "method",
                        f"cannot carry the table's sparse gradient (Paddle's post-backward buckets are dense); "
                        f"use mgwfbp, wfbp or grad_merge, or sparse_grad=false", self.method)
+        # paddle/amp/grad_scaler.py (2.6.2, 3.3.1) unscales dense gradients only: a SelectedRows one
+        # would go to the optimizer still multiplied by the loss scale (read, untested here: no GPU).
+        config.require(not (self.sparse_grad and self.amp == "fp16"), "amp",
+                       "fp16 needs sparse_grad=false (GradScaler cannot unscale a sparse gradient)", self.amp)
 
 
 class CTRDNN(nn.Layer):
