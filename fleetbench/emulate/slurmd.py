@@ -74,6 +74,20 @@ def slurm_conf(d: str, layout: netem.Layout, prefix: str, cpus: int) -> str:
                      [f"PartitionName=emu Nodes={names} Default=YES MaxTime=INFINITE State=UP", ""])
 
 
+# slurmstepd listens on <SlurmdSpoolDir>/<node>_<job>.<step>; a Unix socket path holds 107 bytes, and a
+# longer one fails the job's launch, which Slurm then holds forever ("launch failed requeued held").
+SOCKET_PATH_MAX = 107
+STEP_SOCKET_TAIL = len("_1234567.4294967291")  # a job id of up to 7 digits, the batch step's id
+
+
+def _check_socket_room(d: str, layout) -> None:
+    longest = max(len(os.path.join(d, f"spool-{node_name(n.index)}", node_name(n.index))) for n in layout.nodes)
+    if longest + STEP_SOCKET_TAIL > SOCKET_PATH_MAX:
+        raise netem.ClusterError(
+            f"{d}: too long for Slurm's step sockets ({longest + STEP_SOCKET_TAIL} > {SOCKET_PATH_MAX} bytes): "
+            f"set FLEETBENCH_CLUSTER_STATE_DIR to a shorter directory")
+
+
 def up(prefix: str = netem.DEFAULT_PREFIX) -> dict:
     """Start munged, slurmctld and one slurmd per node; returns {slurm_conf, nodes}."""
     problem = requirements_problem()
@@ -81,6 +95,7 @@ def up(prefix: str = netem.DEFAULT_PREFIX) -> dict:
         raise netem.ClusterError(problem)
     layout = sshd.cluster_layout(prefix)
     d = directory(prefix)
+    _check_socket_room(d, layout)
     for sub in ["state"] + [f"spool-{node_name(n.index)}" for n in layout.nodes]:
         os.makedirs(os.path.join(d, sub), exist_ok=True)
     os.chmod(d, 0o700)

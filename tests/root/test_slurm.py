@@ -3,8 +3,11 @@ it with a fake `srun` that records its argv (no root needed), and the same scrip
 `sbatch` to a real slurmctld with a slurmd in each emulated node (root, slurm-wlm and munge)."""
 import json
 import os
+import shutil
 import stat
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -112,11 +115,13 @@ SLURM_PROBLEM = slurmd.requirements_problem()
 
 
 @pytest.fixture
-def slurm_cluster(tmp_path):
+def slurm_cluster():
     """A real Slurm on 2 emulated nodes: munged, slurmctld, a slurmd in each namespace. Its name is
     random and its subnet is netem's own choice, taken under netem's machine-wide lock, so two runs
     at once get clusters of their own."""
-    prefix, state = cluster_name("fbq"), tmp_path / "state"
+    # A short state directory: slurmstepd's socket path (state dir + spool + node + job and step ids)
+    # must fit 107 bytes, which pytest's own tmp paths need not leave (slurmd.up refuses otherwise).
+    prefix, state = cluster_name("fbq"), Path(tempfile.mkdtemp(prefix="fbq-", dir="/tmp"))
     old = os.environ.get("FLEETBENCH_CLUSTER_STATE_DIR")
     os.environ["FLEETBENCH_CLUSTER_STATE_DIR"] = str(state)
     try:
@@ -125,6 +130,7 @@ def slurm_cluster(tmp_path):
     finally:
         slurmd.down(prefix)
         netem.down(prefix)
+        shutil.rmtree(state, ignore_errors=True)
         os.environ.pop("FLEETBENCH_CLUSTER_STATE_DIR") if old is None else os.environ.update(
             FLEETBENCH_CLUSTER_STATE_DIR=old)
 
