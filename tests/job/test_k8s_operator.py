@@ -116,13 +116,3 @@ def test_ps_job_runs_2_servers_and_4_trainers_and_brings_one_record_back(tmp_pat
     assert len(records) == 1
     runtime = records[0]["config"]["runtime"]
     assert (runtime["servers"], runtime["workers"]) == (2, 4)
-
-
-def test_collective_2x2_brings_one_record_of_world_4_from_worker_0(tmp_path):
-    doc = _generate(tmp_path, "mnist", "--preset", "tiny", "--nodes", "2", "--devices-per-node", "2")
-    pods = run_job(doc, tmp_path)
-    assert all(code == 0 for code, _, _ in pods.values()), {p: c for p, (c, _, _) in pods.items()}
-    with_record = [p for p, (_, out, _) in pods.items() if "FLEETBENCH_RESULT" in out]
-    assert with_record == [f"{doc['metadata']['name']}-worker-0"]
-    records = _import([tmp_path / p / "stdout" for p in pods], tmp_path / "store.jsonl")
-    assert len(records) == 1 and records[0]["world_size"] == 4
