@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+import util
+
 from fleetbench.engines import k8s
 
-pytestmark = [pytest.mark.job]
+pytestmark = [pytest.mark.job, *util.NEEDS_PS]  # its one job is a parameter-server job (Paddle 2.6.2)
 HARD_TIMEOUT_S = 420  # a tiny job on a loaded 2-core machine; the job must end by itself well before
 
 
