@@ -1,4 +1,5 @@
 """Helpers for tests that run real benchmark jobs."""
+import contextlib
 import json
 import os
 import re
@@ -107,3 +108,25 @@ def cluster_name(tag: str = "fb") -> str:
         n, digit = divmod(n, 36)
         name += "0123456789abcdefghijklmnopqrstuvwxyz"[digit]
     return name
+
+
+@contextlib.contextmanager
+def emulated_nodes(daemons, prefix: str, state, profile: str = "unshaped"):
+    """2 emulated nodes named `prefix` at `profile`, whose state lives in `state`, with `daemons`
+    (fleetbench.emulate.sshd or .slurmd) up on them; yields what `daemons.up` returns plus `state`.
+    Everything is taken down, and FLEETBENCH_CLUSTER_STATE_DIR restored, however the test ends."""
+    from fleetbench.emulate import netem
+
+    old = os.environ.get("FLEETBENCH_CLUSTER_STATE_DIR")
+    os.environ["FLEETBENCH_CLUSTER_STATE_DIR"] = str(state)
+    try:
+        netem.up(2, netem.shaping_from(profile), prefix=prefix)
+        yield dict(daemons.up(prefix), state=str(state))
+    finally:
+        daemons.down(prefix)
+        netem.down(prefix)
+        if old is None:
+            os.environ.pop("FLEETBENCH_CLUSTER_STATE_DIR", None)
+        else:
+            os.environ["FLEETBENCH_CLUSTER_STATE_DIR"] = old
+

@@ -13,9 +13,9 @@ import subprocess
 import uuid
 
 import pytest
-from util import PYTHON, REPO, cluster_name, env, records, wait_for
+from util import PYTHON, REPO, cluster_name, emulated_nodes, env, records, wait_for
 
-from fleetbench.emulate import netem, sshd
+from fleetbench.emulate import sshd
 from fleetbench.hosts.executors import (
     FORWARD_NAMES,
     FORWARD_PREFIXES,
@@ -231,20 +231,8 @@ def test_what_each_host_is_sent_is_the_allow_list_plus_its_plan(executor, tmp_pa
 def cluster(tmp_path_factory):
     if PROBLEM:
         pytest.skip(PROBLEM)
-    state = tmp_path_factory.mktemp("state")
-    old = os.environ.get("FLEETBENCH_CLUSTER_STATE_DIR")
-    os.environ["FLEETBENCH_CLUSTER_STATE_DIR"] = str(state)
-    prefix = cluster_name("fbp")
-    try:
-        netem.up(2, netem.shaping_from("unshaped"), prefix=prefix)
-        yield dict(sshd.up(prefix), state=str(state))
-    finally:
-        sshd.down(prefix)
-        netem.down(prefix)
-        if old is None:
-            os.environ.pop("FLEETBENCH_CLUSTER_STATE_DIR", None)
-        else:
-            os.environ["FLEETBENCH_CLUSTER_STATE_DIR"] = old
+    with emulated_nodes(sshd, cluster_name("fbp"), tmp_path_factory.mktemp("state")) as nodes:
+        yield nodes
 
 
 @needs_sshd

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from util import PYTHON, REPO, cluster_name, env, records
+from util import PYTHON, REPO, cluster_name, emulated_nodes, env, records
 
-from fleetbench.emulate import netem, slurmd
+from fleetbench.emulate import slurmd
 from fleetbench.engines import slurm
 from fleetbench.hosts.hostlist import HostsError
 
@@ -121,18 +121,12 @@ def slurm_cluster():
     at once get clusters of their own."""
     # A short state directory: slurmstepd's socket path (state dir + spool + node + job and step ids)
     # must fit 107 bytes, which pytest's own tmp paths need not leave (slurmd.up refuses otherwise).
-    prefix, state = cluster_name("fbq"), Path(tempfile.mkdtemp(prefix="fbq-", dir="/tmp"))
-    old = os.environ.get("FLEETBENCH_CLUSTER_STATE_DIR")
-    os.environ["FLEETBENCH_CLUSTER_STATE_DIR"] = str(state)
+    state = Path(tempfile.mkdtemp(prefix="fbq-", dir="/tmp"))
     try:
-        netem.up(2, netem.shaping_from("unshaped"), prefix=prefix)
-        yield dict(slurmd.up(prefix), state=str(state))
+        with emulated_nodes(slurmd, cluster_name("fbq"), state) as nodes:
+            yield nodes
     finally:
-        slurmd.down(prefix)
-        netem.down(prefix)
         shutil.rmtree(state, ignore_errors=True)
-        os.environ.pop("FLEETBENCH_CLUSTER_STATE_DIR") if old is None else os.environ.update(
-            FLEETBENCH_CLUSTER_STATE_DIR=old)
 
 
 @pytest.mark.skipif(SLURM_PROBLEM is not None, reason=SLURM_PROBLEM or "")

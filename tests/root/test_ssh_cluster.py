@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 import yaml
-from util import PYTHON, REPO, cluster_name, env, records
+from util import PYTHON, REPO, cluster_name, emulated_nodes, env, records
 
 from fleetbench.emulate import netem, sshd
 from fleetbench.hosts import remote
@@ -37,19 +37,8 @@ def job_processes(job_id):
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    state = tmp_path_factory.mktemp("state")
-    old = os.environ.get("FLEETBENCH_CLUSTER_STATE_DIR")
-    os.environ["FLEETBENCH_CLUSTER_STATE_DIR"] = str(state)
-    try:
-        netem.up(2, netem.shaping_from("1gbe"), prefix=PREFIX)
-        yield dict(sshd.up(PREFIX), state=str(state))
-    finally:
-        sshd.down(PREFIX)
-        netem.down(PREFIX)
-        if old is None:
-            os.environ.pop("FLEETBENCH_CLUSTER_STATE_DIR", None)
-        else:
-            os.environ["FLEETBENCH_CLUSTER_STATE_DIR"] = old
+    with emulated_nodes(sshd, PREFIX, tmp_path_factory.mktemp("state"), "1gbe") as nodes:
+        yield nodes
 
 
 def fleetbench(cluster, *args, timeout=600, **extra):
