@@ -65,7 +65,21 @@ def run_script(script, *args, timeout=120, **env_extra) -> subprocess.CompletedP
 def fleetrun(log_dir, *args, timeout=300, **env_extra) -> subprocess.CompletedProcess:
     """`fleetrun --log_dir LOG_DIR args` (Paddle's launcher)."""
     cmd = [PYTHON, "-m", "paddle.distributed.launch", "--log_dir", str(log_dir), *map(str, args)]
-    return _run(cmd, timeout, env_extra)
+    proc = _run(cmd, timeout, env_extra)
+    if proc.returncode != 0:
+        # Paddle's launcher prints only "exit code 1"; the rank's own traceback is in its log, and a
+        # failure seen once in CI cannot be diagnosed without it
+        proc.stderr += worker_log_tails(log_dir)
+    return proc
+
+
+def worker_log_tails(log_dir, lines: int = 30) -> str:
+    """The last `lines` lines of every workerlog.* under `log_dir`, each headed by its name."""
+    out = []
+    for log in sorted(Path(log_dir).glob("workerlog.*")):
+        tail = log.read_text(errors="replace").splitlines()[-lines:]
+        out.append(f"\n==== {log.name} (last {len(tail)} lines) ====\n" + "\n".join(tail))
+    return "".join(out)
 
 
 def records(path) -> list:
