@@ -12,9 +12,10 @@ PY3    := $(VENV3)/bin/python
 STAMP3 := $(VENV3)/.installed-cpu3
 # What 3.x runs is chosen by marker, not by file: the unit and job tiers minus the parameter-server
 # tests (marker `ps`: 3.x has no parameter server) and the root tier (emulated networks and clusters
-# do not depend on the Paddle build). The unit tier runs on both builds: it is cheap, and it is where
+# do not depend on the Paddle build), nor the files tests/conftest.py marks `build_neutral` (sweep
+# YAML, Kubernetes documents, documented commands, charts). The unit tier runs on both builds: it is cheap, and it is where
 # the collective family's configs, the comm arithmetic and the run layer meet the Paddle under test.
-PADDLE3_SELECT := -m "not ps and not root" tests/unit tests/job
+PADDLE3_SELECT := -m "not ps and not root and not build_neutral" tests/unit tests/job
 
 comma := ,
 # $(call make-venv,DIR,EXTRAS): create DIR if needed and install fleetbench with EXTRAS into it.
