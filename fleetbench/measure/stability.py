@@ -1,0 +1,159 @@
+"""How far repeats of one experiment can be trusted: pure statistics on a list of figures.
+
+- `cv`: coefficient of variation, sample std (ddof 1) / mean; None for fewer than 2 runs.
+- `is_unstable`: cv above a threshold (default CV_THRESHOLD = 5 %, as pyperf warns when the std
+  is a large share of the mean).
+- `outliers`: runs far from the others by a robust rule (median absolute deviation), flagged and
+  shown, never dropped (see `outliers` for the rule and its small-n and MAD = 0 cases).
+- `ci_half_width`: the 95 % confidence interval half-width of the mean (Student t; scipy is not a
+  dependency, so a table of t quantiles is here).
+- `stop_reason`: the stop rule of adaptive repeats (`fleetbench sweep --until-stable`).
+- `ratio_rel_error`: the relative uncertainty of a ratio of two means (speedup, efficiency).
+- `format_pm` / `round_to`: a mean ± spread printed with the digits the spread supports.
+
+Nothing here imports Paddle or reads files: figures in, numbers or text out.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Sequence
+
+CV_THRESHOLD = 0.05  # a cell whose runs vary more than this (std / mean) is marked unstable
+TARGET_CI_PCT = 2.0  # --until-stable: 95 % CI half-width of the mean within ±2 % of the mean
+MAX_REPEATS = 10  # --until-stable: runs of a cell at most, unless --max-repeats says otherwise
+MAD_LIMIT = 3.0  # outlier: more than this many scaled MADs from the median
+MAD_SCALE = 1.4826  # MAD x this estimates the std of normally distributed runs
+
+# Two-sided 95 % Student t quantiles t(0.975, df) (standard tables). A df between entries takes
+# the entry below it: a slightly larger t, so the interval is never narrower than it should be.
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+        9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120,
+        17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064,
+        25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042, 40: 2.021, 60: 2.000,
+        120: 1.980}
+Z975 = 1.960  # df above the table
+
+
+def cv(values: Sequence[float]) -> float | None:
+    """Sample std / mean; None for fewer than 2 runs or a mean of 0 (nothing to compare with)."""
+    if len(values) < 2 or statistics.fmean(values) == 0:
+        return None
+    return statistics.stdev(values) / abs(statistics.fmean(values))
+
+
+def is_unstable(values: Sequence[float], threshold: float = CV_THRESHOLD) -> bool:
+    """True when the runs vary more than `threshold` (a fraction: 0.05 is 5 %). One run cannot
+    show variation: it is not called unstable (its n = 1 is shown beside it instead)."""
+    value = cv(values)
+    return value is not None and value > threshold
+
+
+def outliers(values: Sequence[float], min_rel: float = CV_THRESHOLD) -> list[int]:
+    """Indexes of runs more than MAD_LIMIT scaled MADs (1.4826 x median |x - median|) from the
+    median AND more than `min_rel` (a fraction of the median) from it.
+
+    Why the second condition: the MAD of a few runs can be tiny or 0 by chance (3 runs: it is the
+    smaller of the two distances to the middle run; over half the runs equal: exactly 0), and then
+    any difference at all would be "many MADs"; a run is flagged only when it is also far enough
+    to matter, by the same measure that marks a cell unstable. With fewer than 3 runs nothing is
+    flagged: 2 runs are equally far from their median, so neither can be told to be the odd one.
+    """
+    if len(values) < 3:
+        return []
+    middle = statistics.median(values)
+    mad = MAD_SCALE * statistics.median(abs(v - middle) for v in values)
+    limit = max(MAD_LIMIT * mad, min_rel * abs(middle))
+    return [i for i, v in enumerate(values) if abs(v - middle) > limit]
+
+
+def t975(df: int) -> float:
+    """The two-sided 95 % Student t quantile for `df` degrees of freedom (df >= 1)."""
+    if df < 1:
+        raise ValueError(f"t quantile: df {df}: expected >= 1")
+    if df > max(T975):
+        return Z975
+    return T975[max(k for k in T975 if k <= df)]
+
+
+def ci_half_width(values: Sequence[float]) -> float | None:
+    """Half-width of the 95 % confidence interval of the mean: t(0.975, n-1) x s / sqrt(n);
+    None for fewer than 2 runs."""
+    if len(values) < 2:
+        return None
+    return t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def ci_pct(values: Sequence[float]) -> float | None:
+    """`ci_half_width` as a percentage of the mean (None when undefined)."""
+    half = ci_half_width(values)
+    mean = statistics.fmean(values) if values else 0.0
+    return None if half is None or mean == 0 else 100.0 * half / abs(mean)
+
+
+STABLE, AT_MAX = "stable", "max_repeats"
+
+
+def stop_reason(values: Sequence[float], target_pct: float = TARGET_CI_PCT, min_repeats: int = 3,
+                max_repeats: int = MAX_REPEATS) -> str | None:
+    """Why a cell of adaptive repeats stops after these runs, or None to run another.
+
+    STABLE: at least `min_repeats` runs and the 95 % CI half-width of the mean within
+    `target_pct` % of the mean (checked first: a cell that got there on its last allowed run is
+    stable). AT_MAX: `max_repeats` runs reached without that."""
+    if len(values) < min_repeats:
+        return None
+    pct = ci_pct(values)
+    if pct is not None and pct <= target_pct:
+        return STABLE
+    return AT_MAX if len(values) >= max_repeats else None
+
+
+def ratio_rel_error(num: float, num_err: float | None, den: float, den_err: float | None) -> float | None:
+    """Relative uncertainty of num / den from the uncertainties of both (independent runs, first
+    order): sqrt((num_err/num)^2 + (den_err/den)^2). An efficiency = speedup / N has the same
+    relative error as the speedup (N is exact). None when a value is 0 or an error unknown."""
+    if num == 0 or den == 0 or num_err is None or den_err is None:
+        return None
+    return math.hypot(num_err / num, den_err / den)
+
+
+def sem(std: float | None, n: int | None) -> float | None:
+    """Standard error of a mean: std / sqrt(n); the std itself when n is unknown (a published
+    figure: the cautious choice)."""
+    if std is None:
+        return None
+    return std / math.sqrt(n) if n else std
+
+
+# ---- digits ----------------------------------------------------------------------------------------
+
+def decimals_for(spread: float) -> int:
+    """Decimal places a spread supports: 2 significant digits when its first digit is 1, else 1
+    (0.14 -> 0.14, 0.7213 -> 0.7, 14.81 -> 15, 230 -> 200). Rounding 0.14 to one digit would
+    change it by 29 %, 0.7213 to 0.7 by 3 %; the same rule as the Particle Data Group's, simplified.
+    Negative: round to tens, hundreds, ..."""
+    exponent = math.floor(math.log10(spread))
+    digits = 2 if int(spread / 10 ** exponent) == 1 else 1
+    places = digits - 1 - exponent
+    if round(spread, places) >= 10 ** (exponent + 1):  # 0.96 rounds to 1.0: now it starts with 1
+        places = 1 - (exponent + 1)
+    return places
+
+
+def round_to(value: float, places: int) -> str:
+    """`value` rounded to `places` decimals (negative: to tens, hundreds...), as text."""
+    if places > 0:
+        return f"{value:.{places}f}"
+    text = f"{round(value, places):.0f}"
+    return "0" if text == "-0" else text
+
+
+def format_pm(mean: float, spread: float | None, sep: str = " ± ") -> str:
+    """`27.2 ± 0.7`: the spread with 1 or 2 significant digits (`decimals_for`), the mean to the
+    same decimal place. Without a spread (None, 0, not finite): the mean alone, to 4 significant
+    digits at most and no fewer than its integer part."""
+    if spread is None or spread <= 0 or not math.isfinite(spread):
+        return round_to(mean, max(0, 3 - math.floor(math.log10(abs(mean))))) if mean else "0"
+    places = decimals_for(spread)
+    return f"{round_to(mean, places)}{sep}{round_to(spread, places)}"

@@ -1,0 +1,80 @@
+"""fleetbench.measure.stability on constructed runs: CV flag, outlier rule, CI stopping, digits,
+ratio error."""
+import math
+import statistics
+
+import pytest
+
+from fleetbench.measure import stability as st
+
+# issue 23: the first demo baseline, one run disturbed by other work on the machine
+DEMO = [16.58, 42.08, 42.39]
+
+
+def test_cv_is_sample_std_over_mean_and_flags_above_threshold():
+    assert st.cv(DEMO) == pytest.approx(statistics.stdev(DEMO) / statistics.fmean(DEMO))
+    assert st.cv(DEMO) == pytest.approx(0.4397, abs=1e-3)
+    assert st.is_unstable(DEMO)
+    quiet = [100.0, 102.0, 98.0]  # cv 2 %
+    assert not st.is_unstable(quiet)
+    assert st.is_unstable(quiet, threshold=0.01)  # configurable
+    assert st.cv([5.0]) is None and not st.is_unstable([5.0])  # one run shows no variation
+
+
+def test_outlier_rule_flags_the_disturbed_run_only():
+    assert st.outliers(DEMO) == [0]
+    assert st.outliers([10.0, 10.1, 9.9, 10.05, 13.0]) == [4]
+    assert st.outliers([10.0, 10.4, 9.6, 10.2, 9.8]) == []  # ordinary spread
+
+
+def test_outlier_rule_for_few_runs_and_zero_mad():
+    assert st.outliers([10.0, 30.0]) == []  # two runs: neither is the odd one
+    # MAD = 0 (three equal runs): a run 1 % off is not flagged, one 20 % off is
+    assert st.outliers([10.0, 10.0, 10.0, 10.1]) == []
+    assert st.outliers([10.0, 10.0, 10.0, 12.0]) == [3]
+    # three runs: the MAD is the nearer gap; a far run within 5 % of the median is not flagged
+    assert st.outliers([100.0, 100.1, 103.0]) == []
+    assert st.outliers([100.0, 100.1, 110.0]) == [2]
+
+
+def test_ci_half_width_uses_student_t():
+    values = [10.0, 12.0]
+    assert st.ci_half_width(values) == pytest.approx(12.706 * statistics.stdev(values) / math.sqrt(2))
+    assert st.t975(3) == 3.182 and st.t975(35) == 2.042 and st.t975(1000) == 1.96
+    assert st.ci_half_width([3.0]) is None
+
+
+def test_stop_rule_stable_max_or_continue():
+    tight = [100.0, 100.5, 99.5]  # CI half-width 1.24 %
+    assert st.stop_reason(tight, target_pct=2.0, min_repeats=3, max_repeats=5) == st.STABLE
+    assert st.stop_reason(tight[:2], target_pct=2.0, min_repeats=3, max_repeats=5) is None  # below min
+    noisy = [100.0, 90.0, 110.0]
+    assert st.stop_reason(noisy, 2.0, 3, 5) is None
+    assert st.stop_reason(noisy + [95.0, 105.0], 2.0, 3, 5) == st.AT_MAX
+    # stable on the last allowed run counts as stable
+    assert st.stop_reason([100.0, 100.2, 99.8, 100.1, 99.9], 0.5, 3, 5) == st.STABLE
+
+
+def test_ratio_error_propagates_both_relative_errors():
+    # speedup = 150 / 100; 3 % and 4 % relative errors -> 5 %
+    assert st.ratio_rel_error(150.0, 4.5, 100.0, 4.0) == pytest.approx(0.05)
+    assert st.ratio_rel_error(150.0, None, 100.0, 4.0) is None
+    assert st.sem(3.0, 9) == pytest.approx(1.0) and st.sem(3.0, None) == 3.0
+
+
+@pytest.mark.parametrize("mean, spread, text", [
+    (27.213, 0.7213, "27.2 ± 0.7"),
+    (33.68, 14.81, "34 ± 15"),
+    (27.213, 0.14, "27.21 ± 0.14"),
+    (27.213, 0.96, "27.2 ± 1.0"),
+    (12345.6, 230.0, "12300 ± 200"),
+    (5091.0, 135.0, "5090 ± 140"),
+    (0.01234, 0.00056, "0.0123 ± 0.0006"),
+])
+def test_digits_follow_the_spread(mean, spread, text):
+    assert st.format_pm(mean, spread) == text
+
+
+def test_digits_without_spread():
+    assert st.format_pm(33.681, None) == "33.68"
+    assert st.format_pm(925.02, 0.0) == "925.0"
