@@ -18,7 +18,7 @@ import sys
 import tempfile
 import uuid
 
-from fleetbench.measure import contract, experiment
+from fleetbench.measure import contract, experiment, stability
 from fleetbench.measure.contract import RunIdentity
 from fleetbench.measure.experiment import Experiment
 from fleetbench.measure.schema import (  # noqa: F401
@@ -254,7 +254,7 @@ def config_hash(record_or_config: dict) -> str:
 network_profile = experiment.network_name
 
 
-def aggregate(records: list[dict]) -> list[dict]:
+def aggregate(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD) -> list[dict]:
     """One group per experiment (`experiment.of`): throughput n/mean/std/median/min/max over the
     group's successful runs, groups in a fixed order.
 
@@ -265,15 +265,26 @@ def aggregate(records: list[dict]) -> list[dict]:
     (source set) already is a summary: its mean and std (metrics.throughput_std, null when not
     published) pass through as published, its n is metrics.repeats (null when the source does not
     say). `noise_differs` names the noise keys (e.g. seed) whose values differ between the pooled
-    runs.
+    runs. Measured groups add `stability_fields`: runs, cv, unstable, outliers, ci95_pct.
     """
     groups: dict[Experiment, list[dict]] = {}
     for record in records:
         groups.setdefault(experiment.of(record), []).append(record)
-    return [_group(exp, groups[exp]) for exp in sorted(groups, key=Experiment.sort_key)]
+    return [_group(exp, groups[exp], cv_threshold) for exp in sorted(groups, key=Experiment.sort_key)]
 
 
-def _group(exp: Experiment, members: list[dict]) -> dict:
+def stability_fields(ok: list[dict], cv_threshold: float) -> dict:
+    """How far a group's runs agree (fleetbench.measure.stability): runs (id and throughput, in
+    store order), cv, unstable (cv > cv_threshold), outliers (ids of runs flagged by the MAD
+    rule: shown, never dropped) and ci95_pct (95 % CI half-width of the mean, % of the mean)."""
+    values = [r["metrics"]["throughput"] for r in ok]
+    return {"runs": [{"id": r["id"], "throughput": v} for r, v in zip(ok, values)],
+            "cv": stability.cv(values), "unstable": stability.is_unstable(values, cv_threshold),
+            "cv_threshold": cv_threshold, "outliers": [ok[i]["id"] for i in stability.outliers(values)],
+            "ci95_pct": stability.ci_pct(values)}
+
+
+def _group(exp: Experiment, members: list[dict], cv_threshold: float) -> dict:
     ok = [r for r in members if r.get("error") is None]
     failed = [r for r in members if r.get("error") is not None]
     units = sorted({r["metrics"]["unit"] for r in ok})
@@ -292,9 +303,12 @@ def _group(exp: Experiment, members: list[dict]) -> dict:
         group.update({"n": metrics.get("repeats"), "mean": metrics["throughput"],
                       "std": metrics.get("throughput_std"), "median": None, "min": None,
                       "max": None, "published_aggregate": True})
+        published_cv = group["std"] / group["mean"] if group["std"] is not None and group["mean"] else None
+        group.update(runs=[], cv=published_cv, cv_threshold=cv_threshold, outliers=[], ci95_pct=None,
+                     unstable=published_cv is not None and published_cv > cv_threshold)
     else:
         group.update(summarize([r["metrics"]["throughput"] for r in ok]))
-        group["published_aggregate"] = False
+        group.update(stability_fields(ok, cv_threshold), published_aggregate=False)
     return group
 
 
@@ -351,7 +365,8 @@ def baseline_for(group: dict, groups: list[dict]) -> tuple[dict | None, str, str
 
 def add_efficiency(groups: list[dict]) -> list[dict]:
     """Copies of `groups` with scale, ideal, speedup and efficiency = thr(N) / (N x thr(1))
-    against the measured baseline found by `baseline_for`, plus a `baseline_note` saying which."""
+    against the measured baseline found by `baseline_for`, plus a `baseline_note` saying which,
+    and speedup_err / efficiency_err carrying the uncertainty of both means (`_ratio_errors`)."""
     out = []
     for group in groups:
         group = dict(group)
@@ -360,7 +375,8 @@ def add_efficiency(groups: list[dict]) -> list[dict]:
             baseline, note = None, "control run (method=none): not a training result, no efficiency"
         scale = group["world_size"] if axis == "devices" else group["nodes"]
         group.update({"axis": axis, "scale": scale, "baseline_note": note, "baseline": None,
-                      "ideal": None, "speedup": None, "efficiency": None})
+                      "ideal": None, "speedup": None, "efficiency": None, "speedup_err": None,
+                      "efficiency_err": None})
         if baseline is not None and baseline["mean"] > 0:
             group["baseline"] = {k: baseline[k] for k in ("method", "network", "nodes",
                                                           "devices_per_node", "world_size",
@@ -368,10 +384,21 @@ def add_efficiency(groups: list[dict]) -> list[dict]:
             group["ideal"] = scale * baseline["mean"]
             group["speedup"] = group["mean"] / baseline["mean"]
             group["efficiency"] = group["speedup"] / scale
+            group.update(_ratio_errors(group, baseline))
         out.append(group)
     return out
 
 
-def summarize_records(records: list[dict]) -> list[dict]:
+def _ratio_errors(group: dict, baseline: dict) -> dict:
+    """Standard errors of speedup and efficiency from the standard errors (std / sqrt(n)) of both
+    means (stability.ratio_rel_error); None where a std is unknown."""
+    rel = stability.ratio_rel_error(group["mean"], stability.sem(group["std"], group["n"]),
+                                    baseline["mean"], stability.sem(baseline["std"], baseline["n"]))
+    if rel is None:
+        return {}
+    return {"speedup_err": rel * group["speedup"], "efficiency_err": rel * group["efficiency"]}
+
+
+def summarize_records(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD) -> list[dict]:
     """aggregate + add_efficiency: the groups a sweep or a report prints."""
-    return add_efficiency(aggregate(records))
+    return add_efficiency(aggregate(records, cv_threshold))

@@ -120,8 +120,8 @@ def ratio_rel_error(num: float, num_err: float | None, den: float, den_err: floa
 
 def sem(std: float | None, n: int | None) -> float | None:
     """Standard error of a mean: std / sqrt(n); the std itself when n is unknown (a published
-    figure: the cautious choice)."""
-    if std is None:
+    figure: the cautious choice); None for one run (its std of 0 says nothing about its spread)."""
+    if std is None or n == 1:
         return None
     return std / math.sqrt(n) if n else std
 
@@ -152,8 +152,9 @@ def round_to(value: float, places: int) -> str:
 def format_pm(mean: float, spread: float | None, sep: str = " ± ") -> str:
     """`27.2 ± 0.7`: the spread with 1 or 2 significant digits (`decimals_for`), the mean to the
     same decimal place. Without a spread (None, 0, not finite): the mean alone, to 4 significant
-    digits at most and no fewer than its integer part."""
+    digits at most and no fewer than its integer part, trailing zeros dropped (40, not 40.00)."""
     if spread is None or spread <= 0 or not math.isfinite(spread):
-        return round_to(mean, max(0, 3 - math.floor(math.log10(abs(mean))))) if mean else "0"
+        text = round_to(mean, max(0, 3 - math.floor(math.log10(abs(mean))))) if mean else "0"
+        return text.rstrip("0").rstrip(".") if "." in text else text
     places = decimals_for(spread)
     return f"{round_to(mean, places)}{sep}{round_to(spread, places)}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from fleetbench.measure import results
+from fleetbench.measure import results, stability
 from fleetbench.report.style import (COLORS, DPI, FIGSIZE, MARGINS, PS_HATCH, SAVE, STYLE, Figure, Patch,
                                      matplotlib, slug)
 from fleetbench.report.tables import (columns, eff_label, fmt, layout, line_key, row_key, size_noun, variant,
@@ -121,7 +121,9 @@ def chart_rows(chart: dict) -> list[dict]:
             row.update({"world_size": g["world_size"], "nodes": g["nodes"],
                         "devices_per_node": g["devices_per_node"], "mean": g["mean"],
                         "std": g["std"], "n": g["n"], "ideal": g["ideal"],
-                        "speedup": g["speedup"], "efficiency": g["efficiency"]})
+                        "speedup": g["speedup"], "efficiency": g["efficiency"],
+                        "efficiency_err": g.get("efficiency_err"), "cv": g.get("cv"),
+                        "unstable": g.get("unstable")})
             rows.append(row)
     return rows
 
@@ -202,13 +204,19 @@ def _decorate(fig, ax, chart: dict, notes: set[str]) -> None:
     failed = sum(g["failed"] for series in chart["series"] for g in series["groups"])
     if failed:
         caption += f"; {failed} failed run(s) not drawn (see table)"
+    unstable = [g for series in chart["series"] for g in series["groups"] if g.get("unstable")]
+    if unstable:
+        caption += (f"; UNSTABLE (cv > {unstable[0]['cv_threshold']:.0%}): "
+                    + ", ".join(f"{g['method']} at {g['world_size']} (cv {g['cv']:.0%})" for g in unstable)
+                    + "; runs listed under the table")
     fig.text(0.01, 0.005, caption, fontsize=7, ha="left", va="bottom", wrap=True)
 
 
 def _baseline_text(group: dict) -> str:
     base = group["baseline"]
     where = "1 node" if group["axis"] == "nodes" else "world size 1"
-    return f"{where} '{base['method']}' run = {fmt(base['mean'])} {group['unit']} (from these results)"
+    mean = stability.format_pm(base["mean"], base["std"] if base["n"] != 1 else None)
+    return f"{where} '{base['method']}' run = {mean} {group['unit']} (from these results)"
 
 
 def _vertical_labels(chart: dict) -> bool:
@@ -225,7 +233,7 @@ def _label_bars(ax, chart, width, vertical) -> None:
             x = _bar_x(chart, g, i, width)
             # above the ideal mark too, so a label never hides the mark it is measured against
             y = max(g["mean"] + (g["std"] or 0.0), g["ideal"])
-            text = eff_label(g).replace(" ", " " if vertical else "\n")
+            text = eff_label(g, sep=" " if vertical else "\n")
             ax.annotate(text, (x, y), xytext=(0, 2), textcoords="offset points", ha="center",
                         va="bottom", fontsize=6.5 if vertical else 7,
                         rotation=90 if vertical else 0)

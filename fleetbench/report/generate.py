@@ -1,6 +1,7 @@
 """`fleetbench report`: charts, their CSVs and markdown tables, regenerated from result records only.
 
     fleetbench report RESULTS.jsonl... [--images DIR] [--readme README.md] [--title TEXT] [--json]
+                      [--cv-threshold PCT]
 
 Every chart `DIR/<name>.png` is written beside `DIR/<name>.csv` holding exactly the numbers drawn.
 With --readme the markdown replaces only the text between the two marker lines; without it, the
@@ -15,7 +16,7 @@ import json
 import os
 import sys
 
-from fleetbench.measure import results
+from fleetbench.measure import results, stability
 from fleetbench.report import (
     allreduce_vs_ps,
     bandwidth,
@@ -56,12 +57,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--readme", help="markdown file whose marked results section is replaced "
                    "(default: print the section on stdout)")
     p.add_argument("--title", default="Results", help="heading of the generated section")
+    p.add_argument("--cv-threshold", type=_percent, default=100 * stability.CV_THRESHOLD, metavar="PCT",
+                   help="a cell whose runs' std exceeds PCT %% of their mean is marked unstable "
+                   f"(default {100 * stability.CV_THRESHOLD:g})")
     p.add_argument("--json", action="store_true", help="print the aggregated groups (one JSON "
                    "object per line) instead of drawing charts and tables")
     return p
 
 
-def run(paths, images_dir, readme=None, title="Results") -> list[str]:
+def _percent(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1000:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a percentage > 0, e.g. 5")
+    return value
+
+
+def run(paths, images_dir, readme=None, title="Results", cv_threshold=stability.CV_THRESHOLD) -> list[str]:
     """Generate everything; returns the files written or confirmed. Raises ValueError
     (RecordError included) with a one-line message before writing anything."""
     readme_text = None
@@ -74,7 +88,7 @@ def run(paths, images_dir, readme=None, title="Results") -> list[str]:
         replace_section(readme_text, "", readme)  # check the markers before any output
     records = _load(paths)
     # comm records (bus bandwidth by message size) have their own charts and tables: report.comm
-    planned = tables.plan([r for r in records if r["mode"] != "comm"])
+    planned = tables.plan([r for r in records if r["mode"] != "comm"], cv_threshold)
     for table in planned:
         table["charts"] = charts.plan(table)
     os.makedirs(images_dir, exist_ok=True)
@@ -107,21 +121,22 @@ def _load(paths) -> list[dict]:
     return records
 
 
-def groups_json(paths) -> str:
+def groups_json(paths, cv_threshold=stability.CV_THRESHOLD) -> str:
     """One JSON object per aggregation group, one per line: the fields that define the experiment
     (see fleetbench.measure.experiment), then n, mean, std, median, min, max, unit, failed runs,
-    and speedup/efficiency against the baseline the report uses."""
+    and speedup/efficiency against the baseline the report uses, with their errors; cv, unstable,
+    outliers (record ids), runs and ci95_pct (results.stability_fields)."""
     return "".join(json.dumps(group, sort_keys=True, ensure_ascii=False) + "\n"
-                   for group in results.summarize_records(_load(paths)))
+                   for group in results.summarize_records(_load(paths), cv_threshold))
 
 
 def cli(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     try:
         if args.json:
-            sys.stdout.write(groups_json(args.results))
+            sys.stdout.write(groups_json(args.results, args.cv_threshold / 100))
             return 0
-        written = run(args.results, args.images, args.readme, args.title)
+        written = run(args.results, args.images, args.readme, args.title, args.cv_threshold / 100)
     except ValueError as exc:
         print(f"fleetbench report: {exc}", file=sys.stderr)
         return 2

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from fleetbench.measure import experiment, results
+from fleetbench.measure import experiment, results, stability
 
 # Experiment fields shown by name when they distinguish groups, before any config key.
 TRAITS = (("paddle", "Paddle"), ("device", "Device"), ("host", "Host"))
@@ -24,8 +24,49 @@ def fmt(value) -> str:
     return f"{value:.3f}".rstrip("0").rstrip(".")
 
 
-def eff_label(group: dict) -> str:
-    return f"{group['speedup']:.2f}x {group['efficiency']:.0%}"
+def eff_label(group: dict, sep: str = " ") -> str:
+    """`1.8x{sep}53 ± 12%`: speedup and efficiency with the digits their uncertainty (from both
+    means, results._ratio_errors) supports; 2 decimals and whole percent when it is unknown."""
+    speedup_err, eff_err = group.get("speedup_err"), group.get("efficiency_err")
+    if not speedup_err or not eff_err:
+        return f"{group['speedup']:.2f}x{sep}{group['efficiency']:.0%}"
+    speedup = stability.round_to(group["speedup"], stability.decimals_for(speedup_err))
+    return f"{speedup}x{sep}{stability.format_pm(100 * group['efficiency'], 100 * eff_err)}%"
+
+
+UNSTABLE_MARK = "!"
+
+
+def mean_text(group: dict) -> str:
+    """mean ± std with the digits the std supports, `!` after an unstable group. Published
+    figures keep the digits their source printed (a reader checks them against it)."""
+    spread = group["std"] if group["n"] != 1 else None
+    if group["source"]:
+        text = fmt(group["mean"]) + (f" ± {fmt(spread)}" if spread is not None else "")
+    else:
+        text = stability.format_pm(group["mean"], spread)
+    return text + f" {UNSTABLE_MARK}" if group.get("unstable") else text
+
+
+def run_text(group: dict, run: dict) -> str:
+    outlier = " (outlier)" if run["id"] in group.get("outliers", ()) else ""
+    return f"{stability.format_pm(run['throughput'], None)} [{run['id'][:8]}]{outlier}"
+
+
+def stability_lines(table: dict) -> list[str]:
+    """One legend line per unstable group or group with an outlier: where it is, its cv and every
+    run (throughput, first 8 characters of the record id), outliers marked; none dropped."""
+    lines = []
+    for g in table["groups"]:
+        if g["mean"] is None or not (g.get("unstable") or g.get("outliers")):
+            continue
+        where = ", ".join(filter(None, [g["network"], g["method"], f"world size {g['world_size']}",
+                                        variant_text(table, g)]))
+        state = (f"{UNSTABLE_MARK} unstable: cv {g['cv']:.0%} > {g['cv_threshold']:.0%}"
+                 if g.get("unstable") else f"stable (cv {g['cv']:.0%})")
+        lines.append(f"{where}: {state}; runs in {g['unit']}: "
+                     + ", ".join(run_text(g, run) for run in g.get("runs", ())) + ".")
+    return lines
 
 
 def size_noun(groups: list[dict]) -> str:
@@ -139,11 +180,11 @@ def row_key(table: dict, group: dict) -> tuple:
     return (network,) + line_key(table, group)
 
 
-def plan(records: list[dict]) -> list[dict]:
+def plan(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD) -> list[dict]:
     """One table per (source, benchmark, preset): its groups (with efficiency), in row order."""
     order = _first_seen(records)
     by_table: dict[tuple, list[dict]] = {}
-    for group in results.summarize_records(records):
+    for group in results.summarize_records(records, cv_threshold):
         if results.is_control(group):
             continue  # method=none measures compute for `fleetbench explain`; it trained nothing
         by_table.setdefault((group["source"] or "", group["benchmark"], group["preset"] or ""),
@@ -182,11 +223,9 @@ def _cell_text(group, per_group_n: bool) -> str:
         return ""
     if group["mean"] is None:
         return f"failed ×{group['failed']}"
-    text = fmt(group["mean"])
-    if group["std"] is not None and group["n"] != 1:
-        text += f" ± {fmt(group['std'])}"
+    text = mean_text(group)
     if group["efficiency"] is not None and group["world_size"] > 1:
-        text += f" ({eff_label(group).replace(' ', ', ')})"
+        text += f" ({eff_label(group, sep=', ')})"
     if per_group_n:
         text += f" n={group['n'] if group['n'] is not None else '?'}"
     if group["failed"]:
@@ -208,21 +247,39 @@ def _caption(table: dict) -> str:
     else:
         spread = (f"n = {ns[0]} run{'s' if ns[0] != 1 else ''} per cell" if len(ns) == 1
                   else "n per cell as shown")
-        origin = f"Measured by fleetbench: mean ± sample std over repeats, {spread}."
+        origin = (f"Measured by fleetbench: mean ± sample std over repeats, {spread}, printed to the "
+                  "digits the std supports.")
     text = f"Throughput in {', '.join(units)}. {origin}"
     if table["dims"]:
         text += (f" Rows differ in {', '.join(table['dims'])}: different experiments, shown "
                  "side by side, never averaged.")
-    notes = sorted({g["baseline_note"] for g in groups if g["world_size"] > 1})
+    notes = merged_notes({g["baseline_note"] for g in groups if g["world_size"] > 1})
     if notes:
         text += (" In brackets: speedup and scaling efficiency = throughput(N) / "
-                 f"(N × baseline); {'; '.join(notes)}.")
+                 f"(N × baseline), ± from the standard errors of both means; {'; '.join(notes)}.")
+    unstable = [g for g in groups if g.get("unstable")]
+    if unstable:
+        text += (f" {UNSTABLE_MARK} marks {len(unstable)} unstable cell(s): runs vary more than "
+                 f"{unstable[0]['cv_threshold']:.0%} of the mean (cv); their runs are listed below the table.")
     if failed:
         text += f" {failed} failed run(s) are counted, not averaged."
     noise = sorted({k for g in table["groups"] for k in g["noise_differs"]})
     if noise:
         text += f" Pooled repeats differ only in {', '.join(noise)} (not part of the experiment)."
     return text
+
+
+WORLD_ONE = "baseline: world size 1, "
+
+
+def merged_notes(notes: set[str]) -> list[str]:
+    """Baseline notes with "baseline: world size 1, " said once: `baseline: world size 1 (same
+    method and network) or (same method, no network)`."""
+    ones = sorted(n[len(WORLD_ONE):] for n in notes if n.startswith(WORLD_ONE))
+    rest = sorted(n for n in notes if n and not n.startswith(WORLD_ONE))
+    if not ones:
+        return rest
+    return [WORLD_ONE.rstrip(", ") + " " + " or ".join(f"({label})" for label in ones)] + rest
 
 
 def report_markdown(title: str, tables: list[dict], images: dict, inputs: list[str],
@@ -235,6 +292,7 @@ def report_markdown(title: str, tables: list[dict], images: dict, inputs: list[s
         if table["source"]:
             heading += f" — published: {table['source']}"
         out += [f"### {heading}", "", _caption(table), "", table_markdown(table), ""]
+        out += [f"- {line}" for line in stability_lines(table)] + ([""] if stability_lines(table) else [])
         for chart in table["charts"]:
             out += [f"![{chart['name']}]({images[chart['name']]})", ""]
     return "\n".join(out).rstrip("\n") + "\n"

@@ -175,7 +175,9 @@ def test_measured_report_labels_efficiency_from_measured_baseline(tmp_path, caps
     assert generate.cli([str(path), "--images", str(tmp_path / "images")]) == 0
     markdown = capsys.readouterr().out
     # 79 / (2 x 42) = 0.94: the baseline is the mean of this file's own 1-device runs
-    assert "| — | allreduce | 42 ± 2.828 n=2 | 79 ± 1.414 (1.88x, 94%) n=2 +1 failed |" in markdown
+    # digits the std supports; efficiency ± from both means' standard errors; 40/44 is cv 7 %: unstable
+    assert "| — | allreduce | 42 ± 3 ! n=2 | 79.0 ± 1.4 (1.88x, 94 ± 5%) n=2 +1 failed |" in markdown
+    assert "- allreduce, world size 1: ! unstable: cv 7% > 5%; runs in images/s: 40 [" in markdown
     assert "| — | fused_allreduce | 41 n=1 | 81 (1.98x, 99%) n=1 |" in markdown
     assert "1 failed run(s) are counted, not averaged" in markdown
     assert "All 1 run(s) of this benchmark failed" in markdown  # failures are results too

@@ -60,6 +60,7 @@ def test_ratio_error_propagates_both_relative_errors():
     assert st.ratio_rel_error(150.0, 4.5, 100.0, 4.0) == pytest.approx(0.05)
     assert st.ratio_rel_error(150.0, None, 100.0, 4.0) is None
     assert st.sem(3.0, 9) == pytest.approx(1.0) and st.sem(3.0, None) == 3.0
+    assert st.sem(0.0, 1) is None  # one run: spread unknown, not zero
 
 
 @pytest.mark.parametrize("mean, spread, text", [
@@ -77,4 +78,5 @@ def test_digits_follow_the_spread(mean, spread, text):
 
 def test_digits_without_spread():
     assert st.format_pm(33.681, None) == "33.68"
-    assert st.format_pm(925.02, 0.0) == "925.0"
+    assert st.format_pm(925.02, 0.0) == "925"
+    assert st.format_pm(40.0, None) == "40"
