@@ -32,6 +32,7 @@ SUPERVISOR = "FLEETBENCH_SUPERVISOR"  # the supervising process (procs.token()):
 THREADS = "FLEETBENCH_OMP_THREADS"  # OpenMP threads per rank, chosen by the user or a tool
 THREADS_BY = "FLEETBENCH_OMP_THREADS_BY"  # who chose THREADS on the user's behalf (said in the record)
 LOCAL_PROCS = "FLEETBENCH_LOCAL_PROCS"  # processes started on this node (threads are shared among them)
+REPEATS = "FLEETBENCH_REPEATS"  # JSON: a sweep's until-stable policy, kept as config.runtime.repeats
 
 
 class ContractError(ValueError):
@@ -74,6 +75,7 @@ class RankContract:
     threads: Optional[str] = None
     threads_by: Optional[str] = None
     local_procs: Optional[int] = None
+    repeats: Optional[dict] = None
 
     def to_env(self) -> dict[str, str]:
         """The variables for the fields that are set (merge into the rank's environment)."""
@@ -81,7 +83,8 @@ class RankContract:
                  SUPERVISOR: self.supervisor, THREADS: self.threads, THREADS_BY: self.threads_by,
                  LOCAL_PROCS: self.local_procs}
         env = {name: str(value) for name, value in plain.items() if value is not None}
-        for name, value in ((LAUNCH, self.launch), (NETWORK, self.network), (ATTEMPT, self.attempt)):
+        for name, value in ((LAUNCH, self.launch), (NETWORK, self.network), (ATTEMPT, self.attempt),
+                            (REPEATS, self.repeats)):
             if value is not None:
                 env[name] = json.dumps(value, sort_keys=True)
         return env
@@ -94,7 +97,7 @@ class RankContract:
                    network=_json_object(environ, NETWORK), attempt=_json_object(environ, ATTEMPT),
                    job_id=text(JOB_ID), stopped_file=text(STOPPED_FILE), supervisor=text(SUPERVISOR),
                    threads=text(THREADS), threads_by=text(THREADS_BY),
-                   local_procs=_positive_int(environ, LOCAL_PROCS))
+                   local_procs=_positive_int(environ, LOCAL_PROCS), repeats=_json_object(environ, REPEATS))
 
     def launch_block(self) -> Optional[dict]:
         """The record's `launch`: the launcher's block, plus attempt/retried_after on a second attempt."""

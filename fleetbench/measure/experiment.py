@@ -12,7 +12,8 @@ Repeats are pooled (averaged) only when everything that defines the experiment i
   multi-node run is described by its first node.
 
 NOISE_KEYS are what may differ between repeats of one experiment: the seed (a repeat with another
-seed is still a repeat) and who chose the thread count (the count itself is part of the config).
+seed is still a repeat), who chose the thread count (the count itself is part of the config) and
+the sweep's until-stable policy (runtime.repeats: how many runs were asked for, not how they ran).
 Run-time values such as ports and addresses are not in the config at all.
 """
 from __future__ import annotations
@@ -21,7 +22,8 @@ import dataclasses
 import json
 
 # Config keys (dotted) that differ between repeats of one experiment; see the module docstring.
-NOISE_KEYS = ("seed", "runtime.threads.source")
+NOISE_KEYS = ("seed", "runtime.threads.source", "runtime.repeats.until_stable", "runtime.repeats.target_ci_pct",
+              "runtime.repeats.min_repeats", "runtime.repeats.max_repeats")
 # Config keys that follow from the method (mode for PS) and from how many processes share a
 # node (threads, PS server/worker counts): left out when looking for a comparable baseline.
 METHOD_KEYS = ("method", "mode")

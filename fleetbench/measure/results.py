@@ -276,12 +276,18 @@ def aggregate(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD)
 def stability_fields(ok: list[dict], cv_threshold: float) -> dict:
     """How far a group's runs agree (fleetbench.measure.stability): runs (id and throughput, in
     store order), cv, unstable (cv > cv_threshold), outliers (ids of runs flagged by the MAD
-    rule: shown, never dropped) and ci95_pct (95 % CI half-width of the mean, % of the mean)."""
+    rule: shown, never dropped), ci95_pct (95 % CI half-width of the mean, % of the mean) and
+    until_stable: how a sweep's adaptive repeats ended (stability.verdict; null without them)."""
     values = [r["metrics"]["throughput"] for r in ok]
     return {"runs": [{"id": r["id"], "throughput": v} for r, v in zip(ok, values)],
             "cv": stability.cv(values), "unstable": stability.is_unstable(values, cv_threshold),
             "cv_threshold": cv_threshold, "outliers": [ok[i]["id"] for i in stability.outliers(values)],
-            "ci95_pct": stability.ci_pct(values)}
+            "ci95_pct": stability.ci_pct(values), "until_stable": stability.verdict(_policy(ok), values)}
+
+
+def _policy(ok: list[dict]) -> dict | None:
+    """The until-stable policy of the group's latest run (config.runtime.repeats), if any."""
+    return ((ok[-1]["config"].get("runtime") or {}).get("repeats")) if ok else None
 
 
 def _group(exp: Experiment, members: list[dict], cv_threshold: float) -> dict:
@@ -304,7 +310,7 @@ def _group(exp: Experiment, members: list[dict], cv_threshold: float) -> dict:
                       "std": metrics.get("throughput_std"), "median": None, "min": None,
                       "max": None, "published_aggregate": True})
         published_cv = group["std"] / group["mean"] if group["std"] is not None and group["mean"] else None
-        group.update(runs=[], cv=published_cv, cv_threshold=cv_threshold, outliers=[], ci95_pct=None,
+        group.update(runs=[], cv=published_cv, cv_threshold=cv_threshold, outliers=[], ci95_pct=None, until_stable=None,
                      unstable=published_cv is not None and published_cv > cv_threshold)
     else:
         group.update(summarize([r["metrics"]["throughput"] for r in ok]))

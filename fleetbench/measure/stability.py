@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Sequence
+from collections.abc import Sequence
 
 CV_THRESHOLD = 0.05  # a cell whose runs vary more than this (std / mean) is marked unstable
 TARGET_CI_PCT = 2.0  # --until-stable: 95 % CI half-width of the mean within ±2 % of the mean
@@ -107,6 +107,16 @@ def stop_reason(values: Sequence[float], target_pct: float = TARGET_CI_PCT, min_
     if pct is not None and pct <= target_pct:
         return STABLE
     return AT_MAX if len(values) >= max_repeats else None
+
+
+def verdict(policy: dict | None, values: Sequence[float]) -> str | None:
+    """STABLE, AT_MAX or "unfinished" for runs made under an until-stable `policy` (a record's
+    config.runtime.repeats: until_stable, target_ci_pct, min_repeats, max_repeats); None when the
+    runs had no such policy."""
+    if not policy or not policy.get("until_stable"):
+        return None
+    reason = stop_reason(values, policy["target_ci_pct"], policy["min_repeats"], policy["max_repeats"])
+    return reason or "unfinished"
 
 
 def ratio_rel_error(num: float, num_err: float | None, den: float, den_err: float | None) -> float | None:

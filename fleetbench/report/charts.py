@@ -8,7 +8,7 @@ import io
 from fleetbench.measure import results, stability
 from fleetbench.report.style import (COLORS, DPI, FIGSIZE, MARGINS, PS_HATCH, SAVE, STYLE, Figure, Patch,
                                      matplotlib, slug)
-from fleetbench.report.tables import (columns, eff_label, fmt, layout, line_key, row_key, size_noun, variant,
+from fleetbench.report.tables import (columns, eff_label, layout, line_key, row_key, size_noun, variant,
                                       variant_text)
 
 LABEL_ROTATE_OVER = 3  # more series than this: efficiency labels are written vertically

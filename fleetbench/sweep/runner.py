@@ -24,7 +24,8 @@ from fleetbench.hosts import executors, remote
 from fleetbench.hosts.hostlist import HostsError
 from fleetbench.job import failure, paddle_launch, preflight
 from fleetbench.machine import env as machine_env
-from fleetbench.measure import contract, registry, results
+from fleetbench.measure import contract, registry, results, stability
+from fleetbench.sweep import adaptive
 from fleetbench.sweep.sweepfile import (
     METHOD_KEY,
     REPO_ROOT,
@@ -59,16 +60,29 @@ def cell_extra(cell: Cell) -> str:
 def summary_table(cells: list[dict]) -> str:
     """Text table of aggregated cells (results.aggregate/add_efficiency output)."""
     head = ("benchmark", "preset", "mode", "method", "network", "nodes", "dev/node", "world", "n",
-            "throughput mean ± std", "unit", "eff", "failed", "set")
+            "throughput mean ± std", "unit", "cv", "eff", "failed", "set")
     rows = [head]
     for c in cells:
-        mean = "-" if c["mean"] is None else f"{c['mean']:.2f} ± {c['std'] or 0:.2f}"
+        mean = "-" if c["mean"] is None else stability.format_pm(c["mean"], c["std"] if c["n"] != 1 else None)
+        cv = "-" if c.get("cv") is None else f"{c['cv']:.1%}" + (" UNSTABLE" if c.get("unstable") else "")
         eff = "-" if c.get("efficiency") is None else f"{c['efficiency']:.2f}"
         rows.append((c["benchmark"], c["preset"] or "-", c["mode"], c["method"], c["network"] or "-",
                      str(c["nodes"]), str(c["devices_per_node"]), str(c["world_size"]), str(c["n"] or 0),
-                     mean, c["unit"] or "-", eff, str(c["failed"]), c.get("sweep_extra") or ""))
+                     mean, c["unit"] or "-", cv, eff, str(c["failed"]), c.get("sweep_extra") or ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def stability_lines(cells: list[dict]) -> list[str]:
+    """Every run of an unstable cell or a cell with an outlier (outliers marked; none dropped)."""
+    lines = []
+    for c in cells:
+        if c.get("unstable") or c.get("outliers"):
+            runs = ", ".join(stability.format_pm(r["throughput"], None) + (" (outlier)" if r["id"] in c["outliers"]
+                                                                          else "") for r in c["runs"])
+            lines.append(f"{'UNSTABLE' if c['unstable'] else 'outlier'}: {c['benchmark']} {c['method']} world "
+                         f"{c['world_size']}{' net ' + c['network'] if c['network'] else ''}: runs {runs} {c['unit']}")
+    return lines
 
 
 # ----------------------------------------------------------------------------------------------
@@ -142,13 +156,16 @@ def local_launch(cell: Cell, log_dir: str, results_path: str, base_env: dict) ->
 class Sweep:
     def __init__(self, cells: list[Cell], results_path: str, log_root: str, *, out: TextIO = sys.stdout,
                  cluster_prefix: str = netem.DEFAULT_PREFIX, hosts: remote.HostOptions | None = None,
-                 cluster_subnet: str | None = None, paddle: str | None = None) -> None:
+                 cluster_subnet: str | None = None, paddle: str | None = None,
+                 policy: adaptive.Policy | None = None) -> None:
         self.cells, self.results_path, self.log_root, self.out = cells, os.path.abspath(results_path), log_root, out
         self.paddle = paddle  # the Paddle version the runs use; None: not known here (remote Python)
         self.cluster = Cluster(cluster_prefix, cluster_subnet)
         self.hosts = hosts or remote.HostOptions()
         self.configs = {}
         self.failed_runs = 0
+        self.policy = policy or adaptive.Policy()  # until-stable repeats, warm-up runs
+        self.warmed: set[tuple] = set()
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -178,36 +195,72 @@ class Sweep:
 
     def plan(self) -> list[tuple[Cell, int]]:
         recs = results.load(self.results_path) if os.path.exists(self.results_path) else []
-        return [(cell, min(len(self.runs_of(cell, recs)), cell.repeats)) for cell in self.cells]
+        return [(cell, min(len(self.runs_of(cell, recs)), self.policy.limit(cell))) for cell in self.cells]
+
+    def finished(self, cell: Cell) -> bool:
+        return self.policy.finished(cell, [r["metrics"]["throughput"] for r in self.runs_of(cell)])
 
     def run(self, base_env: dict) -> list[dict]:
         started = time.monotonic()
         plan = self.plan()
-        todo = sum(c.repeats - done for c, done in plan)
-        self.say(f"sweep: {len(plan)} cells, {todo} runs to do ({sum(d for _, d in plan)} done earlier), "
-                 f"results in {self.results_path}")
+        todo = sum(max(0, c.repeats - done) for c, done in plan)
+        self.say(f"sweep: {len(plan)} cells, {'at least ' if self.policy.until_stable else ''}{todo} runs to do "
+                 f"({sum(d for _, d in plan)} done earlier), results in {self.results_path}")
         runs_done, run_time = 0, 0.0
         try:
             for i, (cell, done) in enumerate(plan, start=1):
-                if done >= cell.repeats:
+                if self.finished(cell):
                     self.say(f"cell {i}/{len(plan)} {cell.label()}: {done}/{cell.repeats} done earlier, skipped")
                     continue
                 if cell.network and netem.requirements_problem():
                     self.say(f"cell {i}/{len(plan)} {cell.label()}: skipped ({netem.requirements_problem()})")
                     continue
-                for repeat in range(done + 1, cell.repeats + 1):
-                    remaining = todo - runs_done
+                self.warm_up(i, cell, base_env)
+                for repeat in range(done + 1, self.policy.limit(cell) + 1):
+                    remaining = max(todo - runs_done, 1)
                     eta = run_time / runs_done * remaining if runs_done else None
                     self.say(progress_line(i, len(plan), cell, repeat, time.monotonic() - started, eta))
                     t0 = time.monotonic()
-                    self.run_one(i, cell, repeat, base_env)
+                    self.run_one(i, cell, repeat, dict(base_env, **self.policy.rank_env(cell)))
                     runs_done += 1
                     run_time += time.monotonic() - t0
+                    if self.finished(cell):
+                        break
+                self.say_stop(i, len(plan), cell)
         finally:
             self.cluster.close()
         self.say(f"sweep finished in {duration(time.monotonic() - started)}: {runs_done} runs, "
                  f"{self.failed_runs} failed")
         return self.summary()
+
+    def say_stop(self, i: int, n: int, cell: Cell) -> None:
+        """How a cell's until-stable repeats ended (nothing without the policy)."""
+        if self.policy.until_stable:
+            values = [r["metrics"]["throughput"] for r in self.runs_of(cell)]
+            self.say(f"cell {i}/{n} {cell.label()}: {adaptive.verdict_text(self.policy.record_block(cell), values)}")
+
+    def warm_up(self, i: int, cell: Cell, base_env: dict) -> None:
+        """One unrecorded run before the first measured run of a (benchmark, Paddle, shape): its
+        record goes to a scratch file in its log directory, never to the results."""
+        key = adaptive.warmup_key(cell, self.paddle)
+        if not self.policy.warmup_run or key in self.warmed:
+            return
+        self.warmed.add(key)
+        log_dir = os.path.join(self.log_root, f"cell{i:02d}-warmup-{time.strftime('%H%M%S')}")
+        self.say(f"cell {i}/{len(self.cells)} {cell.label()}: warm-up run (not recorded)")
+        limits = paddle_launch.Limits(timeout=cell.timeout, stall=cell.stall, startup=cell.startup)
+        saved, self.results_path = self.results_path, os.path.join(os.path.abspath(log_dir), "warmup.jsonl")
+        try:
+            outcome = self.execute(cell, log_dir, base_env, limits)[0]
+        except (netem.ClusterError, HostsError) as e:
+            self.say(f"  -> warm-up could not set up the cluster: {e}")
+            return
+        finally:
+            self.results_path = saved
+        if outcome.status == "interrupted":
+            raise Interrupted(outcome.detail)
+        self.say(f"  -> warm-up {'done' if outcome.ok else 'FAILED: ' + outcome.detail} in "
+                 f"{outcome.elapsed_s:.0f} s (logs: {log_dir})")
 
     def run_one(self, i: int, cell: Cell, repeat: int, base_env: dict) -> None:
         log_dir = os.path.join(self.log_root, f"cell{i:02d}-r{repeat}-{time.strftime('%H%M%S')}")
@@ -279,6 +332,8 @@ class Sweep:
                 rows.append(dict(agg, sweep_extra=cell_extra(cell)))
         rows = results.add_efficiency(rows)
         self.say(summary_table(rows))
+        for line in stability_lines(rows):
+            self.say(line)
         return rows
 
 
@@ -296,6 +351,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster-name", default=netem.DEFAULT_PREFIX, help="emulated cluster name prefix (default fb)")
     p.add_argument("--cluster-subnet", help="its subnet (default: the first 10.77.N.0/24 no route or namespace here uses)")
     remote.add_arguments(p)
+    adaptive.add_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="resolve and list the cells, run nothing")
     return p
 
@@ -326,7 +382,7 @@ def prepare(args: argparse.Namespace) -> Sweep:
     name = os.path.splitext(os.path.basename(path))[0]
     sweep = Sweep(cells, args.results, args.log_dir or os.path.join("log", f"sweep-{name}"),
                   cluster_prefix=args.cluster_name, hosts=hosts, cluster_subnet=args.cluster_subnet,
-                  paddle=None if hosts.python else local_paddle())
+                  paddle=None if hosts.python else local_paddle(), policy=adaptive.policy(spec, args, path, cells))
     sweep.resolve_configs(paddle_launch.child_env())
     return sweep
 

@@ -15,6 +15,7 @@ A sweep file lists cell groups; list values are axes, and a group expands to the
         preset: tiny
         network: [1gbe, 10gbe]      # an emulated cluster per profile (root); nodes default to 2
 
+Top-level `until_stable`, `target_ci`, `max_repeats` and `warmup_run`: fleetbench.sweep.adaptive.
 Other cell keys: script, nodes, set (config overrides; list values are axes too), timeout, stall,
 startup (seconds allowed before the first progress line; default: stall). devices_per_node may
 differ between nodes: "3+2" (fleetbench.hosts.hostlist). Top-level `hosts:` runs the cells on real
@@ -40,7 +41,8 @@ from fleetbench.measure import registry, results
 REPO_ROOT = str(registry.REPO_ROOT)
 SWEEP_DIR = str(registry.SWEEP_DIR)
 METHOD_KEY = registry.METHOD_KEY
-TOP_KEYS = {"description", "repeats", "timeout", "stall", "startup", "cells", "hosts"}
+TOP_KEYS = {"description", "repeats", "timeout", "stall", "startup", "cells", "hosts",
+            "until_stable", "target_ci", "max_repeats", "warmup_run"}  # the last four: sweep/adaptive.py
 CELL_KEYS = {"benchmark", "script", "mode", "preset", "devices_per_node", "nodes", "method", "servers_workers",
              "network", "set", "repeats", "timeout", "stall", "startup"}
 DEFAULTS = {"repeats": 3, "timeout": 900.0, "stall": 300.0, "startup": None}  # startup None: = stall

@@ -78,6 +78,9 @@ class Run:
         resolved = config.to_dict(self.cfg)
         resolved["runtime"] = {"threads": fleetbench.threads_info(), "paddle": paddle.__version__,
                                **where.runtime}
+        repeats = contract.RankContract.from_env().repeats  # a sweep's until-stable policy (sweep/adaptive)
+        if repeats:
+            resolved["runtime"]["repeats"] = repeats
         method = getattr(self.cfg, registry.METHOD_KEY[self.family])
         identity = contract.RunIdentity(benchmark=self.name, mode=self.family, method=method, preset=self.preset,
                                         config=resolved, nodes=where.nodes, devices_per_node=where.devices_per_node,

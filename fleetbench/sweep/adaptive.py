@@ -1,0 +1,120 @@
+"""Adaptive repeats and warm-up runs of a sweep (pure: the runner runs, this decides).
+
+    fleetbench sweep ... --until-stable [--target-ci PCT] [--max-repeats N] [--warmup-run]
+
+or the same as top-level sweep keys (`until_stable: true`, `target_ci: 2`, `max_repeats: 10`,
+`warmup_run: true`; a flag wins over its key). With until-stable a cell runs its `repeats` (the
+minimum), then more until the 95 % confidence interval half-width of its throughput mean is within
+`target_ci` % of the mean or it has `max_repeats` successful runs (fleetbench.measure.stability.
+stop_reason), and the console says which. The policy goes into every run's record as
+`config.runtime.repeats` (through the launcher contract), so the report can tell from the records
+alone whether a cell ended stable or at its maximum (stability.verdict on the stored throughputs); it is
+not part of the experiment (measure.experiment.NOISE_KEYS), so runs with and without it pool, and
+resume finds them (sweepfile.run_key leaves `runtime` out).
+
+A warm-up run is one unrecorded run of a cell (its own config, stored in a scratch file in the log
+directory, never in the results) before the first measured run of each (benchmark, Paddle
+version, shape) in this sweep; see docs/sweeps.md for why it is off by default.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from fleetbench.measure import contract, stability
+from fleetbench.sweep.sweepfile import Cell, SweepError
+
+KEYS = ("until_stable", "target_ci", "max_repeats", "warmup_run")
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    until_stable: bool = False
+    target_ci_pct: float = stability.TARGET_CI_PCT
+    max_repeats: int = stability.MAX_REPEATS
+    warmup_run: bool = False
+
+    def limit(self, cell: Cell) -> int:
+        """Most runs of `cell` a sweep asks for."""
+        return self.max_repeats if self.until_stable else cell.repeats
+
+    def finished(self, cell: Cell, values: list[float]) -> bool:
+        """Whether `cell`, with these successful throughputs stored, needs no more runs."""
+        if not self.until_stable:
+            return len(values) >= cell.repeats
+        return stability.stop_reason(values, self.target_ci_pct, cell.repeats, self.max_repeats) is not None
+
+    def record_block(self, cell: Cell) -> dict | None:
+        """What each run's record keeps of the policy (config.runtime.repeats); None without one."""
+        if not self.until_stable:
+            return None
+        return {"until_stable": True, "target_ci_pct": self.target_ci_pct,
+                "min_repeats": cell.repeats, "max_repeats": self.max_repeats}
+
+    def rank_env(self, cell: Cell) -> dict[str, str]:
+        return contract.RankContract(repeats=self.record_block(cell)).to_env()
+
+
+def verdict_text(block: dict | None, values: list[float]) -> str:
+    """One line for the console: which stop it was, with the CI it reached."""
+    reason, pct = stability.verdict(block, values), stability.ci_pct(values)
+    ci = "no CI (fewer than 2 runs)" if pct is None else f"95% CI ±{pct:.1f}% of the mean"
+    target = f"±{block['target_ci_pct']:g}%" if block else ""
+    if reason == stability.STABLE:
+        return f"stable: {ci} within {target} after {len(values)} runs"
+    if reason == stability.AT_MAX:
+        return f"NOT stable: {ci}, target {target}, stopped at the maximum of {block['max_repeats']} runs"
+    return f"unfinished: {ci} after {len(values)} runs (target {target}); run the sweep again to go on"
+
+
+def warmup_key(cell: Cell, paddle: str | None) -> tuple:
+    """What one warm-up run serves: a benchmark, a Paddle version and a job shape."""
+    return (cell.benchmark, paddle, cell.mode, cell.nodes, cell.counts or cell.devices_per_node,
+            cell.servers, cell.workers, cell.network)
+
+
+# ---- flags and keys -----------------------------------------------------------------------------
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--until-stable", action="store_true", default=None,
+                   help="repeat each cell beyond its repeats until the 95%% CI of its mean is within "
+                   "--target-ci or --max-repeats runs")
+    p.add_argument("--target-ci", type=float, metavar="PCT",
+                   help=f"CI half-width, %% of the mean (default {stability.TARGET_CI_PCT:g})")
+    p.add_argument("--max-repeats", type=int, metavar="N",
+                   help=f"runs of a cell at most with --until-stable (default {stability.MAX_REPEATS})")
+    p.add_argument("--warmup-run", action="store_true", default=None,
+                   help="one unrecorded run before the first measured run of each benchmark and shape")
+
+
+def _checked(where: str, key: str, value: object) -> object:
+    if key in ("until_stable", "warmup_run") and not isinstance(value, bool):
+        raise SweepError(f"{where}: {value!r}: expected true or false")
+    if key == "target_ci" and (isinstance(value, bool) or not isinstance(value, (int, float))
+                               or not 0 < value <= 100):
+        raise SweepError(f"{where}: {value!r}: expected a percentage > 0 and <= 100, e.g. 2")
+    if key == "max_repeats" and (isinstance(value, bool) or not isinstance(value, int) or value < 2):
+        raise SweepError(f"{where}: {value!r}: expected a whole number >= 2")
+    return value
+
+
+def policy(spec: dict, args: argparse.Namespace, path: str, cells: list[Cell]) -> Policy:
+    """The sweep's policy: the file's keys, then the flags over them, checked (one line naming the
+    flag or the file and key)."""
+    chosen = {key: _checked(f"{path}: {key}", key, spec[key]) for key in KEYS if key in spec}
+    for key in KEYS:
+        value = getattr(args, key, None)
+        if value is not None:
+            chosen[key] = _checked(f"--{key.replace('_', '-')}", key, value)
+    if not chosen.get("until_stable") and ("target_ci" in chosen or "max_repeats" in chosen):
+        raise SweepError(f"{path}: target_ci / max_repeats (--target-ci / --max-repeats) need "
+                         "until_stable: true (--until-stable)")
+    result = Policy(until_stable=bool(chosen.get("until_stable")),
+                    target_ci_pct=float(chosen.get("target_ci", stability.TARGET_CI_PCT)),
+                    max_repeats=chosen.get("max_repeats", stability.MAX_REPEATS),
+                    warmup_run=bool(chosen.get("warmup_run")))
+    low = [c for c in cells if c.repeats > result.max_repeats]
+    if result.until_stable and low:
+        raise SweepError(f"{path}: max_repeats {result.max_repeats} is below the repeats ({low[0].repeats}) "
+                         f"of cell {low[0].label()}: expected max_repeats >= every cell's repeats")
+    return result

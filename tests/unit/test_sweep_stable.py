@@ -1,0 +1,173 @@
+"""fleetbench sweep --until-stable and --warmup-run (issue 23).
+
+The decision loop of the real Sweep class (plan, resume, stop, summary) is driven with scripted
+throughputs: `Scripted.run_one` stores the record a run would store (a real demo record, its
+throughput replaced, the rank's config.runtime.repeats taken from the environment the sweep gives
+the run), so which run the sweep stops at is decided by the figures alone, never by timing. That
+the rank really turns the sweep's environment into config.runtime.repeats is checked on one real
+run (job marker)."""
+import copy
+import io
+import json
+import os
+import uuid
+
+import pytest
+from util import records, run_script
+
+from fleetbench.job import failure
+from fleetbench.measure import contract, results, stability
+from fleetbench.report import generate
+from fleetbench.sweep import adaptive, runner, sweepfile
+
+DEMO = os.path.join(sweepfile.REPO_ROOT, "results", "kvm-2vcpu-paddle2.6.2-demo.jsonl")
+# stop_reason at target 2 %: CI 4.97 % after 3 runs, 2.60 % after 4, 1.78 % after 5: stable at 5
+SETTLES_AT_5 = [100.0, 98.0, 102.0, 100.0, 100.5]
+
+
+def template() -> dict:
+    (base,) = [r for r in records(DEMO) if r["benchmark"] == "resnet50" and r["world_size"] == 1
+               and r["error"] is None][:1]
+    return base
+
+
+class Scripted(runner.Sweep):
+    """A Sweep whose runs store the next scripted throughput; Interrupted when the script ends
+    (as a SIGINT would stop a real sweep). `events` says what ran, in order."""
+
+    def __init__(self, figures, cells, store, tmp_path, policy):
+        super().__init__(cells, str(store), str(tmp_path / "log"), out=io.StringIO(),
+                         paddle=sweepfile.record_paddle(template()), policy=policy)
+        self.figures, self.events = list(figures), []
+        for cell in cells:
+            config = copy.deepcopy(template()["config"])
+            config.update(dict(s.split("=", 1) for s in cell.extra_sets()))
+            self.configs[(cell.script, cell.preset, cell.sets)] = config
+
+    def run_one(self, i, cell, repeat, base_env):
+        if not self.figures:
+            raise runner.Interrupted("script ended")
+        record = copy.deepcopy(template())
+        record.update(id=uuid.uuid4().hex, config=copy.deepcopy(self.config(cell)))
+        record["metrics"]["throughput"] = self.figures.pop(0)
+        block = contract.RankContract.from_env(base_env).repeats
+        if block:  # what fleetbench.train.run does with the sweep's environment
+            record["config"]["runtime"]["repeats"] = block
+        results.append(self.results_path, record)
+        self.events.append(("run", i, repeat))
+
+    def execute(self, cell, log_dir, base_env, limits):  # only warm-up runs get here
+        self.events.append(("warmup", self.results_path))
+        return failure.Outcome(status="ok", elapsed_s=0.0), None, {}
+
+
+def cells(*sets, repeats=3):
+    groups = [{"benchmark": "resnet50", "preset": "tiny", "set": dict(s)} if s else
+              {"benchmark": "resnet50", "preset": "tiny"} for s in sets]
+    return sweepfile.expand({"repeats": repeats, "cells": groups}, "s.yaml")
+
+
+def figures_of(store):
+    return [r["metrics"]["throughput"] for r in records(store)]
+
+
+def test_until_stable_stops_when_the_ci_is_within_target(tmp_path):
+    store = tmp_path / "runs.jsonl"
+    sweep = Scripted(SETTLES_AT_5 + [50.0], cells({}), store, tmp_path, adaptive.Policy(until_stable=True))
+    (row,) = sweep.run({})
+    assert figures_of(store) == SETTLES_AT_5  # the sixth figure was never run
+    out = sweep.out.getvalue()
+    assert "cell 1/1 resnet50 tiny collective 1x1: stable: 95% CI ±1.8% of the mean within ±2% after 5 runs" in out
+    assert row["until_stable"] == stability.STABLE and row["n"] == 5
+    block = records(store)[0]["config"]["runtime"]["repeats"]
+    assert block == {"until_stable": True, "target_ci_pct": 2.0, "min_repeats": 3, "max_repeats": 10}
+
+
+def test_a_cell_that_never_settles_ends_at_its_maximum_and_says_so(tmp_path):
+    store = tmp_path / "runs.jsonl"
+    noisy = [80.0, 120.0, 85.0, 115.0, 90.0, 110.0]  # spread throughout, no single odd run
+    sweep = Scripted(noisy, cells({}), store, tmp_path, adaptive.Policy(until_stable=True, max_repeats=5))
+    (row,) = sweep.run({})
+    assert figures_of(store) == noisy[:5]
+    out = sweep.out.getvalue()
+    assert "NOT stable: 95% CI ±" in out and "stopped at the maximum of 5 runs" in out
+    assert "UNSTABLE: resnet50 mgwfbp world 1: runs 80, 120, 85, 115, 90 images/s" in out
+    assert row["until_stable"] == stability.AT_MAX and row["unstable"]
+    # the report reads the same verdict from the records alone
+    (group,) = [json.loads(line) for line in generate.groups_json([str(store)]).splitlines()]
+    assert group["until_stable"] == "max_repeats" and group["unstable"] is True and group["n"] == 5
+
+
+def test_resume_goes_on_until_stable_and_pools_with_earlier_runs(tmp_path):
+    store = tmp_path / "runs.jsonl"
+    plain = Scripted([100.0], cells({}, repeats=1), store, tmp_path, adaptive.Policy())
+    plain.run({})  # one run without the policy: a repeat of the same experiment
+    first = Scripted(SETTLES_AT_5[1:4], cells({}), store, tmp_path, adaptive.Policy(until_stable=True))
+    with pytest.raises(runner.Interrupted):
+        first.run({})  # interrupted after 4 runs in all, not yet stable (CI 2.6 %)
+    assert figures_of(store) == SETTLES_AT_5[:4]
+    resumed = Scripted([100.5, 50.0], cells({}), store, tmp_path, adaptive.Policy(until_stable=True))
+    assert resumed.plan()[0][1] == 4
+    (row,) = resumed.run({})
+    assert figures_of(store) == SETTLES_AT_5 and resumed.events == [("run", 1, 5)]
+    assert row["n"] == 5 and row["until_stable"] == stability.STABLE
+    # a finished cell is skipped on the next resume
+    again = Scripted([1.0], cells({}), store, tmp_path, adaptive.Policy(until_stable=True))
+    again.run({})
+    assert again.events == [] and "5/3 done earlier, skipped" in again.out.getvalue()
+
+
+def test_warmup_run_once_per_shape_before_the_first_measured_run_and_never_stored(tmp_path):
+    store = tmp_path / "runs.jsonl"
+    two = cells({"seed": 7}, {"seed": 8}, repeats=1)  # one benchmark, one shape, two configs
+    sweep = Scripted([100.0, 101.0], two, store, tmp_path, adaptive.Policy(warmup_run=True))
+    sweep.run({})
+    (warm, *runs) = sweep.events
+    assert warm[0] == "warmup" and runs == [("run", 1, 1), ("run", 2, 1)]
+    assert warm[1].startswith(str(tmp_path / "log")) and warm[1] != str(store)
+    assert len(records(store)) == 2 and "warm-up run (not recorded)" in sweep.out.getvalue()
+    plain = Scripted([102.0], cells({"seed": 9}, repeats=1), tmp_path / "other.jsonl", tmp_path,
+                     adaptive.Policy())
+    plain.run({})
+    assert [e[0] for e in plain.events] == ["run"]  # off unless asked for
+
+
+def _policy(argv, spec=None, repeats=3):
+    args = runner._parser().parse_args(["s.yaml", *argv])
+    return adaptive.policy(spec or {}, args, "s.yaml", cells({}, repeats=repeats))
+
+
+def test_policy_from_keys_and_flags():
+    assert _policy([]) == adaptive.Policy()
+    assert _policy(["--until-stable", "--target-ci", "5", "--max-repeats", "5"]) == \
+        adaptive.Policy(until_stable=True, target_ci_pct=5.0, max_repeats=5)
+    from_file = _policy([], {"until_stable": True, "target_ci": 5, "max_repeats": 6, "warmup_run": True})
+    assert from_file == adaptive.Policy(True, 5.0, 6, True)
+    assert _policy(["--max-repeats", "4"], {"until_stable": True, "max_repeats": 6}).max_repeats == 4
+
+
+@pytest.mark.parametrize("argv, spec, message", [
+    (["--target-ci", "5"], None, "s.yaml: target_ci / max_repeats (--target-ci / --max-repeats) need until_stable"),
+    (["--until-stable", "--target-ci", "0"], None, "--target-ci: 0.0: expected a percentage > 0 and <= 100"),
+    (["--until-stable", "--max-repeats", "2"], None, "s.yaml: max_repeats 2 is below the repeats (3) of cell"),
+    ([], {"until_stable": "yes"}, "s.yaml: until_stable: 'yes': expected true or false"),
+])
+def test_bad_policy_is_one_line_naming_the_flag_or_key(argv, spec, message):
+    with pytest.raises(sweepfile.SweepError) as err:
+        _policy(argv, spec)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+@pytest.mark.job
+def test_a_real_run_keeps_the_sweeps_policy_in_its_config(tmp_path):
+    store = tmp_path / "runs.jsonl"
+    block = adaptive.Policy(until_stable=True).record_block(cells({})[0])
+    p = run_script("collective/resnet50.py", "--preset", "tiny", "--set", "steps=3", "--set", "warmup_steps=1",
+                   "--results", store, **contract.RankContract(repeats=block).to_env())
+    assert p.returncode == 0, p.stderr
+    (record,) = records(store)
+    assert record["config"]["runtime"]["repeats"] == block
+    # not part of the experiment: it pools with a run made without it
+    other = dict(record, id="x", config=dict(record["config"], runtime={
+        k: v for k, v in record["config"]["runtime"].items() if k != "repeats"}))
+    assert len(results.aggregate([record, other])) == 1
