@@ -200,6 +200,12 @@ def _decorate(fig, ax, chart: dict, notes: set[str]) -> None:
         handles.append(Patch(facecolor="white", edgecolor="black", linewidth=0.5, hatch=PS_HATCH))
         labels.append("hatched: parameter server")
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    caption = caption_text(chart, notes)
+    fig.text(0.01, 0.005, caption, fontsize=7, ha="left", va="bottom", wrap=True)
+
+
+def caption_text(chart: dict, notes: set[str]) -> str:
+    """The line under a chart: what bars and labels mean, failed runs, and unstable cells by name."""
     caption = "error bars: std; labels: speedup and efficiency vs " + "; ".join(sorted(notes))
     failed = sum(g["failed"] for series in chart["series"] for g in series["groups"])
     if failed:
@@ -209,7 +215,7 @@ def _decorate(fig, ax, chart: dict, notes: set[str]) -> None:
         caption += (f"; UNSTABLE (cv > {unstable[0]['cv_threshold']:.0%}): "
                     + ", ".join(f"{g['method']} at {g['world_size']} (cv {g['cv']:.0%})" for g in unstable)
                     + "; runs listed under the table")
-    fig.text(0.01, 0.005, caption, fontsize=7, ha="left", va="bottom", wrap=True)
+    return caption
 
 
 def _baseline_text(group: dict) -> str:
