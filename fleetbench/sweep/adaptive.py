@@ -3,7 +3,8 @@
     fleetbench sweep ... --until-stable [--target-ci PCT] [--max-repeats N] [--warmup-run]
 
 or the same as top-level sweep keys (`until_stable: true`, `target_ci: 2`, `max_repeats: 10`,
-`warmup_run: true`; a flag wins over its key). With until-stable a cell runs its `repeats` (the
+`warmup_run: true`; a flag wins over its key; the first three may also be keys of a cell group,
+which win for its cells). With until-stable a cell runs its `repeats` (the
 minimum), then more until the 95 % confidence interval half-width of its throughput mean is within
 `target_ci` % of the mean or it has `max_repeats` successful runs (fleetbench.measure.stability.
 stop_reason), and the console says which. The policy goes into every run's record as
@@ -22,7 +23,7 @@ import argparse
 import dataclasses
 
 from fleetbench.measure import contract, stability
-from fleetbench.sweep.sweepfile import Cell, SweepError
+from fleetbench.sweep.sweepfile import STABILITY_KEYS, Cell, SweepError, check_stability_key
 
 KEYS = ("until_stable", "target_ci", "max_repeats", "warmup_run")
 
@@ -34,22 +35,33 @@ class Policy:
     max_repeats: int = stability.MAX_REPEATS
     warmup_run: bool = False
 
+    def of(self, cell: Cell) -> "Policy":
+        """The policy of `cell`: the sweep's, with the cell group's own keys over it."""
+        mine = {"until_stable": cell.until_stable, "target_ci_pct": cell.target_ci, "max_repeats": cell.max_repeats}
+        return dataclasses.replace(self, **{k: v for k, v in mine.items() if v is not None})
+
+    def adaptive(self, cell: Cell) -> bool:
+        return self.of(cell).until_stable
+
     def limit(self, cell: Cell) -> int:
         """Most runs of `cell` a sweep asks for."""
-        return self.max_repeats if self.until_stable else cell.repeats
+        own = self.of(cell)
+        return own.max_repeats if own.until_stable else cell.repeats
 
     def finished(self, cell: Cell, values: list[float]) -> bool:
         """Whether `cell`, with these successful throughputs stored, needs no more runs."""
-        if not self.until_stable:
+        own = self.of(cell)
+        if not own.until_stable:
             return len(values) >= cell.repeats
-        return stability.stop_reason(values, self.target_ci_pct, cell.repeats, self.max_repeats) is not None
+        return stability.stop_reason(values, own.target_ci_pct, cell.repeats, own.max_repeats) is not None
 
     def record_block(self, cell: Cell) -> dict | None:
         """What each run's record keeps of the policy (config.runtime.repeats); None without one."""
-        if not self.until_stable:
+        own = self.of(cell)
+        if not own.until_stable:
             return None
-        return {"until_stable": True, "target_ci_pct": self.target_ci_pct,
-                "min_repeats": cell.repeats, "max_repeats": self.max_repeats}
+        return {"until_stable": True, "target_ci_pct": float(own.target_ci_pct),
+                "min_repeats": cell.repeats, "max_repeats": own.max_repeats}
 
     def rank_env(self, cell: Cell) -> dict[str, str]:
         return contract.RankContract(repeats=self.record_block(cell)).to_env()
@@ -87,34 +99,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="one unrecorded run before the first measured run of each benchmark and shape")
 
 
-def _checked(where: str, key: str, value: object) -> object:
-    if key in ("until_stable", "warmup_run") and not isinstance(value, bool):
-        raise SweepError(f"{where}: {value!r}: expected true or false")
-    if key == "target_ci" and (isinstance(value, bool) or not isinstance(value, (int, float))
-                               or not 0 < value <= 100):
-        raise SweepError(f"{where}: {value!r}: expected a percentage > 0 and <= 100, e.g. 2")
-    if key == "max_repeats" and (isinstance(value, bool) or not isinstance(value, int) or value < 2):
-        raise SweepError(f"{where}: {value!r}: expected a whole number >= 2")
-    return value
-
-
 def policy(spec: dict, args: argparse.Namespace, path: str, cells: list[Cell]) -> Policy:
     """The sweep's policy: the file's keys, then the flags over them, checked (one line naming the
     flag or the file and key)."""
-    chosen = {key: _checked(f"{path}: {key}", key, spec[key]) for key in KEYS if key in spec}
+    chosen = {key: check_stability_key(f"{path}: {key}", key, spec[key]) for key in KEYS if key in spec}
     for key in KEYS:
         value = getattr(args, key, None)
         if value is not None:
-            chosen[key] = _checked(f"--{key.replace('_', '-')}", key, value)
-    if not chosen.get("until_stable") and ("target_ci" in chosen or "max_repeats" in chosen):
-        raise SweepError(f"{path}: target_ci / max_repeats (--target-ci / --max-repeats) need "
-                         "until_stable: true (--until-stable)")
+            chosen[key] = check_stability_key(f"--{key.replace('_', '-')}", key, value)
     result = Policy(until_stable=bool(chosen.get("until_stable")),
                     target_ci_pct=float(chosen.get("target_ci", stability.TARGET_CI_PCT)),
                     max_repeats=chosen.get("max_repeats", stability.MAX_REPEATS),
                     warmup_run=bool(chosen.get("warmup_run")))
-    low = [c for c in cells if c.repeats > result.max_repeats]
-    if result.until_stable and low:
-        raise SweepError(f"{path}: max_repeats {result.max_repeats} is below the repeats ({low[0].repeats}) "
-                         f"of cell {low[0].label()}: expected max_repeats >= every cell's repeats")
+    asked = ("target_ci" in chosen or "max_repeats" in chosen
+             or any(getattr(c, k) is not None for c in cells for k in STABILITY_KEYS[1:]))
+    if asked and not any(result.adaptive(c) for c in cells):
+        raise SweepError(f"{path}: target_ci / max_repeats (--target-ci / --max-repeats) need "
+                         "until_stable: true (--until-stable)")
+    low = [c for c in cells if result.adaptive(c) and c.repeats > result.of(c).max_repeats]
+    if low:
+        raise SweepError(f"{path}: max_repeats {result.of(low[0]).max_repeats} is below the repeats "
+                         f"({low[0].repeats}) of cell {low[0].label()}: expected max_repeats >= every cell's repeats")
     return result

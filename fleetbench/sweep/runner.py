@@ -204,7 +204,8 @@ class Sweep:
         started = time.monotonic()
         plan = self.plan()
         todo = sum(max(0, c.repeats - done) for c, done in plan)
-        self.say(f"sweep: {len(plan)} cells, {'at least ' if self.policy.until_stable else ''}{todo} runs to do "
+        at_least = "at least " if any(self.policy.adaptive(c) for c in self.cells) else ""
+        self.say(f"sweep: {len(plan)} cells, {at_least}{todo} runs to do "
                  f"({sum(d for _, d in plan)} done earlier), results in {self.results_path}")
         runs_done, run_time = 0, 0.0
         try:
@@ -235,7 +236,7 @@ class Sweep:
 
     def say_stop(self, i: int, n: int, cell: Cell) -> None:
         """How a cell's until-stable repeats ended (nothing without the policy)."""
-        if self.policy.until_stable:
+        if self.policy.adaptive(cell):
             values = [r["metrics"]["throughput"] for r in self.runs_of(cell)]
             self.say(f"cell {i}/{n} {cell.label()}: {adaptive.verdict_text(self.policy.record_block(cell), values)}")
 

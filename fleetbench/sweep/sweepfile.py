@@ -15,7 +15,8 @@ A sweep file lists cell groups; list values are axes, and a group expands to the
         preset: tiny
         network: [1gbe, 10gbe]      # an emulated cluster per profile (root); nodes default to 2
 
-Top-level `until_stable`, `target_ci`, `max_repeats` and `warmup_run`: fleetbench.sweep.adaptive.
+Top-level `until_stable`, `target_ci`, `max_repeats` and `warmup_run`, and the first three in a cell
+group (for its cells only): fleetbench.sweep.adaptive.
 Other cell keys: script, nodes, set (config overrides; list values are axes too), timeout, stall,
 startup (seconds allowed before the first progress line; default: stall). devices_per_node may
 differ between nodes: "3+2" (fleetbench.hosts.hostlist). Top-level `hosts:` runs the cells on real
@@ -44,7 +45,8 @@ METHOD_KEY = registry.METHOD_KEY
 TOP_KEYS = {"description", "repeats", "timeout", "stall", "startup", "cells", "hosts",
             "until_stable", "target_ci", "max_repeats", "warmup_run"}  # the last four: sweep/adaptive.py
 CELL_KEYS = {"benchmark", "script", "mode", "preset", "devices_per_node", "nodes", "method", "servers_workers",
-             "network", "set", "repeats", "timeout", "stall", "startup"}
+             "network", "set", "repeats", "timeout", "stall", "startup", "until_stable", "target_ci", "max_repeats"}
+STABILITY_KEYS = ("until_stable", "target_ci", "max_repeats")  # a cell's own; None: the sweep's
 DEFAULTS = {"repeats": 3, "timeout": 900.0, "stall": 300.0, "startup": None}  # startup None: = stall
 # A cell group's keys whose list values are axes (besides `set`), with their defaults.
 AXES = {"preset": "full", "method": None, "network": None, "devices_per_node": 1, "servers_workers": "1/1",
@@ -73,6 +75,9 @@ class Cell:
     timeout: float = 900.0
     stall: float = 300.0
     startup: float = None
+    until_stable: bool = None  # these three: sweep/adaptive.py; None: the sweep's choice
+    target_ci: float = None
+    max_repeats: int = None
 
     @property
     def world_size(self) -> int:
@@ -199,10 +204,24 @@ def _cell(at: str, group: dict, top: dict, choice: dict) -> Cell:
         counts = hostlist.counts_for(nodes, hostlist.parse_per_node(choice["devices_per_node"]))
     except hostlist.HostsError as e:
         raise SweepError(f"{at}: {e}") from None
-    return Cell(benchmark=group["benchmark"], script=group["script"], mode=mode, preset=str(choice["preset"]),
+    stable = {k: check_stability_key(f"{at}: {k}", k, group[k]) for k in STABILITY_KEYS if k in group}
+    return Cell(**stable, benchmark=group["benchmark"], script=group["script"], mode=mode, preset=str(choice["preset"]),
                 sets=sets, method=method, nodes=nodes, devices_per_node=max(counts),
                 counts=counts if len(set(counts)) > 1 else None,
                 servers=servers, workers=workers, network=network, **knobs)
+
+
+def check_stability_key(where: str, key: str, value: object) -> object:
+    """A value of until_stable / warmup_run (true or false), target_ci (a percentage) or
+    max_repeats (>= 2), checked; SweepError naming `where` otherwise."""
+    if key in ("until_stable", "warmup_run") and not isinstance(value, bool):
+        raise SweepError(f"{where}: {value!r}: expected true or false")
+    if key == "target_ci" and (isinstance(value, bool) or not isinstance(value, (int, float))
+                               or not 0 < value <= 100):
+        raise SweepError(f"{where}: {value!r}: expected a percentage > 0 and <= 100, e.g. 2")
+    if key == "max_repeats" and (isinstance(value, bool) or not isinstance(value, int) or value < 2):
+        raise SweepError(f"{where}: {value!r}: expected a whole number >= 2")
+    return value
 
 
 def _servers_workers(at: str, text: object) -> tuple[int, int]:

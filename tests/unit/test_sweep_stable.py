@@ -171,3 +171,28 @@ def test_a_real_run_keeps_the_sweeps_policy_in_its_config(tmp_path):
     other = dict(record, id="x", config=dict(record["config"], runtime={
         k: v for k, v in record["config"]["runtime"].items() if k != "repeats"}))
     assert len(results.aggregate([record, other])) == 1
+
+
+def test_a_cell_group_can_ask_for_until_stable_alone():
+    spec = {"repeats": 3, "cells": [{"benchmark": "resnet50", "preset": "tiny", "until_stable": True,
+                                     "target_ci": 5, "max_repeats": 5},
+                                    {"benchmark": "resnet50", "preset": "tiny", "method": "none"}]}
+    stable, plain = sweepfile.expand(spec, "s.yaml")
+    policy = adaptive.policy(spec, runner._parser().parse_args(["s.yaml"]), "s.yaml", [stable, plain])
+    assert policy.record_block(stable) == {"until_stable": True, "target_ci_pct": 5.0, "min_repeats": 3,
+                                           "max_repeats": 5}
+    assert policy.limit(stable) == 5 and policy.limit(plain) == 3 and policy.record_block(plain) is None
+    bad = {"cells": [{"benchmark": "resnet50", "preset": "tiny", "max_repeats": 1.5}]}
+    with pytest.raises(sweepfile.SweepError, match=r"^s.yaml: cells\[1\]: max_repeats: 1.5: expected a whole number >= 2$"):
+        sweepfile.expand(bad, "s.yaml")
+
+
+def test_make_demo_repeats_its_baselines_until_stable_with_a_small_maximum():
+    path = os.path.join(sweepfile.SWEEP_DIR, "demo.yaml")
+    spec = sweepfile.load_spec(path)
+    demo = sweepfile.expand(spec, path)
+    policy = adaptive.policy(spec, runner._parser().parse_args([path]), path, demo)
+    baselines = [c for c in demo if c.world_size == 1]
+    assert baselines and all(policy.record_block(c) == {"until_stable": True, "target_ci_pct": 5.0,
+                                                        "min_repeats": 3, "max_repeats": 5} for c in baselines)
+    assert sum(policy.limit(c) for c in demo) <= 3 * len(demo) + 2 * 6  # the demo stays short
