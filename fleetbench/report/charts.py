@@ -213,7 +213,8 @@ def caption_text(chart: dict, notes: set[str]) -> str:
     unstable = [g for series in chart["series"] for g in series["groups"] if g.get("unstable")]
     if unstable:
         caption += (f"; UNSTABLE (cv > {unstable[0]['cv_threshold']:.0%}): "
-                    + ", ".join(f"{g['method']} at {g['world_size']} (cv {g['cv']:.0%})" for g in unstable)
+                    + ", ".join(f"{g['method']}{' ' + g['network'] if g['network'] else ''} at {g['world_size']} "
+                               f"(cv {g['cv']:.0%})" for g in unstable)
                     + "; runs listed under the table")
     return caption
 
