@@ -47,9 +47,12 @@ def duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def progress_line(i: int, n: int, cell: Cell, repeat: int, elapsed: float, eta: float | None) -> str:
+def progress_line(i: int, n: int, cell: Cell, repeat: int, elapsed: float, eta: float | None,
+                  most: int | None = None) -> str:
+    """`most`: the cell's maximum of runs when it repeats until stable (sweep/adaptive.py)."""
     eta_text = duration(eta) if eta is not None else "?"
-    return (f"cell {i}/{n} {cell.label()} repeat {repeat}/{cell.repeats} | "
+    upto = f" (up to {most} until stable)" if most and most > cell.repeats else ""
+    return (f"cell {i}/{n} {cell.label()} repeat {repeat}/{cell.repeats}{upto} | "
             f"elapsed {duration(elapsed)} ETA {eta_text}")
 
 
@@ -220,7 +223,8 @@ class Sweep:
                 for repeat in range(done + 1, self.policy.limit(cell) + 1):
                     remaining = max(todo - runs_done, 1)
                     eta = run_time / runs_done * remaining if runs_done else None
-                    self.say(progress_line(i, len(plan), cell, repeat, time.monotonic() - started, eta))
+                    self.say(progress_line(i, len(plan), cell, repeat, time.monotonic() - started, eta,
+                                           self.policy.limit(cell)))
                     t0 = time.monotonic()
                     self.run_one(i, cell, repeat, dict(base_env, **self.policy.rank_env(cell)))
                     runs_done += 1

@@ -196,3 +196,9 @@ def test_make_demo_repeats_its_baselines_until_stable_with_a_small_maximum():
     assert baselines and all(policy.record_block(c) == {"until_stable": True, "target_ci_pct": 5.0,
                                                         "min_repeats": 3, "max_repeats": 5} for c in baselines)
     assert sum(policy.limit(c) for c in demo) <= 3 * len(demo) + 2 * 6  # the demo stays short
+
+
+def test_progress_line_says_when_a_cell_may_run_past_its_repeats():
+    (cell,) = cells({})
+    assert "repeat 4/3 (up to 5 until stable) | elapsed" in runner.progress_line(1, 2, cell, 4, 10, None, 5)
+    assert "repeat 2/3 | elapsed" in runner.progress_line(1, 2, cell, 2, 10, None, 3)
