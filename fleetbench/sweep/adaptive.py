@@ -23,7 +23,12 @@ import argparse
 import dataclasses
 
 from fleetbench.measure import contract, stability
-from fleetbench.sweep.sweepfile import STABILITY_KEYS, Cell, SweepError, check_stability_key
+from fleetbench.sweep.sweepfile import (
+    STABILITY_KEYS,
+    Cell,
+    SweepError,
+    check_stability_key,
+)
 
 KEYS = ("until_stable", "target_ci", "max_repeats", "warmup_run")
 
@@ -35,7 +40,7 @@ class Policy:
     max_repeats: int = stability.MAX_REPEATS
     warmup_run: bool = False
 
-    def of(self, cell: Cell) -> "Policy":
+    def of(self, cell: Cell) -> Policy:
         """The policy of `cell`: the sweep's, with the cell group's own keys over it."""
         mine = {"until_stable": cell.until_stable, "target_ci_pct": cell.target_ci, "max_repeats": cell.max_repeats}
         return dataclasses.replace(self, **{k: v for k, v in mine.items() if v is not None})
