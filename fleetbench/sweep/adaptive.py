@@ -15,7 +15,7 @@ resume finds them (sweepfile.run_key leaves `runtime` out).
 
 A warm-up run is one unrecorded run of a cell (its own config, stored in a scratch file in the log
 directory, never in the results) before the first measured run of each (benchmark, Paddle
-version, shape) in this sweep; see docs/sweeps.md for why it is off by default.
+version, shape) in this sweep; see docs/launch.md (Warm-up runs) for why it is off by default.
 """
 from __future__ import annotations
 
