@@ -136,15 +136,21 @@ def _parser():
 
 
 def cli(argv):
-    from fleetbench.sweep import sweepfile
+    import dataclasses
+
+    from fleetbench.sweep import adaptive, sweepfile
 
     args = _parser().parse_args(argv)
     try:
-        cells = sweepfile.expand(sweepfile.load_spec(args.sweep), args.sweep, on_hosts=True)
+        spec = sweepfile.load_spec(args.sweep)
+        cells = sweepfile.expand(spec, args.sweep, on_hosts=True)
         emulated = [c for c in cells if c.network]
         if emulated:
             raise sweepfile.SweepError(f"{args.sweep}: cell {emulated[0].label()}: `network` profiles are emulated "
                                    f"links; on Slurm the links are the cluster's (drop `network:`)")
+        # an until-stable cell may run up to its max_repeats: the time limit must allow them all
+        policy = adaptive.policy(spec, argparse.Namespace(), args.sweep, cells)
+        cells = [dataclasses.replace(c, repeats=policy.limit(c)) for c in cells]
     except sweepfile.SweepError as e:
         print(f"fleetbench slurm: error: {e}", file=sys.stderr)
         return 2

@@ -202,3 +202,20 @@ def test_progress_line_says_when_a_cell_may_run_past_its_repeats():
     (cell,) = cells({})
     assert "repeat 4/3 (up to 5 until stable) | elapsed" in runner.progress_line(1, 2, cell, 4, 10, None, 5)
     assert "repeat 2/3 | elapsed" in runner.progress_line(1, 2, cell, 2, 10, None, 3)
+
+
+def test_the_slurm_time_limit_allows_every_run_an_until_stable_cell_may_make(tmp_path, monkeypatch, capsys):
+    from fleetbench.engines import slurm
+
+    monkeypatch.chdir(tmp_path)
+    limits = {}
+    for name, top in (("fixed", {}), ("stable", {"until_stable": True, "max_repeats": 7})):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(json.dumps(dict(top, cells=[{"benchmark": "resnet50", "preset": "tiny", "timeout": 100}])))
+        assert slurm.cli([str(path)]) == 0
+        (line,) = [l for l in capsys.readouterr().out.splitlines() if l.startswith("#SBATCH --time=")]
+        limits[name] = line
+    (cell,) = cells({})
+    fixed = slurm.time_limit([cell.__class__(**dict(vars(cell), timeout=100.0))])
+    stable = slurm.time_limit([cell.__class__(**dict(vars(cell), timeout=100.0, repeats=7))])
+    assert limits == {"fixed": f"#SBATCH --time={fixed}", "stable": f"#SBATCH --time={stable}"}
