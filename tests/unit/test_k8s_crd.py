@@ -84,9 +84,13 @@ def _sweep_docs(path: Path, tmp_path: Path) -> list[dict]:
     return list(yaml.safe_load_all(out.read_text()))
 
 
-@pytest.mark.job  # each cell's script runs its own --check (a Python with Paddle) before writing
 @pytest.mark.parametrize("path", sorted(Path(SWEEP_DIR).glob("*.yaml")), ids=lambda p: p.stem)
-def test_every_sweep_preset_validates_strictly(path, tmp_path):
+def test_every_sweep_preset_validates_strictly(path, tmp_path, monkeypatch):
+    # The documents' shape is under test here, not the cells' configs: `fleetbench k8s` running each
+    # script's own --check is tested in test_k8s_shape.py; here it would start a Python with Paddle
+    # per distinct cell (~60 s over all presets). A bad key in a shipped sweep is still refused in one
+    # line by the sweep's own check before anything runs.
+    monkeypatch.setattr(k8s, "_check_problem", lambda script, args: None)
     docs = _sweep_docs(path, tmp_path)
     assert docs
     COUNT[path.stem] = len(docs)
