@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import FrameType, ModuleType
 from typing import NoReturn
 
-from fleetbench.emulate import netem_state
+from fleetbench.emulate import degrade, netem_state
 from fleetbench.emulate.netem_plan import (
     DEFAULT_PREFIX,
     DEFAULT_SUBNET,
@@ -256,6 +256,7 @@ def down(prefix: str = DEFAULT_PREFIX) -> list[str]:
         state = netem_state.read_state(prefix)
         if not state:
             return []
+        degrade.heal_all(state)  # cgroups live outside the namespaces: removed first
         removed, kept = _teardown(state)
         netem_state.remove_state(prefix)
     for name in kept:
@@ -314,6 +315,7 @@ def status(prefix: str = DEFAULT_PREFIX) -> dict | None:
     return {"prefix": prefix, "bridge": layout.bridge, "subnet": layout.subnet, "nodes": nodes,
             "shaping": dataclasses.asdict(shaping), "not_applied": state["not_applied"],
             "network": network_dict(shaping, len(nodes), state["not_applied"]),
+            "degraded": state.get("degraded", {}),
             "state_file": state_path(prefix)}
 
 
@@ -326,6 +328,8 @@ def format_status(st: dict) -> str:
                      f"{describe_link(n['egress']):<22} {describe_link(n['ingress'])}")
     for note in st["not_applied"]:
         lines.append(f"not applied: {note}")
+    for index, what in sorted(st.get("degraded", {}).items()):
+        lines.append(f"degraded: node {index}: {json.dumps(what)}")
     return "\n".join(lines)
 
 
@@ -336,10 +340,12 @@ def format_status(st: dict) -> str:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fleetbench cluster",
                                 description="Emulated multi-node cluster: namespaces, bridge, tc-shaped links.")
-    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("action", choices=["up", "down", "status", "degrade", "heal"])
+    p.add_argument("node", nargs="?", type=int, help="degrade/heal: the node's index (fb-node2 is 2)")
+    p.add_argument("--cpu", type=float, help="degrade: the node's share of the machine's CPUs, in (0, 1]")
     p.add_argument("--nodes", type=int, default=2, help="number of nodes for `up` (default 2)")
     p.add_argument("--profile", help=f"link profile: {', '.join(PROFILES)}")
-    p.add_argument("--rate", help="custom link rate, e.g. 10gbit (instead of --profile)")
+    p.add_argument("--rate", help="custom link rate, e.g. 10gbit (instead of --profile); degrade: the node's link")
     p.add_argument("--delay", help="added one-way node-to-node delay, e.g. 0.05ms (needs netem)")
     p.add_argument("--name", default=DEFAULT_PREFIX, help="name prefix of namespaces and links (default fb)")
     p.add_argument("--subnet", help="private subnet inside the namespaces (default: the first 10.77.N.0/24 "
@@ -360,6 +366,12 @@ def _act(args: argparse.Namespace) -> None:
         shaping = shaping_from(args.profile, args.rate, args.delay)
         up(args.nodes, shaping, args.name, args.subnet)
         print(format_status(status(args.name)))
+    elif args.action in ("degrade", "heal"):
+        if args.node is None:
+            raise ValueError(f"{args.action}: expected the node's index (e.g. `fleetbench cluster {args.action} 2`)")
+        done = (degrade.degrade(args.name, args.node, args.cpu, args.rate) if args.action == "degrade"
+                else degrade.heal(args.name, args.node))
+        print(f"cluster {args.name}: degraded: {json.dumps(done) if done else 'nothing'}")
     elif args.action == "down":
         removed = down(args.name)
         print(f"removed: {', '.join(removed)}" if removed else f"cluster {args.name}: nothing to remove")

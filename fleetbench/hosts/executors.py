@@ -212,8 +212,11 @@ class NetnsExecutor(Executor):
         self.netns = dict(zip((n.host for n in nodes), netns))
 
     def node_command(self, start: Start, node: Node, flags: list[str], env: dict) -> list[str]:
-        return ["ip", "netns", "exec", self.netns[node.host]] + paddle_command(
-            flags, self.node_dir(start, node), start.job.script, list(start.job.args))
+        from fleetbench.emulate import degrade  # a node degraded by `fleetbench cluster degrade`
+
+        netns = self.netns[node.host]
+        return ["ip", "netns", "exec", netns] + degrade.in_node_cgroup(netns, paddle_command(
+            flags, self.node_dir(start, node), start.job.script, list(start.job.args)))
 
 
 class AgentExecutor(Executor):

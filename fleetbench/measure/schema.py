@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 SCHEMA = 1
-MODES = ("collective", "ps", "comm")
+MODES = ("collective", "ps", "comm", "diagnose")
 UNITS = ("images/s", "tokens/s", "samples/s", "words/s", "examples/s", "GB/s")  # GB/s: comm busbw
 # A record with `source` set was not measured here (e.g. a published table); see docs/results.md.
 SOURCE_KINDS = ("published",)

@@ -1,0 +1,149 @@
+"""`fleetbench diagnose`: name the sick node and the slow link.
+
+    fleetbench diagnose --cluster [NAME]   the emulated cluster (default fb)
+    fleetbench diagnose                    this machine alone (node tests only)
+
+Exit 0: every node healthy; 1: a node defective or unreachable; 2: bad input (before anything runs).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from fleetbench.diagnose import plan, rules
+from fleetbench.diagnose.run import Host, ProbeFailed, link_probe, node_probe, timed
+
+DEFAULT_RULES = Path(__file__).resolve().parents[1] / "presets" / "diagnose" / "rules.yaml"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fleetbench diagnose", description=__doc__.splitlines()[0])
+    p.add_argument("--cluster", nargs="?", const="fb", metavar="NAME", help="the emulated cluster (default fb)")
+    p.add_argument("--rules", default=str(DEFAULT_RULES), help="rules YAML (default: the shipped rules)")
+    p.add_argument("--baseline", help="judge against this baseline instead of the peers' median")
+    p.add_argument("--save-baseline", metavar="FILE", help="write this run's figures as a baseline")
+    p.add_argument("--results", help="store the figures and the verdict as records (JSONL)")
+    p.add_argument("--passes", type=int, default=3, help="node probes per node, interleaved (default 3)")
+    p.add_argument("--seconds", type=float, default=0.6, help="seconds per probe figure (default 0.6)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds before a probe is a failure")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true")
+    out.add_argument("--markdown", action="store_true")
+    return p
+
+
+def _hosts(cluster: str | None) -> list[Host]:
+    if cluster is None:
+        return [Host(0, "", "127.0.0.1")]
+    from fleetbench.emulate import netem
+
+    st = netem.status(cluster)
+    if st is None:
+        raise rules.DiagnoseError(f"--cluster {cluster}: not up (`fleetbench cluster up --nodes N` first)")
+    return [Host(n["index"], n["netns"], n["ip"]) for n in st["nodes"]]
+
+
+def _machine() -> dict:
+    """What a baseline must match: the host class and the Paddle build."""
+    from fleetbench.machine import env
+
+    info = env.collect()
+    return {"cpu": (info.get("cpu") or {}).get("model"), "cpus": os.cpu_count(),
+            "paddle": (info.get("paddle") or {}).get("version")}
+
+
+def _load_inputs(args) -> tuple[list, dict | None]:
+    try:
+        rule_list = rules.parse_rules(Path(args.rules).read_text(), args.rules)
+    except OSError as e:
+        raise rules.DiagnoseError(f"--rules {args.rules}: {e.strerror}") from None
+    if args.passes < 1 or args.seconds <= 0 or args.timeout <= 0:
+        raise rules.DiagnoseError("--passes, --seconds, --timeout: expected positive numbers")
+    if args.results:
+        from fleetbench.measure import results
+
+        try:
+            results.check_appendable(args.results)
+        except results.PathError as e:
+            raise rules.DiagnoseError(str(e)) from None
+    if not args.baseline:
+        return rule_list, None
+    try:
+        baseline = json.loads(Path(args.baseline).read_text())
+    except (OSError, ValueError) as e:
+        raise rules.DiagnoseError(f"--baseline {args.baseline}: {getattr(e, 'strerror', None) or e}") from None
+    return rule_list, rules.check_baseline(baseline, _machine(), f"--baseline {args.baseline}")
+
+
+def _probe_nodes(hosts: list[Host], args, phases: dict) -> tuple[dict, dict]:
+    runs: dict[int, list[dict]] = {h.index: [] for h in hosts}
+    problems: dict[int, tuple[str, str]] = {}
+    by_index = {h.index: h for h in hosts}
+    for index in plan.node_passes([h.index for h in hosts], args.passes):
+        if index in problems:
+            continue  # a node that failed once is judged by that failure
+        try:
+            runs[index].append(timed(phases, "nodes_s", node_probe, by_index[index], args.seconds, args.timeout))
+        except ProbeFailed as e:
+            problems[index] = (e.category, str(e))
+    figures = {i: {m: statistics.median(r[m] for r in rs) for m in rs[0]} for i, rs in runs.items()
+               if rs and i not in problems}
+    return figures, problems
+
+
+def _probe_links(hosts: list[Host], skip: set, args, phases: dict) -> dict:
+    by_index = {h.index: h for h in hosts}
+    links = {}
+    for round_ in plan.pair_rounds([h.index for h in hosts if h.index not in skip]):
+        for a, b in round_:
+            try:
+                links[(a, b)] = timed(phases, "links_s", link_probe, by_index[a], by_index[b], 1.0, args.timeout)
+            except ProbeFailed as e:
+                links[(a, b)] = {"link_gbps": None, "error": str(e)}
+    return links
+
+
+def diagnose(args) -> dict:
+    rule_list, baseline = _load_inputs(args)  # bad input: one line before anything runs
+    hosts = _hosts(args.cluster)
+    start, phases = time.monotonic(), {}
+    node_figures, problems = _probe_nodes(hosts, args, phases)
+    link_figures = _probe_links(hosts, set(problems), args, phases) if len(hosts) > 1 else {}
+    nodes = rules.judge_nodes(node_figures, rule_list, baseline, problems)
+    links, blamed = rules.judge_links(link_figures, rule_list, baseline)
+    names = {h.index: h.netns or "localhost" for h in hosts}
+    nodes = [{**n, "host": names[n["index"]], "figures": node_figures.get(n["index"], {})}
+             for n in rules.merge(nodes, blamed)]
+    report = {"nodes": nodes, "links": links, "reference": "baseline" if baseline else "peer median",
+              "elapsed_s": round(time.monotonic() - start, 1), "phases": phases}
+    if args.save_baseline:
+        made = rules.make_baseline(node_figures, {p: {k: v for k, v in f.items() if k == "link_gbps"}
+                                                  for p, f in link_figures.items()}, _machine())
+        Path(args.save_baseline).write_text(json.dumps(made, indent=1) + "\n")
+    return report
+
+
+def exit_code(report: dict) -> int:
+    return 0 if all(n["verdict"] == "healthy" for n in report["nodes"]) else 1
+
+
+def cli(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        report = diagnose(args)
+    except rules.DiagnoseError as e:
+        print(f"fleetbench diagnose: {e}", file=sys.stderr)
+        return 2
+    if args.results:
+        from fleetbench.diagnose.records import store
+
+        store(args.results, report, args.cluster)
+    from fleetbench.diagnose.output import console, markdown
+
+    print(json.dumps(report, indent=1) if args.json else markdown(report) if args.markdown else console(report))
+    return exit_code(report)

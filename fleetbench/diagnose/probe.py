@@ -1,0 +1,94 @@
+"""The benchmarks `fleetbench diagnose` runs on a node, one JSON object on stdout each.
+
+    python -m fleetbench.diagnose.probe node [--seconds S]    matmul GFLOP/s and STREAM triad GB/s
+    python -m fleetbench.diagnose.probe recv HOST [--timeout S] prints `port N`, then the link's Gbit/s
+    python -m fleetbench.diagnose.probe send HOST PORT [--seconds S]
+
+Each figure is the best of a few short trials: the fastest trial is the one least disturbed by
+anything else on the machine, and what is judged is what the node can do, not its luck.
+"""
+import fleetbench  # noqa: F401  (before numpy and paddle: sets the thread count to this node's cores)
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from fleetbench.comm import linkprobe
+
+MATMUL_N = 512  # fp32 512x512x512: 0.27 GFLOP a product, in cache-friendly blocks on any CPU
+TRIAD_ELEMENTS = 1 << 23  # 3 float64 arrays of 64 MiB: far beyond any cache, so memory is what is timed
+TRIALS = 3
+
+
+def _best_rate(work: float, run, seconds: float) -> float:
+    """Work per second of the fastest of TRIALS trials, each repeating `run` for ~seconds/TRIALS."""
+    best = 0.0
+    for _ in range(TRIALS):
+        count, start = 0, time.perf_counter()
+        while True:
+            run()
+            count += 1
+            took = time.perf_counter() - start
+            if took >= seconds / TRIALS:
+                break
+        best = max(best, work * count / took)
+    return best
+
+
+def matmul_gflops(seconds: float) -> float:
+    """fp32 matmul through Paddle on this node's CPU (the GPU path would time a device per GPU with
+    paddle.device.synchronize(), fp32 and fp16; untested here: no GPU)."""
+    import paddle
+
+    a = paddle.rand([MATMUL_N, MATMUL_N], dtype="float32")
+    b = paddle.rand([MATMUL_N, MATMUL_N], dtype="float32")
+    paddle.matmul(a, b).numpy()  # first call pays for kernel selection and allocation
+    return _best_rate(2 * MATMUL_N ** 3 / 1e9, lambda: paddle.matmul(a, b).numpy(), seconds)
+
+
+def triad_gbps(seconds: float) -> float:
+    """STREAM's triad a = b + s*c, in numpy (one thread: memory bandwidth of one stream, what one
+    rank's data loading and optimizer step see), counted as STREAM counts it: 3 arrays moved."""
+    b = np.ones(TRIAD_ELEMENTS)
+    c = np.ones(TRIAD_ELEMENTS)
+    a = np.empty(TRIAD_ELEMENTS)
+
+    def triad() -> None:
+        np.multiply(c, 3.0, out=a)
+        np.add(a, b, out=a)
+
+    # two passes over a (multiply, then add) and one each over b and c: 4 arrays' bytes per triad
+    return _best_rate(4 * 8 * TRIAD_ELEMENTS / 1e9, triad, seconds)
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m fleetbench.diagnose.probe")
+    sub = p.add_subparsers(dest="what", required=True)
+    node = sub.add_parser("node")
+    node.add_argument("--seconds", type=float, default=1.5)
+    recv = sub.add_parser("recv")
+    recv.add_argument("host")
+    recv.add_argument("--timeout", type=float, default=30.0)
+    send = sub.add_parser("send")
+    send.add_argument("host")
+    send.add_argument("port", type=int)
+    send.add_argument("--seconds", type=float, default=1.0)
+    args = p.parse_args(argv)
+    if args.what == "node":
+        out = {"matmul_gflops": matmul_gflops(args.seconds), "triad_gbps": triad_gbps(args.seconds)}
+    elif args.what == "recv":
+        server = linkprobe.listen(args.host)
+        print(f"port {server.getsockname()[1]}", flush=True)
+        received, took = linkprobe.receive(server, args.timeout)
+        out = {"link_gbps": received * 8 / took / 1e9 if took > 0 else None, "bytes": received}
+    else:
+        out = {"sent_bytes": linkprobe.stream(args.host, args.port, args.seconds)}
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

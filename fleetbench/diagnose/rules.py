@@ -1,0 +1,184 @@
+"""Rules and judgement (pure): figures in, verdicts out.
+
+A rule names a metric, a criterion and a category. A figure is judged against a reference: the
+baseline's mean for that metric when a baseline is given, else the median of its peers in this
+run (the other nodes, or the other links). Medians, not means: one sick node must not drag the
+reference down with it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Optional
+
+import yaml
+
+CATEGORIES = ("compute", "memory", "network", "unreachable", "failed")
+SCOPES = ("node", "link")
+
+
+class DiagnoseError(ValueError):
+    """Bad input (rules, baseline, hosts): one line, exit 2."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    metric: str
+    below_reference_pct: float  # a figure more than this far below its reference breaks the rule
+    category: str
+    scope: str = "node"
+
+    def broken_by(self, value: float, reference: float) -> bool:
+        return reference > 0 and value < reference * (1 - self.below_reference_pct / 100)
+
+
+def parse_rules(text: str, where: str) -> list[Rule]:
+    """Rules from YAML text: `rules: [{metric, below_reference_pct, category, scope}]`."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise DiagnoseError(f"{where}: not YAML: {str(e).splitlines()[0]}") from None
+    items = doc.get("rules") if isinstance(doc, dict) else None
+    if not isinstance(items, list) or not items:
+        raise DiagnoseError(f"{where}: expected a mapping with a non-empty list `rules`")
+    return [_rule(item, f"{where}: rule {i + 1}") for i, item in enumerate(items)]
+
+
+def _rule(item, where: str) -> Rule:
+    if not isinstance(item, dict):
+        raise DiagnoseError(f"{where}: expected a mapping, got {type(item).__name__}")
+    unknown = set(item) - {f.name for f in dataclasses.fields(Rule)}
+    if unknown:
+        raise DiagnoseError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    pct = item.get("below_reference_pct")
+    if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 < pct < 100:
+        raise DiagnoseError(f"{where}: below_reference_pct: expected a number in (0, 100), got {pct!r}")
+    if item.get("category") not in CATEGORIES:
+        raise DiagnoseError(f"{where}: category: expected one of {', '.join(CATEGORIES)}, got {item.get('category')!r}")
+    if item.get("scope", "node") not in SCOPES:
+        raise DiagnoseError(f"{where}: scope: expected node or link, got {item.get('scope')!r}")
+    if not isinstance(item.get("metric"), str):
+        raise DiagnoseError(f"{where}: metric: expected a name")
+    return Rule(item["metric"], float(pct), item["category"], item.get("scope", "node"))
+
+
+def reference(metric: str, values: dict, baseline: Optional[dict]) -> Optional[float]:
+    """The baseline's mean for `metric`, else the median of this run's values (None when fewer
+    than 2 figures: one figure has no peers to be compared with)."""
+    if baseline and metric in baseline.get("metrics", {}):
+        return float(baseline["metrics"][metric]["mean"])
+    figures = [v for v in values.values() if v is not None]
+    return statistics.median(figures) if len(figures) >= 2 else None
+
+
+def judge_nodes(figures: dict[int, dict], rules: list[Rule], baseline: Optional[dict] = None,
+                problems: Optional[dict[int, tuple[str, str]]] = None) -> list[dict]:
+    """One verdict per node. `figures`: node -> {metric: value}; `problems`: node -> (category,
+    message) for a node that could not be reached or whose probe failed (a verdict, not a crash)."""
+    problems = problems or {}
+    verdicts = []
+    for node in sorted(set(figures) | set(problems)):
+        if node in problems:
+            category, message = problems[node]
+            verdicts.append({"index": node, "verdict": "unreachable" if category == "unreachable" else "defective",
+                             "categories": [category], "violations": [], "message": message})
+            continue
+        violations = []
+        for rule in (r for r in rules if r.scope == "node"):
+            value = figures[node].get(rule.metric)
+            peers = {n: f.get(rule.metric) for n, f in figures.items()}
+            ref = reference(rule.metric, peers, baseline)
+            if value is not None and ref is not None and rule.broken_by(value, ref):
+                violations.append(_violation(rule, value, ref, baseline))
+        verdicts.append(_verdict(node, violations))
+    return verdicts
+
+
+def _violation(rule: Rule, value: float, ref: float, baseline: Optional[dict]) -> dict:
+    return {"metric": rule.metric, "value": round(value, 3), "reference": round(ref, 3),
+            "reference_kind": "baseline" if baseline and rule.metric in baseline.get("metrics", {}) else "peer median",
+            "rule": f"more than {rule.below_reference_pct:g}% below reference", "category": rule.category}
+
+
+def _verdict(node: int, violations: list[dict]) -> dict:
+    categories = sorted({v["category"] for v in violations})
+    return {"index": node, "verdict": "defective" if violations else "healthy", "categories": categories,
+            "violations": violations}
+
+
+def judge_links(links: dict[tuple[int, int], dict], rules: list[Rule],
+                baseline: Optional[dict] = None) -> tuple[list[dict], dict[int, list[dict]]]:
+    """Verdicts per link, and the link violations blamed on nodes. A slow link is blamed on the node
+    common to every slow link when all of that node's links are slow and some other link is not;
+    otherwise on both its ends (with two nodes there is one link and no telling which end)."""
+    out, slow = [], []
+    for rule in (r for r in rules if r.scope == "link"):
+        values = {pair: f.get(rule.metric) for pair, f in links.items()}
+        ref = reference(rule.metric, values, baseline)
+        for pair, value in sorted(values.items()):
+            if value is not None and ref is not None and rule.broken_by(value, ref):
+                slow.append((pair, _violation(rule, value, ref, baseline)))
+    for pair in sorted(links):
+        found = [v for p, v in slow if p == pair]
+        out.append({"a": pair[0], "b": pair[1], "verdict": "slow" if found else "healthy",
+                    "categories": sorted({v["category"] for v in found}), "violations": found, **links[pair]})
+    return out, _blame(slow, {pair for pair, _ in slow}, set(links))
+
+
+def _blame(slow: list, slow_pairs: set, all_pairs: set) -> dict[int, list[dict]]:
+    blamed: dict[int, list[dict]] = {}
+    for pair, violation in slow:
+        # every link slow (or two nodes, one link): nothing sets one end apart, so both are named
+        culprits = [n for n in pair if _all_slow(n, slow_pairs, all_pairs)] if slow_pairs != all_pairs else []
+        for node in culprits or list(pair):
+            blamed.setdefault(node, []).append({**violation, "metric": f"{violation['metric']} ({pair[0]}-{pair[1]})"})
+    return blamed
+
+
+def _all_slow(node: int, slow_pairs: set, all_pairs: set) -> bool:
+    return all(p in slow_pairs for p in all_pairs if node in p)
+
+
+def merge(nodes: list[dict], blamed: dict[int, list[dict]]) -> list[dict]:
+    """Node verdicts with the link violations blamed on them added."""
+    out = []
+    for node in nodes:
+        extra = blamed.get(node["index"], [])
+        if extra and node["verdict"] != "unreachable":
+            node = _verdict(node["index"], node["violations"] + extra) | {k: v for k, v in node.items()
+                                                                            if k == "message"}
+        out.append(node)
+    return out
+
+
+def make_baseline(node_figures: dict[int, dict], link_figures: dict, machine: dict) -> dict:
+    """Per metric: mean and std over nodes (links) after dropping robust outliers, so a baseline
+    made on a cluster with one sick node still describes the healthy ones; `machine` (host class,
+    Paddle build) is checked when the baseline is used."""
+    from fleetbench.measure import stability
+
+    columns: dict[str, list[float]] = {}
+    for figures in list(node_figures.values()) + list(link_figures.values()):
+        for metric, value in figures.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                columns.setdefault(metric, []).append(float(value))
+    metrics = {}
+    for metric, values in sorted(columns.items()):
+        flagged = set(stability.outliers(values))
+        kept = [v for i, v in enumerate(values) if i not in flagged]
+        metrics[metric] = {"mean": statistics.fmean(kept), "std": statistics.stdev(kept) if len(kept) > 1 else 0.0,
+                           "n": len(kept), "dropped": len(flagged)}
+    return {"kind": "fleetbench-diagnose-baseline", "machine": machine, "metrics": metrics}
+
+
+def check_baseline(baseline, machine: dict, where: str) -> dict:
+    """The baseline, or one line saying why it cannot judge this run."""
+    if not isinstance(baseline, dict) or baseline.get("kind") != "fleetbench-diagnose-baseline":
+        raise DiagnoseError(f"{where}: not a diagnose baseline (expected one written by --save-baseline)")
+    if not isinstance(baseline.get("metrics"), dict):
+        raise DiagnoseError(f"{where}: metrics: expected a mapping of metric -> {{mean, std}}")
+    for key, value in machine.items():
+        if baseline.get("machine", {}).get(key) != value:
+            raise DiagnoseError(f"{where}: made on {key} {baseline.get('machine', {}).get(key)!r}, "
+                                f"this run is on {value!r}; make a baseline here with --save-baseline")
+    return baseline

@@ -1,0 +1,101 @@
+"""fleetbench diagnose's pure parts: the pair rounds, the rules, the judgement, the baseline."""
+import itertools
+import json
+
+import pytest
+
+from fleetbench.diagnose import output, plan, rules
+from fleetbench.diagnose.cli import DEFAULT_RULES, exit_code
+
+RULES = rules.parse_rules(DEFAULT_RULES.read_text(), "shipped")
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 8])
+def test_pair_rounds_cover_every_pair_once_in_disjoint_rounds(n):
+    rounds = plan.pair_rounds(list(range(n)))
+    assert len(rounds) == (n - 1 if n % 2 == 0 else n)
+    pairs = [p for r in rounds for p in r]
+    assert sorted(pairs) == list(itertools.combinations(range(n), 2))
+    for r in rounds:  # disjoint: no node twice in a round
+        nodes = [x for p in r for x in p]
+        assert len(nodes) == len(set(nodes))
+
+
+def test_node_passes_interleave_nodes():
+    assert plan.node_passes([0, 1, 2], 2) == [0, 1, 2, 0, 1, 2]
+
+
+def _healthy(n=4, gflops=40.0, gbps=20.0):
+    return {i: {"matmul_gflops": gflops, "triad_gbps": gbps} for i in range(n)}
+
+
+def test_a_node_at_half_compute_is_flagged_compute_and_nothing_else():
+    figures = _healthy()
+    figures[2]["matmul_gflops"] = 20.0
+    verdicts = rules.judge_nodes(figures, RULES)
+    assert [v["verdict"] for v in verdicts] == ["healthy", "healthy", "defective", "healthy"]
+    (violation,) = verdicts[2]["violations"]
+    assert verdicts[2]["categories"] == ["compute"] and violation["reference"] == 40.0
+    assert violation["reference_kind"] == "peer median"
+
+
+def test_a_spread_within_the_rule_flags_nothing():
+    figures = {i: {"matmul_gflops": 40.0 * (1 - 0.05 * i), "triad_gbps": 20.0} for i in range(4)}
+    assert all(v["verdict"] == "healthy" for v in rules.judge_nodes(figures, RULES))
+
+
+def test_a_slow_link_is_blamed_on_the_node_common_to_the_slow_pairs():
+    links = {p: {"link_gbps": 1.0 if 3 in p else 5.0} for p in itertools.combinations(range(4), 2)}
+    verdicts, blamed = rules.judge_links(links, RULES)
+    assert {(l["a"], l["b"]) for l in verdicts if l["verdict"] == "slow"} == {(0, 3), (1, 3), (2, 3)}
+    assert set(blamed) == {3} and len(blamed[3]) == 3
+    merged = rules.merge(rules.judge_nodes(_healthy(), RULES), blamed)
+    assert [n["verdict"] for n in merged] == ["healthy"] * 3 + ["defective"]
+    assert merged[3]["categories"] == ["network"]
+
+
+def test_two_nodes_have_one_link_and_no_peers_to_judge_it_by():
+    verdicts, blamed = rules.judge_links({(0, 1): {"link_gbps": 0.1}}, RULES)
+    assert verdicts[0]["verdict"] == "healthy" and blamed == {}  # one figure: no median to compare with
+
+
+def test_against_a_baseline_one_slow_link_of_two_nodes_names_both_ends():
+    base = {"kind": "fleetbench-diagnose-baseline", "machine": {}, "metrics": {"link_gbps": {"mean": 5.0}}}
+    _, blamed = rules.judge_links({(0, 1): {"link_gbps": 1.0}}, RULES, base)
+    assert set(blamed) == {0, 1}
+
+
+def test_unreachable_and_failed_are_verdicts_and_the_others_still_judged():
+    figures = _healthy(3)
+    figures.pop(1)
+    verdicts = rules.judge_nodes(figures, RULES, problems={1: ("unreachable", "node 1: gone"),
+                                                           2: ("failed", "node 2: exit 1")})
+    assert [(v["index"], v["verdict"]) for v in verdicts] == [(0, "healthy"), (1, "unreachable"), (2, "defective")]
+    report = {"nodes": [dict(v, host=f"h{v['index']}") for v in verdicts], "links": [], "reference": "peer median",
+              "elapsed_s": 1.0, "phases": {}}
+    assert exit_code(report) == 1 and "node 1: gone" in output.console(report)
+
+
+def test_baseline_drops_an_outlier_and_refuses_another_machine():
+    figures = {i: {"matmul_gflops": g} for i, g in enumerate([40.0, 41.0, 39.0, 40.5, 10.0])}
+    base = rules.make_baseline(figures, {}, {"cpu": "X", "paddle": "2.6.2"})
+    assert base["metrics"]["matmul_gflops"]["dropped"] == 1
+    assert base["metrics"]["matmul_gflops"]["mean"] == pytest.approx(40.125)
+    assert rules.check_baseline(json.loads(json.dumps(base)), {"cpu": "X", "paddle": "2.6.2"}, "b.json") == base
+    with pytest.raises(rules.DiagnoseError, match=r"^b.json: made on paddle '2.6.2', this run is on '3.3.1'"):
+        rules.check_baseline(base, {"cpu": "X", "paddle": "3.3.1"}, "b.json")
+    with pytest.raises(rules.DiagnoseError, match="not a diagnose baseline"):
+        rules.check_baseline({"metrics": {}}, {}, "b.json")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("rules: []", "non-empty list `rules`"),
+    ("rules: [{metric: x, below_reference_pct: 120, category: compute}]", "rule 1: below_reference_pct"),
+    ("rules: [{metric: x, below_reference_pct: 20, category: disk}]", "rule 1: category"),
+    ("rules: [{metric: x, below_reference_pct: 20, category: compute, extra: 1}]", "unknown key(s) extra"),
+    ("rules: [", "not YAML"),
+])
+def test_bad_rules_are_one_line_naming_the_file(text, message):
+    with pytest.raises(rules.DiagnoseError) as e:
+        rules.parse_rules(text, "my.yaml")
+    assert str(e.value).startswith("my.yaml: ") and message in str(e.value) and "\n" not in str(e.value)
