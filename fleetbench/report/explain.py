@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from fleetbench.analysis import predict
+from fleetbench.analysis import predict, stragglers
 from fleetbench.analysis.breakdown import ACCOUNTING_TOLERANCE, LOSSES
 
 # The stacks of a breakdown bar, bottom to top: (CSV column, legend label).
@@ -219,6 +219,8 @@ def parser() -> argparse.ArgumentParser:
                    + "), predict the others")
     p.add_argument("--images", help="write a stacked-bar chart (PNG + CSV) per benchmark here")
     p.add_argument("--markdown", action="store_true", help="print the README section instead of the table")
+    p.add_argument("--straggler-pct", type=float, default=stragglers.DEFAULT_THRESHOLD_PCT,
+                   help="name ranks this much slower than their peers' median (default 10)")
     return p
 
 
@@ -244,6 +246,9 @@ def run(args) -> str:
     for selector in selectors:
         rows = [r for r in validation if r["selector"] is selector]
         parts.append(predictions_table(rows, f"validation: fitted on {selector}, predicting the other cells"))
+    slow = stragglers.report(records, args.straggler_pct)
+    if slow:
+        parts.append("stragglers (ranks slower than their peers' median):\n" + "\n".join(f"  {line}" for line in slow))
     return "\n\n".join(parts)
 
 

@@ -1,0 +1,54 @@
+"""Stragglers in training runs (pure): ranks slower than their peers' median, and their hosts.
+
+Only some records can show one. In a method=none control, or a parameter-server job, the ranks run
+free and each rank's own step time (`rank_step_ms`) is its own speed. In a synchronous method
+every rank waits for the slowest at each all-reduce, so their step times come out equal and a slow
+rank is hidden: run the method=none control beside it (the `demo` and `explain` sweeps do) to see it.
+"""
+from __future__ import annotations
+
+import statistics
+
+DEFAULT_THRESHOLD_PCT = 10.0
+
+
+def can_show(record: dict) -> str | None:
+    """Why the record's per-rank step times can show a straggler, or None when they cannot."""
+    metrics = record.get("metrics") or {}
+    if len(metrics.get("rank_step_ms") or []) < 2:
+        return None
+    if record.get("mode") == "ps":
+        return "parameter-server workers run free"
+    if metrics.get("control") or record.get("method") == "none":
+        return "method=none control: ranks run free"
+    return None
+
+
+def host_of(record: dict, rank: int) -> str:
+    """Rank `rank`'s host: ranks fill nodes in order, devices_per_node each (Paddle's launcher)."""
+    hosts = (record.get("launch") or {}).get("hosts") or []
+    node = rank // max(1, int(record.get("devices_per_node") or 1))
+    return hosts[node] if node < len(hosts) else f"node{node}"
+
+
+def stragglers(record: dict, threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> list[dict]:
+    """Ranks whose own step time is more than threshold_pct above the median of all ranks'."""
+    if can_show(record) is None:
+        return []
+    steps = [float(v) for v in record["metrics"]["rank_step_ms"]]
+    middle = statistics.median(steps)
+    return [{"rank": rank, "host": host_of(record, rank), "step_ms": round(ms, 2),
+             "median_ms": round(middle, 2), "slower_pct": round(100 * (ms / middle - 1), 1)}
+            for rank, ms in enumerate(steps) if ms > middle * (1 + threshold_pct / 100)]
+
+
+def report(records: list[dict], threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> list[str]:
+    """One line per straggler found, naming the run, the rank, its host and by how much."""
+    lines = []
+    for record in records:
+        for s in stragglers(record, threshold_pct):
+            lines.append(f"{record.get('benchmark')} {record.get('method')} {record.get('nodes')}x"
+                         f"{record.get('devices_per_node')} (run {str(record.get('id'))[:8]}): rank {s['rank']} on "
+                         f"{s['host']} at {s['step_ms']:g} ms/step, {s['slower_pct']:g}% above the median "
+                         f"{s['median_ms']:g} ms ({can_show(record)})")
+    return lines
