@@ -32,7 +32,7 @@ class ProbeFailed(RuntimeError):
 def _in_node(host: Host, cmd: list[str]) -> list[str]:
     if not host.netns:  # this machine
         return cmd
-    return ["ip", "netns", "exec", host.netns] + degrade.in_node_cgroup(host.netns, cmd)
+    return degrade.in_node(host.netns, cmd)
 
 
 def _last_json(text: str) -> dict:

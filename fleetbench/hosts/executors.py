@@ -214,8 +214,7 @@ class NetnsExecutor(Executor):
     def node_command(self, start: Start, node: Node, flags: list[str], env: dict) -> list[str]:
         from fleetbench.emulate import degrade  # a node degraded by `fleetbench cluster degrade`
 
-        netns = self.netns[node.host]
-        return ["ip", "netns", "exec", netns] + degrade.in_node_cgroup(netns, paddle_command(
+        return degrade.in_node(self.netns[node.host], paddle_command(
             flags, self.node_dir(start, node), start.job.script, list(start.job.args)))
 
 
