@@ -58,8 +58,11 @@ def _problem(record) -> str | None:
     error = record.get("error")
     if error is not None and (not isinstance(error, str) or not error):
         return f"error: expected null or a non-empty message, got {error!r}"
-    problem = (_metrics_problem(record.get("metrics"), failed=error is not None)
-               or _origin_problem(record.get("source"), record.get("env")))
+    if record["mode"] == "diagnose":  # figures with units in their names, no one throughput (docs/diagnose.md)
+        metrics_problem = None if isinstance(record.get("metrics"), dict) else "metrics: expected an object"
+    else:
+        metrics_problem = _metrics_problem(record.get("metrics"), failed=error is not None)
+    problem = metrics_problem or _origin_problem(record.get("source"), record.get("env"))
     if problem:
         return problem
     if record.get("topology") is not None and not isinstance(record["topology"], dict):

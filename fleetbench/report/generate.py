@@ -87,8 +87,9 @@ def run(paths, images_dir, readme=None, title="Results", cv_threshold=stability.
             raise ValueError(f"{readme}: cannot read ({exc.strerror})")
         replace_section(readme_text, "", readme)  # check the markers before any output
     records = _load(paths)
-    # comm records (bus bandwidth by message size) have their own charts and tables: report.comm
-    planned = tables.plan([r for r in records if r["mode"] != "comm"], cv_threshold)
+    # comm records (bus bandwidth by message size) have their own charts and tables: report.comm;
+    # diagnose records (cluster health, docs/diagnose.md) have no throughput to tabulate
+    planned = tables.plan([r for r in records if r["mode"] not in ("comm", "diagnose")], cv_threshold)
     for table in planned:
         table["charts"] = charts.plan(table)
     os.makedirs(images_dir, exist_ok=True)

@@ -1,0 +1,47 @@
+"""fleetbench diagnose's report as the issue's JSON shape and as stored records that the store and
+`fleetbench report` accept (a diagnose record has figures with units in their names, no throughput)."""
+import json
+
+from fleetbench.diagnose import records, rules
+from fleetbench.diagnose.cli import DEFAULT_RULES
+from fleetbench.measure import results
+from fleetbench.report import generate
+
+RULES = rules.parse_rules(DEFAULT_RULES.read_text(), "shipped")
+
+
+def _report() -> dict:
+    figures = {0: {"matmul_gflops": 40.0, "triad_gbps": 20.0}, 2: {"matmul_gflops": 15.0, "triad_gbps": 20.0},
+               3: {"matmul_gflops": 41.0, "triad_gbps": 21.0}}
+    nodes = rules.judge_nodes(figures, RULES, problems={1: ("unreachable", "node 1 (fb-node1): gone")})
+    links, blamed = rules.judge_links({(0, 2): {"link_gbps": 9.0}, (0, 3): {"link_gbps": 9.1},
+                                       (2, 3): {"link_gbps": 8.9}}, RULES)
+    nodes = [{**n, "host": f"fb-node{n['index']}", "figures": figures.get(n["index"], {})}
+             for n in rules.merge(nodes, blamed)]
+    return {"nodes": nodes, "links": links, "reference": "peer median", "elapsed_s": 12.5,
+            "phases": {"nodes_s": 10.0, "links_s": 2.5}}
+
+
+def test_json_has_the_issues_shape():
+    report = json.loads(json.dumps(_report()))
+    assert set(report) >= {"nodes", "links", "elapsed_s"}
+    for node in report["nodes"]:
+        assert set(node) >= {"index", "host", "verdict", "categories", "violations"}
+        assert node["verdict"] in ("healthy", "defective", "unreachable")
+        for v in node["violations"]:
+            assert set(v) >= {"metric", "value", "reference", "rule"}
+    assert [(n["index"], n["verdict"], n["categories"]) for n in report["nodes"]] == [
+        (0, "healthy", []), (1, "unreachable", ["unreachable"]), (2, "defective", ["compute"]), (3, "healthy", [])]
+    assert all(set(link) >= {"a", "b", "verdict"} for link in report["links"])
+
+
+def test_figures_and_verdict_are_stored_as_valid_records_the_report_skips(tmp_path):
+    store = str(tmp_path / "diag.jsonl")
+    records.store(store, _report(), "fb")
+    stored = results.load([store])  # load validates every record against the schema
+    assert [r["benchmark"] for r in stored] == ["diagnose-node"] * 4 + ["diagnose-verdict"]
+    assert all(r["mode"] == "diagnose" and r["config"] == {"cluster": "fb"} for r in stored)
+    assert stored[2]["metrics"]["matmul_gflops"] == 15.0 and stored[1]["error"] == "node 1 (fb-node1): gone"
+    verdict = stored[-1]["metrics"]
+    assert [n["verdict"] for n in verdict["nodes"]] == ["healthy", "unreachable", "defective", "healthy"]
+    generate.run([store], str(tmp_path / "images"))  # no throughput table of diagnose records, no crash
