@@ -40,12 +40,14 @@ def _parser() -> argparse.ArgumentParser:
 def _hosts(cluster: str | None) -> list[Host]:
     if cluster is None:
         return [Host(0, "", "127.0.0.1")]
-    from fleetbench.emulate import netem
+    from fleetbench.emulate import netem, netem_state
 
-    st = netem.status(cluster)
-    if st is None:
+    # the nodes `up` made, from its state file, whether or not each is still there: a node whose
+    # namespace is gone is judged unreachable, and the others are still judged
+    state = netem_state.read_state(cluster)
+    if not state:
         raise rules.DiagnoseError(f"--cluster {cluster}: not up (`fleetbench cluster up --nodes N` first)")
-    return [Host(n["index"], n["netns"], n["ip"]) for n in st["nodes"]]
+    return [Host(n.index, n.netns, n.ip) for n in netem.Layout.from_dict(state["layout"]).nodes]
 
 
 def _machine() -> dict:
