@@ -7,7 +7,7 @@
 Each figure is the best of a few short trials: the fastest trial is the one least disturbed by
 anything else on the machine, and what is judged is what the node can do, not its luck.
 """
-import fleetbench  # noqa: F401  (before numpy and paddle: sets the thread count to this node's cores)
+import fleetbench  # noqa: F401, I001  (before numpy and paddle: sets the thread count to this node's cores)
 
 import argparse
 import json

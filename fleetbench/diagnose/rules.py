@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import Optional
 
 import yaml
 
@@ -62,7 +61,7 @@ def _rule(item, where: str) -> Rule:
     return Rule(item["metric"], float(pct), item["category"], item.get("scope", "node"))
 
 
-def reference(metric: str, values: dict, baseline: Optional[dict]) -> Optional[float]:
+def reference(metric: str, values: dict, baseline: dict | None) -> float | None:
     """The baseline's mean for `metric`, else the median of this run's values (None when fewer
     than 2 figures: one figure has no peers to be compared with)."""
     if baseline and metric in baseline.get("metrics", {}):
@@ -71,8 +70,8 @@ def reference(metric: str, values: dict, baseline: Optional[dict]) -> Optional[f
     return statistics.median(figures) if len(figures) >= 2 else None
 
 
-def judge_nodes(figures: dict[int, dict], rules: list[Rule], baseline: Optional[dict] = None,
-                problems: Optional[dict[int, tuple[str, str]]] = None) -> list[dict]:
+def judge_nodes(figures: dict[int, dict], rules: list[Rule], baseline: dict | None = None,
+                problems: dict[int, tuple[str, str]] | None = None) -> list[dict]:
     """One verdict per node. `figures`: node -> {metric: value}; `problems`: node -> (category,
     message) for a node that could not be reached or whose probe failed (a verdict, not a crash)."""
     problems = problems or {}
@@ -94,7 +93,7 @@ def judge_nodes(figures: dict[int, dict], rules: list[Rule], baseline: Optional[
     return verdicts
 
 
-def _violation(rule: Rule, value: float, ref: float, baseline: Optional[dict]) -> dict:
+def _violation(rule: Rule, value: float, ref: float, baseline: dict | None) -> dict:
     return {"metric": rule.metric, "value": round(value, 3), "reference": round(ref, 3),
             "reference_kind": "baseline" if baseline and rule.metric in baseline.get("metrics", {}) else "peer median",
             "rule": f"more than {rule.below_reference_pct:g}% below reference", "category": rule.category}
@@ -107,7 +106,7 @@ def _verdict(node: int, violations: list[dict]) -> dict:
 
 
 def judge_links(links: dict[tuple[int, int], dict], rules: list[Rule],
-                baseline: Optional[dict] = None) -> tuple[list[dict], dict[int, list[dict]]]:
+                baseline: dict | None = None) -> tuple[list[dict], dict[int, list[dict]]]:
     """Verdicts per link, and the link violations blamed on nodes. A slow link is blamed on the node
     common to every slow link when all of that node's links are slow and some other link is not;
     otherwise on both its ends (with two nodes there is one link and no telling which end)."""

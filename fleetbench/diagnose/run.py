@@ -53,7 +53,7 @@ def node_probe(host: Host, seconds: float, timeout: float) -> dict:
     """matmul_gflops and triad_gbps of one node, or ProbeFailed (unreachable / failed)."""
     try:
         p = subprocess.run(_in_node(host, PROBE + ["node", "--seconds", str(seconds)]),
-                           capture_output=True, text=True, timeout=timeout)
+                           capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         raise ProbeFailed("failed", f"node {host.index} ({host.netns}): probe did not end within {timeout:g} s") from None
     if p.returncode != 0:
@@ -71,7 +71,7 @@ def link_probe(a: Host, b: Host, seconds: float, timeout: float) -> dict:
             recv.wait(timeout)
             raise _why(recv.stderr.read() or first, b)
         send = subprocess.run(_in_node(a, PROBE + ["send", b.ip, first.split()[1], "--seconds", str(seconds)]),
-                              capture_output=True, text=True, timeout=timeout)
+                              capture_output=True, text=True, timeout=timeout, check=False)
         if send.returncode != 0:
             raise _why(send, a)
         out, err = recv.communicate(timeout=timeout)
