@@ -17,6 +17,13 @@ def test_the_slow_rank_of_a_control_is_named_with_its_host():
     assert s["slower_pct"] == 58.4
 
 
+def test_healthy_ranks_sharing_cores_are_not_named_but_a_throttled_one_is():
+    # measured here: 4 emulated nodes on 2 cores, ResNet50 tiny method=none; node 2 at 0.5 and 0.1 CPU
+    assert stragglers.stragglers(_record(steps=(469.5, 1000.4, 909.2, 890.3))) == []
+    (s,) = stragglers.stragglers(_record(steps=(645.5, 907.3, 2900.5, 500.5)))
+    assert (s["rank"], s["host"]) == (2, "10.0.0.3")
+
+
 def test_ranks_fill_nodes_in_order():
     (s,) = stragglers.stragglers(_record(devices=2))
     assert s["host"] == "10.0.0.2"  # ranks 2 and 3 are the second node's
