@@ -73,10 +73,10 @@ def fleetrun(log_dir, *args, timeout=300, **env_extra) -> subprocess.CompletedPr
     return proc
 
 
-def worker_log_tails(log_dir, lines: int = 30) -> str:
-    """The last `lines` lines of every workerlog.* under `log_dir`, each headed by its name."""
+def worker_log_tails(log_dir, lines: int = 30, pattern: str = "workerlog.*") -> str:
+    """The last `lines` lines of every rank log (`pattern`) under `log_dir`, each headed by its name."""
     out = []
-    for log in sorted(Path(log_dir).glob("workerlog.*")):
+    for log in sorted(Path(log_dir).glob(pattern)):
         tail = log.read_text(errors="replace").splitlines()[-lines:]
         out.append(f"\n==== {log.name} (last {len(tail)} lines) ====\n" + "\n".join(tail))
     return "".join(out)

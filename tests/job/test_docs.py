@@ -277,7 +277,9 @@ def rewrite(command: DocCommand, tmp: Path) -> list:
             out += [token, SMALL_SIZES[token]]
             i += 2
             continue
-        mapped = map_input(token) if not token.startswith("-") else None
+        # the subcommand (`data`, `results`, ...) is a word, even where a folder of that name exists
+        is_word = i == 0 and command.program != "python"
+        mapped = map_input(token) if not token.startswith("-") and not is_word else None
         if mapped is None and "*" in token:
             out += sorted(glob.glob(str(REPO / token)))
         else:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import util
-from util import PYTHON, REPO, env, records, wait_for
+from util import PYTHON, REPO, env, records, wait_for, worker_log_tails
 
 from datasets import criteo, word2vec
 from fleetbench.job import procs
@@ -121,7 +121,8 @@ def job(tmp_path, cache, launcher, script, *sets, timeout=240, expect=0, extra_e
     except subprocess.TimeoutExpired:
         kill_job(job_id)
         out = proc.communicate()[0]
-        pytest.fail(f"job did not end within {timeout} s:\n{out[-3000:]}")
+        # the launcher's output says little of a hang; the servers' and workers' own logs do
+        pytest.fail(f"job did not end within {timeout} s:\n{out[-1500:]}{worker_log_tails(log_dir, 20, '*log.*')}")
     logs = {p.name: p.read_text(errors="replace") for p in sorted(log_dir.glob("*log.*"))}
     detail = out[-2000:] + "".join(f"\n--- {k}\n{v[-2500:]}" for k, v in logs.items())
     # the job ended by itself: once its launcher has exited, nothing of it runs on. The bound only
