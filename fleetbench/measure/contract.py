@@ -33,6 +33,7 @@ THREADS = "FLEETBENCH_OMP_THREADS"  # OpenMP threads per rank, chosen by the use
 THREADS_BY = "FLEETBENCH_OMP_THREADS_BY"  # who chose THREADS on the user's behalf (said in the record)
 LOCAL_PROCS = "FLEETBENCH_LOCAL_PROCS"  # processes started on this node (threads are shared among them)
 REPEATS = "FLEETBENCH_REPEATS"  # JSON: a sweep's until-stable policy, kept as config.runtime.repeats
+SEED = "FLEETBENCH_SEED"  # a sweep's seed for this repeat (vary_seed): it replaces the config's `seed`
 
 
 class ContractError(ValueError):
@@ -50,6 +51,15 @@ def _json_object(environ: Mapping[str, str], name: str) -> Optional[dict]:
     if not isinstance(value, dict):
         raise ContractError(f"{name}: expected a JSON object, got {text!r}")
     return value
+
+
+def _whole_number(environ: Mapping[str, str], name: str) -> Optional[int]:
+    text = environ.get(name, "").strip()
+    if not text:
+        return None
+    if not text.isdigit():
+        raise ContractError(f"{name}: expected a whole number >= 0, got {text!r}")
+    return int(text)
 
 
 def _positive_int(environ: Mapping[str, str], name: str) -> Optional[int]:
@@ -76,12 +86,13 @@ class RankContract:
     threads_by: Optional[str] = None
     local_procs: Optional[int] = None
     repeats: Optional[dict] = None
+    seed: Optional[int] = None
 
     def to_env(self) -> dict[str, str]:
         """The variables for the fields that are set (merge into the rank's environment)."""
         plain = {NODES: self.nodes, JOB_ID: self.job_id, STOPPED_FILE: self.stopped_file,
                  SUPERVISOR: self.supervisor, THREADS: self.threads, THREADS_BY: self.threads_by,
-                 LOCAL_PROCS: self.local_procs}
+                 LOCAL_PROCS: self.local_procs, SEED: self.seed}
         env = {name: str(value) for name, value in plain.items() if value is not None}
         for name, value in ((LAUNCH, self.launch), (NETWORK, self.network), (ATTEMPT, self.attempt),
                             (REPEATS, self.repeats)):
@@ -97,7 +108,8 @@ class RankContract:
                    network=_json_object(environ, NETWORK), attempt=_json_object(environ, ATTEMPT),
                    job_id=text(JOB_ID), stopped_file=text(STOPPED_FILE), supervisor=text(SUPERVISOR),
                    threads=text(THREADS), threads_by=text(THREADS_BY),
-                   local_procs=_positive_int(environ, LOCAL_PROCS), repeats=_json_object(environ, REPEATS))
+                   local_procs=_positive_int(environ, LOCAL_PROCS), repeats=_json_object(environ, REPEATS),
+                   seed=_whole_number(environ, SEED))
 
     def launch_block(self) -> Optional[dict]:
         """The record's `launch`: the launcher's block, plus attempt/retried_after on a second attempt."""

@@ -46,15 +46,20 @@ DEFINITIONS = {
                "synchronisation), never a training result nor an efficiency baseline",
     # collective runs with a held-out split (fleetbench.train.epochs; docs/convergence.md)
     "epochs": "epoch runs: one object per epoch (epoch, epoch_time_s, test_time_s, test_accuracy, "
-              "test_top5, test_loss, test_examples, throughput, train_loss, elapsed_s)",
+              "test_top5, test_loss, test_examples, throughput, train_loss, elapsed_s, run_elapsed_s)",
     "final_test_accuracy": "epoch runs: top-1 accuracy over the whole held-out split after the last epoch",
     "final_test_top5": "epoch runs: top-5 accuracy after the last epoch; null with 5 classes or fewer",
     "target_accuracy": "epoch runs: the config's target test accuracy, or null",
-    "time_to_target_s": "epoch runs: wall time from the start of training to the end of the first "
-                        "evaluation at >= target_accuracy, evaluations included; null when none reached it",
+    "time_to_target_s": "epoch runs: wall time from run_start (before the data is read) to the end of the "
+                        "first evaluation at >= target_accuracy, evaluations included; null when none reached it",
     "epochs_to_target": "epoch runs: the epoch (from 1) of that evaluation; null when none reached it",
     "lr_effective": "epoch runs: the learning rate the optimizer was built with (e.g. lr x world size)",
     "steps_per_epoch": "epoch runs: optimizer steps of one epoch on each rank",
+    "seed": "epoch runs: the seed the run used (a sweep with vary_seed gives each repeat its own)",
+    "init_s": "epoch runs: the script's main until run_start (Fleet's rendezvous), slowest rank; not in "
+              "time_to_target_s",
+    "setup_s": "epoch runs: run_start to the first training step (data read, model built), slowest rank; "
+               "in time_to_target_s",
     # parameter server
     "workers": "ps: trainer processes (the record's world_size)",
     "passes": "ps and collective ctr: passes over each worker's (rank's) files",

@@ -168,3 +168,31 @@ def format_pm(mean: float, spread: float | None, sep: str = " ± ") -> str:
         return text.rstrip("0").rstrip(".") if "." in text else text
     places = decimals_for(spread)
     return f"{round_to(mean, places)}{sep}{round_to(spread, places)}"
+
+
+# ---- time to quality, MLPerf Training's way ------------------------------------------------------
+
+MIN_SCORED_RUNS = 5  # MLPerf asks 5 to 10 runs by benchmark; fleetbench scores a cell from 5
+
+
+def olympic_score(times: Sequence[float | None], min_runs: int = MIN_SCORED_RUNS) -> dict:
+    """The score of a cell from its runs' times to target (None: the run missed the target or
+    failed), by MLPerf Training's rule: at least `min_runs` runs and at most one miss, which counts
+    as the slowest run; the fastest and the slowest runs are dropped and the rest averaged (the
+    olympic mean).
+
+    {"score_s": the mean, or None with "reason" saying why there is no score, "runs", "missed",
+    "kept": indexes of the runs averaged, "dropped": [fastest, slowest]}."""
+    out = {"score_s": None, "runs": len(times), "missed": sum(t is None for t in times), "kept": [],
+           "dropped": [], "reason": None}
+    if len(times) < min_runs:
+        out["reason"] = f"{len(times)} run(s): a score needs {min_runs}"
+        return out
+    if out["missed"] > 1:
+        out["reason"] = f"{out['missed']} runs missed the target: a score allows one"
+        return out
+    # a miss sorts after every time, so it is the slowest run and dropped
+    order = sorted(range(len(times)), key=lambda i: (times[i] is None, times[i] or 0.0))
+    out["dropped"], out["kept"] = [order[0], order[-1]], sorted(order[1:-1])
+    out["score_s"] = statistics.fmean(times[i] for i in out["kept"])
+    return out

@@ -6,8 +6,12 @@ image benchmarks with data.val_path). For each (source, benchmark, preset) it ma
   against epoch, one line per run, one colour per cell (world size), the target as a dashed line
   (the MLPerf picture), with a CSV beside it holding exactly the points drawn;
 - one markdown table: throughput (mean ± std, speedup against the 1-device cell of the same
-  results), final accuracy, epochs and time to target (mean ± std over the runs that reached it),
-  and how many runs reached it.
+  results), final accuracy, epochs and time to target (mean ± std and range over the runs that
+  reached it), how many runs reached it, the seeds, and MLPerf's score (the olympic mean of the
+  times to target: measure.stability.olympic_score; "—" with the reason when the runs allow none).
+
+Time is counted from MLPerf's run_start (`run_elapsed_s`, before the data is touched) where a
+record has it; older records counted from the start of training (`elapsed_s`).
 
 It also reads the hand-made logs the suite's users keep (`StepN: X data/sec`, `Epoch E in S sec,
 test time T sec, test accuracy: A`, with their variants of punctuation): `parse_log`. fleetbench's
@@ -18,7 +22,7 @@ from __future__ import annotations
 import io
 import re
 
-from fleetbench.measure import experiment, results, timing
+from fleetbench.measure import experiment, results, stability, timing
 from fleetbench.report import output, style
 from fleetbench.report.style import slug
 from fleetbench.report.tables import fmt
@@ -42,11 +46,25 @@ def _with_epochs(records: list[dict]) -> list[dict]:
     return [r for r in records if (r.get("metrics") or {}).get("epochs")]
 
 
-def _stat_text(values: list) -> str:
+def _stat_text(values: list, spread: bool = False) -> str:
+    """mean ± std, and with `spread` the range (min–max) of the values."""
     if not values:
         return "—"
     stats = timing.summarize(values)
-    return fmt(stats["mean"]) + (f" ± {fmt(stats['std'])}" if stats["n"] > 1 else "")
+    text = fmt(stats["mean"]) + (f" ± {fmt(stats['std'])}" if stats["n"] > 1 else "")
+    return text + (f" ({fmt(min(values))}–{fmt(max(values))})" if spread and stats["n"] > 1 else "")
+
+
+def run_clock(epoch: dict) -> float:
+    """An epoch's wall time since MLPerf's run_start; records before it existed: since training."""
+    return epoch.get("run_elapsed_s", epoch["elapsed_s"])
+
+
+def _seeds_text(seeds: list) -> str:
+    seeds = sorted(set(seeds))
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}–{seeds[-1]}"
+    return ", ".join(map(str, seeds))
 
 
 def groups(records: list[dict]) -> list[dict]:
@@ -60,11 +78,15 @@ def groups(records: list[dict]) -> list[dict]:
         ok = [r["metrics"] for r in members if r.get("error") is None]
         reached = [m for m in ok if m.get("epochs_to_target") is not None]
         targets = {r["config"].get("target_accuracy") for r in members}
+        # every run counts for the score: a run that failed did not reach the target either
+        times = [None if r.get("error") is not None else r["metrics"].get("time_to_target_s") for r in members]
         out.append(dict(group, runs=[r for r in members if r.get("error") is None],
                         target=targets.pop() if len(targets) == 1 else None, reached=len(reached),
                         final_accuracy=[m["final_test_accuracy"] for m in ok],
                         epochs_to_target=[m["epochs_to_target"] for m in reached],
-                        time_to_target_s=[m["time_to_target_s"] for m in reached]))
+                        time_to_target_s=[m["time_to_target_s"] for m in reached],
+                        seeds=[r["config"].get("seed") for r in members if r["config"].get("seed") is not None],
+                        score=stability.olympic_score(times)))
     return out
 
 
@@ -81,28 +103,32 @@ def tables(records: list[dict]) -> list[dict]:
 
 def table_markdown(table: dict) -> str:
     head = ["Processes", "Method", "Throughput", "Speedup", "Final accuracy", "Epochs to target",
-            "Time to target (s)", "Reached"]
+            "Time to target (s)", "Reached", "Seeds", "Score (s)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for g in table["groups"]:
         throughput = _stat_text([run["metrics"]["throughput"] for run in g["runs"]])
         speedup = "—" if g["speedup"] is None else f"{g['speedup']:.2f}x"
         reached = f"{g['reached']}/{len(g['runs'])}" + (f" (+{g['failed']} failed)" if g["failed"] else "")
+        score = g["score"]
+        score_text = fmt(score["score_s"]) if score["score_s"] is not None else f"— ({score['reason']})"
         lines.append("| " + " | ".join([
             str(g["world_size"]), g["method"], f"{throughput} {g['unit'] or ''}".strip(), speedup,
-            _stat_text(g["final_accuracy"]), _stat_text(g["epochs_to_target"]),
-            _stat_text(g["time_to_target_s"]), reached]) + " |")
+            _stat_text(g["final_accuracy"]), _stat_text(g["epochs_to_target"], spread=True),
+            _stat_text(g["time_to_target_s"], spread=True), reached, _seeds_text(g["seeds"]), score_text]) + " |")
     targets = sorted({fmt(g["target"]) for g in table["groups"]})
-    return "\n".join(lines) + (f"\n\nTarget test accuracy: {', '.join(targets)}; mean ± sample std over "
-                               "the runs that reached it; time from the start of training to the end of "
-                               "the evaluation that first reached it, evaluations included.")
+    return "\n".join(lines) + (f"\n\nTarget test accuracy: {', '.join(targets)}; mean ± sample std (range) over "
+                               "the runs that reached it; time from run start (before the data is read) to "
+                               "the end of the evaluation that first reached it, evaluations included. Score: "
+                               "MLPerf's olympic mean (5+ runs, fastest and slowest dropped, at most one miss, "
+                               "counted as the slowest).")
 
 
 # ---- chart -----------------------------------------------------------------------------------
 
 def chart_rows(table: dict) -> list[dict]:
     """The points drawn, one row per run and epoch (also the CSV beside the PNG)."""
-    return [{"world_size": c["world_size"], "method": c["method"], "run": r["id"], "epoch": e["epoch"],
-             "elapsed_s": e["elapsed_s"], "test_accuracy": e["test_accuracy"]}
+    return [{"world_size": c["world_size"], "method": c["method"], "run": r["id"], "seed": r["config"].get("seed"),
+             "epoch": e["epoch"], "run_elapsed_s": run_clock(e), "test_accuracy": e["test_accuracy"]}
             for c in table["groups"] for r in c["runs"] for e in r["metrics"]["epochs"]]
 
 
@@ -121,10 +147,15 @@ def draw(table: dict) -> bytes:
                 epochs = run["metrics"]["epochs"]
                 label = f"{cell['world_size']} process{'es' if cell['world_size'] > 1 else ''}" if not number else None
                 accuracy = [e["test_accuracy"] for e in epochs]
-                by_time.plot([e["elapsed_s"] for e in epochs], accuracy, color=color, marker=".", label=label)
-                by_epoch.plot([e["epoch"] for e in epochs], accuracy, color=color, marker=".")
+                by_time.plot([run_clock(e) for e in epochs], accuracy, color=color, marker=".", label=label,
+                             linewidth=1.0, alpha=0.8)
+                by_epoch.plot([e["epoch"] for e in epochs], accuracy, color=color, marker=".", linewidth=1.0,
+                              alpha=0.8)
+            if cell["score"]["score_s"] is not None:  # MLPerf's score of the cell, where its runs give one
+                by_time.axvline(cell["score"]["score_s"], color=color, linestyle=":", linewidth=1.2,
+                                label=f"score {fmt(cell['score']['score_s'])} s")
         target = table["groups"][0]["target"]
-        for ax, xlabel in ((by_time, "wall time since training started (s)"), (by_epoch, "epoch")):
+        for ax, xlabel in ((by_time, "wall time since run start (s)"), (by_epoch, "epoch")):
             if target is not None:
                 ax.axhline(target, color="black", linestyle="--", linewidth=0.8,
                            label=f"target {target:g}" if ax is by_time else None)
@@ -132,7 +163,7 @@ def draw(table: dict) -> bytes:
             ax.set_ylabel("test accuracy")
         by_epoch.xaxis.set_major_locator(MaxNLocator(integer=True))
         title = table["benchmark"] + (f" [{table['preset']}]" if table["preset"] else "")
-        by_time.set_title(f"{title}: test accuracy, one line per run", loc="left")
+        by_time.set_title(f"{title}: test accuracy, one line per run (seed)", loc="left")
         by_time.legend(loc="upper left", bbox_to_anchor=(2.28, 1.0), frameon=False)
         buffer = io.BytesIO()
         fig.savefig(buffer, **style.SAVE)

@@ -1,9 +1,9 @@
 """Adaptive repeats and warm-up runs of a sweep (pure: the runner runs, this decides).
 
-    fleetbench sweep ... --until-stable [--target-ci PCT] [--max-repeats N] [--warmup-run]
+    fleetbench sweep ... --until-stable [--target-ci PCT] [--max-repeats N] [--warmup-run] [--vary-seed]
 
 or the same as top-level sweep keys (`until_stable: true`, `target_ci: 2`, `max_repeats: 10`,
-`warmup_run: true`; a flag wins over its key; the first three may also be keys of a cell group,
+`warmup_run: true`, `vary_seed: true`; a flag wins over its key; the first three may also be keys of a cell group,
 which win for its cells). With until-stable a cell runs its `repeats` (the
 minimum), then more until the 95 % confidence interval half-width of its throughput mean is within
 `target_ci` % of the mean or it has `max_repeats` successful runs (fleetbench.measure.stability.
@@ -16,6 +16,12 @@ resume finds them (sweepfile.run_key leaves `runtime` out).
 A warm-up run is one unrecorded run of a cell (its own config, stored in a scratch file in the log
 directory, never in the results) before the first measured run of each (benchmark, Paddle
 version, shape) in this sweep; see docs/launch.md (Warm-up runs) for why it is off by default.
+
+With vary_seed, repeat k of a cell runs with seed = the cell's configured seed + k - 1 (through
+the launcher contract, FLEETBENCH_SEED), so its repeats differ in initialisation and data order,
+as MLPerf's do: without it the repeats of a convergence run are bit-identical and measure time only.
+The numbering is the repeat's, so a resumed sweep goes on with the next seed; the seed is not
+part of the experiment (measure.experiment.NOISE_KEYS), so the runs stay one cell.
 """
 from __future__ import annotations
 
@@ -30,7 +36,7 @@ from fleetbench.sweep.sweepfile import (
     check_stability_key,
 )
 
-KEYS = ("until_stable", "target_ci", "max_repeats", "warmup_run")
+KEYS = ("until_stable", "target_ci", "max_repeats", "warmup_run", "vary_seed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +45,7 @@ class Policy:
     target_ci_pct: float = stability.TARGET_CI_PCT
     max_repeats: int = stability.MAX_REPEATS
     warmup_run: bool = False
+    vary_seed: bool = False
 
     def of(self, cell: Cell) -> Policy:
         """The policy of `cell`: the sweep's, with the cell group's own keys over it."""
@@ -68,8 +75,14 @@ class Policy:
         return {"until_stable": True, "target_ci_pct": float(own.target_ci_pct),
                 "min_repeats": cell.repeats, "max_repeats": own.max_repeats}
 
-    def rank_env(self, cell: Cell) -> dict[str, str]:
-        return contract.RankContract(repeats=self.record_block(cell)).to_env()
+    def seed(self, repeat: int, base_seed: int | None) -> int | None:
+        """The seed of repeat `repeat` (from 1) of a cell configured with `base_seed`; None: its own."""
+        if not self.vary_seed or base_seed is None:
+            return None
+        return base_seed + repeat - 1
+
+    def rank_env(self, cell: Cell, repeat: int = 1, base_seed: int | None = None) -> dict[str, str]:
+        return contract.RankContract(repeats=self.record_block(cell), seed=self.seed(repeat, base_seed)).to_env()
 
 
 def verdict_text(block: dict | None, values: list[float]) -> str:
@@ -102,6 +115,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"runs of a cell at most with --until-stable (default {stability.MAX_REPEATS})")
     p.add_argument("--warmup-run", action="store_true", default=None,
                    help="one unrecorded run before the first measured run of each benchmark and shape")
+    p.add_argument("--vary-seed", action="store_true", default=None,
+                   help="repeat k of a cell runs with its seed + k - 1 (MLPerf's repeats differ by seed)")
 
 
 def policy(spec: dict, args: argparse.Namespace, path: str, cells: list[Cell]) -> Policy:
@@ -115,7 +130,7 @@ def policy(spec: dict, args: argparse.Namespace, path: str, cells: list[Cell]) -
     result = Policy(until_stable=bool(chosen.get("until_stable")),
                     target_ci_pct=float(chosen.get("target_ci", stability.TARGET_CI_PCT)),
                     max_repeats=chosen.get("max_repeats", stability.MAX_REPEATS),
-                    warmup_run=bool(chosen.get("warmup_run")))
+                    warmup_run=bool(chosen.get("warmup_run")), vary_seed=bool(chosen.get("vary_seed")))
     asked = ("target_ci" in chosen or "max_repeats" in chosen
              or any(getattr(c, k) is not None for c in cells for k in STABILITY_KEYS[1:]))
     if asked and not any(result.adaptive(c) for c in cells):

@@ -226,7 +226,8 @@ class Sweep:
                     self.say(progress_line(i, len(plan), cell, repeat, time.monotonic() - started, eta,
                                            self.policy.limit(cell)))
                     t0 = time.monotonic()
-                    self.run_one(i, cell, repeat, dict(base_env, **self.policy.rank_env(cell)))
+                    self.run_one(i, cell, repeat, dict(base_env, **self.policy.rank_env(cell, repeat,
+                                                                                    self.config(cell).get("seed"))))
                     runs_done += 1
                     run_time += time.monotonic() - t0
                     if self.finished(cell):

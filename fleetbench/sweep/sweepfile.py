@@ -43,7 +43,7 @@ REPO_ROOT = str(registry.REPO_ROOT)
 SWEEP_DIR = str(registry.SWEEP_DIR)
 METHOD_KEY = registry.METHOD_KEY
 TOP_KEYS = {"description", "repeats", "timeout", "stall", "startup", "cells", "hosts",
-            "until_stable", "target_ci", "max_repeats", "warmup_run"}  # the last four: sweep/adaptive.py
+            "until_stable", "target_ci", "max_repeats", "warmup_run", "vary_seed"}  # the last five: sweep/adaptive.py
 CELL_KEYS = {"benchmark", "script", "mode", "preset", "devices_per_node", "nodes", "method", "servers_workers",
              "network", "set", "repeats", "timeout", "stall", "startup", "until_stable", "target_ci", "max_repeats"}
 STABILITY_KEYS = ("until_stable", "target_ci", "max_repeats")  # a cell's own; None: the sweep's
@@ -212,9 +212,9 @@ def _cell(at: str, group: dict, top: dict, choice: dict) -> Cell:
 
 
 def check_stability_key(where: str, key: str, value: object) -> object:
-    """A value of until_stable / warmup_run (true or false), target_ci (a percentage) or
+    """A value of until_stable / warmup_run / vary_seed (true or false), target_ci (a percentage) or
     max_repeats (>= 2), checked; SweepError naming `where` otherwise."""
-    if key in ("until_stable", "warmup_run") and not isinstance(value, bool):
+    if key in ("until_stable", "warmup_run", "vary_seed") and not isinstance(value, bool):
         raise SweepError(f"{where}: {value!r}: expected true or false")
     if key == "target_ci" and (isinstance(value, bool) or not isinstance(value, (int, float))
                                or not 0 < value <= 100):
@@ -255,8 +255,9 @@ def network_key(network: dict | None) -> dict | None:
 def run_key(benchmark: str, preset: str | None, config: dict, mode: str, nodes: int, world_size: int,
             network: dict | None) -> str:
     """results.config_hash of a run's identity; `runtime` (device, threads, versions the loop
-    adds to the stored config) and what the network could not apply are not part of it."""
-    config = {k: v for k, v in config.items() if k != "runtime"}
+    adds to the stored config), the seed (repeats may differ by seed: measure.experiment) and what
+    the network could not apply are not part of it."""
+    config = {k: v for k, v in config.items() if k not in ("runtime", "seed")}
     return results.config_hash({"benchmark": benchmark, "preset": preset, "config": config, "mode": mode,
                                 "nodes": nodes, "world_size": world_size, "network": network_key(network)})
 

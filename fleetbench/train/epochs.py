@@ -8,8 +8,13 @@ What it adds (docs/convergence.md):
 - the measured window is the union of the epochs' training phases: evaluation is never inside
   it, and the first `warmup_steps` steps of epoch 1 are excluded as usual;
 - per epoch, for all ranks: epoch_time_s (slowest rank's training wall time, warm-up included),
-  test_time_s, throughput (global units / epoch_time_s), train_loss, the evaluation's figures, and
-  elapsed_s (wall time since training started, evaluations included: the clock of time to target);
+  test_time_s, throughput (global units / epoch_time_s), train_loss, the evaluation's figures,
+  elapsed_s (wall time since training started, evaluations included) and run_elapsed_s (the same
+  since MLPerf's run_start, before the data was touched: the clock of time to target);
+- the run's init_s (script start -> run_start: Fleet's rendezvous) and setup_s (run_start ->
+  training: data read, model built and wrapped), MLPerf's initialisation and the part of the run
+  before its first step;
+- MLPerf-style :::MLLOG lines on rank 0 (fleetbench.train.mllog);
 - log lines in the layout of the hand-made MNIST logs beside fleetbench's own:
   `Step40: 118.29 data/sec` (running global rate since training started, evaluations excluded:
   this rank's rate x world size) and `Epoch 1 in 33.80 sec, test time 1.62 sec, test accuracy: 0.9120`.
@@ -17,15 +22,16 @@ What it adds (docs/convergence.md):
 """
 import dataclasses
 import os
+import sys
 import time
 from typing import Iterable, Optional
 
 import paddle
 import paddle.distributed as dist
 
-from fleetbench.measure import config, metrics
+from fleetbench.measure import config, metrics, registry
 from fleetbench.measure.timing import WindowTimer, log_line
-from fleetbench.train import evaluate, loop, methods, run
+from fleetbench.train import evaluate, loop, methods, mllog, run
 
 
 @dataclasses.dataclass
@@ -138,14 +144,14 @@ def _train_epoch(cfg, epoch: int, step_fn, work: EpochWorkload, tally: Tally, ct
     return {"time_s": time_s, "units": units, "loss_sum": float(paddle.add_n(losses)), "steps": len(losses)}
 
 
-def _epoch_figures(epoch: int, mine: dict, evaluation: dict, run_start: float, comm) -> dict:
+def _epoch_figures(epoch: int, mine: dict, evaluation: dict, train_start: float, clock, comm) -> dict:
     """The epoch's figures for all ranks (every rank calls this together)."""
     (epoch_time,) = comm.max([mine["time_s"]])
     units, loss_sum, steps = comm.sum([mine["units"], mine["loss_sum"], mine["steps"]])
-    (elapsed,) = comm.max([time.perf_counter() - run_start])
+    elapsed, run_elapsed = comm.max([time.perf_counter() - train_start, clock.since_run_start()])
     return {"epoch": epoch, "epoch_time_s": epoch_time, "test_time_s": evaluation.pop("test_time_s"),
             **evaluation, "throughput": units / epoch_time, "train_loss": loss_sum / steps,
-            "elapsed_s": elapsed}
+            "elapsed_s": elapsed, "run_elapsed_s": run_elapsed}
 
 
 def epoch_lines(figures: dict) -> str:
@@ -165,22 +171,40 @@ def train(cfg: EpochConfig, work: EpochWorkload, ctx, unit: str, comm) -> tuple:
     tally = Tally(total_steps=cfg.epochs * len(work.batches))
     if ctx.world_size > 1:
         dist.barrier()  # every rank's clock starts together: elapsed_s is the job's wall time
-    run_start, epochs = time.perf_counter(), []
+    train_start, epochs = time.perf_counter(), []
+    init_s, setup_s = comm.max([ctx.clock.init_s, train_start - ctx.clock.run_start])
+    log = mllog.RunLog(ctx.rank == 0, run_name())
+    log.opening(ctx.clock.init_start_ms, ctx.clock.run_start_ms, {
+        "seed": cfg.seed, "global_batch_size": cfg.batch_size * ctx.world_size,
+        "opt_base_learning_rate": work.lr, "train_samples": len(work.batches) * cfg.batch_size * ctx.world_size,
+        "eval_samples": getattr(work.held_out, "size", None), "epoch_count": cfg.epochs})
     for epoch in range(1, cfg.epochs + 1):
+        log.start("epoch_start", epoch_num=epoch)
         mine = _train_epoch(cfg, epoch, step_fn, work, tally, ctx, unit)
+        log.end("epoch_stop", epoch_num=epoch)
+        log.start("eval_start", epoch_num=epoch)
         evaluation = evaluate.evaluate(work.model, work.held_out, work.num_classes, comm, ctx.world_size,
                                        sync=loop.sync_device)
-        epochs.append(_epoch_figures(epoch, mine, evaluation, run_start, comm))
+        epochs.append(_epoch_figures(epoch, mine, evaluation, train_start, ctx.clock, comm))
+        log.end("eval_stop", epoch_num=epoch)
+        log.event("eval_accuracy", epochs[-1]["test_accuracy"], epoch_num=epoch)
         print(epoch_lines(epochs[-1]), flush=True)
         if cfg.stop_at_target and epochs[-1]["test_accuracy"] >= cfg.target_accuracy:
             break
+    reached = cfg.target_accuracy is not None and any(e["test_accuracy"] >= cfg.target_accuracy for e in epochs)
+    log.stop(reached)
     measured = [sum(column) for column in zip(*tally.measured)]
     figures = metrics.RankFigures(
         elapsed_s=measured[0], steps=tally.step - cfg.warmup_steps, samples=measured[1], units=measured[2],
         reader_s=measured[3], peak_mem_mib=run.peak_memory_mib(ctx.device), loss_first=tally.loss_first,
         loss_last=tally.loss_last)
     print(metrics.rank_line(ctx.rank, figures), flush=True)
-    return figures, convergence_metrics(cfg, work, epochs)
+    return figures, dict(convergence_metrics(cfg, work, epochs), init_s=init_s, setup_s=setup_s)
+
+
+def run_name() -> str:
+    """The benchmark's name (the registry's, from the script the job runs), for the :::MLLOG lines."""
+    return registry.name_for_script(os.path.abspath(sys.argv[0]))
 
 
 def convergence_metrics(cfg: EpochConfig, work: EpochWorkload, epochs: list) -> dict:
@@ -188,4 +212,4 @@ def convergence_metrics(cfg: EpochConfig, work: EpochWorkload, epochs: list) -> 
     return {"epochs": epochs, "final_test_accuracy": epochs[-1]["test_accuracy"],
             "final_test_top5": epochs[-1]["test_top5"], "target_accuracy": cfg.target_accuracy,
             "time_to_target_s": time_to_target, "epochs_to_target": epochs_to_target,
-            "lr_effective": work.lr, "steps_per_epoch": len(work.batches)}
+            "lr_effective": work.lr, "steps_per_epoch": len(work.batches), "seed": cfg.seed}

@@ -56,6 +56,7 @@ class Context:
     runtime: dict = dataclasses.field(default_factory=dict)
     # what the method all-reduces per step (methods.comm_plan), stored in the record's metrics
     comm: dict = dataclasses.field(default_factory=dict)
+    clock: Optional["RunClock"] = None  # set by main once the ranks are lined up
 
     @property
     def placement(self) -> run.Placement:
@@ -64,6 +65,27 @@ class Context:
         nodes = contract.RankContract.from_env().nodes or max(1, self.world_size // max(1, self.local_size))
         return run.Placement(rank=self.rank, world_size=self.world_size, nodes=nodes,
                              runtime={"device": self.device, **self.runtime})
+
+
+@dataclasses.dataclass(frozen=True)
+class RunClock:
+    """MLPerf's two moments: init_start (the script's main began: Fleet's rendezvous and set-up
+    follow) and run_start (the ranks lined up, before the workload's build touches the data). Time
+    to target counts from run_start; the time before it is initialisation, recorded apart."""
+
+    init_start_ms: float  # wall clock (ms since the epoch), for the :::MLLOG lines
+    init_s: float  # init_start -> run_start, this rank
+    run_start: float  # time.perf_counter() at run_start
+    run_start_ms: float
+
+    @classmethod
+    def started(cls, init_start_ms: float, init_start: float) -> "RunClock":
+        now = time.perf_counter()
+        return cls(init_start_ms=init_start_ms, init_s=now - init_start, run_start=now,
+                   run_start_ms=init_start_ms + (now - init_start) * 1000)
+
+    def since_run_start(self) -> float:
+        return time.perf_counter() - self.run_start
 
 
 # ---------------------------------------------------------------- set-up
@@ -167,10 +189,14 @@ class PaddleCommunicator:
 
 def main(script: str, cls, build: Callable[[Any], Workload], argv=None) -> None:
     """`script` is the calling script's path (`__file__`): its registry entry names the run."""
+    init_start_ms, init_start = time.time() * 1000, time.perf_counter()
     bench = run.start(script, cls, "collective", argv, checks=[check_runtime])
     if bench.check_only:
         return
     ctx = setup(bench.cfg)
+    if ctx.world_size > 1:
+        dist.barrier()  # one run_start for the job: every rank's clock starts together
+    ctx.clock = RunClock.started(init_start_ms, init_start)
     try:
         work = build(bench.cfg)
         unit = bench.unit_for(work)

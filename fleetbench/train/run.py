@@ -117,10 +117,13 @@ def start(script, cls, family: str, argv=None, checks: Iterable[Callable] = ()) 
         raise RuntimeError(f"{script} is registered as a {bench.family} benchmark, not {family}")
     cfg, args = config.parse_args(name, cls, argv)
     try:
+        seed = contract.RankContract.from_env().seed
+        if seed is not None:  # a sweep varying the seed by repeat (sweep/adaptive.py): the record says which
+            config.assign(cfg, "seed", seed, source=contract.SEED)
         results.check_appendable(args.results)
         for check in checks:
             check(cfg)
-    except (config.ConfigError, ValueError) as err:  # ValueError: a data reader's one-line error
+    except (config.ConfigError, ValueError) as err:  # ValueError: a data reader's, or a contract variable's, one line
         config.exit_config_error(name, err)
     except OSError as err:
         config.exit_config_error(name, f"{err.filename}: {err.strerror}")

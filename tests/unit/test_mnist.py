@@ -11,7 +11,7 @@ from util import fleetrun, rank_summaries, records, run_script
 from datasets import DataError, mnist
 from datasets import cli as data_cli
 from fleetbench.report import convergence
-from fleetbench.train import evaluate
+from fleetbench.train import evaluate, mllog
 
 SCRIPT = "collective/mnist.py"
 
@@ -188,28 +188,35 @@ def test_seed_log_variants_all_parse():
 
 
 # ---------------------------------------------------------------- the convergence report
-def _record(world: int, throughput: float, accuracies: list, target=0.95) -> dict:
-    epochs = [{"epoch": e, "elapsed_s": 10.0 * e / world, "test_accuracy": a} for e, a in enumerate(accuracies, 1)]
+def _record(world: int, throughput: float, accuracies: list, target=0.95, seed=1) -> dict:
+    epochs = [{"epoch": e, "elapsed_s": 10.0 * e / world, "run_elapsed_s": 10.0 * e / world + 1,
+               "test_accuracy": a} for e, a in enumerate(accuracies, 1)]
     time_to, epochs_to = evaluate.to_target(epochs, target)
     return {"schema": 1, "id": f"run-{world}-{throughput}", "benchmark": "mnist", "preset": "mnist5k",
             "mode": "collective", "method": "mgwfbp", "network": None, "nodes": 1, "devices_per_node": world,
-            "world_size": world, "error": None, "config": {"target_accuracy": target},
+            "world_size": world, "error": None, "config": {"target_accuracy": target, "seed": seed},
             "metrics": {"throughput": throughput, "unit": "images/s", "epochs": epochs,
                         "final_test_accuracy": accuracies[-1], "time_to_target_s": time_to,
                         "epochs_to_target": epochs_to}}
 
 
 def test_convergence_table_and_chart(tmp_path):
-    runs = [_record(1, t, a) for t, a in ((90, [0.9, 0.96, 0.97]), (100, [0.8, 0.94, 0.96]), (110, [0.9, 0.96, 0.96]))]
-    runs += [_record(2, t, a) for t, a in ((180, [0.5, 0.96, 0.97]), (200, [0.5, 0.9, 0.93]), (220, [0.7, 0.95, 0.97]))]
+    runs = [_record(1, t, a, seed=s) for s, (t, a) in enumerate(
+        ((90, [0.9, 0.96, 0.97]), (100, [0.8, 0.94, 0.96]), (110, [0.9, 0.96, 0.96]), (95, [0.96, 0.97, 0.97]),
+         (105, [0.8, 0.9, 0.95])), 1)]
+    runs += [_record(2, t, a, seed=s) for s, (t, a) in enumerate(
+        ((180, [0.5, 0.96, 0.97]), (200, [0.5, 0.9, 0.93]), (220, [0.7, 0.95, 0.97])), 1)]
     markdown, written = convergence.section(runs, str(tmp_path), link=lambda png: png)
     rows = [line for line in markdown.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
-    assert rows[0] == ("| 1 | mgwfbp | 100 ± 10 images/s | 1.00x | 0.9633 ± 0.005774 | 2.333 ± 0.5774 "
-                       "| 23.333 ± 5.774 | 3/3 |"), rows
-    assert rows[1].startswith("| 2 | mgwfbp | 200 ± 20 images/s | 2.00x | 0.9567 ± 0.02309 | 2 ± 0 | 10 ± 0 | 2/3 |")
+    # 1 process, times to target 21, 31, 21, 11, 31 s: the olympic mean drops one 11 and one 31
+    assert rows[0] == ("| 1 | mgwfbp | 100 ± 7.906 images/s | 1.00x | 0.962 ± 0.008367 | 2.2 ± 0.8367 (1–3) "
+                       "| 23 ± 8.367 (11–31) | 5/5 | 1–5 | 24.333 |"), rows
+    assert rows[1].startswith("| 2 | mgwfbp | 200 ± 20 images/s | 2.00x | 0.9567 ± 0.02309 | 2 ± 0 (2–2) | 11 ± 0 "
+                              "(11–11) | 2/3 | 1–3 | — (3 run(s): a score needs 5) |"), rows
     png, csv = written
     assert png.endswith("convergence-mnist-mnist5k.png") and (tmp_path / "convergence-mnist-mnist5k.png").stat().st_size
-    assert len((tmp_path / "convergence-mnist-mnist5k.csv").read_text().splitlines()) == 1 + 6 * 3
+    lines = (tmp_path / "convergence-mnist-mnist5k.csv").read_text().splitlines()
+    assert len(lines) == 1 + 8 * 3 and "seed" in lines[0] and "run_elapsed_s" in lines[0]
 
 
 # ---------------------------------------------------------------- real runs (tiny preset)
@@ -265,7 +272,42 @@ def test_time_to_target_is_the_first_epoch_at_target(two_rank_run):
     m = rec["metrics"]
     first = next(e for e in m["epochs"] if e["test_accuracy"] >= TARGET)
     assert m["target_accuracy"] == TARGET and m["epochs_to_target"] == first["epoch"]
-    assert m["time_to_target_s"] == first["elapsed_s"]
+    # MLPerf's clock: from run_start, before the data is read and the model built, so the time
+    # to target holds the set-up too (data, model, DataParallel), and init (Fleet's rendezvous) not
+    assert m["time_to_target_s"] == first["run_elapsed_s"]
+    assert m["init_s"] > 0 and m["setup_s"] > 0
+    assert first["run_elapsed_s"] - first["elapsed_s"] == pytest.approx(m["setup_s"], abs=0.25)
+
+
+@pytest.mark.job
+def test_rank_0_writes_mlperf_log_lines_that_mlcommons_parser_reads_back(two_rank_run):
+    rec, log = two_rank_run
+    m = rec["metrics"]
+    lines = mllog.parse((log / "workerlog.0").read_text().splitlines())
+    keys = [line["key"] for line in lines]
+    n = len(m["epochs"])
+    assert keys[:2] == ["init_start", "submission_benchmark"] and keys[-1] == "run_stop"
+    assert keys.index("init_stop") < keys.index("run_start") < keys.index("epoch_start")
+    assert keys.count("epoch_start") == keys.count("epoch_stop") == keys.count("eval_accuracy") == n
+    value = {line["key"]: line["value"] for line in lines}
+    assert value["submission_benchmark"] == "mnist" and value["seed"] == rec["config"]["seed"]
+    assert value["global_batch_size"] == 16 * 2 and value["opt_base_learning_rate"] == pytest.approx(0.006)
+    assert value["eval_samples"] == TEST_DIGITS and value["epoch_count"] == 3
+    accuracy = [(line["metadata"]["epoch_num"], line["value"]) for line in lines if line["key"] == "eval_accuracy"]
+    assert accuracy == [(e["epoch"], e["test_accuracy"]) for e in m["epochs"]]
+    assert lines[-1]["metadata"]["status"] == "success"  # TARGET was reached
+    stamps = {line["key"]: line["time_ms"] for line in lines}
+    assert stamps["init_start"] <= stamps["run_start"] <= stamps["run_stop"]
+    # run_start to the end of the evaluation at target, by the log's own clock, is the record's time
+    at_target = next(line["time_ms"] for line in lines if line["key"] == "eval_stop"
+                     and line["metadata"]["epoch_num"] == m["epochs_to_target"])
+    assert (at_target - stamps["run_start"]) / 1000 == pytest.approx(m["time_to_target_s"], abs=0.5)
+    assert ":::MLLOG" not in (log / "workerlog.1").read_text()  # rank 0 alone writes them
+
+
+def test_a_line_mlcommons_parser_refuses_is_named():
+    with pytest.raises(ValueError, match=r"^a :::MLLOG line MLCommons' parser refused"):
+        mllog.parse([':::MLLOG {"key": "run_start"'])
 
 
 @pytest.mark.job
@@ -292,7 +334,7 @@ def test_stop_at_target_ends_the_run_at_the_target(tmp_path):
     (rec,) = records(tmp_path / "r.jsonl")
     m = rec["metrics"]
     assert len(m["epochs"]) == 1 and m["epochs_to_target"] == 1 and m["lr_effective"] == 0.003
-    assert m["time_to_target_s"] == m["epochs"][0]["elapsed_s"]
+    assert m["time_to_target_s"] == m["epochs"][0]["run_elapsed_s"]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -1,5 +1,5 @@
 """fleetbench.measure.stability on constructed runs: CV flag, outlier rule, CI stopping, digits,
-ratio error."""
+ratio error, MLPerf's olympic score of time to target."""
 import math
 import statistics
 
@@ -80,3 +80,24 @@ def test_digits_without_spread():
     assert st.format_pm(33.681, None) == "33.68"
     assert st.format_pm(925.02, 0.0) == "925"
     assert st.format_pm(40.0, None) == "40"
+
+
+# ---- MLPerf's score of time to quality
+
+def test_olympic_mean_drops_the_fastest_and_the_slowest():
+    score = st.olympic_score([50.0, 40.0, 70.0, 45.0, 55.0])
+    assert score["score_s"] == pytest.approx((50 + 45 + 55) / 3) and score["dropped"] == [1, 2]
+    assert score["kept"] == [0, 3, 4] and score["missed"] == 0 and score["reason"] is None
+
+
+def test_one_missed_target_counts_as_the_slowest_run():
+    score = st.olympic_score([50.0, None, 70.0, 45.0, 55.0])
+    assert score["dropped"] == [3, 1] and score["kept"] == [0, 2, 4]
+    assert score["score_s"] == pytest.approx((50 + 70 + 55) / 3) and score["missed"] == 1
+
+
+def test_two_missed_targets_or_too_few_runs_give_no_score():
+    two = st.olympic_score([50.0, None, 70.0, None, 55.0])
+    assert two["score_s"] is None and two["reason"] == "2 runs missed the target: a score allows one"
+    few = st.olympic_score([50.0, 60.0, 70.0, 80.0])
+    assert few["score_s"] is None and few["reason"] == "4 run(s): a score needs 5"

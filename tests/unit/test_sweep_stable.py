@@ -50,9 +50,11 @@ class Scripted(runner.Sweep):
         record = copy.deepcopy(template())
         record.update(id=uuid.uuid4().hex, config=copy.deepcopy(self.config(cell)))
         record["metrics"]["throughput"] = self.figures.pop(0)
-        block = contract.RankContract.from_env(base_env).repeats
-        if block:  # what fleetbench.train.run does with the sweep's environment
-            record["config"]["runtime"]["repeats"] = block
+        said = contract.RankContract.from_env(base_env)
+        if said.repeats:  # what fleetbench.train.run does with the sweep's environment
+            record["config"]["runtime"]["repeats"] = said.repeats
+        if said.seed is not None:
+            record["config"]["seed"] = said.seed
         results.append(self.results_path, record)
         self.events.append(("run", i, repeat))
 
@@ -119,14 +121,14 @@ def test_resume_goes_on_until_stable_and_pools_with_earlier_runs(tmp_path):
 
 def test_warmup_run_once_per_shape_before_the_first_measured_run_and_never_stored(tmp_path):
     store = tmp_path / "runs.jsonl"
-    two = cells({"seed": 7}, {"seed": 8}, repeats=1)  # one benchmark, one shape, two configs
+    two = cells({"steps": 7}, {"steps": 8}, repeats=1)  # one benchmark, one shape, two configs
     sweep = Scripted([100.0, 101.0], two, store, tmp_path, adaptive.Policy(warmup_run=True))
     sweep.run({})
     (warm, *runs) = sweep.events
     assert warm[0] == "warmup" and runs == [("run", 1, 1), ("run", 2, 1)]
     assert warm[1].startswith(str(tmp_path / "log")) and warm[1] != str(store)
     assert len(records(store)) == 2 and "warm-up run (not recorded)" in sweep.out.getvalue()
-    plain = Scripted([102.0], cells({"seed": 9}, repeats=1), tmp_path / "other.jsonl", tmp_path,
+    plain = Scripted([102.0], cells({"steps": 9}, repeats=1), tmp_path / "other.jsonl", tmp_path,
                      adaptive.Policy())
     plain.run({})
     assert [e[0] for e in plain.events] == ["run"]  # off unless asked for
@@ -144,6 +146,23 @@ def test_policy_from_keys_and_flags():
     from_file = _policy([], {"until_stable": True, "target_ci": 5, "max_repeats": 6, "warmup_run": True})
     assert from_file == adaptive.Policy(True, 5.0, 6, True)
     assert _policy(["--max-repeats", "4"], {"until_stable": True, "max_repeats": 6}).max_repeats == 4
+    assert _policy(["--vary-seed"]).vary_seed and _policy([], {"vary_seed": True}).vary_seed
+    assert not _policy([]).vary_seed
+
+
+def test_vary_seed_gives_each_repeat_its_own_seed_and_resume_goes_on_with_the_next(tmp_path):
+    store = tmp_path / "runs.jsonl"
+    base = template()["config"]["seed"]
+    first = Scripted([100.0, 101.0], cells({}), store, tmp_path, adaptive.Policy(vary_seed=True))
+    with pytest.raises(runner.Interrupted):
+        first.run({})  # two of three runs, then interrupted
+    resumed = Scripted([102.0], cells({}), store, tmp_path, adaptive.Policy(vary_seed=True))
+    (row,) = resumed.run({})
+    assert [r["config"]["seed"] for r in records(store)] == [base, base + 1, base + 2]
+    assert row["n"] == 3  # the seed is not part of the experiment: one cell, three repeats
+    same = Scripted([103.0], cells({}, repeats=1), tmp_path / "plain.jsonl", tmp_path, adaptive.Policy())
+    same.run({})
+    assert records(tmp_path / "plain.jsonl")[0]["config"]["seed"] == base  # off unless asked for
 
 
 @pytest.mark.parametrize("argv, spec, message", [
@@ -151,6 +170,7 @@ def test_policy_from_keys_and_flags():
     (["--until-stable", "--target-ci", "0"], None, "--target-ci: 0.0: expected a percentage > 0 and <= 100"),
     (["--until-stable", "--max-repeats", "2"], None, "s.yaml: max_repeats 2 is below the repeats (3) of cell"),
     ([], {"until_stable": "yes"}, "s.yaml: until_stable: 'yes': expected true or false"),
+    ([], {"vary_seed": 1}, "s.yaml: vary_seed: 1: expected true or false"),
 ])
 def test_bad_policy_is_one_line_naming_the_flag_or_key(argv, spec, message):
     with pytest.raises(sweepfile.SweepError) as err:
@@ -159,14 +179,14 @@ def test_bad_policy_is_one_line_naming_the_flag_or_key(argv, spec, message):
 
 
 @pytest.mark.job
-def test_a_real_run_keeps_the_sweeps_policy_in_its_config(tmp_path):
+def test_a_real_run_keeps_the_sweeps_policy_and_seed_in_its_config(tmp_path):
     store = tmp_path / "runs.jsonl"
     block = adaptive.Policy(until_stable=True).record_block(cells({})[0])
     p = run_script("collective/resnet50.py", "--preset", "tiny", "--set", "steps=3", "--set", "warmup_steps=1",
-                   "--results", store, **contract.RankContract(repeats=block).to_env())
+                   "--results", store, **contract.RankContract(repeats=block, seed=77).to_env())
     assert p.returncode == 0, p.stderr
     (record,) = records(store)
-    assert record["config"]["runtime"]["repeats"] == block
+    assert record["config"]["runtime"]["repeats"] == block and record["config"]["seed"] == 77
     # not part of the experiment: it pools with a run made without it
     other = dict(record, id="x", config=dict(record["config"], runtime={
         k: v for k, v in record["config"]["runtime"].items() if k != "repeats"}))
