@@ -397,7 +397,16 @@ def cli(argv) -> int:
     form = parser.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="the JSON block stored in every result record")
     form.add_argument("--markdown", action="store_true", help="a README section like FleetX's environment lists")
+    form.add_argument("--check", action="store_true",
+                      help="GPU readiness: can this Paddle load CUDA, cuDNN and NCCL and see GPUs (exit 2 if not)")
     args = parser.parse_args(argv)
+    if args.check:
+        from fleetbench.machine import gpu_ready
+
+        _gpus, driver, _why = read_gpus()
+        status, line = gpu_ready.verdict(gpu_ready.probe(), driver)
+        print(f"fleetbench env --check: {line}", file=sys.stderr if status else sys.stdout)
+        return status
     env = collect()
     if args.json:
         print(json.dumps(env, indent=2))

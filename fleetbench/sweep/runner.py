@@ -362,6 +362,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+# Emulated nodes share one machine's devices and are given none by number, so on a CUDA build every
+# node would take GPUs 0..K-1, and NCCL (one host to it) would bypass the shaped link (issue 26).
+EMULATED_ON_CUDA = ("cells with `network` run emulated nodes on this machine's devices: on a CUDA build every "
+                    "node would take GPUs 0..K-1 and NCCL would go around the shaped link; run them with a CPU "
+                    "build of Paddle (docs/gpu.md)")
+
+
+def local_build_is_cuda() -> bool:
+    paddle, _missing = machine_env.read_paddle()
+    return bool((paddle or {}).get("compiled_with_cuda"))
+
+
 def local_paddle() -> str | None:
     """The Paddle version of this Python, which runs the ranks unless --remote-python says otherwise."""
     paddle, _missing = machine_env.read_paddle()
@@ -381,6 +393,8 @@ def prepare(args: argparse.Namespace) -> Sweep:
     cells = expand(spec, path, on_hosts=hosts.real_hosts())
     if hosts.executor == "ssh" and not hosts.real_hosts() and not all(c.network for c in cells):
         raise SweepError("--executor ssh: cells without `network` need hosts (--hostfile or --hosts)")
+    if any(c.network for c in cells) and not hosts.python and local_build_is_cuda():
+        raise SweepError(EMULATED_ON_CUDA)
     problem = remote.ssh_problem(hosts, emulated=any(c.network for c in cells))
     if problem:  # refused before any cell runs: running them another way would not be what was asked
         raise SweepError(problem)

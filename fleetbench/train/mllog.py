@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from mlperf_logging.mllog.mllog import MLLogger
 from mlperf_logging.mllog import constants
+from mlperf_logging.mllog.mllog import MLLogger
 
 SUCCESS, ABORTED = constants.SUCCESS, constants.ABORTED
 

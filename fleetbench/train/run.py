@@ -128,9 +128,26 @@ def start(script, cls, family: str, argv=None, checks: Iterable[Callable] = ()) 
     except OSError as err:
         config.exit_config_error(name, f"{err.filename}: {err.strerror}")
     if args.check:
+        check_gpu_ready(name)
         print(json.dumps(config.to_dict(cfg), sort_keys=True), flush=True)
     return Run(name=name, family=family, cfg=cfg, preset=args.preset, results_path=args.results,
                check_only=args.check, unit=bench.unit if bench else None)
+
+
+def check_gpu_ready(name: str) -> None:
+    """On a CUDA build, --check (and so `fleetbench launch` and `sweep`, which run it before
+    anything starts) also asks whether Paddle can load CUDA, cuDNN and NCCL and sees a GPU: one
+    line and exit 2 if not, instead of a failure at the first convolution (docs/gpu.md)."""
+    import paddle
+
+    if not paddle.is_compiled_with_cuda():
+        return
+    from fleetbench.machine import env as machine_env
+    from fleetbench.machine import gpu_ready
+
+    status, line = gpu_ready.verdict(gpu_ready.probe(), machine_env.read_gpus()[1])
+    if status:
+        config.exit_config_error(name, f"GPU {line}")
 
 
 def peak_memory_mib(device: str = "cpu") -> float:

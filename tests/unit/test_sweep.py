@@ -105,6 +105,19 @@ def test_an_unwritable_results_path_stops_the_sweep_before_anything_runs(tmp_pat
     assert os.listdir(tmp_path) == ["s.yaml"]  # no log directory: nothing ran
 
 
+def test_network_cells_are_refused_on_a_cuda_build_before_anything_runs(tmp_path, capsys, monkeypatch):
+    # Issue 26 finding 4, untested on a GPU here: what the refusal reads is the installed Paddle's
+    # version module (machine.env.read_paddle), answered here as a CUDA build's would be.
+    monkeypatch.chdir(tmp_path)
+    cuda = {"version": "2.6.2", "compiled_with_cuda": True, "cuda": "11.8", "cudnn": "8.6.0"}
+    monkeypatch.setattr(runner.machine_env, "read_paddle", lambda: (cuda, {}))
+    spec = _write(tmp_path, _spec({"benchmark": "resnet50", "preset": "tiny", "network": "1gbe"}))
+    assert runner.cli([spec, "--results", str(tmp_path / "r.jsonl")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == f"fleetbench sweep: error: {runner.EMULATED_ON_CUDA}"
+    assert os.listdir(tmp_path) == ["s.yaml"]  # nothing ran, nothing stored
+
+
 def test_a_store_that_fails_during_the_sweep_is_one_line_naming_it(tmp_path):
     # What the sweep calls for a failed run: the error names the file, no traceback (the sweep's
     # command line prints it and stops, exit 1, keeping what was stored before).
