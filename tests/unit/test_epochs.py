@@ -7,7 +7,7 @@ import types
 import pytest
 
 from fleetbench.measure import config
-from fleetbench.train import epochs
+from fleetbench.train import epochs, loop
 
 
 class TwoRanks:
@@ -27,13 +27,15 @@ class TwoRanks:
 def test_epoch_figures_take_the_slowest_rank_and_global_units_and_loss():
     mine = {"time_s": 2.0, "units": 100.0, "loss_sum": 3.0, "steps": 3}
     # the other rank: epoch time 4 s; 60 units, loss sum 5 over 5 steps; started long ago
-    comm = TwoRanks(maxes=[[4.0], [1e9]], sums=[[60.0, 5.0, 5]])
+    comm = TwoRanks(maxes=[[4.0], [1e9, 2e9]], sums=[[60.0, 5.0, 5]])
     evaluation = {"test_time_s": 0.5, "test_accuracy": 0.9, "test_loss": 0.3, "test_top5": None}
-    figures = epochs._epoch_figures(1, mine, evaluation, time.perf_counter(), comm)
+    clock = loop.RunClock(init_start_ms=0.0, init_s=0.0, run_start=time.perf_counter(), run_start_ms=0.0)
+    figures = epochs._epoch_figures(1, mine, evaluation, time.perf_counter(), clock, comm)
     assert figures["epoch_time_s"] == 4.0
     assert figures["throughput"] == pytest.approx(160.0 / 4.0)  # global units / slowest rank's time
     assert figures["train_loss"] == pytest.approx(8.0 / 8)  # mean over every step of every rank
     assert figures["elapsed_s"] == 1e9  # the job's clock is its slowest rank's
+    assert figures["run_elapsed_s"] == 2e9  # and so is MLPerf's, from run_start
     assert figures["test_time_s"] == 0.5 and "test_time_s" not in evaluation
     assert figures["test_accuracy"] == 0.9 and figures["epoch"] == 1
 
@@ -53,12 +55,13 @@ def test_epoch_lines_are_the_hand_made_layout_then_fleetbenchs():
 def test_convergence_metrics_find_the_first_epoch_at_target():
     runs = [_figures(1, 0.80, 10.0), _figures(2, 0.95, 21.0), _figures(3, 0.97, 32.0, top5=0.99)]
     work = types.SimpleNamespace(lr=0.1, batches=[0] * 7)
-    cfg = types.SimpleNamespace(target_accuracy=0.95)
+    cfg = types.SimpleNamespace(target_accuracy=0.95, seed=3)
     got = epochs.convergence_metrics(cfg, work, runs)
     assert (got["time_to_target_s"], got["epochs_to_target"]) == (21.0, 2)
     assert got["final_test_accuracy"] == 0.97 and got["final_test_top5"] == 0.99
     assert got["steps_per_epoch"] == 7 and got["lr_effective"] == 0.1 and got["epochs"] is runs
-    never = epochs.convergence_metrics(types.SimpleNamespace(target_accuracy=0.99), work, runs)
+    assert got["seed"] == 3
+    never = epochs.convergence_metrics(types.SimpleNamespace(target_accuracy=0.99, seed=3), work, runs)
     assert (never["time_to_target_s"], never["epochs_to_target"]) == (None, None)
 
 
