@@ -1,6 +1,6 @@
 """The benchmarks `fleetbench diagnose` runs on a node, one JSON object on stdout each.
 
-    python -m fleetbench.diagnose.probe node [--seconds S]    matmul GFLOP/s and STREAM triad GB/s
+    python -m fleetbench.diagnose.probe node [--seconds S]    matmul GFLOP/s, STREAM triad GB/s, train images/s
     python -m fleetbench.diagnose.probe recv HOST [--timeout S] prints `port N`, then the link's Gbit/s
     python -m fleetbench.diagnose.probe send HOST PORT [--seconds S]
 
@@ -21,6 +21,7 @@ from fleetbench.comm import linkprobe
 MATMUL_N = 512  # fp32 512x512x512: 0.27 GFLOP a product, in cache-friendly blocks on any CPU
 TRIAD_ELEMENTS = 1 << 23  # 3 float64 arrays of 64 MiB: far beyond any cache, so memory is what is timed
 TRIALS = 3
+TRAIN_BATCH = 64  # 28x28 one-channel images a step: LeNet, paddle.vision's, as the MNIST benchmark's tiny model
 
 
 def _best_rate(work: float, run, seconds: float) -> float:
@@ -64,6 +65,29 @@ def triad_gbps(seconds: float) -> float:
     return _best_rate(4 * 8 * TRIAD_ELEMENTS / 1e9, triad, seconds)
 
 
+def train_images_per_s(seconds: float) -> float:
+    """Images a second of one process's training steps (forward, backward, Adam) of LeNet on a
+    synthetic batch: what one rank of a small benchmark gets from the node, framework included,
+    where matmul and triad time one kernel each."""
+    import paddle
+
+    model = paddle.vision.models.LeNet(num_classes=10)
+    optimizer = paddle.optimizer.Adam(learning_rate=1e-3, parameters=model.parameters())
+    images = paddle.rand([TRAIN_BATCH, 1, 28, 28], dtype="float32")
+    labels = paddle.randint(0, 10, [TRAIN_BATCH, 1])
+    loss_fn = paddle.nn.CrossEntropyLoss()
+
+    def step() -> None:
+        loss = loss_fn(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.clear_grad()
+        float(loss)  # reads the loss: the step is done, not queued (a device sync on GPU)
+
+    step()  # the first step pays for kernel selection and allocation
+    return _best_rate(TRAIN_BATCH, step, seconds)
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m fleetbench.diagnose.probe")
     sub = p.add_subparsers(dest="what", required=True)
@@ -78,7 +102,8 @@ def main(argv: list[str]) -> int:
     send.add_argument("--seconds", type=float, default=1.0)
     args = p.parse_args(argv)
     if args.what == "node":
-        out = {"matmul_gflops": matmul_gflops(args.seconds), "triad_gbps": triad_gbps(args.seconds)}
+        out = {"matmul_gflops": matmul_gflops(args.seconds), "triad_gbps": triad_gbps(args.seconds),
+               "train_images_per_s": train_images_per_s(args.seconds)}
     elif args.what == "recv":
         server = linkprobe.listen(args.host)
         print(f"port {server.getsockname()[1]}", flush=True)

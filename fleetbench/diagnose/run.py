@@ -50,7 +50,7 @@ def _why(proc_or_text, host: Host) -> ProbeFailed:
 
 
 def node_probe(host: Host, seconds: float, timeout: float) -> dict:
-    """matmul_gflops and triad_gbps of one node, or ProbeFailed (unreachable / failed)."""
+    """matmul_gflops, triad_gbps and train_images_per_s of one node, or ProbeFailed (unreachable / failed)."""
     try:
         p = subprocess.run(_in_node(host, PROBE + ["node", "--seconds", str(seconds)]),
                            capture_output=True, text=True, timeout=timeout, check=False)
