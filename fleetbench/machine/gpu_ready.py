@@ -65,7 +65,11 @@ def probe(python: str = sys.executable, env: dict | None = None, timeout: float 
     if not lines:
         tail = (p.stderr or p.stdout).strip().splitlines()
         return {"import": f"the probe exited {p.returncode}: {tail[-1] if tail else 'no output'}"}
-    return json.loads(lines[-1][len("GPU_READY "):])
+    report = json.loads(lines[-1][len("GPU_READY "):])
+    # A load that does not throw (cuDNN's: cudnn_version() is then -1) is said in Paddle's warning
+    # on stderr, with the same words and the library's name.
+    report["not_loaded"] = list(dict.fromkeys(MISSING_LIBRARY.findall(p.stderr or "")))
+    return report
 
 
 def _version_tuple(text: str) -> tuple:
@@ -89,10 +93,13 @@ def problems(report: dict, driver: str | None = None) -> list[str]:
             missing.append(found.group(1))
         else:
             out.append(f"{what} failed ({error.strip().splitlines()[0][:120]})")
-    if missing:
-        out.insert(0, f"cannot load {', '.join(dict.fromkeys(missing))}")
     loaded, built = report["cudnn"].get("value"), _version_tuple(report["cudnn_built"])
-    if loaded and built and loaded // 1000 != built[0]:  # cudnnGetVersion: major x 1000 + minor x 100 + patch
+    missing += report.get("not_loaded", [])
+    if loaded is not None and loaded < 0 and not any("cudnn" in name for name in missing):
+        missing.append("cuDNN (cudnn_version() is -1)")  # Paddle found none and named none
+    if missing:
+        out.insert(0, f"cannot load {', '.join(sorted(set(missing)))}")
+    if loaded and loaded > 0 and built and loaded // 1000 != built[0]:  # major x 1000 + minor x 100 + patch
         out.append(f"loads cuDNN {loaded // 1000}.{loaded % 1000 // 100} where it was built for {report['cudnn_built']}")
     if report["devices"].get("value") == 0:
         out.append("sees no GPU")

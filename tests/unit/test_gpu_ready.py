@@ -25,13 +25,20 @@ def gpu_build(**parts) -> dict:
 
 
 def test_a_node_without_cuda_libraries_is_named_in_one_line_and_refused():
-    report = gpu_build(cudnn={"error": LOAD_ERROR.format("libcudnn.so", "libcudnn.so")},
+    # as paddlepaddle-gpu 2.6.2 answered on this CPU machine: cuDNN's load does not throw (the
+    # version is -1, the library named in Paddle's warning on stderr); NCCL's does
+    report = gpu_build(cudnn={"value": -1}, not_loaded=["libcudnn.so", "libnccl.so"],
                        nccl={"error": LOAD_ERROR.format("libnccl.so", "libnccl.so")}, devices={"value": 0})
     status, line = gpu_ready.verdict(report, driver=None)
     assert status == 2 and "\n" not in line
     assert line.startswith("not ready: Paddle 2.6.2 (built for CUDA 11.8, cuDNN 8.6.0) cannot load libcudnn.so, "
                            "libnccl.so; sees no GPU: install CUDA 11.8, cuDNN 8.6.0 and NCCL 2"), line
     assert gpu_ready.GUIDE in line
+
+
+def test_a_cudnn_paddle_could_not_load_without_naming_it_is_still_said():
+    status, line = gpu_ready.verdict(gpu_build(cudnn={"value": -1}), "535.104.05")
+    assert status == 2 and "cannot load cuDNN (cudnn_version() is -1)" in line and "loads cuDNN -" not in line
 
 
 @pytest.mark.parametrize("parts, driver, phrase", [
