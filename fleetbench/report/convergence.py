@@ -47,12 +47,26 @@ def _with_epochs(records: list[dict]) -> list[dict]:
 
 
 def _stat_text(values: list, spread: bool = False) -> str:
-    """mean ± std, and with `spread` the range (min–max) of the values."""
+    """mean ± std to the digits the std supports (stability.format_pm), and with `spread` the
+    range (min–max) of the values to the same decimal place."""
     if not values:
         return "—"
     stats = timing.summarize(values)
-    text = fmt(stats["mean"]) + (f" ± {fmt(stats['std'])}" if stats["n"] > 1 else "")
-    return text + (f" ({fmt(min(values))}–{fmt(max(values))})" if spread and stats["n"] > 1 else "")
+    std = stats["std"] if stats["n"] > 1 else None
+    text = stability.format_pm(stats["mean"], std)
+    if not (spread and std):
+        return text
+    if all(float(v).is_integer() for v in values):  # epochs: whole numbers, whatever the spread
+        return f"{text} ({int(min(values))}–{int(max(values))})"
+    places = stability.decimals_for(std)
+    return f"{text} ({stability.round_to(min(values), places)}–{stability.round_to(max(values), places)})"
+
+
+def _score_text(score: dict) -> str:
+    """The olympic mean to the digits the kept runs' spread supports, or why there is none."""
+    if score["score_s"] is None:
+        return f"— ({score['reason']})"
+    return _stat_text([score["times"][i] for i in score["kept"]]).split(" ± ")[0]
 
 
 def run_clock(epoch: dict) -> float:
@@ -86,7 +100,7 @@ def groups(records: list[dict]) -> list[dict]:
                         epochs_to_target=[m["epochs_to_target"] for m in reached],
                         time_to_target_s=[m["time_to_target_s"] for m in reached],
                         seeds=[r["config"].get("seed") for r in members if r["config"].get("seed") is not None],
-                        score=stability.olympic_score(times)))
+                        score=dict(stability.olympic_score(times), times=times)))
     return out
 
 
@@ -109,12 +123,11 @@ def table_markdown(table: dict) -> str:
         throughput = _stat_text([run["metrics"]["throughput"] for run in g["runs"]])
         speedup = "—" if g["speedup"] is None else f"{g['speedup']:.2f}x"
         reached = f"{g['reached']}/{len(g['runs'])}" + (f" (+{g['failed']} failed)" if g["failed"] else "")
-        score = g["score"]
-        score_text = fmt(score["score_s"]) if score["score_s"] is not None else f"— ({score['reason']})"
         lines.append("| " + " | ".join([
             str(g["world_size"]), g["method"], f"{throughput} {g['unit'] or ''}".strip(), speedup,
             _stat_text(g["final_accuracy"]), _stat_text(g["epochs_to_target"], spread=True),
-            _stat_text(g["time_to_target_s"], spread=True), reached, _seeds_text(g["seeds"]), score_text]) + " |")
+            _stat_text(g["time_to_target_s"], spread=True), reached, _seeds_text(g["seeds"]),
+            _score_text(g["score"])]) + " |")
     targets = sorted({fmt(g["target"]) for g in table["groups"]})
     return "\n".join(lines) + (f"\n\nTarget test accuracy: {', '.join(targets)}; mean ± sample std (range) over "
                                "the runs that reached it; time from run start (before the data is read) to "
@@ -153,7 +166,7 @@ def draw(table: dict) -> bytes:
                               alpha=0.8)
             if cell["score"]["score_s"] is not None:  # MLPerf's score of the cell, where its runs give one
                 by_time.axvline(cell["score"]["score_s"], color=color, linestyle=":", linewidth=1.2,
-                                label=f"score {fmt(cell['score']['score_s'])} s")
+                                label=f"score {_score_text(cell['score'])} s")
         target = table["groups"][0]["target"]
         for ax, xlabel in ((by_time, "wall time since run start (s)"), (by_epoch, "epoch")):
             if target is not None:
