@@ -1,6 +1,7 @@
 """`fleetbench diagnose`: name the sick node and the slow link.
 
     fleetbench diagnose --cluster [NAME]   the emulated cluster (default fb)
+    fleetbench diagnose --hosts a,b,c      real hosts over SSH (or --hostfile FILE; --ssh-config FILE)
     fleetbench diagnose                    this machine alone (node tests only)
 
 Exit 0: every node healthy; 1: a node defective or unreachable; 2: bad input (before anything runs).
@@ -22,7 +23,12 @@ DEFAULT_RULES = Path(__file__).resolve().parents[1] / "presets" / "diagnose" / "
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fleetbench diagnose", description=__doc__.splitlines()[0])
-    p.add_argument("--cluster", nargs="?", const="fb", metavar="NAME", help="the emulated cluster (default fb)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--cluster", nargs="?", const="fb", metavar="NAME", help="the emulated cluster (default fb)")
+    where.add_argument("--hosts", help="real hosts over SSH: a,b,c (slots, as in a:8, are ignored)")
+    where.add_argument("--hostfile", help="real hosts over SSH, one `HOST [slots=N]` per line")
+    p.add_argument("--ssh-config", help="ssh -F FILE for --hosts/--hostfile (default: your ~/.ssh/config)")
+    p.add_argument("--remote-python", help="the Python with fleetbench on the hosts (default: this one's path)")
     p.add_argument("--rules", default=str(DEFAULT_RULES), help="rules YAML (default: the shipped rules)")
     p.add_argument("--baseline", help="judge against this baseline instead of the peers' median")
     p.add_argument("--save-baseline", metavar="FILE", help="write this run's figures as a baseline")
@@ -36,7 +42,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _hosts(cluster: str | None) -> list[Host]:
+def _hosts(args) -> list[Host]:
+    if args.hosts or args.hostfile:
+        from fleetbench.hosts import hostlist
+
+        try:
+            found = (hostlist.load_hostfile(args.hostfile) if args.hostfile
+                     else hostlist.parse_hosts_arg(args.hosts))
+        except hostlist.HostsError as e:
+            raise rules.DiagnoseError(str(e)) from None
+        return [Host(i, "", h.address, ssh=h.name, ssh_config=args.ssh_config,
+                     python=args.remote_python or sys.executable) for i, h in enumerate(found)]
+    cluster = args.cluster
     if cluster is None:
         return [Host(0, "", "127.0.0.1")]
     from fleetbench.emulate import netem, netem_state
@@ -115,13 +132,13 @@ def _probe_links(hosts: list[Host], skip: set, args, phases: dict) -> dict:
 
 def diagnose(args) -> dict:
     rule_list, baseline = _load_inputs(args)  # bad input: one line before anything runs
-    hosts = _hosts(args.cluster)
+    hosts = _hosts(args)
     start, phases = time.monotonic(), {}
     node_figures, problems = _probe_nodes(hosts, args, phases)
     link_figures = _probe_links(hosts, set(problems), args, phases) if len(hosts) > 1 else {}
     nodes = rules.judge_nodes(node_figures, rule_list, baseline, problems)
     links, blamed = rules.judge_links(link_figures, rule_list, baseline)
-    names = {h.index: h.netns or "localhost" for h in hosts}
+    names = {h.index: h.name for h in hosts}
     nodes = [{**n, "host": names[n["index"]], "figures": node_figures.get(n["index"], {})}
              for n in rules.merge(nodes, blamed)]
     report = {"nodes": nodes, "links": links, "reference": "baseline" if baseline else "peer median",
@@ -147,7 +164,7 @@ def cli(argv: list[str]) -> int:
     if args.results:
         from fleetbench.diagnose.records import store
 
-        store(args.results, report, args.cluster)
+        store(args.results, report, args.cluster or ("ssh" if args.hosts or args.hostfile else None))
     from fleetbench.diagnose.output import console, markdown
 
     print(json.dumps(report, indent=1) if args.json else markdown(report) if args.markdown else console(report))

@@ -11,7 +11,9 @@ def _identity(benchmark: str, nodes: int, cluster: str | None) -> contract.RunId
 
 
 def store(path: str, report: dict, cluster: str | None) -> None:
-    """One record per node (its figures, units in the names) and one for the verdict."""
+    """One record per node (its figures, units in the names) and one for the verdict. `cluster`:
+    the emulated cluster's name, "ssh" for hosts given by --hosts/--hostfile, None for this machine.
+    The records name the hosts (a diagnosis names the sick node): publish them knowingly."""
     count = len(report["nodes"])
     for node in report["nodes"]:
         metrics = {**node["figures"], "node_index": node["index"], "host": node["host"]}

@@ -1,17 +1,21 @@
-"""Running the probes on emulated nodes (the part of diagnose that runs commands).
+"""Running the probes on the nodes (the part of diagnose that runs commands): emulated nodes
+through `ip netns exec` (in the node's CPU cgroup when it is degraded), real hosts over SSH.
 
-The emulated nodes share this machine's cores, so every test runs alone: a node's probe, then the
-next node's; a link test, then the next. On real hosts the per-node probes would run at once.
+Every test runs alone: a node's probe, then the next node's; a link test, then the next. The
+emulated nodes share this machine's cores, so that is needed there; on real hosts the per-node
+probes could run at once, and do not yet (a diagnosis of N hosts takes N times a node's probes).
 """
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 
 from fleetbench.emulate import degrade
+from fleetbench.hosts.executors import ssh_argv
 
 PROBE = [sys.executable, "-m", "fleetbench.diagnose.probe"]
 
@@ -19,8 +23,15 @@ PROBE = [sys.executable, "-m", "fleetbench.diagnose.probe"]
 @dataclass(frozen=True)
 class Host:
     index: int
-    netns: str
-    ip: str
+    netns: str  # the emulated node's namespace; "" for this machine or an SSH host
+    ip: str  # the address the node's link test listens on
+    ssh: str | None = None  # the SSH destination of a real host
+    ssh_config: str | None = None
+    python: str = sys.executable  # the Python with fleetbench on that host
+
+    @property
+    def name(self) -> str:
+        return self.ssh or self.netns or "localhost"
 
 
 class ProbeFailed(RuntimeError):
@@ -30,6 +41,8 @@ class ProbeFailed(RuntimeError):
 
 
 def _in_node(host: Host, cmd: list[str]) -> list[str]:
+    if host.ssh:  # cmd[0] is this machine's Python; the host runs its own
+        return ssh_argv(host.ssh, shlex.join([host.python, *cmd[1:]]), host.ssh_config)
     if not host.netns:  # this machine
         return cmd
     return degrade.in_node(host.netns, cmd)
@@ -45,8 +58,11 @@ def _last_json(text: str) -> dict:
 def _why(proc_or_text, host: Host) -> ProbeFailed:
     text = proc_or_text if isinstance(proc_or_text, str) else (proc_or_text.stderr or proc_or_text.stdout)
     tail = (text or "").strip().splitlines()[-1:] or ["no output"]
-    unreachable = "Cannot open network namespace" in (text or "") or "No such file" in (text or "")
-    return ProbeFailed("unreachable" if unreachable else "failed", f"node {host.index} ({host.netns}): {tail[0]}")
+    # ssh itself exits 255 when it cannot reach or log in to the host (a remote command's own
+    # exit status is passed through)
+    unreachable = ("Cannot open network namespace" in (text or "") or "No such file" in (text or "")
+                   or getattr(proc_or_text, "returncode", None) == 255)
+    return ProbeFailed("unreachable" if unreachable else "failed", f"node {host.index} ({host.name}): {tail[0]}")
 
 
 def node_probe(host: Host, seconds: float, timeout: float) -> dict:
@@ -55,7 +71,7 @@ def node_probe(host: Host, seconds: float, timeout: float) -> dict:
         p = subprocess.run(_in_node(host, PROBE + ["node", "--seconds", str(seconds)]),
                            capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        raise ProbeFailed("failed", f"node {host.index} ({host.netns}): probe did not end within {timeout:g} s") from None
+        raise ProbeFailed("failed", f"node {host.index} ({host.name}): probe did not end within {timeout:g} s") from None
     if p.returncode != 0:
         raise _why(p, host)
     return _last_json(p.stdout)

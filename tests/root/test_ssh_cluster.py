@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -188,3 +189,26 @@ def test_only_the_automatic_choice_falls_back_to_netns_with_one_line(monkeypatch
     assert remote.ssh_problem(auto, emulated=True) is None
     assert remote.ssh_problem(asked, emulated=True) == "--executor ssh: no sshd here (apt-get install openssh-server)"
     assert remote.ssh_problem(asked, emulated=False) is None  # real hosts need only the ssh client
+
+
+@needs_sshd
+def test_diagnose_reaches_real_hosts_over_ssh_and_names_one_it_cannot_reach(cluster, tmp_path):
+    # Issue 21: the same diagnosis over any host set; here the two nodes' sshd, as real hosts would
+    # be reached (--hostfile, --ssh-config), plus an address in the cluster's subnet nobody holds.
+    ghost = cluster["hosts"][1].rsplit(".", 1)[0] + ".250"
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text(Path(cluster["hostfile"]).read_text() + f"{ghost} slots=1\n")
+    store = tmp_path / "diag.jsonl"
+    p = fleetbench(cluster, "diagnose", "--hostfile", hostfile, "--ssh-config", cluster["ssh_config"],
+                   "--passes", 1, "--seconds", 0.3, "--timeout", 60, "--json", "--results", store)
+    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]  # one host unreachable
+    report = json.loads(p.stdout)
+    hosts = [n["host"] for n in report["nodes"]]
+    assert hosts == [*cluster["hosts"], ghost]
+    verdicts = [n["verdict"] for n in report["nodes"]]
+    assert verdicts[2] == "unreachable" and verdicts[:2] == ["healthy", "healthy"], report
+    for node in report["nodes"][:2]:  # every figure came back over ssh from the node itself
+        assert {"matmul_gflops", "triad_gbps", "train_images_per_s"} <= set(node["figures"]), node
+    (link,) = report["links"]  # the two reachable hosts, by raw TCP between their addresses
+    assert link["verdict"] == "healthy" and 0 < link["link_gbps"] <= 1.25, link  # the 1gbe shaping, with room
+    assert {r["config"]["cluster"] for r in records(store)} == {"ssh"}
