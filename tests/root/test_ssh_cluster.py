@@ -198,9 +198,20 @@ def test_diagnose_reaches_real_hosts_over_ssh_and_names_one_it_cannot_reach(clus
     ghost = cluster["hosts"][1].rsplit(".", 1)[0] + ".250"
     hostfile = tmp_path / "hosts"
     hostfile.write_text(Path(cluster["hostfile"]).read_text() + f"{ghost} slots=1\n")
+    # What this test promises is reach, not health: every figure comes back over ssh, the ghost is
+    # named. The root tier runs beside the Paddle 3.x tests, and CI once saw a healthy node's single
+    # pass fall more than the shipped rules' 25% below its one peer. So the node rules here flag only
+    # a node at a tenth of its peer (judgement of a real fault: tests/root/test_diagnose.py, a
+    # quarter-CPU node); the link rule stays the shipped one, a shaped link cannot beat its rate.
+    rules = tmp_path / "reach-rules.yaml"
+    rules.write_text(yaml.safe_dump({"rules": [
+        *({"metric": m, "below_reference_pct": 90, "category": "compute"}
+          for m in ("matmul_gflops", "train_images_per_s")),
+        {"metric": "triad_gbps", "below_reference_pct": 90, "category": "memory"},
+        {"metric": "link_gbps", "below_reference_pct": 30, "category": "network", "scope": "link"}]}))
     store = tmp_path / "diag.jsonl"
     p = fleetbench(cluster, "diagnose", "--hostfile", hostfile, "--ssh-config", cluster["ssh_config"],
-                   "--passes", 1, "--seconds", 0.3, "--timeout", 60, "--json", "--results", store)
+                   "--rules", rules, "--passes", 1, "--seconds", 0.3, "--timeout", 60, "--json", "--results", store)
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]  # one host unreachable
     report = json.loads(p.stdout)
     hosts = [n["host"] for n in report["nodes"]]
