@@ -57,6 +57,7 @@ class Context:
     # what the method all-reduces per step (methods.comm_plan), stored in the record's metrics
     comm: dict = dataclasses.field(default_factory=dict)
     clock: Optional["RunClock"] = None  # set by main once the ranks are lined up
+    precision: Optional[object] = None  # methods.prepare's amp.Precision: evaluation runs under it too
 
     @property
     def placement(self) -> run.Placement:
