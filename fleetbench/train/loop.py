@@ -91,8 +91,9 @@ class RunClock:
 
 # ---------------------------------------------------------------- set-up
 def device_name() -> str:
-    """GPU when Paddle was built with CUDA and sees a device; the launcher picks which one."""
-    if paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
+    """GPU when Paddle was built with CUDA and sees a device (and no CPU ranks were asked); the
+    launcher picks which one."""
+    if capability.gpu_ranks():
         return f"gpu:{dist.ParallelEnv().device_id}"
     return "cpu"
 
@@ -114,7 +115,7 @@ def setup(cfg) -> Context:
 
 
 def sync_device() -> None:
-    if paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
+    if capability.gpu_ranks():
         paddle.device.cuda.synchronize()
 
 
