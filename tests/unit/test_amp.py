@@ -104,3 +104,20 @@ def test_bucket_count_starts_a_bucket_where_the_dtype_changes_as_build_groups_do
     for limit in (1, 100, 300, 10**6):
         assert methods.bucket_count(sizes, limit, [str(t.dtype) for t in tensors]) == \
             len(build_groups(tensors, limit)), limit
+
+
+def test_ctr_refuses_fp16_with_a_sparse_table_gradient():
+    """GradScaler unscales dense gradients only (finding 7): fp16 needs sparse_grad=false."""
+    import importlib.util
+
+    from util import REPO
+
+    spec = importlib.util.spec_from_file_location("ctr_script", REPO / "collective" / "ctr.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    cfg = script.CTRAllReduceConfig()
+    config.assign(cfg, "amp", "fp16")
+    with pytest.raises(config.ConfigError, match=r"^config key 'amp' fp16 needs sparse_grad=false"):
+        cfg.validate()
+    config.assign(cfg, "sparse_grad", "false")
+    cfg.validate()
