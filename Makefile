@@ -35,7 +35,11 @@ deps:
 
 install: $(STAMP)
 
+# paddlepaddle and paddlepaddle-gpu both install paddle/: one virtualenv holds one build, so a
+# .venv stamped for the other extra is refused in one line (exit 2) before pip touches it.
 $(STAMP): setup.cfg pyproject.toml
+	@other=$$(ls -d $(VENV)/.installed-* 2>/dev/null | grep -vx '$(STAMP)' | head -1); \
+	if [ -n "$$other" ]; then echo "make: $(VENV) holds the $${other##*/.installed-} build of Paddle and this host wants '$(EXTRA)' (paddlepaddle and paddlepaddle-gpu both own paddle/): run make clean first, or give this build its own virtualenv: make VENV=.venv-$(EXTRA) $(or $(MAKECMDGOALS),install)" >&2; exit 2; fi
 	$(call make-venv,$(VENV),$(EXTRA)$(comma)test)
 
 install-paddle3: $(STAMP3)

@@ -24,7 +24,7 @@ import paddle.distributed as dist
 
 from fleetbench.comm import opmath
 from fleetbench.measure import config
-from fleetbench.train import loop
+from fleetbench.train import capability, loop
 
 REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
 
@@ -76,7 +76,7 @@ class CommConfig:
 
 
 def on_gpu() -> bool:
-    return paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
+    return capability.gpu_ranks()
 
 
 def check_backend(cfg: CommConfig) -> None:

@@ -158,8 +158,9 @@ def _take_flag(out: LaunchArgs, name: str, value: str) -> None:
         out.paddle += [name, value]
 
 
-def job_shape(args: LaunchArgs) -> tuple[str, int, int, int]:
-    """(mode, nodes, devices_per_node, world_size) implied by the launcher flags."""
+def job_shape(args: LaunchArgs, env: dict | None = None, found: dict | None = None) -> tuple[str, int, int, int]:
+    """(mode, nodes, devices_per_node, world_size) implied by the launcher flags, the environment
+    and, where neither names a count, the devices Paddle's launcher sees (`found`)."""
     ps = any(args.flag(f) for f in PS_FLAGS) or args.flag("--run_mode") == "ps"
     nnodes = args.flag("--nnodes", "1")
     nodes = contract.RankContract.from_env().nodes or int(nnodes.split(":")[-1] or 1)
@@ -170,13 +171,13 @@ def job_shape(args: LaunchArgs) -> tuple[str, int, int, int]:
         workers = len(explicit.split(",")) if explicit else int(
             args.flag("--trainer_num") or args.flag("--worker_num") or 1) * nodes
         return "ps", nodes, max(1, workers // nodes), workers
-    per_node = int(args.flag("--nproc_per_node") or 0) or (
-        len(args.flag("--devices").split(",")) if args.flag("--devices") else 1)
+    per_node = preflight.ranks_per_node(args.flag("--nproc_per_node"), args.flag("--devices"), env or {}, found)
     return "collective", nodes, per_node, per_node * nodes
 
 
-def identity_for(args: LaunchArgs, config: dict | None = None, network: dict | None = None) -> contract.RunIdentity:
-    mode, nodes, per_node, world = job_shape(args)
+def identity_for(args: LaunchArgs, config: dict | None = None, network: dict | None = None,
+                 shape: tuple | None = None) -> contract.RunIdentity:
+    mode, nodes, per_node, world = shape or job_shape(args)
     benchmark = registry.for_script(args.script)
     if benchmark is not None and benchmark.family == "comm":
         mode = "comm"  # launched like a collective job; its records say comm
@@ -204,7 +205,17 @@ def prepare(args: LaunchArgs, env: dict) -> contract.RunIdentity:
         preflight.check_devices(flag, device, env)
     benchmark = registry.for_script(args.script)
     config = preflight.check_config(args.script, args.script_args, env) if args.check and benchmark else None
-    return identity_for(args, config, contract.RankContract.from_env().network)
+    return identity_for(args, config, contract.RankContract.from_env().network, job_shape(args, env, seen(args, env)))
+
+
+def seen(args: LaunchArgs, env: dict) -> dict | None:
+    """The devices Paddle's launcher will count ranks by, probed only where nothing else gives
+    the count (on a GPU node Paddle then starts one rank per GPU)."""
+    named = args.flag("--nproc_per_node") or args.flag("--devices") or args.flag("--run_mode") == "ps" or \
+        any(f in args.paddle for f in PS_FLAGS)
+    if named or env.get("PADDLE_NPROC_PER_NODE") or env.get("PADDLE_DEVICES"):
+        return None
+    return preflight.visible_devices(env)
 
 
 USAGE = """usage: fleetbench launch [launcher flags] SCRIPT [script args]

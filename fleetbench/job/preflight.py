@@ -53,6 +53,22 @@ def device_problem(flag: str, ids: str, found: dict | None) -> str | None:
     return None
 
 
+def ranks_per_node(nproc: str | None, devices: str | None, env: dict, found: dict | None) -> int:
+    """How many ranks Paddle's launcher starts on this node (`pod_replicas` in paddle/distributed/
+    launch/controllers/controller.py, the same in 2.6.2 and 3.3.1): --nproc_per_node, else one per
+    --devices entry, else one per device Device.parse_device sees (`found`, visible_devices'
+    answer): every GPU of a CUDA build, or each CUDA_VISIBLE_DEVICES entry; one where it sees none
+    (a CPU node). PADDLE_NPROC_PER_NODE and PADDLE_DEVICES in the environment override the flags
+    (Context.set_env_in_args)."""
+    nproc = env.get("PADDLE_NPROC_PER_NODE") or nproc
+    devices = env.get("PADDLE_DEVICES") or devices
+    if nproc:
+        return int(nproc)
+    if devices:
+        return len(devices.split(","))
+    return max(1, len(found["labels"])) if found else 1  # Device.count: len(labels) or 1
+
+
 def check_config(script: str, script_args: list[str], env: dict, timeout: float = 120) -> dict:
     """A benchmark's resolved config from its own `--check` (validates, trains nothing)."""
     try:

@@ -74,11 +74,17 @@ class CollectiveConfig(BenchConfig):
     comm_buffer_mb: float = 25.0  # bucket size for mgwfbp (Paddle's DataParallel comm_buffer_size)
     grad_merge_steps: int = 4  # micro-steps per all-reduce for method=grad_merge
     amp: str = "off"  # off | fp16 | bf16 (GPU only)
+    # O1: fp32 weights, listed ops in half precision; O2: half-precision weights with fp32 master
+    # copies in the optimizer (Paddle's "pure" fp16/bf16, paddle.amp.decorate). fleetbench.train.amp
+    amp_level: str = "O1"
 
     def validate(self) -> None:
         super().validate()
         self.check_length()
         require(self.amp in ("off", "fp16", "bf16"), "amp", "must be off, fp16 or bf16", self.amp)
+        require(self.amp_level in ("O1", "O2"), "amp_level", "must be O1 or O2", self.amp_level)
+        require(self.amp_level == "O1" or self.amp != "off", "amp_level", "O2 needs amp=fp16 or amp=bf16",
+                self.amp_level)
         require(self.comm_buffer_mb > 0, "comm_buffer_mb", "must be > 0", self.comm_buffer_mb)
         require(self.grad_merge_steps >= 1, "grad_merge_steps", "must be >= 1", self.grad_merge_steps)
 

@@ -16,6 +16,7 @@ Facts behind the table (observed with the CPU wheels; see the README's "Which Pa
 import contextlib
 import importlib
 import io
+import os
 from typing import List, Optional
 
 from fleetbench.measure.config import ConfigError
@@ -53,6 +54,19 @@ def quiet_import_paddle():
     with contextlib.redirect_stderr(io.StringIO()):
         import paddle
     return paddle
+
+
+def cpu_ranks_asked() -> bool:
+    """Paddle's own switch for CPU ranks on a CUDA build: with PADDLE_DISTRI_BACKEND=gloo,
+    init_parallel_env takes CPUPlace and gloo whatever the build (`_is_cpuonly` in
+    paddle/distributed/parallel.py, 2.6.2 and 3.3.1). The test suite uses it on GPU hosts."""
+    return os.environ.get("PADDLE_DISTRI_BACKEND") == "gloo"
+
+
+def gpu_ranks() -> bool:
+    """Whether this process trains on a GPU: a CUDA build that sees one, unless CPU ranks were asked."""
+    paddle = quiet_import_paddle()
+    return not cpu_ranks_asked() and paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
 
 
 def paddle_build() -> str:
@@ -104,8 +118,9 @@ def amp_missing(amp: str) -> Optional[str]:
     if amp == "off":
         return None
     paddle = quiet_import_paddle()
-    if not paddle.is_compiled_with_cuda() or paddle.device.cuda.device_count() == 0:
-        lack = "has no CUDA" if not paddle.is_compiled_with_cuda() else "sees no GPU"
+    if not gpu_ranks():
+        lack = "has no CUDA" if not paddle.is_compiled_with_cuda() else (
+            "runs CPU ranks (PADDLE_DISTRI_BACKEND=gloo)" if cpu_ranks_asked() else "sees no GPU")
         return (f"config key 'amp' is {amp!r} but this Paddle build {lack} (Paddle {paddle.__version__}): auto_cast "
                 f"does nothing on CPU, so an AMP figure here would be an fp32 figure; {CUDA_INSTALL}")
     if amp == "bf16" and not paddle.amp.is_bfloat16_supported():  # untested here (no GPU)

@@ -184,7 +184,7 @@ def train(cfg: EpochConfig, work: EpochWorkload, ctx, unit: str, comm) -> tuple:
         log.end("epoch_stop", epoch_num=epoch)
         log.start("eval_start", epoch_num=epoch)
         evaluation = evaluate.evaluate(work.model, work.held_out, work.num_classes, comm, ctx.world_size,
-                                       sync=loop.sync_device)
+                                       sync=loop.sync_device, forward=ctx.precision.forward)
         epochs.append(_epoch_figures(epoch, mine, evaluation, train_start, ctx.clock, comm))
         log.end("eval_stop", epoch_num=epoch)
         log.event("eval_accuracy", epochs[-1]["test_accuracy"], epoch_num=epoch)

@@ -11,6 +11,7 @@ Rules (docs/convergence.md):
   window: `test_time_s` is the slowest rank's evaluation wall time.
 - top-5 is reported only where there are more than 5 classes.
 """
+import contextlib
 import time
 from typing import Callable, Iterable, Optional
 
@@ -62,9 +63,10 @@ def average_buffers(model: paddle.nn.Layer, world_size: int) -> None:
             offset += size
 
 
-def _batch_counts(model, images, labels, num_classes: int) -> paddle.Tensor:
+def _batch_counts(model, images, labels, num_classes: int, forward) -> paddle.Tensor:
     """[correct top-1, correct top-5, summed loss, examples] of one batch, on the device."""
-    logits = model(images)
+    with forward():  # at amp_level=O2 the weights are half precision: only auto_cast can run them
+        logits = model(images).astype("float32")
     labels = labels.reshape([-1, 1])
     loss = F.cross_entropy(logits, labels, reduction="sum")
     top = paddle.topk(logits, k=min(TOP_K, num_classes), axis=1)[1]
@@ -74,7 +76,7 @@ def _batch_counts(model, images, labels, num_classes: int) -> paddle.Tensor:
 
 
 def evaluate(model, batches: Iterable, num_classes: int, comm, world_size: int,
-             sync: Callable[[], None] = lambda: None) -> dict:
+             sync: Callable[[], None] = lambda: None, forward=contextlib.nullcontext) -> dict:
     """Evaluate `model` over this rank's `batches` of (images, labels); figures for all ranks.
 
     `comm` reduces lists of floats across ranks (fleetbench.measure.metrics.Communicator).
@@ -86,7 +88,7 @@ def evaluate(model, batches: Iterable, num_classes: int, comm, world_size: int,
     totals = paddle.zeros([4], dtype="float64")
     with paddle.no_grad():
         for images, labels in batches:
-            totals += _batch_counts(model, images, labels, num_classes)
+            totals += _batch_counts(model, images, labels, num_classes, forward)
     model.train()
     mine = totals.numpy().tolist()  # a read: the device is synchronised here
     sync()

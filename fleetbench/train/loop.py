@@ -57,6 +57,7 @@ class Context:
     # what the method all-reduces per step (methods.comm_plan), stored in the record's metrics
     comm: dict = dataclasses.field(default_factory=dict)
     clock: Optional["RunClock"] = None  # set by main once the ranks are lined up
+    precision: Optional[object] = None  # methods.prepare's amp.Precision: evaluation runs under it too
 
     @property
     def placement(self) -> run.Placement:
@@ -90,8 +91,9 @@ class RunClock:
 
 # ---------------------------------------------------------------- set-up
 def device_name() -> str:
-    """GPU when Paddle was built with CUDA and sees a device; the launcher picks which one."""
-    if paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
+    """GPU when Paddle was built with CUDA and sees a device (and no CPU ranks were asked); the
+    launcher picks which one."""
+    if capability.gpu_ranks():
         return f"gpu:{dist.ParallelEnv().device_id}"
     return "cpu"
 
@@ -113,7 +115,7 @@ def setup(cfg) -> Context:
 
 
 def sync_device() -> None:
-    if paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0:
+    if capability.gpu_ranks():
         paddle.device.cuda.synchronize()
 
 

@@ -61,6 +61,9 @@ def check(cfg) -> None:
         # fp16 AMP's loss scaling (2^15) makes gradients overflow float16 on the wire.
         raise ConfigError("config key 'amp' fp16 cannot be combined with method=fp16_allreduce "
                           "(loss-scaled gradients overflow float16); use amp=bf16 or another method")
+    if cfg.method == "fp16_allreduce" and cfg.amp_level == "O2":
+        raise ConfigError("config key 'amp_level' O2 cannot be combined with method=fp16_allreduce (O2's "
+                          "gradients are already half precision on the wire); use amp_level=O1 or method=bsp")
 
 
 def strategy(cfg):
@@ -154,9 +157,10 @@ def prepare(cfg, work, ctx):
     `work.loss_fn(model, batch)` must call `model(...)` exactly once: DataParallel arms or skips
     the all-reduce in that call.
     """
+    amp = ctx.precision = Precision(cfg.amp, cfg.amp_level)  # GPU: auto_cast, fp16 loss scaling, O2 weights
+    work.model, work.optimizer = amp.decorate(work.model, work.optimizer)
     model = wrap(work.model, cfg, ctx)
     optimizer = fleet.distributed_optimizer(work.optimizer) if ctx.world_size > 1 else work.optimizer
-    amp = Precision(cfg.amp)  # cfg.amp on GPU: auto_cast around the forward, loss scaling for fp16
     params = [p for p in work.model.parameters() if not p.stop_gradient]
     steps = Steps(cfg, work, model, optimizer, amp, post_backward_sync(cfg, ctx, params))
     by_method = {"bsp": steps.after_backward, "wfbp": steps.overlapped, "mgwfbp": steps.overlapped,
@@ -225,13 +229,14 @@ def post_backward_sync(cfg, ctx, params):
     return lambda: fused(params, fleet.get_hybrid_communicate_group())
 
 
-def bucket_count(sizes, limit_bytes) -> int:
-    """Buckets Paddle's build_groups makes of tensors of these byte sizes, in order: a tensor
-    joins the current bucket while that holds less than the limit."""
-    count, held = 0, None
-    for size in sizes:
-        if held is None or held >= limit_bytes:
-            count, held = count + 1, 0
+def bucket_count(sizes, limit_bytes, dtypes=None) -> int:
+    """Buckets Paddle's build_groups makes of tensors of these byte sizes (and dtypes), in order:
+    a tensor joins the current bucket while that holds less than the limit and has its dtype
+    (at amp_level=O2 the norm layers' fp32 gradients sit between float16 ones)."""
+    count, held, kind = 0, None, None
+    for size, dtype in zip(sizes, dtypes or [None] * len(sizes)):
+        if held is None or held >= limit_bytes or dtype != kind:
+            count, held, kind = count + 1, 0, dtype
         held += size
     return count
 
@@ -249,7 +254,7 @@ def comm_plan(cfg, model, params, wire=None) -> dict:
     else:  # after backward, in POST_BACKWARD_BUCKET_MB buckets; fp16_allreduce sends half the bytes
         half = cfg.method == "fp16_allreduce"
         limit = POST_BACKWARD_BUCKET_MB * 2**20 / (dist.get_world_size() if wire == "all_gather" else 1)
-        calls, sent = bucket_count(sizes, limit), sum(sizes) / (2 if half else 1)
+        calls, sent = bucket_count(sizes, limit, [str(p.dtype) for p in params]), sum(sizes) / (2 if half else 1)
     per_sync = cfg.grad_merge_steps if cfg.method == "grad_merge" else 1  # loop steps per all-reduce
     plan.update(comm_bytes_per_step=sent / per_sync, comm_buckets_per_step=calls / per_sync)
     return plan

@@ -140,7 +140,9 @@ def check_gpu_ready(name: str) -> None:
     line and exit 2 if not, instead of a failure at the first convolution (docs/gpu.md)."""
     import paddle
 
-    if not paddle.is_compiled_with_cuda():
+    from fleetbench.train import capability
+
+    if not paddle.is_compiled_with_cuda() or capability.cpu_ranks_asked():
         return
     from fleetbench.machine import env as machine_env
     from fleetbench.machine import gpu_ready

@@ -8,7 +8,7 @@ import subprocess
 import uuid
 
 import pytest
-from util import PYTHON, REPO, env, records, wait_for
+from util import CPU_RANKS, PYTHON, REPO, env, records, wait_for
 
 from fleetbench.hosts import launch
 from fleetbench.job import paddle_launch, preflight, procs, rankwrap, supervisor
@@ -199,6 +199,8 @@ def _run_fault(tmp_path, kind, rank, *launch_flags, timeout=120, script=FAULT_SC
     before = _earlier_record(store)
     token = uuid.uuid4().hex
     shape = () if any(f.startswith("--server_num") for f in launch_flags) else ("--nproc_per_node", "2")
+    if shape:  # the collective fault tests expect gloo's behaviour: CPU ranks on any build
+        extra_env = {**CPU_RANKS, **extra_env}
     p = subprocess.run(_launch_cmd(tmp_path, store, *shape, *launch_flags, script=script), cwd=tmp_path,
                        env=env(FAULT_KIND=kind, FAULT_RANK=rank, FAULT_TEST_TOKEN=token, **extra_env),
                        capture_output=True, text=True, timeout=timeout)

@@ -130,10 +130,11 @@ def reducer_calls_per_step(log_text: str) -> dict:
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("methods")
     two = util.fleetrun(out / "log", "--nproc_per_node", 2, Path(__file__), out, PER_RANK_BATCH, timeout=240,
-                        GLOG_minloglevel=0, GLOG_vmodule="reducer=3")  # the reducer logs each all-reduce
+                        GLOG_minloglevel=0, GLOG_vmodule="reducer=3",  # the reducer logs each all-reduce
+                        **util.CPU_RANKS)  # gloo's float16 sum is what fp16_wire is tested against
     worker0 = out / "log/workerlog.0"
     assert two.returncode == 0, (two.stdout + two.stderr)[-3000:] + worker0.read_text()[-3000:]
-    one = util.run_script(Path(__file__), out, 2 * PER_RANK_BATCH, timeout=240)
+    one = util.run_script(Path(__file__), out, 2 * PER_RANK_BATCH, timeout=240, **util.CPU_RANKS)
     assert one.returncode == 0, one.stderr[-3000:]
     reports = {name: json.loads((out / f"report-{name}.json").read_text())
                for name in ("w2-r0", "w2-r1", "w1-r0")}

@@ -3,7 +3,7 @@ import json
 import os
 
 import pytest
-from util import fleetrun, rank_summaries, records, run_script
+from util import CPU_RANKS, fleetrun, rank_summaries, records, run_script
 
 from fleetbench.measure import metrics
 
@@ -90,13 +90,14 @@ def test_slowest_rank_decides(tmp_path):
     (["--set", "batch_size=0"], "resnet50: error: config key 'batch_size' must be > 0 (got 0)"),
     (["--set", "nosuch=1"], "resnet50: error: --set: unknown config key 'nosuch'"),
     (["--preset", "nosuch"], "resnet50: error: --preset: unknown preset 'nosuch' for resnet50"),
-    (["--set", "amp=fp16"], "resnet50: error: config key 'amp' is 'fp16' but this Paddle build has no CUDA"),
+    # on CPU ranks (any build): a CPU build "has no CUDA", a CUDA one "runs CPU ranks"
+    (["--set", "amp=fp16"], "resnet50: error: config key 'amp' is 'fp16' but this Paddle build "),
     (["--set", "data.path=/nonexistent"], "resnet50: error: data.path /nonexistent: not a directory"),
 ])
 def test_bad_config_is_one_line_and_stores_nothing(tmp_path, args, message):
     store = tmp_path / "r.jsonl"
     store.write_text('{"kept": true}\n')
-    proc = run_script(SCRIPT, "--preset", "tiny", *args, "--results", store)
+    proc = run_script(SCRIPT, "--preset", "tiny", *args, "--results", store, **CPU_RANKS)
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert errors == [errors[0]] and errors[0].startswith(message), proc.stderr[-2000:]

@@ -130,3 +130,20 @@ def test_installing_fleetbench_never_replaces_the_users_paddle():
     extras = {name: value.strip() for name, value in setup["options.extras_require"].items()}
     assert extras["ps"] == extras["cpu"] == "paddlepaddle==2.6.2"
     assert extras["gpu"] == "paddlepaddle-gpu==2.6.2" and extras["cpu3"].startswith("paddlepaddle==3.")
+
+
+def test_cpu_ranks_are_paddles_own_gloo_switch(monkeypatch):
+    """PADDLE_DISTRI_BACKEND=gloo makes init_parallel_env take CPUPlace and gloo on any build
+    (Paddle's _is_cpuonly, run here); fleetbench's ranks then train on CPU and refuse amp."""
+    import inspect
+
+    from paddle.distributed import parallel
+
+    assert parallel._is_cpuonly("gloo") is True
+    assert "os.environ.get('PADDLE_DISTRI_BACKEND', 'auto')" in inspect.getsource(parallel.init_parallel_env)
+    monkeypatch.setenv("PADDLE_DISTRI_BACKEND", "gloo")
+    assert capability.cpu_ranks_asked() and not capability.gpu_ranks()
+    assert capability.amp_missing("fp16").startswith("config key 'amp' is 'fp16' but this Paddle build ")
+    from fleetbench.train import loop
+
+    assert loop.device_name() == "cpu"

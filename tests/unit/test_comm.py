@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 import yaml
-from util import PYTHON, REPO, cluster_name, env, fleetrun, records, run_script
+from util import CPU_RANKS, PYTHON, REPO, cluster_name, env, fleetrun, records, run_script
 
 from fleetbench.comm import linkprobe, opmath
 from fleetbench.emulate import netem, sshd
@@ -250,7 +250,7 @@ def test_report_draws_busbw_per_network_with_the_limits_beside(tmp_path):
     assert comm_report.size_label(64 << 20) == "64M" and comm_report.size_label(8) == "8B"
 
 
-# ---------------------------------------------------------------- real jobs (2 processes, gloo)
+# ---------------------------------------------------------------- real jobs (2 processes, gloo: CPU ranks on any build)
 STEP = re.compile(r"^step (\d+)/(\d+) (\w+) (\d+) B time_us ([\d.]+) wrong (\d+)$", re.M)
 
 
@@ -267,7 +267,7 @@ def _rank_times(log_dir):
 def every_op(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("comm")
     proc = fleetrun(tmp / "log", "--nproc_per_node", 2, SCRIPT, "--preset", "tiny",
-                    "--results", tmp / "r.jsonl", timeout=180)
+                    "--results", tmp / "r.jsonl", timeout=180, **CPU_RANKS)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return tmp
 
@@ -310,7 +310,7 @@ def paddle_version() -> str:
 def test_half_precision_and_max_check_clean(tmp_path, dtype, redop):
     proc = fleetrun(tmp_path / "log", "--nproc_per_node", 2, SCRIPT, "--preset", "tiny",
                     "--set", "op=all_reduce,reduce,all_gather", "--set", f"dtype={dtype}",
-                    "--set", f"redop={redop}", "--results", tmp_path / "r.jsonl", timeout=180)
+                    "--set", f"redop={redop}", "--results", tmp_path / "r.jsonl", timeout=180, **CPU_RANKS)
     if dtype == "float16" and redop == "sum" and not paddle_version().startswith("2."):
         # Paddle 3.x's gloo sums float16 wrongly (inf; see fleetbench.train.methods.fp16_wire):
         # the correctness check must catch it and store the run as failed.
@@ -327,7 +327,7 @@ def test_half_precision_and_max_check_clean(tmp_path, dtype, redop):
 def test_a_corrupted_rank_fails_the_run(tmp_path):
     proc = fleetrun(tmp_path / "log", "--nproc_per_node", 2, SCRIPT, "--preset", "tiny",
                     "--set", "op=all_reduce,all_gather", "--set", "debug.corrupt_rank=1",
-                    "--results", tmp_path / "r.jsonl", timeout=180)
+                    "--results", tmp_path / "r.jsonl", timeout=180, **CPU_RANKS)
     assert proc.returncode != 0
     (rec,) = records(tmp_path / "r.jsonl")
     assert rec["metrics"] is None and rec["error"].startswith("correctness check failed:")
@@ -350,7 +350,7 @@ def test_a_corrupted_rank_fails_the_run(tmp_path):
 def test_refused_before_anything_starts_and_nothing_stored(tmp_path, args, message):
     store = tmp_path / "r.jsonl"
     store.write_text('{"kept": true}\n')
-    proc = run_script(SCRIPT, *args, "--results", store)
+    proc = run_script(SCRIPT, *args, "--results", store, **CPU_RANKS)
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert errors == [errors[0]] and errors[0].startswith(message), proc.stderr[-2000:]
