@@ -3,8 +3,10 @@ each part. Definitions (all in ms per step; docs/explain.md says why):
 
   compute       the median rank's step time minus its reader wait in the method=none control of
                 the same shape (ranks run free there, each at its own speed, sharing the machine as
-                in the measured cell); without a control, the 1-device run's, and then core
-                sharing cannot be told from communication (both land in exposed communication)
+                in the measured cell); without a control, the 1-device run's times its core
+                sharing at the cell's shape (analysis.scaling) when a thread-scaling curve was
+                measured, else the 1-device run's as it is, and then core sharing cannot be told
+                from communication (both land in exposed communication)
   imbalance     slowest minus median rank step time of the control (in a synchronised cell every
                 rank waits for the slowest, so its own per-rank times are equal)
   reader        the cell's reader wait per step (slowest rank)
@@ -24,6 +26,7 @@ run's) and what the accounting left unexplained.
 from __future__ import annotations
 
 from fleetbench.analysis import cells as cellmod
+from fleetbench.analysis import gradbytes, scaling
 from fleetbench.analysis.cells import Cell
 
 ACCOUNTING_TOLERANCE = 0.05
@@ -38,15 +41,25 @@ def identity(cell: Cell) -> dict:
             "runs": cell.runs, "unit": cell.unit}
 
 
-def _base_parts(cell: Cell, control: Cell | None, single: Cell | None) -> dict:
-    """compute, imbalance, exposed communication: from the control, else from the 1-device run."""
+def _base_parts(cell: Cell, control: Cell | None, single: Cell | None, sharing: float) -> dict:
+    """compute, imbalance, exposed communication: from the control, else from the 1-device run
+    times the core sharing of the cell's shape (1.0 when it is not measured)."""
     if control is not None:
         return {"compute_ms": control.median_rank_ms - control.median_reader_ms,
                 "imbalance_ms": control.max_rank_ms - control.median_rank_ms,
                 "exposed_comm_ms": cell.step_ms - control.step_ms}
-    return {"compute_ms": single.step_ms - single.median_reader_ms,
+    return {"compute_ms": single.step_ms * sharing - single.median_reader_ms,
             "imbalance_ms": cell.max_rank_ms - cell.median_rank_ms,
-            "exposed_comm_ms": cell.step_ms - single.step_ms}
+            "exposed_comm_ms": cell.step_ms - single.step_ms * sharing}
+
+
+def _sharing(cell: Cell, single: Cell | None, cells: list[Cell]) -> tuple[float, str]:
+    """Core sharing of the 1-device run at the cell's shape, when measured (on this work or
+    borrowed from other works on the host); an assumed linear one is not used here."""
+    if single is None:
+        return 1.0, ""
+    factor, note, kind = scaling.core_sharing(single, cell.shape, cell.emulated, cells)
+    return (factor, note) if kind != scaling.ASSUMED and note else (1.0, "")
 
 
 def _losses(out: dict, single: Cell, has_control: bool) -> dict:
@@ -67,7 +80,7 @@ def predicted_comm(cell: Cell, comm: list) -> tuple[float | None, str, str]:
     link, problem = cellmod.link_for(cell.network, cell.shape, comm)
     if link is None:
         return None, "", problem
-    return link.allreduce_ms(cell.comm_bytes, cell.comm_buckets or 1), link.describe(), ""
+    return gradbytes.comm_ms(link, cell.traffic, cell.shape.world_size), link.describe(), ""
 
 
 def breakdown(cell: Cell, cells: list[Cell], comm: list) -> dict:
@@ -80,17 +93,21 @@ def breakdown(cell: Cell, cells: list[Cell], comm: list) -> dict:
     if control is None and single is None:
         out["notes"].append("no method=none control and no 1-device run of this work: no breakdown")
         return out
-    out.update(_base_parts(cell, control, single))
+    sharing, sharing_note = (1.0, "") if control else _sharing(cell, single, cells)
+    out.update(_base_parts(cell, control, single, sharing))
     out["reader_ms"] = cell.reader_ms
     out["compute_source"] = control_note if control else (
-        f"1-device run ({single.method}); no method=none control, so core sharing is counted "
-        "in exposed communication")
+        f"1-device run ({single.method}) {sharing_note}" if sharing_note else
+        f"1-device run ({single.method}); no method=none control and no measured thread scaling, "
+        "so core sharing is counted in exposed communication")
     out["explained_step_ms"] = sum(out[part] for part in PARTS)
     out["accounting_error"] = out["explained_step_ms"] / cell.step_ms - 1
     out["accounting_ok"] = abs(out["accounting_error"]) <= ACCOUNTING_TOLERANCE
     comm_ms, link_text, problem = predicted_comm(cell, comm)
-    out.update({"predicted_comm_ms": comm_ms, "link": link_text or None,
-                "comm_bytes": cell.comm_bytes, "comm_buckets": cell.comm_buckets})
+    out.update({"predicted_comm_ms": comm_ms, "link": link_text or None, "comm_buckets": cell.comm_buckets,
+                "comm_bytes": cell.traffic.sent_bytes if cell.traffic else None})  # really sent
+    if cell.traffic and cell.traffic.note:
+        out["notes"].append(cell.traffic.note)
     if problem:
         out["notes"].append(f"no predicted communication: {problem}")
     out["overlap_ms"] = None if comm_ms is None else comm_ms - out["exposed_comm_ms"]
@@ -99,8 +116,8 @@ def breakdown(cell: Cell, cells: list[Cell], comm: list) -> dict:
     out["efficiency"] = out["losses"] = None
     if single is not None:
         out["efficiency"] = single.step_ms / cell.step_ms
-        out["losses"] = _losses(out, single, control is not None)
-        if control is not None:
+        out["losses"] = _losses(out, single, control is not None or sharing != 1.0)
+        if control is not None or sharing != 1.0:
             out["contention_ms"] = out["compute_ms"] - (single.step_ms - single.median_reader_ms)
     else:
         out["notes"].append("no 1-device run of this work: no efficiency")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from fleetbench.analysis import alphabeta
+from fleetbench.analysis import alphabeta, gradbytes
 from fleetbench.measure import experiment
 from fleetbench.measure.schema import CONTROL  # the no-synchronisation control's method
 
@@ -54,6 +54,7 @@ class Cell:
     emulated: bool  # nodes are network namespaces of one host (they share its cores)
     gpu: bool
     rate_gbit: float | None
+    traffic: gradbytes.Traffic | None = None  # what a step really sends (gradbytes)
 
     @property
     def control(self) -> bool:
@@ -122,7 +123,9 @@ def _cell(members: list[dict]) -> Cell:
                 mean["reader_ms"], mean["median_reader_ms"], mean["median_rank_ms"], mean["max_rank_ms"], mean["throughput"],
                 members[0]["metrics"]["unit"], mean["units_per_rank_step"], mean["comm_bytes"],
                 mean["comm_buckets"], figures[0]["threads"], figures[0]["cores"],
-                bool(net.get("emulated")), figures[0]["gpu"], net.get("rate_gbit"))
+                bool(net.get("emulated")), figures[0]["gpu"], net.get("rate_gbit"),
+                gradbytes.of_record(members[0]["config"], members[0]["metrics"], mean["comm_bytes"],
+                                    mean["comm_buckets"], exp.world_size))
 
 
 def _comm_fit(record: dict) -> tuple[float, float] | None:
@@ -197,10 +200,11 @@ def find_control(cell: Cell, cells: list[Cell]) -> tuple[Cell | None, str]:
 
 
 def find_single(cell: Cell, cells: list[Cell]) -> Cell | None:
-    """The 1-device run of the same work: the same method's, else any training method's."""
+    """The 1-device run of the same work: the same method's, else any training method's; at the
+    most threads (a lone process's default: 1-thread runs are for the thread-scaling curve)."""
     found = [c for c in cells if c.shape.world_size == 1 and not c.control and same_work(c, cell)]
     same_method = [c for c in found if c.method == cell.method]
-    return (same_method or sorted(found, key=lambda c: -c.runs) or [None])[0]
+    return max(same_method or found, key=lambda c: (c.threads or 0, c.runs), default=None)
 
 
 def _nearest(candidates: list[CommCell], ranks: int) -> CommCell | None:

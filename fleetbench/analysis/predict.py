@@ -5,10 +5,9 @@ A prediction of a training cell (work, method, network, nodes x devices per node
     predicted = base + link(gradient bytes, calls) - hidden + host cost per byte x bytes
 
 base: the method=none control's step time of that shape (compute + imbalance + reader), else the
-nearest control (or the 1-device run) scaled by core sharing, else nothing. Core sharing: a
-process runs at min(threads, cores / processes on its host) cores; processes on a host are all the
-job's ranks when the nodes are emulated on one machine, its devices per node otherwise (GPU ranks
-own their device: no scaling). The link: cells.link_for. Calibration (`calibrate`), from measured
+nearest control (or the 1-device run) scaled by core sharing (analysis.scaling: from a measured
+thread-scaling curve), else nothing. The link: cells.link_for; the bytes and calls a step really
+sends: analysis.gradbytes. Calibration (`calibrate`), from measured
 cells other than the one predicted: the host cost per byte is what a post-backward method's
 exposed communication takes beyond the link model (packing gradients into buckets, scaling,
 unpacking: host work the comm benchmark does not do), measured on the same work's bsp (or the
@@ -22,6 +21,7 @@ import math
 
 from fleetbench.analysis import breakdown as bd
 from fleetbench.analysis import cells as cellmod
+from fleetbench.analysis import gradbytes, scaling
 from fleetbench.analysis.cells import Cell, Shape
 from fleetbench.measure import experiment
 
@@ -57,12 +57,14 @@ def calibrate(breakdowns: list[dict]) -> dict:
     others, each by work and method and by method alone, measured on `breakdowns`."""
     usable = [b for b in breakdowns if b.get("predicted_comm_ms") and b.get("comm_bytes")]
     host: dict = {}
+    works: dict = {}  # key -> the works whose cells gave its host cost
     for b in usable:
         if b["method"] in cellmod.POST_BACKWARD:
             per_byte = (b["exposed_comm_ms"] - b["predicted_comm_ms"]) / b["comm_bytes"]
             for key in ((b["benchmark"], b["preset"], b["method"]), b["method"]):
                 host.setdefault(key, []).append(per_byte)
-    cal = {"host": {key: _mean(v) for key, v in host.items()}, "window": {}}
+                works.setdefault(key, set()).add(f"{b['benchmark']} {b['preset'] or ''}".strip())
+    cal = {"host": {key: _mean(v) for key, v in host.items()}, "window": {}, "host_works": works}
     for b in usable:
         if b["method"] not in cellmod.POST_BACKWARD:
             per_byte, _ = host_for(b["benchmark"], b["preset"], b["method"], cal)
@@ -81,8 +83,11 @@ def host_for(benchmark: str, preset, method: str, cal: dict) -> tuple[float, str
     for key in ((benchmark, preset, method), (benchmark, preset, "bsp"), method, "bsp"):
         if key in cal["host"]:
             value = cal["host"][key]
-            where = " ".join(p for p in key if p) if isinstance(key, tuple) else key
-            return value, f"host cost {value * 1e9:.3g} ms/GB measured on other {where} cells"
+            if isinstance(key, tuple):
+                return value, f"host cost {value * 1e9:.3g} ms/GB measured on other {' '.join(p for p in key if p)} cells"
+            works = ", ".join(sorted(cal.get("host_works", {}).get(key, ())))
+            return value, (f"host cost {value * 1e9:.3g} ms/GB borrowed from other works' {key} cells "
+                           f"({works}): this work has no {key} cell to measure its own")
     return 0.0, "no other bsp cell with a predicted communication: host cost taken as 0"
 
 
@@ -99,25 +104,6 @@ def overlap_for(benchmark: str, preset, method: str, cal: dict) -> tuple[float, 
 
 # ---- the model ----------------------------------------------------------------------------------
 
-def _speed(cell: Cell, shape: Shape, emulated: bool, threads: int | None) -> float:
-    procs = shape.world_size if emulated and shape.nodes > 1 else shape.devices_per_node
-    return min(threads, cell.cores / procs)
-
-
-def share_scale(ref: Cell, shape: Shape, emulated: bool) -> tuple[float, str]:
-    """Factor from `ref`'s compute to the compute of `shape` (see the module docstring)."""
-    if ref.gpu or not ref.cores or not ref.threads:
-        return 1.0, ""
-    ref_procs = ref.shape.world_size if ref.emulated and ref.shape.nodes > 1 else ref.shape.devices_per_node
-    target_procs = shape.world_size if emulated and shape.nodes > 1 else shape.devices_per_node
-    threads = max(1, ref.cores // target_procs)  # what fleetbench and the sweep give each process
-    scale = _speed(ref, ref.shape, ref.emulated, ref.threads) / _speed(ref, shape, emulated, threads)
-    if scale == 1.0:
-        return 1.0, ""
-    return scale, (f"x{scale:.2f} core sharing ({ref_procs} -> {target_procs} processes per host "
-                   f"of {ref.cores} cores, {ref.threads} -> {threads} threads)")
-
-
 def base_for(ref: Cell, shape: Shape, emulated: bool, cells: list[Cell]) -> tuple[float | None, str]:
     """(compute + imbalance + reader in ms, where from) for `ref`'s work at `shape`."""
     controls = [c for c in cells if c.control and cellmod.same_work(c, ref)]
@@ -129,7 +115,7 @@ def base_for(ref: Cell, shape: Shape, emulated: bool, cells: list[Cell]) -> tupl
     source = near[0] if near else cellmod.find_single(ref, cells)
     if source is None:
         return None, "no method=none control and no 1-device run of this work"
-    scale, note = share_scale(source, shape, emulated)
+    scale, note, _ = scaling.core_sharing(source, shape, emulated, cells)
     what = f"control {source.shape}" if source.control else "1-device run"
     return source.step_ms * scale, f"{what} {note}".strip()
 
@@ -152,12 +138,14 @@ def predict(target: Target, ref: Cell, cells: list[Cell], comm: list, cal: dict,
         # GPU builds all-reduce with NCCL, CPU builds with gloo (Paddle's collective backends)
         backend = "nccl" if ref.gpu else "gloo"
         link, problem = cellmod.link_for(target.network, target.shape, comm, target.rate_gbit, backend)
-        comm_ms = link.allreduce_ms(ref.comm_bytes, ref.comm_buckets or 1) if link else None
+        comm_ms = gradbytes.comm_ms(link, ref.traffic, target.shape.world_size) if link else None
         out["notes"].append(f"link: {link.describe()}" if link else f"no link: {problem}")
+        out["notes"] += [n for n in (ref.traffic.note, link and gradbytes.latency_note(
+            link, ref.traffic, target.shape.world_size)) if n]
     window, overlap_note = overlap_for(ref.benchmark, ref.preset, target.method, cal)
     per_byte, host_note = host_for(ref.benchmark, ref.preset, target.method, cal)
     out["notes"] += [overlap_note, host_note]
-    host_ms = per_byte * (ref.comm_bytes or 0.0) if target.shape.world_size > 1 else 0.0
+    host_ms = per_byte * ref.traffic.sent_bytes if target.shape.world_size > 1 and ref.traffic else 0.0
     hidden = min(window, comm_ms) if comm_ms else 0.0
     out.update({"base_ms": base, "predicted_comm_ms": comm_ms, "hidden_ms": hidden, "host_ms": host_ms,
                 "overlap_fraction": hidden / comm_ms if comm_ms else 0.0})

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from fleetbench.analysis import alphabeta, breakdown, cells, predict
+from fleetbench.analysis import alphabeta, breakdown, cells, predict, scaling
 from fleetbench.analysis.alphabeta import Hierarchical, Link
 from fleetbench.analysis.cells import Shape
 from fleetbench.measure import results
@@ -225,13 +225,14 @@ def test_core_sharing_scale():
                             record("none", 2, 1, "1gbe", (100.0, 100.0), threads=1)])
     single = next(c for c in pooled if c.shape.world_size == 1)
     control = next(c for c in pooled if c.control)
-    assert predict.share_scale(single, Shape(1, 2), emulated=False)[0] == pytest.approx(2.0)
-    assert predict.share_scale(control, Shape(3, 1), emulated=True)[0] == pytest.approx(1.5)
-    # on hosts of their own each rank gets both cores (2 threads): linear thread scaling assumed
-    scale, note = predict.share_scale(control, Shape(3, 1), emulated=False)
-    assert scale == pytest.approx(0.5) and "1 -> 2 threads" in note
+    # the control is this work's measured thread scaling: 2 processes of 1 thread run 100/60 slower
+    assert scaling.core_sharing(single, Shape(1, 2), False, pooled)[0] == pytest.approx(100 / 60)
+    assert scaling.core_sharing(control, Shape(3, 1), True, pooled)[0] == pytest.approx(1.5)
+    # on hosts of their own each rank gets both cores (2 threads): 60/100 measured
+    scale, note, _ = scaling.core_sharing(control, Shape(3, 1), False, pooled)
+    assert scale == pytest.approx(0.6) and "1 -> 2 threads" in note
     single.gpu = True
-    assert predict.share_scale(single, Shape(1, 8), emulated=False)[0] == 1.0
+    assert scaling.core_sharing(single, Shape(1, 8), False, pooled)[0] == 1.0
 
 
 def two_node_records():

@@ -1,0 +1,91 @@
+"""The bytes a training step really sends, and the calls that send them, from its record.
+
+A record's `comm_bytes_per_step` and `comm_buckets_per_step` (train/methods.comm_plan) count every
+gradient as dense and all-reduced. That holds for dense models. It does not for a sparse embedding
+gradient (CTR's `sparse_grad=true`): Paddle's DataParallel reducer puts a sparse parameter in a
+group of its own and, instead of all-reducing the table, runs EagerReducer::AllReduceSparse
+(paddle/fluid/distributed/collective/reducer.cc): an all-reduce of the ranks' row counts (n int64),
+then, when every rank has as many rows (a fixed batch of lookups, rows not merged: always here),
+an all-gather of the row ids (8 bytes each) and one of the row values. The record states the
+table's real share as `embedding_grad_bytes_per_step` (rows x (8 + 4 x dim)) and the table's size
+as `table_bytes`; with `sparse_grad=false` the table's gradient is dense and all-reduced whole.
+
+An all-gather of x bytes per rank over a ring of n ranks sends n-1 messages of x bytes from each
+rank: (n-1) per-message latencies and (n-1)·x bytes at the bus bandwidth, which is an all-reduce
+of n·x/2 bytes at half a call (an all-reduce: 2(n-1) messages, 2(n-1)/n of its bytes). The comm
+records here agree: all_gather's fitted latency per call is 0.55 of all_reduce's at 3 and at 4
+ranks over 10gbe (667 vs 1217 us, 2105 vs 3846 us), at a bus bandwidth within 20% of it
+(results/kvm-2vcpu-paddle2.6.2-comm-ops.jsonl).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+ROW_COUNT_BYTES = 8  # one int64 row count per rank, all-reduced before the gathers
+
+
+@dataclasses.dataclass(frozen=True)
+class Traffic:
+    """What one rank sends per step: all-reduced bytes and calls, all-gathered bytes (its own
+    share) and calls, and where the figures came from when not as recorded."""
+    allreduce_bytes: float
+    allreduce_calls: float
+    gather_bytes: float = 0.0
+    gather_calls: float = 0.0
+    note: str = ""
+
+    @property
+    def sent_bytes(self) -> float:
+        """Gradient bytes the rank hands to the collectives (what its host packs and unpacks)."""
+        return self.allreduce_bytes + self.gather_bytes
+
+
+def of_record(config: dict, metrics: dict, comm_bytes: float | None, comm_calls: float | None,
+              world_size: int) -> Traffic | None:
+    """The traffic of a run whose record says `comm_bytes` and `comm_calls` per step (means over
+    its repeats); None when it recorded no gradient bytes."""
+    if comm_bytes is None:
+        return None
+    calls = comm_calls or 1
+    table, rows = metrics.get("table_bytes"), metrics.get("embedding_grad_bytes_per_step")
+    if not (config.get("sparse_grad") and table and rows is not None and comm_bytes > 0):
+        return Traffic(comm_bytes, calls)
+    if metrics.get("grad_bytes") and comm_bytes != metrics["grad_bytes"]:
+        # grad_merge accumulates the rows of k micro-steps before one sync: not modelled
+        return Traffic(comm_bytes, calls, note=(
+            "sparse embedding gradient synchronised once per several steps: rows not modelled, the "
+            "table counted dense as recorded (an upper bound of the bytes)"))
+    dense = comm_bytes - table
+    # the table's group becomes the row-count all-reduce; the other groups are dense buckets
+    note = (f"sparse embedding gradient: {rows / 1e3:.1f} kB of rows all-gathered (2 calls) and a "
+            f"row-count all-reduce, not the {table / 1e6:.2f} MB table the record counts as dense; "
+            f"{dense / 1e3:.1f} kB of dense gradients all-reduced")
+    return Traffic(dense + ROW_COUNT_BYTES * world_size, calls, gather_bytes=float(rows),
+                   gather_calls=2.0, note=note)
+
+
+def comm_ms(link, traffic: Traffic, ranks: int) -> float:
+    """Milliseconds the step's collectives take on `link` (an alphabeta model) among `ranks`."""
+    total = link.allreduce_ms(traffic.allreduce_bytes, traffic.allreduce_calls)
+    if traffic.gather_calls:
+        # an all-gather of x per rank = an all-reduce of n·x/2 bytes at half a call (docstring)
+        total += link.allreduce_ms(ranks * traffic.gather_bytes / 2, traffic.gather_calls / 2)
+    return total
+
+
+# Beyond this share of per-call latency a prediction is only as good as the latency: the comm
+# fit's alpha is an intercept over sizes up to tens of MB, and its rows below 256 kB vary several-
+# fold between runs here (10gbe, 2 nodes: 0.3 to 2.2 ms a call; results/*-explain.jsonl).
+LATENCY_BOUND = 0.8
+
+
+def latency_note(link, traffic: Traffic, ranks: int) -> str:
+    """Why a latency-bound step's communication cannot be predicted well ("" when not bound)."""
+    total = comm_ms(link, traffic, ranks)
+    wire = link.allreduce_ms(traffic.allreduce_bytes, 0) + link.allreduce_ms(ranks * traffic.gather_bytes / 2, 0)
+    if total <= 0 or 1 - wire / total < LATENCY_BOUND:
+        return ""
+    calls = traffic.allreduce_calls + traffic.gather_calls
+    return (f"latency-bound: {1 - wire / total:.0%} of the predicted communication is per-call latency "
+            f"({calls:g} calls a step), which the comm fit determines poorly for small messages; "
+            "this prediction is as uncertain as that latency (measure the cell, or comm rows at its sizes)")
