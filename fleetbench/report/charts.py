@@ -214,8 +214,8 @@ def caption_text(chart: dict, notes: set[str]) -> str:
         caption += f"; {failed} failed run(s) not drawn (see table)"
     excluded = [g for g in drawn if g.get("excluded")]
     if excluded:
-        caption += ("; outliers excluded from the bar: "
-                    + ", ".join(f"{_cell_name(g)} ({len(g['excluded'])} of {len(g['runs'])} runs)"
+        caption += ("; bars without their outliers: "
+                    + ", ".join(f"{_cell_name(g)} ({len(g['excluded'])} of {len(g['runs'])} runs excluded)"
                                 for g in excluded))
     unstable = [g for g in drawn if g.get("unstable")]
     if unstable:
