@@ -209,7 +209,7 @@ def plan(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD) -> l
 
 def table_markdown(table: dict) -> str:
     groups = table["groups"]
-    per_group_n = len({g["n"] for g in groups if g["mean"] is not None}) > 1
+    per_group_n = len({runs_made(g) for g in groups if g["mean"] is not None}) > 1
     noun = size_noun(groups)
     head = (["Network", "Method"] + [name for name in table["dims"]]
             + [f"{text} {noun}{'s' if lay[0] > 1 else ''}" for lay, text in table["columns"]])
@@ -222,6 +222,12 @@ def table_markdown(table: dict) -> str:
         label = f"{method} (ps)" if mode == "ps" and not method.endswith("PS") else method
         lines.append("| " + " | ".join([network or "—", label, *values] + cells) + " |")
     return "\n".join(lines)
+
+
+def runs_made(group: dict) -> int | None:
+    """The successful runs of a group, the outliers its figure leaves out included (its n is
+    the runs kept); None for a published figure that does not say."""
+    return None if group["n"] is None else group["n"] + len(group.get("excluded", ()))
 
 
 def _cell_text(group, per_group_n: bool) -> str:
@@ -245,7 +251,7 @@ def _caption(table: dict) -> str:
     if not groups:
         return f"All {failed} run(s) of this benchmark failed; the errors are in the records."
     units = sorted({g["unit"] for g in groups})
-    ns = sorted({g["n"] for g in groups}, key=lambda n: (n is None, n or 0))
+    ns = sorted({runs_made(g) for g in groups}, key=lambda n: (n is None, n or 0))
     if table["source"]:
         spread = ("n not published; ± is the published std (population std, ddof 0)"
                   if ns == [None] else f"n = {', '.join(str(n) for n in ns)}")
@@ -253,6 +259,8 @@ def _caption(table: dict) -> str:
     else:
         spread = (f"n = {ns[0]} run{'s' if ns[0] != 1 else ''} per cell" if len(ns) == 1
                   else "n per cell as shown")
+        if len(ns) == 1 and any(g.get("excluded") for g in groups):
+            spread += " (fewer where outliers are excluded, as shown)"
         origin = (f"Measured by fleetbench: mean ± sample std over repeats, {spread}, printed to the "
                   "digits the std supports.")
     text = f"Throughput in {', '.join(units)}. {origin}"

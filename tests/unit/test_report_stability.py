@@ -68,8 +68,9 @@ def test_markdown_marks_the_cell_lists_its_runs_and_prints_supported_digits(tmp_
     for table in planned:
         table["charts"] = []
     markdown = tables.report_markdown("R", planned, {}, [str(path)], 6)
-    assert ("| — | mgwfbp | 42.2 ± 0.2 (n=2; 1 outlier excluded) ! | 35.6 ± 0.3 (0.843x, 42.1 ± 0.3%) n=3 |"
+    assert ("| — | mgwfbp | 42.2 ± 0.2 (n=2; 1 outlier excluded) ! | 35.6 ± 0.3 (0.843x, 42.1 ± 0.3%) |"
             in markdown)
+    assert "n = 3 runs per cell (fewer where outliers are excluded, as shown)" in markdown
     (legend,) = [line for line in markdown.splitlines() if line.startswith("- ")]
     assert legend.startswith("- mgwfbp, world size 1: ! unstable: cv 44% > 5%; runs in images/s: 16.58 [")
     assert legend.count("(outlier, excluded)") == 1 and "] (outlier, excluded), 42.08 [" in legend
