@@ -38,7 +38,7 @@ def identity(cell: Cell) -> dict:
     return {"benchmark": cell.benchmark, "preset": cell.preset, "method": cell.method,
             "network": cell.network, "nodes": cell.shape.nodes,
             "devices_per_node": cell.shape.devices_per_node, "world_size": cell.shape.world_size,
-            "runs": cell.runs, "unit": cell.unit}
+            "runs": cell.runs, "excluded": cell.excluded, "unit": cell.unit}
 
 
 def _base_parts(cell: Cell, control: Cell | None, single: Cell | None, sharing: float) -> dict:

@@ -2,7 +2,9 @@
 method=none control, its 1-device run, and the all-reduce link of its shape and network.
 
 A cell is every successful run of one experiment (measure.experiment: the same pooling as every
-report). Its figures are means over those runs. Parameter-server records are not explained (no all-reduce) and are skipped.
+report). Its figures are means over those runs but the throughput outliers (measure.stability.kept,
+as a report group's figure leaves them out; `excluded` counts them). Parameter-server records are
+not explained (no all-reduce) and are skipped.
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import dataclasses
 import statistics
 
 from fleetbench.analysis import alphabeta, gradbytes
-from fleetbench.measure import experiment
+from fleetbench.measure import experiment, stability
 from fleetbench.measure.schema import CONTROL  # the no-synchronisation control's method
 
 POST_BACKWARD = ("bsp", "fp16_allreduce")  # methods that all-reduce after backward: no overlap
@@ -55,6 +57,7 @@ class Cell:
     gpu: bool
     rate_gbit: float | None
     traffic: gradbytes.Traffic | None = None  # what a step really sends (gradbytes)
+    excluded: int = 0  # runs left out as throughput outliers (stability.outliers)
 
     @property
     def control(self) -> bool:
@@ -111,7 +114,9 @@ def _run_figures(record: dict) -> dict:
             "gpu": str(runtime.get("device", "cpu")).startswith("gpu")}
 
 
-def _cell(members: list[dict]) -> Cell:
+def _cell(runs: list[dict]) -> Cell:
+    flagged = set(stability.outliers([r["metrics"]["throughput"] for r in runs]))
+    members = [r for i, r in enumerate(runs) if i not in flagged]  # stability.kept, as records
     exp = experiment.of(members[0])
     figures = [_run_figures(r) for r in members]
     mean = {name: _mean(f[name] for f in figures) for name in figures[0]}
@@ -125,7 +130,7 @@ def _cell(members: list[dict]) -> Cell:
                 mean["comm_buckets"], figures[0]["threads"], figures[0]["cores"],
                 bool(net.get("emulated")), figures[0]["gpu"], net.get("rate_gbit"),
                 gradbytes.of_record(members[0]["config"], members[0]["metrics"], mean["comm_bytes"],
-                                    mean["comm_buckets"], exp.world_size))
+                                    mean["comm_buckets"], exp.world_size), len(flagged))
 
 
 def _comm_fit(record: dict) -> tuple[float, float] | None:

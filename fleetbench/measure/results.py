@@ -256,7 +256,7 @@ network_profile = experiment.network_name
 
 def aggregate(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD) -> list[dict]:
     """One group per experiment (`experiment.of`): throughput n/mean/std/median/min/max over the
-    group's successful runs, groups in a fixed order.
+    group's successful runs that are not outliers, groups in a fixed order.
 
     A group is a dict: the Experiment's fields (source, benchmark, preset, mode, method, network,
     nodes, devices_per_node, world_size, paddle, device, host, config without the noise keys),
@@ -265,7 +265,8 @@ def aggregate(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD)
     (source set) already is a summary: its mean and std (metrics.throughput_std, null when not
     published) pass through as published, its n is metrics.repeats (null when the source does not
     say). `noise_differs` names the noise keys (e.g. seed) whose values differ between the pooled
-    runs. Measured groups add `stability_fields`: runs, cv, unstable, outliers, ci95_pct.
+    runs. Measured groups: n/mean/std/median/min/max over the runs not flagged as outliers, plus
+    `stability_fields` (runs, cv, unstable, outliers, excluded, mean_all, ci95_pct, until_stable).
     """
     groups: dict[Experiment, list[dict]] = {}
     for record in records:
@@ -274,15 +275,23 @@ def aggregate(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD)
 
 
 def stability_fields(ok: list[dict], cv_threshold: float) -> dict:
-    """How far a group's runs agree (fleetbench.measure.stability): runs (id and throughput, in
-    store order), cv, unstable (cv > cv_threshold), outliers (ids of runs flagged by the MAD
-    rule: shown, never dropped), ci95_pct (95 % CI half-width of the mean, % of the mean) and
-    until_stable: how a sweep's adaptive repeats ended (stability.verdict; null without them)."""
+    """A measured group's figure and how far its runs agree (fleetbench.measure.stability).
+
+    The figure (n, mean, std, median, min, max; so ci95_pct, speedup and efficiency too) is over
+    the runs not flagged by the MAD rule (stability.kept): a disturbed run is shown and excluded,
+    never silently: `excluded` holds the ids left out (today every outlier) and `mean_all` the mean
+    over every run, and everything that prints the figure says so. How far the runs agree is
+    judged on all of them: runs (id and throughput, in store order), cv, unstable (cv >
+    cv_threshold), outliers (ids flagged), and until_stable: how a sweep's adaptive repeats ended
+    (stability.verdict; null without them)."""
     values = [r["metrics"]["throughput"] for r in ok]
-    return {"runs": [{"id": r["id"], "throughput": v} for r, v in zip(ok, values)],
-            "cv": stability.cv(values), "unstable": stability.is_unstable(values, cv_threshold),
-            "cv_threshold": cv_threshold, "outliers": [ok[i]["id"] for i in stability.outliers(values)],
-            "ci95_pct": stability.ci_pct(values), "until_stable": stability.verdict(_policy(ok), values)}
+    figure, ids = stability.kept(values), [ok[i]["id"] for i in stability.outliers(values)]
+    return dict(summarize(figure),
+                runs=[{"id": r["id"], "throughput": v} for r, v in zip(ok, values)],
+                cv=stability.cv(values), unstable=stability.is_unstable(values, cv_threshold),
+                cv_threshold=cv_threshold, outliers=ids, excluded=list(ids),
+                mean_all=summarize(values)["mean"], ci95_pct=stability.ci_pct(figure),
+                until_stable=stability.verdict(_policy(ok), values))
 
 
 def _policy(ok: list[dict]) -> dict | None:
@@ -310,10 +319,10 @@ def _group(exp: Experiment, members: list[dict], cv_threshold: float) -> dict:
                       "std": metrics.get("throughput_std"), "median": None, "min": None,
                       "max": None, "published_aggregate": True})
         published_cv = group["std"] / group["mean"] if group["std"] is not None and group["mean"] else None
-        group.update(runs=[], cv=published_cv, cv_threshold=cv_threshold, outliers=[], ci95_pct=None, until_stable=None,
+        group.update(runs=[], cv=published_cv, cv_threshold=cv_threshold, outliers=[], excluded=[],
+                     mean_all=group["mean"], ci95_pct=None, until_stable=None,
                      unstable=published_cv is not None and published_cv > cv_threshold)
     else:
-        group.update(summarize([r["metrics"]["throughput"] for r in ok]))
         group.update(stability_fields(ok, cv_threshold), published_aggregate=False)
     return group
 
@@ -386,7 +395,7 @@ def add_efficiency(groups: list[dict]) -> list[dict]:
         if baseline is not None and baseline["mean"] > 0:
             group["baseline"] = {k: baseline[k] for k in ("method", "network", "nodes",
                                                           "devices_per_node", "world_size",
-                                                          "mean", "std", "n")}
+                                                          "mean", "std", "n", "excluded")}
             group["ideal"] = scale * baseline["mean"]
             group["speedup"] = group["mean"] / baseline["mean"]
             group["efficiency"] = group["speedup"] / scale

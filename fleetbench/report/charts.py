@@ -123,7 +123,7 @@ def chart_rows(chart: dict) -> list[dict]:
                         "std": g["std"], "n": g["n"], "ideal": g["ideal"],
                         "speedup": g["speedup"], "efficiency": g["efficiency"],
                         "efficiency_err": g.get("efficiency_err"), "cv": g.get("cv"),
-                        "unstable": g.get("unstable")})
+                        "unstable": g.get("unstable"), "excluded": len(g.get("excluded", ()))})
             rows.append(row)
     return rows
 
@@ -205,25 +205,37 @@ def _decorate(fig, ax, chart: dict, notes: set[str]) -> None:
 
 
 def caption_text(chart: dict, notes: set[str]) -> str:
-    """The line under a chart: what bars and labels mean, failed runs, and unstable cells by name."""
+    """The line under a chart: what bars and labels mean, failed runs, cells whose bar leaves an
+    outlier out, and unstable cells by name."""
     caption = "error bars: std; labels: speedup and efficiency vs " + "; ".join(sorted(notes))
-    failed = sum(g["failed"] for series in chart["series"] for g in series["groups"])
+    drawn = [g for series in chart["series"] for g in series["groups"]]
+    failed = sum(g["failed"] for g in drawn)
     if failed:
         caption += f"; {failed} failed run(s) not drawn (see table)"
-    unstable = [g for series in chart["series"] for g in series["groups"] if g.get("unstable")]
+    excluded = [g for g in drawn if g.get("excluded")]
+    if excluded:
+        caption += ("; bars without their outliers: "
+                    + ", ".join(f"{_cell_name(g)} ({len(g['excluded'])} of {len(g['runs'])} runs excluded)"
+                                for g in excluded))
+    unstable = [g for g in drawn if g.get("unstable")]
     if unstable:
         caption += (f"; UNSTABLE (cv > {unstable[0]['cv_threshold']:.0%}): "
-                    + ", ".join(f"{g['method']}{' ' + g['network'] if g['network'] else ''} at {g['world_size']} "
-                               f"(cv {g['cv']:.0%})" for g in unstable)
-                    + "; runs listed under the table")
+                    + ", ".join(f"{_cell_name(g)} (cv {g['cv']:.0%})" for g in unstable))
+    if excluded or unstable:
+        caption += "; runs listed under the table"
     return caption
+
+
+def _cell_name(group: dict) -> str:
+    return f"{group['method']}{' ' + group['network'] if group['network'] else ''} at {group['world_size']}"
 
 
 def _baseline_text(group: dict) -> str:
     base = group["baseline"]
     where = "1 node" if group["axis"] == "nodes" else "world size 1"
     mean = stability.format_pm(base["mean"], base["std"] if base["n"] != 1 else None)
-    return f"{where} '{base['method']}' run = {mean} {group['unit']} (from these results)"
+    note = stability.excluded_note(base["n"], len(base.get("excluded") or ()))
+    return f"{where} '{base['method']}' run = {mean} {group['unit']}{note} (from these results)"
 
 
 def _vertical_labels(chart: dict) -> bool:

@@ -120,7 +120,9 @@ def table_markdown(table: dict) -> str:
             "Time to target (s)", "Reached", "Seeds", "Score (s)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for g in table["groups"]:
-        throughput = _stat_text([run["metrics"]["throughput"] for run in g["runs"]])
+        throughput = "—" if g["mean"] is None else (  # the group's figure: its outliers left out, said
+            stability.format_pm(g["mean"], g["std"] if g["n"] != 1 else None)
+            + stability.excluded_note(g["n"], len(g.get("excluded") or ())))
         speedup = "—" if g["speedup"] is None else f"{g['speedup']:.2f}x"
         reached = f"{g['reached']}/{len(g['runs'])}" + (f" (+{g['failed']} failed)" if g["failed"] else "")
         lines.append("| " + " | ".join([

@@ -21,6 +21,7 @@ import sys
 
 from fleetbench.analysis import predict, stragglers
 from fleetbench.analysis.breakdown import ACCOUNTING_TOLERANCE, LOSSES
+from fleetbench.measure import stability
 
 # The stacks of a breakdown bar, bottom to top: (CSV column, legend label).
 SEGMENTS = (("compute_1dev_ms", "compute (1 device)"), ("contention_ms", "core sharing"),
@@ -60,7 +61,8 @@ def console_table(cells: list[dict]) -> str:
             "pred.comm", "overlap", "imbal", "reader", "eff", "efficiency lost to")
     rows = [head]
     for c in cells:
-        rows.append((cell_name(c), str(c["runs"]), _ms(c["measured_step_ms"]), _ms(c.get("explained_step_ms")),
+        rows.append((cell_name(c), str(c["runs"]) + (f" (+{c['excluded']} outlier)" if c.get("excluded") else ""),
+                     _ms(c["measured_step_ms"]), _ms(c.get("explained_step_ms")),
                      _acct(c), _ms(c.get("predicted_step_ms")),
                      _pct(c.get("prediction_error")), _ms(c.get("compute_ms")), _ms(c.get("exposed_comm_ms")),
                      _ms(c.get("predicted_comm_ms")), _ms(c.get("overlap_ms")), _ms(c.get("imbalance_ms")),
@@ -185,7 +187,8 @@ def markdown(cells: list[dict], images: dict, link) -> str:
             if losses and not controlled:  # without a control, core sharing hides inside communication
                 lost = "n/a / " + lost.split(" / ", 1)[1].replace(" / ", " (with sharing) / ", 1)
             out.append("| " + " | ".join([
-                cell_name(c), _ms(c["measured_step_ms"]), f"{_ms(c.get('compute_ms'))} ({source})",
+                cell_name(c), _ms(c["measured_step_ms"]) + stability.excluded_note(c["runs"], c.get("excluded", 0)),
+                f"{_ms(c.get('compute_ms'))} ({source})",
                 _ms(c.get("exposed_comm_ms")), _ms(c.get("predicted_comm_ms")), _ms(c.get("imbalance_ms")),
                 _ms(c.get("reader_ms")), _ms(c.get("predicted_step_ms")),
                 "—" if c.get("efficiency") is None else f"{c['efficiency']:.0%}", lost]) + " |")

@@ -38,24 +38,27 @@ UNSTABLE_MARK = "!"
 
 
 def mean_text(group: dict) -> str:
-    """mean ± std with the digits the std supports, `!` after an unstable group. Published
-    figures keep the digits their source printed (a reader checks them against it)."""
+    """mean ± std with the digits the std supports, `(n=2; 1 outlier excluded)` when outliers were
+    left out of it, `!` after an unstable group. Published figures keep the digits their source
+    printed (a reader checks them against it)."""
     spread = group["std"] if group["n"] != 1 else None
     if group["source"]:
         text = fmt(group["mean"]) + (f" ± {fmt(spread)}" if spread is not None else "")
     else:
         text = stability.format_pm(group["mean"], spread)
+    text += stability.excluded_note(group["n"], len(group.get("excluded", ())))
     return text + f" {UNSTABLE_MARK}" if group.get("unstable") else text
 
 
 def run_text(group: dict, run: dict) -> str:
-    outlier = " (outlier)" if run["id"] in group.get("outliers", ()) else ""
-    return f"{stability.format_pm(run['throughput'], None)} [{run['id'][:8]}]{outlier}"
+    excluded = " (outlier, excluded)" if run["id"] in group.get("excluded", ()) else ""
+    return f"{stability.format_pm(run['throughput'], None)} [{run['id'][:8]}]{excluded}"
 
 
 def stability_lines(table: dict) -> list[str]:
-    """One legend line per unstable group or group with an outlier: where it is, its cv and every
-    run (throughput, first 8 characters of the record id), outliers marked; none dropped."""
+    """One legend line per unstable group or group with an outlier: where it is, its cv, every
+    run (throughput, first 8 characters of the record id) with the excluded outliers marked, and
+    the mean over all of them beside the figure that left them out."""
     lines = []
     for g in table["groups"]:
         if g["mean"] is None or not (g.get("unstable") or g.get("outliers")):
@@ -64,8 +67,11 @@ def stability_lines(table: dict) -> list[str]:
                                         variant_text(table, g)]))
         state = (f"{UNSTABLE_MARK} unstable: cv {g['cv']:.0%} > {g['cv_threshold']:.0%}"
                  if g.get("unstable") else f"stable (cv {g['cv']:.0%})")
+        runs = g.get("runs", ())
+        every = (f"; mean of all {len(runs)} runs {stability.format_pm(g['mean_all'], None)}"
+                 if g.get("excluded") else "")
         lines.append(f"{where}: {state}; runs in {g['unit']}: "
-                     + ", ".join(run_text(g, run) for run in g.get("runs", ())) + ".")
+                     + ", ".join(run_text(g, run) for run in runs) + every + ".")
     return lines
 
 
@@ -203,7 +209,7 @@ def plan(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD) -> l
 
 def table_markdown(table: dict) -> str:
     groups = table["groups"]
-    per_group_n = len({g["n"] for g in groups if g["mean"] is not None}) > 1
+    per_group_n = len({runs_made(g) for g in groups if g["mean"] is not None}) > 1
     noun = size_noun(groups)
     head = (["Network", "Method"] + [name for name in table["dims"]]
             + [f"{text} {noun}{'s' if lay[0] > 1 else ''}" for lay, text in table["columns"]])
@@ -218,6 +224,12 @@ def table_markdown(table: dict) -> str:
     return "\n".join(lines)
 
 
+def runs_made(group: dict) -> int | None:
+    """The successful runs of a group, the outliers its figure leaves out included (its n is
+    the runs kept); None for a published figure that does not say."""
+    return None if group["n"] is None else group["n"] + len(group.get("excluded", ()))
+
+
 def _cell_text(group, per_group_n: bool) -> str:
     if group is None:
         return ""
@@ -226,7 +238,7 @@ def _cell_text(group, per_group_n: bool) -> str:
     text = mean_text(group)
     if group["efficiency"] is not None and group["world_size"] > 1:
         text += f" ({eff_label(group, sep=', ')})"
-    if per_group_n:
+    if per_group_n and not group.get("excluded"):  # mean_text already said n
         text += f" n={group['n'] if group['n'] is not None else '?'}"
     if group["failed"]:
         text += f" +{group['failed']} failed"
@@ -239,7 +251,7 @@ def _caption(table: dict) -> str:
     if not groups:
         return f"All {failed} run(s) of this benchmark failed; the errors are in the records."
     units = sorted({g["unit"] for g in groups})
-    ns = sorted({g["n"] for g in groups}, key=lambda n: (n is None, n or 0))
+    ns = sorted({runs_made(g) for g in groups}, key=lambda n: (n is None, n or 0))
     if table["source"]:
         spread = ("n not published; ± is the published std (population std, ddof 0)"
                   if ns == [None] else f"n = {', '.join(str(n) for n in ns)}")
@@ -247,6 +259,8 @@ def _caption(table: dict) -> str:
     else:
         spread = (f"n = {ns[0]} run{'s' if ns[0] != 1 else ''} per cell" if len(ns) == 1
                   else "n per cell as shown")
+        if len(ns) == 1 and any(g.get("excluded") for g in groups):
+            spread += " (fewer where outliers are excluded, as shown)"
         origin = (f"Measured by fleetbench: mean ± sample std over repeats, {spread}, printed to the "
                   "digits the std supports.")
     text = f"Throughput in {', '.join(units)}. {origin}"
@@ -261,6 +275,11 @@ def _caption(table: dict) -> str:
     if unstable:
         text += (f" {UNSTABLE_MARK} marks {len(unstable)} unstable cell(s): runs vary more than "
                  f"{unstable[0]['cv_threshold']:.0%} of the mean (cv); their runs are listed below the table.")
+    excluded = sum(len(g.get("excluded", ())) for g in groups)
+    if excluded:
+        text += (f" {excluded} run(s) far from the others (more than 3 median absolute deviations "
+                 "and 5% from their median) are excluded from their cell's figure, which says so; "
+                 "they are shown below the table with the mean over all runs.")
     if failed:
         text += f" {failed} failed run(s) are counted, not averaged."
     noise = sorted({k for g in table["groups"] for k in g["noise_differs"]})

@@ -7,7 +7,9 @@ or the same as top-level sweep keys (`until_stable: true`, `target_ci: 2`, `max_
 which win for its cells). With until-stable a cell runs its `repeats` (the
 minimum), then more until the 95 % confidence interval half-width of its throughput mean is within
 `target_ci` % of the mean or it has `max_repeats` successful runs (fleetbench.measure.stability.
-stop_reason), and the console says which. The policy goes into every run's record as
+stop_reason), and the console says which. The CI is that of the group's figure: over the runs not
+flagged as outliers (at least `repeats` of them), so one disturbed run costs one more run, and
+the console names it. The policy goes into every run's record as
 `config.runtime.repeats` (through the launcher contract), so the report can tell from the records
 alone whether a cell ended stable or at its maximum (stability.verdict on the stored throughputs); it is
 not part of the experiment (measure.experiment.NOISE_KEYS), so runs with and without it pool, and
@@ -85,16 +87,29 @@ class Policy:
         return contract.RankContract(repeats=self.record_block(cell), seed=self.seed(repeat, base_seed)).to_env()
 
 
-def verdict_text(block: dict | None, values: list[float]) -> str:
-    """One line for the console: which stop it was, with the CI it reached."""
-    reason, pct = stability.verdict(block, values), stability.ci_pct(values)
+def verdict_text(block: dict | None, values: list[float], unit: str = "") -> str:
+    """One line for the console: which stop it was, with the CI it reached over the runs the stop
+    rule judged (stability.kept) and the outliers it left out, by run number and figure."""
+    reason, figure = stability.verdict(block, values), stability.kept(values)
+    pct = stability.ci_pct(figure)
     ci = "no CI (fewer than 2 runs)" if pct is None else f"95% CI ±{pct:.1f}% of the mean"
     target = f"±{block['target_ci_pct']:g}%" if block else ""
+    over = f"over {len(figure)} runs" + _excluded_text(values, unit)
     if reason == stability.STABLE:
-        return f"stable: {ci} within {target} after {len(values)} runs"
+        return f"stable: {ci} within {target} {over}"
     if reason == stability.AT_MAX:
-        return f"NOT stable: {ci}, target {target}, stopped at the maximum of {block['max_repeats']} runs"
-    return f"unfinished: {ci} after {len(values)} runs (target {target}); run the sweep again to go on"
+        return f"NOT stable: {ci} {over}, target {target}, stopped at the maximum of {block['max_repeats']} runs"
+    return f"unfinished: {ci} {over} (target {target}); run the sweep again to go on"
+
+
+def _excluded_text(values: list[float], unit: str) -> str:
+    """`, 1 outlier excluded (run 2: 16.58 images/s)`; "" without outliers."""
+    flagged = stability.outliers(values)
+    if not flagged:
+        return ""
+    runs = ", ".join(f"run {i + 1}: {stability.format_pm(values[i], None)}{' ' + unit if unit else ''}"
+                     for i in flagged)
+    return f", {len(flagged)} outlier{'s' if len(flagged) > 1 else ''} excluded ({runs})"
 
 
 def warmup_key(cell: Cell, paddle: str | None) -> tuple:

@@ -66,7 +66,8 @@ def summary_table(cells: list[dict]) -> str:
             "throughput mean ± std", "unit", "cv", "eff", "failed", "set")
     rows = [head]
     for c in cells:
-        mean = "-" if c["mean"] is None else stability.format_pm(c["mean"], c["std"] if c["n"] != 1 else None)
+        mean = "-" if c["mean"] is None else (stability.format_pm(c["mean"], c["std"] if c["n"] != 1 else None)
+                                              + stability.excluded_note(c["n"], len(c.get("excluded", ()))))
         cv = "-" if c.get("cv") is None else f"{c['cv']:.1%}" + (" UNSTABLE" if c.get("unstable") else "")
         eff = "-" if c.get("efficiency") is None else f"{c['efficiency']:.2f}"
         rows.append((c["benchmark"], c["preset"] or "-", c["mode"], c["method"], c["network"] or "-",
@@ -77,14 +78,16 @@ def summary_table(cells: list[dict]) -> str:
 
 
 def stability_lines(cells: list[dict]) -> list[str]:
-    """Every run of an unstable cell or a cell with an outlier (outliers marked; none dropped)."""
+    """Every run of an unstable cell or a cell with an outlier (excluded outliers marked, shown)."""
     lines = []
     for c in cells:
         if c.get("unstable") or c.get("outliers"):
-            runs = ", ".join(stability.format_pm(r["throughput"], None) + (" (outlier)" if r["id"] in c["outliers"]
-                                                                          else "") for r in c["runs"])
+            runs = ", ".join(stability.format_pm(r["throughput"], None) + (" (outlier, excluded)" if r["id"] in
+                                                                          c["excluded"] else "") for r in c["runs"])
             lines.append(f"{'UNSTABLE' if c['unstable'] else 'outlier'}: {c['benchmark']} {c['method']} world "
-                         f"{c['world_size']}{' net ' + c['network'] if c['network'] else ''}: runs {runs} {c['unit']}")
+                         f"{c['world_size']}{' net ' + c['network'] if c['network'] else ''}: runs {runs} {c['unit']}"
+                         + (f"; mean of all {len(c['runs'])} runs {stability.format_pm(c['mean_all'], None)}"
+                            if c["excluded"] else ""))
     return lines
 
 
@@ -242,8 +245,9 @@ class Sweep:
     def say_stop(self, i: int, n: int, cell: Cell) -> None:
         """How a cell's until-stable repeats ended (nothing without the policy)."""
         if self.policy.adaptive(cell):
-            values = [r["metrics"]["throughput"] for r in self.runs_of(cell)]
-            self.say(f"cell {i}/{n} {cell.label()}: {adaptive.verdict_text(self.policy.record_block(cell), values)}")
+            runs = self.runs_of(cell)
+            values, unit = [r["metrics"]["throughput"] for r in runs], runs[0]["metrics"]["unit"] if runs else ""
+            self.say(f"cell {i}/{n} {cell.label()}: {adaptive.verdict_text(self.policy.record_block(cell), values, unit)}")
 
     def warm_up(self, i: int, cell: Cell, base_env: dict) -> None:
         """One unrecorded run before the first measured run of a (benchmark, Paddle, shape): its

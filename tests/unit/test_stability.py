@@ -1,5 +1,5 @@
-"""fleetbench.measure.stability on constructed runs: CV flag, outlier rule, CI stopping, digits,
-ratio error, MLPerf's olympic score of time to target."""
+"""fleetbench.measure.stability on constructed runs: CV flag, outlier rule, the runs a figure
+keeps, CI stopping (with an outlier), digits, ratio error, MLPerf's olympic score of time to target."""
 import math
 import statistics
 
@@ -37,6 +37,29 @@ def test_outlier_rule_for_few_runs_and_zero_mad():
     assert st.outliers([100.0, 100.1, 110.0]) == [2]
 
 
+# the demo's baseline with one disturbed run among five (a 5-run cell of the issue's figures)
+FIVE = [42.0, 16.6, 42.9, 41.5, 42.4]
+
+
+def test_kept_runs_leave_out_the_flagged_outliers_only():
+    assert st.kept(DEMO) == [42.08, 42.39]
+    assert st.kept(FIVE) == [42.0, 42.9, 41.5, 42.4]
+    assert st.kept([10.0, 10.4, 9.6, 10.2, 9.8]) == [10.0, 10.4, 9.6, 10.2, 9.8]  # nothing flagged
+    assert st.kept([10.0, 30.0]) == [10.0, 30.0]  # two runs: nothing can be told apart
+    # two disturbed runs of five: both left out, the figure rests on the three that agree
+    assert st.kept([42.1, 16.6, 42.3, 20.0, 42.2]) == [42.1, 42.3, 42.2]
+
+
+@pytest.mark.parametrize("values", [
+    [1.0, 1.0, 100.0], [1.0, 1.0, 100.0, 100.0], [1.0, 1.0, 1.0, 50.0, 60.0],
+    [10.0, 10.0, 10.0, 12.0, 20.0, 30.0], [1.0, 2.0, 100.0, 200.0, 300.0, 1000.0, 5000.0],
+    [5.0] * 4 + [1.0, 9.0, 20.0, 40.0],
+])
+def test_the_mad_rule_never_leaves_a_figure_on_half_of_its_runs_or_fewer(values):
+    # a flagged run is over 4 MADs from the median and more than half of the runs are within 2
+    assert len(st.kept(values)) > len(values) / 2
+
+
 def test_ci_half_width_uses_student_t():
     values = [10.0, 12.0]
     assert st.ci_half_width(values) == pytest.approx(12.706 * statistics.stdev(values) / math.sqrt(2))
@@ -53,6 +76,36 @@ def test_stop_rule_stable_max_or_continue():
     assert st.stop_reason(noisy + [95.0, 105.0], 2.0, 3, 5) == st.AT_MAX
     # stable on the last allowed run counts as stable
     assert st.stop_reason([100.0, 100.2, 99.8, 100.1, 99.9], 0.5, 3, 5) == st.STABLE
+
+
+def test_stop_rule_judges_the_runs_not_flagged():
+    # the issue's three runs: the CI over all of them is ±109 % of the mean; the disturbed run is
+    # flagged, and two runs that agree are fewer than the 3 asked for: one more run
+    assert st.ci_pct(DEMO) > 100 and st.stop_reason(DEMO, 2.0, 3, 5) is None
+    # a fourth run that agrees: 3 kept runs, CI ±0.9 %: stable, though the cv over all is 44 %+
+    four = DEMO + [42.2]
+    assert st.ci_pct(four) > 50 and st.ci_pct(st.kept(four)) == pytest.approx(0.92, abs=0.01)
+    assert st.stop_reason(four, 2.0, 3, 5) == st.STABLE and st.is_unstable(four)
+    # five runs, one disturbed: the 4 kept give ±2.24 %, not yet ±2 %; a sixth gets there
+    assert st.ci_pct(st.kept(FIVE)) == pytest.approx(2.24, abs=0.01)
+    assert st.stop_reason(FIVE, 2.0, 3, 10) is None and st.stop_reason(FIVE, 2.0, 3, 5) == st.AT_MAX
+    assert st.stop_reason(FIVE + [42.2], 2.0, 3, 10) == st.STABLE
+    # the maximum counts every run made, outliers too
+    assert st.stop_reason(DEMO, 2.0, 3, 3) == st.AT_MAX
+
+
+def test_verdict_on_stored_runs_is_the_stop_rules():
+    policy = {"until_stable": True, "target_ci_pct": 2.0, "min_repeats": 3, "max_repeats": 5}
+    assert st.verdict(policy, DEMO) == "unfinished"
+    assert st.verdict(policy, DEMO + [42.2]) == st.STABLE
+    assert st.verdict(policy, FIVE) == st.AT_MAX
+    assert st.verdict(None, FIVE) is None
+
+
+def test_excluded_note_says_what_the_figure_left_out():
+    assert st.excluded_note(4, 1) == " (n=4; 1 outlier excluded)"
+    assert st.excluded_note(3, 2) == " (n=3; 2 outliers excluded)"
+    assert st.excluded_note(3, 0) == ""
 
 
 def test_ratio_error_propagates_both_relative_errors():

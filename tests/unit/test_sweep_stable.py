@@ -79,7 +79,7 @@ def test_until_stable_stops_when_the_ci_is_within_target(tmp_path):
     (row,) = sweep.run({})
     assert figures_of(store) == SETTLES_AT_5  # the sixth figure was never run
     out = sweep.out.getvalue()
-    assert "cell 1/1 resnet50 tiny collective 1x1: stable: 95% CI ±1.8% of the mean within ±2% after 5 runs" in out
+    assert "cell 1/1 resnet50 tiny collective 1x1: stable: 95% CI ±1.8% of the mean within ±2% over 5 runs\n" in out
     assert row["until_stable"] == stability.STABLE and row["n"] == 5
     block = records(store)[0]["config"]["runtime"]["repeats"]
     assert block == {"until_stable": True, "target_ci_pct": 2.0, "min_repeats": 3, "max_repeats": 10}
@@ -98,6 +98,42 @@ def test_a_cell_that_never_settles_ends_at_its_maximum_and_says_so(tmp_path):
     # the report reads the same verdict from the records alone
     (group,) = [json.loads(line) for line in generate.groups_json([str(store)]).splitlines()]
     assert group["until_stable"] == "max_repeats" and group["unstable"] is True and group["n"] == 5
+
+
+DISTURBED = [16.58, 42.08, 42.39]  # issue 23: the demo's first baseline, one run disturbed
+
+
+def test_a_disturbed_run_costs_one_more_run_not_the_cells_stability(tmp_path):
+    store = tmp_path / "runs.jsonl"
+    sweep = Scripted(DISTURBED + [42.2, 50.0], cells({}), store, tmp_path,
+                     adaptive.Policy(until_stable=True, target_ci_pct=2.0, max_repeats=5))
+    (row,) = sweep.run({})
+    assert figures_of(store) == DISTURBED + [42.2]  # 3 kept runs within ±2 %: stopped at 4
+    out = sweep.out.getvalue()
+    assert ("stable: 95% CI ±0.9% of the mean within ±2% over 3 runs, 1 outlier excluded "
+            "(run 1: 16.58 images/s)\n") in out
+    # the figure is over the kept runs and says so; the cell is still marked unstable, run shown
+    assert row["until_stable"] == stability.STABLE and row["n"] == 3 and row["unstable"]
+    assert abs(row["mean"] - 42.2233) < 1e-4 and len(row["excluded"]) == 1
+    assert "42.22 ± 0.16 (n=3; 1 outlier excluded)" in out  # digits: a spread starting with 1 keeps 2
+    assert ("UNSTABLE: resnet50 mgwfbp world 1: runs 16.58 (outlier, excluded), 42.08, 42.39, 42.2 "
+            "images/s; mean of all 4 runs 35.81") in out
+    # the report reads the same verdict and figure from the records alone
+    (group,) = [json.loads(line) for line in generate.groups_json([str(store)]).splitlines()]
+    assert group["until_stable"] == "stable" and group["n"] == 3 and group["excluded"] == row["excluded"]
+
+
+def test_five_runs_with_one_disturbed_end_at_the_maximum_when_the_rest_do_not_settle(tmp_path):
+    store = tmp_path / "runs.jsonl"
+    five = [42.0, 16.6, 42.9, 41.5, 42.4]  # the four kept give ±2.24 %: not within ±2 %
+    sweep = Scripted(five + [42.2], cells({}), store, tmp_path, adaptive.Policy(until_stable=True, max_repeats=5))
+    (row,) = sweep.run({})
+    assert figures_of(store) == five
+    assert ("NOT stable: 95% CI ±2.2% of the mean over 4 runs, 1 outlier excluded (run 2: 16.6 images/s), "
+            "target ±2%, stopped at the maximum of 5 runs") in sweep.out.getvalue()
+    assert row["until_stable"] == stability.AT_MAX and row["n"] == 4
+    (group,) = [json.loads(line) for line in generate.groups_json([str(store)]).splitlines()]
+    assert group["until_stable"] == "max_repeats"
 
 
 def test_resume_goes_on_until_stable_and_pools_with_earlier_runs(tmp_path):
