@@ -54,6 +54,7 @@ class Cell:
     emulated: bool  # nodes are network namespaces of one host (they share its cores)
     gpu: bool
     rate_gbit: float | None
+    transport: str | None = None  # the network's, as recorded (tcp, rdma)
 
     @property
     def control(self) -> bool:
@@ -122,7 +123,7 @@ def _cell(members: list[dict]) -> Cell:
                 mean["reader_ms"], mean["median_reader_ms"], mean["median_rank_ms"], mean["max_rank_ms"], mean["throughput"],
                 members[0]["metrics"]["unit"], mean["units_per_rank_step"], mean["comm_bytes"],
                 mean["comm_buckets"], figures[0]["threads"], figures[0]["cores"],
-                bool(net.get("emulated")), figures[0]["gpu"], net.get("rate_gbit"))
+                bool(net.get("emulated")), figures[0]["gpu"], net.get("rate_gbit"), net.get("transport"))
 
 
 def _comm_fit(record: dict) -> tuple[float, float] | None:
@@ -170,7 +171,9 @@ def pool(records: list[dict]) -> tuple[list[Cell], list[CommCell]]:
     for record in records:  # repeats pool as in every report: one group per experiment
         # a step time is what the breakdown takes apart: records without one (hand-made, or from
         # an older schema) have nothing to explain
-        if (record.get("error") is None and not record.get("source") and record["mode"] == "collective"
+        # published records only once their step time is derived (analysis/published, --published)
+        if (record.get("error") is None and record["mode"] == "collective"
+                and (not record.get("source") or (record.get("metrics") or {}).get("derived"))
                 and (record.get("metrics") or {}).get("step_time_ms") is not None):
             groups.setdefault(experiment.of(record), []).append(record)
     comm = [r for r in records if r["mode"] == "comm" and r.get("error") is None]
