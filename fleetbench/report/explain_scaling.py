@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import io
 
+LINES = ("-", "-.", ":", (0, (5, 1)))
+
 
 def _key(row: dict) -> tuple:
     return row["benchmark"], row.get("preset"), row["method"]
@@ -54,8 +56,9 @@ def draw(rows: list[dict], title: str, unit: str) -> bytes:
             line = [(r["devices"], r["predicted_throughput"]) for r in mine if r["predicted_throughput"]]
             points = [(r["devices"], r["measured_throughput"]) for r in mine if r["measured_throughput"]]
             color = style.COLORS[i % len(style.COLORS)]
-            if line:
-                ax.plot(*zip(*line), color=color, marker="x", label=f"{network} predicted")
+            if line:  # networks that predict alike (both bound inside the node) stay visible by style
+                ax.plot(*zip(*line), color=color, marker="x", linestyle=LINES[i % len(LINES)],
+                        label=f"{network} predicted")
             if points:
                 ax.scatter(*zip(*points), color=color, marker="o", facecolors="none", s=40,
                            label=f"{network} measured", zorder=3)
@@ -64,6 +67,7 @@ def draw(rows: list[dict], title: str, unit: str) -> bytes:
             ax.plot(*zip(*ideal), color="black", linestyle="--", linewidth=0.8, label="ideal (1 device x N)")
         devices = sorted({r["devices"] for r in rows})
         ax.set_xscale("log", base=2)
+        ax.set_yscale("log")  # works of 50 and of 5000 units/s both readable; ideal is a straight line
         ax.set_xticks(devices, [str(d) for d in devices])
         ax.set_xlabel("devices (GPUs or processes)")
         ax.set_ylabel(f"throughput ({unit})")
