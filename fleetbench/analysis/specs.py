@@ -1,14 +1,15 @@
 """The values of `--predict` and `--validate` specs, checked one key at a time: a bad value is a
 SpecError (one line naming the flag, the key and what was expected) before anything is predicted.
-Keys naming things the records hold (benchmark, preset, method, network) are checked against the
-records by `unknown`."""
+A benchmark or network a spec names must be one the records hold or fleetbench knows (the
+registry, the emulator's profiles): `unknown`. Method and preset filters are not checked: one that
+matches no record predicts nothing, which the output shows."""
 from __future__ import annotations
 
 import math
 
 from fleetbench.analysis import links
 
-NAMED = ("benchmark", "preset", "method", "network")
+NAMED = ("benchmark", "network")
 
 
 class SpecError(ValueError):
@@ -43,9 +44,9 @@ def value(key: str, text: str, where: str):
 
 
 def unknown(spec: dict, known: dict, flag: str) -> None:
-    """SpecError when a named value (benchmark, preset, method, network) is in none of the records
-    (`known`: key -> the values the records hold); a typo would otherwise predict nothing."""
+    """SpecError when a benchmark or network is unknown (`known`: key -> the names the records hold
+    and fleetbench knows); a typo would otherwise predict nothing or find no link."""
     for key in NAMED:
         if key in spec and str(spec[key]) not in known.get(key, ()):
             choices = ", ".join(sorted(known.get(key, ()))) or "none"
-            raise SpecError(f"{flag} {key}={spec[key]}: not in the records (they hold: {choices})")
+            raise SpecError(f"{flag} {key}={spec[key]}: unknown (known: {choices})")

@@ -230,8 +230,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def known_values(records: list[dict]) -> dict:
-    """key -> the values the records hold, as a spec names them (network: its profile name)."""
-    known: dict = {key: set() for key in spec_checks.NAMED}
+    """key -> the names a spec may use: the records' (network: its profile name), the registry's
+    benchmarks and the emulator's network profiles."""
+    from fleetbench.emulate.netem_plan import PROFILES  # pure table
+    from fleetbench.measure.registry import BENCHMARKS
+
+    known: dict = {"benchmark": set(BENCHMARKS), "network": set(PROFILES)}
     for record in records:
         for key, value in predict.record_values(record).items():
             if key in known:
