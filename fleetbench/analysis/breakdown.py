@@ -26,7 +26,7 @@ run's) and what the accounting left unexplained.
 from __future__ import annotations
 
 from fleetbench.analysis import cells as cellmod
-from fleetbench.analysis import gradbytes, scaling
+from fleetbench.analysis import gradbytes, links, scaling
 from fleetbench.analysis.cells import Cell
 
 ACCOUNTING_TOLERANCE = 0.05
@@ -73,11 +73,11 @@ def _losses(out: dict, single: Cell, has_control: bool) -> dict:
     return {name: value / total for name, value in shares.items()}
 
 
-def predicted_comm(cell: Cell, comm: list) -> tuple[float | None, str, str]:
+def predicted_comm(cell: Cell, comm: list, cells: list[Cell] = ()) -> tuple[float | None, str, str]:
     """(ms, link description, problem) of the cell's gradient all-reduces per step."""
     if cell.comm_bytes is None:
         return None, "", "the records carry no gradient bytes per step (comm_bytes_per_step)"
-    link, problem = cellmod.link_for(cell.network, cell.shape, comm)
+    link, problem, _ = links.link_for(cell, cell.network, cell.shape, list(cells), comm)
     if link is None:
         return None, "", problem
     return gradbytes.comm_ms(link, cell.traffic, cell.shape.world_size), link.describe(), ""
@@ -103,7 +103,7 @@ def breakdown(cell: Cell, cells: list[Cell], comm: list) -> dict:
     out["explained_step_ms"] = sum(out[part] for part in PARTS)
     out["accounting_error"] = out["explained_step_ms"] / cell.step_ms - 1
     out["accounting_ok"] = abs(out["accounting_error"]) <= ACCOUNTING_TOLERANCE
-    comm_ms, link_text, problem = predicted_comm(cell, comm)
+    comm_ms, link_text, problem = predicted_comm(cell, comm, cells)
     out.update({"predicted_comm_ms": comm_ms, "link": link_text or None, "comm_buckets": cell.comm_buckets,
                 "comm_bytes": cell.traffic.sent_bytes if cell.traffic else None})  # really sent
     if cell.traffic and cell.traffic.note:

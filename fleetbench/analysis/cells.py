@@ -58,6 +58,7 @@ class Cell:
     rate_gbit: float | None
     traffic: gradbytes.Traffic | None = None  # what a step really sends (gradbytes)
     excluded: int = 0  # runs left out as throughput outliers (stability.outliers)
+    transport: str | None = None  # the network's, as recorded (tcp, rdma)
 
     @property
     def control(self) -> bool:
@@ -130,7 +131,7 @@ def _cell(runs: list[dict]) -> Cell:
                 mean["comm_buckets"], figures[0]["threads"], figures[0]["cores"],
                 bool(net.get("emulated")), figures[0]["gpu"], net.get("rate_gbit"),
                 gradbytes.of_record(members[0]["config"], members[0]["metrics"], mean["comm_bytes"],
-                                    mean["comm_buckets"], exp.world_size), len(flagged))
+                                    mean["comm_buckets"], exp.world_size), len(flagged), net.get("transport"))
 
 
 def _comm_fit(record: dict) -> tuple[float, float] | None:
@@ -178,7 +179,9 @@ def pool(records: list[dict]) -> tuple[list[Cell], list[CommCell]]:
     for record in records:  # repeats pool as in every report: one group per experiment
         # a step time is what the breakdown takes apart: records without one (hand-made, or from
         # an older schema) have nothing to explain
-        if (record.get("error") is None and not record.get("source") and record["mode"] == "collective"
+        # published records only once their step time is derived (analysis/published, --published)
+        if (record.get("error") is None and record["mode"] == "collective"
+                and (not record.get("source") or (record.get("metrics") or {}).get("derived"))
                 and (record.get("metrics") or {}).get("step_time_ms") is not None):
             groups.setdefault(experiment.of(record), []).append(record)
     comm = [r for r in records if r["mode"] == "comm" and r.get("error") is None]

@@ -17,21 +17,19 @@ whose largest value seen is the window backward offers: predicted exposure = lin
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from fleetbench.analysis import breakdown as bd
 from fleetbench.analysis import cells as cellmod
-from fleetbench.analysis import gradbytes, scaling
+from fleetbench.analysis import gradbytes, links, scaling, specs
 from fleetbench.analysis.cells import Cell, Shape
 from fleetbench.measure import experiment
 
 FILTER_KEYS = ("benchmark", "preset", "method")
-CHANGE_KEYS = ("nodes", "devices_per_node", "network", "rate_gbit")
+CHANGE_KEYS = ("nodes", "devices_per_node", "network", "rate_gbit", "transport", "efficiency")
 SELECT_KEYS = FILTER_KEYS + ("network", "nodes", "devices_per_node", "world_size")
 
 
-class SpecError(ValueError):
-    """A bad --predict or --validate value; one line naming the flag."""
+SpecError = specs.SpecError  # predict.SpecError, as callers and tests know it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +38,11 @@ class Target:
     network: str | None
     shape: Shape
     rate_gbit: float | None = None
+    transport: str | None = None  # of a link given by rate, or of the network (links.TRANSPORTS)
+    efficiency: float | None = None  # share of the rate delivered, replacing the transport's
+
+    def change(self) -> dict:
+        return {"rate_gbit": self.rate_gbit, "transport": self.transport, "efficiency": self.efficiency}
 
     def describe(self, ref: Cell) -> str:
         net = f"rate {self.rate_gbit:g} Gbit/s" if self.rate_gbit else (self.network or "local")
@@ -126,7 +129,7 @@ def predict(target: Target, ref: Cell, cells: list[Cell], comm: list, cal: dict,
     bytes of `ref`, a measured training cell of the same method."""
     emulated = ref.emulated if emulated is None else emulated
     out = {"target": target.describe(ref), "predicted_step_ms": None, "predicted_throughput": None,
-           "predicted_efficiency": None, "notes": []}
+           "predicted_efficiency": None, "notes": [], **_target_values(target, ref)}
     base, base_note = base_for(ref, target.shape, emulated, cells)
     out["notes"].append(f"base: {base_note}")
     if target.shape.world_size == 1:
@@ -135,11 +138,12 @@ def predict(target: Target, ref: Cell, cells: list[Cell], comm: list, cal: dict,
         comm_ms = None
         out["notes"].append("no gradient bytes per step in the records")
     else:
-        # GPU builds all-reduce with NCCL, CPU builds with gloo (Paddle's collective backends)
-        backend = "nccl" if ref.gpu else "gloo"
-        link, problem = cellmod.link_for(target.network, target.shape, comm, target.rate_gbit, backend)
+        # GPU work all-reduces with NCCL, CPU work with gloo; links derives what no record measured;
+        # gradbytes counts what a step really sends (sparse rows, not a dense table)
+        link, problem, link_notes = links.link_for(ref, target.network, target.shape, cells, comm,
+                                                   target.change())
         comm_ms = gradbytes.comm_ms(link, ref.traffic, target.shape.world_size) if link else None
-        out["notes"].append(f"link: {link.describe()}" if link else f"no link: {problem}")
+        out["notes"] += link_notes + [f"link: {link.describe()}" if link else f"no link: {problem}"]
         out["notes"] += [n for n in (ref.traffic.note, link and gradbytes.latency_note(
             link, ref.traffic, target.shape.world_size)) if n]
     window, overlap_note = overlap_for(ref.benchmark, ref.preset, target.method, cal)
@@ -193,8 +197,8 @@ def parse_spec(text: str, allowed: tuple, flag: str) -> dict:
             if not value.isdigit() or int(value) < 1:
                 raise SpecError(f"{flag} {text!r}: {key} must be an integer >= 1 (got {value!r})")
             value = int(value)
-        elif key == "rate_gbit":
-            value = _positive_rate(value, text, flag)
+        elif key in ("rate_gbit", "efficiency", "transport"):
+            value = specs.value(key, value, f"{flag} {text!r}")
         spec[key] = value
     if not spec:
         raise SpecError(f"{flag}: expected key=value pairs (keys: {', '.join(allowed)})")
@@ -219,20 +223,17 @@ def expand_sizes(text: str) -> list[str]:
     return [" ".join([f"nodes={n}"] + rest) for n in sizes]
 
 
-def _positive_rate(value: str, text: str, flag: str) -> float:
-    """A link rate in Gbit/s: finite and above 0 (a negative or nan rate predicted nonsense)."""
-    try:
-        rate = float(value)
-    except ValueError:
-        rate = float("nan")
-    if not math.isfinite(rate) or rate <= 0:
-        raise SpecError(f"{flag} {text!r}: rate_gbit must be a number of Gbit/s above 0 (got {value!r})")
-    return rate
-
-
 def _matches(values: dict, spec: dict) -> bool:
     return all(str(values.get(k) if values.get(k) is not None else "local") == str(v)
                for k, v in spec.items())
+
+
+def _target_values(target: Target, ref: Cell) -> dict:
+    """The predicted cell's identity, as _cell_values (charts group predictions by it)."""
+    network = f"{target.rate_gbit:g} Gbit/s" if target.rate_gbit else target.network
+    return {"benchmark": ref.benchmark, "preset": ref.preset, "method": target.method, "network": network,
+            "nodes": target.shape.nodes, "devices_per_node": target.shape.devices_per_node,
+            "world_size": target.shape.world_size}
 
 
 def _cell_values(cell: Cell) -> dict:
@@ -253,7 +254,8 @@ def predict_spec(records: list[dict], spec: dict) -> list[dict]:
         shape = Shape(spec.get("nodes", ref.shape.nodes), spec.get("devices_per_node", ref.shape.devices_per_node))
         # a link rate replaces the network: the same target whatever network the cell ran on
         network = spec.get("network", None if "rate_gbit" in spec else ref.network)
-        target = Target(ref.method, None if network == "local" else network, shape, spec.get("rate_gbit"))
+        target = Target(ref.method, None if network == "local" else network, shape, spec.get("rate_gbit"),
+                        spec.get("transport"), spec.get("efficiency"))
         key = (ref.work, target)
         if key not in seen:
             seen.add(key)
@@ -284,14 +286,14 @@ def validate(records: list[dict], selector: dict) -> list[dict]:
     for cell in bd.training_cells(held_out):
         ref = _reference(cell, fitted)
         row = {"cell": cell.label, "measured_step_ms": cell.step_ms, "predicted_step_ms": None,
-               "error": None, "notes": []}
+               "error": None, "notes": [], **_cell_values(cell), "measured_throughput": cell.throughput}
         if ref is None:
             row["notes"].append("no fitted cell of this work and method")
         else:
             prediction = predict(Target(cell.method, cell.network, cell.shape), ref, cells=fitted,
                                  comm=comm, cal=cal, emulated=cell.emulated)
             row.update(predicted_step_ms=prediction["predicted_step_ms"], from_cell=ref.label,
-                       notes=prediction["notes"])
+                       notes=prediction["notes"], predicted_throughput=prediction["predicted_throughput"])
             if prediction["predicted_step_ms"] is not None:
                 row["error"] = prediction["predicted_step_ms"] / cell.step_ms - 1
         rows.append(row)

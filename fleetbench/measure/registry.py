@@ -89,3 +89,19 @@ def name_for_script(script) -> str:
     a test's own probe, still gets records named after it)."""
     bench = for_script(script)
     return bench.name if bench else Path(script).stem
+
+
+# Trainable gradients of a benchmark's model at a preset: (bytes in float32, tensors). Computed
+# once from the Paddle model definitions (collective/<name>.py at that preset's config); what a
+# GPU or published record lacks is read here. tests/job/test_grad_sizes.py rebuilds the models
+# and checks every entry.
+GRADIENTS = {
+    ("resnet50", "full"): (102_228_128, 161),  # 25.56 M parameters
+    ("bert_large", "full"): (1_344_904_432, 398),  # BERT-Large, 336.2 M
+    ("bert_large", "base"): (439_246_064, 206),  # BERT-Base, 109.8 M
+}
+
+
+def gradients(name: str, preset: str | None) -> tuple[int, int] | None:
+    """(gradient bytes, gradient tensors) of benchmark `name` at `preset` (None: full), or None."""
+    return GRADIENTS.get((name, preset or "full"))

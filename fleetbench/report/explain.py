@@ -19,7 +19,9 @@ import json
 import os
 import sys
 
-from fleetbench.analysis import predict, stragglers
+from fleetbench.analysis import predict, published, stragglers
+from fleetbench.analysis import specs as spec_checks
+from fleetbench.report import explain_scaling as scaling
 from fleetbench.analysis.breakdown import ACCOUNTING_TOLERANCE, LOSSES
 from fleetbench.measure import stability
 
@@ -222,9 +224,26 @@ def parser() -> argparse.ArgumentParser:
                    + "), predict the others")
     p.add_argument("--images", help="write a stacked-bar chart (PNG + CSV) per benchmark here")
     p.add_argument("--markdown", action="store_true", help="print the README section instead of the table")
+    p.add_argument("--published", action="store_true",
+                   help="read published reference records too, deriving step time and gradient sizes "
+                        "(docs/explain.md)")
     p.add_argument("--straggler-pct", type=float, default=stragglers.DEFAULT_THRESHOLD_PCT,
                    help="name ranks this much slower than their peers' median (default 10)")
     return p
+
+
+def known_values(records: list[dict]) -> dict:
+    """key -> the names a spec may use: the records' (network: its profile name), the registry's
+    benchmarks and the emulator's network profiles."""
+    from fleetbench.emulate.netem_plan import PROFILES  # pure table
+    from fleetbench.measure.registry import BENCHMARKS
+
+    known: dict = {"benchmark": set(BENCHMARKS), "network": set(PROFILES)}
+    for record in records:
+        for key, value in predict.record_values(record).items():
+            if key in known:
+                known[key].add(str(value) if value is not None else "local")
+    return known
 
 
 def run(args) -> str:
@@ -234,16 +253,25 @@ def run(args) -> str:
     specs = [predict.parse_spec(one, predict.FILTER_KEYS + predict.CHANGE_KEYS, "--predict")
              for s in args.predict for one in predict.expand_sizes(s)]
     selectors = [predict.parse_spec(s, predict.SELECT_KEYS, "--validate") for s in args.validate]
-    records = results.load(args.results)
+    records = published.adopt(results.load(args.results), args.published)
+    known = known_values(records)
+    for spec in specs:
+        spec_checks.unknown(spec, known, "--predict")
+    for selector in selectors:
+        spec_checks.unknown(selector, known, "--validate")
     cells = [dict(c, kind="measured") for c in predict.explain(records)]
     predicted = [dict(r, kind="predicted", spec=s) for s in specs for r in predict.predict_spec(records, s)]
     validation = [dict(r, kind="validation", selector=s) for s in selectors for r in predict.validate(records, s)]
     images = write_charts(cells, args.images) if args.images else {}
+    if args.images:
+        scaling.write_charts(cells, predicted + validation, args.images)
     if args.json:
         return json.dumps(cells + predicted + validation, indent=1, sort_keys=True)
     if args.markdown:
         return markdown(cells, images, lambda png: os.path.relpath(os.path.abspath(png)).replace(os.sep, "/"))
-    parts = [console_table(cells) if cells else "no multi-device training cell to explain"]
+    parts = [console_table(cells) if cells else "no multi-device training cell to explain" + (
+        "" if args.published or not any(published.is_published(r) for r in records)
+        else " (published records are read with --published)")]
     if predicted:
         parts.append(predictions_table(predicted, "predicted (not measured):"))
     for selector in selectors:

@@ -1,0 +1,99 @@
+"""Scaling curves of `fleetbench explain --images`: throughput against devices, one chart per
+work and method, one colour per network. Predicted throughput (--predict nodes=2,4,8,...,
+--validate) is a line, measured cells are points of the same colour, ideal scaling (the 1-device
+run's throughput times the devices) a dashed black line. The CSV beside the PNG holds every
+drawn number, with the throughput error where a measured cell and a prediction meet."""
+from __future__ import annotations
+
+import io
+
+LINES = ("-", "-.", ":", (0, (5, 1)))
+
+
+def _key(row: dict) -> tuple:
+    return row["benchmark"], row.get("preset"), row["method"]
+
+
+def _single_throughput(cells: list[dict]) -> float | None:
+    """Per-device throughput of the 1-device run: a cell's throughput / (efficiency x devices)."""
+    for c in cells:
+        if c.get("efficiency"):
+            return c["throughput"] / (c["efficiency"] * c["world_size"])
+    return None
+
+
+def chart_rows(cells: list[dict], predicted: list[dict]) -> list[dict]:
+    """One row per (network, devices): predicted and measured throughput, ideal, error."""
+    table: dict = {}
+    for c in cells:
+        table.setdefault((c["network"] or "local", c["world_size"]), {})["measured"] = c["throughput"]
+    for p in predicted:
+        if p.get("predicted_throughput") is not None:
+            table.setdefault((p["network"] or "local", p["world_size"]), {}).setdefault(
+                "predicted", p["predicted_throughput"])
+    single = _single_throughput(cells)
+    rows = []
+    for (network, devices), values in sorted(table.items()):
+        measured, pred = values.get("measured"), values.get("predicted")
+        rows.append({"network": network, "devices": devices, "predicted_throughput": pred,
+                     "measured_throughput": measured,
+                     "ideal_throughput": single * devices if single else None,
+                     "throughput_error": pred / measured - 1 if pred and measured else None})
+    return rows
+
+
+def draw(rows: list[dict], title: str, unit: str) -> bytes:
+    from fleetbench.report import style  # the one plot style (and matplotlib's Agg backend)
+
+    import matplotlib
+
+    with matplotlib.rc_context(style.STYLE):
+        fig = style.Figure(figsize=style.FIGSIZE, dpi=style.DPI)
+        fig.subplots_adjust(**style.MARGINS)
+        ax = fig.add_subplot()
+        for i, network in enumerate(dict.fromkeys(r["network"] for r in rows)):
+            mine = [r for r in rows if r["network"] == network]
+            line = [(r["devices"], r["predicted_throughput"]) for r in mine if r["predicted_throughput"]]
+            points = [(r["devices"], r["measured_throughput"]) for r in mine if r["measured_throughput"]]
+            color = style.COLORS[i % len(style.COLORS)]
+            if line:  # networks that predict alike (both bound inside the node) stay visible by style
+                ax.plot(*zip(*line), color=color, marker="x", linestyle=LINES[i % len(LINES)],
+                        label=f"{network} predicted")
+            if points:
+                ax.scatter(*zip(*points), color=color, marker="o", facecolors="none", s=40,
+                           label=f"{network} measured", zorder=3)
+        ideal = sorted({(r["devices"], r["ideal_throughput"]) for r in rows if r["ideal_throughput"]})
+        if ideal:
+            ax.plot(*zip(*ideal), color="black", linestyle="--", linewidth=0.8, label="ideal (1 device x N)")
+        devices = sorted({r["devices"] for r in rows})
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")  # works of 50 and of 5000 units/s both readable; ideal is a straight line
+        ax.set_xticks(devices, [str(d) for d in devices])
+        ax.set_xlabel("devices (GPUs or processes)")
+        ax.set_ylabel(f"throughput ({unit})")
+        ax.set_title(title, loc="left")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        fig.text(0.01, 0.005, "lines: predicted by fleetbench explain (docs/explain.md); circles: measured "
+                 "or published; dashed: ideal", fontsize=7, ha="left", va="bottom")
+        buffer = io.BytesIO()
+        fig.savefig(buffer, **style.SAVE)
+    return buffer.getvalue()
+
+
+def write_charts(cells: list[dict], predicted: list[dict], images_dir: str) -> list[str]:
+    """images_dir/explain-scaling-<benchmark>-<preset>-<method>.png (+ CSV) for every work and
+    method predicted at two sizes or more; returns the PNG paths."""
+    from fleetbench.report import output, style
+
+    written = []
+    for key in dict.fromkeys(_key(p) for p in predicted if p.get("predicted_throughput")):
+        mine = [p for p in predicted if _key(p) == key]
+        if len({p["world_size"] for p in mine}) < 2:
+            continue
+        measured = [c for c in cells if _key(c) == key]
+        rows = chart_rows(measured, mine)
+        unit = measured[0]["unit"] if measured else "units/s"
+        title = f"{key[0]}{f' [{key[1]}]' if key[1] else ''} {key[2]}: throughput against devices"
+        written.append(output.save_chart(images_dir, style.slug("explain-scaling", *key), rows,
+                                         draw(rows, title, unit)))
+    return written
