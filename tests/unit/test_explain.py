@@ -358,8 +358,11 @@ def test_post_backward_bucket_count_is_what_paddles_build_groups_makes():
 
 @pytest.mark.job
 def test_real_control_and_bsp_records_explain_a_slow_rank(tmp_path):
-    """Rank 1 sleeps 300 ms after every step in both runs. In the method=none control the ranks run
-    free, so its per-rank step times show the slow rank; bsp carries its gradient bytes."""
+    """Rank 1 sleeps 600 ms after every step in both runs. In the method=none control the ranks run
+    free, so its per-rank step times show the slow rank; bsp carries its gradient bytes. The delay is
+    large beside a tiny step (about 0.5 s here) so that the promise, rank 1 slower by about the delay,
+    holds with room on 2 loaded cores (with 300 ms it failed once for each of two engineers working
+    beside it; which assertion was not kept)."""
     import subprocess
 
     from util import PYTHON, REPO, env
@@ -372,14 +375,14 @@ def test_real_control_and_bsp_records_explain_a_slow_rank(tmp_path):
         proc = subprocess.run([PYTHON, "-m", "fleetbench", "launch", "--log_dir", str(tmp_path / f"log-{method}"),
                                "--nproc_per_node", "2", "--timeout", "240", "collective/resnet50.py",
                                "--preset", "tiny", "--set", f"method={method}", "--set", "debug.delay_rank=1",
-                               "--set", "debug.delay_ms=300", "--results", str(store)],
+                               "--set", "debug.delay_ms=600", "--results", str(store)],
                               cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
     control, bsp = (json.loads(line) for line in store.read_text().splitlines())
     m = control["metrics"]
     assert m["control"] is True and m["comm_bytes_per_step"] == 0 and m["comm_buckets_per_step"] == 0
     fast, slow = m["rank_step_ms"]
-    assert slow - fast > 0.8 * 300
+    assert slow - fast > 0.5 * 600
     assert m["rank_step_ms"] == pytest.approx([1000 * e / m["measured_steps"] for e in m["rank_elapsed_s"]])
     b = bsp["metrics"]
     assert b["control"] is False and b["grad_tensors"] > 100  # ResNet50: 161 trainable tensors
