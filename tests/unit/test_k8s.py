@@ -9,9 +9,10 @@ from util import PYTHON, REPO, env
 from fleetbench.engines import k8s
 from fleetbench.measure import results
 
-# What these tests check a manifest against is fleetbench's own rendition of the training
-# operator's rules (k8s.problems, from the operator's paddlepaddle_validation.go), never the
-# operator itself: the PaddleJob CRD's schema is not in the repository yet (issue 24).
+# k8s.problems is fleetbench's rendition of the training operator's webhook rules
+# (pkg/webhooks/paddlepaddle/ since 1.8); the CRD's own schema (v1.9.0) is applied to every sweep
+# preset's documents in test_k8s_crd.py, and the pods run through an emulated operator in
+# tests/job/test_k8s_operator.py and tests/root/test_k8s_collective.py.
 
 
 def fleetbench(*args, cwd=REPO):
@@ -76,7 +77,7 @@ def test_parameter_server_job_is_master_servers_and_workers(tmp_path):
 
 def test_a_sweep_becomes_one_job_per_cell_and_repeat(tmp_path):
     spec = tmp_path / "s.yaml"
-    spec.write_text(yaml.safe_dump({"repeats": 2, "cells": [
+    spec.write_text(yaml.safe_dump({"repeats": 2, "timeout": 123, "cells": [
         {"benchmark": "resnet50", "preset": "tiny", "devices_per_node": [1, 2]},
         {"benchmark": "ctr", "preset": "tiny", "method": "async", "servers_workers": "2/2"}]}))
     docs = write_manifests(tmp_path, spec)
@@ -84,6 +85,13 @@ def test_a_sweep_becomes_one_job_per_cell_and_repeat(tmp_path):
     for doc in docs:
         assert_fleetbench_checker_passes(doc)
     assert container(docs[-1], "Worker")["args"][-5:-2] == ["tiny", "--set", "mode=async"]
+    # one job at a time: all created suspended, released in `fleetbench/order` (docs/clusters.md);
+    # each ends by the cell's timeout and asks a gang scheduler for all its pods at once
+    assert [d["metadata"]["labels"]["fleetbench/order"] for d in docs] == [f"{i:04d}" for i in range(1, 7)]
+    for doc in docs:
+        run = doc["spec"]["runPolicy"]
+        assert run["suspend"] is True and run["activeDeadlineSeconds"] == 123
+        assert run["schedulingPolicy"]["minAvailable"] == sum(s["replicas"] for s in doc["spec"]["paddleReplicaSpecs"].values())
 
 
 @pytest.mark.parametrize("args, message", [
