@@ -130,9 +130,21 @@ def token_alive(text: str) -> bool:
     return stat is not None and stat.state not in DEAD_STATES and str(stat.start) == start
 
 
+def depth(pid: int) -> int:
+    """How many ancestors `pid` has (0 when it is gone or is init)."""
+    n, stat = 0, read_stat(pid)
+    while stat is not None and stat.ppid > 1 and n < 4096:  # the bound: a cycle cannot happen, but a loop must end
+        n, stat = n + 1, read_stat(stat.ppid)
+    return n
+
+
 def send(pids: Iterable[int], sig: int) -> None:
-    """Signal each pid, ignoring those already gone."""
-    for pid in pids:
+    """Signal each pid, ignoring those already gone; parents before their children. Why: a rank
+    wrapper (job/rankwrap) records whether it was asked to stop; signalled after its script, it could
+    see the script die and write 'not asked' before its own signal came (seen in a full-suite run
+    beside other work: a PS server stopped by the supervisor recorded as not asked). Sent to the
+    wrapper first, the signal is pending before the script can die of its own."""
+    for pid in sorted(pids, key=depth):
         try:
             os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):

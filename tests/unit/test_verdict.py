@@ -1,5 +1,6 @@
 """Whom a failed or hung job's report blames (fleetbench.job.verdict, on ranks as the
 supervisor would have observed them), and the /proc facts it observes them with."""
+import contextlib
 import os
 import signal
 import subprocess
@@ -92,3 +93,26 @@ def test_a_stopped_process_is_seen_as_stopped():
     finally:
         child.kill()
         child.wait()
+
+
+def test_signals_reach_a_parent_before_its_child(monkeypatch):
+    """procs.send signals parents first, so a rank wrapper has its stop request pending before its
+    script can die and be reported as 'not asked' (the race is in send's docstring)."""
+    parent = subprocess.Popen([PYTHON, "-c", "import subprocess, sys; "
+                               "c = subprocess.Popen([sys.executable, '-c', 'import sys; sys.stdin.read()'], "
+                               "stdin=subprocess.PIPE); print(c.pid, flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        assert procs.depth(child) == procs.depth(parent.pid) + 1
+        sent = []
+        monkeypatch.setattr(os, "kill", lambda pid, sig: sent.append(pid))
+        procs.send([child, parent.pid], signal.SIGTERM)
+        assert sent == [parent.pid, child]
+        assert procs.depth(2 ** 22 + 7) == 0  # a pid that cannot exist: no ancestors
+    finally:
+        monkeypatch.undo()
+        parent.kill()
+        parent.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
