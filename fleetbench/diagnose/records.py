@@ -12,7 +12,8 @@ def _identity(benchmark: str, nodes: int, cluster: str | None) -> contract.RunId
 
 def store(path: str, report: dict, cluster: str | None) -> None:
     """One record per node (its figures, units in the names) and one for the verdict. `cluster`:
-    the emulated cluster's name, "ssh" for hosts given by --hosts/--hostfile, None for this machine.
+    the emulated cluster's name, "ssh" for hosts given by --hosts/--hostfile, "slurm" for an
+    allocation's nodes, None for this machine.
     The records name the hosts (a diagnosis names the sick node): publish them knowingly."""
     count = len(report["nodes"])
     for node in report["nodes"]:
@@ -21,5 +22,6 @@ def store(path: str, report: dict, cluster: str | None) -> None:
         results.append(path, results.make_record(_identity("diagnose-node", count, cluster), metrics, error))
     verdict = {"nodes": [{k: n[k] for k in ("index", "host", "verdict", "categories", "violations")}
                          for n in report["nodes"]],
-               "links": report["links"], "elapsed_s": report["elapsed_s"], "reference": report["reference"]}
+               "links": report["links"], "elapsed_s": report["elapsed_s"], "reference": report["reference"],
+               **({"cluster": report["cluster"]} if "cluster" in report else {})}
     results.append(path, results.make_record(_identity("diagnose-verdict", count, cluster), verdict))

@@ -1,5 +1,6 @@
 """Running the probes on the nodes (the part of diagnose that runs commands): emulated nodes
-through `ip netns exec` (in the node's CPU cgroup when it is degraded), real hosts over SSH.
+through `ip netns exec` (in the node's CPU cgroup when it is degraded), real hosts over SSH, the
+nodes of a Slurm allocation as one job step each (`srun --nodelist NODE`).
 
 Every test runs alone: a node's probe, then the next node's; a link test, then the next. The
 emulated nodes share this machine's cores, so that is needed there; on real hosts the per-node
@@ -8,6 +9,7 @@ probes could run at once, and do not yet (a diagnosis of N hosts takes N times a
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 
 from fleetbench.emulate import degrade
 from fleetbench.hosts.executors import ssh_argv
+from fleetbench.measure.registry import REPO_ROOT
 
 PROBE = [sys.executable, "-m", "fleetbench.diagnose.probe"]
 
@@ -28,10 +31,13 @@ class Host:
     ssh: str | None = None  # the SSH destination of a real host
     ssh_config: str | None = None
     python: str = sys.executable  # the Python with fleetbench on that host
+    ifname: str = ""  # the emulated node's interface (GLOO_SOCKET_IFNAME of its Paddle ranks)
+    slurm: str | None = None  # the node's name in the Slurm allocation
+    workdir: str = str(REPO_ROOT)  # this repository there (srun --chdir)
 
     @property
     def name(self) -> str:
-        return self.ssh or self.netns or "localhost"
+        return self.slurm or self.ssh or self.netns or "localhost"
 
 
 class ProbeFailed(RuntimeError):
@@ -41,6 +47,10 @@ class ProbeFailed(RuntimeError):
 
 
 def _in_node(host: Host, cmd: list[str]) -> list[str]:
+    if host.slurm:  # one job step on that node, with all its CPUs (Slurm would pin a step to one)
+        cpus = [f"--cpus-per-task={os.environ['SLURM_CPUS_ON_NODE']}"] if os.environ.get("SLURM_CPUS_ON_NODE") else []
+        return ["srun", "--nodes=1", "--ntasks=1", "-w", host.slurm, *cpus, "--kill-on-bad-exit=1",
+                f"--chdir={host.workdir}", host.python, *cmd[1:]]
     if host.ssh:  # cmd[0] is this machine's Python; the host runs its own
         return ssh_argv(host.ssh, shlex.join([host.python, *cmd[1:]]), host.ssh_config)
     if not host.netns:  # this machine

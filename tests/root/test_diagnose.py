@@ -54,5 +54,8 @@ def test_bad_input_is_one_line_before_anything_runs(tmp_path):
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and f"{bad}: rule 1: below_reference_pct" in p.stderr
     p = fleetbench("diagnose", "--cluster", "nosuchcl")
     assert p.returncode == 2 and "--cluster nosuchcl: not up" in p.stderr
+    p = subprocess.run([PYTHON, "-m", "fleetbench", "diagnose", "--executor", "slurm"], cwd=REPO, capture_output=True,
+                       text=True, timeout=60, env={k: v for k, v in env().items() if not k.startswith("SLURM_")})
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not inside a Slurm allocation" in p.stderr
     p = fleetbench("cluster", "degrade", "--cpu", "0.5", "--name", "nosuchcl")
     assert p.returncode == 2 and "expected the node's index" in p.stderr

@@ -45,3 +45,23 @@ def test_figures_and_verdict_are_stored_as_valid_records_the_report_skips(tmp_pa
     verdict = stored[-1]["metrics"]
     assert [n["verdict"] for n in verdict["nodes"]] == ["healthy", "unreachable", "defective", "healthy"]
     generate.run([store], str(tmp_path / "images"))  # no throughput table of diagnose records, no crash
+
+
+def test_report_shows_the_stored_diagnosis_and_names_stragglers(tmp_path, capsys):
+    from fleetbench.report import health
+
+    store = str(tmp_path / "diag.jsonl")
+    records.store(store, _report(), "fb")
+    generate.run([store], str(tmp_path / "images"))  # the README section goes to stdout
+    text = capsys.readouterr().out
+    assert "### Cluster health" in text and "Diagnosis of fb at " in text and "2 of 4 nodes not healthy" in text
+    assert "| node 2 | fb-node2 | defective | compute | matmul_gflops 15 vs 40 (peer median) |" in text
+    assert "| node 1 | fb-node1 | unreachable | unreachable | - |" in text
+    control = {"id": "abcdef0123", "benchmark": "resnet50", "mode": "collective", "method": "none", "nodes": 4,
+               "devices_per_node": 1, "error": None, "launch": {"hosts": ["n0", "n1", "n2", "n3"]},
+               "metrics": {"rank_step_ms": [645.5, 907.3, 2900.5, 500.5], "control": True}}
+    section, files = health.section(results.load([store]) + [control], "", None)
+    assert files == [] and "- resnet50 none 4x1 (run abcdef01): rank 2 on n2 at 2900.5 ms/step" in section
+    assert health.section([dict(control, metrics={"rank_step_ms": [1.0, 1.0], "control": True})], "", None)[0].endswith(
+        "- none named\n")
+    assert health.section([], "", None) == ("", [])
