@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 
 from fleetbench.hosts import executors, remote
@@ -50,16 +51,20 @@ def _figures(store: str) -> dict:
 
 def collective_test(hosts: list, timeout: float) -> dict:
     """sendrecv_busbw_GBps and allreduce_busbw_GBps of one comm job over `hosts` (2 for a link,
-    all for the cluster), or {"error": ...} when the job failed: a verdict, not a crash."""
-    job = executors.Job("collective", SCRIPT, ("--preset", PRESET), len(hosts), (1,) * len(hosts))
-    with tempfile.TemporaryDirectory(prefix="fleetbench-diagnose-") as scratch:
-        store = os.path.join(scratch, "comm.jsonl")
-        job = executors.Job(job.mode, job.script, job.args + ("--results", store), job.nodes, job.counts)
-        try:
-            outcome = remote.run_job(_executor(hosts), job, os.path.join(scratch, "log"), child_env(),
-                                     Limits(timeout=timeout, startup=timeout), store)
-        except Exception as e:  # noqa: BLE001  (a node that cannot be started is this test's verdict)
-            return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
-        if not outcome.ok:
-            return {"error": f"comm job {outcome.status}: " + (outcome.report().strip().splitlines() or [""])[0][:300]}
-        return _figures(store)
+    all for the cluster), or {"error": ...} when the job failed: a verdict, not a crash. The job's
+    logs are kept when it failed (the error names them), removed when it did not."""
+    scratch = tempfile.mkdtemp(prefix="fleetbench-diagnose-")
+    store = os.path.join(scratch, "comm.jsonl")
+    job = executors.Job("collective", SCRIPT, ("--preset", PRESET, "--results", store), len(hosts), (1,) * len(hosts))
+    try:
+        outcome = remote.run_job(_executor(hosts), job, os.path.join(scratch, "log"), child_env(),
+                                 Limits(timeout=timeout, startup=timeout), store)
+    except Exception as e:  # noqa: BLE001  (a node that cannot be started is this test's verdict)
+        return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:300]}
+    if not outcome.ok:
+        first = (outcome.report().strip().splitlines() or [""])[0].removeprefix("fleetbench launch: ")
+        return {"error": f"comm job {first}"[:400]}
+    found = _figures(store)
+    if "error" not in found:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return found

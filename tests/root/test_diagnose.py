@@ -5,7 +5,9 @@ node, and only it, is flagged, `compute` among its categories; heal and down lea
 one-thread triad also slows at a quarter, so `memory` may be flagged too.)"""
 import json
 import os
+import shutil
 import subprocess
+from pathlib import Path
 
 from util import PYTHON, REPO, cluster_name, env, records
 
@@ -59,3 +61,18 @@ def test_bad_input_is_one_line_before_anything_runs(tmp_path):
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not inside a Slurm allocation" in p.stderr
     p = fleetbench("cluster", "degrade", "--cpu", "0.5", "--name", "nosuchcl")
     assert p.returncode == 2 and "expected the node's index" in p.stderr
+
+
+def test_a_paddle_pair_job_that_cannot_start_is_an_error_not_a_crash():
+    # a real launch into namespaces that do not exist: `ip netns exec` fails at once; the pair's
+    # result is one line naming the job's kept logs (rules.judge_links makes it a `failed` link)
+    from fleetbench.diagnose import paddle_links
+    from fleetbench.diagnose.run import Host
+
+    found = paddle_links.collective_test([Host(0, "fbnone-node0", "10.99.0.1", ifname="fbnone-n0"),
+                                          Host(1, "fbnone-node1", "10.99.0.2", ifname="fbnone-n1")], 60)
+    assert list(found) == ["error"] and found["error"].startswith("comm job FAILED"), found
+    assert "fbnone-node0" in found["error"] and "\n" not in found["error"]
+    log = found["error"].split("(see ")[1].split(")")[0]
+    assert os.path.exists(log)  # kept for the reader
+    shutil.rmtree(Path(log).parents[2])
