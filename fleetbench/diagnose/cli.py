@@ -184,8 +184,9 @@ def diagnose(args) -> dict:
     cluster = _probe_cluster(hosts, set(problems), args, phases)
     nodes = rules.judge_nodes(node_figures, rule_list, baseline, problems)
     links, blamed = rules.judge_links(link_figures, rule_list, baseline)
-    names = {h.index: h.name for h in hosts}
-    nodes = [{**n, "host": names[n["index"]], "figures": node_figures.get(n["index"], {})}
+    by_index = {h.index: h for h in hosts}
+    nodes = [{**n, "host": by_index[n["index"]].name, "address": by_index[n["index"]].ip,
+              "figures": node_figures.get(n["index"], {})}
              for n in rules.merge(nodes, blamed)]
     report = {"nodes": nodes, "links": links, "reference": "baseline" if baseline else "peer median",
               "elapsed_s": round(time.monotonic() - start, 1), "phases": phases}

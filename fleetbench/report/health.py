@@ -46,17 +46,35 @@ def diagnoses(records: list[dict]) -> list[str]:
     return lines
 
 
+def _diagnosed(records: list[dict]) -> dict[str, str]:
+    """address -> what the latest stored diagnosis said of the node at that address."""
+    out = {}
+    for record in sorted((r for r in records if r.get("benchmark") == "diagnose-verdict"), key=lambda r: r["time"]):
+        where = (record.get("config") or {}).get("cluster") or "this machine"
+        for n in record["metrics"].get("nodes") or []:
+            if n.get("address"):
+                out[n["address"]] = (f"diagnosed node {n['index']} of {where}: {n['verdict']}"
+                                     + (f" ({', '.join(n['categories'])})" if n["categories"] else ""))
+    return out
+
+
+def straggler_lines(records: list[dict]) -> list[str]:
+    """Every straggler of the records, with what a stored diagnosis said of its host."""
+    diagnosed = _diagnosed(records)
+    return [stragglers.line(r, s) + (f"; {diagnosed[s['host']]}" if s["host"] in diagnosed else "")
+            for r in records for s in stragglers.stragglers(r)]
+
+
 def section(records: list[dict], images_dir: str, link) -> tuple[str, list[str]]:
     """For `fleetbench report`: (markdown, no files); empty when there is no diagnosis and no
     run that can show a straggler."""
     del images_dir, link  # no charts: verdicts and names
     found = diagnoses(records)
-    slow = stragglers.report(records)
     showable = any(stragglers.can_show(r) for r in records if r.get("error") is None)
     if not found and not showable:
         return "", []
     lines = ["### Cluster health", *found]
     if showable:
         lines += ["", "Stragglers (ranks slower than their peers' median, from runs whose ranks run free):", ""]
-        lines += [f"- {line}" for line in slow] or ["- none named"]
+        lines += [f"- {line}" for line in straggler_lines(records)] or ["- none named"]
     return "\n".join(lines) + "\n", []
