@@ -10,6 +10,7 @@ Exit 0: every node healthy; 1: a node defective or unreachable; 2: bad input (be
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 
 from fleetbench.diagnose import plan, rules
-from fleetbench.diagnose.run import Host, ProbeFailed, link_probe, node_probe, timed
+from fleetbench.diagnose.run import Host, ProbeFailed, each, link_probe, node_probe, timed
 
 DEFAULT_RULES = Path(__file__).resolve().parents[1] / "presets" / "diagnose" / "rules.yaml"
 
@@ -38,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--passes", type=int, default=3, help="node probes per node, interleaved (default 3)")
     p.add_argument("--seconds", type=float, default=0.6, help="seconds per probe figure (default 0.6)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a probe is a failure")
+    p.add_argument("--concurrent", action="store_true",
+                   help="real hosts: each pass's node probes at once, each round's pairs at once")
     p.add_argument("--paddle-links", action="store_true",
                    help="also Paddle's sendrecv and all_reduce busbw per pair, then over all nodes (slower)")
     out = p.add_mutually_exclusive_group()
@@ -99,6 +102,9 @@ def _load_inputs(args) -> tuple[list, dict | None]:
         rule_list = rules.parse_rules(Path(args.rules).read_text(), args.rules)
     except OSError as e:
         raise rules.DiagnoseError(f"--rules {args.rules}: {e.strerror}") from None
+    if args.concurrent and not (args.hosts or args.hostfile or args.executor):
+        raise rules.DiagnoseError("--concurrent: for real hosts (--hosts, --hostfile, --executor slurm); "
+                                  "emulated nodes share this machine's cores, so their tests run one at a time")
     if args.passes < 1 or args.seconds <= 0 or args.timeout <= 0:
         raise rules.DiagnoseError("--passes, --seconds, --timeout: expected positive numbers")
     if args.results:
@@ -121,13 +127,16 @@ def _probe_nodes(hosts: list[Host], args, phases: dict) -> tuple[dict, dict]:
     runs: dict[int, list[dict]] = {h.index: [] for h in hosts}
     problems: dict[int, tuple[str, str]] = {}
     by_index = {h.index: h for h in hosts}
-    for index in plan.node_passes([h.index for h in hosts], args.passes):
-        if index in problems:
-            continue  # a node that failed once is judged by that failure
-        try:
-            runs[index].append(timed(phases, "nodes_s", node_probe, by_index[index], args.seconds, args.timeout))
-        except ProbeFailed as e:
-            problems[index] = (e.category, str(e))
+    order = plan.node_passes(list(by_index), args.passes)
+    for start in range(0, len(order), len(hosts)):  # one pass: every node, one by one or at once
+        todo = [i for i in order[start:start + len(hosts)] if i not in problems]  # a failure is final
+        calls = [functools.partial(timed, phases, "nodes_s", node_probe, by_index[i], args.seconds, args.timeout)
+                 for i in todo]
+        for index, got in zip(todo, each(calls, args.concurrent)):
+            if isinstance(got, ProbeFailed):
+                problems[index] = (got.category, str(got))
+            else:
+                runs[index].append(got)
     # A node's figure is its best pass, as each pass is its best trial: a sick node cannot reach a
     # healthy figure, while a healthy one disturbed by a neighbour still reaches it in some pass.
     # The median of passes (the first choice) flagged a healthy node in 1 of 5 clean runs beside
@@ -138,19 +147,23 @@ def _probe_nodes(hosts: list[Host], args, phases: dict) -> tuple[dict, dict]:
 
 
 def _probe_links(hosts: list[Host], skip: set, args, phases: dict) -> dict:
-    """Per pair, in rounds of disjoint pairs: the raw TCP rate, and with --paddle-links Paddle's
-    sendrecv and all_reduce busbw. A failed test leaves the pair's `error` (a verdict, not a crash)."""
+    """Per pair, in rounds of disjoint pairs (a round at once with --concurrent): the raw TCP rate,
+    and with --paddle-links Paddle's sendrecv and all_reduce busbw. A failed test leaves the pair's
+    `error` (a verdict, not a crash)."""
     by_index = {h.index: h for h in hosts}
     links = {}
     for round_ in plan.pair_rounds([h.index for h in hosts if h.index not in skip]):
-        for a, b in round_:
-            try:
-                links[(a, b)] = timed(phases, "links_s", link_probe, by_index[a], by_index[b], 1.0, args.timeout)
-            except ProbeFailed as e:
-                links[(a, b)] = {"link_gbps": None, "error": str(e)}
-            if args.paddle_links:
-                links[(a, b)] = _with_paddle(links[(a, b)], [by_index[a], by_index[b]], args, phases)
+        calls = [functools.partial(_pair_test, by_index[a], by_index[b], args, phases) for a, b in round_]
+        links.update(zip(round_, each(calls, args.concurrent)))
     return links
+
+
+def _pair_test(a: Host, b: Host, args, phases: dict) -> dict:
+    try:
+        found = timed(phases, "links_s", link_probe, a, b, 1.0, args.timeout)
+    except ProbeFailed as e:
+        found = {"link_gbps": None, "error": str(e)}
+    return _with_paddle(found, [a, b], args, phases) if args.paddle_links else found
 
 
 def _with_paddle(figures: dict, hosts: list[Host], args, phases: dict) -> dict:

@@ -2,9 +2,9 @@
 through `ip netns exec` (in the node's CPU cgroup when it is degraded), real hosts over SSH, the
 nodes of a Slurm allocation as one job step each (`srun --nodelist NODE`).
 
-Every test runs alone: a node's probe, then the next node's; a link test, then the next. The
-emulated nodes share this machine's cores, so that is needed there; on real hosts the per-node
-probes could run at once, and do not yet (a diagnosis of N hosts takes N times a node's probes).
+Every test runs alone by default: a node's probe, then the next node's; a link test, then the
+next. The emulated nodes share this machine's cores, so that is needed there; on real hosts
+`--concurrent` runs each pass's node probes at once and each round's (disjoint) pairs at once.
 """
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from fleetbench.emulate import degrade
@@ -48,7 +50,8 @@ class ProbeFailed(RuntimeError):
 
 def _in_node(host: Host, cmd: list[str]) -> list[str]:
     if host.slurm:  # one job step on that node, with all its CPUs (Slurm would pin a step to one)
-        cpus = [f"--cpus-per-task={os.environ['SLURM_CPUS_ON_NODE']}"] if os.environ.get("SLURM_CPUS_ON_NODE") else []
+        cpus = os.environ.get("SLURM_CPUS_ON_NODE")
+        cpus = [f"--cpus-per-task={cpus}"] if cpus else []
         return ["srun", "--nodes=1", "--ntasks=1", "-w", host.slurm, *cpus, "--kill-on-bad-exit=1",
                 f"--chdir={host.workdir}", host.python, *cmd[1:]]
     if host.ssh:  # cmd[0] is this machine's Python; the host runs its own
@@ -112,10 +115,30 @@ def link_probe(a: Host, b: Host, seconds: float, timeout: float) -> dict:
             recv.wait()
 
 
+_PHASES = threading.Lock()
+
+
 def timed(phases: dict, name: str, fn, *args):
-    """fn(*args), adding its wall time to phases[name] (seconds)."""
+    """fn(*args), adding its wall time to phases[name] (seconds; summed over tests run at once)."""
     start = time.monotonic()
     try:
         return fn(*args)
     finally:
-        phases[name] = round(phases.get(name, 0.0) + time.monotonic() - start, 2)
+        with _PHASES:
+            phases[name] = round(phases.get(name, 0.0) + time.monotonic() - start, 2)
+
+
+def each(calls: list, at_once: bool) -> list:
+    """Every zero-argument call's result, in order, a ProbeFailed in place of a result: one call
+    after another, or all at once (`at_once`: real hosts that share no cores; each thread only
+    waits on its own ssh or srun)."""
+    def safe(call):
+        try:
+            return call()
+        except ProbeFailed as e:
+            return e
+
+    if not at_once or len(calls) < 2:
+        return [safe(c) for c in calls]
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return list(pool.map(safe, calls))

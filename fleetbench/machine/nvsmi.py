@@ -38,7 +38,8 @@ def parse(text: str, fields: tuple[str, ...] = FIELDS) -> list[dict]:
     for line in (raw for raw in text.splitlines() if raw.strip()):
         cells = [c.strip() for c in line.split(",")]
         if len(cells) != len(fields):
-            raise ValueError(f"nvidia-smi line {line!r}: {len(cells)} columns, expected {len(fields)} ({','.join(fields)})")
+            raise ValueError(f"nvidia-smi line {line!r}: {len(cells)} columns, "
+                             f"expected {len(fields)} ({','.join(fields)})")
         rows.append({f: _number(c) for f, c in zip(fields, cells)})
     return rows
 

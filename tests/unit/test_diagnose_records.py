@@ -59,7 +59,8 @@ def test_report_shows_the_stored_diagnosis_and_names_stragglers(tmp_path, capsys
     assert "| node 2 | fb-node2 | defective | compute | matmul_gflops 15 vs 40 (peer median) |" in text
     assert "| node 1 | fb-node1 | unreachable | unreachable | - |" in text
     control = {"id": "abcdef0123", "benchmark": "resnet50", "mode": "collective", "method": "none", "nodes": 4,
-               "devices_per_node": 1, "error": None, "launch": {"hosts": ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]},
+               "devices_per_node": 1, "error": None,
+               "launch": {"hosts": ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]},
                "metrics": {"rank_step_ms": [645.5, 907.3, 2900.5, 500.5], "control": True}}
     section, files = health.section(results.load([store]) + [control], "", None)
     assert files == [] and "- resnet50 none 4x1 (run abcdef01): rank 2 on 10.0.0.3 at 2900.5 ms/step" in section
