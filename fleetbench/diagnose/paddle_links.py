@@ -24,10 +24,18 @@ PRESET = "diagnose"
 FIGURES = {"sendrecv": "sendrecv_busbw_GBps", "all_reduce": "allreduce_busbw_GBps"}
 
 
+def _address(host, i: int) -> str:
+    """The IPv4 address Paddle's --host needs: an SSH host's alias resolved as `fleetbench launch`
+    resolves it (ssh -G, then the resolver); the others' addresses are known already."""
+    if host.ssh:
+        return executors.resolve(executors.ssh_hostname(host.ssh, host.ssh_config), i, host.ssh)
+    return host.ip
+
+
 def _executor(hosts: list) -> executors.Executor:
     """An executor over `hosts` (fleetbench.diagnose.run.Host), node 0 the first: the master."""
-    nodes = [executors.Node(i, h.slurm or h.ssh or h.netns, h.ip, {"GLOO_SOCKET_IFNAME": h.ifname} if h.ifname else {})
-             for i, h in enumerate(hosts)]
+    nodes = [executors.Node(i, h.slurm or h.ssh or h.netns, _address(h, i),
+                            {"GLOO_SOCKET_IFNAME": h.ifname} if h.ifname else {}) for i, h in enumerate(hosts)]
     first = hosts[0]
     if first.slurm:
         return executors.SlurmExecutor(nodes, python=first.python, cpus=os.environ.get("SLURM_CPUS_ON_NODE"))
