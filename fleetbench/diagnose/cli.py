@@ -5,7 +5,8 @@
     fleetbench diagnose --executor slurm   the nodes of the Slurm allocation it runs in (srun per node)
     fleetbench diagnose                    this machine alone (node tests only)
 
-Exit 0: every node healthy; 1: a node defective or unreachable; 2: bad input (before anything runs).
+Exit 0: every node healthy; 1: a node defective or unreachable (or, with --paddle-links, the
+all-node job failed or slow); 2: bad input (before anything runs).
 """
 from __future__ import annotations
 
