@@ -76,3 +76,25 @@ def test_a_paddle_pair_job_that_cannot_start_is_an_error_not_a_crash():
     log = found["error"].split("(see ")[1].split(")")[0]
     assert os.path.exists(log)  # kept for the reader
     shutil.rmtree(Path(log).parents[2])
+
+
+def test_paddle_links_run_the_comm_benchmark_between_two_emulated_nodes(tmp_path, monkeypatch):
+    # --paddle-links on the emulated cluster's own path (ip netns exec, each rank on its node's
+    # veth): the pair's Paddle figures are there and stored; health is not asserted (shared machine)
+    monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(tmp_path / "state"))
+    name = cluster_name("fbp")
+    assert fleetbench("cluster", "up", "--nodes", 2, "--profile", "10gbe", "--name", name).returncode == 0
+    try:
+        store = tmp_path / "diag.jsonl"
+        p = fleetbench("diagnose", "--cluster", name, "--paddle-links", "--passes", 1, "--seconds", 0.3, "--json",
+                       "--results", store)
+        assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]
+        report = json.loads(p.stdout)
+        (link,) = report["links"]
+        assert link["verdict"] == "healthy" and "error" not in link, link  # one link: judged only if it failed
+        assert 0 < link["sendrecv_busbw_GBps"] <= 1.25 and 0 < link["allreduce_busbw_GBps"] <= 1.25, link  # 10 Gbit/s
+        assert "paddle_links_s" in report["phases"] and "cluster" not in report
+        verdict = records(store)[-1]["metrics"]
+        assert verdict["links"][0]["allreduce_busbw_GBps"] == link["allreduce_busbw_GBps"]
+    finally:
+        assert fleetbench("cluster", "down", "--name", name).returncode == 0
