@@ -51,13 +51,14 @@ def stragglers(record: dict, threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> li
             for rank in sorted(slow)]
 
 
+def line(record: dict, s: dict) -> str:
+    """One straggler `s` (from stragglers()) of `record` as a line naming the run, rank, host."""
+    return (f"{record.get('benchmark')} {record.get('method')} {record.get('nodes')}x"
+            f"{record.get('devices_per_node')} (run {str(record.get('id'))[:8]}): rank {s['rank']} on "
+            f"{s['host']} at {s['step_ms']:g} ms/step, {s['slower_pct']:g}% above the median "
+            f"{s['median_ms']:g} ms ({can_show(record)})")
+
+
 def report(records: list[dict], threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> list[str]:
     """One line per straggler found, naming the run, the rank, its host and by how much."""
-    lines = []
-    for record in records:
-        for s in stragglers(record, threshold_pct):
-            lines.append(f"{record.get('benchmark')} {record.get('method')} {record.get('nodes')}x"
-                         f"{record.get('devices_per_node')} (run {str(record.get('id'))[:8]}): rank {s['rank']} on "
-                         f"{s['host']} at {s['step_ms']:g} ms/step, {s['slower_pct']:g}% above the median "
-                         f"{s['median_ms']:g} ms ({can_show(record)})")
-    return lines
+    return [line(record, s) for record in records for s in stragglers(record, threshold_pct)]

@@ -2,17 +2,33 @@
 from __future__ import annotations
 
 
+def _one(v: dict) -> str:
+    if v["value"] is None:  # a test that failed: its message
+        return f"{v['metric']} failed: {v['rule']}"
+    return f"{v['metric']} {v['value']:g} vs {v['reference']:g} ({v['reference_kind']})"
+
+
 def _broken(node: dict) -> str:
-    return "; ".join(f"{v['metric']} {v['value']:g} vs {v['reference']:g} ({v['reference_kind']})"
-                     for v in node["violations"]) or node.get("message", "")
+    return "; ".join(_one(v) for v in node["violations"]) or node.get("message", "")
+
+
+def _figures(link: dict) -> str:
+    """A link's (or the all-node job's) figures, when nothing broke a rule."""
+    shown = [f"{link[k]:.2f} {unit}" for k, unit in (("link_gbps", "Gbit/s TCP"),) if link.get(k) is not None]
+    shown += [f"{k.removeprefix('cluster_').split('_busbw')[0]} {v:.3f} GB/s busbw" for k, v in link.items()
+              if k.endswith("busbw_GBps") and v is not None]
+    return ", ".join(shown) or link.get("error", "")
 
 
 def _rows(report: dict) -> list[tuple[str, str, str, str]]:
     rows = [(f"node {n['index']} {n['host']}", n["verdict"], ",".join(n["categories"]) or "-", _broken(n))
             for n in report["nodes"]]
-    rows += [(f"link {l['a']}-{l['b']}", l["verdict"], ",".join(l["categories"]) or "-",
-              _broken(l) or (f"{l['link_gbps']:.2f} Gbit/s" if l.get("link_gbps") else l.get("error", "")))
+    rows += [(f"link {l['a']}-{l['b']}", l["verdict"], ",".join(l["categories"]) or "-", _broken(l) or _figures(l))
              for l in report["links"]]
+    if "cluster" in report:
+        c = report["cluster"]
+        rows.append((f"all nodes {','.join(map(str, c['nodes']))}", c["verdict"], ",".join(c["categories"]) or "-",
+                     _broken(c) or _figures(c)))
     return rows
 
 

@@ -102,8 +102,10 @@ def main(argv: list[str]) -> int:
     send.add_argument("--seconds", type=float, default=1.0)
     args = p.parse_args(argv)
     if args.what == "node":
+        from fleetbench.diagnose import gpu  # GPU figures on a CUDA build with GPUs (untested here)
+
         out = {"matmul_gflops": matmul_gflops(args.seconds), "triad_gbps": triad_gbps(args.seconds),
-               "train_images_per_s": train_images_per_s(args.seconds)}
+               "train_images_per_s": train_images_per_s(args.seconds), **gpu.node_figures(args.seconds)}
     elif args.what == "recv":
         server = linkprobe.listen(args.host)
         print(f"port {server.getsockname()[1]}", flush=True)

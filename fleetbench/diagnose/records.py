@@ -12,14 +12,17 @@ def _identity(benchmark: str, nodes: int, cluster: str | None) -> contract.RunId
 
 def store(path: str, report: dict, cluster: str | None) -> None:
     """One record per node (its figures, units in the names) and one for the verdict. `cluster`:
-    the emulated cluster's name, "ssh" for hosts given by --hosts/--hostfile, None for this machine.
+    the emulated cluster's name, "ssh" for hosts given by --hosts/--hostfile, "slurm" for an
+    allocation's nodes, None for this machine.
     The records name the hosts (a diagnosis names the sick node): publish them knowingly."""
     count = len(report["nodes"])
     for node in report["nodes"]:
         metrics = {**node["figures"], "node_index": node["index"], "host": node["host"]}
         error = node.get("message") if node["verdict"] == "unreachable" else None
         results.append(path, results.make_record(_identity("diagnose-node", count, cluster), metrics, error))
-    verdict = {"nodes": [{k: n[k] for k in ("index", "host", "verdict", "categories", "violations")}
+    keep = ("index", "host", "address", "verdict", "categories", "violations")
+    verdict = {"nodes": [{k: n[k] for k in keep if k in n}
                          for n in report["nodes"]],
-               "links": report["links"], "elapsed_s": report["elapsed_s"], "reference": report["reference"]}
+               "links": report["links"], "elapsed_s": report["elapsed_s"], "reference": report["reference"],
+               **({"cluster": report["cluster"]} if "cluster" in report else {})}
     results.append(path, results.make_record(_identity("diagnose-verdict", count, cluster), verdict))

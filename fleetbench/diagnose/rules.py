@@ -13,7 +13,7 @@ import statistics
 import yaml
 
 CATEGORIES = ("compute", "memory", "network", "unreachable", "failed")
-SCOPES = ("node", "link")
+SCOPES = ("node", "link", "cluster")  # cluster: the all-node job's figures, judged against a baseline only
 
 
 class DiagnoseError(ValueError):
@@ -23,12 +23,21 @@ class DiagnoseError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Rule:
     metric: str
-    below_reference_pct: float  # a figure more than this far below its reference breaks the rule
+    below_reference_pct: float | None  # a figure more than this far below its reference breaks the rule
     category: str
     scope: str = "node"
+    max_value: float | None = None  # or: a figure above this breaks it, whatever the peers (ECC errors, °C)
 
-    def broken_by(self, value: float, reference: float) -> bool:
-        return reference > 0 and value < reference * (1 - self.below_reference_pct / 100)
+    def broken_by(self, value: float, reference: float | None) -> bool:
+        if self.max_value is not None:
+            return value > self.max_value
+        return reference is not None and reference > 0 and value < reference * (1 - self.below_reference_pct / 100)
+
+    @property
+    def text(self) -> str:
+        if self.max_value is not None:
+            return f"above {self.max_value:g}"
+        return f"more than {self.below_reference_pct:g}% below reference"
 
 
 def parse_rules(text: str, where: str) -> list[Rule]:
@@ -49,16 +58,21 @@ def _rule(item, where: str) -> Rule:
     unknown = set(item) - {f.name for f in dataclasses.fields(Rule)}
     if unknown:
         raise DiagnoseError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
-    pct = item.get("below_reference_pct")
-    if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 < pct < 100:
+    pct, limit = item.get("below_reference_pct"), item.get("max_value")
+    if (pct is None) == (limit is None):
+        raise DiagnoseError(f"{where}: expected one criterion: below_reference_pct or max_value")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))):
+        raise DiagnoseError(f"{where}: max_value: expected a number, got {limit!r}")
+    if pct is not None and (isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 < pct < 100):
         raise DiagnoseError(f"{where}: below_reference_pct: expected a number in (0, 100), got {pct!r}")
     if item.get("category") not in CATEGORIES:
         raise DiagnoseError(f"{where}: category: expected one of {', '.join(CATEGORIES)}, got {item.get('category')!r}")
     if item.get("scope", "node") not in SCOPES:
-        raise DiagnoseError(f"{where}: scope: expected node or link, got {item.get('scope')!r}")
+        raise DiagnoseError(f"{where}: scope: expected one of {', '.join(SCOPES)}, got {item.get('scope')!r}")
     if not isinstance(item.get("metric"), str):
         raise DiagnoseError(f"{where}: metric: expected a name")
-    return Rule(item["metric"], float(pct), item["category"], item.get("scope", "node"))
+    return Rule(item["metric"], None if pct is None else float(pct), item["category"], item.get("scope", "node"),
+                None if limit is None else float(limit))
 
 
 def reference(metric: str, values: dict, baseline: dict | None) -> float | None:
@@ -87,16 +101,25 @@ def judge_nodes(figures: dict[int, dict], rules: list[Rule], baseline: dict | No
             value = figures[node].get(rule.metric)
             peers = {n: f.get(rule.metric) for n, f in figures.items()}
             ref = reference(rule.metric, peers, baseline)
-            if value is not None and ref is not None and rule.broken_by(value, ref):
+            if value is not None and rule.broken_by(value, ref):
                 violations.append(_violation(rule, value, ref, baseline))
         verdicts.append(_verdict(node, violations))
     return verdicts
 
 
-def _violation(rule: Rule, value: float, ref: float, baseline: dict | None) -> dict:
-    return {"metric": rule.metric, "value": round(value, 3), "reference": round(ref, 3),
-            "reference_kind": "baseline" if baseline and rule.metric in baseline.get("metrics", {}) else "peer median",
-            "rule": f"more than {rule.below_reference_pct:g}% below reference", "category": rule.category}
+def _violation(rule: Rule, value: float, ref: float | None, baseline: dict | None) -> dict:
+    if rule.max_value is not None:
+        ref, kind = rule.max_value, "limit"
+    else:
+        kind = "baseline" if baseline and rule.metric in baseline.get("metrics", {}) else "peer median"
+    return {"metric": rule.metric, "value": round(value, 3), "reference": round(ref, 3), "reference_kind": kind,
+            "rule": rule.text, "category": rule.category}
+
+
+def _failure(message: str) -> dict:
+    """A test that failed, as a violation (category `failed`): no value, no reference."""
+    return {"metric": "test", "value": None, "reference": None, "reference_kind": "", "rule": message,
+            "category": "failed"}
 
 
 def _verdict(node: int, violations: list[dict]) -> dict:
@@ -115,13 +138,28 @@ def judge_links(links: dict[tuple[int, int], dict], rules: list[Rule],
         values = {pair: f.get(rule.metric) for pair, f in links.items()}
         ref = reference(rule.metric, values, baseline)
         for pair, value in sorted(values.items()):
-            if value is not None and ref is not None and rule.broken_by(value, ref):
+            if value is not None and rule.broken_by(value, ref):
                 slow.append((pair, _violation(rule, value, ref, baseline)))
+    slow += [(pair, _failure(f["error"])) for pair, f in sorted(links.items()) if f.get("error")]
     for pair in sorted(links):
         found = [v for p, v in slow if p == pair]
-        out.append({"a": pair[0], "b": pair[1], "verdict": "slow" if found else "healthy",
+        verdict = "failed" if links[pair].get("error") else "slow" if found else "healthy"
+        out.append({"a": pair[0], "b": pair[1], "verdict": verdict,
                     "categories": sorted({v["category"] for v in found}), "violations": found, **links[pair]})
     return out, _blame(slow, {pair for pair, _ in slow}, set(links))
+
+
+def judge_cluster(figures: dict, rules: list[Rule], baseline: dict | None) -> dict:
+    """The all-node job's verdict: `failed` when it failed, `slow` when a figure breaks a cluster
+    rule against the baseline (it has no peers in one run), else healthy."""
+    if figures.get("error"):
+        found = [_failure(figures["error"])]
+    else:
+        found = [_violation(r, figures[r.metric], reference(r.metric, {}, baseline), baseline)
+                 for r in rules if r.scope == "cluster" and figures.get(r.metric) is not None
+                 and r.broken_by(figures[r.metric], reference(r.metric, {}, baseline))]
+    verdict = "failed" if figures.get("error") else "slow" if found else "healthy"
+    return {**figures, "verdict": verdict, "categories": sorted({v["category"] for v in found}), "violations": found}
 
 
 def _blame(slow: list, slow_pairs: set, all_pairs: set) -> dict[int, list[dict]]:

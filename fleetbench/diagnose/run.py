@@ -1,21 +1,26 @@
 """Running the probes on the nodes (the part of diagnose that runs commands): emulated nodes
-through `ip netns exec` (in the node's CPU cgroup when it is degraded), real hosts over SSH.
+through `ip netns exec` (in the node's CPU cgroup when it is degraded), real hosts over SSH, the
+nodes of a Slurm allocation as one job step each (`srun --nodelist NODE`).
 
-Every test runs alone: a node's probe, then the next node's; a link test, then the next. The
-emulated nodes share this machine's cores, so that is needed there; on real hosts the per-node
-probes could run at once, and do not yet (a diagnosis of N hosts takes N times a node's probes).
+Every test runs alone by default: a node's probe, then the next node's; a link test, then the
+next. The emulated nodes share this machine's cores, so that is needed there; on real hosts
+`--concurrent` runs each pass's node probes at once and each round's (disjoint) pairs at once.
 """
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from fleetbench.emulate import degrade
 from fleetbench.hosts.executors import ssh_argv
+from fleetbench.measure.registry import REPO_ROOT
 
 PROBE = [sys.executable, "-m", "fleetbench.diagnose.probe"]
 
@@ -28,10 +33,13 @@ class Host:
     ssh: str | None = None  # the SSH destination of a real host
     ssh_config: str | None = None
     python: str = sys.executable  # the Python with fleetbench on that host
+    ifname: str = ""  # the emulated node's interface (GLOO_SOCKET_IFNAME of its Paddle ranks)
+    slurm: str | None = None  # the node's name in the Slurm allocation
+    workdir: str = str(REPO_ROOT)  # this repository there (srun --chdir)
 
     @property
     def name(self) -> str:
-        return self.ssh or self.netns or "localhost"
+        return self.slurm or self.ssh or self.netns or "localhost"
 
 
 class ProbeFailed(RuntimeError):
@@ -41,6 +49,11 @@ class ProbeFailed(RuntimeError):
 
 
 def _in_node(host: Host, cmd: list[str]) -> list[str]:
+    if host.slurm:  # one job step on that node, with all its CPUs (Slurm would pin a step to one)
+        cpus = os.environ.get("SLURM_CPUS_ON_NODE")
+        cpus = [f"--cpus-per-task={cpus}"] if cpus else []
+        return ["srun", "--nodes=1", "--ntasks=1", "-w", host.slurm, *cpus, "--kill-on-bad-exit=1",
+                f"--chdir={host.workdir}", host.python, *cmd[1:]]
     if host.ssh:  # cmd[0] is this machine's Python; the host runs its own
         return ssh_argv(host.ssh, shlex.join([host.python, *cmd[1:]]), host.ssh_config)
     if not host.netns:  # this machine
@@ -102,10 +115,30 @@ def link_probe(a: Host, b: Host, seconds: float, timeout: float) -> dict:
             recv.wait()
 
 
+_PHASES = threading.Lock()
+
+
 def timed(phases: dict, name: str, fn, *args):
-    """fn(*args), adding its wall time to phases[name] (seconds)."""
+    """fn(*args), adding its wall time to phases[name] (seconds; summed over tests run at once)."""
     start = time.monotonic()
     try:
         return fn(*args)
     finally:
-        phases[name] = round(phases.get(name, 0.0) + time.monotonic() - start, 2)
+        with _PHASES:
+            phases[name] = round(phases.get(name, 0.0) + time.monotonic() - start, 2)
+
+
+def each(calls: list, at_once: bool) -> list:
+    """Every zero-argument call's result, in order, a ProbeFailed in place of a result: one call
+    after another, or all at once (`at_once`: real hosts that share no cores; each thread only
+    waits on its own ssh or srun)."""
+    def safe(call):
+        try:
+            return call()
+        except ProbeFailed as e:
+            return e
+
+    if not at_once or len(calls) < 2:
+        return [safe(c) for c in calls]
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return list(pool.map(safe, calls))

@@ -23,6 +23,7 @@ from fleetbench.report import (
     charts,
     convergence,
     explain,
+    health,
     tables,
 )
 from fleetbench.report.output import save_chart, write_if_changed
@@ -101,8 +102,9 @@ def run(paths, images_dir, readme=None, title="Results", cv_threshold=stability.
         links[chart["name"]] = os.path.relpath(os.path.abspath(png), base).replace(os.sep, "/")
     section = tables.report_markdown(title, planned, links, list(paths), len(records))
     # sections of their own: comm records, models trained both ways (AllReduce vs PS), accuracy
-    # against time, and why multi-device cells are not N times faster
-    for module in (bandwidth, allreduce_vs_ps, convergence, explain):
+    # against time, why multi-device cells are not N times faster, and the cluster's health
+    # (stored diagnoses, stragglers) the results were measured on
+    for module in (bandwidth, allreduce_vs_ps, convergence, explain, health):
         more, files = module.section(
             records, images_dir, lambda png: os.path.relpath(os.path.abspath(png), base).replace(os.sep, "/"))
         section += f"\n{more}" if more else ""

@@ -5,7 +5,9 @@ node, and only it, is flagged, `compute` among its categories; heal and down lea
 one-thread triad also slows at a quarter, so `memory` may be flagged too.)"""
 import json
 import os
+import shutil
 import subprocess
+from pathlib import Path
 
 from util import PYTHON, REPO, cluster_name, env, records
 
@@ -54,5 +56,45 @@ def test_bad_input_is_one_line_before_anything_runs(tmp_path):
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and f"{bad}: rule 1: below_reference_pct" in p.stderr
     p = fleetbench("diagnose", "--cluster", "nosuchcl")
     assert p.returncode == 2 and "--cluster nosuchcl: not up" in p.stderr
+    p = subprocess.run([PYTHON, "-m", "fleetbench", "diagnose", "--executor", "slurm"], cwd=REPO, capture_output=True,
+                       text=True, timeout=60, env={k: v for k, v in env().items() if not k.startswith("SLURM_")})
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not inside a Slurm allocation" in p.stderr
     p = fleetbench("cluster", "degrade", "--cpu", "0.5", "--name", "nosuchcl")
     assert p.returncode == 2 and "expected the node's index" in p.stderr
+
+
+def test_a_paddle_pair_job_that_cannot_start_is_an_error_not_a_crash():
+    # a real launch into namespaces that do not exist: `ip netns exec` fails at once; the pair's
+    # result is one line naming the job's kept logs (rules.judge_links makes it a `failed` link)
+    from fleetbench.diagnose import paddle_links
+    from fleetbench.diagnose.run import Host
+
+    found = paddle_links.collective_test([Host(0, "fbnone-node0", "10.99.0.1", ifname="fbnone-n0"),
+                                          Host(1, "fbnone-node1", "10.99.0.2", ifname="fbnone-n1")], 60)
+    assert list(found) == ["error"] and found["error"].startswith("comm job FAILED"), found
+    assert "fbnone-node0" in found["error"] and "\n" not in found["error"]
+    log = found["error"].split("(see ")[1].split(")")[0]
+    assert os.path.exists(log)  # kept for the reader
+    shutil.rmtree(Path(log).parents[2])
+
+
+def test_paddle_links_run_the_comm_benchmark_between_two_emulated_nodes(tmp_path, monkeypatch):
+    # --paddle-links on the emulated cluster's own path (ip netns exec, each rank on its node's
+    # veth): the pair's Paddle figures are there and stored; health is not asserted (shared machine)
+    monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(tmp_path / "state"))
+    name = cluster_name("fbp")
+    assert fleetbench("cluster", "up", "--nodes", 2, "--profile", "10gbe", "--name", name).returncode == 0
+    try:
+        store = tmp_path / "diag.jsonl"
+        p = fleetbench("diagnose", "--cluster", name, "--paddle-links", "--passes", 1, "--seconds", 0.3, "--json",
+                       "--results", store)
+        assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]
+        report = json.loads(p.stdout)
+        (link,) = report["links"]
+        assert link["verdict"] == "healthy" and "error" not in link, link  # one link: judged only if it failed
+        assert 0 < link["sendrecv_busbw_GBps"] <= 1.25 and 0 < link["allreduce_busbw_GBps"] <= 1.25, link  # 10 Gbit/s
+        assert "paddle_links_s" in report["phases"] and "cluster" not in report
+        verdict = records(store)[-1]["metrics"]
+        assert verdict["links"][0]["allreduce_busbw_GBps"] == link["allreduce_busbw_GBps"]
+    finally:
+        assert fleetbench("cluster", "down", "--name", name).returncode == 0

@@ -146,3 +146,29 @@ def test_sbatch_runs_the_sweep_on_a_real_slurm(slurm_cluster, tmp_path):
     for r in recs:
         assert r["launch"] == {"executor": "slurm", "hosts": ["n0", "n1"]} and r["nodes"] == 2
     assert "sweep finished" in outputs and "2 runs, 0 failed" in outputs
+
+
+@pytest.mark.skipif(SLURM_PROBLEM is not None, reason=SLURM_PROBLEM or "")
+def test_diagnose_inside_an_allocation_probes_each_node_with_srun(slurm_cluster, tmp_path):
+    """Issue 21: `fleetbench diagnose --executor slurm` under salloc takes the allocation's nodes
+    (scontrol show hostnames), runs each node's probe as `srun -w NODE` (so inside that node's
+    slurmd, in its namespace), with --concurrent both nodes' probes at once, the raw TCP test
+    between their NodeAddrs and, with --paddle-links, the comm benchmark on both nodes through the
+    Slurm executor. Asserted: the nodes, their figures, the link's figures and the records; not
+    health (the two nodes share this machine's cores, and other work runs beside)."""
+    store = tmp_path / "diag.jsonl"
+    slurm_env = env(SLURM_CONF=slurm_cluster["slurm_conf"], FLEETBENCH_CLUSTER_STATE_DIR=slurm_cluster["state"])
+    diagnose = [PYTHON, "-m", "fleetbench", "diagnose", "--executor", "slurm", "--passes", "1", "--seconds", "0.3",
+                "--paddle-links", "--concurrent", "--json", "--results", str(store)]
+    p = subprocess.run(["salloc", "--nodes=2", "--ntasks-per-node=1", "--exclusive", *diagnose], cwd=REPO, env=slurm_env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]
+    report = json.loads(p.stdout)
+    assert [(n["index"], n["host"]) for n in report["nodes"]] == [(0, "n0"), (1, "n1")]
+    for node in report["nodes"]:
+        assert {"matmul_gflops", "triad_gbps", "train_images_per_s"} <= set(node["figures"]), node
+    (link,) = report["links"]
+    assert (link["a"], link["b"]) == (0, 1) and link["link_gbps"] > 0, link
+    assert link["sendrecv_busbw_GBps"] > 0 and link["allreduce_busbw_GBps"] > 0, link
+    assert "cluster" not in report  # two nodes: their pair's job is the all-node job
+    assert [r["config"]["cluster"] for r in records(store)] == ["slurm"] * 3

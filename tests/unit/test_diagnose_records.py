@@ -16,7 +16,8 @@ def _report() -> dict:
     nodes = rules.judge_nodes(figures, RULES, problems={1: ("unreachable", "node 1 (fb-node1): gone")})
     links, blamed = rules.judge_links({(0, 2): {"link_gbps": 9.0}, (0, 3): {"link_gbps": 9.1},
                                        (2, 3): {"link_gbps": 8.9}}, RULES)
-    nodes = [{**n, "host": f"fb-node{n['index']}", "figures": figures.get(n["index"], {})}
+    nodes = [{**n, "host": f"fb-node{n['index']}", "address": f"10.0.0.{n['index'] + 1}",
+              "figures": figures.get(n["index"], {})}
              for n in rules.merge(nodes, blamed)]
     return {"nodes": nodes, "links": links, "reference": "peer median", "elapsed_s": 12.5,
             "phases": {"nodes_s": 10.0, "links_s": 2.5}}
@@ -45,3 +46,26 @@ def test_figures_and_verdict_are_stored_as_valid_records_the_report_skips(tmp_pa
     verdict = stored[-1]["metrics"]
     assert [n["verdict"] for n in verdict["nodes"]] == ["healthy", "unreachable", "defective", "healthy"]
     generate.run([store], str(tmp_path / "images"))  # no throughput table of diagnose records, no crash
+
+
+def test_report_shows_the_stored_diagnosis_and_names_stragglers(tmp_path, capsys):
+    from fleetbench.report import health
+
+    store = str(tmp_path / "diag.jsonl")
+    records.store(store, _report(), "fb")
+    generate.run([store], str(tmp_path / "images"))  # the README section goes to stdout
+    text = capsys.readouterr().out
+    assert "### Cluster health" in text and "Diagnosis of fb at " in text and "2 of 4 nodes not healthy" in text
+    assert "| node 2 | fb-node2 | defective | compute | matmul_gflops 15 vs 40 (peer median) |" in text
+    assert "| node 1 | fb-node1 | unreachable | unreachable | - |" in text
+    control = {"id": "abcdef0123", "benchmark": "resnet50", "mode": "collective", "method": "none", "nodes": 4,
+               "devices_per_node": 1, "error": None,
+               "launch": {"hosts": ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]},
+               "metrics": {"rank_step_ms": [645.5, 907.3, 2900.5, 500.5], "control": True}}
+    section, files = health.section(results.load([store]) + [control], "", None)
+    assert files == [] and "- resnet50 none 4x1 (run abcdef01): rank 2 on 10.0.0.3 at 2900.5 ms/step" in section
+    # the straggler's host is a node the stored diagnosis judged: the line says what it found
+    assert "(method=none control: ranks run free); diagnosed node 2 of fb: defective (compute)" in section
+    assert health.section([dict(control, metrics={"rank_step_ms": [1.0, 1.0], "control": True})], "", None)[0].endswith(
+        "- none named\n")
+    assert health.section([], "", None) == ("", [])

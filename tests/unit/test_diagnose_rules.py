@@ -99,3 +99,62 @@ def test_bad_rules_are_one_line_naming_the_file(text, message):
     with pytest.raises(rules.DiagnoseError) as e:
         rules.parse_rules(text, "my.yaml")
     assert str(e.value).startswith("my.yaml: ") and message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("rules: [{metric: x, category: compute}]", "expected one criterion: below_reference_pct or max_value"),
+    ("rules: [{metric: x, below_reference_pct: 20, max_value: 1, category: compute}]", "expected one criterion"),
+    ("rules: [{metric: x, max_value: hot, category: compute}]", "max_value: expected a number"),
+    ("rules: [{metric: x, below_reference_pct: 20, category: compute, scope: rack}]", "scope: expected one of"),
+])
+def test_bad_criteria_are_one_line(text, message):
+    with pytest.raises(rules.DiagnoseError, match=message):
+        rules.parse_rules(text, "my.yaml")
+
+
+def test_a_limit_rule_breaks_on_the_value_alone_whatever_the_peers():
+    # GPU rules (untested on a GPU here): uncorrected ECC errors above 0 flag a node even when
+    # every node has them, a temperature above 85 °C likewise
+    figures = {i: {"gpu_ecc_uncorrected_errors": 0.0, "gpu_temperature_c": 60.0} for i in range(3)}
+    figures[1]["gpu_ecc_uncorrected_errors"] = 2.0
+    verdicts = rules.judge_nodes(figures, RULES)
+    assert [v["verdict"] for v in verdicts] == ["healthy", "defective", "healthy"]
+    (violation,) = verdicts[1]["violations"]
+    assert (violation["reference"], violation["reference_kind"], violation["rule"]) == (0.0, "limit", "above 0")
+    assert verdicts[1]["categories"] == ["memory"]
+
+
+def test_paddle_busbw_per_pair_blames_the_node_common_to_the_slow_pairs():
+    links = {p: {"link_gbps": 9.5, "sendrecv_busbw_GBps": 0.6, "allreduce_busbw_GBps": 0.11 if 3 in p else 0.65}
+             for p in itertools.combinations(range(4), 2)}
+    verdicts, blamed = rules.judge_links(links, RULES)
+    assert {(l["a"], l["b"]) for l in verdicts if l["verdict"] == "slow"} == {(0, 3), (1, 3), (2, 3)}
+    assert set(blamed) == {3}
+    assert {v["metric"] for v in blamed[3]} == {"allreduce_busbw_GBps (0-3)", "allreduce_busbw_GBps (1-3)",
+                                                 "allreduce_busbw_GBps (2-3)"}
+
+
+def test_a_failed_pair_test_is_a_failed_verdict_of_the_link_and_its_nodes():
+    links = {p: {"link_gbps": 9.5, "allreduce_busbw_GBps": 0.6} for p in itertools.combinations(range(3), 2)}
+    links[(0, 2)] = {"link_gbps": 9.5, "error": "Paddle comm job: comm job failed: rank 1 exit code 1"}
+    verdicts, blamed = rules.judge_links(links, RULES)
+    assert [l["verdict"] for l in verdicts] == ["healthy", "failed", "healthy"]
+    merged = rules.merge(rules.judge_nodes({i: {} for i in range(3)}, RULES), blamed)
+    assert [(n["verdict"], n["categories"]) for n in merged] == [
+        ("defective", ["failed"]), ("healthy", []), ("defective", ["failed"])]  # node 1's links are fine
+    report = {"nodes": [dict(n, host=f"h{n['index']}") for n in merged], "links": verdicts,
+              "reference": "peer median", "elapsed_s": 1.0, "phases": {}}
+    text = output.console(report)
+    assert "test (0-2) failed: Paddle comm job: comm job failed" in text and exit_code(report) == 1
+
+
+def test_the_all_node_job_is_judged_against_a_baseline_and_a_failure_is_its_verdict():
+    base = {"metrics": {"cluster_allreduce_busbw_GBps": {"mean": 0.4}}}
+    assert rules.judge_cluster({"cluster_allreduce_busbw_GBps": 0.38}, RULES, base)["verdict"] == "healthy"
+    assert rules.judge_cluster({"cluster_allreduce_busbw_GBps": 0.1}, RULES, base)["verdict"] == "slow"
+    assert rules.judge_cluster({"cluster_allreduce_busbw_GBps": 0.1}, RULES, None)["verdict"] == "healthy"  # no peers
+    failed = rules.judge_cluster({"nodes": [0, 1, 2], "error": "comm job timeout"}, RULES, None)
+    assert failed["verdict"] == "failed" and failed["categories"] == ["failed"]
+    report = {"nodes": [{"index": 0, "host": "h", "verdict": "healthy", "categories": [], "violations": []}],
+              "links": [], "cluster": failed, "reference": "peer median", "elapsed_s": 1.0, "phases": {}}
+    assert exit_code(report) == 1 and "all nodes 0,1,2" in output.console(report)

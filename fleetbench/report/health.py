@@ -1,0 +1,80 @@
+"""The report's cluster-health section (pure): the verdicts `fleetbench diagnose --results` stored
+in the same files as the results (docs/diagnose.md), and the stragglers named from training runs'
+per-rank step times (fleetbench.analysis.stragglers, as `fleetbench explain`).
+
+A result measured on a cluster with a sick node is a figure of that node; this section puts the
+diagnosis in the same report as the results it qualifies, so a reader sees both.
+"""
+from __future__ import annotations
+
+from fleetbench.analysis import stragglers
+
+
+def _broken(entry: dict) -> str:
+    parts = []
+    for v in entry.get("violations") or []:
+        if v.get("value") is None:
+            parts.append(f"{v['metric']} failed: {v['rule']}")
+        else:
+            parts.append(f"{v['metric']} {v['value']:g} vs {v['reference']:g} ({v['reference_kind']})")
+    return "; ".join(parts).replace("|", "/") or "-"
+
+
+def _rows(verdict: dict) -> list[str]:
+    rows = [f"| node {n['index']} | {n['host']} | {n['verdict']} | {', '.join(n['categories']) or '-'} | {_broken(n)} |"
+            for n in verdict.get("nodes") or []]
+    rows += [f"| link {l['a']}-{l['b']} | | {l['verdict']} | {', '.join(l['categories']) or '-'} | {_broken(l)} |"
+             for l in verdict.get("links") or [] if l.get("verdict") != "healthy"]
+    cluster = verdict.get("cluster")
+    if cluster and cluster.get("verdict") != "healthy":
+        rows.append(f"| all nodes | | {cluster['verdict']} | {', '.join(cluster['categories']) or '-'} | "
+                    f"{_broken(cluster)} |")
+    return rows
+
+
+def diagnoses(records: list[dict]) -> list[str]:
+    """Markdown: one table per stored diagnosis (every node; links only when not healthy)."""
+    lines = []
+    for record in sorted((r for r in records if r.get("benchmark") == "diagnose-verdict"), key=lambda r: r["time"]):
+        verdict = record["metrics"]
+        where = (record.get("config") or {}).get("cluster") or "this machine"
+        defective = [n for n in verdict.get("nodes") or [] if n["verdict"] != "healthy"]
+        lines += ["", f"Diagnosis of {where} at {record['time'][:19]} (judged against {verdict.get('reference')}): "
+                  f"{len(defective)} of {len(verdict.get('nodes') or [])} nodes not healthy.", "",
+                  "| what | host | verdict | category | figures that broke a rule (value vs reference) |",
+                  "|---|---|---|---|---|", *_rows(verdict)]
+    return lines
+
+
+def _diagnosed(records: list[dict]) -> dict[str, str]:
+    """address -> what the latest stored diagnosis said of the node at that address."""
+    out = {}
+    for record in sorted((r for r in records if r.get("benchmark") == "diagnose-verdict"), key=lambda r: r["time"]):
+        where = (record.get("config") or {}).get("cluster") or "this machine"
+        for n in record["metrics"].get("nodes") or []:
+            if n.get("address"):
+                out[n["address"]] = (f"diagnosed node {n['index']} of {where}: {n['verdict']}"
+                                     + (f" ({', '.join(n['categories'])})" if n["categories"] else ""))
+    return out
+
+
+def straggler_lines(records: list[dict]) -> list[str]:
+    """Every straggler of the records, with what a stored diagnosis said of its host."""
+    diagnosed = _diagnosed(records)
+    return [stragglers.line(r, s) + (f"; {diagnosed[s['host']]}" if s["host"] in diagnosed else "")
+            for r in records for s in stragglers.stragglers(r)]
+
+
+def section(records: list[dict], images_dir: str, link) -> tuple[str, list[str]]:
+    """For `fleetbench report`: (markdown, no files); empty when there is no diagnosis and no
+    run that can show a straggler."""
+    del images_dir, link  # no charts: verdicts and names
+    found = diagnoses(records)
+    showable = any(stragglers.can_show(r) for r in records if r.get("error") is None)
+    if not found and not showable:
+        return "", []
+    lines = ["### Cluster health", *found]
+    if showable:
+        lines += ["", "Stragglers (ranks slower than their peers' median, from runs whose ranks run free):", ""]
+        lines += [f"- {line}" for line in straggler_lines(records)] or ["- none named"]
+    return "\n".join(lines) + "\n", []
