@@ -116,8 +116,6 @@ def chart_rows(cells: list[dict]) -> list[dict]:
 
 def draw(rows: list[dict], title: str) -> bytes:
     """PNG of stacked bars (negative parts, within noise, are drawn as 0; the CSV has them)."""
-    import io
-
     import matplotlib
 
     from fleetbench.report import (
@@ -143,13 +141,8 @@ def draw(rows: list[dict], title: str) -> bytes:
         ticks = [f"{r['method']}\n{r['network'] or 'local'}\n{r['nodes']}x{r['devices_per_node']}" for r in rows]
         ax.set_xticks(list(xs), ticks)
         ax.set_ylabel("time per step (ms)")
-        ax.set_title(title, loc="left")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-        fig.text(0.01, 0.005, "bars: parts of the step (docs/explain.md); compute from the method=none "
-                 "control where one exists", fontsize=7, ha="left", va="bottom")
-        buffer = io.BytesIO()
-        fig.savefig(buffer, **style.SAVE)
-    return buffer.getvalue()
+        return style.finish(fig, ax, title, "bars: parts of the step (docs/explain.md); compute from the "
+                            "method=none control where one exists")
 
 
 def write_charts(cells: list[dict], images_dir: str) -> dict:

@@ -5,7 +5,6 @@ run's throughput times the devices) a dashed black line. The CSV beside the PNG 
 drawn number, with the throughput error where a measured cell and a prediction meet."""
 from __future__ import annotations
 
-import io
 
 LINES = ("-", "-.", ":", (0, (5, 1)))
 
@@ -71,13 +70,8 @@ def draw(rows: list[dict], title: str, unit: str) -> bytes:
         ax.set_xticks(devices, [str(d) for d in devices])
         ax.set_xlabel("devices (GPUs or processes)")
         ax.set_ylabel(f"throughput ({unit})")
-        ax.set_title(title, loc="left")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-        fig.text(0.01, 0.005, "lines: predicted by fleetbench explain (docs/explain.md); circles: measured "
-                 "or published; dashed: ideal", fontsize=7, ha="left", va="bottom")
-        buffer = io.BytesIO()
-        fig.savefig(buffer, **style.SAVE)
-    return buffer.getvalue()
+        return style.finish(fig, ax, title, "lines: predicted by fleetbench explain (docs/explain.md); circles: "
+                            "measured or published; dashed: ideal")
 
 
 def write_charts(cells: list[dict], predicted: list[dict], images_dir: str) -> list[str]:

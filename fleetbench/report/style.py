@@ -4,6 +4,7 @@ shipped with matplotlib, fixed size, margins and DPI, no version or time stamp i
 """
 from __future__ import annotations
 
+import io
 import re
 
 import matplotlib
@@ -35,3 +36,14 @@ def slug(*parts) -> str:
     """A file name from parts: lowercase letters, digits, dots and underscores joined by '-'."""
     text = "-".join(str(p) for p in parts if p not in (None, ""))
     return re.sub(r"[^A-Za-z0-9._]+", "-", text).strip("-").lower()
+
+
+def finish(fig, ax, title: str, footnote: str) -> bytes:
+    """The PNG of a chart drawn on `ax`: its title, the legend outside on the right (MARGINS leave
+    room for it), the footnote under the axes, saved with SAVE."""
+    ax.set_title(title, loc="left")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.text(0.01, 0.005, footnote, fontsize=7, ha="left", va="bottom")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, **SAVE)
+    return buffer.getvalue()
