@@ -83,17 +83,16 @@ def test_a_2x2_job_runs_the_shape_it_asks_for_and_fails_only_by_paddles_gloo_rac
     if all(code == 0 for code, _, _ in pods.values()):
         _assert_one_record_from_worker_0(tmp_path, pods, 4, 2)
         return
-    # Paddle's race struck: no rank got past fleet.init's process groups; some rank failed in a gloo
-    # pair of a group's rendezvous, the others there too (a stale pair, or the store gone with rank 0)
-    # or stopped by their launcher inside one
+    # Paddle's race struck: the job failed before any rank logged a step, and some rank's log names a
+    # gloo pair that was refused or timed out: the rendezvous failure fleetbench launch retries
+    # (job/ranks.RENDEZVOUS_FAILURE). Where each rank was when it failed varies from run to run (in a
+    # group's connectFullMesh, stopped by its launcher, or a gloo TIMEOUT from an unbound buffer seen
+    # in a full-suite run), so that is not asserted.
     raced = []
     for pod, (code, out, log_dir) in pods.items():
         assert code != 0 and "FLEETBENCH_RESULT" not in out, pod
         for log in sorted(log_dir.glob("workerlog.*")):
             text = log.read_text()
             assert not any(ranks.progress_step(line) for line in text.splitlines()), log
-            in_groups = "in _init_hybrid_parallel_env" in text and "in _new_process_group_impl" in text
-            stopped = "SIGTERM" in text and "gloo::rendezvous::Context::connectFullMesh" in text
-            assert in_groups or stopped, (log, text[-1500:])
-            raced += [log] if GLOO_RACE.search(text) else []
-    assert raced and all(ranks.RENDEZVOUS_FAILURE.search(log.read_text()) for log in raced)
+            raced += [log] if GLOO_RACE.search(text) or "] TIMEOUT" in text else []
+    assert raced and all(ranks.RENDEZVOUS_FAILURE.search(log.read_text()) for log in raced), raced
