@@ -58,10 +58,11 @@ def pod_env(doc: dict, rtype: str, index: int, ip_of: dict, ifname: str = "lo") 
     return env
 
 
-def run_job(doc: dict, where: Path, places: list | None = None) -> dict:
+def run_job(doc: dict, where: Path, places: list | None = None, python: str = sys.executable) -> dict:
     """Runs every pod; {pod: (exit code, stdout text, log dir)}. `places`: one (ip, argv prefix,
     interface) per pod in replica order, e.g. an emulated node's (ip, ["ip", "netns", "exec",
-    netns], ifname); None: 127.0.0.2, .3, ... on this machine's loopback."""
+    netns], ifname); None: 127.0.0.2, .3, ... on this machine's loopback. `python`: the image's
+    interpreter, and so its Paddle build (the `python` of the container's command)."""
     name = doc["metadata"]["name"]
     pods = [f"{name}-{r.lower()}-{i}" for r, i, _ in pods_of(doc)]
     places = places or [(f"127.0.0.{n}", [], "lo") for n in range(2, len(pods) + 2)]
@@ -74,7 +75,7 @@ def run_job(doc: dict, where: Path, places: list | None = None) -> dict:
         pod = f"{name}-{rtype.lower()}-{i}"
         (where / pod).mkdir()
         cont = spec["template"]["spec"]["containers"][0]
-        argv = [sys.executable] + [dns(a).replace(k8s.POD_LOGS, str(where / pod / "log"))
+        argv = [python] + [dns(a).replace(k8s.POD_LOGS, str(where / pod / "log"))
                                    .replace(k8s.POD_RESULTS, str(where / pod / "r.jsonl"))
                                    for a in cont["command"][1:] + cont["args"]]
         out = open(where / pod / "stdout", "w")

@@ -40,6 +40,16 @@ def needs_ps(test):
 CPU_RANKS = {"PADDLE_DISTRI_BACKEND": "gloo"}
 
 
+def paddle3_python() -> str:
+    """The Paddle 3.x interpreter `make test` installs (tools/test.sh names it in
+    FLEETBENCH_TEST_PADDLE3; by hand, the repository's .venv3): a test that needs that build fails,
+    saying how to get it, rather than skip."""
+    path = os.environ.get("FLEETBENCH_TEST_PADDLE3") or str(REPO / ".venv3" / "bin" / "python")
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"{path}: no Paddle 3.x interpreter; run `make install-paddle3` (make test does)", pytrace=False)
+    return path
+
+
 def env(**extra) -> dict:
     merged = dict(os.environ, **QUIET_ENV)
     merged.pop("OMP_NUM_THREADS", None)  # let fleetbench choose, as on a fresh shell

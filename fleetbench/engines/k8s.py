@@ -262,6 +262,22 @@ def _check_problem(script: str, script_args: tuple) -> str | None:
     return None
 
 
+def gloo_race_note(doc: dict) -> str | None:
+    """A note for a CPU collective job of two or more pods with two or more ranks each: Paddle
+    2.6.2's gloo groups rendezvous on bare keys and race there (11 of 12 such jobs failed in the
+    emulator; 3.3.1 passed every one), and a PaddleJob does not retry (docs/clusters.md)."""
+    specs = doc["spec"]["paddleReplicaSpecs"]
+    if "Master" in specs or specs["Worker"]["replicas"] < 2:
+        return None
+    cont = specs["Worker"]["template"]["spec"]["containers"][0]
+    command = cont["command"] + cont["args"]
+    per_node = int(command[command.index("--nproc_per_node") + 1])
+    if per_node < 2 or "nvidia.com/gpu" in cont.get("resources", {}).get("limits", {}):
+        return None
+    return (f"{doc['metadata']['name']}: {per_node} CPU ranks a pod: use a Paddle 3.x image (2.6.2's gloo "
+            f"group rendezvous races with several ranks a pod; docs/clusters.md)")
+
+
 def _parser():
     p = argparse.ArgumentParser(prog="fleetbench k8s", description="Write Kubeflow PaddleJob manifests.")
     p.add_argument("what", help="a benchmark name (resnet50, ctr, ...) or a sweep file (.yaml)")
@@ -315,6 +331,8 @@ def cli(argv):
             bad = problems(doc)
             if bad:
                 raise K8sError(f"{doc['metadata']['name']}: {bad[0]}")
+        for note in filter(None, map(gloo_race_note, docs)):
+            print(f"fleetbench k8s: note: {note}", file=sys.stderr)
     except (K8sError, hostlist.HostsError) as e:
         print(f"fleetbench k8s: error: {e}", file=sys.stderr)
         return 2

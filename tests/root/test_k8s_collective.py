@@ -4,29 +4,21 @@ rendezvous timed out: every pod advertised the same interface. In namespaces eac
 address and interface, as on a cluster, and the operator's environment (PADDLE_MASTER = worker-0
 on the master port, PADDLE_NNODES, the replica index as PADDLE_RANK) is all that joins them.
 
-Two ranks a pod (2x2) meet a race in Paddle's gloo process groups, not in the manifest or the
-emulator: ProcessGroupGloo's constructor rendezvouses on the job's one TCP store under the keys
-"0".."n-1" for every group, with no group prefix, so a rank that reaches group k's rendezvous before
-a peer re-publishes reads the peer's address from group k-1, whose listener closed after its one
-accept ("connect ...: Connection refused", or a pair nobody connects: TIMEOUT). Seen with strace:
-rank 0 connected twice to rank 1's port 39477, the second time in the next group. It hits
-`fleetbench launch --executor netns` the same way (its one rendezvous retry hides it) and any CPU
-cluster; docs/clusters.md has the evidence. So the 2x2 test checks everything the manifest and the
-operator decide (two ranks a pod, world size 4, ranks 0-1 on worker-0 and 2-3 on worker-1, each
-rank's endpoint on its pod's address and interface) on every run, and then either the record or,
-when Paddle's race struck, that the failure is that race and nothing else."""
+Two ranks a pod (2x2) run in a Paddle 3.x image (the pods' `python` is the 3.x virtualenv's). In
+2.6.2 they meet a race in Paddle's gloo process groups, not in the manifest or the emulator:
+ProcessGroupGloo's constructor rendezvouses on the job's one TCP store under the bare keys
+"0".."n-1" for every group, so a rank that reaches group k before a peer re-publishes reads the
+peer's address from group k-1 (11 of 12 such jobs failed here; 3.3.1, with one group fewer to race
+in, passed every one: docs/clusters.md has both). A PaddleJob does not retry, so a CPU 2x2 job asks
+for a 3.x image, and that is what this test runs."""
 import os
-import re
+import sys
 
 from k8s_emulator import generate, import_logs, run_job
-from util import cluster_name
-
-from fleetbench.job import ranks
-
-GLOO_RACE = re.compile(r"gloo/transport/tcp/pair\.cc:\d+\] (connect \[[\d.]+\]:\d+: Connection refused|TIMEOUT)")
+from util import cluster_name, paddle3_python
 
 
-def _run_in_cluster(tmp_path, monkeypatch, per_node: int):
+def _run_in_cluster(tmp_path, monkeypatch, per_node: int, python: str = sys.executable):
     from fleetbench.emulate import netem
 
     monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(tmp_path / "state"))
@@ -37,7 +29,7 @@ def _run_in_cluster(tmp_path, monkeypatch, per_node: int):
         places = [(n.ip, ["ip", "netns", "exec", n.netns], n.ifname) for n in nodes]
         doc = generate(tmp_path, "resnet50", "--preset", "tiny", "--nodes", "2", "--devices-per-node", str(per_node),
                        "--set", "steps=6", "--set", "warmup_steps=2")
-        pods = run_job(doc, tmp_path, places)
+        pods = run_job(doc, tmp_path, places, python=python)
     finally:
         netem.down(prefix)
     assert not os.path.exists(f"/var/run/netns/{nodes[0].netns}")  # the cluster is gone
@@ -56,6 +48,7 @@ def _assert_one_record_from_worker_0(tmp_path, pods, world_size: int, per_node: 
     (record,) = import_logs([tmp_path / p / "stdout" for p in pods], tmp_path / "store.jsonl")
     assert (record["world_size"], record["nodes"], record["devices_per_node"]) == (world_size, 2, per_node)
     assert record["error"] is None and record["launch"] == {"executor": "kubernetes", "hosts": list(pods)}
+    return record
 
 
 def test_a_collective_job_of_two_pods_runs_and_brings_one_record_back(tmp_path, monkeypatch):
@@ -66,8 +59,9 @@ def test_a_collective_job_of_two_pods_runs_and_brings_one_record_back(tmp_path, 
     _assert_one_record_from_worker_0(tmp_path, pods, 2, 1)
 
 
-def test_a_2x2_job_runs_the_shape_it_asks_for_and_fails_only_by_paddles_gloo_race(tmp_path, monkeypatch):
-    pods, places = _run_in_cluster(tmp_path, monkeypatch, 2)
+def test_a_2x2_job_in_a_paddle3_image_runs_the_shape_it_asks_for_and_brings_one_record_back(tmp_path, monkeypatch):
+    pods, places = _run_in_cluster(tmp_path, monkeypatch, 2, python=paddle3_python())
+    assert all(code == 0 for code, _, _ in pods.values()), {p: out[-2000:] for p, (_, out, _) in pods.items()}
     endpoints = []
     for node, (pod, (_, _, log_dir)) in enumerate(pods.items()):
         ip, _, ifname = places[node]
@@ -80,19 +74,5 @@ def test_a_2x2_job_runs_the_shape_it_asks_for_and_fails_only_by_paddles_gloo_rac
             assert env["PADDLE_CURRENT_ENDPOINT"].startswith(ip + ":") and env["GLOO_SOCKET_IFNAME"] == ifname
             endpoints.append(env["PADDLE_CURRENT_ENDPOINT"])
     assert env["PADDLE_TRAINER_ENDPOINTS"].split(",") == endpoints  # rank order = pod order
-    if all(code == 0 for code, _, _ in pods.values()):
-        _assert_one_record_from_worker_0(tmp_path, pods, 4, 2)
-        return
-    # Paddle's race struck: the job failed before any rank logged a step, and some rank's log names a
-    # gloo pair that was refused or timed out: the rendezvous failure fleetbench launch retries
-    # (job/ranks.RENDEZVOUS_FAILURE). Where each rank was when it failed varies from run to run (in a
-    # group's connectFullMesh, stopped by its launcher, or a gloo TIMEOUT from an unbound buffer seen
-    # in a full-suite run), so that is not asserted.
-    raced = []
-    for pod, (code, out, log_dir) in pods.items():
-        assert code != 0 and "FLEETBENCH_RESULT" not in out, pod
-        for log in sorted(log_dir.glob("workerlog.*")):
-            text = log.read_text()
-            assert not any(ranks.progress_step(line) for line in text.splitlines()), log
-            raced += [log] if GLOO_RACE.search(text) or "] TIMEOUT" in text else []
-    assert raced and all(ranks.RENDEZVOUS_FAILURE.search(log.read_text()) for log in raced), raced
+    record = _assert_one_record_from_worker_0(tmp_path, pods, 4, 2)
+    assert record["env"]["paddle"]["version"].startswith("3."), record["env"]["paddle"]  # the image's build ran

@@ -61,6 +61,23 @@ def test_collective_job_is_workers_running_paddles_launcher(tmp_path):
     assert e["FLEETBENCH_NODES"] == "2" and e["FLEETBENCH_OMP_THREADS"] == "4"  # 16 cores / 4 processes
 
 
+def test_a_cpu_job_of_several_ranks_a_pod_across_pods_is_told_to_use_a_paddle3_image(tmp_path):
+    out = tmp_path / "jobs.yaml"
+    p = fleetbench("k8s", "resnet50", "--preset", "tiny", "--nodes", 2, "--devices-per-node", 2,
+                   "--image", "img", "--out", out)
+    assert p.returncode == 0 and "fb-resnet50-tiny-2x2: 2 CPU ranks a pod: use a Paddle 3.x image" in p.stderr, p.stderr
+    [doc] = yaml.safe_load_all(out.read_text())
+    assert k8s.gloo_race_note(doc) is not None
+    # not where the race cannot strike: GPU ranks (NCCL), one rank a pod, one pod, parameter server
+    container(doc, "Worker")["resources"] = {"limits": {"nvidia.com/gpu": "2"}}
+    assert k8s.gloo_race_note(doc) is None
+    for args in (["--nodes", 2, "--devices-per-node", 1], ["--nodes", 1, "--devices-per-node", 2]):
+        [doc] = write_manifests(tmp_path, "resnet50", "--preset", "tiny", *args)
+        assert k8s.gloo_race_note(doc) is None, args
+    [doc] = write_manifests(tmp_path, "ctr", "--preset", "tiny", "--servers-workers", "2/4")
+    assert k8s.gloo_race_note(doc) is None
+
+
 def test_parameter_server_job_is_master_servers_and_workers(tmp_path):
     [doc] = write_manifests(tmp_path, "ctr", "--preset", "tiny", "--servers-workers", "2/3")
     assert_fleetbench_checker_passes(doc)
