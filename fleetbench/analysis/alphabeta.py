@@ -12,16 +12,28 @@ B is the bus bandwidth. A training step issues its gradients as a sequence of `c
 
     step_comm(S, calls) = calls * 2(n-1)*a + 2(n-1)/n * S / B
 
+Small calls are priced by measurement, not by the fit: alpha is an intercept over sizes up to tens
+of MB, and a step of a few small collectives (CTR: four calls of under 100 kB a step) pays what
+the comm rows at its sizes took, which here is up to twice alpha. So a Link keeps the median time of
+the rows at or below SMALL_MAX bytes, per size over the repeated comm runs, and a call of those
+sizes costs that median, interpolated in log-size (below the smallest size measured: its time,
+latency being flat there). Larger calls keep the fit.
+
 When nodes hold several devices the all-reduce is taken as hierarchical: an all-reduce among the
 d devices of a node (intra-node fit) plus one among the N nodes (inter-node fit), each of S bytes.
 Units: bytes, microseconds inside, milliseconds out; GB/s = 10^9 bytes/s as nccl-tests.
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import math
 import statistics
 
 ALLREDUCE = "all_reduce"
+# Rows at or below this size are latency-dominated on every link here (at 10gbe 256 KiB is 0.2 ms
+# on the wire against 0.3-2.2 ms measured a call): they are priced as measured (module doc).
+SMALL_MAX = 256 * 1024
 
 
 class FitError(ValueError):
@@ -41,6 +53,7 @@ class Link:
     bandwidth_GBps: float
     ranks: int
     source: str
+    small: tuple = ()  # ((bytes, median time_us), ...) ascending, measured at these ranks (module doc)
 
     @property
     def hop_alpha_us(self) -> float:
@@ -57,12 +70,29 @@ class Link:
     def allreduce_ms(self, nbytes: float, calls: float) -> float:
         if self.ranks <= 1 or nbytes <= 0:
             return 0.0
+        measured = self.measured_call_us(nbytes / calls) if calls else None
+        if measured is not None:
+            return calls * measured / 1e3
         wire_us = allreduce_factor(self.ranks) * nbytes / (self.bandwidth_GBps * 1e3)
         return (calls * self.alpha_us + wire_us) / 1e3
 
+    def measured_call_us(self, nbytes: float) -> float | None:
+        """The measured time of one all-reduce of `nbytes` (module doc), or None beyond the table."""
+        if not self.small or nbytes > self.small[-1][0]:
+            return None
+        sizes = [b for b, _ in self.small]
+        i = bisect.bisect_left(sizes, nbytes)
+        if i == 0:
+            return self.small[0][1]
+        (b0, t0), (b1, t1) = self.small[i - 1], self.small[i]
+        w = (math.log(nbytes) - math.log(b0)) / (math.log(b1) - math.log(b0))
+        return t0 + w * (t1 - t0)
+
     def describe(self) -> str:
+        small = (f"; calls up to {self.small[-1][0] // 1024} KiB as measured, {self.small[0][1]:.0f}-"
+                 f"{max(t for _, t in self.small):.0f} us" if self.small else "")
         return (f"alpha {self.alpha_us:.1f} us/call, {self.bandwidth_GBps:.4g} GB/s bus, "
-                f"{self.ranks} ranks ({self.source})")
+                f"{self.ranks} ranks{small} ({self.source})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,11 +159,22 @@ def fit_rows(rows: list[dict], ranks: int) -> tuple[float, float]:
     return max(fit["alpha_us"], 0.0), fit["bandwidth_GBps"]
 
 
-def pooled_link(fits: list[tuple[float, float]], ranks: int, source: str) -> Link:
-    """One Link from the fits of repeated comm runs: mean latency, mean time per byte."""
+def small_calls(rows: list[dict]) -> tuple:
+    """((bytes, median time_us), ...) of the all_reduce rows at or below SMALL_MAX bytes, pooled
+    over repeated runs (the rows of all of them)."""
+    times: dict[int, list[float]] = {}
+    for r in rows:
+        if r.get("op", ALLREDUCE) == ALLREDUCE and not r.get("wrong") and 0 < r["bytes"] <= SMALL_MAX:
+            times.setdefault(int(r["bytes"]), []).append(float(r["time_us"]))
+    return tuple((b, statistics.median(t)) for b, t in sorted(times.items()))
+
+
+def pooled_link(fits: list[tuple[float, float]], ranks: int, source: str, rows: list[dict] = ()) -> Link:
+    """One Link from the fits of repeated comm runs (mean latency, mean time per byte) and their
+    small rows (`small_calls`)."""
     alpha = statistics.fmean(a for a, _ in fits)
     per_byte = statistics.fmean(1.0 / b for _, b in fits)
-    return Link(alpha, 1.0 / per_byte, ranks, source)
+    return Link(alpha, 1.0 / per_byte, ranks, source, small_calls(list(rows)))
 
 
 def rate_link(rate_gbit: float, ranks: int, hop_alpha_us: float, source: str) -> Link:

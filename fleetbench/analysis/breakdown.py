@@ -73,14 +73,16 @@ def _losses(out: dict, single: Cell, has_control: bool) -> dict:
     return {name: value / total for name, value in shares.items()}
 
 
-def predicted_comm(cell: Cell, comm: list, cells: list[Cell] = ()) -> tuple[float | None, str, str]:
-    """(ms, link description, problem) of the cell's gradient all-reduces per step."""
+def predicted_comm(cell: Cell, comm: list, cells: list[Cell] = ()) -> tuple[float | None, str, str, float]:
+    """(ms, link description, problem, latency share) of the cell's gradient collectives per step."""
     if cell.comm_bytes is None:
-        return None, "", "the records carry no gradient bytes per step (comm_bytes_per_step)"
+        return None, "", "the records carry no gradient bytes per step (comm_bytes_per_step)", 0.0
     link, problem, _ = links.link_for(cell, cell.network, cell.shape, list(cells), comm)
     if link is None:
-        return None, "", problem
-    return gradbytes.comm_ms(link, cell.traffic, cell.shape.world_size), link.describe(), ""
+        return None, "", problem, 0.0
+    ranks = cell.shape.world_size
+    return (gradbytes.comm_ms(link, cell.traffic, ranks), link.describe(), "",
+            gradbytes.latency_share(link, cell.traffic, ranks))
 
 
 def breakdown(cell: Cell, cells: list[Cell], comm: list) -> dict:
@@ -103,8 +105,9 @@ def breakdown(cell: Cell, cells: list[Cell], comm: list) -> dict:
     out["explained_step_ms"] = sum(out[part] for part in PARTS)
     out["accounting_error"] = out["explained_step_ms"] / cell.step_ms - 1
     out["accounting_ok"] = abs(out["accounting_error"]) <= ACCOUNTING_TOLERANCE
-    comm_ms, link_text, problem = predicted_comm(cell, comm, cells)
+    comm_ms, link_text, problem, latency = predicted_comm(cell, comm, cells)
     out.update({"predicted_comm_ms": comm_ms, "link": link_text or None, "comm_buckets": cell.comm_buckets,
+                "latency_share": latency,
                 "comm_bytes": cell.traffic.sent_bytes if cell.traffic else None})  # really sent
     if cell.traffic and cell.traffic.note:
         out["notes"].append(cell.traffic.note)

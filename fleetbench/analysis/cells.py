@@ -167,7 +167,9 @@ def _comm_cells(records: list[dict]) -> list[CommCell]:
     for (network, nodes, per_node), members in groups.items():
         shape = Shape(nodes, per_node)
         source = f"comm record{'s' if len(members) > 1 else ''} {network or 'local'} {shape}, n={len(members)}"
-        link = alphabeta.pooled_link([fit for fit, _ in members], shape.world_size, source)
+        rows = [row for _, r in members if r["config"].get("dtype", "float32") == "float32"
+                for row in (r.get("metrics") or {}).get("rows") or []]
+        link = alphabeta.pooled_link([fit for fit, _ in members], shape.world_size, source, rows)
         rate = (members[0][1].get("network") or {}).get("rate_gbit")
         out.append(CommCell(network, shape, link, rate))
     return out

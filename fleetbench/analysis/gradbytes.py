@@ -73,19 +73,29 @@ def comm_ms(link, traffic: Traffic, ranks: int) -> float:
     return total
 
 
-# Beyond this share of per-call latency a prediction is only as good as the latency: the comm
-# fit's alpha is an intercept over sizes up to tens of MB, and its rows below 256 kB vary several-
-# fold between runs here (10gbe, 2 nodes: 0.3 to 2.2 ms a call; results/*-explain.jsonl).
+# Beyond this share of per-call latency a prediction is only as good as the latency: the comm rows
+# below 256 kB vary several-fold between runs here (10gbe, 2 nodes: 0.3 to 2.2 ms a call;
+# results/*-explain.jsonl), and such a cell's measured overlap and host cost are differences
+# against that latency, so calibration learns neither from it (predict.calibrate).
 LATENCY_BOUND = 0.8
 
 
-def latency_note(link, traffic: Traffic, ranks: int) -> str:
-    """Why a latency-bound step's communication cannot be predicted well ("" when not bound)."""
+def latency_share(link, traffic: Traffic, ranks: int) -> float:
+    """The share of the step's predicted communication that is per-call cost, not bytes on the wire."""
     total = comm_ms(link, traffic, ranks)
     wire = link.allreduce_ms(traffic.allreduce_bytes, 0) + link.allreduce_ms(ranks * traffic.gather_bytes / 2, 0)
-    if total <= 0 or 1 - wire / total < LATENCY_BOUND:
+    return 1 - wire / total if total > 0 else 0.0
+
+
+def latency_note(link, traffic: Traffic, ranks: int) -> str:
+    """Why a latency-bound step's communication is uncertain ("" when not bound)."""
+    share = latency_share(link, traffic, ranks)
+    if share < LATENCY_BOUND:
         return ""
     calls = traffic.allreduce_calls + traffic.gather_calls
-    return (f"latency-bound: {1 - wire / total:.0%} of the predicted communication is per-call latency "
-            f"({calls:g} calls a step), which the comm fit determines poorly for small messages; "
-            "this prediction is as uncertain as that latency (measure the cell, or comm rows at its sizes)")
+    measured = getattr(link, "small", ())
+    how = ("priced by the comm rows measured at its sizes (their median a size; they vary several-fold "
+           "between runs)" if measured else
+           "which the comm fit determines poorly for small messages (comm rows at its sizes would price it)")
+    return (f"latency-bound: {share:.0%} of the predicted communication is per-call cost ({calls:g} calls a "
+            f"step), {how}; this prediction is as uncertain as that latency")

@@ -56,9 +56,14 @@ def _mean(values: list[float]) -> float:
 
 
 def calibrate(breakdowns: list[dict]) -> dict:
-    """Host cost per byte of the post-backward methods and the overlap window (ms hidden) of the
-    others, each by work and method and by method alone, measured on `breakdowns`."""
-    usable = [b for b in breakdowns if b.get("predicted_comm_ms") and b.get("comm_bytes")]
+    """Host cost per byte of the post-backward methods, by work and method and by method alone, and
+    the overlap window (ms hidden) of the others, by work and method only: how much a backward
+    hides depends on its length and on the order its gradients come in (CTR's embedding gradient,
+    most of its calls, comes last and hides nothing), which another work does not tell.
+    Latency-bound cells teach neither: their hidden time and host cost are differences against a
+    per-call latency that varies several-fold between runs (gradbytes.LATENCY_BOUND)."""
+    usable = [b for b in breakdowns if b.get("predicted_comm_ms") and b.get("comm_bytes")
+              and b.get("latency_share", 0.0) < gradbytes.LATENCY_BOUND]
     host: dict = {}
     works: dict = {}  # key -> the works whose cells gave its host cost
     for b in usable:
@@ -75,8 +80,8 @@ def calibrate(breakdowns: list[dict]) -> dict:
             hidden = min(b["predicted_comm_ms"], max(0.0, hidden))
             # Backward hides at most its own length, whatever the link. A cell that hid all of
             # its link shows only a lower bound of that window: the largest one seen is the best.
-            for key in ((b["benchmark"], b["preset"], b["method"]), b["method"]):
-                cal["window"][key] = max(cal["window"].get(key, 0.0), hidden)
+            key = (b["benchmark"], b["preset"], b["method"])
+            cal["window"][key] = max(cal["window"].get(key, 0.0), hidden)
     return cal
 
 
@@ -95,14 +100,16 @@ def host_for(benchmark: str, preset, method: str, cal: dict) -> tuple[float, str
 
 
 def overlap_for(benchmark: str, preset, method: str, cal: dict) -> tuple[float, str]:
-    """(ms of communication backward can hide, where from)."""
+    """(ms of communication backward can hide, where from): the same work's window, else none,
+    which makes the prediction an upper bound (calibrate says why no other work's is borrowed)."""
     if method in cellmod.POST_BACKWARD:
         return 0.0, f"{method} all-reduces after backward: no overlap"
-    for key in ((benchmark, preset, method), method):
-        if key in cal["window"]:
-            value = cal["window"][key]
-            return value, f"overlap window {value:.1f} ms measured on other {method} cells"
-    return 0.0, f"no other {method} cell with a predicted communication: overlap taken as 0"
+    key = (benchmark, preset, method)
+    if key in cal["window"]:
+        value = cal["window"][key]
+        return value, f"overlap window {value:.1f} ms measured on other {method} cells of this work"
+    return 0.0, (f"no other {method} cell of this work measured its overlap: none assumed, so this "
+                 "step time is an upper bound")
 
 
 # ---- the model ----------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 import pytest
 from test_explain import comm_record, record
 
-from fleetbench.analysis import breakdown, cells, gradbytes, predict, scaling
+from fleetbench.analysis import alphabeta, breakdown, cells, gradbytes, predict, scaling
 from fleetbench.analysis.alphabeta import Link
 from fleetbench.analysis.cells import Shape
 
@@ -111,3 +111,41 @@ def test_latency_bound_step_says_its_prediction_is_uncertain():
     small = gradbytes.Traffic(8e4, 2.0, gather_bytes=3.7e4, gather_calls=2.0)
     assert "latency-bound" in gradbytes.latency_note(link, small, 2)
     assert gradbytes.latency_note(link, gradbytes.Traffic(4.5e7, 3.0), 2) == ""
+
+
+# ---- small calls priced as measured; overlap learned per work -----------------------------------
+
+def test_small_calls_are_priced_as_measured_at_their_sizes_and_large_ones_by_the_fit():
+    def rows(*times):  # one comm run's small rows at 1, 4 and 64 KiB, and two large ones on the fit
+        small = [{"op": "all_reduce", "bytes": b, "time_us": t} for b, t in zip((1024, 4096, 65536), times)]
+        return small + [{"op": "all_reduce", "bytes": b, "time_us": 500.0 + b / 1e3} for b in (2**20, 2**26)]
+    runs = rows(2000.0, 2000.0, 1500.0) + rows(2200.0, 1800.0, 1500.0) + rows(300.0, 9000.0, 400.0)
+    link = alphabeta.pooled_link([(500.0, 1.0)], 2, "t", runs)
+    assert link.small == ((1024, 2000.0), (4096, 2000.0), (65536, 1500.0))  # the median of 3 runs a size
+    assert link.measured_call_us(16) == 2000.0  # below the smallest size: its time (latency is flat)
+    assert link.measured_call_us(16384) == pytest.approx(1750.0)  # halfway from 4 to 64 KiB in log-size
+    assert link.allreduce_ms(2 * 16384, 2) == pytest.approx(2 * 1.75)  # per call, as measured
+    assert link.measured_call_us(2**20) is None  # beyond the table: the fit, alpha plus the bytes
+    assert link.allreduce_ms(2**20, 1) == pytest.approx((500.0 + 2**20 / 1e3) / 1e3)
+    assert link.at(4).small == ()  # measured for 2 ranks: a ring of 4 has only the fit
+    assert "calls up to 64 KiB as measured" in link.describe()
+
+
+def breakdown_of(benchmark, method, hidden_ms, latency_share, comm_ms=10.0):
+    return {"benchmark": benchmark, "preset": "tiny", "method": method, "predicted_comm_ms": comm_ms,
+            "comm_bytes": 1e5, "exposed_comm_ms": comm_ms - hidden_ms,
+            "latency_share": latency_share}
+
+
+def test_overlap_is_learned_per_work_and_never_from_a_latency_bound_cell():
+    cal = predict.calibrate([breakdown_of("resnet50", "mgwfbp", 6.0, 0.1),
+                             breakdown_of("ctr", "mgwfbp", 5.0, 0.95)])
+    assert cal["window"] == {("resnet50", "tiny", "mgwfbp"): pytest.approx(6.0)}
+    window, note = predict.overlap_for("resnet50", "tiny", "mgwfbp", cal)
+    assert window == pytest.approx(6.0) and "of this work" in note
+    # CTR's own cell was latency-bound and ResNet50's backward says nothing of CTR's: none hidden
+    window, note = predict.overlap_for("ctr", "tiny", "mgwfbp", cal)
+    assert window == 0.0 and "upper bound" in note
+    # a latency-bound post-backward cell gives no host cost either
+    cal = predict.calibrate([breakdown_of("ctr", "bsp", -3.0, 0.95)])
+    assert cal["host"] == {}
