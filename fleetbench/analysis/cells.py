@@ -57,7 +57,7 @@ class Cell:
     gpu: bool
     rate_gbit: float | None
     traffic: gradbytes.Traffic | None = None  # what a step really sends (gradbytes)
-    excluded: int = 0  # runs left out as throughput outliers (stability.outliers)
+    excluded: int = 0  # runs left out as throughput outliers (stability.excluded)
     transport: str | None = None  # the network's, as recorded (tcp, rdma)
 
     @property
@@ -116,7 +116,7 @@ def _run_figures(record: dict) -> dict:
 
 
 def _cell(runs: list[dict]) -> Cell:
-    flagged = set(stability.outliers([r["metrics"]["throughput"] for r in runs]))
+    flagged = set(stability.excluded([r["metrics"]["throughput"] for r in runs]))
     members = [r for i, r in enumerate(runs) if i not in flagged]  # stability.kept, as records
     exp = experiment.of(members[0])
     figures = [_run_figures(r) for r in members]

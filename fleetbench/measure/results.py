@@ -279,17 +279,19 @@ def stability_fields(ok: list[dict], cv_threshold: float) -> dict:
 
     The figure (n, mean, std, median, min, max; so ci95_pct, speedup and efficiency too) is over
     the runs not flagged by the MAD rule (stability.kept): a disturbed run is shown and excluded,
-    never silently: `excluded` holds the ids left out (today every outlier) and `mean_all` the mean
+    never silently: `excluded` holds the ids left out (stability.excluded: at most a quarter of the
+    runs, so some `outliers` may be flagged and kept) and `mean_all` the mean
     over every run, and everything that prints the figure says so. How far the runs agree is
     judged on all of them: runs (id and throughput, in store order), cv, unstable (cv >
     cv_threshold), outliers (ids flagged), and until_stable: how a sweep's adaptive repeats ended
     (stability.verdict; null without them)."""
     values = [r["metrics"]["throughput"] for r in ok]
     figure, ids = stability.kept(values), [ok[i]["id"] for i in stability.outliers(values)]
+    left_out = [ok[i]["id"] for i in stability.excluded(values)]
     return dict(summarize(figure),
                 runs=[{"id": r["id"], "throughput": v} for r, v in zip(ok, values)],
                 cv=stability.cv(values), unstable=stability.is_unstable(values, cv_threshold),
-                cv_threshold=cv_threshold, outliers=ids, excluded=list(ids),
+                cv_threshold=cv_threshold, outliers=ids, excluded=left_out,
                 mean_all=summarize(values)["mean"], ci95_pct=stability.ci_pct(figure),
                 until_stable=stability.verdict(_policy(ok), values))
 

@@ -4,8 +4,9 @@
 - `is_unstable`: cv above a threshold (default CV_THRESHOLD = 5 %, as pyperf warns when the std
   is a large share of the mean).
 - `outliers`: runs far from the others by a robust rule (median absolute deviation), flagged and
-  shown (see `outliers` for the rule and its small-n and MAD = 0 cases); `kept`: the runs a
-  figure is computed over, all but those (never silently: whoever prints the figure says so).
+  shown (see `outliers` for the rule and its small-n and MAD = 0 cases); `excluded`: those of them
+  a figure leaves out, at most a quarter of the runs (one of 3 to 7), the farthest first; `kept`:
+  the runs a figure is computed over (never silently: whoever prints the figure says so).
 - `ci_half_width`: the 95 % confidence interval half-width of the mean (Student t; scipy is not a
   dependency, so a table of t quantiles is here).
 - `stop_reason`: the stop rule of adaptive repeats (`fleetbench sweep --until-stable`), judged on
@@ -70,16 +71,34 @@ def outliers(values: Sequence[float], min_rel: float = CV_THRESHOLD) -> list[int
     return [i for i, v in enumerate(values) if abs(v - middle) > limit]
 
 
-def kept(values: Sequence[float]) -> list[float]:
-    """The runs a figure (mean, std, CI) is computed over: all but the `outliers`, in order.
+def max_excluded(n: int) -> int:
+    """How many runs of `n` a figure may leave out: a quarter, and one of 3 to 7 runs."""
+    return max(1, n // 4) if n >= 3 else 0
 
-    Why exclude: one disturbed run must not decide a figure (issue 23: 16.58 beside 42.08 and
-    42.39 images/s made a baseline of 34 ± 15), as MLPerf's olympic mean drops the extremes. The
-    MAD rule flags fewer than half of the runs (a flagged run is over 4 MADs from the median, and
-    more than half of the runs are within 2 MADs of it), so a figure always rests on most of them.
+
+def excluded(values: Sequence[float]) -> list[int]:
+    """Indexes of the `outliers` a figure leaves out, in order: all of them up to `max_excluded`,
+    else the farthest from the median up to it (the others stay in, flagged and shown).
+
+    Why a cap: one disturbed run among a few is what exclusion is for (issue 23: 16.58 beside
+    42.08 and 42.39 images/s made a baseline of 34 ± 15). Two of five runs far from the median is a
+    cell that varies, not one run disturbed: a figure that dropped both rested on three runs and
+    was called stable at ±1.7% (the demo's 2-process cell, 2026-11-24). MLPerf's olympic mean drops
+    one run at each end of 5 to 10; a quarter at most is of that order."""
+    flagged = outliers(values)
+    cap = max_excluded(len(values))
+    if len(flagged) > cap:
+        middle = statistics.median(values)
+        flagged = sorted(sorted(flagged, key=lambda i: -abs(values[i] - middle))[:cap])
+    return flagged
+
+
+def kept(values: Sequence[float]) -> list[float]:
+    """The runs a figure (mean, std, CI) is computed over: all but the `excluded` outliers, in order.
+
     The cv and the unstable flag stay computed over every run: the runs did disagree."""
-    flagged = set(outliers(values))
-    return [v for i, v in enumerate(values) if i not in flagged]
+    left_out = set(excluded(values))
+    return [v for i, v in enumerate(values) if i not in left_out]
 
 
 def t975(df: int) -> float:

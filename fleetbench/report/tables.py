@@ -51,8 +51,9 @@ def mean_text(group: dict) -> str:
 
 
 def run_text(group: dict, run: dict) -> str:
-    excluded = " (outlier, excluded)" if run["id"] in group.get("excluded", ()) else ""
-    return f"{stability.format_pm(run['throughput'], None)} [{run['id'][:8]}]{excluded}"
+    mark = (" (outlier, excluded)" if run["id"] in group.get("excluded", ()) else
+            " (outlier, kept)" if run["id"] in group.get("outliers", ()) else "")
+    return f"{stability.format_pm(run['throughput'], None)} [{run['id'][:8]}]{mark}"
 
 
 def stability_lines(table: dict) -> list[str]:
@@ -280,6 +281,10 @@ def _caption(table: dict) -> str:
         text += (f" {excluded} run(s) far from the others (more than 3 median absolute deviations "
                  "and 5% from their median) are excluded from their cell's figure, which says so; "
                  "they are shown below the table with the mean over all runs.")
+    kept = sum(len(g.get("outliers", ())) - len(g.get("excluded", ())) for g in groups)
+    if kept:
+        text += (f" {kept} more such run(s) stay in their cell's figure, marked (outlier, kept): "
+                 "at most a quarter of a cell's runs are left out.")
     if failed:
         text += f" {failed} failed run(s) are counted, not averaged."
     noise = sorted({k for g in table["groups"] for k in g["noise_differs"]})

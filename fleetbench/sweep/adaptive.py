@@ -103,13 +103,18 @@ def verdict_text(block: dict | None, values: list[float], unit: str = "") -> str
 
 
 def _excluded_text(values: list[float], unit: str) -> str:
-    """`, 1 outlier excluded (run 2: 16.58 images/s)`; "" without outliers."""
-    flagged = stability.outliers(values)
-    if not flagged:
-        return ""
-    runs = ", ".join(f"run {i + 1}: {stability.format_pm(values[i], None)}{' ' + unit if unit else ''}"
-                     for i in flagged)
-    return f", {len(flagged)} outlier{'s' if len(flagged) > 1 else ''} excluded ({runs})"
+    """`, 1 outlier excluded (run 2: 16.58 images/s)`, and the flagged runs kept beyond the cap
+    (stability.excluded); "" without outliers."""
+    def runs(indexes):
+        return ", ".join(f"run {i + 1}: {stability.format_pm(values[i], None)}{' ' + unit if unit else ''}"
+                         for i in indexes)
+    left_out = stability.excluded(values)
+    extra = [i for i in stability.outliers(values) if i not in left_out]
+    text = f", {len(left_out)} outlier{'s' if len(left_out) > 1 else ''} excluded ({runs(left_out)})" if left_out else ""
+    if extra:
+        text += (f", {len(extra)} more far from the median kept ({runs(extra)}; at most "
+                 f"{stability.max_excluded(len(values))} of {len(values)} runs are left out)")
+    return text
 
 
 def warmup_key(cell: Cell, paddle: str | None) -> tuple:

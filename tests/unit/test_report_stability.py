@@ -18,11 +18,11 @@ DISTURBED = [16.58, 42.08, 42.39]  # images/s, issue 23
 TWO = [35.6, 35.9, 35.3]
 
 
-def store(tmp_path):
+def store(tmp_path, one=DISTURBED, two=TWO):
     """A results file: the demo's 1- and 2-process ResNet50 records with the issue's figures."""
     demo = records(DEMO)
     path = tmp_path / "runs.jsonl"
-    for world, figures in ((1, DISTURBED), (2, TWO)):
+    for world, figures in ((1, one), (2, two)):
         (base,) = [r for r in demo if r["benchmark"] == "resnet50" and r["world_size"] == world
                    and r["network"] is None and r["method"] == "mgwfbp" and r["error"] is None][:1]
         for figure in figures:
@@ -46,6 +46,21 @@ def test_json_groups_carry_cv_unstable_and_outlier_ids(tmp_path):
     (relaxed, _) = sorted((json.loads(line) for line in generate.groups_json([str(path)], 0.5).splitlines()),
                           key=lambda g: g["world_size"])
     assert relaxed["unstable"] is False and relaxed["outliers"] == disturbed_id
+
+
+def test_two_far_runs_of_five_leave_one_out_and_the_other_is_shown_kept(tmp_path):
+    bimodal = [20.4, 22.48, 20.6, 22.38, 20.5]  # the demo's 2-process cell of 2026-11-24, in shape
+    path = store(tmp_path, two=bimodal)
+    _, two = sorted((json.loads(line) for line in generate.groups_json([str(path)]).splitlines()),
+                    key=lambda g: g["world_size"])
+    ids = {r["throughput"]: r["id"] for r in two["runs"]}
+    assert two["outliers"] == [ids[22.48], ids[22.38]] and two["excluded"] == [ids[22.48]]
+    assert two["n"] == 4 and two["ci95_pct"] > 5  # the kept runs say how the cell varies (±7%)
+    (table,) = tables.plan(records(path))
+    lines = {line.split(":")[0]: line for line in tables.stability_lines(table)}
+    line = lines["mgwfbp, world size 2"]
+    assert f"22.48 [{ids[22.48][:8]}] (outlier, excluded)" in line and f"22.38 [{ids[22.38][:8]}] (outlier, kept)" in line
+    assert "1 more such run(s) stay in their cell's figure, marked (outlier, kept)" in tables._caption(table)
 
 
 def test_the_figure_excludes_the_flagged_run_and_says_so(tmp_path):

@@ -46,8 +46,23 @@ def test_kept_runs_leave_out_the_flagged_outliers_only():
     assert st.kept(FIVE) == [42.0, 42.9, 41.5, 42.4]
     assert st.kept([10.0, 10.4, 9.6, 10.2, 9.8]) == [10.0, 10.4, 9.6, 10.2, 9.8]  # nothing flagged
     assert st.kept([10.0, 30.0]) == [10.0, 30.0]  # two runs: nothing can be told apart
-    # two disturbed runs of five: both left out, the figure rests on the three that agree
-    assert st.kept([42.1, 16.6, 42.3, 20.0, 42.2]) == [42.1, 42.3, 42.2]
+    # two runs of five far from the median: one is left out (at most a quarter, one of 3 to 7),
+    # the farther; the other stays in, flagged, so the figure does not rest on three runs
+    assert st.outliers([42.1, 16.6, 42.3, 20.0, 42.2]) == [1, 3]
+    assert st.excluded([42.1, 16.6, 42.3, 20.0, 42.2]) == [1]
+    assert st.kept([42.1, 16.6, 42.3, 20.0, 42.2]) == [42.1, 42.3, 20.0, 42.2]
+
+
+def test_at_most_a_quarter_of_the_runs_is_excluded():
+    assert [st.max_excluded(n) for n in (2, 3, 5, 7, 8, 12)] == [0, 1, 1, 1, 2, 3]
+    # the demo's 2-process cell of 2026-11-24 (bimodal): two fast runs were both dropped and the
+    # cell called stable at +-1.7% over 3 runs; now one is left out and its CI says how it varies
+    bimodal = [20.4, 22.48, 20.6, 22.38, 20.5]
+    assert st.outliers(bimodal) == [1, 3] and st.excluded(bimodal) == [1]
+    assert st.stop_reason(bimodal, 5.0, 3, 5) == st.AT_MAX
+    # eight runs, two disturbed: both left out
+    eight = [42.0, 16.6, 42.9, 41.5, 42.4, 20.0, 42.2, 41.9]
+    assert st.excluded(eight) == [1, 5] and len(st.kept(eight)) == 6
 
 
 @pytest.mark.parametrize("values", [
