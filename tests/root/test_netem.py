@@ -449,8 +449,13 @@ def test_after_a_killed_up_down_removes_only_what_still_is_ours(cluster_name, tm
     assert "not up (the state of an interrupted `up`" in capsys.readouterr().out
 
     # meanwhile someone else removed node0 (its veth pair went with it) and made a namespace of
-    # that name: it is theirs now
+    # that name: it is theirs now. The kernel tears a deleted namespace's devices down in a work
+    # queue, so the host end of the pair goes a moment later: wait for it (a full-suite run once
+    # saw `down` find and remove it, which is right too, but not what this test is about)
     subprocess.run(["ip", "netns", "del", node0], check=True)
+    host_end = f"{cluster_name}-h0"
+    assert _eventually(lambda: subprocess.run(["ip", "link", "show", host_end], capture_output=True).returncode != 0,
+                       timeout=30), f"{host_end} outlived its namespace"
     with foreign("netns", node0):
         removed = netem.down(cluster_name)
         assert [r for r in removed if not r.startswith("etcdir")] == [
