@@ -249,9 +249,13 @@ def test_make_demo_repeats_its_baselines_until_stable_with_a_small_maximum():
     demo = sweepfile.expand(spec, path)
     policy = adaptive.policy(spec, runner._parser().parse_args([path]), path, demo)
     baselines = [c for c in demo if c.world_size == 1]
+    # ResNet50's baseline varies 4-9 % between quiet runs here: up to 8 runs; CTR's (15-25 s a run) 5
+    maxima = {c.benchmark: policy.record_block(c)["max_repeats"] for c in baselines}
+    assert maxima == {"resnet50": 8, "ctr": 5}
     assert baselines and all(policy.record_block(c) == {"until_stable": True, "target_ci_pct": 5.0,
-                                                        "min_repeats": 3, "max_repeats": 5} for c in baselines)
-    assert sum(policy.limit(c) for c in demo) <= 3 * len(demo) + 2 * 6  # the demo stays short
+                                                        "min_repeats": 3, "max_repeats": maxima[c.benchmark]}
+                             for c in baselines)
+    assert sum(policy.limit(c) for c in demo) <= 3 * len(demo) + 2 * 5 + 4 * 2  # the demo stays short
 
 
 def test_progress_line_says_when_a_cell_may_run_past_its_repeats():
