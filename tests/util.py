@@ -44,7 +44,9 @@ def paddle3_python() -> str:
     """The Paddle 3.x interpreter `make test` installs (tools/test.sh names it in
     FLEETBENCH_TEST_PADDLE3; by hand, the repository's .venv3): a test that needs that build fails,
     saying how to get it, rather than skip."""
-    path = os.environ.get("FLEETBENCH_TEST_PADDLE3") or str(REPO / ".venv3" / "bin" / "python")
+    # relative to the repository (make's .venv3/bin/python); never resolved: a virtualenv's python
+    # is a symlink to the base interpreter, which has no Paddle
+    path = str(REPO / (os.environ.get("FLEETBENCH_TEST_PADDLE3") or ".venv3/bin/python"))
     if not os.access(path, os.X_OK):
         pytest.fail(f"{path}: no Paddle 3.x interpreter; run `make install-paddle3` (make test does)", pytrace=False)
     return path
