@@ -206,6 +206,14 @@ def format_pm(mean: float, spread: float | None, sep: str = " ± ") -> str:
     return f"{round_to(mean, places)}{sep}{round_to(spread, places)}"
 
 
+def run_mark(run_id: str, excluded_ids, outlier_ids) -> str:
+    """What follows a run in a list of a cell's runs: ` (outlier, excluded)`, ` (outlier, kept)`
+    (flagged beyond `max_excluded`) or ""."""
+    if run_id in excluded_ids:
+        return " (outlier, excluded)"
+    return " (outlier, kept)" if run_id in outlier_ids else ""
+
+
 def excluded_note(n: int | None, excluded: int) -> str:
     """What a printed figure says after it when outliers were left out of it (`kept`):
     ` (n=4; 1 outlier excluded)`; "" when none was."""

@@ -51,8 +51,7 @@ def mean_text(group: dict) -> str:
 
 
 def run_text(group: dict, run: dict) -> str:
-    mark = (" (outlier, excluded)" if run["id"] in group.get("excluded", ()) else
-            " (outlier, kept)" if run["id"] in group.get("outliers", ()) else "")
+    mark = stability.run_mark(run["id"], group.get("excluded", ()), group.get("outliers", ()))
     return f"{stability.format_pm(run['throughput'], None)} [{run['id'][:8]}]{mark}"
 
 

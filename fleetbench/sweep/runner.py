@@ -77,17 +77,13 @@ def summary_table(cells: list[dict]) -> str:
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def _mark(cell: dict, run_id: str) -> str:
-    return (" (outlier, excluded)" if run_id in cell["excluded"] else
-            " (outlier, kept)" if run_id in cell["outliers"] else "")
-
-
 def stability_lines(cells: list[dict]) -> list[str]:
     """Every run of an unstable cell or a cell with an outlier (excluded outliers marked, shown)."""
     lines = []
     for c in cells:
         if c.get("unstable") or c.get("outliers"):
-            runs = ", ".join(stability.format_pm(r["throughput"], None) + _mark(c, r["id"]) for r in c["runs"])
+            runs = ", ".join(stability.format_pm(r["throughput"], None)
+                             + stability.run_mark(r["id"], c["excluded"], c["outliers"]) for r in c["runs"])
             lines.append(f"{'UNSTABLE' if c['unstable'] else 'outlier'}: {c['benchmark']} {c['method']} world "
                          f"{c['world_size']}{' net ' + c['network'] if c['network'] else ''}: runs {runs} {c['unit']}"
                          + (f"; mean of all {len(c['runs'])} runs {stability.format_pm(c['mean_all'], None)}"
