@@ -9,7 +9,7 @@ import pytest
 from fleetbench.analysis import alphabeta, breakdown, cells, predict, scaling
 from fleetbench.analysis.alphabeta import Hierarchical, Link
 from fleetbench.analysis.cells import Shape
-from fleetbench.measure import results
+from fleetbench.measure import aggregate, results
 from fleetbench.report import explain
 
 RATES = {"1gbe": 1.0, "10gbe": 10.0, "unshaped": None}
@@ -159,7 +159,7 @@ def test_reports_never_use_a_control_as_baseline_nor_show_it_as_training():
 
     records = [record("none", 1, 1, None, (10.0,), threads=2), record("bsp", 1, 1, None, (60.0,), threads=2),
                record("none", 2, 1, "1gbe", (100.0, 100.0)), record("bsp", 2, 1, "1gbe", (300.0, 300.0))]
-    groups = {(g["method"], g["world_size"]): g for g in results.summarize_records(records)}
+    groups = {(g["method"], g["world_size"]): g for g in aggregate.summarize_records(records)}
     assert groups[("bsp", 2)]["baseline"]["method"] == "bsp"
     assert groups[("bsp", 2)]["efficiency"] == pytest.approx(60.0 / 300.0)
     assert groups[("none", 2)]["efficiency"] is None and groups[("none", 1)]["efficiency"] is None
