@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from typing import IO, TextIO
 
 from fleetbench.job import paddle_launch, procs
-from fleetbench.measure.contract import JOB_ID, SUPERVISOR
+from fleetbench.measure.contract import EVENTS_DIR, JOB_ID, SUPERVISOR
 
 SCRATCH = "@NODE_SCRATCH@"
 LOG_MARK = "FBLOG "    # FBLOG <file name>\t<line>
@@ -158,6 +158,7 @@ def run_node(spec: dict, out: TextIO = sys.stdout) -> int:
         signal.signal(sig, lambda *_: stop.set())
     threading.Thread(target=_watch_stdin, args=(stop,), daemon=True).start()
     env = node_env(spec)  # this agent is the node's supervisor (SUPERVISOR): if it vanishes, the ranks stop
+    env[EVENTS_DIR] = log_dir  # the rank wrappers' events, forwarded with the logs
     fwd = _Forwarder(log_dir, out)
     with open(os.path.join(log_dir, "launcher.log"), "ab") as log:
         proc = subprocess.Popen(node_command(spec, scratch), env=env, stdout=log, stderr=subprocess.STDOUT,

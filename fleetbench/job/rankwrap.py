@@ -54,7 +54,8 @@ class Events:
             self.log = os.readlink("/proc/self/fd/1")  # the rank log Paddle redirected us to
         except OSError:
             self.log = None
-        self.path = events_path(env.get("PADDLE_LOG_DIR"), env.get(contract.JOB_ID, "nojob"), os.getpid())
+        where = env.get(contract.EVENTS_DIR) or env.get("PADDLE_LOG_DIR")  # the supervisor's, else Paddle's
+        self.path = events_path(where, env.get(contract.JOB_ID, "nojob"), os.getpid())
 
     def write(self, **fields: object) -> None:
         line = dict(fields, pid=os.getpid(), role=self.role, rank=self.rank, log=self.log, t=time.time())

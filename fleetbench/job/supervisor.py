@@ -122,7 +122,7 @@ class Supervisor:
         """None while the job should go on, else a Decision."""
         if self.interrupted:
             return Decision("interrupted", detail=f"interrupted by {procs.signal_name(self.interrupted)}")
-        if verdict.first_failure(self.ranks.values()):
+        if verdict.first_failure(self.ranks.values()) and not verdict.workers_done_then_stopped(self.ranks.values()):
             return self._blame_failure(now)
         codes = [p.poll() for p in self.procs]
         bad = [(n, c) for n, c in zip(self.nodes, codes) if c not in (None, 0)]
@@ -185,8 +185,9 @@ class Supervisor:
     def _start(self) -> None:
         me = procs.token()
         for node in self.nodes:
-            env = dict(node.env, **contract.RankContract(job_id=self.job_id, supervisor=me,
-                                                         stopped_file=self._stopped_file(node)).to_env())
+            said = contract.RankContract(job_id=self.job_id, supervisor=me, stopped_file=self._stopped_file(node),
+                                         events_dir=node.log_dir)
+            env = dict(node.env, **said.to_env())
             with open(os.path.join(node.log_dir, "launcher.log"), "ab") as out:
                 # The launcher dies with us; the rank wrappers then stop the rest of the job.
                 self.procs.append(subprocess.Popen(node.cmd, env=env, stdout=out, stderr=subprocess.STDOUT,

@@ -36,6 +36,16 @@ def first_failure(ranks: Iterable[Rank]) -> Rank | None:
     return vanished[0] if vanished else (failed[0] if failed else None)
 
 
+def workers_done_then_stopped(ranks: Iterable[Rank]) -> bool:
+    """Every worker finished with exit code 0 and every other abnormal end was asked for: how a
+    parameter-server job ends under the legacy launcher, which terminates its servers once its
+    workers exit (paddle/distributed/fleet/launch_utils.py). Not a failure."""
+    ranks = list(ranks)
+    workers = [r for r in ranks if r.role == "worker"]
+    return bool(workers) and all(r.exit and r.exit["code"] == 0 for r in workers) \
+        and all(r.asked_to_stop for r in ranks if abnormal(r)) and not any(r.vanished for r in ranks)
+
+
 def died_waiting(rank: Rank, tail: list[str]) -> bool:
     """Did this rank end because a collective timed out (a victim of another rank)?"""
     return abnormal(rank) and any(COLLECTIVE_TIMEOUT.search(line) for line in tail)

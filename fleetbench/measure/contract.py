@@ -29,6 +29,10 @@ JOB_ID = "FLEETBENCH_JOB_ID"  # set in every process of a supervised job: the jo
 # success beside the supervisor's failure record.
 STOPPED_FILE = "FLEETBENCH_STOPPED_FILE"
 SUPERVISOR = "FLEETBENCH_SUPERVISOR"  # the supervising process (procs.token()): rank wrappers watch it
+# Where rank wrappers write their event files: the directory the supervisor reads. Paddle's new
+# launcher says its log directory in PADDLE_LOG_DIR, the legacy one (which runs `--worker_num` PS
+# jobs) says nothing, and its ranks' events went unseen: a killed server was not named.
+EVENTS_DIR = "FLEETBENCH_EVENTS_DIR"
 THREADS = "FLEETBENCH_OMP_THREADS"  # OpenMP threads per rank, chosen by the user or a tool
 THREADS_BY = "FLEETBENCH_OMP_THREADS_BY"  # who chose THREADS on the user's behalf (said in the record)
 LOCAL_PROCS = "FLEETBENCH_LOCAL_PROCS"  # processes started on this node (threads are shared among them)
@@ -82,6 +86,7 @@ class RankContract:
     job_id: Optional[str] = None
     stopped_file: Optional[str] = None
     supervisor: Optional[str] = None
+    events_dir: Optional[str] = None
     threads: Optional[str] = None
     threads_by: Optional[str] = None
     local_procs: Optional[int] = None
@@ -91,7 +96,7 @@ class RankContract:
     def to_env(self) -> dict[str, str]:
         """The variables for the fields that are set (merge into the rank's environment)."""
         plain = {NODES: self.nodes, JOB_ID: self.job_id, STOPPED_FILE: self.stopped_file,
-                 SUPERVISOR: self.supervisor, THREADS: self.threads, THREADS_BY: self.threads_by,
+                 SUPERVISOR: self.supervisor, EVENTS_DIR: self.events_dir, THREADS: self.threads, THREADS_BY: self.threads_by,
                  LOCAL_PROCS: self.local_procs, SEED: self.seed}
         env = {name: str(value) for name, value in plain.items() if value is not None}
         for name, value in ((LAUNCH, self.launch), (NETWORK, self.network), (ATTEMPT, self.attempt),
@@ -107,6 +112,7 @@ class RankContract:
         return cls(nodes=_positive_int(environ, NODES), launch=_json_object(environ, LAUNCH),
                    network=_json_object(environ, NETWORK), attempt=_json_object(environ, ATTEMPT),
                    job_id=text(JOB_ID), stopped_file=text(STOPPED_FILE), supervisor=text(SUPERVISOR),
+                   events_dir=text(EVENTS_DIR),
                    threads=text(THREADS), threads_by=text(THREADS_BY),
                    local_procs=_positive_int(environ, LOCAL_PROCS), repeats=_json_object(environ, REPEATS),
                    seed=_whole_number(environ, SEED))
