@@ -5,7 +5,9 @@ OMP_NUM_THREADS is unset, paddle's bootstrap forces it to 1 (measured here: ResN
 trains at ~37 instead of ~48 images/s on 2 cores). We give each local process an equal share of
 the cores instead, and record what was used.
 """
+import importlib.util
 import os
+import sys
 
 from fleetbench.measure import contract  # the launcher's variables; imports nothing heavy
 
@@ -58,3 +60,64 @@ os.environ["OMP_NUM_THREADS"] = _USER_THREADS or str(max(1, usable_cores() // lo
 
 def threads_info() -> dict:
     return {"omp_num_threads": int(os.environ["OMP_NUM_THREADS"]), "source": _THREADS_SOURCE}
+
+
+# Paddle's bootstrap (paddle/base/__init__.py) prints a two-line warning to stderr whenever
+# OMP_NUM_THREADS is above 1. Where the count was chosen for the user (above), the warning speaks
+# of a choice they did not make, and it comes before everything a script prints: a bad config's
+# one-line error first of all. The first `import paddle` runs with those two lines (only) kept
+# out of stderr; a count the user set keeps Paddle's warning.
+_OMP_WARNING = ("WARNING: OMP_NUM_THREADS set to ", "PLEASE USE OMP_NUM_THREADS WISELY.")
+
+
+class _WithoutOmpWarning:
+    """sys.stderr minus Paddle's OMP_NUM_THREADS warning lines (whole lines are held until their end)."""
+
+    def __init__(self, stream):
+        self.stream, self.pending = stream, ""
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        *lines, self.pending = self.pending.split("\n")
+        for line in lines:
+            if not line.startswith(_OMP_WARNING):
+                self.stream.write(line + "\n")
+        return len(text)
+
+    def close_over(self):
+        if self.pending:
+            self.stream.write(self.pending)
+        return self.stream
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+class _QuietPaddleImport:
+    """A meta-path finder used once: it finds `paddle` as the others would and runs its module
+    with _WithoutOmpWarning as stderr."""
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name != "paddle":
+            return None
+        sys.meta_path.remove(cls)
+        spec = importlib.util.find_spec(name)
+        loader = spec.loader if spec is not None else None
+        if loader is None:
+            return spec
+        run = type(loader).exec_module
+
+        def exec_module(module):
+            sys.stderr = quiet = _WithoutOmpWarning(sys.stderr)
+            try:
+                run(loader, module)
+            finally:
+                sys.stderr = quiet.close_over()
+                del loader.exec_module  # back to the class's own
+        loader.exec_module = exec_module
+        return spec
+
+
+if _THREADS_SOURCE != "user" and "paddle" not in sys.modules:
+    sys.meta_path.insert(0, _QuietPaddleImport)
