@@ -18,11 +18,11 @@ def append_counts(path: str, counts: dict) -> None:
         os.close(fd)
 
 
-def add_out_argument(parser, help_text: str) -> None:
+def add_out_argument(parser, help_text: str, kind=None) -> None:
     """`--out PATH`, as every `fleetbench data gen` takes it; bert and wmt16 also keep their first
-    form, a positional OUT, so scripts written against it still run."""
-    parser.add_argument("--out", help=help_text)
-    parser.add_argument("out_positional", nargs="?", metavar="OUT", help="the same as --out (older form)")
+    form, a positional OUT, so scripts written against it still run. `kind`: the flag's type."""
+    parser.add_argument("--out", help=help_text, type=kind)
+    parser.add_argument("out_positional", nargs="?", metavar="OUT", type=kind, help="the same as --out (older form)")
 
 
 def out_path(parser, args) -> str:

@@ -19,7 +19,6 @@ Batches (datasets.Batches) are cut from a global order shared by all ranks: glob
 [i*B*W, (i+1)*B*W) of an epoch's permutation and rank r takes slice r, so W processes with B each
 see exactly what one process with B*W sees (the methods tests rely on this).
 """
-import argparse
 import functools
 from pathlib import Path
 
@@ -157,16 +156,22 @@ def source(path, synthetic_examples, vocab_size, seq_len, max_predictions, seed)
     return arrays
 
 
+def gen_parser():
+    from fleetbench import cmdline  # the shared parser: one-line errors, typed flags
+
+    p = cmdline.Parser(prog="fleetbench data gen bert", description="write synthetic BERT pretraining data (.npz)")
+    add_out_argument(p, "output .npz file", cmdline.OUTPUT_FILE)
+    p.add_argument("--examples", type=cmdline.COUNT, default=1024)
+    p.add_argument("--seq-len", type=cmdline.integer(8), default=128)
+    p.add_argument("--vocab-size", type=cmdline.integer(5), default=30522)
+    p.add_argument("--max-predictions", type=cmdline.COUNT, default=20)
+    p.add_argument("--seed", type=cmdline.SEED, default=0)
+    return p
+
+
 def cli(argv=None) -> int:
     """`fleetbench data gen bert --out OUT.npz ...`: write a synthetic shard in the format above."""
-    parser = argparse.ArgumentParser(prog="fleetbench data gen bert",
-                                     description="write synthetic BERT pretraining data (.npz)")
-    add_out_argument(parser, "output .npz file")
-    parser.add_argument("--examples", type=int, default=1024)
-    parser.add_argument("--seq-len", type=int, default=128)
-    parser.add_argument("--vocab-size", type=int, default=30522)
-    parser.add_argument("--max-predictions", type=int, default=20)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = gen_parser()
     args = parser.parse_args(argv)
     try:
         arrays = generate(args.examples, args.seq_len, args.vocab_size, args.max_predictions, args.seed)

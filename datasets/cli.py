@@ -9,7 +9,6 @@ DATA_SETS is the registry: `fleetbench data gen NAME ...` runs `cli(argv)` of `d
 knows to the module whose `get_cli(name, argv)` writes it. Modules are imported only when their
 command runs, so listing them imports neither paddle nor numpy.
 """
-import argparse
 import importlib
 import sys
 
@@ -38,25 +37,44 @@ def validators() -> list:
 def _dispatch(kind: str, name: str, table: dict, rest: list) -> int:
     if name not in table:
         known = ", ".join(sorted(table)) or "none"
-        print(f"fleetbench data {kind}: unknown data set {name!r} (known: {known})", file=sys.stderr)
+        print(f"fleetbench data {kind}: error: unknown data set {name!r} (expected one of: {known})", file=sys.stderr)
         return 2
     module, function, *leading = table[name]
     return int(getattr(importlib.import_module(module), function)(*leading, rest) or 0)
 
 
+def parser():
+    from fleetbench import cmdline  # the shared parser: one-line errors
+
+    p = cmdline.Parser(prog="fleetbench data", description=__doc__.split("\n\n")[0],
+                       usage="fleetbench data {gen,validate,get} NAME [args]")
+    p.add_argument("action", choices=["gen", "validate", "get"])
+    p.add_argument("name", nargs="?", help="data set: gen " + "|".join(generators())
+                   + "; validate " + "|".join(validators()) + "; get " + "|".join(REAL_DATA_SETS))
+    return p
+
+
+def parsers() -> dict:
+    """Every parser under `fleetbench data`, by the words that reach it: ("gen", "bert"), ..."""
+    found = {(): parser()}
+    for name in generators():
+        found[("gen", name)] = importlib.import_module(f"datasets.{name}").gen_parser()
+    for name in validators():
+        found[("validate", name)] = importlib.import_module(f"datasets.{name}").validate_parser()
+    for name, module in REAL_DATA_SETS.items():
+        found[("get", name)] = importlib.import_module(f"datasets.{module}").get_parser(name)
+    return found
+
+
 def cli(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="fleetbench data", description=__doc__.split("\n\n")[0],
-                                     usage="fleetbench data {gen,validate,get} NAME [args]")
-    parser.add_argument("action", choices=["gen", "validate", "get"])
-    parser.add_argument("name", nargs="?", help="data set: gen " + "|".join(generators())
-                        + "; validate " + "|".join(validators()) + "; get " + "|".join(REAL_DATA_SETS))
+    top = parser()
     if not argv or argv[0] in ("-h", "--help"):
-        parser.print_help()
+        top.print_help()
         return 0 if argv else 2
-    args, rest = parser.parse_known_args(argv[:2])
+    args, rest = top.parse_known_args(argv[:2])
     if args.name is None:
-        parser.error("missing data set name")
+        top.error("missing data set name (expected fleetbench data ACTION NAME)")
     rest = argv[2:]
     if args.action == "gen":
         return _dispatch("gen", args.name, {n: (f"datasets.{n}", "cli") for n in generators()}, rest)

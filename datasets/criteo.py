@@ -313,14 +313,29 @@ def list_files(path) -> list:
 
 
 # ------------------------------------------------------------------ command lines
+def gen_parser():
+    from fleetbench import cmdline  # the shared parser: one-line errors, typed flags
+
+    p = cmdline.Parser(prog="fleetbench data gen criteo", description="write synthetic files in the exact Criteo format")
+    p.add_argument("--out", required=True, type=cmdline.OUTPUT_DIR, help="output directory")
+    p.add_argument("--rows", type=cmdline.COUNT, required=True, help="lines in total")
+    p.add_argument("--files", type=cmdline.COUNT, default=1, help="number of files (default 1)")
+    p.add_argument("--seed", type=cmdline.SEED, default=0)
+    return p
+
+
+def validate_parser():
+    from fleetbench import cmdline
+
+    p = cmdline.Parser(prog="fleetbench data validate criteo", description="check files against the Criteo format")
+    p.add_argument("paths", nargs="+", type=cmdline.EXISTING, help="files or directories")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    return p
+
+
 def cli(argv=None) -> int:
     """`fleetbench data gen criteo --out DIR --rows N --files K [--seed S]`."""
-    parser = argparse.ArgumentParser(prog="fleetbench data gen criteo",
-                                     description="write synthetic files in the exact Criteo format")
-    parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--rows", type=int, required=True, help="lines in total")
-    parser.add_argument("--files", type=int, default=1, help="number of files (default 1)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = gen_parser()
     args = parser.parse_args(argv)
     try:
         paths = generate(args.out, args.rows, args.files, args.seed)
@@ -332,11 +347,7 @@ def cli(argv=None) -> int:
 
 def validate_cli(argv=None) -> int:
     """`fleetbench data validate criteo PATH... [--json]`: exit 0 when every line is valid."""
-    parser = argparse.ArgumentParser(prog="fleetbench data validate criteo",
-                                     description="check files against the Criteo format")
-    parser.add_argument("paths", nargs="+", help="files or directories")
-    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    args = parser.parse_args(argv)
+    args = validate_parser().parse_args(argv)
     try:
         files = [f for p in args.paths for f in list_files(p)]
     except ValueError as err:

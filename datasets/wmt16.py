@@ -17,7 +17,6 @@ Batches are built by token budget: pairs are sorted by length and cut so that a 
 size (pairs x longest side + 1) stays within `max_tokens` per device (FleetX: 4096); batches
 are shuffled each epoch and dealt round-robin to ranks, every rank getting the same count.
 """
-import argparse
 import functools
 from pathlib import Path
 
@@ -179,15 +178,21 @@ class Batches:
             yield self.convert(collate([self.pairs[i] for i in index]))
 
 
+def gen_parser():
+    from fleetbench import cmdline  # the shared parser: one-line errors, typed flags
+
+    p = cmdline.Parser(prog="fleetbench data gen wmt16", description="write synthetic WMT16-format parallel data")
+    add_out_argument(p, "output directory (vocab.txt, train.src, train.tgt)", cmdline.OUTPUT_DIR)
+    p.add_argument("--pairs", type=cmdline.COUNT, default=10000)
+    p.add_argument("--vocab-size", type=cmdline.integer(6), default=37000)
+    p.add_argument("--max-len", type=cmdline.COUNT, default=100, help="longest sentence, in tokens")
+    p.add_argument("--seed", type=cmdline.SEED, default=0)
+    return p
+
+
 def cli(argv=None) -> int:
     """`fleetbench data gen wmt16 --out OUT_DIR ...`: write synthetic data in the format above."""
-    parser = argparse.ArgumentParser(prog="fleetbench data gen wmt16",
-                                     description="write synthetic WMT16-format parallel data")
-    add_out_argument(parser, "output directory (vocab.txt, train.src, train.tgt)")
-    parser.add_argument("--pairs", type=int, default=10000)
-    parser.add_argument("--vocab-size", type=int, default=37000)
-    parser.add_argument("--max-len", type=int, default=100, help="longest sentence, in tokens")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = gen_parser()
     args = parser.parse_args(argv)
     try:
         pairs = generate(args.pairs, args.vocab_size, args.max_len, args.seed)

@@ -345,20 +345,28 @@ def synthetic_analogies(path, tokens, questions: int, seed: int = 0, unknown: fl
             handle.write(" ".join(words).upper() + "\n")  # upper case: the reader is case-insensitive
 
 
+def gen_parser():
+    from fleetbench import cmdline  # the shared parser: one-line errors, typed flags
+
+    p = cmdline.Parser(prog="fleetbench data gen word2vec",
+                       description="preprocess text (or a synthetic Zipfian corpus) for Word2Vec")
+    p.add_argument("--out", required=True, type=cmdline.OUTPUT_DIR, help="output directory (dict.txt, ids/)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--sentences", type=cmdline.COUNT, help="make a synthetic corpus of this many sentences")
+    source.add_argument("--text", nargs="+", type=cmdline.INPUT_FILE,
+                        help="text files, one sentence per line (e.g. 1B-words shards)")
+    p.add_argument("--vocabulary", type=cmdline.COUNT, default=10000, help="synthetic vocabulary size")
+    p.add_argument("--files", type=cmdline.COUNT, default=1, help="id files to write (>= workers)")
+    p.add_argument("--min-count", type=cmdline.COUNT, default=5)
+    p.add_argument("--seed", type=cmdline.SEED, default=0)
+    p.add_argument("--analogies", type=cmdline.NON_NEGATIVE, default=0,
+                   help="also write OUT/analogies.txt: this many questions over the dictionary's words")
+    return p
+
+
 def cli(argv=None) -> int:
     """`fleetbench data gen word2vec --out DIR (--sentences N | --text FILE...) [...]`."""
-    parser = argparse.ArgumentParser(prog="fleetbench data gen word2vec",
-                                     description="preprocess text (or a synthetic Zipfian corpus) for Word2Vec")
-    parser.add_argument("--out", required=True, help="output directory (dict.txt, ids/)")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--sentences", type=int, help="make a synthetic corpus of this many sentences")
-    source.add_argument("--text", nargs="+", help="text files, one sentence per line (e.g. 1B-words shards)")
-    parser.add_argument("--vocabulary", type=int, default=10000, help="synthetic vocabulary size")
-    parser.add_argument("--files", type=int, default=1, help="id files to write (>= workers)")
-    parser.add_argument("--min-count", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--analogies", type=int, default=0,
-                        help="also write OUT/analogies.txt: this many questions over the dictionary's words")
+    parser = gen_parser()
     args = parser.parse_args(argv)
     try:
         if args.text:

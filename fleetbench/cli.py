@@ -25,6 +25,29 @@ SUBCOMMANDS = {
 }
 
 
+def parsers() -> dict:
+    """Every subcommand's parser by the words that reach it: ("k8s",), ("results", "import"),
+    ("data", "gen", "bert"), ... A subcommand module has `parser()`, or `parsers()` for the parsers
+    it dispatches to; `launch` has its own grammar (hosts/launch.py: its table of flag kinds). The
+    bad-input matrix (tests/unit/test_bad_input.py) walks them."""
+    found = {}
+    for name, (module_name, _) in SUBCOMMANDS.items():
+        module = importlib.import_module(module_name)
+        own = module.parsers() if hasattr(module, "parsers") else \
+            {(): module.parser()} if hasattr(module, "parser") else {}
+        for words, parser in own.items():
+            found.update(_with_subparsers((name, *words), parser))
+    return found
+
+
+def _with_subparsers(words: tuple, parser) -> dict:
+    found = {words: parser}
+    for action in parser._actions:  # argparse keeps sub-parsers in a private action type
+        for word, sub in (getattr(action, "choices", None) or {}).items() if hasattr(action, "add_parser") else ():
+            found.update(_with_subparsers((*words, word), sub))
+    return found
+
+
 def usage() -> str:
     lines = ["usage: fleetbench <subcommand> [args]", "", "subcommands:"]
     lines += [f"  {name:<8} {help_text}" for name, (_, help_text) in SUBCOMMANDS.items()]

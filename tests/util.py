@@ -52,6 +52,14 @@ def paddle3_python() -> str:
     return path
 
 
+def cli_code(cli, argv) -> int:
+    """The exit code of a subcommand's `cli(argv)`: what it returns, or its parser's exit (2)."""
+    try:
+        return cli(argv)
+    except SystemExit as e:
+        return e.code
+
+
 def env(**extra) -> dict:
     merged = dict(os.environ, **QUIET_ENV)
     merged.pop("OMP_NUM_THREADS", None)  # let fleetbench choose, as on a fresh shell

@@ -18,14 +18,15 @@ import sys
 import time
 from pathlib import Path
 
+from fleetbench import cmdline
 from fleetbench.diagnose import plan, rules
 from fleetbench.diagnose.run import Host, ProbeFailed, each, link_probe, node_probe, timed
 
 DEFAULT_RULES = Path(__file__).resolve().parents[1] / "presets" / "diagnose" / "rules.yaml"
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fleetbench diagnose", description=__doc__.splitlines()[0])
+def parser() -> argparse.ArgumentParser:
+    p = cmdline.Parser(prog="fleetbench diagnose", description=__doc__.splitlines()[0])
     where = p.add_mutually_exclusive_group()
     where.add_argument("--cluster", nargs="?", const="fb", metavar="NAME", help="the emulated cluster (default fb)")
     where.add_argument("--hosts", help="real hosts over SSH: a,b,c (slots, as in a:8, are ignored)")
@@ -219,7 +220,7 @@ def exit_code(report: dict) -> int:
 
 
 def cli(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         report = diagnose(args)
     except rules.DiagnoseError as e:

@@ -103,6 +103,7 @@ def degrade(prefix: str, index: int, cpu: float | None, rate: str | None) -> dic
     """Degrade node `index`; returns the cluster's degradations."""
     if cpu is None and rate is None:
         raise ValueError("degrade: expected --cpu FRACTION and/or --rate RATE")
+    _up_state(prefix)  # before the lock: a name no cluster has leaves no lock file behind
     with netem_state.locked(prefix):
         state = _up_state(prefix)
         node = _node(state, index)
@@ -122,6 +123,7 @@ def degrade(prefix: str, index: int, cpu: float | None, rate: str | None) -> dic
 
 def heal(prefix: str, index: int) -> dict:
     """Undo node `index`'s degradation (CPU back to the root cgroup, link back to the cluster's)."""
+    _up_state(prefix)  # before the lock, as in degrade
     with netem_state.locked(prefix):
         state = _up_state(prefix)
         node = _node(state, index)
@@ -147,5 +149,5 @@ def heal_all(state: dict) -> None:
 def _up_state(prefix: str) -> dict:
     state = netem_state.read_state(prefix)
     if not state or not netem_state.intact(state):
-        raise ValueError(f"cluster {prefix}: not up")
+        raise ValueError(f"cluster {prefix}: not up (expected the --name of a cluster `fleetbench cluster up` made)")
     return state

@@ -38,11 +38,17 @@ from collections.abc import Callable, Iterator, Sequence
 from types import FrameType, ModuleType
 from typing import NoReturn
 
+from fleetbench import cmdline
 from fleetbench.emulate import degrade, netem_state
 from fleetbench.emulate.netem_plan import (
     DEFAULT_PREFIX,
     DEFAULT_SUBNET,
+    ACTION_FLAGS,
+    DELAY,
+    NAME,
     PROFILES,
+    RATE,
+    SUBNET,
     Layout,
     Node,
     Shaping,
@@ -55,6 +61,7 @@ from fleetbench.emulate.netem_plan import (
     shaping_commands,
     shaping_from,
     subnet_users,
+    unread_flag,
 )
 from fleetbench.emulate.netem_state import (
     NETNS_ETC,
@@ -252,6 +259,8 @@ def down(prefix: str = DEFAULT_PREFIX) -> list[str]:
     problem = requirements_problem()
     if problem:
         raise ClusterError(problem)
+    if not netem_state.read_state(prefix):  # checked before the lock: a name never up leaves no lock file
+        return []
     with netem_state.locked(prefix):
         state = netem_state.read_state(prefix)
         if not state:
@@ -337,19 +346,19 @@ def format_status(st: dict) -> str:
 # CLI
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fleetbench cluster",
-                                description="Emulated multi-node cluster: namespaces, bridge, tc-shaped links.")
-    p.add_argument("action", choices=["up", "down", "status", "degrade", "heal"])
-    p.add_argument("node", nargs="?", type=int, help="degrade/heal: the node's index (fb-node2 is 2)")
-    p.add_argument("--cpu", type=float, help="degrade: the node's share of the machine's CPUs, in (0, 1]")
-    p.add_argument("--nodes", type=int, default=2, help="number of nodes for `up` (default 2)")
-    p.add_argument("--profile", help=f"link profile: {', '.join(PROFILES)}")
-    p.add_argument("--rate", help="custom link rate, e.g. 10gbit (instead of --profile); degrade: the node's link")
-    p.add_argument("--delay", help="added one-way node-to-node delay, e.g. 0.05ms (needs netem)")
-    p.add_argument("--name", default=DEFAULT_PREFIX, help="name prefix of namespaces and links (default fb)")
-    p.add_argument("--subnet", help="private subnet inside the namespaces (default: the first 10.77.N.0/24 "
-                   "no route or namespace of this machine uses)")
+def parser() -> cmdline.Parser:
+    p = cmdline.Parser(prog="fleetbench cluster",
+                       description="Emulated multi-node cluster: namespaces, bridge, tc-shaped links.")
+    p.add_argument("action", choices=list(ACTION_FLAGS))
+    p.add_argument("node", nargs="?", type=cmdline.NON_NEGATIVE, help="degrade/heal: the node's index (fb-node2 is 2)")
+    p.add_argument("--cpu", type=cmdline.FRACTION, help="degrade: the node's share of the machine's CPUs, in (0, 1]")
+    p.add_argument("--nodes", type=cmdline.COUNT, help="number of nodes for `up` (default 2)")
+    p.add_argument("--profile", choices=list(PROFILES), help=f"link profile: {', '.join(PROFILES)}")
+    p.add_argument("--rate", type=RATE, help="custom link rate, e.g. 10gbit (instead of --profile); degrade: the node's link")
+    p.add_argument("--delay", type=DELAY, help="added one-way node-to-node delay, e.g. 0.05ms (needs netem)")
+    p.add_argument("--name", default=DEFAULT_PREFIX, type=NAME, help="name prefix of namespaces and links (default fb)")
+    p.add_argument("--subnet", type=SUBNET, help="private subnet inside the namespaces (default: the first "
+                   "10.77.N.0/24 no route or namespace of this machine uses)")
     p.add_argument("--json", action="store_true", help="status as JSON")
     return p
 
@@ -362,9 +371,12 @@ def _not_up(prefix: str) -> str:
 
 
 def _act(args: argparse.Namespace) -> None:
+    problem = unread_flag(args.action, vars(args))
+    if problem:
+        raise ValueError(problem)
     if args.action == "up":
         shaping = shaping_from(args.profile, args.rate, args.delay)
-        up(args.nodes, shaping, args.name, args.subnet)
+        up(2 if args.nodes is None else args.nodes, shaping, args.name, args.subnet)
         print(format_status(status(args.name)))
     elif args.action in ("degrade", "heal"):
         if args.node is None:
@@ -388,7 +400,7 @@ def _interrupt(signum: int, _frame: FrameType | None) -> NoReturn:
 
 
 def cli(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill`: clean up as for Ctrl-C
     try:
         _act(args)
@@ -407,15 +419,19 @@ def cli(argv: list[str]) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
+def node_daemons_parser(prog: str, description: str) -> cmdline.Parser:
+    p = cmdline.Parser(prog=f"fleetbench {prog}", description=description)
+    p.add_argument("action", choices=["up", "down"])
+    p.add_argument("--name", default=DEFAULT_PREFIX, type=NAME, help="the emulated cluster (default fb)")
+    return p
+
+
 def node_daemons_cli(prog: str, description: str, argv: list[str], daemons: ModuleType,
                      say_up: Callable[[dict], str], say_none: Callable[[str], str]) -> int:
     """`fleetbench PROG up|down [--name N]` for daemons started on every emulated node (sshd,
     slurmd): `daemons` has up(name) and down(name); `say_up(info)` is what up prints and
     `say_none(name)` what down prints when none of ours was running."""
-    p = argparse.ArgumentParser(prog=f"fleetbench {prog}", description=description)
-    p.add_argument("action", choices=["up", "down"])
-    p.add_argument("--name", default=DEFAULT_PREFIX, help="the emulated cluster (default fb)")
-    args = p.parse_args(argv)
+    args = node_daemons_parser(prog, description).parse_args(argv)
     try:
         if args.action == "up":
             print(say_up(daemons.up(args.name)))

@@ -11,6 +11,8 @@ import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 
+from fleetbench import cmdline
+
 PROFILES = {  # name -> rate in bit/s (None = no shaping)
     "unshaped": None,
     "1gbe": 1e9,
@@ -55,6 +57,45 @@ def parse_delay(text: str | float) -> float:
         raise ValueError(f"delay {text!r}: expected a duration like 0.05ms, 50us or 1s")
     scale = {"us": 1e-3, "ms": 1.0, "s": 1e3, None: 1.0}[m.group(2)]
     return float(m.group(1)) * scale
+
+
+def _name(text: str) -> str:
+    if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", text):
+        raise ValueError(text)
+    return text
+
+
+def _subnet(text: str) -> str:
+    net = ipaddress.ip_network(text)  # ValueError for anything else, a host address with bits set too
+    if net.version != 4 or not net.is_private or net.num_addresses < 4:
+        raise ValueError(text)
+    return text
+
+
+# what the flags of `fleetbench cluster` (and the sweep's --cluster-name/--cluster-subnet) take
+RATE = cmdline.Kind("a rate like 10gbit, 100mbit (tc's 'bps' is bytes/s: refused)", parse_rate,
+                    ("abc", "", "-5gbit", "0", "10gbps"))
+DELAY = cmdline.Kind("a duration like 0.05ms, 50us or 1s", parse_delay, ("abc", "", "-1ms", "5"))
+NAME = cmdline.Kind("1-8 lowercase letters/digits, starting with a letter", _name, ("", "Bad", "toolongname", "1x"))
+SUBNET = cmdline.Kind(f"a private IPv4 network such as {DEFAULT_SUBNET}", _subnet,
+                      ("abc", "", "8.8.8.0/24", "10.77.0.0/33", "10.77.0.1/24"))
+
+
+# The flags each action of `fleetbench cluster` reads: one given to an action that does not read
+# it is refused, not ignored (`degrade --profile` was).
+ACTION_FLAGS = {"up": ("nodes", "profile", "rate", "delay", "subnet"), "down": (), "status": ("json",),
+                "degrade": ("node", "cpu", "rate"), "heal": ("node",)}
+
+
+def unread_flag(action: str, given: dict) -> str | None:
+    """The first flag given (not None or False in `given`, argparse's names) that `action` does
+    not read, as one line; None when there is none."""
+    for dest in ("node", "cpu", "nodes", "profile", "rate", "delay", "subnet", "json"):
+        if given.get(dest) not in (None, False) and dest not in ACTION_FLAGS[action]:
+            words = ["NODE" if d == "node" else f"--{d}" for d in ACTION_FLAGS[action]]
+            flag = "NODE" if dest == "node" else f"--{dest}"
+            return f"{flag}: not read by `cluster {action}` (expected {', '.join(words) or 'only --name'})"
+    return None
 
 
 def tc_rate(bits: float) -> str:

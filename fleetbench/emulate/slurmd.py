@@ -168,6 +168,10 @@ def down(prefix: str = netem.DEFAULT_PREFIX) -> list[int]:
     return stopped
 
 
+def parser():
+    return netem.node_daemons_parser("slurmd", __doc__.splitlines()[0])
+
+
 def cli(argv: list[str]) -> int:
     return netem.node_daemons_cli(
         "slurmd", __doc__.splitlines()[0], argv, sys.modules[__name__],

@@ -162,6 +162,10 @@ def down(prefix: str = netem.DEFAULT_PREFIX) -> list[int]:
     return stopped
 
 
+def parser():
+    return netem.node_daemons_parser("sshd", __doc__.splitlines()[0])
+
+
 def cli(argv: list[str]) -> int:
     return netem.node_daemons_cli(
         "sshd", __doc__.splitlines()[0], argv, sys.modules[__name__],

@@ -23,19 +23,20 @@ restartPolicy Never and backoffLimit 0: a failed benchmark run is a result, not 
 """
 from __future__ import annotations
 
-import argparse
-import functools
 import copy
 import dataclasses
+import functools
 import os
 import re
 import sys
+from decimal import Decimal
 
 import yaml
 
+from fleetbench import cmdline
 from fleetbench.hosts import hostlist
 from fleetbench.job.paddle_launch import LAUNCHER_PORT_RANGE
-from fleetbench.measure import contract, registry
+from fleetbench.measure import config, contract, registry
 
 API_VERSION = "kubeflow.org/v1"
 KIND = "PaddleJob"
@@ -135,7 +136,7 @@ def manifest(name, bench, script_args, shape, pod, namespace=None):
     said = contract.RankContract(nodes=len(pod_names), launch={"executor": "kubernetes", "hosts": pod_names})
     env += [_env(k, v) for k, v in said.to_env().items()] + [_env("PORT_RANGE", LAUNCHER_PORT_RANGE)]
     if pod.get("cpu"):  # the pod sees the machine's cores, not its limit: share the limit instead
-        threads = contract.RankContract(threads=str(max(1, int(float(pod["cpu"])) // procs)))
+        threads = contract.RankContract(threads=str(max(1, int(quantity(pod["cpu"])) // procs)))
         env += [_env(k, v) for k, v in threads.to_env().items()]
     gpus = shape.get("per_node") if pod.get("gpus") else None
     cont = container(pod["image"], pod["workdir"], [], env, _resources(pod.get("cpu"), pod.get("memory"), gpus))
@@ -278,32 +279,113 @@ def gloo_race_note(doc: dict) -> str | None:
             f"group rendezvous races with several ranks a pod; docs/clusters.md)")
 
 
-def _parser():
-    p = argparse.ArgumentParser(prog="fleetbench k8s", description="Write Kubeflow PaddleJob manifests.")
-    p.add_argument("what", help="a benchmark name (resnet50, ctr, ...) or a sweep file (.yaml)")
-    p.add_argument("--image", required=True, help="container image with Paddle and this repository")
-    p.add_argument("--workdir", default="/fleetbench", help="the repository's directory in the image")
-    p.add_argument("--preset", default="full")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
-    p.add_argument("--nodes", type=int, default=1, help="collective: worker pods (default 1)")
-    p.add_argument("--devices-per-node", default="1", help="collective: processes (GPUs) per pod")
-    p.add_argument("--servers-workers", default="1/1", help="parameter server: SERVERS/WORKERS pods")
+# Kubernetes quantities (k8s.io/apimachinery resource.Quantity): a number, then a binary suffix
+# (Ki .. Ei), a decimal one (n u m k M G T P E) or an exponent (e3).
+QUANTITY_RE = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?")
+SCALES = {**{s: Decimal(1024) ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+          **{s: Decimal(10) ** e for s, e in zip("numkMGTPE", (-9, -6, -3, 3, 6, 9, 12, 15, 18))}}
+
+
+def quantity(text: str) -> Decimal:
+    """A Kubernetes quantity's value ('32Gi', '500m', '1e3', '8'); ValueError if it is none."""
+    m = QUANTITY_RE.fullmatch(str(text))
+    if not m:
+        raise ValueError(text)
+    suffix = m.group(2) or ""
+    scale = Decimal(10) ** int(suffix[1:]) if suffix[:1] in ("e", "E") else SCALES.get(suffix, Decimal(1))
+    return Decimal(str(text)[:m.start(2)] if suffix else str(text)) * scale
+
+
+def _cpu(text: str) -> str:
+    if quantity(text) <= 0:
+        raise ValueError(text)
+    return text
+
+
+def _memory(text: str) -> str:
+    value = quantity(text)  # the API server warns on a fractional byte count ("500m"), and 0 is no limit
+    if value < 1 or value != value.to_integral_value():
+        raise ValueError(text)
+    return text
+
+
+def _label(pattern: re.Pattern, length: int):
+    def convert(text: str) -> str:
+        if not pattern.fullmatch(text) or len(text) > length:
+            raise ValueError(text)
+        return text
+    return convert
+
+
+def _what(text: str) -> str:
+    if text.endswith((".yaml", ".yml")):
+        problem = cmdline.input_file_problem(text)
+        if problem:
+            raise cmdline.Refused(f"{text}: {problem} (expected a sweep file)")
+        return text
+    if text not in registry.BENCHMARKS:
+        raise cmdline.Refused(f"{text!r}: unknown benchmark (expected one of {', '.join(registry.BENCHMARKS)}, "
+                              "or a sweep file .yaml)")
+    return text
+
+
+def _servers_workers(text: str) -> str:
+    servers, workers = (int(x) for x in text.split("/"))
+    if servers < 1 or workers < 1:
+        raise ValueError(text)
+    return text
+
+
+def _per_node(text: str) -> str:
+    try:
+        hostlist.parse_per_node(text)
+    except hostlist.HostsError:
+        raise ValueError(text) from None
+    return text
+
+
+CPU = cmdline.Kind("a Kubernetes CPU quantity > 0 like 8 or 500m", _cpu, ("lots", "", "0", "-2", "8 cores"))
+MEMORY = cmdline.Kind("a Kubernetes memory quantity of whole bytes like 32Gi or 512M", _memory,
+                      ("lots", "", "0", "-1Gi", "500m", "32GB"))
+JOB_NAME = cmdline.Kind("a DNS-1035 label of at most 50 characters (lowercase letters, digits, '-')",
+                        _label(DNS1035, 50), ("", "Bad_Name", "-x", "x" * 51))
+NAMESPACE = cmdline.Kind("a DNS-1123 label (lowercase letters, digits, '-')",
+                         _label(re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"), 63), ("", "Bad_Space", "x" * 64))
+# a container image reference as Docker's grammar has it: [registry[:port]/]path[:tag][@digest]
+IMAGE = cmdline.Kind("a container image like registry.example.com/fleetbench:1.0", _label(re.compile(
+    r"(?:(?:localhost|[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+)(?::\d+)?/|[A-Za-z0-9-]+:\d+/)?"  # a registry has a '.' or a port
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*:[0-9a-fA-F]{32,})?"),
+    255), ("", "Bad Image", "UPPER/x", "x:"))
+WHAT = cmdline.Kind("a benchmark name or a sweep file (.yaml)", _what, ("nosuch", cmdline.MISSING + ".yaml"))
+PER_NODE = cmdline.Kind("a process count >= 1", _per_node, ("0", "abc", "", "-1"))
+SERVERS_WORKERS = cmdline.Kind("SERVERS/WORKERS like 2/2, at least 1 of each", _servers_workers,
+                               ("2", "0/2", "2/0", "a/b", ""))
+
+
+def parser() -> cmdline.Parser:
+    p = cmdline.Parser(prog="fleetbench k8s", description="Write Kubeflow PaddleJob manifests.")
+    p.add_argument("what", type=WHAT, help="a benchmark name (resnet50, ctr, ...) or a sweep file (.yaml)")
+    p.add_argument("--image", required=True, type=IMAGE, help="container image with Paddle and this repository")
+    p.add_argument("--workdir", default="/fleetbench", type=cmdline.TEXT, help="the repository's directory in the image")
+    p.add_argument("--preset", default="full", type=cmdline.TEXT)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", type=config.SETTING,
+                   help="config override (repeatable)")
+    p.add_argument("--nodes", type=cmdline.COUNT, default=1, help="collective: worker pods (default 1)")
+    p.add_argument("--devices-per-node", default="1", type=PER_NODE, help="collective: processes (GPUs) per pod")
+    p.add_argument("--servers-workers", default="1/1", type=SERVERS_WORKERS, help="parameter server: SERVERS/WORKERS pods")
     p.add_argument("--gpus", action="store_true", help="request devices-per-node nvidia.com/gpu per pod")
-    p.add_argument("--cpu", help="CPU request and limit per pod (e.g. 8)")
-    p.add_argument("--memory", help="memory request and limit per pod (e.g. 32Gi)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+    p.add_argument("--cpu", type=CPU, help="CPU request and limit per pod (e.g. 8, 500m)")
+    p.add_argument("--memory", type=MEMORY, help="memory request and limit per pod (e.g. 32Gi)")
+    p.add_argument("--timeout", type=cmdline.SECONDS, default=DEFAULT_TIMEOUT_S,
                    help="seconds before the job is stopped (runPolicy.activeDeadlineSeconds; sweeps: each cell's)")
-    p.add_argument("--name", help="job name (default from benchmark, preset and shape)")
-    p.add_argument("--namespace")
-    p.add_argument("--out", help="write here (default: stdout)")
+    p.add_argument("--name", type=JOB_NAME, help="job name (default from benchmark, preset and shape)")
+    p.add_argument("--namespace", type=NAMESPACE)
+    p.add_argument("--out", type=cmdline.OUTPUT_FILE, help="write here (default: stdout)")
     return p
 
 
 def build(args):
-    if args.cpu is not None and not re.fullmatch(r"\d+(\.\d+)?", args.cpu):
-        raise K8sError(f"--cpu {args.cpu!r}: expected a number of cores like 8")
-    if args.timeout <= 0:
-        raise K8sError(f"--timeout {args.timeout}: expected seconds > 0")
     pod = {"image": args.image, "workdir": args.workdir, "cpu": args.cpu, "memory": args.memory, "gpus": args.gpus,
            "timeout": args.timeout}
     if args.what.endswith((".yaml", ".yml")):
@@ -312,19 +394,21 @@ def build(args):
         bench = registry.get(args.what)
     except registry.UnknownBenchmark as e:
         raise K8sError(f"{e}; or give a sweep file (.yaml)") from None
-    if args.nodes < 1:
-        raise K8sError(f"--nodes {args.nodes}: expected >= 1")
     shape = _shape(bench.family if bench.family == "ps" else "collective", args.nodes, args.devices_per_node,
                    args.servers_workers, "--")
     size = f"{args.nodes}x{shape['per_node']}" if shape["mode"] == "collective" else args.servers_workers
     name = args.name or job_name("fb", bench.name, args.preset, size)
     script_args = ["--preset", args.preset] + [x for s in args.set for x in ("--set", s)]
+    try:
+        config.preset_overrides(bench.name, args.preset)  # read here; --set keys need the script (Paddle)
+    except config.ConfigError as e:
+        raise K8sError(str(e)) from None
     check_config(bench, script_args, "--preset/--set: ")
     return [manifest(name, bench, script_args, shape, pod, args.namespace)]
 
 
 def cli(argv):
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         docs = build(args)
         for doc in docs:
@@ -337,7 +421,7 @@ def cli(argv):
         print(f"fleetbench k8s: error: {e}", file=sys.stderr)
         return 2
     text = yaml.safe_dump_all(docs, sort_keys=False, width=1000)
-    if args.out:
+    if args.out:  # checked by its parser before anything was built
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             f.write(text)

@@ -20,9 +20,10 @@ import shutil
 import subprocess
 import sys
 
+from fleetbench import cmdline
 from fleetbench.hosts import executors
 from fleetbench.hosts.hostlist import HostsError
-from fleetbench.measure import registry
+from fleetbench.measure import registry, results
 
 # The allocation's time limit: every run's timeout plus 10 %, plus STARTUP_S for what no run's
 # timeout covers (the sweep's start: imports and each cell's --check; the summary at the end),
@@ -121,17 +122,30 @@ def sbatch_script(sweep_file, cells, results, options):
     return "\n".join(lines)
 
 
-def _parser():
-    p = argparse.ArgumentParser(prog="fleetbench slurm", description="Write an sbatch script running a sweep.")
-    p.add_argument("sweep", help="sweep file (YAML)")
-    p.add_argument("--results", default=registry.DEFAULT_RESULTS)
-    p.add_argument("--partition")
-    p.add_argument("--account")
+def _slurm_names(text: str, several: bool = True) -> str:
+    if not re.fullmatch(r"[\w.-]+(,[\w.-]+)*" if several else r"[\w.-]+", text):
+        raise ValueError(text)
+    return text
+
+
+# sbatch --partition takes a comma-separated list of partition names, --account one name; a name
+# with a space or '=' would not survive slurm.conf (and would break the #SBATCH line)
+PARTITIONS = cmdline.Kind("Slurm partition names like gpu or gpu,debug", _slurm_names, ("", "a b", "gpu,", "x=y"))
+ACCOUNT = cmdline.Kind("a Slurm account name", lambda text: _slurm_names(text, several=False), ("", "a b", "a,b"))
+
+
+def parser() -> cmdline.Parser:
+    p = cmdline.Parser(prog="fleetbench slurm", description="Write an sbatch script running a sweep.")
+    p.add_argument("sweep", type=cmdline.INPUT_FILE, help="sweep file (YAML)")
+    p.add_argument("--results", default=registry.DEFAULT_RESULTS, type=results.STORE)
+    p.add_argument("--partition", type=PARTITIONS)
+    p.add_argument("--account", type=ACCOUNT)
     p.add_argument("--gpus", action="store_true", help="request devices_per_node GPUs per node")
-    p.add_argument("--python", default=sys.executable, help="Python on the nodes (default: this one)")
-    p.add_argument("--workdir", default=str(registry.REPO_ROOT), help="this repository on the nodes")
-    p.add_argument("--log-dir", default="log", help="where the job's output and run logs go (default log)")
-    p.add_argument("--out", help="write the script here (default: stdout)")
+    p.add_argument("--python", default=sys.executable, type=cmdline.TEXT, help="Python on the nodes (default: this one)")
+    p.add_argument("--workdir", default=str(registry.REPO_ROOT), type=cmdline.TEXT, help="this repository on the nodes")
+    p.add_argument("--log-dir", default="log", type=cmdline.OUTPUT_DIR,
+                   help="where the job's output and run logs go (default log)")
+    p.add_argument("--out", type=cmdline.OUTPUT_FILE, help="write the script here (default: stdout)")
     return p
 
 
@@ -140,7 +154,7 @@ def cli(argv):
 
     from fleetbench.sweep import adaptive, sweepfile
 
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         spec = sweepfile.load_spec(args.sweep)
         cells = sweepfile.expand(spec, args.sweep, on_hosts=True)
@@ -159,6 +173,7 @@ def cli(argv):
     if not args.out:
         sys.stdout.write(text)
         return 0
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)  # --out was checked by the parser
     with open(args.out, "w") as f:
         f.write(text)
     os.chmod(args.out, 0o755)

@@ -21,6 +21,7 @@ import sys
 import uuid
 from collections.abc import Sequence
 
+from fleetbench import cmdline
 from fleetbench.hosts import executors, remote
 from fleetbench.hosts.executors import local_block, local_env
 from fleetbench.hosts.hostlist import HostsError
@@ -29,25 +30,79 @@ from fleetbench.job.failure import Outcome, store_failure
 from fleetbench.job.preflight import LaunchError
 from fleetbench.measure import contract, registry, results
 
-# Flags of Paddle 2.6.2's launcher (paddle/distributed/launch/context/args_envs.py) and of the
-# legacy one it falls back to (paddle/distributed/fleet/launch.py). Every one takes a value.
-PADDLE_FLAGS = {
-    "--master", "--legacy", "--rank", "--log_level", "--log_overwrite", "--sort_ip", "--enable_gpu_log",
-    "--nnodes", "--nproc_per_node", "--log_dir", "--run_mode", "--job_id", "--devices", "--gpus", "--npus",
-    "--xpus", "--host", "--ips", "--start_port", "--auto_parallel_config", "--auto_tuner_json", "--servers",
-    "--trainers", "--trainer_num", "--server_num", "--gloo_port", "--with_gloo", "--max_restart",
-    "--elastic_level", "--elastic_timeout",
-    # legacy launcher only
-    "--worker_num", "--workers", "--heter_worker_num", "--heter_workers", "--heter_devices",
-    "--coordinator_num", "--coordinators", "--backend", "--http_port",
-}
 DEVICE_FLAGS = ("--gpus", "--devices", "--xpus", "--npus")
-INT_FLAGS = ("--nproc_per_node", "--server_num", "--trainer_num", "--worker_num", "--heter_worker_num",
-             "--coordinator_num", "--rank", "--start_port", "--gloo_port", "--max_restart", "--elastic_level",
-             "--elastic_timeout", "--http_port")
 PS_FLAGS = ("--server_num", "--trainer_num", "--servers", "--trainers", "--worker_num", "--workers")
-OWN_FLAGS = {"--timeout": float, "--stall": float, "--startup": float, "--tail": int}
 SWITCHES = {"--quiet": ("quiet", True), "--no-check": ("check", False)}
+
+
+def expand_devices(text: str, flag: str = "--gpus") -> str:
+    """'0-3,6' -> '0,1,2,3,6' (Paddle 2.6.2 splits device lists on commas only)."""
+    try:
+        return _devices(text)
+    except (ValueError, cmdline.Refused) as e:
+        raise LaunchError(f"{flag} {e if isinstance(e, cmdline.Refused) else repr(text) + ': ' + DEVICES.expected}") from None
+
+
+def _devices(text: str) -> str:
+    out = []
+    for part in str(text).split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise ValueError(text)
+        lo = int(m.group(1))
+        hi = int(m.group(2)) if m.group(2) is not None else lo
+        out.extend(range(lo, hi + 1))
+    if len(set(out)) != len(out):
+        raise cmdline.Refused(f"{text!r}: a device is listed twice (expected each once)")
+    return ",".join(map(str, out))
+
+
+def _matching(pattern: str):
+    def convert(text: str) -> str:
+        if not re.fullmatch(pattern, text):
+            raise ValueError(text)
+        return text
+    return convert
+
+
+_HOST = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
+_ENDPOINTS = cmdline.Kind("endpoints like 10.0.0.1:6170,10.0.0.2:6170",
+                          _matching(rf"{_HOST}:\d{{1,5}}(,{_HOST}:\d{{1,5}})*"), ("", "a", "a:1,", "a:x"))
+_BOOL = cmdline.Kind("true or false (Paddle's strtobool)",
+                     _matching(r"(?i)y|yes|t|true|on|1|n|no|f|false|off|0"), ("", "maybe", "2"))
+DEVICES = cmdline.Kind("device ids and ranges like 0-3,6", _devices, ("", "a", "3-1", "0,0", "-1"))
+
+# What every flag of Paddle 2.6.2's launcher (paddle/distributed/launch/context/args_envs.py) and of
+# the legacy one it falls back to (paddle/distributed/fleet/launch.py) takes, as Paddle reads it,
+# and fleetbench's own: each value is checked before anything starts (tests/unit/test_bad_input.py
+# tries every entry). Every one takes a value.
+PADDLE_KINDS = {
+    "--master": cmdline.Kind("IP:PORT or etcd://IP:PORT", _matching(rf"(etcd://)?{_HOST}:\d{{1,5}}"), ("", "host")),
+    "--legacy": _BOOL, "--rank": cmdline.integer(-1), "--log_overwrite": _BOOL, "--sort_ip": _BOOL,
+    "--log_level": cmdline.Kind("a log level (DEBUG, INFO, WARNING, ERROR, CRITICAL)",
+                                _matching(r"(?i)debug|info|warn|warning|error|critical|fatal"), ("", "loud")),
+    "--enable_gpu_log": _BOOL, "--nproc_per_node": cmdline.COUNT, "--log_dir": cmdline.OUTPUT_DIR,
+    "--nnodes": cmdline.Kind("N or MIN:MAX", _matching(r"[1-9]\d*(:[1-9]\d*)?"), ("", "0", "abc", "2:")),
+    "--run_mode": cmdline.Kind("collective, ps, ps-heter or rpc", _matching(r"collective|ps|ps-heter|rpc"), ("", "x")),
+    "--job_id": cmdline.TEXT, **{flag: DEVICES for flag in DEVICE_FLAGS},
+    "--host": cmdline.Kind("a host name or IP", _matching(_HOST), ("", "a b")),
+    "--ips": cmdline.Kind("host names or IPs like 10.0.0.1,10.0.0.2", _matching(rf"{_HOST}(,{_HOST})*"), ("", "a,")),
+    "--start_port": cmdline.PORT, "--auto_parallel_config": cmdline.INPUT_FILE, "--auto_tuner_json": cmdline.INPUT_FILE,
+    "--servers": _ENDPOINTS, "--trainers": _ENDPOINTS, "--trainer_num": cmdline.COUNT, "--server_num": cmdline.COUNT,
+    "--gloo_port": cmdline.PORT, "--with_gloo": cmdline.Kind("0, 1, 2 or 3", _matching(r"[0-3]"), ("", "yes")),
+    "--max_restart": cmdline.NON_NEGATIVE, "--elastic_level": cmdline.integer(-1, 1),
+    "--elastic_timeout": cmdline.NON_NEGATIVE,
+    # legacy launcher only
+    "--worker_num": cmdline.COUNT, "--workers": _ENDPOINTS, "--heter_worker_num": cmdline.NON_NEGATIVE,
+    "--heter_workers": _ENDPOINTS, "--heter_devices": cmdline.TEXT, "--coordinator_num": cmdline.NON_NEGATIVE,
+    "--coordinators": _ENDPOINTS, "--backend": cmdline.Kind("auto, gloo, nccl, bkcl or heter",
+                                                           _matching(r"auto|gloo|nccl|bkcl|cncl|heter"), ("", "x")),
+    "--http_port": cmdline.PORT,
+}
+OWN_KINDS = {"--timeout": cmdline.SECONDS, "--stall": cmdline.SECONDS, "--startup": cmdline.SECONDS,
+             "--tail": cmdline.COUNT}
+PADDLE_FLAGS = set(PADDLE_KINDS)
+OWN_FLAGS = set(OWN_KINDS)
 
 
 # Paddle flags an executor sets per node itself (a user's value would contradict the plan), and
@@ -55,20 +110,6 @@ SWITCHES = {"--quiet": ("quiet", True), "--no-check": ("check", False)}
 PLANNED_FLAGS = ("--master", "--rank", "--host", "--ips", "--servers", "--trainers", "--gloo_port", "--worker_num",
                  "--workers")
 SHAPE_FLAGS = ("--nnodes", "--nproc_per_node", "--server_num", "--trainer_num")
-
-def expand_devices(text: str, flag: str = "--gpus") -> str:
-    """'0-3,6' -> '0,1,2,3,6' (Paddle 2.6.2 splits device lists on commas only)."""
-    out = []
-    for part in str(text).split(","):
-        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
-        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
-            raise LaunchError(f"{flag} {text!r}: expected device ids and ranges like 0-3,6")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
-        out.extend(range(lo, hi + 1))
-    if len(set(out)) != len(out):
-        raise LaunchError(f"{flag} {text!r}: a device is listed twice")
-    return ",".join(map(str, out))
 
 
 @dataclasses.dataclass
@@ -121,8 +162,10 @@ def parse_argv(argv: Sequence[str]) -> LaunchArgs:
             setattr(out, *SWITCHES[tok])
             continue
         name, eq, value = tok.partition("=")
+        if name in SWITCHES:
+            raise LaunchError(f"{name} {value!r}: expected no value ({name} is a switch)")
         if name not in PADDLE_FLAGS and name not in OWN_FLAGS and name not in remote.FLAGS:
-            raise LaunchError(f"unknown launcher flag {name} (before SCRIPT: Paddle launcher flags, "
+            raise LaunchError(f"unknown launcher flag {name} (expected, before SCRIPT: Paddle launcher flags, "
                               f"--timeout S, --stall S, --startup S, --tail N, --quiet, --no-check, "
                               f"--hostfile F, --hosts L, --executor E, --ssh-config F, --forward-env A,B)")
         if not eq:
@@ -137,25 +180,21 @@ def parse_argv(argv: Sequence[str]) -> LaunchArgs:
 
 def _take_flag(out: LaunchArgs, name: str, value: str) -> None:
     if name in remote.FLAGS:
-        out.hosts.take(name, value)
-    elif name in OWN_FLAGS:
         try:
-            parsed = OWN_FLAGS[name](value)
-        except ValueError:
-            raise LaunchError(f"{name} {value!r}: expected a number") from None
-        if parsed <= 0:
-            raise LaunchError(f"{name} {value!r}: must be > 0")
+            out.hosts.take(name, value)
+        except HostsError as e:
+            raise LaunchError(str(e)) from None
+        return
+    try:
+        parsed = {**PADDLE_KINDS, **OWN_KINDS}[name](value)
+    except cmdline.Refused as e:
+        raise LaunchError(f"{name} {e}") from None
+    if name in OWN_KINDS:
         setattr(out, name[2:], parsed)
     elif name == "--log_dir":
-        out.log_dir = value
+        out.log_dir = parsed
     else:
-        if name in DEVICE_FLAGS:
-            value = expand_devices(value, name)
-        if name in INT_FLAGS and not re.fullmatch(r"-?\d+", value):
-            raise LaunchError(f"{name} {value!r}: expected an integer")
-        if name == "--nnodes" and not re.fullmatch(r"\d+(:\d+)?", value):
-            raise LaunchError(f"--nnodes {value!r}: expected N or MIN:MAX")
-        out.paddle += [name, value]
+        out.paddle += [name, str(parsed)]
 
 
 def job_shape(args: LaunchArgs, env: dict | None = None, found: dict | None = None) -> tuple[str, int, int, int]:
@@ -197,7 +236,7 @@ def results_path(args: LaunchArgs) -> str:
 def prepare(args: LaunchArgs, env: dict) -> contract.RunIdentity:
     """Every check that can fail before launching; the run's identity for a failure record."""
     if not os.path.exists(args.script):
-        raise LaunchError(f"SCRIPT {args.script}: no such file")
+        raise LaunchError(f"SCRIPT {args.script}: no such file (expected a Python script)")
     results.check_appendable(results_path(args))
     device = args.flag("--devices")
     if device:

@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import shutil
 from collections.abc import Callable, Sequence
 from typing import Protocol, TextIO
 
+from fleetbench import cmdline
 from fleetbench.emulate import netem, sshd
 from fleetbench.hosts import executors, hostlist
 from fleetbench.hosts.executors import Job, Node
@@ -65,10 +67,11 @@ class HostOptions:
     workdir: str = None
 
     def take(self, flag: str, value: str) -> None:
-        """Set one option from its command-line flag (HostsError on a bad executor name)."""
-        if flag == "--executor" and value not in CHOICES:
-            raise hostlist.HostsError(f"--executor {value!r}: expected one of {', '.join(CHOICES)}")
-        setattr(self, FLAGS[flag], value)
+        """Set one option from its command-line flag (HostsError, one line, on a bad value)."""
+        try:
+            setattr(self, FLAGS[flag], KINDS[flag](value))
+        except argparse.ArgumentTypeError as e:
+            raise hostlist.HostsError(f"{flag} {e}") from None
 
     @property
     def forwarded(self) -> tuple[str, ...]:
@@ -93,15 +96,60 @@ class HostOptions:
         raise hostlist.HostsError(f"--executor {self.executor} needs hosts: --hostfile FILE or --hosts a:2,b:2")
 
 
+def _hosts(text: str) -> str:
+    try:
+        hostlist.parse_hosts_arg(text, "")
+    except hostlist.HostsError as e:
+        raise cmdline.Refused(cmdline.with_expected(f"{text!r}{e}", HOSTS_EXPECTED)) from None
+    return text
+
+
+def _hostfile(text: str) -> str:
+    problem = cmdline.input_file_problem(text)
+    if problem:
+        raise cmdline.Refused(f"{text or repr(text)}: {cmdline.with_expected(problem, 'a hostfile it can read')}")
+    try:
+        hostlist.load_hostfile(text)  # its lines, before anything runs
+    except hostlist.HostsError as e:
+        raise cmdline.Refused(str(e).removeprefix("hostfile ")) from None
+    return text
+
+
+def _env_names(text: str) -> str:
+    if not re.fullmatch(r"\s*([A-Za-z_]\w*\s*(,\s*[A-Za-z_]\w*\s*)*)?", text):
+        raise ValueError(text)
+    return text
+
+
+def _executor(text: str) -> str:
+    if text not in CHOICES:
+        raise ValueError(text)
+    return text
+
+
+HOSTS_EXPECTED = "hosts like a:2,b:2, each once"
+HOSTS = cmdline.Kind(HOSTS_EXPECTED, _hosts, ("", ",", "a:0", "a,a", "bad host"))
+# what each host option takes: the sweep's parser and `fleetbench launch`'s table both read it
+KINDS = {"--hostfile": cmdline.Kind("a hostfile: `HOST slots=N` a line", _hostfile, ("", cmdline.MISSING, cmdline.DIRECTORY)),
+         "--hosts": HOSTS,
+         "--executor": cmdline.Kind(f"one of {', '.join(CHOICES)}", _executor, ("nosuch", "")),
+         "--ssh-config": cmdline.INPUT_FILE,
+         "--forward-env": cmdline.Kind("environment variable names like A,B", _env_names, ("A B", "1X", "A,,B")),
+         "--remote-python": cmdline.TEXT, "--remote-dir": cmdline.TEXT}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options on an argparse parser (fleetbench sweep)."""
-    parser.add_argument("--executor", choices=CHOICES, default="auto", help="how each host's launcher starts")
-    parser.add_argument("--hostfile", help="hosts, one `HOST slots=N` per line (DeepSpeed/Horovod hostfile)")
-    parser.add_argument("--hosts", help="hosts as a list: a:2,b:2")
-    parser.add_argument("--ssh-config", help="ssh -F FILE (default: your ~/.ssh/config)")
-    parser.add_argument("--forward-env", default="", help="more environment variables for the nodes: A,B")
-    parser.add_argument("--remote-python", help="Python on the hosts (default: this one's path)")
-    parser.add_argument("--remote-dir", help="this repository on the hosts (default: its path here)")
+    parser.add_argument("--executor", type=KINDS["--executor"], default="auto", metavar="{" + ",".join(CHOICES) + "}",
+                        help="how each host's launcher starts")
+    parser.add_argument("--hostfile", type=KINDS["--hostfile"], help="hosts, one `HOST slots=N` per line "
+                        "(DeepSpeed/Horovod hostfile)")
+    parser.add_argument("--hosts", type=HOSTS, help="hosts as a list: a:2,b:2")
+    parser.add_argument("--ssh-config", type=KINDS["--ssh-config"], help="ssh -F FILE (default: your ~/.ssh/config)")
+    parser.add_argument("--forward-env", default="", type=KINDS["--forward-env"],
+                        help="more environment variables for the nodes: A,B")
+    parser.add_argument("--remote-python", type=cmdline.TEXT, help="Python on the hosts (default: this one's path)")
+    parser.add_argument("--remote-dir", type=cmdline.TEXT, help="this repository on the hosts (default: its path here)")
 
 
 def from_namespace(ns: argparse.Namespace) -> HostOptions:

@@ -5,7 +5,6 @@ field it cannot read is null and `unavailable` says why, keyed by the field's do
 (e.g. {"gpus": "nvidia-smi not found on PATH"}). No hostname, user name, MAC or IP address or path
 is recorded, so result files can be published.
 """
-import argparse
 import importlib.util
 import ipaddress
 import json
@@ -15,6 +14,8 @@ import re
 import shutil
 import subprocess
 import sys
+
+from fleetbench import cmdline
 
 # Without persistence mode the driver initialises every GPU on each nvidia-smi call: seconds on an
 # 8-GPU node (NVIDIA's driver persistence docs); 1.2 s dropped the GPU list there (issue 26 finding 7).
@@ -391,15 +392,18 @@ def render_text(env: dict, indent="") -> str:
     return "\n".join(lines)
 
 
-def cli(argv) -> int:
-    parser = argparse.ArgumentParser(prog="fleetbench env",
-                                     description="Report the software and hardware environment.")
-    form = parser.add_mutually_exclusive_group()
+def parser() -> cmdline.Parser:
+    p = cmdline.Parser(prog="fleetbench env", description="Report the software and hardware environment.")
+    form = p.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="the JSON block stored in every result record")
     form.add_argument("--markdown", action="store_true", help="a README section like FleetX's environment lists")
     form.add_argument("--check", action="store_true",
                       help="GPU readiness: can this Paddle load CUDA, cuDNN and NCCL and see GPUs (exit 2 if not)")
-    args = parser.parse_args(argv)
+    return p
+
+
+def cli(argv) -> int:
+    args = parser().parse_args(argv)
     if args.check:
         from fleetbench.machine import gpu_ready
 

@@ -6,12 +6,13 @@ tested from fixture files; only `detect()` runs nvidia-smi.
 Exit codes of `fleetbench topo`: 0 ok, 2 bad input (unreadable/malformed file, bad --gpus),
 3 no NVIDIA topology on this machine (nvidia-smi missing, failing or listing no GPU).
 """
-import argparse
 import json
 import re
 import shutil
 import subprocess
 import sys
+
+from fleetbench import cmdline
 
 EXIT_BAD_INPUT = 2
 EXIT_NO_TOPOLOGY = 3
@@ -330,21 +331,26 @@ def render_text(topo, analysis) -> str:
     return "\n".join(out)
 
 
+def _input(text: str) -> str:
+    return text if text == "-" else cmdline.INPUT_FILE(text)
+
+
+def parser() -> cmdline.Parser:
+    p = cmdline.Parser(prog="fleetbench topo", description="Parse and analyse `nvidia-smi topo -m` output.",
+                       epilog="exit codes: 0 ok, 2 bad input, 3 no NVIDIA topology here")
+    p.add_argument("--input", metavar="FILE", type=cmdline.Kind("a file it can read, or -", _input,
+                                                                  ("", cmdline.MISSING, cmdline.DIRECTORY)),
+                   help="read saved `nvidia-smi topo -m` text ('-' = stdin) instead of running nvidia-smi")
+    p.add_argument("--json", action="store_true", help="print the parsed matrix and analysis as JSON")
+    p.add_argument("--gpus", metavar="LIST", type=cmdline.Kind("GPU indices like 0-3,6", parse_gpu_list,
+                                                                ("", "3-1", "a", "-1")),
+                   help="GPU indices to check, e.g. 0-3,6: reports the worst link inside the set")
+    return p
+
+
 def cli(argv) -> int:
-    parser = argparse.ArgumentParser(prog="fleetbench topo",
-                                     description="Parse and analyse `nvidia-smi topo -m` output.",
-                                     epilog="exit codes: 0 ok, 2 bad input, 3 no NVIDIA topology here")
-    parser.add_argument("--input", metavar="FILE", help="read saved `nvidia-smi topo -m` text ('-' = stdin) "
-                        "instead of running nvidia-smi")
-    parser.add_argument("--json", action="store_true", help="print the parsed matrix and analysis as JSON")
-    parser.add_argument("--gpus", metavar="LIST", help="GPU indices to check, e.g. 0-3,6: reports the worst "
-                        "link inside the set")
-    args = parser.parse_args(argv)
-    try:
-        ids = parse_gpu_list(args.gpus) if args.gpus is not None else None
-    except ValueError as e:
-        print(f"fleetbench topo: --gpus: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    args = parser().parse_args(argv)
+    ids = args.gpus
     if args.input:
         source = "<stdin>" if args.input == "-" else args.input
         try:

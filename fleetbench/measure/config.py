@@ -5,7 +5,6 @@ Each benchmark declares a dataclass whose defaults are its `full` configuration;
 preset). Every mistake is a ConfigError with a one-line message naming the key, raised before any
 training process does work.
 """
-import argparse
 import dataclasses
 import sys
 import typing
@@ -14,6 +13,8 @@ from typing import Any, Optional
 
 import yaml
 
+from fleetbench import cmdline
+from fleetbench.measure import results
 from fleetbench.measure.registry import DEFAULT_RESULTS, PRESET_DIR
 
 
@@ -218,12 +219,23 @@ def to_dict(cfg) -> dict:
 
 
 # ---------------------------------------------------------------- command line
-def arg_parser(benchmark: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=benchmark, description=f"fleetbench {benchmark} benchmark")
-    parser.add_argument("--preset", default="full", help="named preset (default: full)")
-    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+def _setting(text: str) -> str:
+    key, sep, _value = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(text)
+    return text
+
+
+SETTING = cmdline.Kind("KEY=VALUE, e.g. batch_size=64", _setting, ("", "batch_size", "=3"))
+
+
+def arg_parser(benchmark: str) -> cmdline.Parser:
+    parser = cmdline.Parser(prog=benchmark, description=f"fleetbench {benchmark} benchmark")
+    parser.add_argument("--preset", default="full", type=cmdline.TEXT, help="named preset (default: full)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", type=SETTING,
                         help="override a config key, e.g. --set batch_size=64 --set data.path=/data")
-    parser.add_argument("--results", default=DEFAULT_RESULTS, help=f"JSONL store (default {DEFAULT_RESULTS})")
+    parser.add_argument("--results", default=DEFAULT_RESULTS, type=results.STORE,
+                        help=f"JSONL store (default {DEFAULT_RESULTS})")
     parser.add_argument("--check", action="store_true",
                         help="validate the configuration, print it as JSON and exit (launches nothing)")
     return parser

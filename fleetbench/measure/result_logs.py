@@ -10,12 +10,12 @@ and named; the same record seen twice in the input (a launcher echoes rank 0's l
 once. Nothing is stored when any input line is malformed (one line naming file:line, exit 2).
 Exit status: 0 every record stored, 1 some refused as duplicates, 2 bad input.
 """
-import argparse
 import glob
 import json
 import os
 import sys
 
+from fleetbench import cmdline
 from fleetbench.measure import registry, results
 
 RANK_LOG_GLOBS = ("workerlog.*", "serverlog.*")
@@ -39,7 +39,7 @@ def records_in(path):
             record = json.loads(raw[at + len(marker):].decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise results.RecordError(f"{where}: FLEETBENCH_RESULT line is not a JSON record "
-                                      f"({getattr(e, 'msg', e)})") from None
+                                      f"({getattr(e, 'msg', e)}); expected `FLEETBENCH_RESULT {{json}}`") from None
         results.validate(record, where)
         found.append((where, record))
     return found
@@ -75,14 +75,18 @@ def import_logs(paths, store):
     return stored, refused
 
 
-def cli(argv):
-    p = argparse.ArgumentParser(prog="fleetbench results", description="Work with stored results.")
+def parser() -> cmdline.Parser:
+    p = cmdline.Parser(prog="fleetbench results", description="Work with stored results.")
     sub = p.add_subparsers(dest="action", required=True)
     imp = sub.add_parser("import", help="store the FLEETBENCH_RESULT records printed in logs (pod logs)")
-    imp.add_argument("logs", nargs="+", metavar="LOG")
-    imp.add_argument("--results", default=registry.DEFAULT_RESULTS,
+    imp.add_argument("logs", nargs="+", metavar="LOG", type=cmdline.INPUT_FILE)
+    imp.add_argument("--results", default=registry.DEFAULT_RESULTS, type=results.STORE,
                      help=f"the store (default {registry.DEFAULT_RESULTS})")
-    args = p.parse_args(argv)
+    return p
+
+
+def cli(argv):
+    args = parser().parse_args(argv)
     try:
         stored, refused = import_logs(args.logs, args.results)
     except results.RecordError as e:

@@ -16,9 +16,9 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import uuid
 
+from fleetbench import cmdline
 from fleetbench.measure import contract
 from fleetbench.measure.contract import RunIdentity
 from fleetbench.measure.schema import (  # noqa: F401
@@ -151,29 +151,42 @@ class PathError(ValueError):
     """A results path that cannot take a record; the message is one line naming the flag and path."""
 
 
-def check_appendable(path: str, flag: str = "--results") -> None:
-    """PathError unless a record could be appended to `path`, found before anything runs. Tried
-    for real (opening the file for append, or creating and removing a file where it would go): for
-    root, access() says yes to anything, even under /proc. Creates nothing that stays."""
-    if os.path.isdir(path):
-        raise PathError(f"{flag} {path}: is a directory, expected a results file (.jsonl)")
-    if os.path.exists(path):
-        try:
-            open(path, "ab").close()  # appending nothing changes nothing
-        except OSError as e:
-            raise PathError(f"{flag} {path}: cannot append to it ({e.strerror or e})") from None
-        return
-    parent = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(parent) and os.path.dirname(parent) != parent:  # append makes the rest
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise PathError(f"{flag} {path}: {parent} is not a directory")
+def append_problem(path: str) -> str | None:
+    """Why a record could not be appended to `path`, or None: found before anything runs. Tried
+    for real (cmdline.output_file_problem); a store with a bad line (other than a torn last one,
+    which `append` sets aside) is refused too, as `load` and so every report would refuse it after
+    the append. Creates nothing that stays."""
+    problem = cmdline.output_file_problem(path, "a results file (.jsonl)")
+    if problem or not os.path.isfile(path):
+        return problem
     try:
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=".fleetbench-probe-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise PathError(f"{flag} {path}: cannot create files in {parent} ({e.strerror or e})") from None
+        _read(path, warn=False)
+    except RecordError as e:
+        return f"{str(e).removeprefix(path)}; nothing was appended"
+    return None
+
+
+def check_appendable(path: str, flag: str = "--results") -> None:
+    """PathError (`FLAG PATH: why`) unless a record could be appended to `path` (append_problem)."""
+    problem = append_problem(path)
+    if problem:
+        raise PathError(f"{flag} {path}{'' if problem.startswith(':') else ': '}{_expected(problem)}")
+
+
+def _store(text: str) -> str:
+    problem = append_problem(text)
+    if problem:
+        raise cmdline.Refused(f"{text or repr(text)}{'' if problem.startswith(':') else ': '}{_expected(problem)}")
+    return text
+
+
+def _expected(problem: str) -> str:
+    return cmdline.with_expected(problem, "a results file (.jsonl) it can append to")
+
+
+# the type of every --results flag that appends to a store (the default is checked too)
+STORE = cmdline.Kind("a results file it can append to", _store,
+                     ("", cmdline.DIRECTORY, cmdline.UNWRITABLE + ".jsonl", cmdline.CORRUPT))
 
 
 class StoreError(OSError):
@@ -205,29 +218,31 @@ def load(paths) -> list[dict]:
     reported on stderr and skipped; any other bad line raises RecordError naming file:line."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    records = []
-    for path in paths:
+    return [record for path in paths for record in _read(path)]
+
+
+def _read(path: str, warn: bool = True) -> list[dict]:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot read results file ({exc.strerror})")
+    records, lines = [], data.split(b"\n")
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        where = f"{path}:{number}"
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError as exc:
-            raise RecordError(f"{path}: cannot read results file ({exc.strerror})")
-        lines = data.split(b"\n")
-        for number, raw in enumerate(lines, start=1):
-            if not raw.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                record = json.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                torn = number == len(lines)  # the last piece has no newline after it
-                if torn:
+            record = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            if number == len(lines):  # the last piece has no newline after it: a torn write
+                if warn:
                     print(f"fleetbench: warning: {where}: skipped a torn last line ({len(raw)} "
                           f"bytes, no newline: an interrupted write)", file=sys.stderr)
-                    continue
-                raise RecordError(f"{where}: not a JSON record ({getattr(exc, 'msg', exc)})")
-            validate(record, where)
-            records.append(record)
+                continue
+            raise RecordError(f"{where}: not a JSON record ({getattr(exc, 'msg', exc)}); expected one a line")
+        validate(record, where)
+        records.append(record)
     return records
 
 

@@ -14,11 +14,11 @@ The model and its assumptions: docs/explain.md.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 
+from fleetbench import cmdline
 from fleetbench.analysis import predict, published, stragglers
 from fleetbench.analysis import specs as spec_checks
 from fleetbench.report import explain_scaling as scaling
@@ -206,21 +206,22 @@ def section(records: list[dict], images_dir: str, link) -> tuple[str, list[str]]
 
 # ---- command line -------------------------------------------------------------------------------
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fleetbench explain", description=__doc__.split("\n\n")[0])
-    p.add_argument("results", nargs="+", help="JSONL result files (training, method=none and comm records)")
+def parser() -> cmdline.Parser:
+    p = cmdline.Parser(prog="fleetbench explain", description=__doc__.split("\n\n")[0])
+    p.add_argument("results", nargs="+", type=cmdline.INPUT_FILE,
+                   help="JSONL result files (training, method=none and comm records)")
     p.add_argument("--json", action="store_true", help="print a JSON list of cells")
     p.add_argument("--predict", action="append", default=[], metavar="SPEC",
                    help="key=value,... with keys " + ", ".join(predict.FILTER_KEYS + predict.CHANGE_KEYS))
     p.add_argument("--validate", action="append", default=[], metavar="SELECTOR",
                    help="fit on records matching key=value,... (keys " + ", ".join(predict.SELECT_KEYS)
                    + "), predict the others")
-    p.add_argument("--images", help="write a stacked-bar chart (PNG + CSV) per benchmark here")
+    p.add_argument("--images", type=cmdline.OUTPUT_DIR, help="write a stacked-bar chart (PNG + CSV) per benchmark here")
     p.add_argument("--markdown", action="store_true", help="print the README section instead of the table")
     p.add_argument("--published", action="store_true",
                    help="read published reference records too, deriving step time and gradient sizes "
                         "(docs/explain.md)")
-    p.add_argument("--straggler-pct", type=float, default=stragglers.DEFAULT_THRESHOLD_PCT,
+    p.add_argument("--straggler-pct", type=cmdline.number(0.0), default=stragglers.DEFAULT_THRESHOLD_PCT,
                    help="name ranks this much slower than their peers' median (default 10)")
     return p
 
@@ -255,6 +256,8 @@ def run(args) -> str:
     cells = [dict(c, kind="measured") for c in predict.explain(records)]
     predicted = [dict(r, kind="predicted", spec=s) for s in specs for r in predict.predict_spec(records, s)]
     validation = [dict(r, kind="validation", selector=s) for s in selectors for r in predict.validate(records, s)]
+    for text, selector in zip(args.validate, selectors):
+        _check_fitted(text, [r for r in validation if r["selector"] is selector])
     images = write_charts(cells, args.images) if args.images else {}
     if args.images:
         scaling.write_charts(cells, predicted + validation, args.images)
@@ -274,6 +277,16 @@ def run(args) -> str:
     if slow:
         parts.append("stragglers (ranks slower than their peers' median):\n" + "\n".join(f"  {line}" for line in slow))
     return "\n\n".join(parts)
+
+
+def _check_fitted(text: str, rows: list[dict]) -> None:
+    """A --validate that fits nothing, or leaves nothing to predict, validates nothing: refused."""
+    if not rows:
+        raise ValueError(f"--validate {text}: every cell matches it, none is left to predict "
+                         "(expected a selector of some cells, e.g. nodes=1)")
+    if not any(r.get("from_cell") for r in rows):
+        raise ValueError(f"--validate {text}: fits no cell (no record matches it, or none of the predicted "
+                         "cells' work and method); expected a selector of records these files hold, e.g. nodes=1")
 
 
 def cli(argv: list[str]) -> int:

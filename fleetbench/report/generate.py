@@ -11,11 +11,11 @@ deterministically). Which tables and rows the groups make is `tables`, the drawi
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 
+from fleetbench import cmdline
 from fleetbench.measure import aggregate, results, stability
 from fleetbench.report import (
     allreduce_vs_ps,
@@ -50,15 +50,27 @@ def replace_section(text: str, section: str, path: str) -> str:
 
 # ---- command line -------------------------------------------------------------------------------
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fleetbench report",
-                                description="Charts, CSVs and tables regenerated from result records.")
-    p.add_argument("results", nargs="+", help="JSONL result files (schema 1)")
-    p.add_argument("--images", default="images", help="directory for <name>.png/.csv (default: images)")
-    p.add_argument("--readme", help="markdown file whose marked results section is replaced "
+def _readme(text: str) -> str:
+    """A markdown file this report can read and rewrite (its markers are checked when read)."""
+    problem = cmdline.input_file_problem(text) or cmdline.output_file_problem(text)
+    if problem:
+        raise cmdline.Refused(f"{text or repr(text)}: {cmdline.with_expected(problem, README.expected)}")
+    return text
+
+
+README = cmdline.Kind("a markdown file it can rewrite", _readme, ("", cmdline.MISSING, cmdline.DIRECTORY))
+PERCENT = cmdline.number(0.0, 999.0)
+
+
+def parser() -> cmdline.Parser:
+    p = cmdline.Parser(prog="fleetbench report",
+                       description="Charts, CSVs and tables regenerated from result records.")
+    p.add_argument("results", nargs="+", type=cmdline.INPUT_FILE, help="JSONL result files (schema 1)")
+    p.add_argument("--images", type=cmdline.OUTPUT_DIR, help="directory for <name>.png/.csv (default: images)")
+    p.add_argument("--readme", type=README, help="markdown file whose marked results section is replaced "
                    "(default: print the section on stdout)")
-    p.add_argument("--title", default="Results", help="heading of the generated section")
-    p.add_argument("--cv-threshold", type=_percent, default=100 * stability.CV_THRESHOLD, metavar="PCT",
+    p.add_argument("--title", default="Results", type=cmdline.TEXT, help="heading of the generated section")
+    p.add_argument("--cv-threshold", type=PERCENT, default=100 * stability.CV_THRESHOLD, metavar="PCT",
                    help="a cell whose runs' std exceeds PCT %% of their mean is marked unstable "
                    f"(default {100 * stability.CV_THRESHOLD:g})")
     p.add_argument("--json", action="store_true", help="print the aggregated groups (one JSON "
@@ -66,20 +78,11 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _percent(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < 1000:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a percentage > 0, e.g. 5")
-    return value
-
-
 def run(paths, images_dir, readme=None, title="Results", cv_threshold=stability.CV_THRESHOLD) -> list[str]:
     """Generate everything; returns the files written or confirmed. Raises ValueError
     (RecordError included) with a one-line message before writing anything."""
     readme_text = None
+    cmdline.check_output_dir(images_dir, "--images")
     if readme is not None:
         try:
             with open(readme, encoding="utf-8", newline="") as handle:
@@ -135,12 +138,15 @@ def groups_json(paths, cv_threshold=stability.CV_THRESHOLD) -> str:
 
 def cli(argv: list[str]) -> int:
     args = parser().parse_args(argv)
+    if args.json and args.images:
+        parser().error("--images: not read with --json (expected one of them)")
+    args.images = args.images or "images"
     try:
         if args.json:
             sys.stdout.write(groups_json(args.results, args.cv_threshold / 100))
             return 0
         written = run(args.results, args.images, args.readme, args.title, args.cv_threshold / 100)
-    except ValueError as exc:
+    except ValueError as exc:  # cmdline.PathProblem and RecordError are ValueErrors
         print(f"fleetbench report: {exc}", file=sys.stderr)
         return 2
     charts = sum(path.endswith(".png") for path in written)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from fleetbench import cmdline
 from fleetbench.measure import contract, stability
 from fleetbench.sweep.sweepfile import (
     STABILITY_KEYS,
@@ -129,9 +130,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--until-stable", action="store_true", default=None,
                    help="repeat each cell beyond its repeats until the 95%% CI of its mean is within "
                    "--target-ci or --max-repeats runs")
-    p.add_argument("--target-ci", type=float, metavar="PCT",
+    p.add_argument("--target-ci", type=cmdline.number(0.0, 100.0), metavar="PCT",
                    help=f"CI half-width, %% of the mean (default {stability.TARGET_CI_PCT:g})")
-    p.add_argument("--max-repeats", type=int, metavar="N",
+    p.add_argument("--max-repeats", type=cmdline.integer(2), metavar="N",
                    help=f"runs of a cell at most with --until-stable (default {stability.MAX_REPEATS})")
     p.add_argument("--warmup-run", action="store_true", default=None,
                    help="one unrecorded run before the first measured run of each benchmark and shape")

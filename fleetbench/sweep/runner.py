@@ -19,6 +19,7 @@ import time
 from types import FrameType
 from typing import NoReturn, TextIO
 
+from fleetbench import cmdline
 from fleetbench.emulate import netem, sshd
 from fleetbench.hosts import executors, remote
 from fleetbench.hosts.hostlist import HostsError
@@ -351,15 +352,26 @@ class Sweep:
 # CLI
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fleetbench sweep", description="Run a matrix of benchmark cells.")
-    p.add_argument("file", nargs="?", help="sweep file (YAML)")
-    p.add_argument("--preset", help=f"a sweep from {os.path.relpath(SWEEP_DIR, REPO_ROOT)}/NAME.yaml")
-    p.add_argument("--results", default=registry.DEFAULT_RESULTS, help=f"results file (default {registry.DEFAULT_RESULTS})")
-    p.add_argument("--repeats", type=int, help="override every cell's repeats")
-    p.add_argument("--log-dir", default=None, help="where run logs go (default log/sweep-<name>)")
-    p.add_argument("--cluster-name", default=netem.DEFAULT_PREFIX, help="emulated cluster name prefix (default fb)")
-    p.add_argument("--cluster-subnet", help="its subnet (default: the first 10.77.N.0/24 no route or namespace here uses)")
+def _sweep_preset(text: str) -> str:
+    if not os.path.isfile(os.path.join(SWEEP_DIR, f"{text}.yaml")) or "/" in text:
+        names = sorted(f[:-5] for f in os.listdir(SWEEP_DIR) if f.endswith(".yaml"))
+        raise cmdline.Refused(f"{text!r}: no such sweep (expected one of {', '.join(names)})")
+    return text
+
+
+def parser() -> cmdline.Parser:
+    p = cmdline.Parser(prog="fleetbench sweep", description="Run a matrix of benchmark cells.")
+    p.add_argument("file", nargs="?", type=cmdline.INPUT_FILE, help="sweep file (YAML)")
+    p.add_argument("--preset", type=cmdline.Kind("a sweep name", _sweep_preset, ("nosuch", "")),
+                   help=f"a sweep from {os.path.relpath(SWEEP_DIR, REPO_ROOT)}/NAME.yaml")
+    p.add_argument("--results", default=registry.DEFAULT_RESULTS, type=results.STORE,
+                   help=f"results file (default {registry.DEFAULT_RESULTS})")
+    p.add_argument("--repeats", type=cmdline.COUNT, help="override every cell's repeats")
+    p.add_argument("--log-dir", type=cmdline.OUTPUT_DIR, help="where run logs go (default log/sweep-<name>)")
+    p.add_argument("--cluster-name", default=netem.DEFAULT_PREFIX, type=netem.NAME,
+                   help="emulated cluster name prefix (default fb)")
+    p.add_argument("--cluster-subnet", type=netem.SUBNET,
+                   help="its subnet (default: the first 10.77.N.0/24 no route or namespace here uses)")
     remote.add_arguments(p)
     adaptive.add_arguments(p)
     p.add_argument("--dry-run", action="store_true", help="resolve and list the cells, run nothing")
@@ -389,8 +401,6 @@ def prepare(args: argparse.Namespace) -> Sweep:
     path = sweep_path(args)
     spec = load_spec(path)
     if args.repeats is not None:
-        if args.repeats < 1:
-            raise SweepError(f"--repeats {args.repeats}: expected >= 1")
         spec = dict(spec, repeats=args.repeats, cells=[{k: v for k, v in c.items() if k != "repeats"}
                                                        for c in spec["cells"]])
     hosts = remote.from_sweep(remote.from_namespace(args), spec, path)
@@ -402,9 +412,10 @@ def prepare(args: argparse.Namespace) -> Sweep:
     problem = remote.ssh_problem(hosts, emulated=any(c.network for c in cells))
     if problem:  # refused before any cell runs: running them another way would not be what was asked
         raise SweepError(problem)
-    results.check_appendable(args.results)
     name = os.path.splitext(os.path.basename(path))[0]
-    sweep = Sweep(cells, args.results, args.log_dir or os.path.join("log", f"sweep-{name}"),
+    log_dir = args.log_dir or os.path.join("log", f"sweep-{name}")
+    cmdline.check_output_dir(log_dir, "--log-dir")  # --results was checked by the parser
+    sweep = Sweep(cells, args.results, log_dir,
                   cluster_prefix=args.cluster_name, hosts=hosts, cluster_subnet=args.cluster_subnet,
                   paddle=None if hosts.python else local_paddle(), policy=adaptive.policy(spec, args, path, cells))
     sweep.resolve_configs(paddle_launch.child_env())
@@ -412,7 +423,7 @@ def prepare(args: argparse.Namespace) -> Sweep:
 
 
 def cli(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         sweep = prepare(args)
@@ -423,7 +434,7 @@ def cli(argv: list[str]) -> int:
         sweep.run(dict(os.environ))
         return 1 if sweep.failed_runs else 0
     except (SweepError, preflight.LaunchError, results.PathError, results.RecordError, netem.ClusterError,
-            HostsError) as e:
+            HostsError, cmdline.PathProblem) as e:
         print(f"fleetbench sweep: error: {e}", file=sys.stderr)
         return 2
     except results.StoreError as e:  # the store broke during the sweep: going on would lose results

@@ -118,7 +118,8 @@ def load_spec(path: str) -> dict:
     except UnicodeDecodeError as e:
         raise SweepError(f"{path}: not a text file (byte {e.start} is not UTF-8); expected a YAML sweep file") from None
     except yaml.YAMLError as e:
-        raise SweepError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        raise SweepError(f"{path}: not valid YAML ({str(e).splitlines()[0]}); expected a sweep file "
+                         "(a YAML mapping with a list `cells`)") from None
     if not isinstance(spec, dict) or not isinstance(spec.get("cells"), list) or not spec["cells"]:
         raise SweepError(f"{path}: expected a mapping with a non-empty list `cells`")
     unknown = set(spec) - TOP_KEYS

@@ -5,8 +5,8 @@ parameter-server driver, communication benchmark) nor its model's.
 
     bench = run.start(script, ConfigClass, family, argv=None, checks=(check, ...))
         # The script's name comes from the registry (registry.name_for_script). Parses
-        # --preset/--set/--results/--check into a validated config, checks that --results can be
-        # written and runs each `check(cfg)`; any bad input is one line on stderr and exit 2,
+        # --preset/--set/--results/--check into a validated config (the parser checks that
+        # --results can be appended to) and runs each `check(cfg)`; any bad input is one line on stderr and exit 2,
         # before anything starts. With --check it prints the resolved config as JSON and
         # returns with bench.check_only set: the caller launches nothing.
     bench.name, bench.family, bench.cfg, bench.preset, bench.results_path, bench.unit
@@ -120,7 +120,6 @@ def start(script, cls, family: str, argv=None, checks: Iterable[Callable] = ()) 
         seed = contract.RankContract.from_env().seed
         if seed is not None:  # a sweep varying the seed by repeat (sweep/adaptive.py): the record says which
             config.assign(cfg, "seed", seed, source=contract.SEED)
-        results.check_appendable(args.results)
         for check in checks:
             check(cfg)
     except (config.ConfigError, ValueError) as err:  # ValueError: a data reader's, or a contract variable's, one line

@@ -8,7 +8,7 @@ import subprocess
 import uuid
 
 import pytest
-from util import CPU_RANKS, PYTHON, REPO, env, records, wait_for
+from util import CPU_RANKS, PYTHON, REPO, env, needs_ps, records, wait_for
 
 from fleetbench.hosts import launch
 from fleetbench.job import paddle_launch, preflight, procs, rankwrap, supervisor
@@ -373,6 +373,42 @@ def test_a_server_killed_before_it_logged_shows_its_log_is_empty(tmp_path):
     assert "server rank 0 was killed by SIGKILL" in p.stderr
     assert f"--- {tmp_path / 'log' / 'serverlog.0'} is empty: the rank logged nothing ---" in p.stderr
     assert len(new) == 1
+
+
+# Paddle 2.6.2's launcher for --trainer_num, and the legacy one it falls back to for --worker_num
+# (fleet/launch.py), which says no log directory to its ranks and stops its servers itself.
+PS_LAUNCHERS = {"launcher": ("--server_num", "2", "--trainer_num", "2"),
+                "legacy": ("--server_num", "2", "--worker_num", "2")}
+
+
+@needs_ps
+@pytest.mark.parametrize("launcher", sorted(PS_LAUNCHERS))
+@pytest.mark.parametrize("role, kind, rank", [("server", "kill", 1), ("worker", "kill", 1), ("server", "stop", 0)])
+def test_a_parameter_server_or_worker_that_dies_or_stops_is_named(tmp_path, launcher, role, kind, rank):
+    # kill: noticed when it happens (FAILED), not waited out by the 20 s stall; stop: a stopped
+    # process cannot be told from a slow one but by its state, so the stall watchdog names it
+    stall = "5" if kind == "stop" else "20"
+    p, new = _run_fault(tmp_path, kind, rank, *PS_LAUNCHERS[launcher], "--stall", stall, "--startup", "60",
+                        "--timeout", "120", script=FAULT_PS, FAULT_ROLE=role, FAULT_STEP="4", STEPS="200")
+    assert p.returncode == 1, p.stderr
+    status, _, detail = _head(p.stderr)
+    if kind == "kill":
+        assert status == "FAILED" and detail.startswith(f"{role} rank {rank} was killed by SIGKILL"), p.stderr
+        assert f"rank {rank}, role {role}, node node0, signal SIGKILL" in p.stderr
+    else:
+        assert status == "STALLED" and f"stopped (process state T): {role} rank {rank}" in detail, p.stderr
+        assert f"rank {rank}, role {role}, node node0, stopped (process state T)" in p.stderr
+    assert f"| fault_ps: {role} {rank} injects {kind} at 4" in p.stderr  # its log tail
+    assert not list(tmp_path.glob(".fbrank-*")), "rank events left in the working directory"
+    assert len(new) == 1 and new[0]["mode"] == "ps" and f"{role} rank {rank}" in new[0]["error"]
+
+
+@needs_ps
+def test_a_legacy_launcher_ps_job_that_ends_well_is_a_success(tmp_path):
+    # the legacy launcher SIGTERMs servers still up once its workers exit: not a failure
+    p, new = _run_fault(tmp_path, "none", -1, *PS_LAUNCHERS["legacy"], "--timeout", "120", script=FAULT_PS)
+    assert p.returncode == 0, p.stderr
+    assert _head(p.stderr)[0] == "OK" and new == []
 
 
 def test_a_killed_rank_wrapper_is_reported_without_an_exit_status(tmp_path):

@@ -227,7 +227,7 @@ def test_fleetbench_env_subcommand():
     assert "## GPU Environment" in markdown.stdout and "## CPU Environment" in markdown.stdout
     both = subprocess.run([sys.executable, "-m", "fleetbench", "env", "--json", "--markdown"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
-    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    assert both.returncode == 2 and both.stderr == "fleetbench env: error: --markdown: not allowed with --json (expected one of them)\n"
 
 
 def test_result_records_carry_env_and_topology():

@@ -5,6 +5,7 @@ import os
 import uuid
 
 import pytest
+from util import cli_code
 
 from fleetbench.analysis import alphabeta, breakdown, cells, predict, scaling
 from fleetbench.analysis.alphabeta import Hierarchical, Link
@@ -334,7 +335,7 @@ def test_report_section_for_fleetbench_report(tmp_path):
 
 
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
-    assert explain.cli([str(tmp_path / "missing.jsonl")]) == 2
+    assert cli_code(explain.cli, [str(tmp_path / "missing.jsonl")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("fleetbench explain: ") and "missing.jsonl" in err and err.count("\n") == 1
     path = write(tmp_path / "runs.jsonl", two_node_records()[:2])

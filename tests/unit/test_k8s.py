@@ -112,16 +112,32 @@ def test_a_sweep_becomes_one_job_per_cell_and_repeat(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["nosuch"], "unknown benchmark 'nosuch'"),
+    (["nosuch"], "'nosuch': unknown benchmark"),
     (["resnet50", "--nodes", "2", "--devices-per-node", "3+2"], "every pod runs the same number of processes"),
-    (["resnet50", "--name", "Bad_Name"], "metadata.name 'Bad_Name': expected a DNS-1035 label"),
-    (["ctr", "--servers-workers", "2"], "--servers/workers '2': expected SERVERS/WORKERS like 2/2"),
+    (["resnet50", "--name", "Bad_Name"], "--name 'Bad_Name': expected a DNS-1035 label"),
+    (["ctr", "--servers-workers", "2"], "--servers-workers '2': expected SERVERS/WORKERS like 2/2"),
+    # Kubernetes quantities as the API server reads them; the rest of the matrix: tests/unit/test_bad_input.py
+    (["resnet50", "--memory", "lots"], "--memory 'lots': expected a Kubernetes memory quantity"),
+    (["resnet50", "--cpu", "500x"], "--cpu '500x': expected a Kubernetes CPU quantity"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, message):
     out = tmp_path / "jobs.yaml"
     p = fleetbench("k8s", *args, "--image", "img", "--out", out)
     assert p.returncode == 2 and message in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("text, value", [("32Gi", 32 * 2**30), ("512M", 512 * 10**6), ("500m", 0.5), ("1e3", 1000),
+                                         ("8", 8), (".5", 0.5), ("1.5Ki", 1536)])
+def test_kubernetes_quantities_are_read_as_the_api_server_reads_them(text, value):
+    assert k8s.quantity(text) == pytest.approx(value)
+
+
+def test_a_fractional_cpu_limit_shares_at_least_one_thread():
+    doc = k8s.manifest("ok", k8s.registry.get("resnet50"), [], {"mode": "collective", "nodes": 1, "per_node": 2},
+                       {"image": "img", "workdir": "/w", "cpu": "500m"})
+    env = {e["name"]: e.get("value") for e in container(doc, "Worker")["env"]}
+    assert env["FLEETBENCH_OMP_THREADS"] == "1" and container(doc, "Worker")["resources"]["limits"]["cpu"] == "500m"
 
 
 def a_valid_job():

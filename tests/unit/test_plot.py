@@ -206,13 +206,14 @@ def versioned(world, throughput, version, batch=8, seed=1):
     return record
 
 
-def test_report_json_gives_two_versions_by_two_batch_sizes_as_four_groups(tmp_path, capsys):
+def test_report_json_gives_two_versions_by_two_batch_sizes_as_four_groups(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     path = tmp_path / "runs.jsonl"
     for version, base in (("2.6.2", 40.0), ("3.3.1", 50.0)):
         for batch in (8, 16):
             for seed in (1, 2):  # repeats differ in seed only
                 results.append(str(path), versioned(1, base + batch + seed, version, batch, seed))
-    assert generate.cli([str(path), "--json", "--images", str(tmp_path / "images")]) == 0
+    assert generate.cli([str(path), "--json"]) == 0
     groups = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert sorted((g["paddle"].split()[0], g["config"]["batch_size"], g["n"], g["mean"], g["unit"])
                   for g in groups) == [("2.6.2", 8, 2, 49.5, "images/s"),
@@ -222,7 +223,10 @@ def test_report_json_gives_two_versions_by_two_batch_sizes_as_four_groups(tmp_pa
     for g in groups:
         assert g["std"] == pytest.approx(0.7071067811865476) and g["noise_differs"] == ["seed"]
         assert {"benchmark", "preset", "method", "network", "world_size", "device", "host"} <= set(g)
-    assert not (tmp_path / "images").exists()  # --json draws nothing
+    assert not (tmp_path / "images").exists()  # --json draws nothing, and refuses to be given where:
+    with pytest.raises(SystemExit) as exit_:
+        generate.cli([str(path), "--json", "--images", str(tmp_path / "images")])
+    assert exit_.value.code == 2 and "--images: not read with --json" in capsys.readouterr().err
 
 
 def test_two_paddle_versions_are_side_by_side_in_table_chart_and_csv(tmp_path, capsys):

@@ -99,7 +99,9 @@ def test_a_binary_sweep_file_is_one_line_naming_it(tmp_path, capsys):
 def test_an_unwritable_results_path_stops_the_sweep_before_anything_runs(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = _write(tmp_path, _spec({"benchmark": "resnet50", "preset": "tiny"}))
-    assert runner.cli([spec, "--results", "/proc/forbidden/r.jsonl"]) == 2
+    with pytest.raises(SystemExit) as exit_:  # its parser's check
+        runner.cli([spec, "--results", "/proc/forbidden/r.jsonl"])
+    assert exit_.value.code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("fleetbench sweep: error: --results /proc/forbidden/r.jsonl: cannot create files in /proc")
     assert os.listdir(tmp_path) == ["s.yaml"]  # no log directory: nothing ran

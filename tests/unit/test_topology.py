@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from util import cli_code
 
 from fleetbench.machine import topology
 from fleetbench.machine.topology import (
@@ -195,11 +196,11 @@ def test_cli_text_warns(capsys):
 @pytest.mark.parametrize("args, message", [
     (["--input", str(FIXTURES / "bad_not_topology.txt")], "bad_not_topology.txt: no header row naming GPU0"),
     (["--input", "/nonexistent/topo.txt"], "/nonexistent/topo.txt: cannot read"),
-    (["--input", str(FIXTURES / "fleetx_8xv100.txt"), "--gpus", "x"], "--gpus: expected GPU indices"),
+    (["--input", str(FIXTURES / "fleetx_8xv100.txt"), "--gpus", "x"], "--gpus 'x': expected GPU indices"),
     (["--input", str(FIXTURES / "single_gpu.txt"), "--gpus", "0-1"], "--gpus: GPU1 not in the topology"),
 ])
 def test_cli_bad_input_exits_2_with_one_line(capsys, args, message):
-    assert topology.cli(args) == topology.EXIT_BAD_INPUT == 2
+    assert cli_code(topology.cli, args) == topology.EXIT_BAD_INPUT == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and err.startswith("fleetbench topo: ")
 
