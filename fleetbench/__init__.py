@@ -8,6 +8,7 @@ the cores instead, and record what was used.
 import importlib.util
 import os
 import sys
+import warnings
 
 from fleetbench.measure import contract  # the launcher's variables; imports nothing heavy
 
@@ -66,8 +67,10 @@ def threads_info() -> dict:
 # OMP_NUM_THREADS is above 1. Where the count was chosen for the user (above), the warning speaks
 # of a choice they did not make, and it comes before everything a script prints: a bad config's
 # one-line error first of all. The first `import paddle` runs with those two lines (only) kept
-# out of stderr; a count the user set keeps Paddle's warning.
+# out of stderr; a count the user set keeps Paddle's warning. Paddle 3.x also warns at import that
+# ccache, for compiling C++ extensions, is missing: no benchmark compiles one, so that one goes too.
 _OMP_WARNING = ("WARNING: OMP_NUM_THREADS set to ", "PLEASE USE OMP_NUM_THREADS WISELY.")
+_QUIET_OMP = _THREADS_SOURCE != "user"
 
 
 class _WithoutOmpWarning:
@@ -94,30 +97,38 @@ class _WithoutOmpWarning:
 
 
 class _QuietPaddleImport:
-    """A meta-path finder used once: it finds `paddle` as the others would and runs its module
-    with _WithoutOmpWarning as stderr."""
+    """A meta-path finder for `paddle` alone: it finds it as the others would and runs its module
+    with _WithoutOmpWarning as stderr; once it has run, the finder is gone."""
 
     @classmethod
     def find_spec(cls, name, path=None, target=None):
         if name != "paddle":
             return None
-        sys.meta_path.remove(cls)
-        spec = importlib.util.find_spec(name)
+        sys.meta_path.remove(cls)  # the others' spec (a bare find_spec, such as machine/env's, too)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, cls)
         loader = spec.loader if spec is not None else None
         if loader is None:
             return spec
         run = type(loader).exec_module
 
         def exec_module(module):
-            sys.stderr = quiet = _WithoutOmpWarning(sys.stderr)
+            if cls in sys.meta_path:
+                sys.meta_path.remove(cls)
+            quiet = _WithoutOmpWarning(sys.stderr) if _QUIET_OMP else None
+            sys.stderr = quiet or sys.stderr
             try:
-                run(loader, module)
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message="No ccache found", category=UserWarning)
+                    run(loader, module)
             finally:
-                sys.stderr = quiet.close_over()
+                sys.stderr = quiet.close_over() if quiet else sys.stderr
                 del loader.exec_module  # back to the class's own
         loader.exec_module = exec_module
         return spec
 
 
-if _THREADS_SOURCE != "user" and "paddle" not in sys.modules:
+if "paddle" not in sys.modules:
     sys.meta_path.insert(0, _QuietPaddleImport)
