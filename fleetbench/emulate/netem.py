@@ -406,7 +406,7 @@ def cli(argv: list[str]) -> int:
         _act(args)
         return 0
     except (ClusterError, ValueError) as e:
-        print(f"fleetbench cluster: {e}", file=sys.stderr)
+        print(f"fleetbench cluster: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         if args.action == "up":
@@ -440,6 +440,6 @@ def node_daemons_cli(prog: str, description: str, argv: list[str], daemons: Modu
             print(f"stopped pids {stopped}" if stopped else say_none(args.name))
         return 0
     except ClusterError as e:
-        print(f"fleetbench {prog}: {e}", file=sys.stderr)
+        print(f"fleetbench {prog}: error: {e}", file=sys.stderr)
         return 2
 

@@ -73,9 +73,17 @@ def _subnet(text: str) -> str:
 
 
 # what the flags of `fleetbench cluster` (and the sweep's --cluster-name/--cluster-subnet) take
-RATE = cmdline.Kind("a rate like 10gbit, 100mbit (tc's 'bps' is bytes/s: refused)", parse_rate,
+def _checked(parse):
+    """The text itself once `parse` accepts it (the plan parses it where it is used)."""
+    def convert(text: str) -> str:
+        parse(text)
+        return text
+    return convert
+
+
+RATE = cmdline.Kind("a rate like 10gbit, 100mbit (tc's 'bps' is bytes/s: refused)", _checked(parse_rate),
                     ("abc", "", "-5gbit", "0", "10gbps"))
-DELAY = cmdline.Kind("a duration like 0.05ms, 50us or 1s", parse_delay, ("abc", "", "-1ms", "5"))
+DELAY = cmdline.Kind("a duration like 0.05ms, 50us or 1s", _checked(parse_delay), ("abc", "", "-1ms", "5"))
 NAME = cmdline.Kind("1-8 lowercase letters/digits, starting with a letter", _name, ("", "Bad", "toolongname", "1x"))
 SUBNET = cmdline.Kind(f"a private IPv4 network such as {DEFAULT_SUBNET}", _subnet,
                       ("abc", "", "8.8.8.0/24", "10.77.0.0/33", "10.77.0.1/24"))

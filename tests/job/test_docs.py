@@ -233,7 +233,9 @@ NOT_RUN = (
     ("placeholder", lambda c: placeholder(c) is not None, "a placeholder the reader fills in"),
     ("other machines", lambda c: c.comment.startswith(("on a GPU node", "on a cluster")),
      "needs a GPU node or a known-healthy cluster (said in its comment)"),
-    ("GPUs", lambda c: c.subcommand not in ("k8s", "slurm") and not c.error
+    ("nvidia-smi", lambda c: c.subcommand == "topo" and "--input" not in c.argv,
+     "reads nvidia-smi (a GPU node); `topo --input FILE` is run on a saved topology"),
+    ("GPUs", lambda c: c.subcommand not in ("k8s", "slurm", "topo") and not c.error
      and any(t.startswith(("--gpus", "--devices")) or t in ("nccl_full", "full_amp", "seq128") for t in c.argv),
      "needs GPUs; on CPU the launcher's refusal is run where the docs show it"),
     ("pytest", lambda c: c.program == "python" and c.argv[1:3] == ("-m", "pytest"),
@@ -258,6 +260,9 @@ NOT_RUN = (
     ("Slurm", lambda c: c.program in ("salloc", "sbatch") or "--executor" in c.argv and "slurm" in c.argv,
      "needs a Slurm allocation (tests/root/test_slurm.py runs the emulated one)"),
 )
+
+
+NOT_PARSED = ("make target", "placeholder", "not ours")  # no parser of the suite reads them
 
 
 def plan(command: DocCommand) -> tuple:
@@ -299,6 +304,8 @@ def map_input(token: str) -> str | None:
         return token  # made in the directory the command runs in
     if token in ("results/*.jsonl", "results/runs.jsonl"):
         return str(SMALL_RESULTS)
+    if token == "results/*.jsonl@explain":  # explain's --validate needs cells of several sizes
+        return str(REPO / "results" / f"{ENV_NAME}-explain.jsonl")
     path = REPO / token
     if path.exists():
         return str(path)
@@ -330,7 +337,8 @@ def rewrite(command: DocCommand, tmp: Path) -> list:
             continue
         # the subcommand (`data`, `results`, ...) is a word, even where a folder of that name exists
         is_word = i == 0 and command.program != "python"
-        mapped = map_input(token) if not token.startswith("-") and not is_word else None
+        explain_glob = command.subcommand == "explain" and token == "results/*.jsonl"
+        mapped = map_input(token + "@explain" if explain_glob else token) if not token.startswith("-") and not is_word else None
         if mapped is None and "*" in token:
             out += sorted(glob.glob(str(REPO / token)))
         else:
@@ -359,7 +367,8 @@ def first_of_each(commands: list) -> list:
 
 
 RUN = first_of_each([c for c in ALL if plan(c)[0] == "run"])
-PARSE = first_of_each([c for c in ALL if plan(c)[0] == "skip" and c.program != "make" and not placeholder(c)])
+PARSE = first_of_each([c for c in ALL if plan(c)[0] == "skip"
+                       and plan(c)[1] not in {why for name, _, why in NOT_RUN if name in NOT_PARSED}])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -411,6 +420,21 @@ def test_the_documented_command_runs(command, tmp_path):
 # the others parse
 
 
+def stand_ins(command: DocCommand, tmp: Path) -> list:
+    """The command's argv (without its program) with a stand-in for each input the user brings
+    (parsers check that inputs exist and, for a hostfile, read it): made in tmp, globs expanded."""
+    argv = []
+    for token in (a.replace("<env>", ENV_NAME) for a in command.argv[1:]):
+        if token not in input_paths(command.argv) or map_input(token) or glob.glob(str(REPO / token)):
+            argv.append(map_input(token) or token)
+            continue
+        path = tmp / token.lstrip("/").replace("*", "part-0")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("node1 slots=4\nnode2 slots=4\n" if "host" in path.name else "")
+        argv += sorted(glob.glob(str(tmp / token.lstrip("/")))) if "*" in token else [str(path)]
+    return argv
+
+
 class Parsed(Exception):
     """The subcommand's parser accepted the command line; nothing after it ran."""
 
@@ -423,7 +447,8 @@ def test_the_documented_command_parses(command, tmp_path, monkeypatch, capsys):
         missing = [f for f in files if not (REPO / f).is_file()]
         assert not missing, f"{command.where}: {command.text}: not in the repository: {missing}"
         return
-    argv = [a.replace("<env>", ENV_NAME) for a in command.argv[1:]]
+    monkeypatch.chdir(tmp_path)
+    argv = stand_ins(command, tmp_path)
     if argv[0] == "launch":
         from fleetbench.hosts import launch
 
@@ -438,7 +463,6 @@ def test_the_documented_command_parses(command, tmp_path, monkeypatch, capsys):
 
     # the subcommand would act (bring up namespaces, start daemons, run a sweep) after parsing
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
-    monkeypatch.chdir(tmp_path)
     (tmp_path / "my_sweep.yaml").write_text(MY_SWEEP)
     module = importlib.import_module(SUBCOMMANDS[argv[0]][0])
     try:

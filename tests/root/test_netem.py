@@ -3,6 +3,7 @@ import contextlib
 import fcntl
 import ipaddress
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -146,7 +147,9 @@ def test_network_dict_says_what_was_not_applied():
 
 def test_cli_bad_profile_is_one_line_and_creates_nothing(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(tmp_path))
-    assert netem.cli(["up", "--profile", "40gbe", "--name", "fbq"]) == 2
+    with pytest.raises(SystemExit) as exit_:  # its parser's choices
+        netem.cli(["up", "--profile", "40gbe", "--name", "fbq"])
+    assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--profile '40gbe'" in err[0]
     assert not list(tmp_path.iterdir())
@@ -484,3 +487,21 @@ def test_up_after_a_killed_up_clears_it_and_builds_the_cluster(cluster_name, tmp
     assert netem.status(cluster_name) is not None
     netem.down(cluster_name)
     assert _eventually(lambda: netem.leftovers(cluster_name) == []) and _no_cluster_files(cluster_name)
+
+
+@needs_cluster
+def test_the_documented_cluster_up_prints_what_docs_launch_md_shows(cluster_name, capsys):
+    # docs/launch.md shows `cluster up --nodes 2 --rate 2.5gbit --delay 0.05ms` and, in the block
+    # after it, what it prints; run through the command line (its flags' types included), under a
+    # private name and subnet, whose spelling is all that may differ
+    text = (REPO / "docs" / "launch.md").read_text()
+    shown = text[text.index("fleetbench cluster up --nodes 2 --rate 2.5gbit --delay 0.05ms"):]
+    shown = shown[shown.index("```\n\n```\n") + 8:].split("```")[0].strip().splitlines()
+    assert netem.cli(["up", "--nodes", "2", "--rate", "2.5gbit", "--delay", "0.05ms", "--name", cluster_name]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    subnet = netem.status(cluster_name)["subnet"]
+    expected = [re.sub(r"\bfb(?=-|:)", cluster_name, line).replace("10.77.0.", subnet.rsplit(".", 1)[0] + ".")
+                .replace("10.77.0.0/24", subnet) for line in shown]
+    if netem.status(cluster_name)["not_applied"] == []:  # a kernel with netem applies the delay
+        expected = [line for line in expected if not line.startswith("not applied:")]
+    assert [" ".join(line.split()) for line in printed] == [" ".join(line.split()) for line in expected]
