@@ -240,7 +240,8 @@ def _read(path: str, warn: bool = True) -> list[dict]:
                     print(f"fleetbench: warning: {where}: skipped a torn last line ({len(raw)} "
                           f"bytes, no newline: an interrupted write)", file=sys.stderr)
                 continue
-            raise RecordError(f"{where}: not a JSON record ({getattr(exc, 'msg', exc)}); expected one a line")
+            raise RecordError(f"{where}: not a JSON record ({getattr(exc, 'msg', exc)}); "
+                              "expected one JSON record a line")
         validate(record, where)
         records.append(record)
     return records
