@@ -3,7 +3,7 @@ import json
 import os
 
 import pytest
-from util import CPU_RANKS, fleetrun, rank_summaries, records, run_script
+from util import CPU_RANKS, REPO, fleetrun, rank_summaries, records, run_script
 
 from fleetbench.measure import metrics
 
@@ -96,12 +96,13 @@ def test_slowest_rank_decides(tmp_path):
 ])
 def test_bad_config_is_one_line_and_stores_nothing(tmp_path, args, message):
     store = tmp_path / "r.jsonl"
-    store.write_text('{"kept": true}\n')
+    kept = (REPO / "results" / "kvm-2vcpu-paddle2.6.2-cluster-ssh.jsonl").read_text().splitlines(keepends=True)[0]
+    store.write_text(kept)  # a stored record (a store with a line that is none is refused before any check)
     proc = run_script(SCRIPT, "--preset", "tiny", *args, "--results", store, **CPU_RANKS)
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert errors == [errors[0]] and errors[0].startswith(message), proc.stderr[-2000:]
-    assert store.read_text() == '{"kept": true}\n'
+    assert store.read_text() == kept
 
 
 def test_check_prints_the_resolved_config_and_launches_nothing(tmp_path):
