@@ -29,6 +29,7 @@ from fleetbench.analysis import cells as cellmod
 from fleetbench.analysis.cells import Cell
 
 TOPOLOGY_SHARE = (0.85, 0.7, 1.0)  # (point, slow end, fast end) of a link's data rate NCCL reaches
+DERIVED = "derived from the 1-node run"
 
 
 @dataclasses.dataclass
@@ -111,7 +112,7 @@ def derive(run: Cell, single: Cell, bound: str) -> tuple[alphabeta.Link | None, 
         how = "its whole all-reduce exposed"
     if bandwidth is None:
         return None, f"{exposed:.1f} ms exposed, more than the overlap model lets an all-reduce expose"
-    source = (f"derived from the 1-node run {run.label}: {exposed:.1f} ms a micro-step over the 1-GPU run, "
+    source = (f"{DERIVED} {run.label}: {exposed:.1f} ms a micro-step over the 1-GPU run, "
               f"{how}; hop latency unknown")
     return alphabeta.Link(0.0, bandwidth, d, source, latency_known=False), source
 
@@ -168,15 +169,17 @@ NOISE_SHARE = 0.01
 
 def backward_share(ref: Cell, method: str, cells: list[Cell], node_link, bound: str) -> tuple[float, str]:
     """Backward's share of a micro-step for `method` on `ref`'s work: learned from the work's 1-node
-    run of that method when the node's link is known without it (a comm record, the topology, or
-    derived from another method's run) and the run exposed more (or less) than the overlap model
-    says beyond noise (NOISE_SHARE); else overlap.BACKWARD_SHARE. The share at which the model
-    exposes what the run exposed, by bisection within [0, 2/3]."""
+    run of that method when the node's link was derived from another method's 1-node run (so the
+    node has no sharing, module doc 2, and this run's loss is all exposure) and the run exposed more
+    (or less) than the overlap model says beyond noise (NOISE_SHARE); else overlap.BACKWARD_SHARE
+    (a link from a comm record or the topology leaves the node's loss to node sharing). The share
+    at which the model exposes what the run exposed, by bisection within [0, 2/3]."""
     fast, point, slow = ranges.ordered(overlap.BACKWARD_SHARE, fast_high=True)
     default = ranges.pick(bound, fast, point, slow)
     runs = [c for c in _runs(ref, cells) if c.method == method and c.order is not None]
     single = cellmod.find_single(ref, cells)
-    if not runs or single is None or node_link is None or runs[0].label in node_link.source:
+    derived = node_link is not None and node_link.source.startswith(DERIVED)
+    if not runs or single is None or not derived or runs[0].label in node_link.source:
         return default, ""
     run = runs[0]
     node_ms, single_ms = _steps(run, single, bound)

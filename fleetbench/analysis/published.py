@@ -15,8 +15,9 @@ reference records (`fleetbench explain --published`) and GPU records without gra
                      accumulation, default 1): the bytes and calls a step sends are divided by it
     all-reduce calls one per gradient tensor for wfbp (its definition), else one per bucket of
                      Paddle's fused size (train/methods: 128 MiB after backward, 25 MiB overlapped)
-    device           a published record's "GPU" becomes config.runtime.device, so that the model
-                     takes its backend as NCCL (cells.Cell.gpu)
+    device           a published record's "GPU" (or no device: published tables are GPU tables)
+                     becomes config.runtime.device, so that the model takes its backend as NCCL
+                     (cells.Cell.gpu); config.device "CPU" keeps gloo
 
 Every derived figure is named in `metrics.derived`, so no one mistakes it for a measured one. A
 published record the model cannot read (unknown model without gradient bytes, unknown precision,
@@ -64,7 +65,8 @@ def _where(record: dict) -> str:
 
 
 def _key(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", str(name).lower())
+    """A model name compared: lower-case letters and digits, a remark in brackets dropped."""
+    return re.sub(r"[^a-z0-9]", "", re.sub(r"\(.*?\)|\[.*?\]", "", str(name).lower()))
 
 
 def known_models() -> str:
@@ -161,7 +163,8 @@ def complete(record: dict) -> dict:
     if is_published(record):
         out["method"] = METHODS.get(record["method"], record["method"])
         precision.name(out["config"].get("precision"), _where(record))
-        if str(out["config"].get("device", "")).upper() == "GPU":
+        device = str(out["config"].get("device") or "GPU").upper()
+        if device.startswith("GPU"):  # a published table that does not say ran on GPUs (they all do)
             out["config"].setdefault("runtime", {})["device"] = "gpu"
         if metrics.get("step_time_ms") is None and record["mode"] == "collective":
             m["step_time_ms"] = _step_ms(record)

@@ -226,15 +226,27 @@ def _share(value: float) -> str:
     return f"{0.0 if abs(value) < 0.005 else value:.0%}"  # no "-0%" for noise around zero
 
 
-WHY_OFF = ("borrowed", "assumed", "upper bound", "latency-bound", "unknown", "disturbed", "not modelled")
+# What a prediction's notes say about its weak inputs, each said in a phrase on a README row that
+# is off by more than 15% (marker in the note -> phrase).
+WHY_OFF = (("no comm record of network", "link from the network's rate (a ceiling), no comm record of it"),
+           ("latency unknown", "per-call latency not measured"),
+           ("host cost taken as 0", "no bsp cell of this work: host cost (packing gradients) taken as 0"),
+           ("thread scaling borrowed", "thread scaling borrowed from other works"),
+           ("assumed linear", "thread scaling assumed linear"),
+           ("host cost", "host cost borrowed from other works", "borrowed"),
+           ("upper bound", "overlap not measured: an upper bound"),
+           ("latency-bound", "latency-bound: as uncertain as its latency"),
+           ("not modelled", "method not modelled"))
 
 
 def _why_off(cell: dict) -> str:
-    """For a README row whose prediction is off by more than 15%: the notes that say why it may be."""
+    """For a README row whose prediction is off by more than 15%: what its notes say is weak."""
     if cell.get("prediction_error") is None or abs(cell["prediction_error"]) <= 0.15:
         return ""
-    flagged = [n for n in cell.get("prediction_notes") or [] if any(w in n for w in WHY_OFF)]
-    return "; ".join(flagged) or "no note explains it: the model misses something here"
+    notes = cell.get("prediction_notes") or []
+    said = [entry[1] for entry in WHY_OFF
+            if any(entry[0] in n and (len(entry) < 3 or entry[2] in n) for n in notes)]
+    return "; ".join(dict.fromkeys(said)) or "no note explains it: the model misses something here"
 
 
 def _lost(cell: dict) -> str:
