@@ -88,6 +88,8 @@ def _inter(network, shape: Shape, cells: list[Cell], comm: list, change: dict) -
             f"inter-node link by rate: {_share_note(change, None)}" + (f", {nics} NICs a node" if nics > 1 else "")]
     if shape.nodes > 1 and not any(c.network == network and c.shape.nodes > 1 for c in comm):
         rate, transport, nics = _network_rate(network, cells, comm)
+        if not rate and change.get("network_rate"):  # the predicted cell's own record says it
+            rate, transport, nics = change["network_rate"]
         if rate:
             share = delivered(change.get("transport") or transport, change.get("efficiency"))
             return network, [rate_cell(network, rate, share, comm, nics)], [
@@ -102,7 +104,8 @@ def _inter(network, shape: Shape, cells: list[Cell], comm: list, change: dict) -
 def completed(cell: Cell, network: str | None, shape: Shape, cells: list[Cell], comm: list,
               change: dict | None = None, bound: str = ranges.POINT) -> tuple[str | None, list, Found]:
     """(network name to look up, comm cells with what is derived added, a Found with notes and node
-    sharing). `change` may hold rate_gbit (replaces the network), transport, efficiency and nics."""
+    sharing). `change` may hold rate_gbit (replaces the network), transport, efficiency and nics,
+    and network_rate: (rate, transport, nics) of the network as the predicted cell's record gives it."""
     change = change or {}
     extra, found = [], Found(None, "", [])
     if shape.devices_per_node > 1 and cell.gpu:

@@ -154,6 +154,9 @@ def of_work(cell: Cell, cells: list[Cell], node_comm: alphabeta.Link | None, bou
     if link is None:
         link, source = assumed_link(cell, d, bound)
     notes.append(f"intra-node link {source}")
+    if not runs:
+        notes.append("no 1-node run of several GPUs of this work: node sharing (data loading, the host) "
+                     "unknown, none assumed, so this throughput is an upper bound")
     sharing = 1.0
     if runs and single is not None:
         sharing, note = _sharing(runs[0], single, link.at(d), bound)

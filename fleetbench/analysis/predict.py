@@ -40,10 +40,11 @@ class Target:
     efficiency: float | None = None  # share of the rate delivered, replacing the transport's
     nics: int | None = None  # NICs a node for a link given by rate
     sync_every: int | None = None  # micro-steps between all-reduces (None: the reference cell's)
+    network_rate: tuple | None = None  # (rate, transport, NICs) of `network` when no fitted record has it
 
     def change(self) -> dict:
         return {"rate_gbit": self.rate_gbit, "transport": self.transport, "efficiency": self.efficiency,
-                "nics": self.nics}
+                "nics": self.nics, "network_rate": self.network_rate}
 
     def describe(self, ref: Cell) -> str:
         net = f"rate {self.rate_gbit:g} Gbit/s" if self.rate_gbit else (self.network or "local")

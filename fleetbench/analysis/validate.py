@@ -142,13 +142,14 @@ def _row(cell: Cell, fitted: list[Cell], comm: list, cal: dict) -> dict:
         row["not_predicted"] = "no fitted 1-device run or control of this work: no compute to start from"
         return row
     target = Target(cell.method, cell.network, cell.shape, sync_every=cell.sync_every,
-                    nics=cell.nics if cell.nics > 1 else None)
+                    network_rate=(cell.rate_gbit, cell.transport, cell.nics) if cell.rate_gbit else None)
     prediction = predict_range(target, ref, fitted, comm, cal, emulated=cell.emulated)
     row.update(predicted_step_ms=prediction["predicted_step_ms"], from_cell=ref.label, notes=prediction["notes"],
                predicted_throughput=prediction["predicted_throughput"],
                predicted_throughput_range=prediction.get("predicted_throughput_range"))
     if prediction["predicted_step_ms"] is None:
-        row["not_predicted"] = next((n for n in prediction["notes"] if n.startswith(("no ", "base: no"))),
+        row["not_predicted"] = next((n for n in prediction["notes"] if n.startswith(("no link", "base: no",
+                                                                                   "no gradient bytes"))),
                                     "the model gave no step time")
     else:
         row["error"] = prediction["predicted_step_ms"] / cell.step_ms - 1

@@ -47,6 +47,27 @@ SOURCES = {
         "tables": ["###### Pre-training NVIDIA DGX A100 (8x A100 80GB)",
                    "###### Pre-training NVIDIA DGX A100 (8x A100 80GB) Multi-node Scaling"]},
 }
+RN50_NOTE = "ResNet-50 v1.5 (the parameters of ResNet-50: v1.5 moves a stride), one node"
+SOURCES.update({
+    "mxnet-rn50": {
+        "path": "MxNet/Classification/RN50v1.5/README.md", "model": "ResNet-50 v1.5", "kind": "rn50",
+        "framework": "MXNet NGC (kvstore device)", "method": "wfbp", "low": "amp_o2",
+        "assumed": [RN50_NOTE, "benchmark.py -b is the batch a GPU (runner: 'batch size per GPU'); --dtype "
+                    "float16 trains a float16 model with float32 master weights (the README's multi_precision): "
+                    "float16 gradients; the device kvstore reduces each parameter as the engine makes its "
+                    "gradient (one call a gradient, overlapped)"],
+        "tables": {"##### Training performance: NVIDIA DGX A100 (8x A100 80GB)": ("dgxa100", 512, 512),
+                   "##### Training performance: NVIDIA DGX-1 (8x V100 16GB)": ("dgx1", 192, 96),
+                   "##### Training performance: NVIDIA DGX-2 (16x V100 32GB)": ("dgx2", 256, 128)}},
+    "paddle-rn50": {
+        "path": "PaddlePaddle/Classification/RN50v1.5/README.md", "model": "ResNet-50 v1.5", "kind": "rn50",
+        "framework": "PaddlePaddle NGC (static graph, fleet fused all-reduce)", "method": "mgwfbp", "low": "amp",
+        "bucket_mb": 16,
+        "assumed": [RN50_NOTE, "256 images a GPU (the README's training setup); --amp without --use-pure-fp16 "
+                    "(its commands): float32 gradients; program.py fuses gradients into 16 MB all-reduces "
+                    "(fuse_grad_size_in_MB) with sync_nccl_allreduce, which may overlap less than modelled"],
+        "tables": {"##### Training performance: NVIDIA DGX A100 (8x A100 80GB)": ("dgxa100", 256, 256)}},
+})
 NUMBER = re.compile(r"(\d+(?:\.\d+)?)")
 
 
@@ -84,21 +105,24 @@ def _column(row: dict, *words: str) -> str | None:
     return row[key] if key is not None else None
 
 
-def _record(spec: dict, key: str, shape: tuple[int, int], config: dict, metrics: dict, cell: str) -> dict:
+def _record(spec: dict, key: str, shape: tuple[int, int], config: dict, metrics: dict, cell: str,
+            system: str = "dgxa100") -> dict:
     nodes, per_node = shape
     multi = "Multi-node" in cell
+    bert = spec["kind"] == "bert"
     record = {
-        "schema": results.SCHEMA, "time": "2024-04-04T00:00:00+00:00", "benchmark": "bert_large",
-        "mode": "collective", "method": "bsp", "preset": None,
-        "config": dict(config, model=spec["model"], framework=spec["framework"], device="GPU", gpu=GPU["dgxa100"]),
+        "schema": results.SCHEMA, "time": "2024-04-04T00:00:00+00:00", "benchmark": "bert_large" if bert else "resnet50",
+        "mode": "collective", "method": spec.get("method", "bsp"), "preset": None,
+        "config": dict(config, model=spec["model"], framework=spec["framework"], device="GPU", gpu=GPU[system]),
         "nodes": nodes, "devices_per_node": per_node, "world_size": nodes * per_node,
         "network": dict(DGXA100_NET) if multi else None, "metrics": metrics,
-        "topology": dict(TOPOLOGY["dgxa100"]), "env": None, "git": None, "error": None,
-        "source": {"kind": "published", "name": f"dle-{key}-dgxa100",
+        "topology": dict(TOPOLOGY[system]), "env": None, "git": None, "error": None,
+        "source": {"kind": "published", "name": f"dle-{key}" + ("-dgxa100" if bert else ""),
                    "citation": f"NVIDIA DeepLearningExamples {spec['path']} (commit {COMMIT}), {cell.split(' | ')[0]}",
                    "url": REPO + spec["path"], "cell": cell,
                    "derived": ["config.batch_size: the accumulated batch a GPU / its accumulation steps"],
-                   "assumed": spec["assumed"] + ["network and topology: NVIDIA DGX A100 datasheet, not in the table"]},
+                   "assumed": spec["assumed"] + [f"network and topology: NVIDIA {system.upper()} datasheet, not in "
+                                                 "the table"]},
     }
     record["id"] = uuid.uuid5(uuid.NAMESPACE_URL, f"{REPO}{spec['path']}#{cell}").hex
     results.validate(record, f"dle {key}: {cell}")
@@ -132,9 +156,28 @@ def bert_rows(spec: dict, key: str, heading: str, rows: list[dict]) -> list[dict
     return out
 
 
+def rn50_rows(spec: dict, key: str, heading: str, rows: list[dict]) -> list[dict]:
+    system, low_batch, full_batch = spec["tables"][heading]
+    out = []
+    for row in rows:
+        gpus = int(_column(row, "GPUs"))
+        full = "TF32" if _column(row, "Throughput - TF32") else "FP32"
+        for precision, column, batch in ((spec["low"], "Throughput - mixed precision", low_batch),
+                                         (full.lower(), f"Throughput - {full}", full_batch)):
+            config = {"batch_size": batch, "precision": precision}
+            if spec.get("bucket_mb"):
+                config["bucket_mb"] = spec["bucket_mb"]
+            metrics = {"throughput": float(NUMBER.search(_column(row, column))[1]), "unit": "images/s",
+                       "repeats": None}
+            cell = f"{heading.strip('# ')} | {gpus} GPUs | {precision}"
+            out.append(_record(spec, key, (1, gpus), config, metrics, cell, system))
+    return out
+
+
 def convert(key: str, text: str) -> list[dict]:
     spec = SOURCES[key]
-    return [r for heading in spec["tables"] for r in bert_rows(spec, key, heading, table_after(text, heading))]
+    rows = bert_rows if spec["kind"] == "bert" else rn50_rows
+    return [r for heading in spec["tables"] for r in rows(spec, key, heading, table_after(text, heading))]
 
 
 def main(argv=None) -> int:
