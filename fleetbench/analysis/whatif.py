@@ -21,7 +21,8 @@ def _work(row: dict) -> tuple:
             batch, row["method"])
 
 
-def _network_key(network) -> tuple:
+def network_order(network) -> tuple:
+    """Networks by rate (`25 Gbit/s` before `100 Gbit/s`), named ones after."""
     text = str(network or "local")
     number = text.split()[0]
     try:
@@ -46,7 +47,7 @@ def tables(rows: list[dict], target: float | None) -> list[dict]:
     rows = [r for r in rows if r.get("predicted_efficiency") is not None]
     for work, group in itertools.groupby(sorted(rows, key=lambda r: str(_work(r))), key=_work):
         group = list(group)
-        networks = sorted({r["network"] for r in group}, key=_network_key)
+        networks = sorted({r["network"] for r in group}, key=network_order)
         sizes = sorted({r["world_size"] for r in group})
         cells = {(r["world_size"], r["network"]): efficiency(r) for r in group}
         slowest = {}
