@@ -238,6 +238,8 @@ def prepare(args: LaunchArgs, env: dict) -> contract.RunIdentity:
     if not os.path.exists(args.script):
         raise LaunchError(f"SCRIPT {args.script}: no such file (expected a Python script)")
     results.check_appendable(results_path(args))
+    if args.log_dir is None:  # a --log_dir given was checked when read; the default is ./log
+        cmdline.check_output_dir(os.path.dirname(paddle_launch.new_log_dir()), "--log_dir (default)")
     device = args.flag("--devices")
     if device:
         flag = next(f for f in DEVICE_FLAGS if f in args.paddle)
@@ -328,7 +330,8 @@ def cli(argv: list[str]) -> int:
         identity = prepare(args, env)
         if args.hosts.on_hosts():
             return launch_on_hosts(args, args.hosts, identity, env, job_shape(args))
-    except (LaunchError, results.PathError, results.RecordError, contract.ContractError, HostsError) as e:
+    except (LaunchError, results.PathError, results.RecordError, contract.ContractError, HostsError,
+            cmdline.PathProblem) as e:
         print(f"fleetbench launch: error: {e}", file=sys.stderr)
         return 2
     log_dir = args.log_dir or paddle_launch.new_log_dir()
