@@ -69,9 +69,9 @@ def parsers() -> dict:
 def cli(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     top = parser()
-    if not argv or argv[0] in ("-h", "--help"):
+    if argv[:1] in (["-h"], ["--help"]):
         top.print_help()
-        return 0 if argv else 2
+        return 0
     args, rest = top.parse_known_args(argv[:2])
     if args.name is None:
         top.error("missing data set name (expected fleetbench data ACTION NAME)")

@@ -56,9 +56,13 @@ def usage() -> str:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
+    if argv[:1] in (["-h"], ["--help"]):
         print(usage())
-        return 0 if argv else 2
+        return 0
+    if not argv:  # an error is one line; the usage is for --help
+        print(f"fleetbench: error: missing subcommand (expected one of {', '.join(SUBCOMMANDS)}; "
+              "see fleetbench --help)", file=sys.stderr)
+        return 2
     name, rest = argv[0], argv[1:]
     if name not in SUBCOMMANDS:
         print(f"fleetbench: unknown subcommand {name!r}; expected one of {', '.join(SUBCOMMANDS)}",

@@ -200,7 +200,20 @@ class Parser(argparse.ArgumentParser):
     """argparse's parser, with every error one line (see the module docstring)."""
 
     def error(self, message: str) -> NoReturn:
+        required = re.fullmatch(r"the following arguments are required: (.*)", message)
+        if required:  # say what each missing one takes
+            wanted = [self._wanted(name) for name in required.group(1).split(", ")]
+            message = f"missing {required.group(1)} (expected {'; '.join(wanted)}; see {self.prog} --help)"
         self.exit(2, f"{self.prog}: error: {one_line(message, self.prog)}\n")
+
+    def _wanted(self, name: str) -> str:
+        for action in self._actions:
+            if name in action.option_strings or name in (action.dest, action.metavar):
+                if action.choices:
+                    return "one of " + ", ".join(map(str, action.choices))
+                kind = action.type.expected if isinstance(action.type, Kind) else None
+                return kind or action.metavar or action.dest.upper()
+        return name
 
     def parse_known_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):
         args = sys.argv[1:] if args is None else list(args)
@@ -254,9 +267,6 @@ def one_line(message: str, prog: str = "fleetbench") -> str:
         elif rest == "expected one argument":
             return f"{flag}: expected a value (write {flag}=VALUE for one that starts with '-')"
         return f"{flag}: {rest}" if rest.startswith(_ARGPARSE_PHRASES) else f"{flag} {rest}"
-    required = re.fullmatch(r"the following arguments are required: (.*)", message)
-    if required:
-        return f"missing {required.group(1)} (see {prog} --help)"
     if message.startswith("unrecognized arguments:"):
         return f"{message} (see {prog} --help)"
     return message

@@ -174,7 +174,7 @@ def parse_argv(argv: Sequence[str]) -> LaunchArgs:
             value, i = argv[i], i + 1
         _take_flag(out, name, value)
     if out.script is None:
-        raise LaunchError("missing SCRIPT (usage: fleetbench launch [launcher flags] SCRIPT [script args])")
+        raise LaunchError("missing SCRIPT (expected: fleetbench launch [launcher flags] SCRIPT [script args])")
     return out
 
 
@@ -321,9 +321,9 @@ def launch_on_hosts(args: LaunchArgs, opts: remote.HostOptions, identity: contra
 
 
 def cli(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
+    if argv[:1] in (["-h"], ["--help"]):
         print(USAGE)
-        return 0 if argv else 2
+        return 0
     try:
         args = parse_argv(argv)
         env = paddle_launch.child_env()
