@@ -6,6 +6,7 @@ import csv
 import json
 
 import pytest
+from util import cli_code
 
 from fleetbench.analysis import published, validate, whatif
 from fleetbench.report import explain
@@ -84,7 +85,7 @@ def test_grid_specs_expand_to_every_combination(text, expected):
 
 def test_target_efficiency_is_checked_before_anything_runs(tmp_path, capsys):
     path = write(tmp_path, table()[:4])
-    assert explain.cli([path, "--published", "--predict", "nodes=2", "--target-efficiency", "1.5"]) == 2
+    assert cli_code(explain.cli, [path, "--published", "--predict", "nodes=2", "--target-efficiency", "1.5"]) == 2
     assert explain.cli([path, "--published", "--target-efficiency", "0.9"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all("--target-efficiency" in line for line in err)
