@@ -1,0 +1,150 @@
+"""A cell's figures through time and the change points in them: the statistics of `fleetbench
+history` (pure: records in, series out).
+
+A series is one cell's successful runs (cells keyed by measure/experiment.cell_key, as `compare`
+keys them), in order of time, of Paddle version or of commit; consecutive runs of one Paddle
+build, host, commit and day are one *point* of it (a sweep's repeats). Candidate change points are
+found on the runs' throughputs by PELT (Killick, Fearnhead and Eckley 2012: the exact optimal
+segmentation under a penalty) with the l2 cost (a shift of the mean), from ruptures; the penalty
+is BIC's, log(n) x sigma^2, with sigma the runs' own noise estimated from successive differences
+(robust to the shifts themselves). Each candidate is then judged by analysis/compare.py between
+the runs before it and after it (Holm across every change of every cell), in compare's
+verdicts: faster, slower, same, insufficient; so a candidate is only called a change by the test
+`fleetbench compare` would apply. Disturbed runs are shown and left out of the detection, as they
+are left out of figures. Why not E-Divisive's own libraries: docs/compare.md.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from fleetbench.analysis import compare
+from fleetbench.measure import experiment, stability
+from fleetbench.measure.timing import summarize
+
+ORDERS = ("time", "paddle", "commit")
+MIN_SEGMENT = 2  # runs on each side of a change: a test needs a spread on both
+MIN_SERIES = 2 * MIN_SEGMENT  # fewer runs cannot show a change and the runs on both sides of it
+MAD_SCALE = stability.MAD_SCALE
+RESOLUTION = 0.002  # the least noise assumed, a fraction of the median: equal runs are not perfectly known
+
+
+def version_key(text: str | None) -> tuple:
+    """'2.6.2 CPU 8ce0de5' sorts before '3.3.1 CPU ...' and '2.10.0' after '2.6.2'."""
+    head = (text or "").split(" ", 1)[0]
+    return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.\-+]", head)), text or ""
+
+
+def run_point(record: dict) -> dict:
+    """What a run ran on, its point's label parts: date, Paddle build, host, commit."""
+    return {"date": (record.get("time") or "")[:10], "paddle": experiment.paddle_build(record.get("env")),
+            "host": experiment.host_class(record), "git": (record.get("git") or "")[:7]}
+
+
+def point_label(point: dict, by: str) -> str:
+    paddle = (point["paddle"] or "?").split(" ")[0]
+    if by == "paddle":
+        return f"Paddle {paddle}"
+    if by == "commit":
+        return point["git"] or "no commit"
+    return f"{point['date']} {paddle}" + (f" {point['git']}" if point["git"] else "")
+
+
+def order_key(by: str):
+    def key(record: dict):
+        time = record.get("time") or ""
+        if by == "paddle":
+            return version_key(experiment.paddle_build(record.get("env"))), time
+        return time
+    return key
+
+
+def series(records: list[dict], by: str = "time", ignore=(), match=(),
+           disturbed_pct: float = stability.DISTURBED_PCT) -> list[dict]:
+    """One series per cell with a successful run: {"key", "unit", "runs": [{id, time, throughput,
+    disturbed, point}], "points": [{label, n, mean, std, ids, first}]}. With `by="commit"` runs are
+    ordered by the first time their commit was seen, then by time."""
+    if by not in ORDERS:
+        raise ValueError(f"--by {by}: expected one of {', '.join(ORDERS)}")
+    runs = [r for r in compare.comparable_records(records) if r.get("error") is None and not r.get("source")]
+    canonical = compare.unify(experiment.cell_key(r, ignore, match) for r in runs)
+    cells: dict[tuple, list[dict]] = {}
+    for record in runs:
+        cells.setdefault(canonical[experiment.cell_key(record, ignore, match)], []).append(record)
+    out = []
+    for key in sorted(cells, key=compare.json_key):
+        runs = sorted(cells[key], key=order_key(by))
+        if by == "commit":
+            first = {}
+            for r in sorted(runs, key=lambda r: r.get("time") or ""):
+                first.setdefault(r.get("git"), r.get("time") or "")
+            runs.sort(key=lambda r: (first[r.get("git")], r.get("time") or ""))
+        out.append(_series(dict(key), runs, by, disturbed_pct))
+    return out
+
+
+def _series(key: dict, runs: list[dict], by: str, disturbed_pct: float) -> dict:
+    items = [{"id": r["id"], "time": r.get("time"), "throughput": r["metrics"]["throughput"],
+              "disturbed": stability.is_disturbed(r["metrics"], disturbed_pct),
+              "interference_cpu_pct": r["metrics"].get("interference_cpu_pct"),
+              "point": point_label(run_point(r), by)} for r in runs]
+    points: list[dict] = []
+    for index, item in enumerate(items):
+        if not points or points[-1]["label"] != item["point"]:
+            points.append({"label": item["point"], "ids": [], "first": index, "values": []})
+        points[-1]["ids"].append(item["id"])
+        if not item["disturbed"]:
+            points[-1]["values"].append(item["throughput"])
+    for point in points:
+        point.update(summarize(point.pop("values")))
+    return {"key": key, "unit": runs[0]["metrics"]["unit"], "runs": items, "points": points}
+
+
+def noise(values: list[float]) -> float:
+    """The runs' standard deviation within segments, from successive differences (each has twice
+    a run's variance; the median absolute deviation ignores the few differences that straddle a
+    shift), floored at RESOLUTION of the median so that equal runs do not make every run a change."""
+    import numpy as np
+    diffs = np.diff(np.asarray(values, dtype=float))
+    mad = float(np.median(np.abs(diffs - np.median(diffs)))) if len(diffs) else 0.0
+    return max(MAD_SCALE * mad / math.sqrt(2), RESOLUTION * abs(float(np.median(values))))
+
+
+def change_points(values: list[float]) -> list[int]:
+    """Indexes where a new segment starts (sorted): PELT (ruptures) on the l2 cost, penalty
+    log(n) x noise^2, segments of at least MIN_SEGMENT runs; none for fewer than MIN_SERIES runs."""
+    if len(values) < MIN_SERIES:
+        return []
+    import numpy as np
+    import ruptures
+    signal = np.asarray(values, dtype=float).reshape(-1, 1)
+    penalty = math.log(len(values)) * noise(values) ** 2
+    ends = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(signal).predict(pen=penalty)
+    return sorted(int(i) for i in ends if 0 < int(i) < len(values))
+
+
+def changes(all_series: list[dict], alpha: float = compare.ALPHA,
+            threshold_pct: float = compare.THRESHOLD_PCT) -> list[dict]:
+    """Every series with its change points: `segments` (start, end, n, mean, std) of its
+    undisturbed runs and `changes` (at: the run index where the new segment starts, its point,
+    and compare's figures between the segments on both sides), Holm across all changes."""
+    pending = []
+    for s in all_series:
+        quiet = [i for i, run in enumerate(s["runs"]) if not run["disturbed"]]
+        values = [s["runs"][i]["throughput"] for i in quiet]
+        s["segments"], s["changes"] = [], []
+        if not values:
+            continue
+        cuts = change_points(values)
+        bounds = [0] + cuts + [len(values)]
+        s["segments"] = [dict(summarize(values[a:b]), start=quiet[a], end=quiet[b - 1])
+                         for a, b in zip(bounds, bounds[1:])]
+        for a, cut, b in zip(bounds, bounds[1:-1], bounds[2:]):
+            change = {"at": quiet[cut], "point": s["runs"][quiet[cut]]["point"],
+                      "before": values[a:cut], "after": values[cut:b]}
+            s["changes"].append(change)
+            pending.append(change)
+    results = compare.compare_many([(c["before"], c["after"]) for c in pending], alpha, threshold_pct)
+    for change, result in zip(pending, results):
+        change.update(result.as_dict())
+    return all_series
