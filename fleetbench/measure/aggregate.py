@@ -52,7 +52,7 @@ def stability_fields(ok: list[dict], cv_threshold: float, disturbed_pct: float =
     adaptive repeats ended, disturbed runs not counted (stability.verdict; null without them)."""
     values = [r["metrics"]["throughput"] for r in ok]
     quiet = [not stability.is_disturbed(r["metrics"], disturbed_pct) for r in ok]
-    pool = quiet if any(quiet) else None  # every run disturbed: the figure is theirs, and says so
+    pool = stability.figure_quiet([r["metrics"] for r in ok], disturbed_pct)  # None: all disturbed, says so
     figure = stability.kept(values, pool)
     runs = [{"id": r["id"], "throughput": v, "disturbed": not q,
              "interference_cpu_pct": r["metrics"].get("interference_cpu_pct"),

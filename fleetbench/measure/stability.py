@@ -31,6 +31,11 @@ TARGET_CI_PCT = 2.0  # --until-stable: 95 % CI half-width of the mean within ±2
 MAX_REPEATS = 10  # --until-stable: runs of a cell at most, unless --max-repeats says otherwise
 MAD_LIMIT = 3.0  # outlier: more than this many scaled MADs from the median
 MAD_SCALE = 1.4826  # MAD x this estimates the std of normally distributed runs
+# A run is `disturbed` when more than this share (%) of the machine's CPU time in its timed window
+# went to processes outside the job (metrics.interference_cpu_pct, measure/interference.py), or a
+# process outside the job used one of its GPUs. 10 %: the machine's own daemons take ~1 %, a
+# neighbour on one of 2 cores takes ~50 %; a run slowed by a tenth is no figure of the job.
+DISTURBED_PCT = 10.0
 
 # Two-sided 95 % Student t quantiles t(0.975, df) (standard tables). A df between entries takes
 # the entry below it: a slightly larger t, so the interval is never narrower than it should be.
@@ -116,15 +121,22 @@ def kept(values: Sequence[float], quiet: Sequence[bool] | None = None) -> list[f
     every run without it) but the `excluded` outliers among them. Empty when every run was disturbed.
 
     The cv and the unstable flag stay computed over every run: the runs did disagree."""
+    return [values[i] for i in kept_indexes(values, quiet)]
+
+
+def kept_indexes(values: Sequence[float], quiet: Sequence[bool] | None = None) -> list[int]:
+    """Indexes of the runs `kept` keeps."""
     left_out = set(excluded(values, quiet))
-    return [values[i] for i in quiet_runs(values, quiet) if i not in left_out]
+    return [i for i in quiet_runs(values, quiet) if i not in left_out]
 
 
-# A run is `disturbed` when more than this share (%) of the machine's CPU time in its timed window
-# went to processes outside the job (metrics.interference_cpu_pct, measure/interference.py), or a
-# process outside the job used one of its GPUs. 10 %: the machine's own daemons take ~1 %, a
-# neighbour on one of 2 cores takes ~50 %; a run slowed by a tenth is no figure of the job.
-DISTURBED_PCT = 10.0
+def figure_quiet(metrics: Sequence[dict], limit_pct: float = DISTURBED_PCT) -> list[bool] | None:
+    """The `quiet` flags a figure of these runs (their metrics) uses: which runs were not disturbed;
+    None (every run) when all of them were, so that such a cell still has a figure, which says so."""
+    quiet = [not is_disturbed(m, limit_pct) for m in metrics]
+    return quiet if any(quiet) else None
+
+
 
 
 def is_disturbed(metrics: dict | None, limit_pct: float = DISTURBED_PCT) -> bool:

@@ -73,7 +73,7 @@ def circumstances(records: list[dict]) -> dict:
             "from": times[0] if times else None, "to": times[-1] if times else None}
 
 
-def run(base_paths: list[str], new_paths: list[str], ignore=(), match=(), alpha: float = compare.ALPHA,
+def run(base_paths: list[str], new_paths: list[str], *, ignore=(), match=(), alpha: float = compare.ALPHA,
         threshold_pct: float = compare.THRESHOLD_PCT, cv_threshold: float = stability.CV_THRESHOLD,
         disturbed_pct: float = stability.DISTURBED_PCT) -> dict:
     """The comparison as one object (the --json output); InputError / RecordError / KeyNameError
@@ -336,8 +336,8 @@ def cli(argv: list[str]) -> int:
     args, paths = parse_sides(argv, lambda nargs: parser(nargs=nargs))
     try:
         base, new = split_sides(paths)
-        report = run(base, new, args.ignore, args.match, args.alpha, args.threshold,
-                     args.cv_threshold / 100, args.disturbed)
+        report = run(base, new, ignore=args.ignore, match=args.match, alpha=args.alpha,
+                     threshold_pct=args.threshold, cv_threshold=args.cv_threshold / 100, disturbed_pct=args.disturbed)
     except (InputError, RecordError, experiment.KeyNameError) as exc:
         print(f"fleetbench compare: error: {exc}", file=sys.stderr)
         return 2

@@ -23,7 +23,7 @@ from fleetbench.report.output import save_chart
 from fleetbench.report.style import COLORS, DPI, FIGSIZE, MARGINS, STYLE, Figure, matplotlib, slug
 
 
-def run(paths: list[str], by: str = "time", ignore=(), match=(), alpha: float = compare.ALPHA,
+def run(paths: list[str], by: str = "time", *, ignore=(), match=(), alpha: float = compare.ALPHA,
         threshold_pct: float = compare.THRESHOLD_PCT, disturbed_pct: float = stability.DISTURBED_PCT) -> dict:
     """Every cell's series with its points, segments and changes (the --json output)."""
     records = compare.comparable_records(results.load(paths))
@@ -175,7 +175,8 @@ def parser() -> comparison.OneLineParser:
 def cli(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     try:
-        report = run(args.results, args.by, args.ignore, args.match, args.alpha, args.threshold, args.disturbed)
+        report = run(args.results, args.by, ignore=args.ignore, match=args.match, alpha=args.alpha,
+                     threshold_pct=args.threshold, disturbed_pct=args.disturbed)
     except (comparison.InputError, RecordError, experiment.KeyNameError) as exc:
         print(f"fleetbench history: error: {exc}", file=sys.stderr)
         return 2

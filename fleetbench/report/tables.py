@@ -304,7 +304,9 @@ def _caption(table: dict) -> str:
         spread = (f"n = {ns[0]} run{'s' if ns[0] != 1 else ''} per cell" if len(ns) == 1
                   else "n per cell as shown")
         if len(ns) == 1 and any(aggregate.figure_note(g) for g in groups):
-            spread += " (fewer where runs are excluded, as shown)"
+            what = ("outliers or disturbed runs" if any(aggregate.disturbed_out(g) for g in groups)
+                    else "outliers")
+            spread += f" (fewer where {what} are excluded, as shown)"
         origin = (f"Measured by fleetbench: mean ± sample std over repeats, {spread}, printed to the "
                   "digits the std supports.")
     text = f"Throughput in {', '.join(units)}. {origin}"
@@ -315,6 +317,18 @@ def _caption(table: dict) -> str:
     if notes:
         text += (" In brackets: speedup and scaling efficiency = throughput(N) / "
                  f"(N × baseline), ± from the standard errors of both means; {'; '.join(notes)}.")
+    text += _left_out_caption(groups)
+    if failed:
+        text += f" {failed} failed run(s) are counted, not averaged."
+    noise = sorted({k for g in table["groups"] for k in g["noise_differs"]})
+    if noise:
+        text += f" Pooled repeats differ only in {', '.join(noise)} (not part of the experiment)."
+    return text
+
+
+def _left_out_caption(groups: list[dict]) -> str:
+    """What the caption says of unstable cells, excluded outliers and disturbed runs."""
+    text = ""
     unstable = [g for g in groups if g.get("unstable")]
     if unstable:
         text += (f" {UNSTABLE_MARK} marks {len(unstable)} unstable cell(s): runs vary more than "
@@ -326,7 +340,7 @@ def _caption(table: dict) -> str:
                  "they are shown below the table with the mean over all runs.")
     disturbed = sum(len(g.get("disturbed") or ()) for g in groups)
     if disturbed:
-        text += (f" {disturbed} run(s) were disturbed: more than {groups[0]['disturbed_pct']:g}% of the machine's "
+        text += (f" {disturbed} run(s) were disturbed: more than {next(g['disturbed_pct'] for g in groups if g.get('disturbed')):g}% of the machine's "
                  "CPU time in their timed window went to processes outside the job (or another process "
                  "used its GPUs); they are shown below the table and left out of their cell's figure "
                  "unless every run of the cell was disturbed, which the cell then says.")
@@ -334,11 +348,6 @@ def _caption(table: dict) -> str:
     if kept:
         text += (f" {kept} more such run(s) stay in their cell's figure, marked (outlier, kept): "
                  "at most a quarter of a cell's runs are left out.")
-    if failed:
-        text += f" {failed} failed run(s) are counted, not averaged."
-    noise = sorted({k for g in table["groups"] for k in g["noise_differs"]})
-    if noise:
-        text += f" Pooled repeats differ only in {', '.join(noise)} (not part of the experiment)."
     return text
 
 
