@@ -6,11 +6,14 @@ keys them), in order of time, of Paddle version or of commit; consecutive runs o
 build, host, commit and day are one *point* of it (a sweep's repeats). Candidate change points are
 found on the runs' throughputs by PELT (Killick, Fearnhead and Eckley 2012: the exact optimal
 segmentation under a penalty) with the l2 cost (a shift of the mean), from ruptures; the penalty
-is BIC's, log(n) x sigma^2, with sigma the runs' own noise estimated from successive differences
-(robust to the shifts themselves). Each candidate is then judged by analysis/compare.py between
-the runs before it and after it (Holm across every change of every cell), in compare's
-verdicts: faster, slower, same, insufficient; so a candidate is only called a change by the test
-`fleetbench compare` would apply. Disturbed runs are shown and left out of the detection, as they
+is 3 log(n) x sigma^2 (the modified BIC of Zhang and Siegmund's order, stricter than BIC's
+log(n): with a few runs BIC split a flat series one time in two), sigma the runs' own noise
+estimated from successive differences (robust to the shifts themselves). Each candidate is then judged by analysis/compare.py between
+the runs before it and after it (Holm across every change of every cell, compare's minimum
+effect and bootstrap interval), in compare's
+verdicts: faster, slower, same, insufficient; the p-value is a permutation test of the best split
+(E-Divisive's way: the split was chosen as the strongest, so a plain two-sample test between its
+sides would be optimistic). Disturbed runs are shown and left out of the detection, as they
 are left out of figures. Why not E-Divisive's own libraries: docs/compare.md.
 """
 from __future__ import annotations
@@ -24,9 +27,13 @@ from fleetbench.measure.timing import summarize
 
 ORDERS = ("time", "paddle", "commit")
 MIN_SEGMENT = 2  # runs on each side of a change: a test needs a spread on both
+PENALTY = 3.0  # x log(n) x noise^2: see the module's docstring
 MIN_SERIES = 2 * MIN_SEGMENT  # fewer runs cannot show a change and the runs on both sides of it
 MAD_SCALE = stability.MAD_SCALE
 RESOLUTION = 0.002  # the least noise assumed, a fraction of the median: equal runs are not perfectly known
+PERMUTATION = "permutation"  # the test of a change found: split_p
+PERMUTATIONS = 999  # its resolution: p is a multiple of 1 / (PERMUTATIONS + 1)
+SEED = 34  # its random orders: a fixed input gives fixed p-values
 
 
 def version_key(text: str | None) -> tuple:
@@ -112,22 +119,48 @@ def noise(values: list[float]) -> float:
 
 def change_points(values: list[float]) -> list[int]:
     """Indexes where a new segment starts (sorted): PELT (ruptures) on the l2 cost, penalty
-    log(n) x noise^2, segments of at least MIN_SEGMENT runs; none for fewer than MIN_SERIES runs."""
+    PENALTY x log(n) x noise^2, segments of at least MIN_SEGMENT runs; none for fewer than MIN_SERIES runs."""
     if len(values) < MIN_SERIES:
         return []
     import numpy as np
     import ruptures
     signal = np.asarray(values, dtype=float).reshape(-1, 1)
-    penalty = math.log(len(values)) * noise(values) ** 2
+    penalty = PENALTY * math.log(len(values)) * noise(values) ** 2
     ends = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(signal).predict(pen=penalty)
     return sorted(int(i) for i in ends if 0 < int(i) < len(values))
+
+
+def split_statistic(values) -> float:
+    """The largest drop of the l2 cost one split of `values` can make: max over k of
+    k (n - k) / n x (mean of the first k - mean of the rest)^2 (a CUSUM statistic)."""
+    import numpy as np
+    x = np.asarray(values, dtype=float)
+    n = len(x)
+    k = np.arange(1, n)
+    left = np.cumsum(x)[:-1] / k
+    right = (x.sum() - np.cumsum(x)[:-1]) / (n - k)
+    return float(np.max(k * (n - k) / n * (left - right) ** 2)) if n > 1 else 0.0
+
+
+def split_p(values, permutations: int = PERMUTATIONS, seed: int = SEED) -> float:
+    """p of the best split of `values` against the same runs in random orders (a permutation test,
+    E-Divisive's way): the share of orders whose best split is at least as strong. The split was
+    chosen as the strongest, so a two-sample test between its sides would be optimistic; this one
+    pays for the choice."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    observed = split_statistic(values)
+    stronger = sum(split_statistic(rng.permutation(values)) >= observed for _ in range(permutations))
+    return (stronger + 1) / (permutations + 1)
 
 
 def changes(all_series: list[dict], alpha: float = compare.ALPHA,
             threshold_pct: float = compare.THRESHOLD_PCT) -> list[dict]:
     """Every series with its change points: `segments` (start, end, n, mean, std) of its
     undisturbed runs and `changes` (at: the run index where the new segment starts, its point,
-    and compare's figures between the segments on both sides), Holm across all changes."""
+    before/after: the runs of the segments on both sides, and compare's figures between them: the
+    change, its bootstrap interval, the minimum effect, the verdict). The p-value is the
+    permutation test's (`split_p`) over the two segments, Holm-adjusted across every change."""
     pending = []
     for s in all_series:
         quiet = [i for i, run in enumerate(s["runs"]) if not run["disturbed"]]
@@ -144,7 +177,13 @@ def changes(all_series: list[dict], alpha: float = compare.ALPHA,
                       "before": values[a:cut], "after": values[cut:b]}
             s["changes"].append(change)
             pending.append(change)
-    results = compare.compare_many([(c["before"], c["after"]) for c in pending], alpha, threshold_pct)
-    for change, result in zip(pending, results):
-        change.update(result.as_dict())
+    raw = [split_p(c["before"] + c["after"]) for c in pending]
+    for change, p, p_adj in zip(pending, raw, compare.holm(raw)):
+        base, new = change["before"], change["after"]
+        change_pct = 100.0 * (sum(new) / len(new)) / (sum(base) / len(base)) - 100.0
+        ci, method = compare.change_ci(base, new)
+        effect = compare.minimum_effect(base, new, threshold_pct)
+        change.update(compare.Result(change_pct=change_pct, ci95_pct=ci, ci_method=method, test=PERMUTATION,
+                                     note="", p_value=p, p_adjusted=p_adj, min_effect_pct=effect,
+                                     verdict=compare.verdict(change_pct, p_adj, effect, alpha)).as_dict())
     return all_series

@@ -189,6 +189,14 @@ def side_of(group: dict) -> dict:
             **{name: group.get(name) for name in ("paddle", "device", "host")}}
 
 
+def widen(ignore) -> tuple:
+    """`ignore` with the config's copy of each ignored cell-key field (a run's config repeats its
+    method: --ignore method must leave config.method out too, or bsp never meets mgwfbp)."""
+    from fleetbench.measure import experiment
+    names = tuple(ignore)
+    return names + tuple(f"config.{n}" for n in names if n in experiment.WORK and f"config.{n}" not in names)
+
+
 def unify(keys) -> dict[tuple, tuple]:
     """{cell key: the key it is matched as}. A key whose every item is in exactly one larger key
     (the largest of its kind), which adds config keys only, is matched as that one: a benchmark

@@ -82,7 +82,7 @@ def run(base_paths: list[str], new_paths: list[str], *, ignore=(), match=(), alp
     experiment.check_key_names(list(ignore), base + new, "--ignore")
     experiment.check_key_names(list(match), base + new, "--match")
     groups = [aggregate.aggregate(side, cv_threshold, disturbed_pct) for side in (base, new)]
-    matched = compare.match_cells(*groups, ignore=ignore, match=match)
+    matched = compare.match_cells(*groups, ignore=compare.widen(ignore), match=match)
     if not matched["pairs"]:
         raise InputError(no_common_cell(matched, groups))
     cells = compare.compare_pairs(matched["pairs"], alpha, threshold_pct)

@@ -31,7 +31,8 @@ def run(paths: list[str], by: str = "time", *, ignore=(), match=(), alpha: float
         raise comparison.InputError(f"{', '.join(paths)}: no successful measured throughput run")
     experiment.check_key_names(list(ignore), records, "--ignore")
     experiment.check_key_names(list(match), records, "--match")
-    cells = changepoints.changes(changepoints.series(records, by, ignore, match, disturbed_pct), alpha, threshold_pct)
+    cells = changepoints.changes(changepoints.series(records, by, compare.widen(ignore), match, disturbed_pct),
+                                 alpha, threshold_pct)
     for cell, name in zip(cells, comparison.labels([c["key"] for c in cells])):
         cell["label"] = name
         cell["name"] = chart_name(name)
