@@ -235,7 +235,8 @@ def console(report: dict) -> str:
 
 def markdown(report: dict) -> str:
     head = ("Cell", f"Base ({_unit(report)})", "New", "Change (95% CI, Holm-adjusted p)", "Verdict")
-    lines = [_sides_line(report), "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = [f"- {line.strip()}" for line in _sides_line(report).splitlines()]
+    lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(v.replace("|", "/") for v in row) + " |" for row in table_rows(report)]
     lines += [""] + [f"- {line}" for line in footer(report)]
     return "\n".join(lines) + "\n"

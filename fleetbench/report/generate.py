@@ -161,16 +161,29 @@ def extra_sections(base: list[str], new: list[str] | None, images_dir: str, link
             f"{history.text(trail, links, markdown=True)}"), written
 
 
-def write_html(args, base: list[str], new: list[str] | None) -> str:
-    """DIR/index.html: the report of both sides' records, then their comparison and history."""
+def check_dir(path: str, flag: str) -> None:
+    """ValueError (one line) unless `path` is, or can be made, a directory we can write in; found
+    before any chart is drawn."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"{flag} {path}: exists and is not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+        results.check_appendable(os.path.join(path, "index.html"), flag)
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: cannot create it ({exc.strerror or exc})") from None
+
+
+def write_html(args, base: list[str], new: list[str] | None) -> list[str]:
+    """DIR/index.html: the report of both sides' records, then their comparison and history; returns
+    the files written, the page last."""
     from fleetbench.report import html
     images = os.path.join(args.html, "images")
 
     def link(png: str) -> str:
         return os.path.relpath(os.path.abspath(png), os.path.abspath(args.html)).replace(os.sep, "/")
-    section, _ = build(base + (new or []), images, os.path.abspath(args.html), args.title, args.cv_threshold / 100)
-    more, _ = extra_sections(base, new, images, link)
-    return html.write(args.html, args.title, section + more)
+    section, written = build(base + (new or []), images, os.path.abspath(args.html), args.title, args.cv_threshold / 100)
+    more, files = extra_sections(base, new, images, link)
+    return written + files + [html.write(args.html, args.title, section + more)]
 
 
 def cli(argv: list[str]) -> int:
@@ -178,6 +191,8 @@ def cli(argv: list[str]) -> int:
     args, paths = comparison.parse_sides(argv, parser)
     try:
         base, new = comparison.split_sides(paths) if "--" in paths else (paths, None)
+        if args.html:
+            check_dir(args.html, "--html")
         if args.json:
             if new:
                 raise ValueError("--json prints the groups of one set of files: drop the -- (or use fleetbench compare --json)")
@@ -186,14 +201,14 @@ def cli(argv: list[str]) -> int:
         written = run(base + (new or []), args.images, args.readme, args.title, args.cv_threshold / 100) \
             if args.readme or not args.html else []
         if args.html:
-            written.append(write_html(args, base, new))
+            written += write_html(args, base, new)
         elif new:
             sys.stdout.write(extra_sections(base, new, args.images, lambda png: png)[0])
     except ValueError as exc:  # RecordError, KeyNameError, comparison.InputError, html.PageError are ValueErrors
         print(f"fleetbench report: {exc}", file=sys.stderr)
         return 2
     charts = sum(path.endswith(".png") for path in written)
-    print(f"fleetbench report: {charts} chart(s) (PNG + CSV) in {args.images}"
+    print(f"fleetbench report: {charts} chart(s) (PNG + CSV) in {args.images if not args.html else os.path.join(args.html, 'images')}"
           + (f"; results section of {args.readme} regenerated" if args.readme else "")
           + (f"; page {os.path.join(args.html, 'index.html')}" if args.html else ""),
           file=sys.stderr)

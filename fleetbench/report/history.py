@@ -79,11 +79,18 @@ def cell_lines(cell: dict, link: str | None) -> list[str]:
 
 def text(report: dict, links: dict, markdown: bool = False) -> str:
     head = (f"History of {len(report['cells'])} cell(s) in {', '.join(report['files'])}, by {report['by']}. "
-            f"Change points: PELT on shifts of the mean (ruptures; penalty log(n) x the runs' noise squared), "
-            f"each candidate tested as `fleetbench compare` tests (Holm over every change, minimum effect "
-            f"{report['threshold_pct']:g}% or the runs' cv).")
+            f"Change points: PELT on shifts of the mean (ruptures; penalty {changepoints.PENALTY:g} log(n) x the "
+            f"runs' noise squared), each one tested by a permutation test of the best split (Holm over every "
+            f"change) and called only when at least {report['threshold_pct']:g}% or the runs' cv, as "
+            f"`fleetbench compare` calls a change.")
     out = [head, ""]
+    single = [c for c in report["cells"] if len(c["points"]) < 2]
+    if markdown and single:  # a page shows histories; a cell measured once has none
+        out += [f"{len(single)} cell(s) measured at one point only (no history): "
+                + "; ".join(c["label"] for c in single) + ".", ""]
     for cell in report["cells"]:
+        if markdown and cell in single:
+            continue
         lines = cell_lines(cell, links.get(cell["name"]))
         if markdown:
             lines = [f"#### {lines[0]}", ""] + [f"- {line.strip()}" for line in lines[1:]]

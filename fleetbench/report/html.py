@@ -100,7 +100,7 @@ def page(title: str, text: str, base: str) -> str:
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{html.escape(title)}</title><style>{CSS}</style></head>\n<body>"
-            f"{toc(body)}<main><h1>{html.escape(title)}</h1>\n{sectioned(body)}</main></body></html>\n")
+            f"{toc(body)}<main><h1>fleetbench report</h1>\n{sectioned(body)}</main></body></html>\n")
 
 
 def write(out_dir: str, title: str, text: str) -> str:
