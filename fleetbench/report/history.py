@@ -80,8 +80,8 @@ def cell_lines(cell: dict, link: str | None) -> list[str]:
 def text(report: dict, links: dict, markdown: bool = False) -> str:
     head = (f"History of {len(report['cells'])} cell(s) in {', '.join(report['files'])}, by {report['by']}. "
             f"Change points: PELT on shifts of the mean (ruptures; penalty {changepoints.PENALTY:g} log(n) x the "
-            f"runs' noise squared), each one tested by a permutation test of the best split (Holm over every "
-            f"change) and called only when at least {report['threshold_pct']:g}% or the runs' cv, as "
+            f"runs' noise squared), each one tested by a permutation test of the best split (Holm over the "
+            f"cell's changes) and called only when at least {report['threshold_pct']:g}% or the runs' cv, as "
             f"`fleetbench compare` calls a change.")
     out = [head, ""]
     single = [c for c in report["cells"] if len(c["points"]) < 2]
@@ -151,7 +151,7 @@ def draw(cell: dict) -> bytes:
         ax.set_ylabel(cell["unit"])
         from fleetbench.report.style import finish
         png = finish(fig, ax, cell["label"], "dots: runs (hollow: disturbed, not in figures); lines: segment means; "
-                     "dashed: change points (PELT), tested as fleetbench compare tests")
+                     "dashed: change points (PELT), each tested by a permutation test (docs/compare.md)")
     return png
 
 
