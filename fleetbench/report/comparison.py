@@ -272,24 +272,23 @@ def footer(report: dict) -> list[str]:
 
 # ---- command line --------------------------------------------------------------------------------
 
-def percent(text: str) -> float:
+def _number(text: str, ok, expected: str) -> float:
+    """argparse type: float(text) when ok(value), else one line saying what was expected."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not 0 <= value < 1000:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a percentage >= 0, e.g. 5")
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}")
     return value
+
+
+def percent(text: str) -> float:
+    return _number(text, lambda v: 0 <= v < 1000, "a percentage >= 0, e.g. 5")
 
 
 def alpha_value(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a significance level between 0 and 1, e.g. 0.05")
-    return value
+    return _number(text, lambda v: 0 < v < 1, "a significance level between 0 and 1, e.g. 0.05")
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
