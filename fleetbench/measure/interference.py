@@ -138,10 +138,11 @@ def window(start: CpuSample | None, end: CpuSample | None) -> dict:
 
 def combine(per_rank: list[list[float]]) -> dict:
     """The record's figures from every rank's [interference %, job %, other GPU processes] (NaN
-    where a rank measured nothing): the most disturbed rank's machine decides."""
-    def most(index: int):
-        values = [row[index] for row in per_rank if row[index] == row[index]]  # NaN != NaN
-        return max(values) if values else None
-    gpu = most(2)
-    return {"interference_cpu_pct": most(0), "job_cpu_pct": most(1),
-            "interference_gpu_procs": None if gpu is None else int(gpu)}
+    where a rank measured nothing): the most disturbed rank's machine decides, and the job's share
+    is that rank's (so the two never add up past 100); other GPU processes, the most any rank saw."""
+    measured = [row for row in per_rank if row[0] == row[0]]  # NaN != NaN
+    worst = max(measured, key=lambda row: row[0]) if measured else None
+    gpu = [row[2] for row in per_rank if row[2] == row[2]]
+    return {"interference_cpu_pct": worst[0] if worst else None,
+            "job_cpu_pct": worst[1] if worst and worst[1] == worst[1] else None,
+            "interference_gpu_procs": int(max(gpu)) if gpu else None}

@@ -44,7 +44,8 @@ def test_the_window_subtracts_the_job_and_clamps():
 def test_ranks_combine_as_the_most_disturbed_machine():
     nan = float("nan")
     assert interference.combine([[3.0, 40.0, nan], [12.0, 35.0, nan]]) == {
-        "interference_cpu_pct": 12.0, "job_cpu_pct": 40.0, "interference_gpu_procs": None}
+        "interference_cpu_pct": 12.0, "job_cpu_pct": 35.0, "interference_gpu_procs": None}
+    assert interference.combine([[3.0, 40.0, 1.0], [2.0, 35.0, 0.0]])["interference_gpu_procs"] == 1
     assert interference.combine([[nan, nan, nan]])["interference_cpu_pct"] is None
     totals = metrics.reduce(metrics.RankFigures(1.0, 10, 10, 10, 0.1, 1.0, 1.0, 1.0, [7.0, 50.0, 2.0]), metrics.Alone())
     assert metrics.standard(totals, "images/s", 1, 0)["interference_gpu_procs"] == 2
