@@ -255,12 +255,13 @@ def format_pm(mean: float, spread: float | None, sep: str = " ± ") -> str:
 def run_mark(run_id: str, excluded_ids, outlier_ids, disturbed: dict | None = None) -> str:
     """What follows a run in a list of a cell's runs: ` (disturbed: 47% CPU to others)` (a run in
     `disturbed`, {id: what disturbed it}), ` (outlier, excluded)`, ` (outlier, kept)` (flagged
-    beyond `max_excluded`) or ""."""
-    if disturbed and run_id in disturbed:
-        return f" (disturbed: {disturbed[run_id]})"
+    beyond `max_excluded`), both when both (every run of the cell disturbed), or ""."""
+    marks = [f"disturbed: {disturbed[run_id]}"] if disturbed and run_id in disturbed else []
     if run_id in excluded_ids:
-        return " (outlier, excluded)"
-    return " (outlier, kept)" if run_id in outlier_ids else ""
+        marks.append("outlier, excluded")
+    elif run_id in outlier_ids:
+        marks.append("outlier, kept")
+    return f" ({'; '.join(marks)})" if marks else ""
 
 
 def disturbance_text(metrics: dict) -> str:
