@@ -58,11 +58,12 @@ def sweep(out: Path, name: str, cells: list[dict], repeats: int, venv: Path = VE
 
 
 def compare(out: Path, name: str, base: Path, new: Path, *flags) -> dict:
-    """`fleetbench compare BASE NEW --json`, stored as out/NAME.json; the report object."""
+    """`fleetbench compare BASE NEW --json`, stored as out/NAME.json; the report object, or
+    {"error": its one line} (a side whose runs all failed: the summary says so and goes on)."""
     proc = subprocess.run([str(VENV / "fleetbench"), "compare", str(base), str(new), "--json", *flags],
                           cwd=REPO, capture_output=True, text=True)
     if proc.returncode == 2:
-        raise SystemExit(f"compare {name}: {proc.stderr.strip()}")
+        return {"error": proc.stderr.strip(), "cells": []}
     (out / f"{name}.json").write_text(proc.stdout)
     return json.loads(proc.stdout)
 
@@ -85,6 +86,8 @@ def cell_text(c: dict) -> str:
 
 
 def line(name: str, report: dict, *paths: Path) -> str:
+    if report.get("error"):
+        return f"- {name}: NO COMPARISON: {report['error']}"
     noise = loudest(*paths)
     cells = "; ".join(cell_text(c) for c in report["cells"])
     return f"- {name}: {cells} (most interference in any run: {noise if noise is None else round(noise, 1)}%)"
@@ -108,8 +111,8 @@ def versions(out: Path, runs: int) -> list[str]:
     return [line("Paddle 2.6.2 -> 3.3.1, resnet50 tiny 1x1", compare(out, "versions", old, new), old, new)]
 
 
-def cluster(*args: str) -> None:
-    subprocess.run([str(VENV / "fleetbench"), "cluster", *args, "--name", CLUSTER], cwd=REPO, check=True)
+def cluster(*args: str, command: str = "cluster") -> None:
+    subprocess.run([str(VENV / "fleetbench"), command, *args, "--name", CLUSTER], cwd=REPO, check=True)
 
 
 def network(out: Path, runs: int) -> list[str]:
@@ -123,7 +126,8 @@ def network(out: Path, runs: int) -> list[str]:
         try:
             cluster("degrade", "1", "--cpu", str(cpu))  # node 1 of 0-1: not rank 0's node
             slow = sweep(out, f"degraded-{cpu}", [dict(CELL_2X1, method="mgwfbp", network="10gbe")], runs)
-        finally:
+        finally:  # the node sshds the sweep started first: they outlive their namespaces
+            cluster("down", command="sshd")
             cluster("down")
         lines.append(line(f"node 1 at --cpu {cpu}, mgwfbp 2x1 10gbe", compare(out, f"degrade-{cpu}", mg10, slow),
                           mg10, slow))
