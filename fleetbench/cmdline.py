@@ -67,18 +67,22 @@ def integer(low: int | None = None, high: int | None = None) -> Kind:
     return Kind(words, convert, tuple(dict.fromkeys(bad)))
 
 
-def number(low: float = 0.0, high: float | None = None, low_included: bool = False) -> Kind:
-    """A finite number above `low` (or from it, with low_included), at most `high`."""
-    words = f"a number {'>=' if low_included else '>'} {low:g}" + (f" and <= {high:g}" if high is not None else "")
+def number(low: float = 0.0, high: float | None = None, low_included: bool = False,
+           high_included: bool = True) -> Kind:
+    """A finite number above `low` (or from it, with low_included), up to `high` (below it, without
+    high_included)."""
+    words = f"a number {'>=' if low_included else '>'} {low:g}" + (
+        f" and {'<=' if high_included else '<'} {high:g}" if high is not None else "")
 
     def convert(text: str) -> float:
         value = float(str(text).strip())
         if not math.isfinite(value) or value < low or (value == low and not low_included) \
-                or (high is not None and value > high):
+                or (high is not None and (value > high or value == high and not high_included)):
             raise ValueError(text)
         return value
     bad = ["abc", "", "nan", "inf", str(low - 1)] + ([] if low_included else [f"{low:g}"])
-    return Kind(words, convert, tuple(bad) + ((f"{high * 2 + 1:g}",) if high is not None else ()))
+    bad += [] if high is None else [f"{high * 2 + 1:g}"] + ([] if high_included else [f"{high:g}"])
+    return Kind(words, convert, tuple(bad))
 
 
 def _nonempty(text: str) -> str:

@@ -24,12 +24,13 @@ def pytest_configure(config):
 TIERS = {"job": "job", "root": "root"}
 
 # Files whose tests exercise fleetbench's own logic the same way whatever Paddle build is installed
-# (sweep YAML and resume, generated Kubernetes documents, documented commands, charts), marked
+# (sweep YAML and resume, generated Kubernetes documents, documented commands, charts, the bad-input
+# matrix), marked
 # `build_neutral`: `make test` runs them on 2.6.2 only, which keeps the whole run under 20 minutes.
 # A file belongs here only if what its tests check is fleetbench's, not Paddle's: a sweep test may
 # train a tiny cell to test resume, but what it asserts is the sweep's bookkeeping.
-BUILD_NEUTRAL = {"test_k8s_crd.py", "test_k8s.py", "test_k8s_shape.py", "test_docs.py", "test_sweep.py", "test_bad_input.py",
-                 "test_plot.py"}
+BUILD_NEUTRAL = {"test_k8s_crd.py", "test_k8s.py", "test_k8s_shape.py", "test_docs.py", "test_sweep.py",
+                 "test_plot.py", "test_html_report.py", "test_bad_input.py"}
 
 
 def pytest_collection_modifyitems(config, items):

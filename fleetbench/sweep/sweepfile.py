@@ -35,6 +35,7 @@ import os
 
 import yaml
 
+from fleetbench import cmdline
 from fleetbench.emulate import netem
 from fleetbench.hosts import hostlist
 from fleetbench.measure import registry, results
@@ -282,6 +283,16 @@ def planned_network(cell: Cell) -> dict | None:
 def cell_key(cell: Cell, config: dict) -> str:
     return run_key(cell.benchmark, cell.preset, config, cell.mode, cell.nodes, cell.world_size,
                    planned_network(cell))
+
+
+def _preset(text: str) -> str:
+    if "/" in text or not os.path.isfile(os.path.join(SWEEP_DIR, f"{text}.yaml")):
+        names = sorted(f[:-5] for f in os.listdir(SWEEP_DIR) if f.endswith(".yaml"))
+        raise cmdline.Refused(f"{text!r}: no such sweep (expected one of {', '.join(names)})")
+    return text
+
+
+PRESET = cmdline.Kind("a sweep of fleetbench/presets/sweeps", _preset, ("nosuch", "", "../x"))
 
 
 def sweep_path(args: argparse.Namespace) -> str:

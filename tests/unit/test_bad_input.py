@@ -67,6 +67,8 @@ BASE = {
     ("slurm",): (["{sweep}"], []),
     ("report",): (["{store}"], []),
     ("explain",): (["{store}"], []),
+    ("compare",): (["{store}", "{store}"], []),
+    ("history",): (["{store}"], []),
     ("sweep",): (["{sweep}"], ["--dry-run"]),
     ("results", "import"): (["{log}"], []),
     ("topo",): ([], ["--input", "{topo}"]),
@@ -102,6 +104,12 @@ ROWS = {
     ("data", "name"): ["nosuch"],
     ("data", "get", "mnist-5k", "--wheel"): ["{bad_csv}"],
     ("launch", "--hostfile"): ["{bad_hostfile}"],
+    ("compare", "results"): ["{corrupt}"],
+    ("compare", "--ignore"): ["nosuch"],
+    ("compare", "--match"): ["nosuch"],
+    ("history", "results"): ["{corrupt}"],
+    ("history", "--ignore"): ["nosuch"],
+    ("history", "--match"): ["nosuch"],
     (*RUN_LAYER, "--preset"): ["nosuch"],
     (*RUN_LAYER, "--set"): ["nosuch=1", "batch_size=0"],
     # diagnose (its parser declares no kinds)
@@ -209,6 +217,8 @@ def argv_for(prefix: tuple, flag: str, positional: bool, value: str, tmp: Path) 
         if action.dest == flag:
             args.append(value)
             next(given, None)
+        elif action.nargs in ("+", "*"):  # the rest of the base's (compare's BASE NEW)
+            args += list(given)
         else:
             args += [v for v in [next(given, None)] if v is not None]
     kept = [o for i, o in enumerate(options) if flag not in (o, options[i - 1] if i else None)]
