@@ -166,14 +166,14 @@ def test_disturbed_and_outlying_runs_are_left_out_and_named(tmp_path, capsys):
 
 
 BAD = [
-    (["one.jsonl"], "expected two results files (BASE NEW) or BASE... -- NEW..., got 1 file and no --"),
+    (["A"], "expected two results files (BASE NEW) or BASE... -- NEW..., got 1 file and no --"),
     (["A", "--"], "the new side is empty"),
     (["--", "A"], "the base side is empty"),
     (["A", "B", "--match", "paddel"], "--match paddel: not a cell key; expected one of"),
     (["A", "B", "--ignore", "config.batchsize"], "--ignore config.batchsize: not a cell key"),
-    (["A", "missing.jsonl"], "missing.jsonl: cannot read results file"),
-    (["A", "B", "--threshold", "-1"], "--threshold: '-1': expected a percentage >= 0"),
-    (["A", "B", "--alpha", "5"], "--alpha: '5': expected a significance level between 0 and 1"),
+    (["A", "missing.jsonl"], "results missing.jsonl: cannot read it"),  # the shared parser's words (cmdline)
+    (["A", "B", "--threshold", "-1"], "--threshold '-1': expected a number >= 0 and < 1000"),
+    (["A", "B", "--alpha", "5"], "--alpha '5': expected a number > 0 and < 1"),
     (["A", "EMPTY"], "the new side (EMPTY) has no successful throughput run to compare"),
 ]
 
