@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -71,33 +70,34 @@ def heal(name: str, fault: list) -> None:
         fleetbench("cluster", "heal", node, "--name", name)
 
 
-def _loss_pct(report: dict, metrics: tuple) -> float | None:
-    found = [r["loss_pct"] for r in report["resolution"] if r["metric"] in metrics and r.get("judged")]
-    return min(found) if found else None
-
-
-def seen(report: dict, node: int, kind: str, value, clean_link: float) -> str:
-    """Whether one fault is inside what this diagnosis says it resolves: inside | edge | outside."""
-    if kind == "cpu":  # the node's quota: its matmul runs at `value` of a healthy node's (all cores busy)
-        loss = _loss_pct(report, ("matmul_gflops", "train_images_per_s"))
-        expected = 100 * (1 - float(value))
-    else:
-        entry = next((r for r in report["resolution"] if r["metric"] == "link_gbps" and r.get("judged")), None)
-        loss = entry["loss_pct"] if entry else None
-        expected = 100 * (1 - min(1.0, float(value.removesuffix("gbit")) / clean_link))
-    if loss is None:
+def seen(report: dict, kind: str, value) -> str:
+    """Whether one fault is inside what this diagnosis says it resolves (its `resolution`):
+    inside | edge | outside. A CPU quota of f runs the node's matmul and training step at f of a
+    healthy node's (every core busy); a link capped at r Gbit/s measures min(r, the test's
+    ceiling). Within MARGIN of the flagging threshold a fault is at the edge."""
+    names = ("matmul_gflops", "train_images_per_s") if kind == "cpu" else ("link_gbps", "iperf3_gbps")
+    entries = [r for r in report["resolution"] if r["metric"] in names and r.get("judged") and r["reference"] > 0]
+    if not entries:
         return "outside"
-    return "inside" if expected > loss + MARGIN_PCT else "outside" if expected < loss - MARGIN_PCT else "edge"
+    margin = MARGIN_PCT / 100
+    if kind == "cpu":
+        ratios = [(float(value), e["flagged_below"] / e["reference"]) for e in entries]
+    else:
+        rate = float(str(value).removesuffix("gbit"))
+        ratios = [(min(rate, e["ceiling"]) / e["reference"], e["flagged_below"] / e["reference"]) for e in entries]
+    if any(expected < threshold - margin for expected, threshold in ratios):
+        return "inside"
+    return "outside" if all(expected > threshold + margin for expected, threshold in ratios) else "edge"
 
 
-def score(report: dict, fault: list, clean_link: float) -> dict:
+def score(report: dict, fault: list) -> dict:
     """found / missed / edge / outside per fault part, and the false flags of this report."""
     faulted = {node for node, _, _ in fault}
     out = {"found": 0, "missed": 0, "edge": 0, "outside": 0, "false": []}
     for node, kind, value in fault:
         category = "compute" if kind == "cpu" else "network"
         hit = any(n["index"] == node and category in n["categories"] for n in report["nodes"])
-        where = seen(report, node, kind, value, clean_link)
+        where = seen(report, kind, value)
         out["found" if hit else "missed" if where == "inside" else where] += 1
     out["false"] = [f"node {n['index']}" for n in report["nodes"] if n["verdict"] != "healthy" and n["index"] not in faulted]
     out["false"] += [f"link {l['a']}-{l['b']}" for l in report["links"]
@@ -116,14 +116,13 @@ def run_size(n: int, args, rule_list: list, record: list) -> list[dict]:
     fleetbench("cluster", "up", "--nodes", n, "--profile", "10gbe", "--name", name)
     rows = []
     try:
-        hosts, opts = emulated_hosts(name), measure.Options(passes=args.passes)
+        hosts, opts = emulated_hosts(name), measure.Options(passes=args.passes, iperf3=args.iperf3)
         base, _ = clean_baseline(hosts, opts, rule_list, args.baseline_runs)
-        clean_link = statistics.median(s["link_gbps"]["mean"] for s in base["links"].values())
         record.append({"nodes": n, "baseline": base})
         for label, fault in ([("none", [])] if args.aa else faults(n, args.quick)):
             apply(name, fault)
             try:
-                rows.append(run_fault(n, label, fault, (hosts, opts, rule_list, base, clean_link), args, record))
+                rows.append(run_fault(n, label, fault, (hosts, opts, rule_list, base), args, record))
             finally:
                 heal(name, fault)
     finally:
@@ -132,7 +131,7 @@ def run_size(n: int, args, rule_list: list, record: list) -> list[dict]:
 
 
 def run_fault(n: int, label: str, fault: list, ctx: tuple, args, record: list) -> dict:
-    hosts, opts, rule_list, base, clean_link = ctx
+    hosts, opts, rule_list, base = ctx
     row = {"nodes": n, "fault": label, "times": [], **{m: [] for m in MODES}}
     for _ in range(args.aa or args.runs):
         start = time.monotonic()
@@ -140,7 +139,7 @@ def run_fault(n: int, label: str, fault: list, ctx: tuple, args, record: list) -
         row["times"].append(time.monotonic() - start)
         for mode, reference in zip(MODES, (None, base)):
             report = verdicts.report(m, rule_list, reference, hosts)
-            row[mode].append(score(report, fault, clean_link))
+            row[mode].append(score(report, fault))
             record.append({"nodes": n, "fault": label, "mode": mode, "report": report})
         print(f"  {n} nodes, {label}: {row['times'][-1]:.0f} s; peers {verdicts.flagged(record[-2]['report'])}, "
               f"baseline {verdicts.flagged(record[-1]['report'])}", file=sys.stderr, flush=True)
@@ -177,6 +176,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--baseline-runs", type=int, default=5, help="clean diagnoses the baseline is made of (default 5)")
     p.add_argument("--passes", type=int, default=3, help="node probe passes (the diagnosis's default 3)")
     p.add_argument("--quick", action="store_true", help="3 and 4 nodes, 4 faults, 1 run, 2 baseline runs, 1 pass")
+    p.add_argument("--iperf3", action="store_true", help="also iperf3 per pair (fleetbench diagnose --iperf3)")
     p.add_argument("--aa", type=int, default=0, metavar="N", help="clean A/A: N runs, no fault")
     p.add_argument("--json", help="write every measurement's reports and the baselines here")
     args = p.parse_args(argv)

@@ -2,11 +2,11 @@
 healthy runs (`fleetbench diagnose --save-baseline FILE --runs N`), each figure with its mean and
 its spread over the runs. Not pooled: every node and every link has its own.
 
-A figure's spread is its standard deviation over the runs, but never less than the metric's
-typical relative spread (the median of its figures' coefficients of variation) times its mean:
-with a few runs one figure's deviation can be small by chance, and a rule then would flag a healthy
-figure in ordinary run-to-run variation. With one run nothing is known of the spread (0: the
-rule's percentage alone judges).
+A figure's reference is its median over the runs and its spread their scaled MAD (one disturbed
+run moves neither), but never less than the metric's typical relative spread (the median over its
+figures of spread / median) times its median: with a few runs one figure's spread can be small by
+chance, and a rule then would flag a healthy figure in ordinary run-to-run variation. With one run
+nothing is known of the spread (0: the rule's percentage alone judges).
 
 The file also holds what it was made on (host class, Paddle build) and the hosts in node order:
 judging another machine, build or set of hosts against it is refused in one line.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 
 from fleetbench.diagnose import metrics
-from fleetbench.diagnose.rules import DiagnoseError, Reference
+from fleetbench.diagnose.rules import DiagnoseError, Reference, robust_spread
 
 KIND = "fleetbench-diagnose-baseline"
 VERSION = 2
@@ -33,9 +33,11 @@ def _numbers(figures: dict) -> dict[str, float]:
 
 
 def _stats(values: list[float]) -> dict:
-    mean = statistics.fmean(values)
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return {"mean": mean, "std": std, "n": len(values), "values": [round(v, 4) for v in values]}
+    """A figure over the runs: its median (the reference), its robust spread (what judges), and
+    mean and std as the record of what was measured."""
+    return {"median": statistics.median(values), "spread": robust_spread(values), "mean": statistics.fmean(values),
+            "std": statistics.stdev(values) if len(values) > 1 else 0.0, "n": len(values),
+            "values": [round(v, 4) for v in values]}
 
 
 def _group(runs: list[dict], part: str, key) -> dict[str, dict[str, dict]]:
@@ -58,8 +60,8 @@ def make_baseline(runs: list[dict], machine: dict, hosts: list[str]) -> dict:
     for part in ("nodes", "links", "cluster"):
         for figures in made[part].values():
             for metric, s in figures.items():
-                if s["n"] > 1 and s["mean"] > 0:
-                    cvs.setdefault(metric, []).append(s["std"] / s["mean"])
+                if s["n"] > 1 and s["median"] > 0:
+                    cvs.setdefault(metric, []).append(s["spread"] / s["median"])
     made["cv"] = {metric: statistics.median(values) for metric, values in sorted(cvs.items())}
     return made
 
@@ -70,8 +72,8 @@ def reference(baseline: dict, part: str, item: str, metric: str) -> Reference:
     stats = baseline.get(part, {}).get(item, {}).get(metric)
     if not stats:
         return Reference(None, kind=f"baseline has no {metric} for {part[:-1] if part != 'cluster' else 'all'} {item}")
-    floor = baseline.get("cv", {}).get(metric, 0.0) * stats["mean"]
-    return Reference(stats["mean"], max(stats["std"], floor), "baseline", stats["n"])
+    floor = baseline.get("cv", {}).get(metric, 0.0) * stats["median"]
+    return Reference(stats["median"], max(stats["spread"], floor), "baseline", stats["n"])
 
 
 def check_baseline(baseline, machine: dict, hosts: list[str], where: str) -> dict:

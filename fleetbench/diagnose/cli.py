@@ -45,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a probe is a failure")
     p.add_argument("--concurrent", action="store_true",
                    help="real hosts: each pass's node probes at once, each round's pairs at once")
+    p.add_argument("--iperf3", action="store_true",
+                   help="also iperf3 per pair (where Python's TCP probe tops out below the links' rate)")
     p.add_argument("--paddle-links", action="store_true",
                    help="also Paddle's sendrecv and all_reduce busbw per pair, then over all nodes (slower)")
     out = p.add_mutually_exclusive_group()
@@ -141,7 +143,7 @@ def _load_inputs(args) -> tuple[list, dict | None]:
 
 
 def _options(args) -> measure.Options:
-    return measure.Options(args.passes, args.seconds, args.timeout, args.concurrent, args.paddle_links)
+    return measure.Options(args.passes, args.seconds, args.timeout, args.concurrent, args.paddle_links, args.iperf3)
 
 
 def _save_baseline(args, hosts: list[Host], rule_list: list, first: dict, report: dict) -> dict:

@@ -19,18 +19,9 @@ from __future__ import annotations
 import statistics
 
 from fleetbench.diagnose import baseline as baselines
-from fleetbench.diagnose.rules import Reference, Rule
-from fleetbench.measure.stability import MAD_SCALE
+from fleetbench.diagnose.rules import Reference, Rule, robust_spread
 
 NO_PEERS = Reference(None, kind="no peers")
-
-
-def robust_spread(values: list[float]) -> float:
-    """The scaled MAD (a standard deviation that one odd figure does not inflate); 0 for one figure."""
-    if len(values) < 2:
-        return 0.0
-    middle = statistics.median(values)
-    return MAD_SCALE * statistics.median(abs(v - middle) for v in values)
 
 
 def peer_reference(values: list[float]) -> Reference:

@@ -16,7 +16,7 @@ import time
 
 from fleetbench.diagnose import judge, metrics, plan
 from fleetbench.diagnose.rules import Rule
-from fleetbench.diagnose.run import ProbeFailed, each, link_probe, node_probe, timed
+from fleetbench.diagnose.run import ProbeFailed, each, iperf3_probe, link_probe, node_probe, timed
 from fleetbench.hosts.hostlist import Host
 
 
@@ -27,6 +27,7 @@ class Options:
     timeout: float = 60.0
     concurrent: bool = False  # real hosts: a pass's node probes, a round's pairs at once
     paddle_links: bool = False
+    iperf3: bool = False
     link_seconds: float = 1.0
 
 
@@ -64,12 +65,18 @@ def probe_nodes(hosts: list[Host], opts: Options, phases: dict) -> tuple[dict, d
 
 
 def pair_test(a: Host, b: Host, opts: Options, phases: dict) -> dict:
-    """The raw TCP rate from a to b (and each end's CPU wait), with --paddle-links Paddle's busbw.
+    """The raw TCP rate from a to b (and each end's CPU wait), with --iperf3 iperf3's, with
+    --paddle-links Paddle's busbw.
     A failed test leaves the pair's `error` (a verdict, not a crash)."""
     try:
         found = timed(phases, "links_s", link_probe, a, b, opts.link_seconds, opts.timeout)
     except ProbeFailed as e:
         found = {"link_gbps": None, "error": str(e)}
+    if opts.iperf3:
+        try:
+            found.update(timed(phases, "iperf3_s", iperf3_probe, a, b, opts.link_seconds, opts.timeout))
+        except ProbeFailed as e:
+            found["error"] = "; ".join(x for x in (found.get("error"), f"iperf3: {e}") if x)
     if not opts.paddle_links:
         return found
     from fleetbench.diagnose import paddle_links

@@ -16,11 +16,13 @@ run-to-run noise cannot flag a healthy node.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from collections.abc import Callable
 
 import yaml
 
 from fleetbench.diagnose import metrics
+from fleetbench.measure.stability import MAD_SCALE
 
 CATEGORIES = ("compute", "memory", "network", "unreachable", "failed")
 SCOPES = ("node", "link", "cluster")  # cluster: the all-node job's figures, judged against a baseline only
@@ -47,6 +49,15 @@ class Reference:
     def band(self) -> float:
         """How far below the reference noise can carry a healthy figure."""
         return SPREADS * self.spread
+
+
+def robust_spread(values: list[float]) -> float:
+    """A spread one odd figure does not inflate: the scaled MAD (a standard deviation for normal
+    figures; fleetbench.measure.stability's rule for repeats); 0 for one figure."""
+    if len(values) < 2:
+        return 0.0
+    middle = statistics.median(values)
+    return MAD_SCALE * statistics.median(abs(v - middle) for v in values)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,7 @@ next. The emulated nodes share this machine's cores, so that is needed there; on
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import threading
 import time
@@ -87,6 +88,33 @@ def link_probe(a: Host, b: Host, seconds: float, timeout: float) -> dict:
         if recv.poll() is None:
             recv.kill()
             recv.wait()
+
+
+def iperf3_probe(a: Host, b: Host, seconds: float, timeout: float) -> dict:
+    """iperf3 from a to b for `seconds` (one TCP stream, C, the field's tool): iperf3_gbps as b
+    received it. A port taken on b is tried again on another."""
+    for _ in range(3):
+        port = str(random.randint(30000, 39999))
+        server = subprocess.Popen(reach.command(b, ["iperf3", "-s", "-1", "-B", b.address, "-p", port, "--forceflush"]),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            first = server.stdout.readline() + server.stdout.readline()  # a rule, then `Server listening on PORT`
+            if "Server listening" not in first:
+                continue
+            client = subprocess.run(reach.command(a, ["iperf3", "-c", b.address, "-p", port, "-t", f"{seconds:g}",
+                                                      "-J", "--connect-timeout", "5000"]),
+                                    capture_output=True, text=True, timeout=timeout, check=False)
+            got = json.loads(client.stdout or "{}")
+            if client.returncode != 0 or "end" not in got:
+                raise _why(got.get("error") or client.stderr or "iperf3 printed no result", a)
+            return {"iperf3_gbps": got["end"]["sum_received"]["bits_per_second"] / 1e9}
+        except subprocess.TimeoutExpired:
+            raise ProbeFailed("failed", f"link {a.index}-{b.index}: iperf3 gave no result within {timeout:g} s") from None
+        finally:
+            if server.poll() is None:
+                server.kill()
+            server.wait()
+    raise ProbeFailed("failed", f"node {b.index} ({b.name}): iperf3 -s could not listen (three ports tried)")
 
 
 _PHASES = threading.Lock()

@@ -1,4 +1,6 @@
-"""fleetbench diagnose on real emulated nodes: 3 nodes, node 0 given a quarter of the machine's CPUs.
+"""fleetbench diagnose on real emulated nodes: 3 nodes, node 0 given a tenth of the machine's CPUs
+(a tenth: the other work the root tier runs beside takes the cores too, and a quota of a quarter
+did not bind when the machine was 3 times oversubscribed).
 Node 0, and only it, is flagged (`compute` among its categories); its healthy peers are not, though
 node 0 sends their link tests short of CPU (issue 35: a starved node's slow link was charged to its
 healthy peer, and with 3 nodes the peer median was the slow figure itself). Heal and down leave no
@@ -25,12 +27,12 @@ def test_a_cpu_starved_node_of_three_is_the_one_flagged_and_its_peers_are_not(tm
     assert fleetbench("cluster", "up", "--nodes", 3, "--profile", "10gbe", "--name", name).returncode == 0
     group = degrade.cgroup_dir(f"{name}-node0")
     try:
-        p = fleetbench("cluster", "degrade", 0, "--cpu", "0.25", "--name", name)
+        p = fleetbench("cluster", "degrade", 0, "--cpu", "0.1", "--name", name)
         assert p.returncode == 0, p.stderr
         with open(os.path.join(group, "cpu.cfs_quota_us")) as f:
-            assert int(f.read()) == max(1000, round(0.25 * os.cpu_count() * degrade.PERIOD_US))
+            assert int(f.read()) == max(1000, round(0.1 * os.cpu_count() * degrade.PERIOD_US))
         status = json.loads(fleetbench("cluster", "status", "--json", "--name", name).stdout)
-        assert status["degraded"] == {"0": {"cpu": 0.25}}
+        assert status["degraded"] == {"0": {"cpu": 0.1}}
         store = tmp_path / "diag.jsonl"
         p = fleetbench("diagnose", "--cluster", name, "--json", "--results", store, "--passes", 2)
         assert p.returncode == 1, p.stdout + p.stderr
