@@ -8,7 +8,11 @@
    because it is short of CPU, and its row says which links it explains.
 2. Otherwise the link is blamed on an end whose other links are all slow too (a node with two
    links or more): that node is the common cause.
-3. Otherwise no end is set apart: two nodes (one link), or a slow link between two nodes whose
+3. A slow link both of whose ends waited for a CPU SATURATED of the test is `cpu-bound`: its figure
+   was set by the CPUs (a busy machine), not the link; no node is charged and it is no finding
+   (exit 0), its row says so. (At 1 Gbit/s the ends of a shaped link waited 1-7% of the test;
+   healthy links under a load of 10 on 2 cores, 40-75%.)
+4. Otherwise no end is set apart: two nodes (one link), or a slow link between two nodes whose
    other links are fine (a cable, a port). The link is slow, the exit code says so, no node is
    named. Likewise when every link of 3 or more nodes is slow: the network as a whole (or the
    probe), not a node.
@@ -31,8 +35,17 @@ def _all_slow(node: int, slow: dict, pairs: set) -> bool:
     return len(own) >= 2 and all(p in slow for p in own)
 
 
+def _cpu_bound(figures: dict) -> bool:
+    """Both ends waited for a CPU SATURATED of the test: the machine's CPUs set the figure, not the
+    link (a link slowed by the network leaves its ends asleep on the socket, not waiting to run)."""
+    return not figures.get("error") and all((figures.get(f"{end}_cpu_wait") or 0.0) >= SATURATED for end in ENDS)
+
+
 def _cause(pair: tuple[int, int], figures: dict, slow: dict, compute: set, pairs: set) -> dict:
     """How one slow link is accounted for: explained_by, blamed_on, or a note."""
+    if _cpu_bound(figures) and not compute & set(pair):
+        return {"note": f"cpu-bound: both ends waited for a CPU ({figures['a_cpu_wait']:.0%}, "
+                        f"{figures['b_cpu_wait']:.0%} of the test): the CPUs, not the link, set this figure"}
     explained = sorted({n for n in pair if n in compute} | set(_saturated(figures, pair)))
     if explained:
         return {"explained_by": explained}
@@ -54,12 +67,12 @@ def blame(links: dict[tuple[int, int], dict], slow: dict[tuple[int, int], list[d
     verdicts, charged, explains = [], {}, {}
     for pair in sorted(links):
         found = slow.get(pair, [])
-        state = "failed" if links[pair].get("error") else "slow" if found else "healthy"
+        cause = _cause(pair, links[pair], slow, compute, pairs) if found else {}
+        state = "failed" if links[pair].get("error") else "healthy" if not found else \
+            "cpu-bound" if cause.get("note", "").startswith("cpu-bound") else "slow"
         row = {"a": pair[0], "b": pair[1], "verdict": state, "categories": sorted({v["category"] for v in found}),
-               "violations": found, **links[pair]}
+               "violations": found, **links[pair], **cause}
         if found:
-            cause = _cause(pair, links[pair], slow, compute, pairs)
-            row.update(cause)
             for node in cause.get("explained_by", []):
                 explains.setdefault(node, []).append(f"{pair[0]}-{pair[1]}")
             for node in cause.get("blamed_on", []):

@@ -16,6 +16,8 @@ Blame follows cause (blame.py).
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 import statistics
 
 from fleetbench.diagnose import baseline as baselines
@@ -59,11 +61,21 @@ def verdict(node: int, violations: list[dict]) -> dict:
             "violations": violations}
 
 
+def with_own_noise(ref: Reference | None, twice: list | None) -> Reference | None:
+    """The reference's spread widened by the figure's own when it was measured twice (a figure
+    that moved a lot between its two measurements is that noisy: the spread of a difference adds
+    both). A sick node measures low twice alike; a healthy one disturbed by a neighbour does not."""
+    if ref is None or not twice or None in twice:
+        return ref
+    return dataclasses.replace(ref, spread=math.hypot(ref.spread, abs(twice[0] - twice[1]) / math.sqrt(2)))
+
+
 def judge_nodes(figures: dict[int, dict], rules: list[Rule], baseline: dict | None = None,
-                problems: dict[int, tuple[str, str]] | None = None) -> list[dict]:
+                problems: dict[int, tuple[str, str]] | None = None, remeasured: dict | None = None) -> list[dict]:
     """One verdict per node. `figures`: node -> {metric: value}; `problems`: node -> (category,
-    message) for a node that could not be reached or whose probe failed (a verdict, not a crash)."""
-    problems = problems or {}
+    message) for a node that could not be reached or whose probe failed (a verdict, not a crash);
+    `remeasured`: "node i" -> {metric: [first, second]}."""
+    problems, remeasured = problems or {}, remeasured or {}
     verdicts = []
     for node in sorted(set(figures) | set(problems)):
         if node in problems:
@@ -79,6 +91,7 @@ def judge_nodes(figures: dict[int, dict], rules: list[Rule], baseline: dict | No
                     violations.append(failure(f"{rule.metric} not measured on this node (its peers measured it)"))
                 continue
             ref = node_reference(node, rule.metric, figures, baseline) if rule.needs_reference else None
+            ref = with_own_noise(ref, remeasured.get(f"node {node}", {}).get(rule.metric))
             if rule.broken_by(value, ref):
                 violations.append(_violation(rule, value, ref))
         verdicts.append(verdict(node, violations))
@@ -107,15 +120,18 @@ def link_references(values: dict, rule: Rule, baseline: dict | None) -> dict:
     return peer_link_references(values, rule)[0]
 
 
-def slow_links(links: dict[tuple[int, int], dict], rules: list[Rule], baseline: dict | None) -> dict:
+def slow_links(links: dict[tuple[int, int], dict], rules: list[Rule], baseline: dict | None,
+               remeasured: dict | None = None) -> dict:
     """pair -> the violations of its figures (and of its failed test)."""
     slow: dict[tuple[int, int], list[dict]] = {}
+    remeasured = remeasured or {}
     for rule in (r for r in rules if r.scope == "link"):
         values = {pair: f.get(rule.metric) for pair, f in links.items() if f.get(rule.metric) is not None}
         refs = link_references(values, rule, baseline) if rule.needs_reference else {}
         for pair, value in sorted(values.items()):
-            if rule.broken_by(value, refs.get(pair)):
-                slow.setdefault(pair, []).append(_violation(rule, value, refs.get(pair)))
+            ref = with_own_noise(refs.get(pair), remeasured.get(f"link {pair[0]}-{pair[1]}", {}).get(rule.metric))
+            if rule.broken_by(value, ref):
+                slow.setdefault(pair, []).append(_violation(rule, value, ref))
     for pair, f in sorted(links.items()):
         if f.get("error"):
             slow.setdefault(pair, []).append(failure(f["error"]))

@@ -114,10 +114,11 @@ def breaking(m: dict, rules: list[Rule], references: list[dict | None]) -> tuple
     """The nodes and links with a figure that breaks a rule under any of the judgements."""
     nodes, links = set(), set()
     for baseline in references:
-        for v in judge.judge_nodes(m["nodes"], rules, baseline):
+        for v in judge.judge_nodes(m["nodes"], rules, baseline, None, m["remeasured"]):
             if any(x["value"] is not None for x in v["violations"]):
                 nodes.add(v["index"])
-        slow = judge.slow_links({p: f for p, f in m["links"].items() if not f.get("error")}, rules, baseline)
+        slow = judge.slow_links({p: f for p, f in m["links"].items() if not f.get("error")}, rules, baseline,
+                                m["remeasured"])
         links |= set(slow)
     return nodes, links
 

@@ -31,8 +31,8 @@ def not_measured(rules: list[Rule], m: dict) -> list[dict]:
 
 def report(m: dict, rules: list[Rule], baseline: dict | None, hosts: list[Host]) -> dict:
     """The verdicts of measurement `m` (fleetbench.diagnose.measure.measure)."""
-    nodes = judge.judge_nodes(m["nodes"], rules, baseline, m["problems"])
-    slow = judge.slow_links(m["links"], rules, baseline)
+    nodes = judge.judge_nodes(m["nodes"], rules, baseline, m["problems"], m["remeasured"])
+    slow = judge.slow_links(m["links"], rules, baseline, m["remeasured"])
     links, charged, explains = blame.blame(m["links"], slow, nodes)
     by_index = {h.index: h for h in hosts}
     nodes = [_remeasured({**n, "host": by_index[n["index"]].name, "address": by_index[n["index"]].address,
@@ -49,16 +49,17 @@ def report(m: dict, rules: list[Rule], baseline: dict | None, hosts: list[Host])
 
 
 def exit_code(report: dict) -> int:
-    """0 when every node, every link and the all-node job (when run) are healthy, else 1."""
+    """0 when every node, every link and the all-node job (when run) are healthy, else 1 (a
+    cpu-bound link is not a finding: its test measured the CPUs, not the link; its row says so)."""
     cluster_ok = report.get("cluster", {}).get("verdict", "healthy") == "healthy"
-    links_ok = all(l["verdict"] == "healthy" for l in report["links"])
+    links_ok = all(l["verdict"] in ("healthy", "cpu-bound") for l in report["links"])
     return 0 if cluster_ok and links_ok and all(n["verdict"] == "healthy" for n in report["nodes"]) else 1
 
 
 def flagged(report: dict) -> list[str]:
     """What a report flags, as short names: `node 2 compute`, `link 0-3` (for summaries)."""
     out = [f"node {n['index']} {','.join(n['categories'])}" for n in report["nodes"] if n["verdict"] != "healthy"]
-    out += [f"link {l['a']}-{l['b']}" for l in report["links"] if l["verdict"] != "healthy"]
+    out += [f"link {l['a']}-{l['b']}" for l in report["links"] if l["verdict"] not in ("healthy", "cpu-bound")]
     if report.get("cluster", {}).get("verdict", "healthy") != "healthy":
         out.append("all nodes")
     return out

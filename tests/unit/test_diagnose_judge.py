@@ -205,9 +205,31 @@ def test_a_link_end_saturated_during_the_test_explains_its_slow_link():
     links[(1, 3)] = {"link_gbps": 3.0, "a_cpu_wait": 0.45, "b_cpu_wait": 0.02}  # node 1 (sender) waited
     report = _report(_m(_nodes(4), links))
     assert _flagged(report) == ["link 1-3"] and report["links"][4]["explained_by"] == [1]
-    links[(1, 3)] = {"link_gbps": 3.0, "a_cpu_wait": 0.45, "b_cpu_wait": 0.40}  # the whole machine busy
+    links[(1, 3)] = {"link_gbps": 3.0, "a_cpu_wait": 0.15, "b_cpu_wait": 0.10}  # both ends a little busy
     report = _report(_m(_nodes(4), links))
     assert "explained_by" not in report["links"][4] and "neither end set apart" in report["links"][4]["note"]
+
+
+def test_a_slow_link_whose_ends_both_waited_for_a_cpu_is_cpu_bound_not_a_finding():
+    # measured beside other work (load 10 on 2 cores): a healthy link's ends waited 40-75% of the
+    # test, while the ends of a link shaped to 1 Gbit/s waited 1-7%: they sleep on the socket
+    links = _links(4)
+    links[(0, 1)] = {"link_gbps": 3.8, "a_cpu_wait": 0.50, "b_cpu_wait": 0.62}
+    links[(2, 3)] = {"link_gbps": 0.96, "a_cpu_wait": 0.01, "b_cpu_wait": 0.05}
+    report = _report(_m(_nodes(4), links))
+    assert report["links"][0]["verdict"] == "cpu-bound" and "cpu-bound: both ends waited" in report["links"][0]["note"]
+    assert _flagged(report) == ["link 2-3"] and verdicts.exit_code(report) == 1
+    links[(2, 3)] = {"link_gbps": 9.5}
+    assert verdicts.exit_code(_report(_m(_nodes(4), links))) == 0  # a cpu-bound link alone is no finding
+
+
+def test_a_figure_that_moved_between_its_two_measurements_is_judged_with_that_much_room():
+    nodes = _nodes(4)
+    nodes[0]["train_images_per_s"] = 300.0  # 40% below its peers (500)
+    m = _m(nodes, remeasured={"node 0": {"train_images_per_s": [300.0, 300.0]}})
+    assert _flagged(_report(m)) == ["node 0 compute"]  # low twice alike: sick
+    m = _m(nodes, remeasured={"node 0": {"train_images_per_s": [120.0, 300.0]}})
+    assert _flagged(_report(m)) == []  # 120 then 300: a neighbour, not the node
 
 
 def test_a_slow_link_between_nodes_whose_other_links_are_fine_is_charged_to_neither():
