@@ -15,7 +15,7 @@ rates 1, 2, 5 and 8 Gbit/s (up to the 10 Gbit/s links and the probe's ceiling) o
 a CPU fault and a link fault at once on two nodes.
 
     python bench/diagnose_matrix.py                    # 3, 4, 6, 8 nodes, 3 runs a fault
-    python bench/diagnose_matrix.py --quick            # 3 and 4 nodes, 4 faults, 1 run, passes 1
+    python bench/diagnose_matrix.py --quick            # 3 and 4 nodes, 4 faults, 1 run, passes 2
     python bench/diagnose_matrix.py --aa 10 --sizes 4  # clean A/A: 10 runs against a baseline of 5 others
     ... --json matrix.json                             # every measurement and verdict, for tracing
 (root; clusters named fbdm<N>, brought up and torn down here; nothing else may run beside it if
@@ -175,13 +175,13 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=3, help="diagnoses per fault (default 3)")
     p.add_argument("--baseline-runs", type=int, default=5, help="clean diagnoses the baseline is made of (default 5)")
     p.add_argument("--passes", type=int, default=3, help="node probe passes (the diagnosis's default 3)")
-    p.add_argument("--quick", action="store_true", help="3 and 4 nodes, 4 faults, 1 run, 2 baseline runs, 1 pass")
+    p.add_argument("--quick", action="store_true", help="3 and 4 nodes, 4 faults, 1 run, 2 baseline runs, 2 passes")
     p.add_argument("--iperf3", action="store_true", help="also iperf3 per pair (fleetbench diagnose --iperf3)")
     p.add_argument("--aa", type=int, default=0, metavar="N", help="clean A/A: N runs, no fault")
     p.add_argument("--json", help="write every measurement's reports and the baselines here")
     args = p.parse_args(argv)
     if args.quick:
-        args.runs, args.baseline_runs, args.passes = 1, 2, 1
+        args.runs, args.baseline_runs, args.passes = 1, 2, 2
     args.sizes = [int(x) for x in (args.sizes or ("3,4" if args.quick else "3,4,6,8")).split(",")]
     return args
 
