@@ -15,6 +15,12 @@ NOISE_KEYS are what may differ between repeats of one experiment: the seed (a re
 seed is still a repeat), who chose the thread count (the count itself is part of the config) and
 the sweep's until-stable policy (runtime.repeats: how many runs were asked for, not how they ran).
 Run-time values such as ports and addresses are not in the config at all.
+
+The cell key is declared here once (WORK, CIRCUMSTANCES): what defines a cell of work, and what
+it merely ran on or with. An Experiment is both, so repeats pool only on one build and machine;
+`fleetbench compare` and `history` match cells on WORK and compare across circumstances; a scaling
+baseline (`comparable`) shares a cell's work but for the job's size, network and method, and its
+circumstances.
 """
 from __future__ import annotations
 
@@ -28,6 +34,18 @@ NOISE_KEYS = ("seed", "runtime.threads.source", "runtime.repeats.until_stable", 
 # node (threads, PS server/worker counts): left out when looking for a comparable baseline.
 METHOD_KEYS = ("method", "mode")
 RUNTIME_PREFIX = "runtime."
+
+# What defines a cell of work: two runs equal on these measured the same work (the config without
+# NOISE_KEYS, so precision, batch and every model setting are in it).
+WORK = ("source", "benchmark", "preset", "mode", "method", "network", "nodes", "devices_per_node",
+        "world_size", "config")
+# What the work ran on and with, per group; each run also has its own time and git commit. The
+# config repeats the Paddle version (runtime.paddle): a circumstance, not part of the work.
+CIRCUMSTANCES = ("paddle", "device", "host")
+CONFIG_CIRCUMSTANCES = ("config.runtime.paddle",)
+RUN_CIRCUMSTANCES = ("time", "git")
+# The job's size: what a scaling curve varies.
+SHAPE = ("nodes", "devices_per_node", "world_size")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,8 +86,53 @@ def of(record: dict) -> Experiment:
         config=json.dumps(_without(record["config"], NOISE_KEYS), sort_keys=True, default=str))
 
 
+assert tuple(f.name for f in dataclasses.fields(Experiment)) == WORK[:-1] + CIRCUMSTANCES + ("config",)
+
+
+class KeyNameError(ValueError):
+    """A key name that is neither a field of the cell key nor a config key (one line)."""
+
+
+def key_fields(item: dict) -> dict:
+    """{name: value} of a record's or an aggregation group's cell key and circumstances: WORK,
+    CIRCUMSTANCES, the config flattened to dotted `config.` keys (JSON text), and for a record its
+    time and git."""
+    fields = of(item).fields() if "metrics" in item and "schema" in item else dict(item)
+    out = {name: fields.get(name) for name in WORK + CIRCUMSTANCES if name != "config"}
+    out.update({f"config.{k}": v for k, v in flat_config(fields.get("config") or {}).items()})
+    out.update({name: item.get(name) for name in RUN_CIRCUMSTANCES if name in item})
+    return out
+
+
+def cell_key(item: dict, ignore=(), match=()) -> tuple:
+    """The declared key of `item`'s cell (a record or a group): the WORK fields, config keys
+    dotted, minus `ignore` (a field, a dotted config key, or a prefix of them such as
+    `config.runtime`), plus the `match`ed circumstances (e.g. `paddle`) — sorted (name, value) pairs."""
+    fields = key_fields(item)
+    work = {n: v for n, v in fields.items()
+            if (n.startswith("config.") and n not in CONFIG_CIRCUMSTANCES) or n in WORK}
+    work.update({n: fields.get(n) for n in match})
+    return tuple(sorted((n, v) for n, v in work.items() if not _named(n, ignore)))
+
+
+def _named(name: str, names) -> bool:
+    return any(name == n or name.startswith(n + ".") for n in names)
+
+
+def check_key_names(names, items: list[dict], flag: str) -> None:
+    """KeyNameError naming `flag` unless every name is a cell-key field, a circumstance or a config key
+    (or a prefix of config keys) of some of `items`."""
+    known = set(WORK + CIRCUMSTANCES + RUN_CIRCUMSTANCES)
+    for item in items:
+        known |= {n for n in key_fields(item) if n.startswith("config.")}
+    for name in names:
+        if name not in known and not any(k.startswith(name + ".") for k in known):
+            raise KeyNameError(f"{flag} {name}: not a cell key; expected one of {', '.join(WORK[:-1] + CIRCUMSTANCES)}, "
+                            f"or config.KEY (e.g. config.batch_size)")
+
+
 def key_of(group: dict) -> Experiment:
-    """The Experiment of an aggregation group (a dict made by `results.aggregate`), so that
+    """The Experiment of an aggregation group (a dict made by `aggregate.aggregate`), so that
     records (`of`) and groups can be matched by one key."""
     names = [field.name for field in dataclasses.fields(Experiment) if field.name != "config"]
     return Experiment(**{name: group[name] for name in names},
@@ -160,10 +223,13 @@ def _without(config: dict, dotted_keys) -> dict:
 
 
 def comparable(group: dict) -> tuple:
-    """What a scaling baseline must share with `group`: everything but the job's size, network
-    and method, and the config keys that follow from those (METHOD_KEYS, runtime.*)."""
-    config = {k: v for k, v in flat_config(group["config"]).items()
-              if k not in METHOD_KEYS and not k.startswith(RUNTIME_PREFIX)}
+    """What a scaling baseline must share with `group` (a group or a dict of its fields and unit):
+    the cell key but for the job's size, network and method, and the config keys that follow
+    from those (METHOD_KEYS, runtime.*); and the circumstances. (source, benchmark, preset, unit,
+    paddle, device, host, config JSON)."""
+    ignore = SHAPE + ("network", "source", "benchmark", "preset") + METHOD_KEYS + \
+        tuple(f"config.{k}" for k in METHOD_KEYS) + ("config." + RUNTIME_PREFIX.rstrip("."),)
+    config = dict(cell_key(group, ignore=ignore))
     return (group["source"], group["benchmark"], group["preset"], group["unit"], group["paddle"],
             group["device"], group["host"], json.dumps(config, sort_keys=True))
 

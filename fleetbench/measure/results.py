@@ -1,5 +1,6 @@
-"""Result records (schema 1, measure/schema.py): building, an append-only JSONL store, loading,
-aggregation of repeats into one group per experiment, and scaling efficiency.
+"""Result records (schema 1, measure/schema.py): building, an append-only JSONL store, loading.
+Every rank imports this module to store its record; grouping repeats and scaling efficiency, which
+only reports and sweeps need, are in measure/aggregate.py.
 
 One record per run, one JSON object per line. Appends are one write of one line, flushed and
 fsynced, under an exclusive lock, so a crash can at worst leave a torn *last* line; `load` reports
@@ -18,9 +19,8 @@ import sys
 import tempfile
 import uuid
 
-from fleetbench.measure import contract, experiment, stability
+from fleetbench.measure import contract
 from fleetbench.measure.contract import RunIdentity
-from fleetbench.measure.experiment import Experiment
 from fleetbench.measure.schema import (  # noqa: F401
     CONTROL,
     MODES,
@@ -31,7 +31,6 @@ from fleetbench.measure.schema import (  # noqa: F401
     RecordError,
     validate,
 )
-from fleetbench.measure.timing import summarize
 
 RESULT_PREFIX = "FLEETBENCH_RESULT "
 
@@ -235,7 +234,7 @@ def load(paths) -> list[dict]:
 def config_hash(record_or_config: dict) -> str:
     """Stable hash of a run's identity as a sweep sees it (to skip runs already done): benchmark,
     preset, resolved config, mode/method, nodes/devices and network. A bare config dict is hashed
-    as the config. Aggregation groups runs by `experiment.of`, which also compares the build,
+    as the config. Aggregation groups runs by `experiment.of` (measure/aggregate.py), which also compares the build,
     device and host the runs had."""
     if "config" in record_or_config:
         keys = ("benchmark", "preset", "config", "mode", "method", "nodes", "devices_per_node",
@@ -245,177 +244,3 @@ def config_hash(record_or_config: dict) -> str:
         subject = {"config": record_or_config}
     text = json.dumps(subject, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-# ---------------------------------------------------------------------------------------------
-# aggregation: one group of repeats per experiment
-
-# The name of a record's network setting, as groups and reports show it (analysis reads it here).
-network_profile = experiment.network_name
-
-
-def aggregate(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD) -> list[dict]:
-    """One group per experiment (`experiment.of`): throughput n/mean/std/median/min/max over the
-    group's successful runs that are not outliers, groups in a fixed order.
-
-    A group is a dict: the Experiment's fields (source, benchmark, preset, mode, method, network,
-    nodes, devices_per_node, world_size, paddle, device, host, config without the noise keys),
-    then unit, the statistics, failed, errors, noise_differs and published_aggregate. Failed runs
-    (error set) are counted in `failed` and excluded from the statistics. A published record
-    (source set) already is a summary: its mean and std (metrics.throughput_std, null when not
-    published) pass through as published, its n is metrics.repeats (null when the source does not
-    say). `noise_differs` names the noise keys (e.g. seed) whose values differ between the pooled
-    runs. Measured groups: n/mean/std/median/min/max over the runs not flagged as outliers, plus
-    `stability_fields` (runs, cv, unstable, outliers, excluded, mean_all, ci95_pct, until_stable).
-    """
-    groups: dict[Experiment, list[dict]] = {}
-    for record in records:
-        groups.setdefault(experiment.of(record), []).append(record)
-    return [_group(exp, groups[exp], cv_threshold) for exp in sorted(groups, key=Experiment.sort_key)]
-
-
-def stability_fields(ok: list[dict], cv_threshold: float) -> dict:
-    """A measured group's figure and how far its runs agree (fleetbench.measure.stability).
-
-    The figure (n, mean, std, median, min, max; so ci95_pct, speedup and efficiency too) is over
-    the runs not flagged by the MAD rule (stability.kept): a disturbed run is shown and excluded,
-    never silently: `excluded` holds the ids left out (stability.excluded: at most a quarter of the
-    runs, so some `outliers` may be flagged and kept) and `mean_all` the mean
-    over every run, and everything that prints the figure says so. How far the runs agree is
-    judged on all of them: runs (id and throughput, in store order), cv, unstable (cv >
-    cv_threshold), outliers (ids flagged), and until_stable: how a sweep's adaptive repeats ended
-    (stability.verdict; null without them)."""
-    values = [r["metrics"]["throughput"] for r in ok]
-    figure, ids = stability.kept(values), [ok[i]["id"] for i in stability.outliers(values)]
-    left_out = [ok[i]["id"] for i in stability.excluded(values)]
-    return dict(summarize(figure),
-                runs=[{"id": r["id"], "throughput": v} for r, v in zip(ok, values)],
-                cv=stability.cv(values), unstable=stability.is_unstable(values, cv_threshold),
-                cv_threshold=cv_threshold, outliers=ids, excluded=left_out,
-                mean_all=summarize(values)["mean"], ci95_pct=stability.ci_pct(figure),
-                until_stable=stability.verdict(_policy(ok), values))
-
-
-def _policy(ok: list[dict]) -> dict | None:
-    """The until-stable policy of the group's latest run (config.runtime.repeats), if any."""
-    return ((ok[-1]["config"].get("runtime") or {}).get("repeats")) if ok else None
-
-
-def _group(exp: Experiment, members: list[dict], cv_threshold: float) -> dict:
-    ok = [r for r in members if r.get("error") is None]
-    failed = [r for r in members if r.get("error") is not None]
-    units = sorted({r["metrics"]["unit"] for r in ok})
-    where = f"{exp.mode}/{exp.method}, world size {exp.world_size}, network {exp.network or 'none'}"
-    if len(units) > 1:
-        raise RecordError(f"{exp.benchmark}: runs of one experiment ({where}) report different "
-                          f"units ({', '.join(units)}); expected one")
-    group = dict(exp.fields(), unit=units[0] if units else None, failed=len(failed),
-                 errors=sorted({r["error"] for r in failed}),
-                 noise_differs=experiment.differing([r["config"] for r in members]))
-    if exp.source and ok:
-        if len(ok) != 1:
-            raise RecordError(f"{exp.source}: {len(ok)} published records for one experiment "
-                              f"({exp.benchmark}, {where}); expected one")
-        metrics = ok[0]["metrics"]
-        group.update({"n": metrics.get("repeats"), "mean": metrics["throughput"],
-                      "std": metrics.get("throughput_std"), "median": None, "min": None,
-                      "max": None, "published_aggregate": True})
-        published_cv = group["std"] / group["mean"] if group["std"] is not None and group["mean"] else None
-        group.update(runs=[], cv=published_cv, cv_threshold=cv_threshold, outliers=[], excluded=[],
-                     mean_all=group["mean"], ci95_pct=None, until_stable=None,
-                     unstable=published_cv is not None and published_cv > cv_threshold)
-    else:
-        group.update(stability_fields(ok, cv_threshold), published_aggregate=False)
-    return group
-
-
-def series_key(group: dict) -> tuple:
-    """Groups of one scaling curve: everything but the size of the job."""
-    return experiment.comparable(group) + (group["mode"], group["method"], group["network"])
-
-
-def _usable(group: dict) -> bool:
-    return group.get("mean") is not None
-
-
-def is_control(group: dict) -> bool:
-    """A method=none control (a record or a group): no efficiency, no baseline, no chart."""
-    return group.get("mode") == "collective" and group.get("method") == CONTROL
-
-
-def baseline_for(group: dict, groups: list[dict]) -> tuple[dict | None, str, str]:
-    """(baseline group, axis, note) for the scaling efficiency of `group`.
-
-    Looked for among `groups` (the same results), in this order:
-      1. the 1-device group of the same curve (same method and network);
-      2. the 1-device group of the same method with no network setting (one device sends nothing);
-      3. the 1-device `single` run of the same benchmark (plain training, no distribution);
-      4. the 1-node group of the same curve with the same devices per node (axis "nodes").
-    The baseline must be comparable (`experiment.comparable`: same source, benchmark, preset,
-    unit, Paddle build, device, host and config apart from method and runtime keys). No match:
-    (None, axis, why).
-    """
-    same = [g for g in groups if _usable(g) and g["world_size"] == 1 and not is_control(g)
-            and experiment.comparable(g) == experiment.comparable(group)]
-    tiers = (
-        ("same method and network", lambda g: g["mode"] == group["mode"]
-         and g["method"] == group["method"] and g["network"] == group["network"]),
-        ("same method, no network", lambda g: g["mode"] == group["mode"]
-         and g["method"] == group["method"] and g["network"] is None),
-        ("single-device run", lambda g: g["method"] == SINGLE),
-    )
-    for label, match in tiers:
-        found = [g for g in same if match(g)]
-        if len(found) == 1:
-            return found[0], "devices", f"baseline: world size 1, {label}"
-        if len(found) > 1:
-            return None, "devices", f"no efficiency: {len(found)} candidate world-size-1 baselines ({label})"
-    # The nodes axis exists only where the curve really spans several nodes of equal size.
-    curve = [g for g in groups if _usable(g) and series_key(g) == series_key(group)
-             and g["devices_per_node"] == group["devices_per_node"]]
-    one_node = [g for g in curve if g["nodes"] == 1]
-    if one_node and any(g["nodes"] > 1 for g in curve):
-        return one_node[0], "nodes", "baseline: 1 node of the same curve"
-    return None, "devices", ("no efficiency: no world-size-1 or 1-node baseline of this "
-                             "benchmark in these results")
-
-
-def add_efficiency(groups: list[dict]) -> list[dict]:
-    """Copies of `groups` with scale, ideal, speedup and efficiency = thr(N) / (N x thr(1))
-    against the measured baseline found by `baseline_for`, plus a `baseline_note` saying which,
-    and speedup_err / efficiency_err carrying the uncertainty of both means (`_ratio_errors`)."""
-    out = []
-    for group in groups:
-        group = dict(group)
-        baseline, axis, note = baseline_for(group, groups) if _usable(group) else (None, "devices", "")
-        if is_control(group):
-            baseline, note = None, "control run (method=none): not a training result, no efficiency"
-        scale = group["world_size"] if axis == "devices" else group["nodes"]
-        group.update({"axis": axis, "scale": scale, "baseline_note": note, "baseline": None,
-                      "ideal": None, "speedup": None, "efficiency": None, "speedup_err": None,
-                      "efficiency_err": None})
-        if baseline is not None and baseline["mean"] > 0:
-            group["baseline"] = {k: baseline[k] for k in ("method", "network", "nodes",
-                                                          "devices_per_node", "world_size",
-                                                          "mean", "std", "n", "excluded")}
-            group["ideal"] = scale * baseline["mean"]
-            group["speedup"] = group["mean"] / baseline["mean"]
-            group["efficiency"] = group["speedup"] / scale
-            group.update(_ratio_errors(group, baseline))
-        out.append(group)
-    return out
-
-
-def _ratio_errors(group: dict, baseline: dict) -> dict:
-    """Standard errors of speedup and efficiency from the standard errors (std / sqrt(n)) of both
-    means (stability.ratio_rel_error); None where a std is unknown."""
-    rel = stability.ratio_rel_error(group["mean"], stability.sem(group["std"], group["n"]),
-                                    baseline["mean"], stability.sem(baseline["std"], baseline["n"]))
-    if rel is None:
-        return {}
-    return {"speedup_err": rel * group["speedup"], "efficiency_err": rel * group["efficiency"]}
-
-
-def summarize_records(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD) -> list[dict]:
-    """aggregate + add_efficiency: the groups a sweep or a report prints."""
-    return add_efficiency(aggregate(records, cv_threshold))

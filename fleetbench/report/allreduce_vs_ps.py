@@ -2,7 +2,7 @@
 
 Reads the records of every benchmark that has runs in both families in the input (a model
 registered with a collective and a parameter-server script under one name: ctr, resnet18).
-Repeats pool as everywhere (results.summarize_records, fleetbench.measure.experiment). For each
+Repeats pool as everywhere (aggregate.summarize_records, fleetbench.measure.experiment). For each
 (benchmark, preset, network) it makes
 - one chart, two panels: throughput against the number of training processes (collective ranks,
   PS workers), one bar per scheme (AllReduce with its method, PS async, PS geo; PS hatched), the
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 
-from fleetbench.measure import experiment, results, timing
+from fleetbench.measure import aggregate, experiment, timing
 from fleetbench.report import output
 from fleetbench.report.style import (COLORS, DPI, FIGSIZE, PS_HATCH, SAVE, STYLE, Figure, Patch, matplotlib,
                                      slug)
@@ -50,8 +50,8 @@ def groups(records: list[dict]) -> list[dict]:
     """Aggregation groups (no method=none control) with their runs' quality statistics."""
     metric, _ = quality_metric(records)
     out = []
-    for group in results.summarize_records(records):
-        if results.is_control(group):
+    for group in aggregate.summarize_records(records):
+        if aggregate.is_control(group):
             continue
         key = experiment.key_of(group)
         values = [r["metrics"].get(metric) for r in records if r.get("error") is None and experiment.of(r) == key]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import csv
 import io
 
-from fleetbench.measure import results, stability
+from fleetbench.measure import stability
+from fleetbench.measure.schema import SINGLE
 from fleetbench.report.style import (COLORS, DPI, FIGSIZE, MARGINS, PS_HATCH, SAVE, STYLE, Figure, Patch,
                                      matplotlib, slug)
 from fleetbench.report.tables import (columns, eff_label, layout, line_key, row_key, size_noun, variant,
@@ -35,7 +36,7 @@ def _method_label(table: dict, group: dict, modes_per_method: dict) -> str:
 def plan(table: dict) -> list[dict]:
     """Scaling charts split by network (series = method lines) or by method line (series =
     networks), whichever gives more series per chart; plus one network comparison when both vary."""
-    drawn = [g for g in table["groups"] if g["method"] != results.SINGLE and g["mean"] is not None]
+    drawn = [g for g in table["groups"] if g["method"] != SINGLE and g["mean"] is not None]
     if not drawn:
         return []
     modes: dict[str, set] = {}

@@ -22,7 +22,7 @@ from __future__ import annotations
 import io
 import re
 
-from fleetbench.measure import experiment, results, stability, timing
+from fleetbench.measure import aggregate, experiment, stability, timing
 from fleetbench.report import output, style
 from fleetbench.report.style import slug
 from fleetbench.report.tables import fmt
@@ -82,11 +82,11 @@ def _seeds_text(seeds: list) -> str:
 
 
 def groups(records: list[dict]) -> list[dict]:
-    """The aggregation groups (results.summarize_records: throughput statistics and speedup) of
+    """The aggregation groups (aggregate.summarize_records: throughput statistics and speedup) of
     the records with epochs, each with its runs and their convergence figures."""
     runs = _with_epochs(records)
     out = []
-    for group in results.summarize_records(runs):
+    for group in aggregate.summarize_records(runs):
         key = experiment.key_of(group)
         members = [r for r in runs if experiment.of(r) == key]
         ok = [r["metrics"] for r in members if r.get("error") is None]

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from fleetbench.measure import results, stability
+from fleetbench.measure import aggregate, results, stability
 from fleetbench.report import (
     allreduce_vs_ps,
     bandwidth,
@@ -128,9 +128,9 @@ def groups_json(paths, cv_threshold=stability.CV_THRESHOLD) -> str:
     """One JSON object per aggregation group, one per line: the fields that define the experiment
     (see fleetbench.measure.experiment), then n, mean, std, median, min, max, unit, failed runs,
     and speedup/efficiency against the baseline the report uses, with their errors; cv, unstable,
-    outliers (record ids), runs and ci95_pct (results.stability_fields)."""
+    outliers (record ids), runs and ci95_pct (aggregate.stability_fields)."""
     return "".join(json.dumps(group, sort_keys=True, ensure_ascii=False) + "\n"
-                   for group in results.summarize_records(_load(paths), cv_threshold))
+                   for group in aggregate.summarize_records(_load(paths), cv_threshold))
 
 
 def cli(argv: list[str]) -> int:

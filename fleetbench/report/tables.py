@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 
-from fleetbench.measure import experiment, results, stability
+from fleetbench.measure import aggregate, experiment, stability
+from fleetbench.measure.schema import SINGLE
 
 # Experiment fields shown by name when they distinguish groups, before any config key.
 TRAITS = (("paddle", "Paddle"), ("device", "Device"), ("host", "Host"))
@@ -26,7 +27,7 @@ def fmt(value) -> str:
 
 def eff_label(group: dict, sep: str = " ") -> str:
     """`1.8x{sep}53 ± 12%`: speedup and efficiency with the digits their uncertainty (from both
-    means, results._ratio_errors) supports; 2 decimals and whole percent when it is unknown."""
+    means, aggregate._ratio_errors) supports; 2 decimals and whole percent when it is unknown."""
     speedup_err, eff_err = group.get("speedup_err"), group.get("efficiency_err")
     if not speedup_err or not eff_err:
         return f"{group['speedup']:.2f}x{sep}{group['efficiency']:.0%}"
@@ -182,7 +183,7 @@ def row_key(table: dict, group: dict) -> tuple:
     """Rows by network (single-device runs first), method, then the distinguishing values, so
     that e.g. two Paddle versions of one method are adjacent rows."""
     order = table["order"]
-    network = order["network"][group["network"]] if group["method"] != results.SINGLE else -1
+    network = order["network"][group["network"]] if group["method"] != SINGLE else -1
     return (network,) + line_key(table, group)
 
 
@@ -190,8 +191,8 @@ def plan(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD) -> l
     """One table per (source, benchmark, preset): its groups (with efficiency), in row order."""
     order = _first_seen(records)
     by_table: dict[tuple, list[dict]] = {}
-    for group in results.summarize_records(records, cv_threshold):
-        if results.is_control(group):
+    for group in aggregate.summarize_records(records, cv_threshold):
+        if aggregate.is_control(group):
             continue  # method=none measures compute for `fleetbench explain`; it trained nothing
         by_table.setdefault((group["source"] or "", group["benchmark"], group["preset"] or ""),
                             []).append(group)

@@ -24,7 +24,7 @@ from fleetbench.hosts import executors, remote
 from fleetbench.hosts.hostlist import HostsError
 from fleetbench.job import failure, paddle_launch, preflight
 from fleetbench.machine import env as machine_env
-from fleetbench.measure import contract, registry, results, stability
+from fleetbench.measure import aggregate, contract, registry, results, stability
 from fleetbench.sweep import adaptive
 from fleetbench.sweep.sweepfile import (
     METHOD_KEY,
@@ -61,7 +61,7 @@ def cell_extra(cell: Cell) -> str:
 
 
 def summary_table(cells: list[dict]) -> str:
-    """Text table of aggregated cells (results.aggregate/add_efficiency output)."""
+    """Text table of aggregated cells (aggregate.aggregate/add_efficiency output)."""
     head = ("benchmark", "preset", "mode", "method", "network", "nodes", "dev/node", "world", "n",
             "throughput mean ± std", "unit", "cv", "eff", "failed", "set")
     rows = [head]
@@ -329,8 +329,8 @@ class Sweep:
             world_size=cell.world_size, network=network or planned_network(cell), launch=launch)
 
     def summary(self) -> list[dict]:
-        """mean ± std per sweep cell (results.aggregate over that cell's runs), efficiency against
-        a baseline among them (results.add_efficiency)."""
+        """mean ± std per sweep cell (aggregate.aggregate over that cell's runs), efficiency against
+        a baseline among them (aggregate.add_efficiency)."""
         recs = results.load(self.results_path) if os.path.exists(self.results_path) else []
         rows, seen = [], set()
         for cell in self.cells:
@@ -338,9 +338,9 @@ class Sweep:
             if key in seen or not runs:
                 continue
             seen.add(key)
-            for agg in results.aggregate(runs):
+            for agg in aggregate.aggregate(runs):
                 rows.append(dict(agg, sweep_extra=cell_extra(cell)))
-        rows = results.add_efficiency(rows)
+        rows = aggregate.add_efficiency(rows)
         self.say(summary_table(rows))
         for line in stability_lines(rows):
             self.say(line)

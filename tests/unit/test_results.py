@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from fleetbench.measure import contract, experiment, results
+from fleetbench.measure import aggregate, contract, experiment, results
 from fleetbench.measure.results import RecordError
 
 
@@ -206,7 +206,7 @@ def group(groups, world, method="allreduce"):
 
 
 def test_aggregate_repeats_and_count_failures_apart():
-    groups = results.aggregate(fixture_records())
+    groups = aggregate.aggregate(fixture_records())
     one, two, four = group(groups, 1), group(groups, 2), group(groups, 4)
     assert (one["n"], one["mean"], one["std"], one["median"], one["min"], one["max"]) == \
         (3, 12.0, 2.0, 12.0, 10.0, 14.0)
@@ -217,7 +217,7 @@ def test_aggregate_repeats_and_count_failures_apart():
 
 
 def test_efficiency_uses_the_baseline_measured_in_the_same_results():
-    groups = results.summarize_records(fixture_records())
+    groups = aggregate.summarize_records(fixture_records())
     four = group(groups, 4)
     assert four["baseline"]["mean"] == 12.0 and four["baseline"]["world_size"] == 1
     assert four["speedup"] == pytest.approx(32.0 / 12.0)
@@ -225,11 +225,11 @@ def test_efficiency_uses_the_baseline_measured_in_the_same_results():
     assert four["ideal"] == pytest.approx(48.0)
     # a different measured baseline gives a different efficiency: nothing is typed in
     faster = [r for r in fixture_records() if r["world_size"] > 1] + [run(1, 16.0)]
-    assert group(results.summarize_records(faster), 4)["efficiency"] == pytest.approx(32.0 / 64.0)
+    assert group(aggregate.summarize_records(faster), 4)["efficiency"] == pytest.approx(32.0 / 64.0)
 
 
 def test_no_baseline_is_said_not_guessed():
-    groups = results.summarize_records([run(2, 18.0), run(4, 30.0)])
+    groups = aggregate.summarize_records([run(2, 18.0), run(4, 30.0)])
     for c in groups:
         assert c["efficiency"] is None and c["ideal"] is None
         assert c["baseline_note"].startswith("no efficiency: no world-size-1 or 1-node baseline")
@@ -237,30 +237,30 @@ def test_no_baseline_is_said_not_guessed():
 
 def test_baseline_falls_back_to_unshaped_then_single_and_to_one_node():
     shaped = {"profile": "1gbe", "rate_gbit": 1}
-    groups = results.summarize_records([run(1, 10.0), run(2, 15.0, network=shaped, nodes=2)])
+    groups = aggregate.summarize_records([run(1, 10.0), run(2, 15.0, network=shaped, nodes=2)])
     assert group(groups, 2)["baseline_note"] == "baseline: world size 1, same method, no network"
     assert group(groups, 2)["efficiency"] == pytest.approx(0.75)
 
-    groups = results.summarize_records([run(1, 10.0, method="single"), run(4, 20.0, method="geo")])
+    groups = aggregate.summarize_records([run(1, 10.0, method="single"), run(4, 20.0, method="geo")])
     assert group(groups, 4, "geo")["baseline_note"] == "baseline: world size 1, single-device run"
 
-    groups = results.summarize_records([run(2, 10.0, nodes=1), run(6, 24.0, nodes=3)])
+    groups = aggregate.summarize_records([run(2, 10.0, nodes=1), run(6, 24.0, nodes=3)])
     six = group(groups, 6)
     assert (six["axis"], six["scale"], six["efficiency"]) == ("nodes", 3, pytest.approx(0.8))
 
 
 def test_presets_sources_and_units_are_never_pooled():
     records = [run(1, 10.0), run(1, 100.0, preset="full")]
-    assert sorted(c["mean"] for c in results.aggregate(records)) == [10.0, 100.0]
+    assert sorted(c["mean"] for c in aggregate.aggregate(records)) == [10.0, 100.0]
     with pytest.raises(RecordError, match="different units"):
-        results.aggregate([run(1, 10.0), run(1, 10.0, unit="samples/s")])
+        aggregate.aggregate([run(1, 10.0), run(1, 10.0, unit="samples/s")])
 
 
 def test_published_aggregate_passes_through_as_published():
     record = run(4, 925.02)
     record["metrics"].update(throughput_std=4.42, repeats=None)
     record.update(env=None, source={"kind": "published", "name": "ddl", "citation": "table"})
-    (only,) = results.aggregate([record])
+    (only,) = aggregate.aggregate([record])
     assert (only["mean"], only["std"], only["n"], only["source"]) == (925.02, 4.42, None, "ddl")
 
 
@@ -272,13 +272,13 @@ def with_paddle(record, version, commit="0" * 40):
 def test_repeats_pool_only_within_one_experiment():
     a, b = run(1, 10.0), run(1, 12.0)
     a["config"]["seed"], b["config"]["seed"] = 1, 2  # another seed: still a repeat
-    (only,) = results.aggregate([a, b])
+    (only,) = aggregate.aggregate([a, b])
     assert (only["n"], only["mean"], only["noise_differs"]) == (2, 11.0, ["seed"])
     assert "seed" not in only["config"] and only["config"]["batch_size"] == 8
 
     c = run(1, 20.0)
     c["config"]["batch_size"] = 16  # another batch size: another experiment
-    groups = results.aggregate([a, b, c])
+    groups = aggregate.aggregate([a, b, c])
     assert sorted((g["config"]["batch_size"], g["mean"]) for g in groups) == [(8, 11.0), (16, 20.0)]
     # a group and the records it pools have one key
     assert {experiment.key_of(g) for g in groups} == {experiment.of(r) for r in (a, b, c)}
@@ -292,7 +292,7 @@ def test_two_paddle_versions_and_two_batch_sizes_are_four_groups():
                 record = with_paddle(run(1, speed + batch + repeat), version)
                 record["config"]["batch_size"] = batch
                 records.append(record)
-    groups = results.aggregate(records)
+    groups = aggregate.aggregate(records)
     assert sorted((g["paddle"].split()[0], g["config"]["batch_size"], g["n"], g["mean"])
                   for g in groups) == [("2.6.2", 8, 2, 18.5), ("2.6.2", 16, 2, 26.5),
                                        ("3.3.1", 8, 2, 28.5), ("3.3.1", 16, 2, 36.5)]
@@ -305,7 +305,7 @@ def test_device_model_and_host_class_separate_groups():
     more_memory["env"]["memory"]["total_mib"] = base["env"]["memory"]["total_mib"] + 64 * 1024
     gpu["config"]["runtime"] = {"device": "gpu:0"}
     gpu["env"]["gpus"] = [{"index": 0, "name": "NVIDIA A100-SXM4-80GB", "memory_mib": 81920}]
-    groups = results.aggregate([base, other_cpu, more_memory, gpu])
+    groups = aggregate.aggregate([base, other_cpu, more_memory, gpu])
     assert len(groups) == 4
     by_mean = {g["mean"]: g for g in groups}
     assert by_mean[10.0]["device"] == base["env"]["cpu"]["model"]
@@ -317,10 +317,10 @@ def test_device_model_and_host_class_separate_groups():
 
 def test_a_baseline_comes_from_the_same_build_device_and_host():
     old_one, new_two = with_paddle(run(1, 10.0), "2.6.2"), with_paddle(run(2, 30.0), "3.3.1")
-    (_, two) = results.summarize_records([old_one, new_two])
+    (_, two) = aggregate.summarize_records([old_one, new_two])
     assert two["efficiency"] is None and two["baseline_note"].startswith("no efficiency")
     new_one = with_paddle(run(1, 20.0), "3.3.1")
-    groups = results.summarize_records([old_one, new_two, new_one])
+    groups = aggregate.summarize_records([old_one, new_two, new_one])
     (two,) = [g for g in groups if g["world_size"] == 2]
     assert two["baseline"]["mean"] == 20.0 and two["efficiency"] == pytest.approx(0.75)
 

@@ -16,7 +16,7 @@ import pytest
 from util import records, run_script
 
 from fleetbench.job import failure
-from fleetbench.measure import contract, results, stability
+from fleetbench.measure import aggregate, contract, results, stability
 from fleetbench.report import generate
 from fleetbench.sweep import adaptive, runner, sweepfile
 
@@ -226,7 +226,7 @@ def test_a_real_run_keeps_the_sweeps_policy_and_seed_in_its_config(tmp_path):
     # not part of the experiment: it pools with a run made without it
     other = dict(record, id="x", config=dict(record["config"], runtime={
         k: v for k, v in record["config"]["runtime"].items() if k != "repeats"}))
-    assert len(results.aggregate([record, other])) == 1
+    assert len(aggregate.aggregate([record, other])) == 1
 
 
 def test_a_cell_group_can_ask_for_until_stable_alone():
