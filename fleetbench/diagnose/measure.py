@@ -144,7 +144,8 @@ def remeasure(m: dict, hosts: list[Host], opts: Options, rules: list[Rule], refe
             return
         done.update(nodes, pairs)
         spent: dict = {}
-        again, _ = probe_nodes([by_index[i] for i in nodes], opts, spent)  # a node failing now: first figures stand
+        # a node failing now keeps its first figures
+        again = probe_nodes([by_index[i] for i in nodes], opts, spent)[0] if nodes else {}
         for i, new in again.items():
             m["remeasured"][f"node {i}"] = {k: [m["nodes"][i][k], new.get(k)] for k in m["nodes"][i]}
             m["nodes"][i] = _merged(m["nodes"][i], new)

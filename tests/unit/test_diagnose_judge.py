@@ -278,6 +278,24 @@ def test_a_figure_that_breaks_a_rule_is_re_measured_and_the_better_one_counts():
     assert violation["remeasured"] == [20.0, 21.0] and "re-measured: 20 then 21" in output.console(report)
 
 
+def test_re_measurement_runs_each_broken_test_once_more_and_only_those(monkeypatch):
+    calls = []
+    monkeypatch.setattr(measure, "node_probe", lambda host, s, t: calls.append(("node", host.index)) or
+                        {"matmul_gflops": 21.0, "triad_gbps": 20.0, "train_images_per_s": 500.0})
+    monkeypatch.setattr(measure, "link_probe", lambda a, b, s, t: calls.append(("link", a.index, b.index)) or
+                        {"link_gbps": 9.4})
+    m = _m(_nodes(4), _links(4))
+    m["links"][(1, 2)] = {"link_gbps": 2.0}  # a link alone: no node to re-probe
+    measure.remeasure(m, _hosts(4), measure.Options(passes=2), RULES, [None])
+    assert calls == [("link", 1, 2)] and m["links"][(1, 2)]["link_gbps"] == 9.4
+    m = _m(_nodes(4), _links(4))
+    m["nodes"][3]["matmul_gflops"] = 20.0
+    calls.clear()
+    measure.remeasure(m, _hosts(4), measure.Options(passes=2), RULES, [None])
+    assert calls == [("node", 3), ("node", 3)]  # its passes again, once
+    assert m["remeasured"]["node 3"]["matmul_gflops"] == [20.0, 21.0] and m["nodes"][3]["matmul_gflops"] == 21.0
+
+
 def test_the_resolution_says_what_a_link_fault_above_the_probes_reach_would_look_like():
     # issue 35: the probe reaches 3.8 Gbit/s on a 10 Gbit/s link; a 5 Gbit/s cap cannot show
     report = _report(_m(_nodes(4), _links(4, rate=3.8)))
