@@ -30,7 +30,7 @@ def peer_reference(values: list[float]) -> Reference:
     figures = [v for v in values if v is not None]
     if not figures:
         return NO_PEERS
-    return Reference(statistics.median(figures), robust_spread(figures), "peer median", len(figures))
+    return Reference(statistics.median(figures), robust_spread(figures), "peer median", len(figures), min(figures))
 
 
 def node_reference(node: int, metric: str, figures: dict[int, dict], baseline: dict | None) -> Reference:
@@ -110,7 +110,7 @@ def peer_link_references(values: dict[tuple[int, int], float], rule: Rule) -> tu
     clean = [v for pair, v in values.items() if not suspects & set(pair)]
     if not clean:  # every link touches a suspect: nothing left to judge by
         return {pair: Reference(None, kind="no peers: every link touches a suspect node") for pair in values}, suspects
-    ref = Reference(statistics.median(clean), robust_spread(clean), "peer links", len(clean))
+    ref = Reference(statistics.median(clean), robust_spread(clean), "peer links", len(clean), min(clean))
     return {pair: ref for pair in values}, suspects
 
 

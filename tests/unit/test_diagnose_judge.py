@@ -65,6 +65,13 @@ def test_a_node_is_judged_against_the_other_nodes_not_a_median_it_pulled_down():
     assert (violation["reference"], violation["reference_kind"]) == (40.0, "peer median")
 
 
+def test_a_figure_far_below_every_peer_is_flagged_however_widely_two_peers_disagree():
+    figures = {0: {"matmul_gflops": 2.0}, 1: {"matmul_gflops": 10.0}, 2: {"matmul_gflops": 25.0}}
+    assert [v["verdict"] for v in judge.judge_nodes(figures, RULES)] == ["defective", "healthy", "healthy"]
+    figures[0]["matmul_gflops"] = 9.0  # below the median by 49%, but not 25% below its lowest peer
+    assert all(v["verdict"] == "healthy" for v in judge.judge_nodes(figures, RULES))
+
+
 def test_peers_that_spread_widely_flag_nothing_a_tight_cluster_would():
     figures = {i: {"matmul_gflops": g} for i, g in enumerate([40.0, 30.0, 50.0, 41.0, 28.0])}
     # node 4 is 30% below the others' median (40.5) but the others spread +-9 GFLOP/s (scaled MAD)
@@ -224,12 +231,16 @@ def test_a_slow_link_whose_ends_both_waited_for_a_cpu_is_cpu_bound_not_a_finding
 
 
 def test_a_figure_that_moved_between_its_two_measurements_is_judged_with_that_much_room():
+    # measured beside other work: a healthy node at 242 then 417 images/s, its peers 548-616
     nodes = _nodes(4)
-    nodes[0]["train_images_per_s"] = 300.0  # 40% below its peers (500)
-    m = _m(nodes, remeasured={"node 0": {"train_images_per_s": [300.0, 300.0]}})
+    for i, rate in ((0, 417.0), (1, 548.0), (2, 616.0), (3, 570.0)):
+        nodes[i]["train_images_per_s"] = rate
+    assert _flagged(_report(_m(nodes))) == ["node 0 compute"]  # measured once: 27% below its peers
+    m = _m(nodes, remeasured={"node 0": {"train_images_per_s": [242.0, 417.0]}})
+    assert _flagged(_report(m)) == []  # 242 then 417: a neighbour, not the node
+    nodes[0]["train_images_per_s"] = 300.0
+    m = _m(nodes, remeasured={"node 0": {"train_images_per_s": [300.0, 290.0]}})
     assert _flagged(_report(m)) == ["node 0 compute"]  # low twice alike: sick
-    m = _m(nodes, remeasured={"node 0": {"train_images_per_s": [120.0, 300.0]}})
-    assert _flagged(_report(m)) == []  # 120 then 300: a neighbour, not the node
 
 
 def test_a_slow_link_between_nodes_whose_other_links_are_fine_is_charged_to_neither():
