@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 NODE_PROBE = "node probe (fleetbench.diagnose.probe node)"
 LINK_PROBE = "link test (raw TCP between the pair's addresses)"
+IPERF3 = "--iperf3: iperf3 between the pair"
 PADDLE_PAIR = "--paddle-links: the comm benchmark on each pair"
 PADDLE_ALL = "--paddle-links with 3 nodes or more: the comm benchmark on all nodes"
 GPU_PROBE = "GPU probe (a CUDA build of Paddle with GPUs)"
@@ -35,6 +36,7 @@ TABLE = (
     Metric("triad_gbps", "node", NODE_PROBE, "GB/s"),
     Metric("train_images_per_s", "node", NODE_PROBE, "images/s"),
     Metric("link_gbps", "link", LINK_PROBE, "Gbit/s"),
+    Metric("iperf3_gbps", "link", IPERF3, "Gbit/s"),
     Metric("sendrecv_busbw_GBps", "link", PADDLE_PAIR, "GB/s"),
     Metric("allreduce_busbw_GBps", "link", PADDLE_PAIR, "GB/s"),
     Metric("cluster_sendrecv_busbw_GBps", "cluster", PADDLE_ALL, "GB/s"),

@@ -88,6 +88,21 @@ def train_images_per_s(seconds: float) -> float:
     return _best_rate(TRAIN_BATCH, step, seconds)
 
 
+def cpu_waited() -> float:
+    """Seconds this process has waited for a CPU while runnable (/proc/self/schedstat's run delay;
+    a CPU quota's throttling counts there): a link end that waits much of the test is short of CPU,
+    and its slow link is explained by that (fleetbench.diagnose.blame). NaN where Linux does not say."""
+    try:
+        with open("/proc/self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def _share(waited: float, took: float) -> float | None:
+    return round(waited / took, 3) if took > 0 and waited == waited else None
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m fleetbench.diagnose.probe")
     sub = p.add_subparsers(dest="what", required=True)
@@ -109,10 +124,14 @@ def main(argv: list[str]) -> int:
     elif args.what == "recv":
         server = linkprobe.listen(args.host)
         print(f"port {server.getsockname()[1]}", flush=True)
+        waited = cpu_waited()
         received, took = linkprobe.receive(server, args.timeout)
-        out = {"link_gbps": received * 8 / took / 1e9 if took > 0 else None, "bytes": received}
+        out = {"link_gbps": received * 8 / took / 1e9 if took > 0 else None, "bytes": received,
+               "cpu_wait": _share(cpu_waited() - waited, took)}
     else:
-        out = {"sent_bytes": linkprobe.stream(args.host, args.port, args.seconds)}
+        waited, start = cpu_waited(), time.perf_counter()
+        sent = linkprobe.stream(args.host, args.port, args.seconds)
+        out = {"sent_bytes": sent, "cpu_wait": _share(cpu_waited() - waited, time.perf_counter() - start)}
     print(json.dumps(out), flush=True)
     return 0
 

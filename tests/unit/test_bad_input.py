@@ -123,6 +123,7 @@ ROWS = {
     ("diagnose", "--save-baseline"): [cmdline.UNWRITABLE + ".json", "{directory}"],
     ("diagnose", "--results"): ["{corrupt}", "{directory}", cmdline.UNWRITABLE + ".jsonl"],
     ("diagnose", "--passes"): ["0", "-1", "abc", ""],
+    ("diagnose", "--runs"): ["0", "-1", "abc"],
     ("diagnose", "--seconds"): ["0", "-1", "abc", "nan"],
     ("diagnose", "--timeout"): ["0", "-5", "abc"],
 }
