@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from fleetbench import cmdline
+from fleetbench.emulate.netem_plan import NAME
 from fleetbench.diagnose import baseline as baselines
 from fleetbench.diagnose import measure, rules, verdicts
 from fleetbench.hosts.hostlist import Host
@@ -30,14 +31,14 @@ DEFAULT_RUNS = 5  # --save-baseline: healthy runs a baseline is made of
 def parser() -> argparse.ArgumentParser:
     p = cmdline.Parser(prog="fleetbench diagnose", description=__doc__.splitlines()[0])
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--cluster", nargs="?", const="fb", metavar="NAME", help="the emulated cluster (default fb)")
+    where.add_argument("--cluster", nargs="?", const="fb", metavar="NAME", type=NAME, help="the emulated cluster (default fb)")
     where.add_argument("--hosts", help="real hosts over SSH: a,b,c (slots, as in a:8, are ignored)")
-    where.add_argument("--hostfile", help="real hosts over SSH, one `HOST [slots=N]` per line")
+    where.add_argument("--hostfile", type=cmdline.INPUT_FILE, help="real hosts over SSH, one `HOST [slots=N]` per line")
     where.add_argument("--executor", choices=("slurm",), help="slurm: the allocation's nodes (inside salloc/sbatch)")
-    p.add_argument("--ssh-config", help="ssh -F FILE for --hosts/--hostfile (default: your ~/.ssh/config)")
-    p.add_argument("--remote-python", help="the Python with fleetbench on the hosts (default: this one's path)")
-    p.add_argument("--rules", default=str(DEFAULT_RULES), help="rules YAML (default: the shipped rules)")
-    p.add_argument("--baseline", help="judge each node and link against its own figures in this baseline")
+    p.add_argument("--ssh-config", type=cmdline.INPUT_FILE, help="ssh -F FILE for --hosts/--hostfile (default: your ~/.ssh/config)")
+    p.add_argument("--remote-python", type=cmdline.TEXT, help="the Python with fleetbench on the hosts (default: this one's path)")
+    p.add_argument("--rules", default=str(DEFAULT_RULES), type=cmdline.INPUT_FILE, help="rules YAML (default: the shipped rules)")
+    p.add_argument("--baseline", type=cmdline.INPUT_FILE, help="judge each node and link against its own figures in this baseline")
     p.add_argument("--save-baseline", metavar="FILE", help="write a baseline of --runs healthy runs' figures")
     p.add_argument("--runs", type=int, help=f"with --save-baseline: runs the baseline is made of (default {DEFAULT_RUNS})")
     p.add_argument("--results", help="store the figures and the verdict as records (JSONL)")
@@ -140,7 +141,8 @@ def _load_inputs(args) -> tuple[list, dict | None]:
     try:
         return rule_list, json.loads(Path(args.baseline).read_text())
     except (OSError, ValueError) as e:
-        raise rules.DiagnoseError(f"--baseline {args.baseline}: {getattr(e, 'strerror', None) or e}") from None
+        raise rules.DiagnoseError(f"--baseline {args.baseline}: {getattr(e, 'strerror', None) or e} "
+                                  "(expected a baseline --save-baseline wrote)") from None
 
 
 def _options(args) -> measure.Options:

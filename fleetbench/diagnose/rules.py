@@ -137,7 +137,7 @@ def parse_rules(text: str, where: str) -> list[Rule]:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise DiagnoseError(f"{where}: not YAML: {str(e).splitlines()[0]}") from None
+        raise DiagnoseError(f"{where}: not YAML: {str(e).splitlines()[0]}; expected rules YAML (a list `rules`)") from None
     items = doc.get("rules") if isinstance(doc, dict) else None
     if not isinstance(items, list) or not items:
         raise DiagnoseError(f"{where}: expected a mapping with a non-empty list `rules`")
@@ -153,7 +153,7 @@ def _rule(item, where: str) -> Rule:
                             f"scope and one criterion: {', '.join(CRITERIA)})")
     metric = item.get("metric")
     if metric not in metrics.METRICS:
-        raise DiagnoseError(f"{where}: metric {metric!r}: unknown (known metrics: {metrics.known()})")
+        raise DiagnoseError(f"{where}: metric {metric!r}: unknown (expected one of the known metrics: {metrics.known()})")
     named = [c for c in CRITERIA if c in item]
     if len(named) != 1:
         raise DiagnoseError(f"{where}: expected one criterion: {' or '.join(CRITERIA)}")
