@@ -153,7 +153,7 @@ def _rule(item, where: str) -> Rule:
                             f"scope and one criterion: {', '.join(CRITERIA)})")
     metric = item.get("metric")
     if metric not in metrics.METRICS:
-        raise DiagnoseError(f"{where}: metric {metric!r}: unknown (expected one of the known metrics: {metrics.known()})")
+        raise DiagnoseError(f"{where}: metric {metric!r}: unknown (known metrics: {metrics.known()})")
     named = [c for c in CRITERIA if c in item]
     if len(named) != 1:
         raise DiagnoseError(f"{where}: expected one criterion: {' or '.join(CRITERIA)}")

@@ -231,8 +231,9 @@ def argv_for(prefix: tuple, flag: str, positional: bool, value: str, tmp: Path) 
 
 
 # How a line says what was expected: in those words; a config key's own check says "must be" and
-# lists the keys and presets there are (measure/config.py: `known here`, `available`).
-EXPECTING = r"expected|must be|known here|available"
+# lists the keys, presets and metrics there are (measure/config.py: `known here`, `available`;
+# diagnose's rules: `known metrics`).
+EXPECTING = r"expected|must be|known here|known metrics|available"
 
 
 def metavars(prefix: tuple, flag: str) -> list[str]:
