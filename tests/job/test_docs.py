@@ -50,7 +50,7 @@ cells:
 # A small committed results file for globs like results/*.jsonl: report and explain stay fast.
 SMALL_RESULTS = REPO / "results" / f"{ENV_NAME}-cluster-ssh.jsonl"
 OUTPUT_FLAGS = ("--out", "--images", "--results", "--log-dir", "--readme")
-INPUT_FLAGS = ("--hostfile", "--ssh-config", "--input", "--text", "--wheel", "--csv", "--dict")
+INPUT_FLAGS = ("--hostfile", "--ssh-config", "--input", "--text", "--wheel", "--csv", "--dict", "--baseline", "--rules")
 # Data-set sizes scaled to seconds: the format and the flags are what is checked, not the size.
 SMALL_SIZES = {"--rows": "200", "--sentences": "300", "--vocabulary": "300", "--examples": "64",
                "--pairs": "100", "--train": "50", "--test": "20", "--files": "2"}
