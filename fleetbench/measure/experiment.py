@@ -163,6 +163,8 @@ def paddle_build(env: dict | None) -> str | None:
     if not paddle:
         return None
     build = f"CUDA {paddle.get('cuda') or '?'}" if paddle.get("compiled_with_cuda") else "CPU"
+    if paddle.get("simulated"):  # the test suite's simulated GPU host: never pooled with a real build
+        build += " (simulated)"
     commit = (paddle.get("commit") or "")[:7]
     return " ".join(part for part in (paddle.get("version") or "?", build, commit) if part)
 

@@ -35,11 +35,14 @@ def test_a_line_that_does_not_match_the_query_is_refused():
 
 
 def test_a_node_is_its_worst_device():
-    devices = [{"matmul_fp32_tflops": 19.0, "matmul_fp16_tflops": 250.0, "mem_copy_gbps": 1500.0},
+    devices = [{"matmul_fp32_tflops": 19.0, "matmul_tf32_tflops": 150.0, "matmul_fp16_tflops": 250.0,
+                "mem_copy_gbps": 1500.0},
                {"matmul_fp32_tflops": 12.0, "matmul_fp16_tflops": 260.0, "mem_copy_gbps": 1480.0}]
-    smi = [nvsmi.figures(r) for r in nvsmi.parse(TWO_GPUS)]
-    node = gpu.worst(devices, smi)
+    for device, row in zip(devices, nvsmi.parse(TWO_GPUS)):  # each device's sample, taken under its load
+        device.update({f"smi_{k}": v for k, v in nvsmi.figures(row).items()})
+    node = gpu.worst(devices)
     assert node["gpu_matmul_fp32_tflops"] == 12.0 and node["gpu_matmul_fp16_tflops"] == 250.0
+    assert node["gpu_matmul_tf32_tflops"] == 150.0  # only the device that has TF32 says it
     assert node["gpu_sm_clock_ratio"] == pytest.approx(1005 / 1410) and node["gpu_temperature_c"] == 88
     assert node["gpu_ecc_uncorrected_errors"] == 1 and node["gpu_ecc_corrected_errors"] == 3
-    assert gpu.worst([], []) == {}  # a CPU node: no GPU figures
+    assert gpu.worst([]) == {}  # a CPU node: no GPU figures
