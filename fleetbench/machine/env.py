@@ -25,7 +25,7 @@ ENV_PREFIXES = ("FLAGS_", "NCCL_", "GLOG_", "PADDLE_", "GLOO_", "FLEETBENCH_")
 ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 # The simulated GPU host of the test suite (tests/gpu_sim/simhost.py) names its description here:
 # every record made under it says so (`simulated_gpu`), and its Paddle build is a simulated one.
-SIMULATED_GPU = "FLEETBENCH_GPU_SIM"
+SIMULATED_GPU = "SIMULATED_GPU_HOST"
 SIMULATED_WHAT = ("simulated GPU host: nvidia-smi and Paddle's device queries answered from a description; tensors "
                   "on the CPU, collectives on gloo; no figure made here is a GPU measurement")
 # Not stored: credentials (by name) and values that identify machines or people (addresses, paths).

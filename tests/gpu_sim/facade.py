@@ -37,7 +37,7 @@ import json
 import os
 import sys
 
-SIM_VARIABLE = "FLEETBENCH_GPU_SIM"
+SIM_VARIABLE = "SIMULATED_GPU_HOST"
 # Paddle modules that see the CUDA build (see the module docstring).
 SEES_CUDA = ("paddle.distributed.launch.context.device",)
 LOADER_TEXT = ("The third-party dynamic library ({name}) that Paddle depends on is not configured correctly. (error "
@@ -320,7 +320,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Called by site/sitecustomize.py when FLEETBENCH_GPU_SIM names a host description."""
+    """Called by site/sitecustomize.py when SIMULATED_GPU_HOST names a host description."""
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))  # simhost, last: it shadows nothing
     if description().get("build") is None:
         return  # a host without a CUDA build of Paddle: its Paddle is what is installed

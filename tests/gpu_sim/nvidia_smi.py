@@ -1,5 +1,5 @@
 """`nvidia-smi` of the simulated GPU host (simhost.py): the subset fleetbench and a first-node
-checklist use, answered from the host description FLEETBENCH_GPU_SIM names.
+checklist use, answered from the host description SIMULATED_GPU_HOST names.
 
     nvidia-smi -L
     nvidia-smi topo -m
@@ -144,7 +144,7 @@ def topo(desc):
 
 
 def main(argv):
-    path = os.environ.get("FLEETBENCH_GPU_SIM")
+    path = os.environ.get("SIMULATED_GPU_HOST")
     if not path or not os.path.exists(path):
         print(NO_DRIVER)
         return 9

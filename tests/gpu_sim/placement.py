@@ -1,6 +1,6 @@
 """A record-less rank that says where it runs: one `PLACEMENT {json}` line with the variables
 Paddle's launcher gave it (rank, endpoints, FLAGS_selected_gpus), what it inherited
-(CUDA_VISIBLE_DEVICES, the forwarded ones the test names in PLACEMENT_ECHO), the simulated host it
+(CUDA_VISIBLE_DEVICES, every NCCL_* variable), the simulated host it
 is on and the emulated node (network namespace) it runs in. It imports no Paddle: 16 of these
 on 2 cores prove a placement in seconds. Stored nowhere; the test reads the rank logs."""
 import json
@@ -20,7 +20,7 @@ def netns() -> str:
 
 
 def host() -> str | None:
-    path = os.environ.get("FLEETBENCH_GPU_SIM")
+    path = os.environ.get("SIMULATED_GPU_HOST")
     if not path:
         return None
     with open(path) as f:
@@ -30,6 +30,6 @@ def host() -> str | None:
 names = ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_LOCAL_RANK", "PADDLE_LOCAL_SIZE", "PADDLE_NNODES",
          "PADDLE_CURRENT_ENDPOINT", "PADDLE_TRAINER_ENDPOINTS", "PADDLE_MASTER", "FLAGS_selected_gpus",
          "FLAGS_selected_cpus", "CUDA_VISIBLE_DEVICES", "PADDLE_DISTRI_BACKEND", "POD_IP",
-         *filter(None, os.environ.get("PLACEMENT_ECHO", "").split(",")))
+         *sorted(k for k in os.environ if k.startswith("NCCL_")))
 print("PLACEMENT " + json.dumps({"env": {n: os.environ.get(n) for n in names}, "host": host(), "netns": netns()}),
       flush=True)

@@ -10,7 +10,8 @@ What a process on the simulated host sees:
   site/sitecustomize.py through PYTHONPATH): `is_compiled_with_cuda`, the device counts under
   CUDA_VISIBLE_DEVICES, `paddle.version` (a version module in that build's form), `cudnn_version()`
   and `nccl_version()` in Paddle's encodings, a missing library with Paddle's own text.
-- FLEETBENCH_GPU_SIM: the description's path. fleetbench's environment report marks every
+- SIMULATED_GPU_HOST: the description's path (no FLEETBENCH_ name: fleetbench forwards those from a
+  job's head to its hosts, and each host is its own). fleetbench's environment report marks every
   record made under it as simulated (machine/env.py): nothing made here may pass for a GPU figure.
 
 Tensors stay on the CPU and collectives on gloo: what is tested on it is what fleetbench decides
@@ -27,7 +28,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SIM_VARIABLE = "FLEETBENCH_GPU_SIM"
+PLACEMENT = str(HERE / "placement.py")  # a rank that says where it runs (no Paddle, no record)
+SIM_VARIABLE = "SIMULATED_GPU_HOST"
 
 # GPU models: what nvidia-smi says of them. Clocks in MHz (max = the boost clock nvidia-smi
 # reports as clocks.max.sm), temperatures in C; `load_*` are the figures under load.
@@ -182,3 +184,15 @@ def cudnn_code(major: int, minor: int, patch: int) -> int:
     core.cudnn_version() return: major*1000+minor*100+patch up to 8.x, major*10000+minor*100+patch
     from 9.0 on (Paddle's gpu_resources.cc decodes by `version < 9000`)."""
     return major * 10000 + minor * 100 + patch if major >= 9 else major * 1000 + minor * 100 + patch
+
+
+def placements(log_dir) -> dict:
+    """{global rank: the rank's PLACEMENT line, with its log's path} from every rank log under
+    log_dir (the nodes' too: LOG_DIR/node<i>/workerlog.<j>)."""
+    out = {}
+    for log in Path(log_dir).rglob("workerlog.*"):
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("PLACEMENT "):
+                got = json.loads(line[len("PLACEMENT "):])
+                out[int(got["env"]["PADDLE_TRAINER_ID"])] = dict(got, log=str(log.relative_to(log_dir)))
+    return out

@@ -37,7 +37,7 @@ x = paddle.ones([4]) * 2
 paddle.seed(7)  # Paddle's own CUDA-build branch would seed CUDA generators: its internals stay CPU
 conv = paddle.nn.Conv2D(3, 4, 3)(paddle.rand([1, 3, 8, 8]))
 out.update(chosen=paddle.get_device(), on_cpu=x.place.is_cpu_place(), conv=list(conv.shape),
-           busy=sorted(os.listdir(json.load(open(os.environ["FLEETBENCH_GPU_SIM"]))["state_dir"])))
+           busy=sorted(os.listdir(json.load(open(os.environ["SIMULATED_GPU_HOST"]))["state_dir"])))
 print("ASKED " + json.dumps(out))
 """
 

@@ -5,16 +5,12 @@ Placement is proved with tests/gpu_sim/placement.py, a rank that imports no Padd
 record (Paddle's own launcher still decides everything: it is the real one, seeing the simulated
 devices through its own Device.parse_device). One real training job runs on the simulated GPUs:
 its record says config.runtime.device gpu:N and carries the simulation's mark."""
-import json
 import subprocess
-from pathlib import Path
 
 import pytest
 import simhost
+from simhost import PLACEMENT, placements
 from util import PYTHON, REPO, env, records, worker_log_tails
-
-PLACEMENT = str(Path(__file__).resolve().parent / "placement.py")
-
 
 @pytest.fixture(scope="module")
 def dgx(tmp_path_factory):

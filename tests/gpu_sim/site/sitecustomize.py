@@ -1,9 +1,9 @@
 """The simulated GPU host's hook (tests/gpu_sim/simhost.py): on PYTHONPATH, it installs the Paddle
-facade in every Python process that FLEETBENCH_GPU_SIM puts on a simulated host, and does nothing
+facade in every Python process that SIMULATED_GPU_HOST puts on a simulated host, and does nothing
 in any other (one environment lookup)."""
 import os
 
-if os.environ.get("FLEETBENCH_GPU_SIM"):
+if os.environ.get("SIMULATED_GPU_HOST"):
     import importlib.util
     import sys
 
