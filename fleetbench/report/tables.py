@@ -265,6 +265,10 @@ def _caption(table: dict) -> str:
         origin = (f"Measured by fleetbench: mean ± sample std over repeats, {spread}, printed to the "
                   "digits the std supports.")
     text = f"Throughput in {', '.join(units)}. {origin}"
+    simulated = sorted({g["paddle"] for g in groups if experiment.SIMULATED in (g.get("paddle") or "")})
+    if simulated:
+        text += (f" SIMULATED GPU host ({'; '.join(simulated)}): device queries answered from a description, "
+                 "tensors on the CPU: not GPU measurements.")
     if table["dims"]:
         text += (f" Rows differ in {', '.join(table['dims'])}: different experiments, shown "
                  "side by side, never averaged.")
