@@ -150,14 +150,16 @@ class Collective:
                 self.recv.zero_()
 
     def received(self) -> Optional[opmath.Blocks]:
-        """The output, read a block at a time (a half-precision block cast on the device first:
-        numpy has no bfloat16)."""
+        """The output, read a block at a time (a half-precision block cast to float32 on the device
+        first: numpy has no bfloat16)."""
         if self.recv is None:
             return None
 
         def read(start: int, stop: int) -> np.ndarray:
+            # a slice is a view, and a view's .numpy() copies its whole buffer (2.6.2 and 3.3.1):
+            # a block-sized tensor first
             part = self.recv[start:stop]
-            return (part if self.dtype == "float32" else part.astype("float32")).numpy()
+            return (part.clone() if self.dtype == "float32" else part.astype("float32")).numpy()
 
         return opmath.Blocks(int(self.recv.shape[0]), read)
 
