@@ -20,6 +20,12 @@ rank order), PORT_RANGE, and in collective jobs POD_IP and PADDLE_RANK from the 
 `FLEETBENCH_RESULT {...}` and Paddle's launcher copies its log to the pod's log:
 `kubectl logs NAME-worker-0 > w0.log && fleetbench results import w0.log` (docs/clusters.md).
 restartPolicy Never and backoffLimit 0: a failed benchmark run is a result, not something to retry.
+
+On an InfiniBand (or RoCE) cluster a pod needs what NCCL's IB transport needs, or NCCL falls back
+to sockets without failing: `--env NCCL_IB_HCA=mlx5 --env NCCL_SOCKET_IFNAME=eth0 ...` (any variable,
+every pod) and `--rdma RESOURCE[=N]`, the RDMA device plugin's resource (Mellanox's
+k8s-rdma-shared-dev-plugin: rdma/hca_shared_devices_a), with the IPC_LOCK capability verbs need to
+pin memory (docs/gpu.md, "Kubernetes on InfiniBand").
 """
 from __future__ import annotations
 
