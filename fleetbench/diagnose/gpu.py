@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 
+from fleetbench.diagnose import metrics
 from fleetbench.machine import nvsmi
 
 MATMUL_N = (1024, 2048, 4096, 8192)
@@ -75,16 +76,13 @@ class Sampler:
         self._thread.join(timeout=35)
 
     def worst(self) -> dict:
-        """The loaded device's worst sample: lowest clock ratio, highest temperature, last counts."""
-        if not self.rows:
-            return {}
+        """The loaded device's figures over its samples, each as fleetbench.diagnose.metrics
+        combines a node's devices: lowest clock ratio, highest temperature (error counts only
+        grow: their largest is the last)."""
         figures = [nvsmi.figures(r) for r in self.rows]
-        ratios = [f["sm_clock_ratio"] for f in figures if f["sm_clock_ratio"] is not None]
-        temps = [f["temperature_c"] for f in figures if f["temperature_c"] is not None]
-        out = dict(figures[-1])
-        out.update({k: v for k, v in (("sm_clock_ratio", min(ratios, default=None)),
-                                      ("temperature_c", max(temps, default=None))) if v is not None})
-        return out
+        return {k: v for k, v in metrics.node_of_devices(figures).items() if not k.startswith("gpu_ecc")} | \
+            {k: max(f[k] for f in figures) for k in ("gpu_ecc_corrected_errors", "gpu_ecc_uncorrected_errors")
+             if figures and all(f[k] is not None for f in figures)}
 
 
 def _rate(work: float, run, seconds: float, until=None) -> float:
@@ -149,7 +147,8 @@ def _copy(nbytes: int):
 
 def device_figures(device: int, seconds: float) -> dict:
     """matmul fp32/tf32/fp16 TFLOPS and copy GB/s of GPU `device`, and its nvidia-smi figures
-    sampled while those loads run (the first runs until one sample is in)."""
+    sampled while those loads run (the first runs until one sample is in); the metric names of
+    fleetbench.diagnose.metrics."""
     import paddle
 
     paddle.set_device(f"gpu:{device}")
@@ -158,16 +157,15 @@ def device_figures(device: int, seconds: float) -> dict:
     out = {}
     with Sampler() as sampler:
         with tf32(False):
-            out["matmul_fp32_tflops"] = _rate(flop, _matmul("float32", n), seconds, until=sampler.taken.is_set)
+            out["gpu_matmul_fp32_tflops"] = _rate(flop, _matmul("float32", n), seconds, until=sampler.taken.is_set)
         if paddle.device.cuda.get_device_capability(device)[0] >= 8 and os.environ.get("NVIDIA_TF32_OVERRIDE") != "0":
             with tf32(True):
-                out["matmul_tf32_tflops"] = _rate(flop, _matmul("float32", n), seconds)
-        out["matmul_fp16_tflops"] = _if_built(f"gpu:{device} float16 matmul",
-                                              lambda: _rate(flop, _matmul("float16", n), seconds))
+                out["gpu_matmul_tf32_tflops"] = _rate(flop, _matmul("float32", n), seconds)
+        out["gpu_matmul_fp16_tflops"] = _if_built(f"gpu:{device} float16 matmul",
+                                                  lambda: _rate(flop, _matmul("float16", n), seconds))
         size = _sized(COPY_BYTES, lambda b: _copy(b)())
-        out["mem_copy_gbps"] = _rate(2 * size / 1e9, _copy(size), seconds)  # read + write
-    out = {k: v for k, v in out.items() if v is not None}
-    return dict(out, **{f"smi_{k}": v for k, v in sampler.worst().items()})
+        out["gpu_mem_copy_gbps"] = _rate(2 * size / 1e9, _copy(size), seconds)  # read + write
+    return dict({k: v for k, v in out.items() if v is not None}, **sampler.worst())
 
 
 def _if_built(what: str, measure):
@@ -194,15 +192,7 @@ def node_figures(seconds: float) -> dict:
 
 
 def worst(per_device: list[dict]) -> dict:
-    """The node's figures from its devices' (pure): lowest rates and clock ratio, highest
-    temperature, ECC errors summed; a figure no device reported is left out."""
-    def present(key):
-        return [d[key] for d in per_device if d.get(key) is not None]
-
-    out = {f"gpu_{k}": min(present(k)) for k in ("matmul_fp32_tflops", "matmul_tf32_tflops", "matmul_fp16_tflops",
-                                                 "mem_copy_gbps") if present(k)}
-    for key, pick in (("sm_clock_ratio", min), ("temperature_c", max), ("ecc_uncorrected_errors", sum),
-                      ("ecc_corrected_errors", sum)):
-        if present(f"smi_{key}"):
-            out[f"gpu_{key}"] = pick(present(f"smi_{key}"))
-    return out
+    """The node's figures from its devices' (pure), combined as fleetbench.diagnose.metrics says:
+    lowest rates and clock ratio, highest temperature, ECC errors summed; a figure no device
+    reported is left out."""
+    return metrics.node_of_devices(per_device)

@@ -21,7 +21,7 @@ import sys
 import uuid
 from collections.abc import Sequence
 
-from fleetbench.hosts import executors, remote
+from fleetbench.hosts import allocation, executors, remote
 from fleetbench.hosts.executors import local_block, local_env
 from fleetbench.hosts.hostlist import HostsError
 from fleetbench.job import paddle_launch, preflight
@@ -283,7 +283,7 @@ def job_from_launch(args: LaunchArgs, shape: tuple[str, int, int, int], slots: l
     return executors.Job("collective", args.script, tuple(args.script_args), nodes, counts, flags=other)
 
 
-def checked_on_nodes(args: LaunchArgs, ex: executors.AgentExecutor, job: executors.Job, slots: list[int | None],
+def checked_on_nodes(args: LaunchArgs, ex: executors.Executor, job: executors.Job, slots: list[int | None],
                      env: dict) -> tuple[executors.Job, dict | None]:
     """The job with the ranks each node will start, and the benchmark's config, from the checks
     its nodes ran (fleetbench.hosts.nodecheck: devices, ranks, the benchmark's --check there). A
@@ -295,14 +295,14 @@ def checked_on_nodes(args: LaunchArgs, ex: executors.AgentExecutor, job: executo
     devices, nproc = args.flag("--devices"), args.flag("--nproc_per_node")
     base = {"device_flag": next((f for f in DEVICE_FLAGS if f in args.paddle), None), "devices": devices,
             "env": executors.forwarded_env(env, ex.forward), "check": bool(args.check and registry.for_script(args.script)),
-            "script": ex.script_on_node(args.script), "scratch": agent.SCRATCH,
+            "script": executors.script_on_node(args.script), "scratch": agent.SCRATCH,
             "args": executors._results_to_scratch(list(args.script_args), agent.SCRATCH)}
     specs = [dict(base, nproc=nproc or (str(s) if s and s > 1 and not devices else None)) for s in slots[:job.nodes]]
-    answers = nodecheck.check_nodes(ex, ex.nodes[:job.nodes], specs)
+    answers = nodecheck.check_nodes(ex.nodes[:job.nodes], specs)
     counts = tuple(a["ranks"] for a in answers)
     for node, s, k in zip(ex.nodes, slots, counts):
         if s and s > 1 and k > s:
-            raise HostsError(f"hosts: host {node.host} has {s} slot(s), node {node.rank} would run {k} ranks "
+            raise HostsError(f"hosts: host {node.name} has {s} slot(s), node {node.index} would run {k} ranks "
                              f"(one per device {'listed' if devices else 'visible there'})")
     return dataclasses.replace(job, counts=counts), answers[0]["config"]
 
@@ -312,9 +312,7 @@ def launch_on_hosts(args: LaunchArgs, opts: remote.HostOptions, env: dict) -> in
     that refuses the devices or the config) raises before anything starts."""
     identity, shape = prepare(args, env, on_hosts=True), job_shape(args)
     if opts.executor == "slurm":
-        from fleetbench.engines import slurm
-
-        slots = [None] * len(slurm.allocation_hosts())  # Slurm says nothing of a node's devices here
+        slots = [None] * len(allocation.allocation_hosts())  # Slurm says nothing of a node's devices here
     else:
         slots = [h.slots if h.slots > 1 else None for h in opts.host_list()]  # `a` alone: its devices decide
     job = job_from_launch(args, shape, slots)

@@ -24,6 +24,8 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
+from fleetbench.hosts import reach
+from fleetbench.hosts.hostlist import Host
 from fleetbench.job import paddle_launch, preflight
 
 PREFIX = "NODECHECK "
@@ -49,13 +51,14 @@ def run(spec: dict) -> dict:
     return {"ranks": preflight.ranks_per_node(nproc, ids, env, found), "devices": found, "config": config}
 
 
-def check_nodes(executor, nodes: list, specs: list[dict], timeout: float = TIMEOUT_S) -> list[dict]:
-    """On the head: every node's answer, in node order, all asked at once through the executor's
-    transport; preflight.LaunchError naming the first node that refused or did not answer."""
-    def ask(node, spec):
-        argv = [executor.python, "-m", "fleetbench.hosts.nodecheck", json.dumps(spec, separators=(",", ":"))]
+def check_nodes(nodes: list[Host], specs: list[dict], timeout: float = TIMEOUT_S) -> list[dict]:
+    """On the head: every node's answer, in node order, all asked at once the way the job reaches
+    its hosts (fleetbench.hosts.reach: ssh, srun); preflight.LaunchError naming the first node that
+    refused or did not answer."""
+    def ask(node: Host, spec: dict) -> dict:
+        argv = [node.python, "-m", "fleetbench.hosts.nodecheck", json.dumps(spec, separators=(",", ":"))]
         try:
-            p = subprocess.run(executor.transport(node, argv), capture_output=True, text=True, timeout=timeout)
+            p = subprocess.run(reach.command(node, argv), capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"error": f"its checks did not finish within {timeout:g} s"}
         lines = [line for line in p.stdout.splitlines() if line.startswith(PREFIX)]
@@ -68,7 +71,7 @@ def check_nodes(executor, nodes: list, specs: list[dict], timeout: float = TIMEO
         answers = list(pool.map(ask, nodes, specs))
     for node, answer in zip(nodes, answers):
         if "error" in answer:
-            raise preflight.LaunchError(f"node {node.rank} ({node.host}): {answer['error']}")
+            raise preflight.LaunchError(f"node {node.index} ({node.name}): {answer['error']}")
     return answers
 
 

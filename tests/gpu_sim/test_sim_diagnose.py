@@ -41,8 +41,8 @@ def test_the_cpu_probes_time_the_cpu_and_fp32_is_timed_without_tf32(tmp_path):
     on_gpu = {(device, dtype, tf32) for device, dtype, tf32 in got["gpu"]}
     assert ("gpu:1", "float32", False) in on_gpu and ("gpu:1", "float32", True) in on_gpu  # finding 8
     figures = got["figures"]
-    assert {"matmul_fp32_tflops", "matmul_tf32_tflops", "mem_copy_gbps", "smi_sm_clock_ratio"} <= set(figures)
-    assert "matmul_fp16_tflops" not in figures  # no float16 matmul kernel on the CPU: not measured, and said
+    assert {"gpu_matmul_fp32_tflops", "gpu_matmul_tf32_tflops", "gpu_mem_copy_gbps", "gpu_sm_clock_ratio"} <= set(figures)
+    assert "gpu_matmul_fp16_tflops" not in figures  # no float16 matmul kernel on the CPU: not measured, and said
     assert "gpu:1 float16 matmul: not measured, this Paddle build has no kernel for it here" in p.stderr
 
 
