@@ -264,11 +264,7 @@ def _caption(table: dict) -> str:
             spread += " (fewer where outliers are excluded, as shown)"
         origin = (f"Measured by fleetbench: mean ± sample std over repeats, {spread}, printed to the "
                   "digits the std supports.")
-    text = f"Throughput in {', '.join(units)}. {origin}"
-    simulated = sorted({g["paddle"] for g in groups if experiment.SIMULATED in (g.get("paddle") or "")})
-    if simulated:
-        text += (f" SIMULATED GPU host ({'; '.join(simulated)}): device queries answered from a description, "
-                 "tensors on the CPU: not GPU measurements.")
+    text = f"Throughput in {', '.join(units)}. {origin}{simulated_note(groups)}"
     if table["dims"]:
         text += (f" Rows differ in {', '.join(table['dims'])}: different experiments, shown "
                  "side by side, never averaged.")
@@ -295,6 +291,15 @@ def _caption(table: dict) -> str:
     if noise:
         text += f" Pooled repeats differ only in {', '.join(noise)} (not part of the experiment)."
     return text
+
+
+def simulated_note(groups: list[dict]) -> str:
+    """What a table must say of figures from the test suite's simulated GPU host (experiment.SIMULATED)."""
+    simulated = sorted({g["paddle"] for g in groups if experiment.SIMULATED in (g.get("paddle") or "")})
+    if not simulated:
+        return ""
+    return (f" SIMULATED GPU host ({'; '.join(simulated)}): device queries answered from a description, "
+            "tensors on the CPU: not GPU measurements.")
 
 
 WORLD_ONE = "baseline: world size 1, "
