@@ -5,7 +5,8 @@ A reduced form of the demo, said here: the demo sweep's own cells (fleetbench/pr
 demo.yaml), each axis at its first value, one repeat and no until-stable repeats, and of those the
 first ResNet50 cell and the emulated-network cells only (the full demo takes 15 minutes on 2 quiet
 cores); then `make demo`'s report. The network cells are skipped, each in one line with the reason;
-the ResNet50 cell runs on the simulated GPU and its record says it was simulated."""
+the ResNet50 cell runs on the simulated GPU (the sweep runs its `--check` first: the README's
+`resnet50.py --preset tiny --check` on the 2.6.2 build) and its record says it was simulated."""
 import subprocess
 from pathlib import Path
 
@@ -42,7 +43,9 @@ def test_the_demo_sweep_skips_its_network_cells_in_one_line_each_and_runs_the_re
     assert all("net=" in line for line in skipped)
     (rec,) = records(store)
     assert rec["error"] is None and rec["benchmark"] == "resnet50" and rec["network"] is None
+    # it trained on the GPU Paddle's launcher selected for it (its tensors on the CPU), and says so
     assert rec["config"]["runtime"]["device"] == "gpu:0" and rec["env"]["simulated_gpu"]["host"] == "dgx-a100"
+    assert rec["env"]["paddle"]["simulated"] is True and rec["env"]["gpus"][0]["name"] == simhost.A100["name"]
     report = subprocess.run([PYTHON, "-m", "fleetbench", "report", str(store), "--images", str(tmp_path / "images")],
                             cwd=REPO, env=env(**sim.env()), capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr[-3000:]

@@ -51,7 +51,7 @@ def test_diagnose_finds_a_gpu_that_throttles_under_load(tmp_path):
     sim = simhost.install(tmp_path / "host", "a100x2", "3.3.1-cu126", python=paddle3_python(),
                           gpu_overrides={1: {"load_sm": 1005, "load_temp": 88}})
     store = tmp_path / "diag.jsonl"
-    p = subprocess.run([paddle3_python(), "-m", "fleetbench", "diagnose", "--passes", "1", "--seconds", "0.2",
+    p = subprocess.run([paddle3_python(), "-m", "fleetbench", "diagnose", "--passes", "1", "--seconds", "0.1",
                         "--json", "--results", str(store)], cwd=REPO, env=env(**sim.env()), capture_output=True,
                        text=True, timeout=600)
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]  # a defective node

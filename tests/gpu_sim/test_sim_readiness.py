@@ -33,6 +33,8 @@ def test_a_ready_node_is_ready_and_a_benchmark_checks_there(tmp_path, build, rea
     sim = simhost.install(tmp_path, "dgx-a100", build, python=python_of(build))
     p = run(sim, python_of(build), ENV_CHECK)
     assert p.returncode == 0 and ready in p.stdout, p.stdout + p.stderr
+    if build.startswith("2."):
+        return  # its `resnet50 --check` runs in test_sim_demo.py, as `fleetbench sweep` runs it
     check = run(sim, python_of(build), RESNET_CHECK)
     assert check.returncode == 0, check.stderr[-2000:]
     assert json.loads(check.stdout.strip().splitlines()[-1])["batch_size"] > 0
