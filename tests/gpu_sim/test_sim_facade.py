@@ -36,8 +36,12 @@ paddle.set_device("gpu:2")
 x = paddle.ones([4]) * 2
 paddle.seed(7)  # Paddle's own CUDA-build branch would seed CUDA generators: its internals stay CPU
 conv = paddle.nn.Conv2D(3, 4, 3)(paddle.rand([1, 3, 8, 8]))
+import subprocess
+smi = subprocess.run(["nvidia-smi", "--query-gpu=index,clocks.sm", "--format=csv,noheader,nounits"],
+                     capture_output=True, text=True).stdout
 out.update(chosen=paddle.get_device(), on_cpu=x.place.is_cpu_place(), conv=list(conv.shape),
-           busy=sorted(os.listdir(json.load(open(os.environ["SIMULATED_GPU_HOST"]))["state_dir"])))
+           busy=sorted(os.listdir(json.load(open(os.environ["SIMULATED_GPU_HOST"]))["state_dir"])),
+           clocks=[int(line.split(",")[1]) for line in smi.splitlines()])
 print("ASKED " + json.dumps(out))
 """
 
@@ -68,6 +72,9 @@ def test_paddle_answers_as_the_named_cuda_build(tmp_path, build, python):
     # tensors stay on the CPU, Paddle's internals take their CPU paths; nvidia-smi sees GPU 5 loaded
     assert got["chosen"] == "gpu:2" and got["on_cpu"] is True and got["conv"] == [1, 4, 6, 6]
     assert len(got["busy"]) == 1 and got["busy"][0].startswith("busy-")
+    # while this process holds visible device 2 (physical 5), nvidia-smi shows it at its clocks under
+    # load and the others idle: a sample taken after the load reads idle clocks (finding 7)
+    assert got["clocks"] == [210] * 5 + [1410] + [210] * 2
 
 
 def test_the_loader_message_is_the_one_in_paddles_binaries():
