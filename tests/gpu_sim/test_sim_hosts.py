@@ -6,15 +6,12 @@ head refused for want of GPUs, and one rank a node took all eight devices).
 The emulated cluster's nodes are network namespaces with a real sshd, or a real slurmd, each; the
 node's Python is the simulated host's (`--remote-python`, simhost.SimHost.python), as a real
 cluster's nodes have their own. Ranks are tests/gpu_sim/placement.py (no Paddle, no record)."""
-import shutil
 import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 import simhost
 from simhost import PLACEMENT, placements
-from util import PYTHON, REPO, cluster_name, emulated_nodes, env, worker_log_tails
+from util import PYTHON, REPO, cluster_name, emulated_nodes, env, slurm_nodes, worker_log_tails
 
 from fleetbench.emulate import slurmd, sshd
 
@@ -72,12 +69,8 @@ def test_hosts_over_ssh_from_a_head_without_gpus(ssh_cluster, sims, tmp_path):
 
 @pytest.fixture(scope="module")
 def slurm_cluster():
-    state = Path(tempfile.mkdtemp(prefix="fbg-", dir="/tmp"))  # slurmstepd's socket path must stay short
-    try:
-        with emulated_nodes(slurmd, cluster_name("fbh"), state) as nodes:
-            yield nodes
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
+    with slurm_nodes("fbh") as nodes:
+        yield nodes
 
 
 @pytest.mark.skipif(SLURM_PROBLEM is not None, reason=SLURM_PROBLEM or "")
