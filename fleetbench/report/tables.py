@@ -67,8 +67,9 @@ def stability_lines(table: dict) -> list[str]:
             continue
         where = ", ".join(filter(None, [g["network"], g["method"], f"world size {g['world_size']}",
                                         variant_text(table, g)]))
-        state = (f"{UNSTABLE_MARK} unstable: cv {g['cv']:.0%} > {g['cv_threshold']:.0%}"
-                 if g.get("unstable") else f"stable (cv {g['cv']:.0%})")
+        cv = "undefined: one run" if g["cv"] is None else f"{g['cv']:.0%}"  # a lone disturbed run has none
+        state = (f"{UNSTABLE_MARK} unstable: cv {cv} > {g['cv_threshold']:.0%}"
+                 if g.get("unstable") else f"stable (cv {cv})")
         runs = g.get("runs", ())
         every = (f"; mean of all {len(runs)} runs {stability.format_pm(g['mean_all'], None)}"
                  if g.get("excluded") or aggregate.disturbed_out(g) else "")

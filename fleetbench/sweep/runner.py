@@ -250,11 +250,7 @@ class Sweep:
 
     def network_problem(self, cell: Cell) -> str | None:
         """Why an emulated-network cell cannot run here (None: it can, or it is no such cell)."""
-        if not cell.network:
-            return None
-        if self.cuda_build:
-            return EMULATED_ON_CUDA
-        return netem.requirements_problem()
+        return (EMULATED_ON_CUDA if self.cuda_build else netem.requirements_problem()) if cell.network else None
 
     def say_stop(self, i: int, n: int, cell: Cell) -> None:
         """How a cell's until-stable repeats ended (nothing without the policy)."""
@@ -381,8 +377,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # Emulated nodes share one machine's devices and are given none by number, so on a CUDA build every
-# node would take GPUs 0..K-1, and NCCL (one host to it) would bypass the shaped link (issue 26).
-# Such cells are skipped with this reason, the others run (issue 33: `make demo` on a GPU host).
+# node would take GPUs 0..K-1, and NCCL would bypass the shaped link (issue 26): such cells are
+# skipped with this reason, the others run (issue 33: `make demo` on a GPU host).
 EMULATED_ON_CUDA = ("emulated nodes on a CUDA build would share this machine's GPUs and NCCL would go around the "
                     "shaped link; run network cells with a CPU build of Paddle, docs/gpu.md")
 
@@ -431,9 +427,8 @@ def cli(argv: list[str]) -> int:
         sweep = prepare(args)
         if args.dry_run:
             for i, (cell, done) in enumerate(sweep.plan(), start=1):
-                skipped = sweep.network_problem(cell)
-                print(f"cell {i}/{len(sweep.cells)} {cell.label()}: {done}/{cell.repeats} done"
-                      + (f", will be skipped ({skipped})" if skipped else ""))
+                skipped = f", will be skipped ({sweep.network_problem(cell)})" if sweep.network_problem(cell) else ""
+                print(f"cell {i}/{len(sweep.cells)} {cell.label()}: {done}/{cell.repeats} done{skipped}")
             return 0
         sweep.run(dict(os.environ))
         return 1 if sweep.failed_runs else 0
