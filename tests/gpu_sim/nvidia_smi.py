@@ -4,6 +4,7 @@ checklist use, answered from the host description SIMULATED_GPU_HOST names.
     nvidia-smi -L
     nvidia-smi topo -m
     nvidia-smi --query-gpu=F1,F2,... --format=csv[,noheader][,nounits] [-i ID[,ID]]
+    nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader
 
 The output follows nvidia-smi(1) (driver 535): `-L` one `GPU i: NAME (UUID: ...)` line per GPU;
 `topo -m` the matrix with its legend and NIC legend; a query one CSV line per GPU with ", "
@@ -13,7 +14,8 @@ CUDA_VISIBLE_DEVICES, and so does this.
 
 A device is under load while a live process has selected it (facade.py writes busy-<pid> in the
 host's state directory, naming the physical index): its clocks and temperature are then the
-description's load_* figures, else the idle ones. Stdlib only: it runs with `python -I`.
+description's load_* figures, else the idle ones, and the process is listed among its compute apps.
+Stdlib only: it runs with `python -I`.
 """
 import json
 import os
@@ -34,9 +36,10 @@ Legend:
 """
 
 
-def busy_devices(desc):
-    """Physical indices some live process has selected (facade.py's busy-<pid> files)."""
-    out = set()
+def holders(desc):
+    """{pid: physical index} of the live processes that have selected a device (facade.py's
+    busy-<pid> files): their contexts, as --query-compute-apps lists them."""
+    out = {}
     state = desc.get("state_dir") or ""
     for name in (os.listdir(state) if os.path.isdir(state) else []):
         if not name.startswith("busy-"):
@@ -44,10 +47,32 @@ def busy_devices(desc):
         try:
             os.kill(int(name[5:]), 0)
             with open(os.path.join(state, name)) as f:
-                out.add(int(json.load(f)["device"]))
+                out[int(name[5:])] = int(json.load(f)["device"])
         except (OSError, ValueError, KeyError):
             continue  # a process that is gone, or a file being rewritten
     return out
+
+
+def busy_devices(desc):
+    """Physical indices some live process has selected."""
+    return set(holders(desc).values())
+
+
+def compute_apps(desc, argv):
+    """--query-compute-apps=pid,gpu_uuid,...: one line per process holding a device."""
+    fields = next(a for a in argv if a.startswith("--query-compute-apps=")).split("=", 1)[1].split(",")
+    rows = []
+    for pid, index in sorted(holders(desc).items()):
+        gpu = desc["gpus"][index]
+        values = {"pid": pid, "gpu_uuid": gpu["uuid"], "gpu_bus_id": gpu["pci_bus_id"], "process_name": "python",
+                  "used_gpu_memory": 1024, "used_memory": 1024}
+        unknown = [f for f in fields if f.strip() not in values]
+        if unknown:
+            print(f'Field "{unknown[0].strip()}" is not a valid field to query.', file=sys.stderr)
+            return 2
+        rows.append(", ".join(str(values[f.strip()]) for f in fields))
+    print("\n".join(rows))
+    return 0
 
 
 def field_value(gpu, field, desc, busy):
@@ -161,6 +186,8 @@ def main(argv):
         return 0
     if any(a.startswith("--query-gpu=") for a in argv):
         return query(desc, argv)
+    if any(a.startswith("--query-compute-apps=") for a in argv):
+        return compute_apps(desc, argv)
     print(f"nvidia-smi (simulated): {' '.join(argv) or '(no arguments)'} is not simulated; -L, topo -m and "
           f"--query-gpu are", file=sys.stderr)
     return 2
