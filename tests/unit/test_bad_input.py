@@ -99,6 +99,8 @@ ROWS = {
     ("k8s", "what"): ["{bad_yaml}"],
     ("k8s", "--preset"): ["nosuch"],
     ("k8s", "--set"): ["nosuch=1"],
+    ("k8s", "--env"): ["NOVALUE", "=x", "1X=y", "FLEETBENCH_NODES=2"],
+    ("k8s", "--rdma"): ["", "rdma/x=0", "not a resource"],
     ("results", "import", "logs"): ["{bad_log}"],
     ("topo", "--input"): ["{bad_topo}"],
     ("data", "name"): ["nosuch"],
