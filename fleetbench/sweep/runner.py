@@ -366,14 +366,11 @@ class Sweep:
 def parser() -> cmdline.Parser:
     p = cmdline.Parser(prog="fleetbench sweep", description="Run a matrix of benchmark cells.")
     p.add_argument("file", nargs="?", type=cmdline.INPUT_FILE, help="sweep file (YAML)")
-    p.add_argument("--preset", type=PRESET,
-                   help=f"a sweep from {os.path.relpath(SWEEP_DIR, REPO_ROOT)}/NAME.yaml")
-    p.add_argument("--results", default=registry.DEFAULT_RESULTS, type=results.STORE,
-                   help=f"results file (default {registry.DEFAULT_RESULTS})")
+    p.add_argument("--preset", type=PRESET, help=f"a sweep from {os.path.relpath(SWEEP_DIR, REPO_ROOT)}/NAME.yaml")
+    p.add_argument("--results", default=registry.DEFAULT_RESULTS, type=results.STORE, help="results file (default %(default)s)")
     p.add_argument("--repeats", type=cmdline.COUNT, help="override every cell's repeats")
     p.add_argument("--log-dir", type=cmdline.OUTPUT_DIR, help="where run logs go (default log/sweep-<name>)")
-    p.add_argument("--cluster-name", default=netem.DEFAULT_PREFIX, type=netem.NAME,
-                   help="emulated cluster name prefix (default fb)")
+    p.add_argument("--cluster-name", default=netem.DEFAULT_PREFIX, type=netem.NAME, help="emulated cluster prefix (default fb)")
     p.add_argument("--cluster-subnet", type=netem.SUBNET,
                    help="its subnet (default: the first 10.77.N.0/24 no route or namespace here uses)")
     remote.add_arguments(p)
