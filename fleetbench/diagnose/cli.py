@@ -121,8 +121,8 @@ def _check_outputs(args) -> None:
         if args.save_baseline and os.path.isdir(args.save_baseline):
             raise rules.DiagnoseError(f"--save-baseline {args.save_baseline}: is a directory, expected a file")
         if args.save_baseline:  # written once every run is done: refused now if it could not be
-            results.check_appendable(args.save_baseline, "--save-baseline")
-    except (results.PathError, results.RecordError) as e:
+            cmdline.check_output_file(args.save_baseline, "--save-baseline", "a baseline file (JSON)")
+    except (results.PathError, results.RecordError, cmdline.PathProblem) as e:
         raise rules.DiagnoseError(f"--results {e}" if isinstance(e, results.RecordError) else str(e)) from None
 
 

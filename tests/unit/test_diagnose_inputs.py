@@ -1,6 +1,7 @@
 """`fleetbench diagnose`'s bad inputs: each one line naming the flag or file and what was expected,
 exit 2, before any test runs (no probe is started: node_probe and link_probe fail the test if
 called). In-process: cli.cli is what `fleetbench diagnose` runs."""
+import argparse
 import json
 
 import pytest
@@ -89,3 +90,10 @@ def test_a_baseline_of_other_hosts_is_refused_before_any_test(tmp_path, capsys, 
     path.write_text(json.dumps(made))
     err = _refused(capsys, "--baseline", path)  # this machine alone: host localhost
     assert "made on hosts elsewhere, this run has localhost" in err
+
+
+def test_an_existing_baseline_may_be_saved_over(tmp_path):
+    # the check is a file's, not a results store's: a baseline is one JSON object, not a JSONL line
+    saved = tmp_path / "b.json"
+    saved.write_text(json.dumps({"kind": "fleetbench-diagnose-baseline", "nodes": {}}, indent=1))
+    cli._check_outputs(argparse.Namespace(results=None, save_baseline=str(saved)))
