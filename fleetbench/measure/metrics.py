@@ -10,8 +10,6 @@ paddle.distributed, PS: gloo through fleet.util), so it is passed in.
 import dataclasses
 from typing import List, Optional, Protocol
 
-import fleetbench
-
 # name -> definition. Family-specific names say which family reports them.
 DEFINITIONS = {
     "throughput": "work of all ranks in the measured window / elapsed_s, in `unit`",
@@ -152,8 +150,9 @@ def reduce(mine: RankFigures, comm: Communicator) -> Totals:
                   rank_reader_ms=None if mine.reader_s is None else [reader for _, reader in per_step])
 
 
-def standard(totals: Totals, unit: str, world_size: int, warmup_steps: int) -> dict:
-    """The metrics every record has (see DEFINITIONS); a family adds its own names."""
+def standard(totals: Totals, unit: str, world_size: int, warmup_steps: int, *, threads: dict) -> dict:
+    """The metrics every record has (see DEFINITIONS); a family adds its own names. `threads`: the
+    process's thread record (`fleetbench.threads_info()`), passed in: measure/ imports no room above it."""
     elapsed = totals.elapsed_s
     throughput = totals.units / elapsed
     reader_ms = None if totals.reader_s is None else 1000 * totals.reader_s / totals.steps
@@ -166,7 +165,7 @@ def standard(totals: Totals, unit: str, world_size: int, warmup_steps: int) -> d
         "elapsed_s": elapsed, "rank_elapsed_s": totals.rank_elapsed_s,
         "rank_step_ms": totals.rank_step_ms, "rank_reader_ms": totals.rank_reader_ms,
         "measured_steps": totals.steps, "warmup_steps": warmup_steps,
-        "omp_num_threads": fleetbench.threads_info()["omp_num_threads"],
+        "omp_num_threads": threads["omp_num_threads"],
     }
 
 
