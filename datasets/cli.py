@@ -44,7 +44,7 @@ def _dispatch(kind: str, name: str, table: dict, rest: list) -> int:
     return int(getattr(importlib.import_module(module), function)(*leading, rest) or 0)
 
 
-def cli(argv=None) -> int:
+def cli(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="fleetbench data", description=__doc__.split("\n\n")[0],
                                      usage="fleetbench data {gen,validate,get} NAME [args]")
