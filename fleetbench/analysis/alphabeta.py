@@ -19,8 +19,9 @@ the rows at or below SMALL_MAX bytes, per size over the repeated comm runs, and 
 sizes costs that median, interpolated in log-size (below the smallest size measured: its time,
 latency being flat there). Larger calls keep the fit.
 
-When nodes hold several devices the all-reduce is taken as hierarchical: an all-reduce among the
-d devices of a node (intra-node fit) plus one among the N nodes (inter-node fit), each of S bytes.
+When nodes hold several devices, gloo's all-reduce is taken as hierarchical: an all-reduce among
+the d devices of a node (intra-node fit) plus one among the N nodes (inter-node fit), each of S
+bytes. NCCL's (GPU work) is analysis/nccl.py: rings over all GPUs, or trees, whichever is cheaper.
 Units: bytes, microseconds inside, milliseconds out; GB/s = 10^9 bytes/s as nccl-tests.
 """
 from __future__ import annotations
@@ -54,6 +55,7 @@ class Link:
     ranks: int
     source: str
     small: tuple = ()  # ((bytes, median time_us), ...) ascending, measured at these ranks (module doc)
+    latency_known: bool = True  # False: no comm record measured the latency (defaults apply, nccl.py)
 
     @property
     def hop_alpha_us(self) -> float:
@@ -65,7 +67,13 @@ class Link:
         if ranks == self.ranks:
             return self
         return Link(self.hop_alpha_us * 2 * (ranks - 1), self.bandwidth_GBps, ranks,
-                    f"{self.source}, extrapolated from {self.ranks} to {ranks} ranks")
+                    f"{self.source}, extrapolated from {self.ranks} to {ranks} ranks",
+                    latency_known=self.latency_known)
+
+    def with_hop_us(self, hop_us: float, note: str) -> "Link":
+        """The same link with a per-message latency nobody measured (nccl.DEFAULT_HOP_US)."""
+        return dataclasses.replace(self, alpha_us=hop_us * 2 * (self.ranks - 1),
+                                   source=f"{self.source}; {note}")
 
     def allreduce_ms(self, nbytes: float, calls: float) -> float:
         if self.ranks <= 1 or nbytes <= 0:
@@ -112,33 +120,6 @@ class Hierarchical:
         return self.source
 
 
-@dataclasses.dataclass(frozen=True)
-class FlatRing:
-    """NCCL across nodes: rings over all n GPUs (NCCL docs, "NCCL_ALGO": Ring; and the
-    nccl-tests PERFORMANCE.md bus bandwidth: each rank's link carries 2(n-1)/n of the bytes).
-    Every ring step moves one chunk on every hop at once, so a step lasts as long as its slowest
-    hop: the NIC hop (one per node) or an intra-node hop. Untested here (no GPU)."""
-    intra: Link
-    inter: Link
-    ranks: int
-
-    @property
-    def source(self) -> str:
-        return (f"NCCL flat ring over {self.ranks} GPUs: intra-node {self.intra.describe()}; "
-                f"inter-node {self.inter.describe()}")
-
-    def allreduce_ms(self, nbytes: float, calls: float) -> float:
-        if self.ranks <= 1 or nbytes <= 0:
-            return 0.0
-        bandwidth = min(self.intra.bandwidth_GBps, self.inter.bandwidth_GBps)
-        wire_us = allreduce_factor(self.ranks) * nbytes / (bandwidth * 1e3)
-        hop_us = max(self.intra.hop_alpha_us, self.inter.hop_alpha_us)
-        return (calls * hop_us * 2 * (self.ranks - 1) + wire_us) / 1e3
-
-    def describe(self) -> str:
-        return self.source
-
-
 def fit_rows(rows: list[dict], ranks: int) -> tuple[float, float]:
     """(alpha_us, bandwidth_GBps) of all_reduce rows of a comm record, by the comm benchmark's own
     fit (measure.comm.fit_alpha_beta: least squares on relative errors); rows of other ops or
@@ -177,7 +158,8 @@ def pooled_link(fits: list[tuple[float, float]], ranks: int, source: str, rows: 
     return Link(alpha, 1.0 / per_byte, ranks, source, small_calls(list(rows)))
 
 
-def rate_link(rate_gbit: float, ranks: int, hop_alpha_us: float, source: str) -> Link:
+def rate_link(rate_gbit: float, ranks: int, hop_alpha_us: float | None, source: str) -> Link:
     """A link known only by its rate (Gbit/s): bus bandwidth = rate / 8 GB/s, the per-message
-    latency borrowed from a measured fit (or 0)."""
-    return Link(hop_alpha_us * 2 * (ranks - 1), rate_gbit / 8.0, ranks, source)
+    latency borrowed from a measured fit (None: not known, 0 until a default is put in)."""
+    return Link((hop_alpha_us or 0.0) * 2 * (ranks - 1), rate_gbit / 8.0, ranks, source,
+                latency_known=hop_alpha_us is not None)

@@ -34,11 +34,23 @@ PARTS = ("compute_ms", "exposed_comm_ms", "imbalance_ms", "reader_ms")
 LOSSES = ("contention", "communication", "imbalance", "reader", "unexplained")
 
 
+def work_key(cell: Cell) -> str:
+    """What the calibration (host cost, overlap window) keys a work by: the model at its preset, and
+    a published table's framework, precision, batch and sequence (its runtime and build aside)."""
+    config = cell.config
+    return repr((cell.source, cell.benchmark, cell.preset, config.get("framework"), config.get("precision"),
+                 config.get("model"), config.get("batch_size") if cell.source else None, config.get("seq_len")))
+
+
 def identity(cell: Cell) -> dict:
     return {"benchmark": cell.benchmark, "preset": cell.preset, "method": cell.method,
             "network": cell.network, "nodes": cell.shape.nodes,
             "devices_per_node": cell.shape.devices_per_node, "world_size": cell.shape.world_size,
-            "runs": cell.runs, "excluded": cell.excluded, "unit": cell.unit}
+            "runs": cell.runs, "excluded": cell.excluded, "unit": cell.unit, "source": cell.source,
+            "framework": cell.framework, "precision": cell.precision, "batch": cell.config.get("batch_size"),
+            "model": cell.config.get("model"), "sync_every": cell.sync_every, "work_key": work_key(cell),
+            "circumstances": {"paddle": cell.work[4], "device": cell.work[5], "host": cell.work[6]},
+            "config": cell.config, "files": list(cell.files)}
 
 
 def _base_parts(cell: Cell, control: Cell | None, single: Cell | None, sharing: float) -> dict:
@@ -53,11 +65,15 @@ def _base_parts(cell: Cell, control: Cell | None, single: Cell | None, sharing: 
             "exposed_comm_ms": cell.step_ms - single.step_ms * sharing}
 
 
-def _sharing(cell: Cell, single: Cell | None, cells: list[Cell]) -> tuple[float, str]:
+def _sharing(cell: Cell, single: Cell | None, cells: list[Cell], found) -> tuple[float, str]:
     """Core sharing of the 1-device run at the cell's shape, when measured (on this work or
-    borrowed from other works on the host); an assumed linear one is not used here."""
+    borrowed from other works on the host); an assumed linear one is not used here. GPU work:
+    node sharing from the 1-node run against a known node link (analysis/node.py)."""
     if single is None:
         return 1.0, ""
+    if cell.gpu:
+        shared = found is not None and found.sharing != 1.0 and found.sharing_per_node == cell.shape.devices_per_node
+        return (found.sharing, f"x{found.sharing:.3f} node sharing (from the 1-node run)") if shared else (1.0, "")
     factor, note, kind = scaling.core_sharing(single, cell.shape, cell.emulated, cells)
     return (factor, note) if kind != scaling.ASSUMED and note else (1.0, "")
 
@@ -73,11 +89,12 @@ def _losses(out: dict, single: Cell, has_control: bool) -> dict:
     return {name: value / total for name, value in shares.items()}
 
 
-def predicted_comm(cell: Cell, comm: list, cells: list[Cell] = ()) -> tuple[float | None, str, str, float]:
+def predicted_comm(cell: Cell, comm: list, cells: list[Cell] = (), found=None) -> tuple[float | None, str, str, float]:
     """(ms, link description, problem, latency share) of the cell's gradient collectives per step."""
     if cell.comm_bytes is None:
         return None, "", "the records carry no gradient bytes per step (comm_bytes_per_step)", 0.0
-    link, problem, _ = links.link_for(cell, cell.network, cell.shape, list(cells), comm)
+    found = found or links.link_for(cell, cell.network, cell.shape, list(cells), comm)
+    link, problem = found.link, found.problem
     if link is None:
         return None, "", problem, 0.0
     ranks = cell.shape.world_size
@@ -95,7 +112,8 @@ def breakdown(cell: Cell, cells: list[Cell], comm: list) -> dict:
     if control is None and single is None:
         out["notes"].append("no method=none control and no 1-device run of this work: no breakdown")
         return out
-    sharing, sharing_note = (1.0, "") if control else _sharing(cell, single, cells)
+    found = links.link_for(cell, cell.network, cell.shape, list(cells), comm) if cell.comm_bytes is not None else None
+    sharing, sharing_note = (1.0, "") if control else _sharing(cell, single, cells, found)
     out.update(_base_parts(cell, control, single, sharing))
     out["reader_ms"] = cell.reader_ms
     out["compute_source"] = control_note if control else (
@@ -105,7 +123,7 @@ def breakdown(cell: Cell, cells: list[Cell], comm: list) -> dict:
     out["explained_step_ms"] = sum(out[part] for part in PARTS)
     out["accounting_error"] = out["explained_step_ms"] / cell.step_ms - 1
     out["accounting_ok"] = abs(out["accounting_error"]) <= ACCOUNTING_TOLERANCE
-    comm_ms, link_text, problem, latency = predicted_comm(cell, comm, cells)
+    comm_ms, link_text, problem, latency = predicted_comm(cell, comm, cells, found)
     out.update({"predicted_comm_ms": comm_ms, "link": link_text or None, "comm_buckets": cell.comm_buckets,
                 "latency_share": latency,
                 "comm_bytes": cell.traffic.sent_bytes if cell.traffic else None})  # really sent

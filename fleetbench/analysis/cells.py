@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from fleetbench.analysis import alphabeta, gradbytes
+from fleetbench.analysis import alphabeta, gradbytes, nccl, overlap, published
 from fleetbench.emulate.netem_plan import PROFILES  # the link profiles: the pure plan's table, no tools
 from fleetbench.measure import experiment, stability
 from fleetbench.measure.schema import CONTROL  # the no-synchronisation control's method
@@ -60,6 +60,15 @@ class Cell:
     traffic: gradbytes.Traffic | None = None  # what a step really sends (gradbytes)
     excluded: int = 0  # runs left out as throughput outliers (stability.excluded)
     transport: str | None = None  # the network's, as recorded (tcp, rdma)
+    nics: int = 1  # NICs a node uses for the network (rails; network.nics)
+    config: dict = dataclasses.field(default_factory=dict)  # the first run's (its work's identity)
+    topology: dict | None = None  # the record's: an nvidia-smi matrix, or a published intra_node
+    gpu_model: str | None = None  # GPU name (env.gpus, or a published config.gpu)
+    sync_every: int = 1  # micro-steps between all-reduces (published.sync_every)
+    source: str | None = None  # a published table's name; None for runs measured here
+    order: object = None  # overlap.Order of its gradients when known (registry or the record)
+    grad_tensors: int | None = None  # trainable gradient tensors (metrics.grad_tensors)
+    files: tuple = ()  # the results files its runs came from (a record's "_file", set by the reader)
 
     @property
     def control(self) -> bool:
@@ -69,6 +78,14 @@ class Cell:
     def label(self) -> str:
         return " ".join(str(p) for p in (self.benchmark, self.preset or "", self.method,
                                           self.network or "local", self.shape) if p != "")
+
+    @property
+    def framework(self) -> str | None:
+        return self.config.get("framework")
+
+    @property
+    def precision(self) -> str | None:
+        return self.config.get("precision")
 
 
 @dataclasses.dataclass
@@ -84,10 +101,17 @@ def _mean(values):
     return statistics.fmean(values) if values else None
 
 
+# Config keys that change how often a step synchronises, not what a micro-step computes: a
+# strong-scaling table accumulates fewer micro-batches a device as it grows (published.sync_every).
+SYNC_KEYS = ("grad_merge_steps",)
+
+
 def _work(record: dict) -> tuple:
     """What a control or a 1-device run must share with a cell: experiment.comparable (source,
-    benchmark, preset, unit, Paddle build, device, host, config without method and runtime)."""
+    benchmark, preset, unit, Paddle build, device, host, config without method, runtime and the
+    accumulation steps: precision, framework and batch are in it)."""
     fields = experiment.of(record).fields()
+    fields["config"] = {k: v for k, v in fields["config"].items() if k not in SYNC_KEYS}
     return experiment.comparable(dict(fields, unit=record["metrics"]["unit"]))
 
 
@@ -124,15 +148,41 @@ def _cell(runs: list[dict]) -> Cell:
     mean = {name: _mean(f[name] for f in figures) for name in figures[0]}
     steps = [f["step_ms"] for f in figures]
     net = members[0].get("network") or {}
+    first = members[0]
     return Cell(exp.benchmark, exp.preset, exp.method, exp.network, Shape(exp.nodes, exp.devices_per_node),
                 _work(members[0]), len(members),
-                mean["step_ms"], statistics.stdev(steps) if len(steps) > 1 else 0.0,
+                mean["step_ms"], _step_std(steps, members),
                 mean["reader_ms"], mean["median_reader_ms"], mean["median_rank_ms"], mean["max_rank_ms"], mean["throughput"],
                 members[0]["metrics"]["unit"], mean["units_per_rank_step"], mean["comm_bytes"],
                 mean["comm_buckets"], figures[0]["threads"], figures[0]["cores"],
                 bool(net.get("emulated")), figures[0]["gpu"], net.get("rate_gbit"),
-                gradbytes.of_record(members[0]["config"], members[0]["metrics"], mean["comm_bytes"],
-                                    mean["comm_buckets"], exp.world_size), len(flagged), net.get("transport"))
+                gradbytes.of_record(first["config"], first["metrics"], mean["comm_bytes"],
+                                    mean["comm_buckets"], exp.world_size), len(flagged), net.get("transport"),
+                int(net.get("nics") or 1), first["config"], first.get("topology"), _gpu_model(first),
+                published.sync_every(first), exp.source, _order(first),
+                (first.get("metrics") or {}).get("grad_tensors"),
+                tuple(sorted({r["_file"] for r in members if r.get("_file")})))
+
+
+def _gpu_model(record: dict) -> str | None:
+    names = sorted({g.get("name") or "" for g in ((record.get("env") or {}).get("gpus") or [])} - {""})
+    return " + ".join(names) or (record.get("config") or {}).get("gpu")
+
+
+def _order(record: dict):
+    """The gradient order (overlap.Order) of the record's model: given in it, else the registry's."""
+    model = published.model_of(record)
+    return overlap.given(record.get("metrics") or {}) or (overlap.registered(*model) if model else None)
+
+
+def _step_std(steps: list[float], members: list[dict]) -> float:
+    """Std of the step over the runs; one published figure: from its published throughput std."""
+    if len(steps) > 1:
+        return statistics.stdev(steps)
+    metrics = members[0]["metrics"]
+    if metrics.get("throughput_std") and metrics.get("throughput"):
+        return steps[0] * metrics["throughput_std"] / metrics["throughput"]
+    return 0.0
 
 
 def _comm_fit(record: dict) -> tuple[float, float] | None:
@@ -248,9 +298,9 @@ def _flat(network, ranks: int, intra: bool, comm: list[CommCell], rate_gbit=None
             where = "intra-node" if intra else f"network {network or 'local'}"
             return None, f"no all_reduce comm record for {where} and no known link rate"
     latency = _nearest(kind, ranks)
-    hop = latency.link.hop_alpha_us if latency else 0.0
+    hop = latency.link.hop_alpha_us if latency else None
     note = (f"latency from comm record {latency.network or 'local'} {latency.shape}" if latency
-            else "latency unknown, taken as 0")
+            else "latency unknown")
     return alphabeta.rate_link(rate_gbit, ranks, hop, f"link rate {rate_gbit:g} Gbit/s, {note}"), ""
 
 
@@ -258,19 +308,23 @@ def link_for(network: str | None, shape: Shape, comm: list[CommCell], rate_gbit:
              backend: str = "gloo"):
     """(link, problem): the all-reduce cost model for `shape` on `network` (or on a link of
     `rate_gbit`). An exact comm record of the shape and network wins; else one node or one device
-    per node is a ring fitted at another size; else NCCL's flat ring over all GPUs (backend nccl),
-    or for gloo an intra-node then an inter-node all-reduce (as the fitted cells measured it)."""
+    per node is a ring fitted at another size; else, across nodes of several devices, NCCL's
+    rings or trees over all GPUs (backend nccl: analysis/nccl.py, also for one GPU a node), or for
+    gloo an intra-node then an inter-node all-reduce (as the fitted cells measured it)."""
     if shape.world_size == 1:
         return None, "one device: no all-reduce"
     exact = [c for c in comm if c.network == network and c.shape == shape]
     if exact and rate_gbit is None:
         return exact[0].link, ""
-    if shape.nodes == 1 or shape.devices_per_node == 1:
+    if shape.nodes == 1 or (shape.devices_per_node == 1 and backend != "nccl"):
         return _flat(network, shape.world_size, shape.nodes == 1, comm, rate_gbit)
-    intra, problem = _flat(network, shape.devices_per_node, True, comm)
+    if shape.devices_per_node == 1:
+        intra, problem = alphabeta.Link(0.0, float("inf"), 1, "one GPU a node"), ""
+    else:
+        intra, problem = _flat(network, shape.devices_per_node, True, comm)
     inter, problem2 = _flat(network, shape.nodes, False, comm, rate_gbit)
     if intra is None or inter is None:
         return None, problem or problem2
     if backend == "nccl":
-        return alphabeta.FlatRing(intra, inter, shape.world_size), ""
+        return nccl.NcclLink(intra, inter, shape.nodes, shape.devices_per_node), ""
     return alphabeta.Hierarchical(intra, inter), ""

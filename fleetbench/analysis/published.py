@@ -1,47 +1,85 @@
 """Records that lack what the breakdown takes apart, completed from what they do carry: published
 reference records (`fleetbench explain --published`) and GPU records without gradient sizes.
 
-    step time        per-device batch x world size / throughput (a step is one batch per device),
-                     only where the throughput counts what the batch counts (images, samples,
-                     examples; not tokens)
-    gradient bytes   measure/registry.GRADIENTS of the benchmark's model at its preset (computed
-                     once from the Paddle model definition); a published model is matched to the
-                     registered benchmark and preset that define the same network (MODELS)
+    step time        per-device batch x world size / throughput (a step: one micro-batch a device),
+                     in samples (images/s, samples/s, sequences/s, examples/s), or in tokens
+                     (tokens/s, words/s) with config.tokens_per_sample (or config.seq_len) tokens
+                     a sample
+    gradient bytes   the record's own (metrics.grad_bytes: float32 bytes of the trainable
+                     parameters, or metrics.grad_tensor_bytes), else measure/registry.GRADIENTS of
+                     the model: config.model matched by name or alias (MODELS, ALIASES) to the
+                     registered benchmark and preset that define the same network; then scaled to
+                     the bytes a gradient element travels in (analysis/precision: config.precision,
+                     config.grad_dtype)
+    sync             config.grad_merge_steps micro-batches a device between all-reduces (gradient
+                     accumulation, default 1): the bytes and calls a step sends are divided by it
     all-reduce calls one per gradient tensor for wfbp (its definition), else one per bucket of
                      Paddle's fused size (train/methods: 128 MiB after backward, 25 MiB overlapped)
-    device           a published record's "GPU" becomes config.runtime.device, so that the model
-                     takes its backend as NCCL (cells.Cell.gpu)
+    device           a published record's "GPU" (or no device: published tables are GPU tables)
+                     becomes config.runtime.device, so that the model takes its backend as NCCL
+                     (cells.Cell.gpu); config.device "CPU" keeps gloo
 
-Every derived figure is named in `metrics.derived`, so no one mistakes it for a measured one.
+Every derived figure is named in `metrics.derived`, so no one mistakes it for a measured one. A
+published record the model cannot read (unknown model without gradient bytes, unknown precision,
+tokens without tokens a sample, no batch size) is refused in one line (PublishedError).
 """
 from __future__ import annotations
 
 import copy
 import math
+import re
 
+from fleetbench.analysis import precision
 from fleetbench.measure import registry
 
-# The published table's model names -> (registered benchmark, preset) of the same network.
-# BERT-Base is the bert_large script at preset `base` (12 layers, hidden 768: its presets file).
+# Published model names -> (registered benchmark, preset) of the same network. BERT-Base is the
+# bert_large script at preset `base` (12 layers, hidden 768: its presets file).
 MODELS = {"ResNet-50": ("resnet50", "full"), "BERT-Large": ("bert_large", "full"),
           "BERT-Base": ("bert_large", "base")}
+# Other spellings of the same networks (compared lower-case, letters and digits only). ResNet-50
+# v1.5 moves a stride, not a parameter; the uncased BERTs are the registry's (vocabulary 30522).
+ALIASES = {"resnet50": "ResNet-50", "rn50": "ResNet-50", "resnet50v15": "ResNet-50", "resnet50v1": "ResNet-50",
+           "bertlarge": "BERT-Large", "bertlargeuncased": "BERT-Large", "bertbase": "BERT-Base",
+           "bertbaseuncased": "BERT-Base"}
 # ddl-benchmarks' all-reduce methods are fleetbench's methods of the same definition (train/methods.py);
-# others (ByteScheduler, the PS rows) keep their published names and are predicted, if at all, as such.
+# others (ByteScheduler, the PS rows) keep their published names and are listed as not predicted.
 METHODS = {"BSP-A2A": "bsp", "WFBP-A2A": "wfbp", "MG-WFBP": "mgwfbp"}
 COUNTED_BY_BATCH = ("images/s", "samples/s", "examples/s", "sequences/s")
+COUNTED_IN_TOKENS = ("tokens/s", "words/s")
 MIB = 2 ** 20
 BUCKET_MIB = {"bsp": 128, "fp16_allreduce": 128}  # Paddle's fused_allreduce_gradients bucket
 OVERLAPPED_BUCKET_MIB = 25  # Paddle DataParallel's default comm_buffer_size
+
+
+class PublishedError(ValueError):
+    """A published record the model cannot read; the message is one line naming it."""
 
 
 def is_published(record: dict) -> bool:
     return ((record.get("source") or {}).get("kind")) == "published"
 
 
-def _model_of(record: dict) -> tuple[str, str | None]:
-    """(benchmark, preset) whose model the record trained."""
+def _where(record: dict) -> str:
+    source = record.get("source") or {}
+    return f"published record {source.get('name', '?')} [{source.get('cell') or record.get('id')}]"
+
+
+def _key(name: str) -> str:
+    """A model name compared: lower-case letters and digits, a remark in brackets dropped."""
+    return re.sub(r"[^a-z0-9]", "", re.sub(r"\(.*?\)|\[.*?\]", "", str(name).lower()))
+
+
+def known_models() -> str:
+    return "; ".join(f"{name} ({', '.join(a for a, n in ALIASES.items() if n == name)})" for name in MODELS)
+
+
+def model_of(record: dict) -> tuple[str, str | None] | None:
+    """(benchmark, preset) whose registered model the record trained, or None when not known."""
     model = (record.get("config") or {}).get("model")
-    return MODELS.get(model, (record["benchmark"], record.get("preset")))
+    if model is None:
+        return record["benchmark"], record.get("preset")
+    name = model if model in MODELS else ALIASES.get(_key(model))
+    return MODELS.get(name) if name else None
 
 
 def calls_per_step(method: str, grad_bytes: float, tensors: int) -> int:
@@ -50,11 +88,70 @@ def calls_per_step(method: str, grad_bytes: float, tensors: int) -> int:
     return max(1, math.ceil(grad_bytes / (BUCKET_MIB.get(method, OVERLAPPED_BUCKET_MIB) * MIB)))
 
 
-def _step_ms(record: dict) -> float | None:
-    metrics, batch = record["metrics"], (record.get("config") or {}).get("batch_size")
-    if not batch or not metrics.get("throughput") or metrics.get("unit") not in COUNTED_BY_BATCH:
-        return None
-    return 1e3 * batch * record["world_size"] / metrics["throughput"]
+def tokens_per_sample(config: dict) -> float | None:
+    value = config.get("tokens_per_sample") or config.get("seq_len")
+    return float(value) if value else None
+
+
+def _step_ms(record: dict) -> float:
+    metrics, config = record["metrics"], record.get("config") or {}
+    batch, unit = config.get("batch_size"), metrics.get("unit")
+    where = _where(record)
+    if not batch:
+        raise PublishedError(f"{where}: config.batch_size missing (samples a device a step are needed "
+                             "for the step time)")
+    per_sample = 1.0
+    if unit in COUNTED_IN_TOKENS:
+        per_sample = tokens_per_sample(config)
+        if not per_sample:
+            raise PublishedError(f"{where}: metrics.unit {unit} needs config.tokens_per_sample (or "
+                                 "config.seq_len): the tokens in one sample")
+    elif unit not in COUNTED_BY_BATCH:
+        raise PublishedError(f"{where}: metrics.unit {unit!r}: a training throughput is one of "
+                             f"{', '.join(COUNTED_BY_BATCH + COUNTED_IN_TOKENS)}")
+    if not metrics.get("throughput"):
+        raise PublishedError(f"{where}: metrics.throughput must be above 0")
+    return 1e3 * batch * per_sample * record["world_size"] / metrics["throughput"]
+
+
+def sizes_of(record: dict) -> tuple[float, int, str]:
+    """(float32 gradient bytes, tensors, where from) of the record's model; PublishedError if none."""
+    metrics = record.get("metrics") or {}
+    if metrics.get("grad_tensor_bytes"):
+        sizes = metrics["grad_tensor_bytes"]
+        return float(sum(sizes)), len(sizes), "gradient sizes given in the record"
+    if metrics.get("grad_bytes") and is_published(record):
+        tensors = metrics.get("grad_tensors") or 1
+        return float(metrics["grad_bytes"]), int(tensors), "gradient bytes given in the record"
+    model = model_of(record)
+    sizes = registry.gradients(*model) if model else None
+    if sizes is None:
+        raise PublishedError(f"{_where(record)}: config.model {record['config'].get('model', record['benchmark'])!r}: "
+                             f"no gradient sizes known (known models: {known_models()}); give "
+                             "metrics.grad_bytes (float32 bytes of its trainable parameters)")
+    return float(sizes[0]), sizes[1], f"registry gradients of {' '.join(p for p in model if p)}"
+
+
+def sync_every(record: dict) -> int:
+    """Micro-steps a device runs between all-reduces: gradient accumulation of a published table,
+    or our grad_merge method's steps."""
+    config = record.get("config") or {}
+    if is_published(record) or record.get("method") == "grad_merge":
+        return max(1, int(config.get("grad_merge_steps") or 1))
+    return 1
+
+
+def _derive_bytes(out: dict, record: dict) -> list[str]:
+    m, config = out["metrics"], out["config"]
+    where = _where(record) if is_published(record) else f"record {record.get('id')}"
+    element, _, _, why = precision.grad_bytes(config, where)
+    fp32_bytes, tensors, source = sizes_of(record)
+    k = sync_every(record)
+    m["grad_bytes"], m["grad_tensors"] = fp32_bytes * element / 4, tensors
+    m["comm_bytes_per_step"] = m["grad_bytes"] / k
+    m["comm_buckets_per_step"] = calls_per_step(out["method"], m["grad_bytes"], tensors) / k
+    per = f", once every {k} micro-steps" if k > 1 else ""
+    return [f"comm_bytes_per_step, comm_buckets_per_step ({source}; {why}{per})"]
 
 
 def complete(record: dict) -> dict:
@@ -65,18 +162,21 @@ def complete(record: dict) -> dict:
     m, derived = out["metrics"], []
     if is_published(record):
         out["method"] = METHODS.get(record["method"], record["method"])
-        if str(out["config"].get("device", "")).upper() == "GPU":
+        precision.name(out["config"].get("precision"), _where(record))
+        device = str(out["config"].get("device") or "GPU").upper()
+        if device.startswith("GPU"):  # a published table that does not say ran on GPUs (they all do)
             out["config"].setdefault("runtime", {})["device"] = "gpu"
-    if metrics.get("step_time_ms") is None and _step_ms(record) is not None:
-        m["step_time_ms"] = _step_ms(record)
-        derived.append("step_time_ms (batch x world size / throughput)")
-    sizes = registry.gradients(*_model_of(record))
-    if metrics.get("comm_bytes_per_step") is None and sizes and out["method"] != "none":
-        m["grad_bytes"], m["grad_tensors"] = sizes
-        m["comm_bytes_per_step"] = float(sizes[0])
-        m["comm_buckets_per_step"] = calls_per_step(out["method"], *sizes)
-        derived.append("comm_bytes_per_step, comm_buckets_per_step (registry gradients of "
-                       f"{' '.join(p for p in _model_of(record) if p)})")
+        if metrics.get("step_time_ms") is None and record["mode"] == "collective":
+            m["step_time_ms"] = _step_ms(record)
+            derived.append("step_time_ms (batch x world size / throughput)")
+    elif metrics.get("step_time_ms") is None:
+        return record
+    if metrics.get("comm_bytes_per_step") is None and out["method"] != "none" and record["mode"] == "collective":
+        try:
+            derived += _derive_bytes(out, record)
+        except PublishedError:
+            if is_published(record):
+                raise
     if not derived:
         return record if not is_published(record) else out
     m["derived"] = derived
@@ -94,3 +194,16 @@ def adopt(records: list[dict], published: bool) -> list[dict]:
         else:
             out.append(record)
     return out
+
+
+def not_modelled(record: dict) -> str | None:
+    """Why a (completed) record can give no prediction, in one phrase; None when it can."""
+    if record.get("error") is not None:
+        return f"failed run: {str(record['error']).splitlines()[0][:80]}"
+    if record["mode"] == "ps":
+        return "parameter-server training: fleetbench predicts all-reduce (collective) training only"
+    if record["mode"] != "collective":
+        return None
+    if (record.get("metrics") or {}).get("step_time_ms") is None:
+        return "no step time (neither measured nor derivable: read published records with --published)"
+    return None

@@ -11,6 +11,7 @@ all-node job failed or slow); 2: bad input (before anything runs).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -19,7 +20,9 @@ import time
 from pathlib import Path
 
 from fleetbench.diagnose import plan, rules
-from fleetbench.diagnose.run import Host, ProbeFailed, each, link_probe, node_probe, timed
+from fleetbench.diagnose.run import ProbeFailed, each, link_probe, node_probe, timed
+from fleetbench.hosts.hostlist import Host
+from fleetbench.measure.registry import REPO_ROOT
 
 DEFAULT_RULES = Path(__file__).resolve().parents[1] / "presets" / "diagnose" / "rules.yaml"
 
@@ -50,43 +53,32 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _slurm_hosts(args) -> list[Host]:
-    """The allocation's nodes in Slurm's order (`scontrol show hostnames`), each at its NodeAddr."""
-    from fleetbench.engines import slurm
-    from fleetbench.hosts import executors, hostlist
+def _hosts(args) -> list[Host]:
+    """The nodes to diagnose, as hosts of fleetbench.hosts (each says how a probe reaches it)."""
+    from fleetbench.hosts import allocation, hostlist, reach
 
+    python = args.remote_python or sys.executable
     try:
-        names = slurm.allocation_hosts()
-        return [Host(i, "", executors.resolve(slurm.node_addr(n), i, n), slurm=n,
-                     python=args.remote_python or sys.executable) for i, n in enumerate(names)]
+        if args.executor == "slurm":  # the allocation's nodes in Slurm's order, each at its NodeAddr
+            return allocation.slurm_hosts(python=python, workdir=str(REPO_ROOT))
+        if args.hosts is not None or args.hostfile:
+            found = hostlist.load_hostfile(args.hostfile) if args.hostfile else hostlist.parse_hosts_arg(args.hosts)
+            # a host that does not resolve is judged unreachable by its probe, the others still judged
+            return [reach.with_address(dataclasses.replace(h, ssh_config=args.ssh_config, python=python), strict=False)
+                    for h in found]
     except hostlist.HostsError as e:
         raise rules.DiagnoseError(str(e)) from None
-
-
-def _hosts(args) -> list[Host]:
-    if args.executor == "slurm":
-        return _slurm_hosts(args)
-    if args.hosts or args.hostfile:
-        from fleetbench.hosts import hostlist
-
-        try:
-            found = (hostlist.load_hostfile(args.hostfile) if args.hostfile
-                     else hostlist.parse_hosts_arg(args.hosts))
-        except hostlist.HostsError as e:
-            raise rules.DiagnoseError(str(e)) from None
-        return [Host(i, "", h.address, ssh=h.name, ssh_config=args.ssh_config,
-                     python=args.remote_python or sys.executable) for i, h in enumerate(found)]
-    cluster = args.cluster
-    if cluster is None:
-        return [Host(0, "", "127.0.0.1")]
+    if args.cluster is None:
+        return [Host("localhost", reach="local", address="127.0.0.1")]
     from fleetbench.emulate import netem, netem_state
+    from fleetbench.hosts.remote import emulated_host
 
     # the nodes `up` made, from its state file, whether or not each is still there: a node whose
     # namespace is gone is judged unreachable, and the others are still judged
-    state = netem_state.read_state(cluster)
+    state = netem_state.read_state(args.cluster)
     if not state:
-        raise rules.DiagnoseError(f"--cluster {cluster}: not up (`fleetbench cluster up --nodes N` first)")
-    return [Host(n.index, n.netns, n.ip, ifname=n.ifname) for n in netem.Layout.from_dict(state["layout"]).nodes]
+        raise rules.DiagnoseError(f"--cluster {args.cluster}: not up (`fleetbench cluster up --nodes N` first)")
+    return [emulated_host(n, name=n.netns) for n in netem.Layout.from_dict(state["layout"]).nodes]
 
 
 def _machine() -> dict:
@@ -199,10 +191,12 @@ def diagnose(args) -> dict:
     nodes = rules.judge_nodes(node_figures, rule_list, baseline, problems)
     links, blamed = rules.judge_links(link_figures, rule_list, baseline)
     by_index = {h.index: h for h in hosts}
-    nodes = [{**n, "host": by_index[n["index"]].name, "address": by_index[n["index"]].ip,
+    nodes = [{**n, "host": by_index[n["index"]].name, "address": by_index[n["index"]].address,
               "figures": node_figures.get(n["index"], {})}
              for n in rules.merge(nodes, blamed)]
-    report = {"nodes": nodes, "links": links, "reference": "baseline" if baseline else "peer median",
+    unmeasured = rules.not_measured(rule_list, node_figures, link_figures, {"all": cluster or {}})
+    report = {"nodes": nodes, "links": links, "not_measured": unmeasured,
+              "reference": "baseline" if baseline else "peer median",
               "elapsed_s": round(time.monotonic() - start, 1), "phases": phases}
     if cluster is not None:
         report["cluster"] = rules.judge_cluster(cluster, rule_list, baseline)

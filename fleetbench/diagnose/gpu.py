@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import time
 
+from fleetbench.diagnose import metrics
 from fleetbench.machine import nvsmi
 
 MATMUL_N = 8192  # 1.1 TFLOP a product: long enough per call to time a datacenter GPU's kernel
@@ -42,7 +43,7 @@ def _rate(work: float, run, seconds: float) -> float:
 
 
 def device_figures(device: int, seconds: float) -> dict:
-    """matmul fp32/fp16 TFLOPS and copy GB/s of GPU `device`."""
+    """matmul fp32/fp16 TFLOPS and copy GB/s of GPU `device` (the metric names of fleetbench.diagnose.metrics)."""
     import paddle
 
     paddle.set_device(f"gpu:{device}")
@@ -50,11 +51,11 @@ def device_figures(device: int, seconds: float) -> dict:
     for dtype in ("float32", "float16"):
         a = paddle.rand([MATMUL_N, MATMUL_N], dtype="float32").astype(dtype)
         b = paddle.rand([MATMUL_N, MATMUL_N], dtype="float32").astype(dtype)
-        out[f"matmul_{'fp32' if dtype == 'float32' else 'fp16'}_tflops"] = _rate(
+        out[f"gpu_matmul_{'fp32' if dtype == 'float32' else 'fp16'}_tflops"] = _rate(
             2 * MATMUL_N ** 3 / 1e12, lambda: paddle.matmul(a, b), seconds)
     src = paddle.ones([COPY_BYTES // 4], dtype="float32")
     dst = paddle.empty_like(src)
-    out["mem_copy_gbps"] = _rate(2 * COPY_BYTES / 1e9, lambda: paddle.assign(src, output=dst), seconds)  # read + write
+    out["gpu_mem_copy_gbps"] = _rate(2 * COPY_BYTES / 1e9, lambda: paddle.assign(src, output=dst), seconds)  # read + write
     return out
 
 
@@ -71,15 +72,6 @@ def node_figures(seconds: float) -> dict:
 
 
 def worst(per_device: list[dict], smi_rows: list[dict]) -> dict:
-    """The node's figures from its devices' (pure): lowest rates and clock ratio, highest
-    temperature, ECC errors summed; a figure no device reported is left out."""
-    out = {f"gpu_{k}": min(d[k] for d in per_device) for k in per_device[0]} if per_device else {}
-
-    def present(key):
-        return [r[key] for r in smi_rows if r.get(key) is not None]
-
-    for key, pick in (("sm_clock_ratio", min), ("temperature_c", max), ("ecc_uncorrected_errors", sum),
-                      ("ecc_corrected_errors", sum)):
-        if present(key):
-            out[f"gpu_{key}"] = pick(present(key))
-    return out
+    """The node's figures from its devices' (pure), combined as fleetbench.diagnose.metrics says:
+    lowest rates and clock ratio, highest temperature, ECC errors summed."""
+    return metrics.node_of_devices(per_device + smi_rows)

@@ -36,6 +36,9 @@ def console(report: dict) -> str:
     rows = [("what", "verdict", "category", "figures that broke a rule (value vs reference)")] + _rows(report)
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = [f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:<{widths[2]}}  {d}" for a, b, c, d in rows]
+    if report.get("not_measured"):
+        lines.append("not measured (no test produced the metric): " + "; ".join(
+            f"{m['metric']} ({m['producer']})" for m in report["not_measured"]))
     phases = ", ".join(f"{k} {v:g}" for k, v in report["phases"].items())
     lines.append(f"judged against: {report['reference']}; {report['elapsed_s']:g} s ({phases})")
     return "\n".join(lines)

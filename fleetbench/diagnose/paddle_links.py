@@ -8,12 +8,14 @@ backend (gloo on CPU, NCCL on GPUs: untested here) gets from it: busbw in GB/s, 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import tempfile
 
 from fleetbench.hosts import executors, remote
+from fleetbench.hosts.hostlist import Host
 from fleetbench.job.paddle_launch import child_env
 from fleetbench.job.supervisor import Limits
 from fleetbench.measure import registry
@@ -24,24 +26,12 @@ PRESET = "diagnose"
 FIGURES = {"sendrecv": "sendrecv_busbw_GBps", "all_reduce": "allreduce_busbw_GBps"}
 
 
-def _address(host, i: int) -> str:
-    """The IPv4 address Paddle's --host needs: an SSH host's alias resolved as `fleetbench launch`
-    resolves it (ssh -G, then the resolver); the others' addresses are known already."""
-    if host.ssh:
-        return executors.resolve(executors.ssh_hostname(host.ssh, host.ssh_config), i, host.ssh)
-    return host.ip
-
-
-def _executor(hosts: list) -> executors.Executor:
-    """An executor over `hosts` (fleetbench.diagnose.run.Host), node 0 the first: the master."""
-    nodes = [executors.Node(i, h.slurm or h.ssh or h.netns, _address(h, i),
-                            {"GLOO_SOCKET_IFNAME": h.ifname} if h.ifname else {}) for i, h in enumerate(hosts)]
-    first = hosts[0]
-    if first.slurm:
-        return executors.SlurmExecutor(nodes, python=first.python, cpus=os.environ.get("SLURM_CPUS_ON_NODE"))
-    if first.ssh:
-        return executors.SshExecutor(nodes, python=first.python, ssh_config=first.ssh_config)
-    return executors.NetnsExecutor(nodes, [h.netns for h in hosts])
+def _executor(hosts: list[Host]) -> executors.Executor:
+    """The executor `fleetbench launch` uses over these hosts, the first one node 0: the master;
+    on ssh and srun nodes the agent finds the benchmark script in this repository's copy there."""
+    workdir = str(registry.REPO_ROOT)
+    return executors.Executor([dataclasses.replace(h, index=i, workdir=h.workdir or workdir)
+                               for i, h in enumerate(hosts)])
 
 
 def _figures(store: str) -> dict:
@@ -57,7 +47,7 @@ def _figures(store: str) -> dict:
     return {name: ops[op]["busbw_GBps"] for op, name in FIGURES.items() if op in ops}
 
 
-def collective_test(hosts: list, timeout: float) -> dict:
+def collective_test(hosts: list[Host], timeout: float) -> dict:
     """sendrecv_busbw_GBps and allreduce_busbw_GBps of one comm job over `hosts` (2 for a link,
     all for the cluster), or {"error": ...} when the job failed: a verdict, not a crash. The job's
     logs are kept when it failed (the error names them), removed when it did not."""

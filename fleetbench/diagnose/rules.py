@@ -1,16 +1,25 @@
 """Rules and judgement (pure): figures in, verdicts out.
 
-A rule names a metric, a criterion and a category. A figure is judged against a reference: the
-baseline's mean for that metric when a baseline is given, else the median of its peers in this
-run (the other nodes, or the other links). Medians, not means: one sick node must not drag the
-reference down with it.
+A rule names a metric (one of fleetbench.diagnose.metrics), a criterion and a category. A
+criterion is one function registered by name (as SuperBench's RuleOp registers its rule
+functions); a rules file names it as a key with its threshold:
+
+    - {metric: matmul_gflops, below_reference_pct: 25, category: compute}
+    - {metric: gpu_temperature_c, max_value: 85, category: compute}
+
+A figure is judged against a reference: the baseline's mean for that metric when a baseline is
+given, else the median of its peers in this run (the other nodes, or the other links). Medians,
+not means: one sick node must not drag the reference down with it.
 """
 from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Callable
 
 import yaml
+
+from fleetbench.diagnose import metrics
 
 CATEGORIES = ("compute", "memory", "network", "unreachable", "failed")
 SCOPES = ("node", "link", "cluster")  # cluster: the all-node job's figures, judged against a baseline only
@@ -21,27 +30,63 @@ class DiagnoseError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
+class Criterion:
+    """A way a figure breaks a rule: broken(value, threshold, reference) -> bool."""
+    name: str              # its key in a rules file
+    needs_reference: bool  # judged against a reference (peers, baseline) or on the value alone
+    broken: Callable[[float, float, float | None], bool]
+    text: Callable[[float], str]  # the rule in words, for the output
+    valid: Callable[[float], bool]  # a threshold it accepts
+    expected: str  # ... and how the error says so
+
+
+CRITERIA: dict[str, Criterion] = {}
+
+
+def criterion(name: str, *, needs_reference: bool, text: Callable[[float], str], valid: Callable[[float], bool],
+              expected: str) -> Callable:
+    """Register the decorated function as the criterion `name`."""
+    def register(fn: Callable[[float, float, float | None], bool]) -> Callable:
+        CRITERIA[name] = Criterion(name, needs_reference, fn, text, valid, expected)
+        return fn
+    return register
+
+
+@criterion("below_reference_pct", needs_reference=True, text=lambda pct: f"more than {pct:g}% below reference",
+           valid=lambda pct: 0 < pct < 100, expected="a number in (0, 100)")
+def below_reference(value: float, pct: float, reference: float | None) -> bool:
+    return reference is not None and reference > 0 and value < reference * (1 - pct / 100)
+
+
+@criterion("max_value", needs_reference=False, text=lambda limit: f"above {limit:g}", valid=lambda limit: True,
+           expected="a number")
+def above_limit(value: float, limit: float, reference: float | None) -> bool:
+    """A limit whatever the peers: ECC errors, °C."""
+    return value > limit
+
+
+@dataclasses.dataclass(frozen=True)
 class Rule:
     metric: str
-    below_reference_pct: float | None  # a figure more than this far below its reference breaks the rule
+    criterion: str   # a name of CRITERIA
+    threshold: float
     category: str
     scope: str = "node"
-    max_value: float | None = None  # or: a figure above this breaks it, whatever the peers (ECC errors, °C)
 
     def broken_by(self, value: float, reference: float | None) -> bool:
-        if self.max_value is not None:
-            return value > self.max_value
-        return reference is not None and reference > 0 and value < reference * (1 - self.below_reference_pct / 100)
+        return CRITERIA[self.criterion].broken(value, self.threshold, reference)
+
+    @property
+    def needs_reference(self) -> bool:
+        return CRITERIA[self.criterion].needs_reference
 
     @property
     def text(self) -> str:
-        if self.max_value is not None:
-            return f"above {self.max_value:g}"
-        return f"more than {self.below_reference_pct:g}% below reference"
+        return CRITERIA[self.criterion].text(self.threshold)
 
 
 def parse_rules(text: str, where: str) -> list[Rule]:
-    """Rules from YAML text: `rules: [{metric, below_reference_pct, category, scope}]`."""
+    """Rules from YAML text: `rules: [{metric, CRITERION: threshold, category, scope}]`."""
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
@@ -55,24 +100,25 @@ def parse_rules(text: str, where: str) -> list[Rule]:
 def _rule(item, where: str) -> Rule:
     if not isinstance(item, dict):
         raise DiagnoseError(f"{where}: expected a mapping, got {type(item).__name__}")
-    unknown = set(item) - {f.name for f in dataclasses.fields(Rule)}
+    unknown = sorted(set(item) - {"metric", "category", "scope"} - set(CRITERIA), key=str)
     if unknown:
-        raise DiagnoseError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
-    pct, limit = item.get("below_reference_pct"), item.get("max_value")
-    if (pct is None) == (limit is None):
-        raise DiagnoseError(f"{where}: expected one criterion: below_reference_pct or max_value")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, float))):
-        raise DiagnoseError(f"{where}: max_value: expected a number, got {limit!r}")
-    if pct is not None and (isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 < pct < 100):
-        raise DiagnoseError(f"{where}: below_reference_pct: expected a number in (0, 100), got {pct!r}")
+        raise DiagnoseError(f"{where}: unknown key(s) {', '.join(map(str, unknown))} (expected metric, category, "
+                            f"scope and one criterion: {', '.join(CRITERIA)})")
+    metric = item.get("metric")
+    if metric not in metrics.METRICS:
+        raise DiagnoseError(f"{where}: metric {metric!r}: unknown (known metrics: {metrics.known()})")
+    named = [c for c in CRITERIA if c in item]
+    if len(named) != 1:
+        raise DiagnoseError(f"{where}: expected one criterion: {' or '.join(CRITERIA)}")
+    threshold, check = item[named[0]], CRITERIA[named[0]]
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not check.valid(threshold):
+        raise DiagnoseError(f"{where}: {named[0]}: expected {check.expected}, got {threshold!r}")
     if item.get("category") not in CATEGORIES:
         raise DiagnoseError(f"{where}: category: expected one of {', '.join(CATEGORIES)}, got {item.get('category')!r}")
-    if item.get("scope", "node") not in SCOPES:
-        raise DiagnoseError(f"{where}: scope: expected one of {', '.join(SCOPES)}, got {item.get('scope')!r}")
-    if not isinstance(item.get("metric"), str):
-        raise DiagnoseError(f"{where}: metric: expected a name")
-    return Rule(item["metric"], None if pct is None else float(pct), item["category"], item.get("scope", "node"),
-                None if limit is None else float(limit))
+    scope = metrics.METRICS[metric].scope
+    if item.get("scope", scope) != scope:
+        raise DiagnoseError(f"{where}: scope: {metric} is a {scope} figure, got {item.get('scope')!r}")
+    return Rule(metric, named[0], float(threshold), item["category"], scope)
 
 
 def reference(metric: str, values: dict, baseline: dict | None) -> float | None:
@@ -101,15 +147,26 @@ def judge_nodes(figures: dict[int, dict], rules: list[Rule], baseline: dict | No
             value = figures[node].get(rule.metric)
             peers = {n: f.get(rule.metric) for n, f in figures.items()}
             ref = reference(rule.metric, peers, baseline)
-            if value is not None and rule.broken_by(value, ref):
+            if value is None and any(v is not None for v in peers.values()):
+                violations.append(_failure(f"{rule.metric} not measured on this node (its peers measured it)"))
+            elif value is not None and rule.broken_by(value, ref):
                 violations.append(_violation(rule, value, ref, baseline))
         verdicts.append(_verdict(node, violations))
     return verdicts
 
 
+def not_measured(rules: list[Rule], *figure_sets: dict) -> list[dict]:
+    """The rules whose metric no test produced (on no node, link or all-node job), each with the
+    test that would have: reported, never passed."""
+    produced = {metric for figures in figure_sets for f in figures.values() if isinstance(f, dict)
+                for metric, value in f.items() if value is not None}
+    return [{"metric": r.metric, "rule": r.text, "producer": metrics.METRICS[r.metric].producer}
+            for r in rules if r.metric not in produced]
+
+
 def _violation(rule: Rule, value: float, ref: float | None, baseline: dict | None) -> dict:
-    if rule.max_value is not None:
-        ref, kind = rule.max_value, "limit"
+    if not rule.needs_reference:
+        ref, kind = rule.threshold, "limit"
     else:
         kind = "baseline" if baseline and rule.metric in baseline.get("metrics", {}) else "peer median"
     return {"metric": rule.metric, "value": round(value, 3), "reference": round(ref, 3), "reference_kind": kind,

@@ -1,6 +1,7 @@
-"""Running the probes on the nodes (the part of diagnose that runs commands): emulated nodes
-through `ip netns exec` (in the node's CPU cgroup when it is degraded), real hosts over SSH, the
-nodes of a Slurm allocation as one job step each (`srun --nodelist NODE`).
+"""Running the probes on the nodes (the part of diagnose that runs commands), each reached as
+fleetbench.hosts.reach reaches a host: emulated nodes through `ip netns exec` (in the node's CPU
+cgroup when it is degraded), real hosts over SSH, the nodes of a Slurm allocation as one job step
+each (`srun --nodelist NODE`).
 
 Every test runs alone by default: a node's probe, then the next node's; a link test, then the
 next. The emulated nodes share this machine's cores, so that is needed there; on real hosts
@@ -9,37 +10,15 @@ next. The emulated nodes share this machine's cores, so that is needed there; on
 from __future__ import annotations
 
 import json
-import os
-import shlex
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
-from fleetbench.emulate import degrade
-from fleetbench.hosts.executors import ssh_argv
-from fleetbench.measure.registry import REPO_ROOT
+from fleetbench.hosts import reach
+from fleetbench.hosts.hostlist import Host
 
-PROBE = [sys.executable, "-m", "fleetbench.diagnose.probe"]
-
-
-@dataclass(frozen=True)
-class Host:
-    index: int
-    netns: str  # the emulated node's namespace; "" for this machine or an SSH host
-    ip: str  # the address the node's link test listens on
-    ssh: str | None = None  # the SSH destination of a real host
-    ssh_config: str | None = None
-    python: str = sys.executable  # the Python with fleetbench on that host
-    ifname: str = ""  # the emulated node's interface (GLOO_SOCKET_IFNAME of its Paddle ranks)
-    slurm: str | None = None  # the node's name in the Slurm allocation
-    workdir: str = str(REPO_ROOT)  # this repository there (srun --chdir)
-
-    @property
-    def name(self) -> str:
-        return self.slurm or self.ssh or self.netns or "localhost"
+PROBE = ["-m", "fleetbench.diagnose.probe"]  # after the host's Python
 
 
 class ProbeFailed(RuntimeError):
@@ -48,17 +27,9 @@ class ProbeFailed(RuntimeError):
         self.category = category
 
 
-def _in_node(host: Host, cmd: list[str]) -> list[str]:
-    if host.slurm:  # one job step on that node, with all its CPUs (Slurm would pin a step to one)
-        cpus = os.environ.get("SLURM_CPUS_ON_NODE")
-        cpus = [f"--cpus-per-task={cpus}"] if cpus else []
-        return ["srun", "--nodes=1", "--ntasks=1", "-w", host.slurm, *cpus, "--kill-on-bad-exit=1",
-                f"--chdir={host.workdir}", host.python, *cmd[1:]]
-    if host.ssh:  # cmd[0] is this machine's Python; the host runs its own
-        return ssh_argv(host.ssh, shlex.join([host.python, *cmd[1:]]), host.ssh_config)
-    if not host.netns:  # this machine
-        return cmd
-    return degrade.in_node(host.netns, cmd)
+def _on(host: Host, *args: str) -> list[str]:
+    """The probe with `args`, run on `host` (its own Python there)."""
+    return reach.command(host, [host.python, *PROBE, *args])
 
 
 def _last_json(text: str) -> dict:
@@ -81,7 +52,7 @@ def _why(proc_or_text, host: Host) -> ProbeFailed:
 def node_probe(host: Host, seconds: float, timeout: float) -> dict:
     """matmul_gflops, triad_gbps and train_images_per_s of one node, or ProbeFailed (unreachable / failed)."""
     try:
-        p = subprocess.run(_in_node(host, PROBE + ["node", "--seconds", str(seconds)]),
+        p = subprocess.run(_on(host, "node", "--seconds", str(seconds)),
                            capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         raise ProbeFailed("failed", f"node {host.index} ({host.name}): probe did not end within {timeout:g} s") from None
@@ -91,22 +62,25 @@ def node_probe(host: Host, seconds: float, timeout: float) -> dict:
 
 
 def link_probe(a: Host, b: Host, seconds: float, timeout: float) -> dict:
-    """Raw TCP from a to b for `seconds`: link_gbps as b received it (first byte to last)."""
-    recv = subprocess.Popen(_in_node(b, PROBE + ["recv", b.ip, "--timeout", str(timeout)]),
+    """Raw TCP from a to b for `seconds`: link_gbps as b received it (first byte to last), and the
+    share of the test each end's probe waited for a CPU (a_cpu_wait: the sender's)."""
+    recv = subprocess.Popen(_on(b, "recv", b.address, "--timeout", str(timeout)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = recv.stdout.readline()  # `port N`, or nothing if the receiver failed to start
         if not first.startswith("port "):
             recv.wait(timeout)
             raise _why(recv.stderr.read() or first, b)
-        send = subprocess.run(_in_node(a, PROBE + ["send", b.ip, first.split()[1], "--seconds", str(seconds)]),
+        send = subprocess.run(_on(a, "send", b.address, first.split()[1], "--seconds", str(seconds)),
                               capture_output=True, text=True, timeout=timeout, check=False)
         if send.returncode != 0:
             raise _why(send, a)
         out, err = recv.communicate(timeout=timeout)
         if recv.returncode != 0:
             raise _why(err, b)
-        return {"link_gbps": _last_json(out)["link_gbps"]}
+        got = _last_json(out)
+        return {"link_gbps": got["link_gbps"], "a_cpu_wait": _last_json(send.stdout).get("cpu_wait"),
+                "b_cpu_wait": got.get("cpu_wait")}
     except subprocess.TimeoutExpired:
         raise ProbeFailed("failed", f"link {a.index}-{b.index}: no result within {timeout:g} s") from None
     finally:

@@ -5,9 +5,9 @@ machine's CPUs: the nodes of the emulated cluster share the machine's cores, so 
 use all of them and a node at 0.5 gets half as many (cpu.cfs_quota_us = FRACTION x CPUs x period).
 "The node's processes" are every process in its namespace when degraded (its sshd and slurmd too,
 whose children inherit the cgroup, so jobs started over ssh or srun are slowed) and every process
-fleetbench starts there later (`in_node` makes its `ip netns exec` commands). `--rate RATE`
-shapes that node's link, both directions, apart from the others. `heal` and `cluster down` undo
-both. cgroup v2 is not handled (say so, exit 2): the machines this was built on have v1.
+fleetbench starts there later (fleetbench.hosts.reach joins the cgroup in its `ip netns exec`
+commands). `--rate RATE` shapes that node's link, both directions, apart from the others. `heal`
+and `cluster down` undo both. cgroup v2 is not handled (say so, exit 2): the machines this was built on have v1.
 """
 from __future__ import annotations
 
@@ -30,17 +30,6 @@ def quota_us(fraction: float, cpus: int, period_us: int = PERIOD_US) -> int:
     if not 0 < fraction <= 1:
         raise ValueError(f"--cpu: expected a fraction in (0, 1], got {fraction:g}")
     return max(1000, round(fraction * cpus * period_us))
-
-
-def in_node(netns: str, cmd: list[str]) -> list[str]:
-    """`ip netns exec NETNS cmd`, joining the node's CPU cgroup first when the node is degraded.
-    First, not inside: `ip netns exec` mounts a fresh /sys for the namespace, without the cgroup
-    hierarchy, and membership survives exec."""
-    inside = ["ip", "netns", "exec", netns, *cmd]
-    group = cgroup_dir(netns)
-    if not os.path.isdir(group):
-        return inside
-    return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', group, *inside]
 
 
 def _node(state: dict, index: int) -> Node:

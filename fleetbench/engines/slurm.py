@@ -1,27 +1,19 @@
-"""Slurm: the nodes of an allocation, and `fleetbench slurm SWEEP.yaml`, which writes an sbatch
-script that runs the sweep on them.
+"""Slurm: `fleetbench slurm SWEEP.yaml`, which writes an sbatch script that runs the sweep on
+the allocation's nodes.
 
-Inside an allocation (`salloc`, or the script `sbatch` runs on the first node) a sweep started
-with `--executor slurm` takes its hosts from SLURM_JOB_NODELIST, in Slurm's order: the first node
-is node 0 and hosts the master. The list is expanded by `scontrol show hostnames` when Slurm's
-tools are on PATH, else by `expand_nodelist` (Slurm's compact form: `gpu[01-04,07],login1`).
-Each run then starts one job step per node (fleetbench.hosts.executors.SlurmExecutor).
+Inside the allocation the sweep runs with `--executor slurm`: its hosts are the allocation's
+nodes (fleetbench.hosts.allocation), and each run starts one job step per node (srun, through
+fleetbench.hosts.reach). This module only writes the script; nothing in hosts/ imports it.
 
 The script asks for whole nodes with one task each (`--ntasks-per-node=1 --exclusive`): one
 Paddle launcher per node starts that node's ranks itself, and each job step gets all the node's
 CPUs (`--cpus-per-task=$SLURM_CPUS_ON_NODE`); otherwise Slurm would pin a step to one CPU.
 """
 import argparse
-import itertools
 import os
-import re
 import shlex
-import shutil
-import subprocess
 import sys
 
-from fleetbench.hosts import executors
-from fleetbench.hosts.hostlist import HostsError
 from fleetbench.measure import registry
 
 # The allocation's time limit: every run's timeout plus 10 %, plus STARTUP_S for what no run's
@@ -29,67 +21,6 @@ from fleetbench.measure import registry
 # which a sweep of short runs would otherwise not fit.
 TIME_MARGIN = 1.1
 STARTUP_S = 60
-
-
-def expand_nodelist(text):
-    """'n[01-03,7],login' -> ['n01', 'n02', 'n03', 'n7', 'login'] (Slurm's hostlist form;
-    several bracket groups in one name multiply out)."""
-    names = []
-    for entry in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", text.strip()):
-        parts = re.split(r"(\[[^\]]*\])", entry)
-        choices = [_bracket(p, text) if p.startswith("[") else [p] for p in parts if p]
-        names += ["".join(c) for c in itertools.product(*choices)]
-    if not names:
-        raise HostsError(f"SLURM_JOB_NODELIST {text!r}: no nodes")
-    return names
-
-
-def _bracket(group, text):
-    out = []
-    for item in group[1:-1].split(","):
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", item.strip())
-        if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
-            raise HostsError(f"SLURM_JOB_NODELIST {text!r}: bad range {item!r} (expected like [01-04,07])")
-        lo, hi = m.group(1), m.group(2) or m.group(1)
-        out += [str(i).zfill(len(lo)) for i in range(int(lo), int(hi) + 1)]
-    return out
-
-
-def allocation_hosts(env=None):
-    """The allocation's node names in Slurm's order (HostsError outside an allocation)."""
-    env = os.environ if env is None else env
-    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
-    if not nodelist:
-        raise HostsError("--executor slurm: not inside a Slurm allocation (SLURM_JOB_NODELIST is unset); "
-                         "run under salloc or sbatch (fleetbench slurm SWEEP.yaml writes the script)")
-    out = _scontrol("show", "hostnames", nodelist)
-    return out.split() if out and out.split() else expand_nodelist(nodelist)
-
-
-def _scontrol(*args):
-    """scontrol's output, or None when it is not there or does not answer (no Slurm config here)."""
-    if not shutil.which("scontrol"):
-        return None
-    try:
-        out = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=15)
-    except subprocess.TimeoutExpired:
-        return None
-    return out.stdout if out.returncode == 0 else None
-
-
-def node_addr(name):
-    """The address Slurm itself uses for node `name` (its NodeAddr; a node's name need not
-    resolve), falling back to the name when scontrol is not there."""
-    found = re.search(r"\bNodeAddr=(\S+)", _scontrol("show", "node", "-o", name) or "")
-    return found.group(1) if found else name
-
-
-def executor(env=None, forward=()):
-    """A SlurmExecutor over the allocation's nodes, addresses resolved first."""
-    env = os.environ if env is None else env
-    hosts = allocation_hosts(env)
-    nodes = [executors.Node(i, h, executors.resolve(node_addr(h), i, h)) for i, h in enumerate(hosts)]
-    return executors.SlurmExecutor(nodes, forward, cpus=env.get("SLURM_CPUS_ON_NODE"))
 
 
 # ----------------------------------------------------------------------------------------------

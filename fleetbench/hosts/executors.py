@@ -1,13 +1,14 @@
 """Executors: how one Paddle launcher per host is started.
 
-| executor | where the launchers run | how |
+| executor | where the launchers run | how (each node's command through fleetbench.hosts.reach) |
 |---|---|---|
 | `local`  | this machine, one launcher | a child process (fleetbench.job.paddle_launch) |
-| `netns`  | emulated nodes (namespaces) | `ip netns exec NODE` + the launcher |
+| `netns`  | emulated nodes (namespaces) | `ip netns exec NODE` + the launcher (in the node's CPU cgroup when degraded) |
 | `ssh`    | the hosts of a hostfile | OpenSSH to each host runs fleetbench's node agent |
 | `slurm`  | the nodes of a Slurm allocation | one `srun --nodes=1 --nodelist=NODE` per node runs the agent |
 
-Every multi-node executor gives node i the same Paddle flags (`node_flags`): collective jobs
+An executor is one class over hosts of one reach (fleetbench.hosts.hostlist.Host); its name is
+that reach. Every multi-node job gives node i the same Paddle flags (`node_flags`): collective jobs
 rendezvous at node 0 (`--master ADDR:PORT --nnodes N --rank i --nproc_per_node K_i --host
 ADDR_i`; a per-node count allows uneven nodes), parameter-server jobs get the full `--servers`/
 `--trainers` endpoint lists with servers and workers spread over the nodes in contiguous blocks
@@ -15,11 +16,10 @@ ADDR_i`; a per-node count allows uneven nodes), parameter-server jobs get the fu
 FLEETBENCH_NODES and FLEETBENCH_LAUNCH (the record's `launch` block: executor and hosts in rank
 order of nodes).
 
-ssh: `ssh -T -o BatchMode=yes` (the user's keys, agent and ~/.ssh/config; a password prompt is
-never possible), one connection per host, the remote command `cd DIR && exec env NAME=VALUE ...
-PYTHON -m fleetbench.hosts.agent SPEC` (every word quoted: ssh hands the remote shell one
-string). Only an allow-list of the head's environment is forwarded: FLEETBENCH_*, NCCL_*, FLAGS_*,
-GLOO_SOCKET_IFNAME and names the user adds; the node keeps its own login environment otherwise.
+ssh and slurm nodes run the agent (`PYTHON -m fleetbench.hosts.agent SPEC`, in the host's
+workdir). Only an allow-list of the head's environment is forwarded in the spec: FLEETBENCH_*,
+NCCL_*, FLAGS_*, GLOO_SOCKET_IFNAME and names the user adds; the node keeps its own login
+environment otherwise.
 """
 from __future__ import annotations
 
@@ -27,21 +27,19 @@ import dataclasses
 import json
 import os
 import random
-import re
-import shlex
 import socket
-import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 
-from fleetbench.hosts import hostlist
+from fleetbench.hosts import hostlist, reach
+from fleetbench.hosts.hostlist import Host
 from fleetbench.job.paddle_launch import NodeLaunch, child_env, paddle_command
 from fleetbench.measure import contract, registry
 
 FORWARD_PREFIXES = ("FLEETBENCH_", "NCCL_", "FLAGS_")
 FORWARD_NAMES = ("GLOO_SOCKET_IFNAME",)
-SSH_OPTIONS = ("-T", "-o", "BatchMode=yes", "-o", "ServerAliveInterval=10", "-o", "ServerAliveCountMax=3")
-EXECUTORS = ("local", "netns", "ssh", "slurm")
+EXECUTORS = hostlist.REACHES  # an executor is named by how it reaches its hosts
+AGENT_REACHES = ("ssh", "slurm")  # hosts whose process table is not this machine's: the node agent runs there
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,34 +116,7 @@ def rank_env(executor: str, hosts: list[str], job: Job) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
-# Addresses
-
-
-def ssh_hostname(host: str, ssh_config: str | None = None) -> str:
-    """The HostName ssh would connect to for `host` (aliases of ~/.ssh/config resolved by `ssh -G`)."""
-    cmd = ["ssh", "-G"] + (["-F", ssh_config] if ssh_config else []) + [host]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise hostlist.HostsError(f"`{shlex.join(cmd)}` failed: {e}") from None
-    if out.returncode != 0:
-        raise hostlist.HostsError(f"`{shlex.join(cmd)}` failed: {(out.stderr or out.stdout).strip()[:200]}")
-    found = re.search(r"^hostname (\S+)$", out.stdout, re.M)
-    return found.group(1) if found else host.rsplit("@", 1)[-1]
-
-
-def resolve(name: str, node: int, host: str | None = None) -> str:
-    """IPv4 address of `name` (Paddle's --host must be an address) or a one-line HostsError."""
-    try:
-        return socket.getaddrinfo(name, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
-    except (socket.gaierror, UnicodeError) as e:
-        shown = host if host in (None, name) else f"{host} (HostName {name})"
-        raise hostlist.HostsError(f"node {node}: host {shown or name} does not resolve "
-                                 f"({getattr(e, 'strerror', None) or e})") from None
-
-
-# ----------------------------------------------------------------------------------------------
-# Executors
+# The executor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,25 +128,27 @@ class Start:
     job_id: str
 
 
-@dataclasses.dataclass
-class Node:
-    """One node as an executor starts it."""
-    rank: int
-    host: str          # the host's name as the user gave it (ssh destination, Slurm node name)
-    address: str       # its IPv4 address (Paddle's --host, POD_IP)
-    env: dict = dataclasses.field(default_factory=dict)  # per-node variables (emulated: the veth)
-
-
 class Executor:
-    """Common part: Paddle flags per node, the rank environment, one NodeLaunch per node."""
-    name = None
+    """One Paddle launcher per host, each started through fleetbench.hosts.reach: Paddle's launcher
+    itself where this machine shares the host's process table (local, netns); fleetbench's node
+    agent elsewhere (ssh, slurm), with its mirror here around the transport. Its name (the
+    record's `launch.executor`) is the hosts' reach."""
 
-    def __init__(self, nodes: Iterable[Node], forward: Iterable[str] = ()) -> None:
-        self.nodes, self.forward = list(nodes), tuple(forward)
+    def __init__(self, hosts: Iterable[Host], forward: Iterable[str] = ()) -> None:
+        self.nodes, self.forward = list(hosts), tuple(forward)
+        reaches = {h.reach for h in self.nodes}
+        if len(reaches) != 1:
+            raise hostlist.HostsError(f"executor: expected hosts reached one way, got {sorted(reaches) or 'none'}")
+        self.name = reaches.pop()
+
+    @property
+    def remote(self) -> bool:
+        """True when the nodes run the agent (their records come back in the mirrored logs)."""
+        return self.name in AGENT_REACHES
 
     @property
     def hosts(self) -> list[str]:
-        return [n.host for n in self.nodes]
+        return [n.name for n in self.nodes]
 
     def launch_block(self, job: Job) -> dict:
         return launch_block(self.name, self.hosts[:job.nodes], job.counts if job.mode == "collective" else None)
@@ -190,69 +163,42 @@ class Executor:
         for node, flags in zip(nodes, node_flags(job, [n.address for n in nodes])):
             if flags is None:
                 continue
-            env = dict(rank_env(self.name, [n.host for n in nodes], job), POD_IP=node.address, **node.env)
-            out.append(NodeLaunch(self.node_command(start, node, flags, env), self.node_dir(start, node),
-                                  child_env(base_env, env), name=node.host))
+            env = dict(rank_env(self.name, [n.name for n in nodes], job), POD_IP=node.address, **dict(node.env))
+            out.append(NodeLaunch(self.node_command(start, node, flags, env), node_dir(start, node),
+                                  child_env(base_env, env), name=node.name))
         return out
 
-    @staticmethod
-    def node_dir(start: Start, node: Node) -> str:
-        return os.path.join(start.log_dir, f"node{node.rank}")
-
-    def node_command(self, start: Start, node: Node, flags: list[str], env: dict) -> list[str]:
-        raise NotImplementedError
-
-
-class NetnsExecutor(Executor):
-    """The emulated cluster's original path: each launcher inside its node's namespace, directly."""
-    name = "netns"
-
-    def __init__(self, nodes: list[Node], netns: Iterable[str]) -> None:
-        super().__init__(nodes)
-        self.netns = dict(zip((n.host for n in nodes), netns))
-
-    def node_command(self, start: Start, node: Node, flags: list[str], env: dict) -> list[str]:
-        from fleetbench.emulate import degrade  # a node degraded by `fleetbench cluster degrade`
-
-        return degrade.in_node(self.netns[node.host], paddle_command(
-            flags, self.node_dir(start, node), start.job.script, list(start.job.args)))
+    def node_command(self, start: Start, node: Host, flags: list[str], env: dict) -> list[str]:
+        if not self.remote:
+            return reach.command(node, paddle_command(flags, node_dir(start, node), start.job.script,
+                                                      list(start.job.args)))
+        spec = json.dumps(agent_spec(start, node, flags, env, self.forward), separators=(",", ":"))
+        agent = [node.python, "-m", "fleetbench.hosts.agent", spec]
+        return [sys.executable, "-m", "fleetbench.hosts.agent", "--mirror", node_dir(start, node), node.name,
+                "--", *reach.command(node, agent)]
 
 
-class AgentExecutor(Executor):
-    """Executors that run fleetbench's node agent on each host through a transport (ssh, srun);
-    the local command is the agent's mirror around that transport."""
+def node_dir(start: Start, node: Host) -> str:
+    return os.path.join(start.log_dir, f"node{node.index}")
 
-    def __init__(self, nodes: Iterable[Node], forward: Iterable[str] = (), python: str | None = None,
-                 workdir: str | None = None) -> None:
-        super().__init__(nodes, forward)
-        self.python = python or sys.executable
-        self.workdir = workdir or str(registry.REPO_ROOT)
 
-    def spec(self, start: Start, node: Node, flags: list[str], env: dict) -> dict:
-        """What the node's agent runs (fleetbench.hosts.agent.run_node)."""
-        from fleetbench.hosts import agent
+def agent_spec(start: Start, node: Host, flags: list[str], env: dict, forward: tuple[str, ...] = ()) -> dict:
+    """What the node's agent runs (fleetbench.hosts.agent.run_node)."""
+    from fleetbench.hosts import agent
 
-        # child_env first: it turns the user's OMP_NUM_THREADS into FLEETBENCH_OMP_THREADS
-        node_env = dict(forwarded_env(child_env(start.base_env), self.forward), **env)
-        args = _results_to_scratch(list(start.job.args), agent.SCRATCH)
-        return {"job": f"{start.job_id}-node{node.rank}", "flags": flags,
-                "script": self.script_on_node(start.job.script), "args": args, "env": node_env}
+    # child_env first: it turns the user's OMP_NUM_THREADS into FLEETBENCH_OMP_THREADS
+    node_env = dict(forwarded_env(child_env(start.base_env), forward), **env)
+    args = _results_to_scratch(list(start.job.args), agent.SCRATCH)
+    return {"job": f"{start.job_id}-node{node.index}", "flags": flags,
+            "script": script_on_node(start.job.script), "args": args, "env": node_env}
 
-    def script_on_node(self, script: str) -> str:
-        """The script's path on the hosts: a file of this repository is found in its copy there
-        (relative to the workdir the agent starts in); any other file at its absolute path."""
-        path = os.path.abspath(script)
-        inside = os.path.commonpath([path, str(registry.REPO_ROOT)]) == str(registry.REPO_ROOT)
-        return os.path.relpath(path, registry.REPO_ROOT) if inside else path
 
-    def node_command(self, start: Start, node: Node, flags: list[str], env: dict) -> list[str]:
-        spec = json.dumps(self.spec(start, node, flags, env), separators=(",", ":"))
-        agent = [self.python, "-m", "fleetbench.hosts.agent", spec]
-        return [sys.executable, "-m", "fleetbench.hosts.agent", "--mirror", self.node_dir(start, node), node.host,
-                "--", *self.transport(node, agent)]
-
-    def transport(self, node: Node, agent_argv: list[str]) -> list[str]:
-        raise NotImplementedError
+def script_on_node(script: str) -> str:
+    """The script's path on the hosts: a file of this repository is found in its copy there
+    (relative to the workdir the agent starts in); any other file at its absolute path."""
+    path = os.path.abspath(script)
+    inside = os.path.commonpath([path, str(registry.REPO_ROOT)]) == str(registry.REPO_ROOT)
+    return os.path.relpath(path, registry.REPO_ROOT) if inside else path
 
 
 def _results_to_scratch(args: list[str], scratch: str) -> list[str]:
@@ -267,46 +213,10 @@ def _results_to_scratch(args: list[str], scratch: str) -> list[str]:
         out + ["--results", f"{scratch}/results.jsonl"]
 
 
-class SshExecutor(AgentExecutor):
-    name = "ssh"
-
-    def __init__(self, nodes: Iterable[Node], forward: Iterable[str] = (), python: str | None = None,
-                 workdir: str | None = None, ssh_config: str | None = None, connect_timeout: int = 10) -> None:
-        super().__init__(nodes, forward, python, workdir)
-        self.ssh_config, self.connect_timeout = ssh_config, connect_timeout
-
-    def transport(self, node: Node, agent_argv: list[str]) -> list[str]:
-        return ssh_argv(node.host, remote_command(self.workdir, agent_argv), self.ssh_config, self.connect_timeout)
-
-
-def ssh_argv(host: str, command: str, ssh_config: str | None = None, connect_timeout: int = 10) -> list[str]:
-    return (["ssh", *SSH_OPTIONS, "-o", f"ConnectTimeout={connect_timeout}"] +
-            (["-F", ssh_config] if ssh_config else []) + [host, command])
-
-
-def remote_command(workdir: str, argv: list[str]) -> str:
-    """The one string ssh hands the remote shell: every word quoted."""
-    return f"cd {shlex.quote(workdir)} && exec {shlex.join(argv)}"
-
-
-class SlurmExecutor(AgentExecutor):
-    """Inside an allocation: one job step per node (`srun --nodes=1 --ntasks=1 --nodelist=NODE`),
-    each running the node agent with all the node's CPUs."""
-    name = "slurm"
-
-    def __init__(self, nodes: Iterable[Node], forward: Iterable[str] = (), python: str | None = None,
-                 workdir: str | None = None, cpus: str | None = None) -> None:
-        super().__init__(nodes, forward, python, workdir)
-        self.cpus = cpus
-
-    def transport(self, node: Node, agent_argv: list[str]) -> list[str]:
-        cpus = [f"--cpus-per-task={self.cpus}"] if self.cpus else []
-        return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node.host}", *cpus, "--kill-on-bad-exit=1",
-                f"--chdir={self.workdir}", *agent_argv]
-
-
-def ssh_nodes(placements: list[hostlist.Placement], ssh_config: str | None = None) -> list[Node]:
-    """Nodes of an ssh job from hosts.select's placements: every address resolved first, so a
+def ssh_hosts(placements: list[hostlist.Placement], ssh_config: str | None = None, python: str | None = None,
+              workdir: str | None = None) -> list[Host]:
+    """The hosts of an ssh job from hosts.select's placements: every address resolved first, so a
     name that does not resolve is one line naming it before anything starts."""
-    return [Node(p.rank, p.host.name, resolve(ssh_hostname(p.host.name, ssh_config), p.rank, p.host.name))
-            for p in placements]
+    return [reach.with_address(dataclasses.replace(
+        p.host, index=p.rank, ssh_config=ssh_config, python=python or sys.executable,
+        workdir=workdir or str(registry.REPO_ROOT))) for p in placements]

@@ -7,7 +7,10 @@ Two conventions the field already uses are accepted:
 - a `--hosts` list as Horovod's `-H`: `node1:4,node2:4` (`:N` defaults to 1).
 
 A host is whatever `ssh` accepts as a destination (a name, an alias of the user's ~/.ssh/config,
-`user@name`, an IPv4 address); `slots` is how many processes (GPUs) it takes.
+`user@name`, an IPv4 address); `slots` is how many processes (GPUs) it takes. `Host` is the one
+host type of the package: `fleetbench launch`, sweeps and `fleetbench diagnose` all carry it, with
+how a command reaches it (`reach`: local, netns, ssh, slurm; fleetbench.hosts.reach spells the
+commands).
 
 A job of `nodes` nodes with `per_node` processes each uses the FIRST `nodes` hosts in file order,
 and node i is the i-th of them (rank order of nodes = file order, so records name hosts
@@ -21,8 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from collections.abc import Sequence
 
+REACHES = ("local", "netns", "ssh", "slurm")  # how a command reaches a host: fleetbench.hosts.reach
 HOST_RE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
@@ -32,12 +37,26 @@ class HostsError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Host:
-    name: str   # ssh destination
-    slots: int = 1
+    """One host of a job or a diagnosis, and how a command reaches it."""
+    name: str                      # ssh destination, Slurm node name, or what records call an emulated node
+    slots: int = 1                 # processes (devices) it takes
+    reach: str = "ssh"             # local | netns | ssh | slurm
+    index: int = 0                 # node i: its launcher's --rank, its place in a diagnosis
+    address: str = ""              # IPv4 address (Paddle's --host, POD_IP, a link test's listener); "" until resolved
+    netns: str = ""                # netns: the emulated node's namespace
+    env: tuple = ()                # per-node variables as (name, value) pairs (emulated: GLOO_SOCKET_IFNAME)
+    ssh_config: str | None = None  # ssh -F FILE
+    python: str = sys.executable   # fleetbench's Python there
+    workdir: str | None = None     # this repository there (ssh: cd; slurm: --chdir); None: where the login lands
+    cpus: str | None = None        # slurm: --cpus-per-task (a step would be pinned to one CPU otherwise)
+
+    def __post_init__(self) -> None:
+        if self.reach not in REACHES:
+            raise ValueError(f"host {self.name}: reach {self.reach!r}, expected one of {', '.join(REACHES)}")
 
     @property
-    def address(self) -> str:
-        """The host part without `user@` (what the other nodes connect to)."""
+    def login_host(self) -> str:
+        """The host part without `user@` (what ssh resolves when no alias says otherwise)."""
         return self.name.rsplit("@", 1)[-1]
 
 
@@ -57,7 +76,7 @@ def _no_repeats(where: str, hosts: list[Host]) -> list[Host]:
         seen.add(h.name)
     if not hosts:
         raise HostsError(f"{where}: no hosts listed")
-    return hosts
+    return [dataclasses.replace(h, index=i) for i, h in enumerate(hosts)]  # node i: the i-th host listed
 
 
 def parse_hostfile(text: str, where: str = "hostfile") -> list[Host]:

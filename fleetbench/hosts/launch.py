@@ -21,7 +21,7 @@ import sys
 import uuid
 from collections.abc import Sequence
 
-from fleetbench.hosts import executors, remote
+from fleetbench.hosts import allocation, executors, remote
 from fleetbench.hosts.executors import local_block, local_env
 from fleetbench.hosts.hostlist import HostsError
 from fleetbench.job import paddle_launch, preflight
@@ -262,9 +262,7 @@ def launch_on_hosts(args: LaunchArgs, opts: remote.HostOptions, identity: contra
     """`fleetbench launch` with hosts: exit code. Bad input (hosts, names that do not resolve)
     raises HostsError before anything starts."""
     if opts.executor == "slurm":
-        from fleetbench.engines import slurm
-
-        slots = [1] * len(slurm.allocation_hosts())
+        slots = [1] * len(allocation.allocation_hosts())
     else:
         slots = [h.slots for h in opts.host_list()]
     job = job_from_launch(args, shape, slots)

@@ -17,16 +17,18 @@ import argparse
 import dataclasses
 import os
 import shutil
+import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol, TextIO
 
 from fleetbench.emulate import netem, sshd
-from fleetbench.hosts import executors, hostlist
-from fleetbench.hosts.executors import Job, Node
+from fleetbench.hosts import allocation, executors, hostlist
+from fleetbench.hosts.executors import Job
+from fleetbench.hosts.hostlist import Host
 from fleetbench.job.failure import Outcome
 from fleetbench.job.paddle_launch import supervise
 from fleetbench.job.supervisor import Limits
-from fleetbench.measure import result_logs
+from fleetbench.measure import registry, result_logs
 
 CHOICES = ("auto",) + executors.EXECUTORS
 FLAGS = {"--hostfile": "hostfile", "--hosts": "hosts", "--executor": "executor", "--ssh-config": "ssh_config",
@@ -151,22 +153,25 @@ def cell_job(cell: SweepCell, results_path: str) -> Job:
 
 
 def host_executor(opts: HostOptions, nodes: int, counts: Sequence[int],
-                  check_slots: bool = True) -> executors.AgentExecutor:
+                  check_slots: bool = True) -> executors.Executor:
     """The executor for a job of `nodes` nodes on real hosts (addresses resolved first)."""
+    workdir = opts.workdir or str(registry.REPO_ROOT)
     if opts.executor == "slurm":
-        from fleetbench.engines import slurm
-
-        ex = slurm.executor(forward=opts.forwarded)
-        if nodes > len(ex.nodes):
-            raise hostlist.HostsError(f"--executor slurm: {nodes} nodes asked for, the allocation has {len(ex.nodes)}")
-        ex.python, ex.workdir = opts.python or ex.python, opts.workdir or ex.workdir
-        ex.nodes = ex.nodes[:nodes]
-        return ex
+        hosts = allocation.slurm_hosts(python=opts.python, workdir=workdir)
+        if nodes > len(hosts):
+            raise hostlist.HostsError(f"--executor slurm: {nodes} nodes asked for, the allocation has {len(hosts)}")
+        return executors.Executor(hosts[:nodes], opts.forwarded)
     if opts.executor in ("local", "netns"):
         raise hostlist.HostsError(f"--executor {opts.executor} runs on this machine; hosts need ssh or slurm")
     placements = hostlist.select(opts.host_list(), nodes, counts, check_slots)
-    return executors.SshExecutor(executors.ssh_nodes(placements, opts.ssh_config), opts.forwarded, opts.python,
-                                 opts.workdir, opts.ssh_config)
+    return executors.Executor(executors.ssh_hosts(placements, opts.ssh_config, opts.python, workdir), opts.forwarded)
+
+
+def emulated_host(node: netem.Node, name: str | None = None) -> Host:
+    """An emulated node as a host reached by `ip netns exec`, named by its address unless `name`
+    is given, its ranks on its own veth (GLOO_SOCKET_IFNAME)."""
+    return Host(name or node.ip, reach="netns", index=node.index, address=node.ip, netns=node.netns,
+                env=(("GLOO_SOCKET_IFNAME", node.ifname),))
 
 
 def emulated_executor(opts: HostOptions, state: dict, prefix: str,
@@ -176,15 +181,16 @@ def emulated_executor(opts: HostOptions, state: dict, prefix: str,
     problem = sshd.requirements_problem()
     if opts.executor in ("auto", "ssh") and problem is None:
         info = sshd.up(prefix)
-        nodes = [Node(n.index, n.ip, n.ip) for n in layout.nodes]
-        return executors.SshExecutor(nodes, opts.forwarded, opts.python, opts.workdir, info["ssh_config"])
+        return executors.Executor([Host(n.ip, reach="ssh", index=n.index, address=n.ip, ssh_config=info["ssh_config"],
+                                        python=opts.python or sys.executable,
+                                        workdir=opts.workdir or str(registry.REPO_ROOT)) for n in layout.nodes],
+                                  opts.forwarded)
     if opts.executor not in ("auto", "netns"):
         raise netem.ClusterError(f"--executor {opts.executor} on the emulated cluster: "
                                  f"{problem or 'use ssh or netns'}")
     if opts.executor == "auto":
         say(f"emulated cluster: nodes started with ip netns exec ({problem})")
-    nodes = [Node(n.index, n.ip, n.ip, {"GLOO_SOCKET_IFNAME": n.ifname}) for n in layout.nodes]
-    return executors.NetnsExecutor(nodes, [n.netns for n in layout.nodes])
+    return executors.Executor([emulated_host(n) for n in layout.nodes])
 
 
 def run_job(executor: executors.Executor, job: Job, log_dir: str, base_env: dict, limits: Limits,
@@ -193,7 +199,7 @@ def run_job(executor: executors.Executor, job: Job, log_dir: str, base_env: dict
     """Supervise `job` on `executor`; store the record the nodes printed. Returns the Outcome."""
     outcome = supervise(lambda dir_, extra, job_id_: executor.launches(job, dir_, dict(base_env, **extra), job_id_),
                         log_dir, limits, echo=echo, say=say, job_id=job_id)
-    if isinstance(executor, executors.AgentExecutor) and outcome.status == "ok":
+    if executor.remote and outcome.status == "ok":
         # a failed job's record is the supervisor's; a line printed while it was being stopped is not one
         result_logs.import_logs(result_logs.rank_logs(log_dir), results_path)
     return outcome

@@ -45,11 +45,12 @@ def parse(text: str, fields: tuple[str, ...] = FIELDS) -> list[dict]:
 
 
 def figures(row: dict) -> dict:
-    """A GPU's diagnosis figures from its parsed row: clocks (MHz) and their share of the maximum,
-    temperature (°C), ECC error counts since the driver loaded (volatile)."""
+    """A GPU's diagnosis figures from its parsed row, named as fleetbench.diagnose.metrics names
+    them: clocks (MHz) and their share of the maximum, temperature (°C), ECC error counts since
+    the driver loaded (volatile)."""
     sm, sm_max = row.get("clocks.sm"), row.get("clocks.max.sm")
-    return {"sm_clock_mhz": sm, "sm_clock_max_mhz": sm_max,
-            "sm_clock_ratio": sm / sm_max if sm is not None and sm_max else None,
-            "mem_clock_mhz": row.get("clocks.mem"), "temperature_c": row.get("temperature.gpu"),
-            "ecc_corrected_errors": row.get("ecc.errors.corrected.volatile.total"),
-            "ecc_uncorrected_errors": row.get("ecc.errors.uncorrected.volatile.total")}
+    return {"gpu_sm_clock_mhz": sm, "gpu_sm_clock_max_mhz": sm_max,
+            "gpu_sm_clock_ratio": sm / sm_max if sm is not None and sm_max else None,
+            "gpu_mem_clock_mhz": row.get("clocks.mem"), "gpu_temperature_c": row.get("temperature.gpu"),
+            "gpu_ecc_corrected_errors": row.get("ecc.errors.corrected.volatile.total"),
+            "gpu_ecc_uncorrected_errors": row.get("ecc.errors.uncorrected.volatile.total")}

@@ -8,7 +8,7 @@ import math
 
 SCHEMA = 1
 MODES = ("collective", "ps", "comm", "diagnose")
-UNITS = ("images/s", "tokens/s", "samples/s", "words/s", "examples/s", "GB/s")  # GB/s: comm busbw
+UNITS = ("images/s", "tokens/s", "samples/s", "sequences/s", "words/s", "examples/s", "GB/s")  # GB/s: comm busbw
 # A record with `source` set was not measured here (e.g. a published table); see docs/results.md.
 SOURCE_KINDS = ("published",)
 # Conventional method name of a plain single-device run: the baseline of every method of its

@@ -2,15 +2,18 @@
 would do.
 
     fleetbench explain RESULTS.jsonl... [--json] [--predict SPEC]... [--validate SELECTOR]...
-                       [--images DIR] [--markdown]
+                       [--target-efficiency E] [--images DIR] [--markdown] [--published]
 
 Without options: one console line per multi-device training cell (breakdown of its step time and
-the efficiency lost to each part). --predict nodes=3 (or nodes=2,4,8: one prediction per size)[,network=1gbe|rate_gbit=5][,devices_per_node=2]
+the efficiency lost to each part). --predict nodes=3 (or nodes=2,4,8 and rate_gbit=10,25,100: a
+grid, one prediction per combination)[,network=1gbe|rate_gbit=5][,devices_per_node=2][,nics=8]
 [,benchmark=..,preset=..,method=..]: every measured cell passing the filters, moved to the new
-shape/network. --validate nodes=2: fit on the records the selector picks, predict the others.
---json: a list of cells (kind measured | predicted | validation). --images DIR: a stacked-bar chart
-per benchmark with its CSV. --markdown: the section `fleetbench report` puts in the README.
-The model and its assumptions: docs/explain.md.
+shape/network, each with its range; a grid prints the efficiency table and, with
+--target-efficiency 0.9, the slowest network keeping it. --validate nodes=2: fit on the records
+the selector picks, predict the others, every held-out cell listed (predicted or why not) and a
+summary per source table. --json: a list of cells (kind measured | predicted | validation).
+--images DIR: a stacked-bar chart per benchmark, scaling and efficiency charts, with their CSVs.
+--markdown: the section `fleetbench report` puts in the README. The model: docs/explain.md.
 """
 from __future__ import annotations
 
@@ -19,11 +22,11 @@ import json
 import os
 import sys
 
-from fleetbench.analysis import predict, published, stragglers
+from fleetbench.analysis import predict, published, stragglers, validate, whatif
 from fleetbench.analysis import specs as spec_checks
-from fleetbench.report import explain_scaling as scaling
 from fleetbench.analysis.breakdown import ACCOUNTING_TOLERANCE, LOSSES
-from fleetbench.measure import stability
+from fleetbench.measure import experiment, stability
+from fleetbench.report import explain_scaling as scaling
 
 # The stacks of a breakdown bar, bottom to top: (CSV column, legend label).
 SEGMENTS = (("compute_1dev_ms", "compute (1 device)"), ("contention_ms", "core sharing"),
@@ -53,9 +56,44 @@ def _losses_text(cell: dict) -> str:
 
 
 def cell_name(cell: dict) -> str:
+    if cell.get("label"):
+        return cell["label"]
+    if cell.get("framework") or cell.get("precision") or cell.get("model"):
+        return validate.name(cell)  # a published table's cell: model, framework, precision, batch
     shape = f"{cell['nodes']}x{cell['devices_per_node']}"
     return " ".join(str(p) for p in (cell["benchmark"], cell["preset"] or "", cell["method"],
                                       cell["network"] or "local", shape) if p != "")
+
+
+def label_cells(cells: list[dict]) -> list[dict]:
+    """Each cell with a `label` no other cell shares: cells of the same name (from different files,
+    builds or hosts, or differing in a config key) get what tells them apart in brackets."""
+    groups: dict = {}
+    for c in cells:
+        groups.setdefault(cell_name(c), []).append(c)
+    out = []
+    for c in cells:
+        group = groups[cell_name(c)]
+        label = cell_name(c)
+        if len(group) > 1:
+            label += f" [{_difference(c, group)}]"
+        out.append(dict(c, label=label))
+    return out
+
+
+def _difference(cell: dict, group: list[dict]) -> str:
+    """What tells `cell` from the others of its name: build or machine, else the files it came
+    from, else the first config keys whose values differ."""
+    parts = [f"{k} {cell['circumstances'][k]}" for k in ("paddle", "device", "host")
+             if len({str((g.get("circumstances") or {}).get(k)) for g in group}) > 1]
+    if len({tuple(g.get("files") or ()) for g in group}) > 1:
+        parts.append("from " + ", ".join(cell.get("files") or ["?"]))
+    if not parts:
+        flats = [experiment.flat_config(g.get("config") or {}) for g in group]
+        keys = [k for k in experiment.differing([g.get("config") or {} for g in group]) if all(k in f for f in flats)]
+        flat = experiment.flat_config(cell.get("config") or {})
+        parts = [f"{k}={flat[k]}" for k in keys[:2]] or ["config recorded with other keys"]
+    return "; ".join(parts)
 
 
 def console_table(cells: list[dict]) -> str:
@@ -78,22 +116,48 @@ def console_table(cells: list[dict]) -> str:
     return "\n".join(lines + [legend] + notes)
 
 
-def predictions_table(rows: list[dict], title: str) -> str:
+def _range(values, fmt: str) -> str:
+    return f" ({fmt.format(values[0])}-{fmt.format(values[1])})" if values else ""
+
+
+def predictions_table(rows: list[dict], title: str, notes: bool = True) -> str:
     lines = [title]
     for r in rows:
+        head = r.get("cell") or r.get("target")
+        if r.get("not_predicted"):
+            lines.append(f"  {head}: not predicted: {r['not_predicted']}")
+            continue
         measured = r.get("measured_step_ms")
-        head = r.get("target") or r.get("cell")
-        text = f"  {head}: predicted {_ms(r['predicted_step_ms'])} ms"
+        text = f"  {head}: predicted {_ms(r['predicted_step_ms'])} ms{_range(r.get('predicted_step_range'), '{:.1f}')}"
         if measured is not None:
             text += f", measured {_ms(measured)} ms, error {_pct(r.get('error'))}"
         if r.get("predicted_throughput") is not None:
-            text += f", {r['predicted_throughput']:.4g} per s"
-        lines.append(text + (f"  [{'; '.join(r['notes'])}]" if r.get("notes") else ""))
+            text += f", {r['predicted_throughput']:.4g} per s{_range(r.get('predicted_throughput_range'), '{:.4g}')}"
+            if r.get("throughput_error") is not None:
+                text += f" ({_pct(r['throughput_error'])} of {r['measured_throughput']:.4g})"
+        lines.append(text + (f"  [{'; '.join(r['notes'])}]" if notes and r.get("notes") else ""))
     errors = [abs(r["error"]) for r in rows if r.get("error") is not None]
     if errors:
         within = sum(e <= 0.15 for e in errors)
         lines.append(f"  {within}/{len(errors)} within 15%, worst {max(errors):.0%}")
     return "\n".join(lines)
+
+
+def validation_text(rows: list[dict], selector: dict) -> str:
+    """Every held-out cell (predicted or why not), then per source table its count within 15%,
+    median error and worst cells with the notes that explain them."""
+    parts = [predictions_table(rows, f"validation: fitted on {selector}, predicting the other cells", notes=False)]
+    for s in validate.summary(rows):
+        median = "-" if s["median_error"] is None else f"{s['median_error']:.1%}"
+        lines = [f"{s['source']}: {s['predicted']} of {s['cells']} cells predicted, {s['within']} within 15% of "
+                 f"the throughput, median error {median}; {len(s['not_predicted'])} not predicted (listed above, "
+                 "each with why)"]
+        for r in s["worst"]:
+            lines.append(f"  worst: {r['cell']}: {_pct(r['throughput_error'])}"
+                         f"{_range(r.get('predicted_throughput_range'), '{:.4g}')} against "
+                         f"{r['measured_throughput']:.4g}  [{'; '.join(r['notes'])}]")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
 
 
 # ---- chart and markdown ---------------------------------------------------------------------------
@@ -162,31 +226,66 @@ def _share(value: float) -> str:
     return f"{0.0 if abs(value) < 0.005 else value:.0%}"  # no "-0%" for noise around zero
 
 
+# What a prediction's notes say about its weak inputs, each said in a phrase on a README row that
+# is off by more than 15% (marker in the note -> phrase).
+WHY_OFF = (("no comm record of network", "link from the network's rate (a ceiling), no comm record of it"),
+           ("latency unknown", "per-call latency not measured"),
+           ("host cost taken as 0", "no bsp cell of this work: host cost (packing gradients) taken as 0"),
+           ("thread scaling borrowed", "thread scaling borrowed from other works"),
+           ("assumed linear", "thread scaling assumed linear"),
+           ("host cost", "host cost borrowed from other works", "borrowed"),
+           ("upper bound", "overlap not measured: an upper bound"),
+           ("latency-bound", "latency-bound: as uncertain as its latency"),
+           ("not modelled", "method not modelled"))
+
+
+def _why_off(cell: dict) -> str:
+    """For a README row whose prediction is off by more than 15%: what its notes say is weak."""
+    if cell.get("prediction_error") is None or abs(cell["prediction_error"]) <= 0.15:
+        return ""
+    notes = cell.get("prediction_notes") or []
+    said = [entry[1] for entry in WHY_OFF
+            if any(entry[0] in n and (len(entry) < 3 or entry[2] in n) for n in notes)]
+    return "; ".join(dict.fromkeys(said)) or "no note explains it: the model misses something here"
+
+
+def _lost(cell: dict) -> str:
+    """The loss split as the console and --json give it, summing to 1 - efficiency; without a
+    control or a measured thread scaling, core sharing cannot be told from communication."""
+    losses = cell.get("losses")
+    if not losses:
+        return "—"
+    parts = [_share(losses[k]) for k in LOSSES]
+    if cell.get("contention_ms") is None:  # sharing is inside the communication share
+        parts[0], parts[1] = "—", parts[1] + " (incl. sharing)"
+    return " / ".join(parts)
+
+
 def markdown(cells: list[dict], images: dict, link) -> str:
     """The README section: per benchmark a table of the breakdown and its chart (`link(png)` is
     the path the markdown links to)."""
     out = ["### Why not better", "",
            "Generated by `fleetbench explain` (model and definitions: docs/explain.md). Times in ms "
-           "per step; the efficiency lost to each part sums to 1 − efficiency.", ""]
+           "per step; the efficiency lost to each part sums to 1 − efficiency (— : core sharing not "
+           "measured, so it is inside communication). Error: predicted / measured step − 1; beyond "
+           "15% the last column says why.", ""]
     head = ["Cell", "Measured", "Compute (source)", "Exposed comm", "Predicted comm", "Imbalance",
-            "Reader", "Predicted step", "Efficiency", "Lost to sharing / comm / imbalance / reader"]
+            "Reader", "Predicted step", "Error", "Efficiency",
+            "Lost to sharing / comm / imbalance / reader / unexplained", "Why off"]
     for key in dict.fromkeys((c["benchmark"], c["preset"]) for c in cells):
         group = [c for c in cells if (c["benchmark"], c["preset"]) == key]
         out += [f"#### {key[0]}" + (f" [{key[1]}]" if key[1] else ""), "",
                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for c in group:
-            losses = c.get("losses") or {}
             controlled = (c.get("compute_source") or "").startswith("method=none control")
-            source = "control" if controlled else "1 device"
-            lost = " / ".join(_share(losses[k]) for k in LOSSES[:4]) if losses else "—"
-            if losses and not controlled:  # without a control, core sharing hides inside communication
-                lost = "n/a / " + lost.split(" / ", 1)[1].replace(" / ", " (with sharing) / ", 1)
+            source = "control" if controlled else "1 device" + (" x sharing" if c.get("contention_ms") else "")
             out.append("| " + " | ".join([
                 cell_name(c), _ms(c["measured_step_ms"]) + stability.excluded_note(c["runs"], c.get("excluded", 0)),
                 f"{_ms(c.get('compute_ms'))} ({source})",
                 _ms(c.get("exposed_comm_ms")), _ms(c.get("predicted_comm_ms")), _ms(c.get("imbalance_ms")),
-                _ms(c.get("reader_ms")), _ms(c.get("predicted_step_ms")),
-                "—" if c.get("efficiency") is None else f"{c['efficiency']:.0%}", lost]) + " |")
+                _ms(c.get("reader_ms")), _ms(c.get("predicted_step_ms")), _pct(c.get("prediction_error")),
+                "—" if c.get("efficiency") is None else f"{c['efficiency']:.0%}", _lost(c),
+                _why_off(c) or "—"]) + " |")
         if key in images:
             out += ["", f"![explain {key[0]} {key[1] or ''}]({link(images[key])})"]
         out.append("")
@@ -196,7 +295,7 @@ def markdown(cells: list[dict], images: dict, link) -> str:
 def section(records: list[dict], images_dir: str, link) -> tuple[str, list[str]]:
     """For `fleetbench report`: (markdown section, files written); empty when no multi-device
     cell has a breakdown (a control or a 1-device run of its work)."""
-    cells = [c for c in predict.explain(records) if c.get("compute_ms") is not None]
+    cells = label_cells([c for c in predict.explain(records) if c.get("compute_ms") is not None])
     if not cells:
         return "", []
     images = write_charts(cells, images_dir)
@@ -211,11 +310,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("results", nargs="+", help="JSONL result files (training, method=none and comm records)")
     p.add_argument("--json", action="store_true", help="print a JSON list of cells")
     p.add_argument("--predict", action="append", default=[], metavar="SPEC",
-                   help="key=value,... with keys " + ", ".join(predict.FILTER_KEYS + predict.CHANGE_KEYS))
+                   help="key=value,... with keys " + ", ".join(validate.FILTER_KEYS + validate.CHANGE_KEYS)
+                   + "; nodes, devices_per_node and rate_gbit take lists (a what-if grid)")
     p.add_argument("--validate", action="append", default=[], metavar="SELECTOR",
-                   help="fit on records matching key=value,... (keys " + ", ".join(predict.SELECT_KEYS)
+                   help="fit on records matching key=value,... (keys " + ", ".join(validate.SELECT_KEYS)
                    + "), predict the others")
-    p.add_argument("--images", help="write a stacked-bar chart (PNG + CSV) per benchmark here")
+    p.add_argument("--target-efficiency", type=float, metavar="E",
+                   help="with --predict: the slowest network keeping this scaling efficiency (0 < E <= 1)")
+    p.add_argument("--images", help="write a stacked-bar chart (PNG + CSV) per benchmark, and scaling and "
+                   "efficiency charts of what --predict/--validate gives, here")
     p.add_argument("--markdown", action="store_true", help="print the README section instead of the table")
     p.add_argument("--published", action="store_true",
                    help="read published reference records too, deriving step time and gradient sizes "
@@ -233,47 +336,74 @@ def known_values(records: list[dict]) -> dict:
 
     known: dict = {"benchmark": set(BENCHMARKS), "network": set(PROFILES)}
     for record in records:
-        for key, value in predict.record_values(record).items():
+        for key, value in validate.record_values(record).items():
             if key in known:
                 known[key].add(str(value) if value is not None else "local")
     return known
+
+
+def _specs(args) -> tuple[list[dict], list[dict]]:
+    """The --predict specs (grids expanded) and --validate selectors, checked (SpecError, one line)."""
+    if args.target_efficiency is not None and not 0 < args.target_efficiency <= 1:
+        raise validate.SpecError(f"--target-efficiency must be a share in (0, 1] (got {args.target_efficiency:g})")
+    if args.target_efficiency is not None and not args.predict:
+        raise validate.SpecError("--target-efficiency needs --predict (a grid of GPU counts and network rates)")
+    specs = [validate.parse_spec(one, validate.FILTER_KEYS + validate.CHANGE_KEYS, "--predict")
+             for s in args.predict for one in validate.expand(s)]
+    return specs, [validate.parse_spec(s, validate.SELECT_KEYS, "--validate") for s in args.validate]
+
+
+def _text(args, records, cells, predicted, validation, selectors) -> str:
+    parts = [console_table(cells) if cells else "no multi-device training cell to explain" + (
+        "" if args.published or not any(published.is_published(r) for r in records)
+        else " (published records are read with --published)")]
+    if predicted:
+        grid = len(predicted) > 12 or args.target_efficiency is not None
+        parts.append(predictions_table(predicted, "predicted (not measured), with ranges:", notes=not grid))
+        if grid:
+            parts.append(whatif.text(predicted, args.target_efficiency))
+    for selector in selectors:
+        parts.append(validation_text([r for r in validation if r["selector"] is selector], selector))
+    slow = stragglers.report(records, args.straggler_pct)
+    if slow:
+        parts.append("stragglers (ranks slower than their peers' median):\n" + "\n".join(f"  {line}" for line in slow))
+    return "\n\n".join(parts)
+
+
+def load(paths: list[str], reader) -> list[dict]:
+    """Records of every file, each marked with its file's name (less the names' common start), so
+    that cells of one name from different files can be told apart."""
+    names = [os.path.splitext(os.path.basename(p))[0] for p in paths]
+    start = len(os.path.commonprefix(names)) if len(set(names)) > 1 else 0
+    out = []
+    for path, short in zip(paths, names):
+        out += [dict(r, _file=short[start:] or short) for r in reader([path])]
+    return out
 
 
 def run(args) -> str:
     """The output text; raises ValueError (one line) on bad input, before writing anything."""
     from fleetbench.measure import results
 
-    specs = [predict.parse_spec(one, predict.FILTER_KEYS + predict.CHANGE_KEYS, "--predict")
-             for s in args.predict for one in predict.expand_sizes(s)]
-    selectors = [predict.parse_spec(s, predict.SELECT_KEYS, "--validate") for s in args.validate]
-    records = published.adopt(results.load(args.results), args.published)
+    specs, selectors = _specs(args)
+    records = published.adopt(load(args.results, results.load), args.published)
     known = known_values(records)
     for spec in specs:
         spec_checks.unknown(spec, known, "--predict")
     for selector in selectors:
         spec_checks.unknown(selector, known, "--validate")
-    cells = [dict(c, kind="measured") for c in predict.explain(records)]
-    predicted = [dict(r, kind="predicted", spec=s) for s in specs for r in predict.predict_spec(records, s)]
-    validation = [dict(r, kind="validation", selector=s) for s in selectors for r in predict.validate(records, s)]
+    cells = label_cells([dict(c, kind="measured") for c in predict.explain(records)])
+    predicted = [dict(r, kind="predicted", spec=s) for s in specs for r in validate.predict_spec(records, s)]
+    validation = [dict(r, kind="validation", selector=s) for s in selectors for r in validate.validate(records, s)]
     images = write_charts(cells, args.images) if args.images else {}
     if args.images:
         scaling.write_charts(cells, predicted + validation, args.images)
+        scaling.write_efficiency(predicted, args.images)
     if args.json:
         return json.dumps(cells + predicted + validation, indent=1, sort_keys=True)
     if args.markdown:
         return markdown(cells, images, lambda png: os.path.relpath(os.path.abspath(png)).replace(os.sep, "/"))
-    parts = [console_table(cells) if cells else "no multi-device training cell to explain" + (
-        "" if args.published or not any(published.is_published(r) for r in records)
-        else " (published records are read with --published)")]
-    if predicted:
-        parts.append(predictions_table(predicted, "predicted (not measured):"))
-    for selector in selectors:
-        rows = [r for r in validation if r["selector"] is selector]
-        parts.append(predictions_table(rows, f"validation: fitted on {selector}, predicting the other cells"))
-    slow = stragglers.report(records, args.straggler_pct)
-    if slow:
-        parts.append("stragglers (ranks slower than their peers' median):\n" + "\n".join(f"  {line}" for line in slow))
-    return "\n\n".join(parts)
+    return _text(args, records, cells, predicted, validation, selectors)
 
 
 def cli(argv: list[str]) -> int:

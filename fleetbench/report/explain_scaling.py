@@ -5,12 +5,30 @@ run's throughput times the devices) a dashed black line. The CSV beside the PNG 
 drawn number, with the throughput error where a measured cell and a prediction meet."""
 from __future__ import annotations
 
+from fleetbench.analysis import whatif
+
 
 LINES = ("-", "-.", ":", (0, (5, 1)))
 
 
 def _key(row: dict) -> tuple:
-    return row["benchmark"], row.get("preset"), row["method"]
+    """A chart's work and method: benchmark, preset, method, and a published table's precision,
+    batch and framework's first word (cells of one model in other precisions are other works)."""
+    framework = str(row.get("framework") or "").split(" ")[0] or None
+    return row["benchmark"], row.get("preset"), row["method"], row.get("precision"), row.get("batch"), framework
+
+
+def _slug_parts(key: tuple) -> tuple:
+    """File-name parts: a batch only where a framework or precision names the work (older tables'
+    charts keep their names)."""
+    benchmark, preset, method, precision, batch, framework = key
+    return (benchmark, preset, method, precision, framework, batch if (precision or framework) else None)
+
+
+def _title(key: tuple) -> str:
+    benchmark, preset, method, precision, batch, framework = key
+    extra = ", ".join(str(p) for p in (framework, precision, f"batch {batch}" if batch else None) if p)
+    return f"{benchmark}{f' [{preset}]' if preset else ''} {method}" + (f" ({extra})" if extra else "")
 
 
 def _single_throughput(cells: list[dict]) -> float | None:
@@ -41,17 +59,34 @@ def chart_rows(cells: list[dict], predicted: list[dict]) -> list[dict]:
     return rows
 
 
+def _axes(style):
+    """A figure and its axes in the one plot style (call inside matplotlib.rc_context(style.STYLE))."""
+    fig = style.Figure(figsize=style.FIGSIZE, dpi=style.DPI)
+    fig.subplots_adjust(**style.MARGINS)
+    return fig, fig.add_subplot()
+
+
+def _by_network(rows: list[dict]):
+    """(index, network, its rows) in the order networks first appear: one colour and style each."""
+    for i, network in enumerate(dict.fromkeys(r["network"] for r in rows)):
+        yield i, network, [r for r in rows if r["network"] == network]
+
+
+def _devices_axis(ax, rows: list[dict]) -> None:
+    devices = sorted({r["devices"] for r in rows})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(devices, [str(d) for d in devices])
+    ax.set_xlabel("devices (GPUs or processes)")
+
+
 def draw(rows: list[dict], title: str, unit: str) -> bytes:
     from fleetbench.report import style  # the one plot style (and matplotlib's Agg backend)
 
     import matplotlib
 
     with matplotlib.rc_context(style.STYLE):
-        fig = style.Figure(figsize=style.FIGSIZE, dpi=style.DPI)
-        fig.subplots_adjust(**style.MARGINS)
-        ax = fig.add_subplot()
-        for i, network in enumerate(dict.fromkeys(r["network"] for r in rows)):
-            mine = [r for r in rows if r["network"] == network]
+        fig, ax = _axes(style)
+        for i, network, mine in _by_network(rows):
             line = [(r["devices"], r["predicted_throughput"]) for r in mine if r["predicted_throughput"]]
             points = [(r["devices"], r["measured_throughput"]) for r in mine if r["measured_throughput"]]
             color = style.COLORS[i % len(style.COLORS)]
@@ -64,11 +99,8 @@ def draw(rows: list[dict], title: str, unit: str) -> bytes:
         ideal = sorted({(r["devices"], r["ideal_throughput"]) for r in rows if r["ideal_throughput"]})
         if ideal:
             ax.plot(*zip(*ideal), color="black", linestyle="--", linewidth=0.8, label="ideal (1 device x N)")
-        devices = sorted({r["devices"] for r in rows})
-        ax.set_xscale("log", base=2)
+        _devices_axis(ax, rows)
         ax.set_yscale("log")  # works of 50 and of 5000 units/s both readable; ideal is a straight line
-        ax.set_xticks(devices, [str(d) for d in devices])
-        ax.set_xlabel("devices (GPUs or processes)")
         ax.set_ylabel(f"throughput ({unit})")
         return style.finish(fig, ax, title, "lines: predicted by fleetbench explain (docs/explain.md); circles: "
                             "measured or published; dashed: ideal")
@@ -87,7 +119,58 @@ def write_charts(cells: list[dict], predicted: list[dict], images_dir: str) -> l
         measured = [c for c in cells if _key(c) == key]
         rows = chart_rows(measured, mine)
         unit = measured[0]["unit"] if measured else "units/s"
-        title = f"{key[0]}{f' [{key[1]}]' if key[1] else ''} {key[2]}: throughput against devices"
-        written.append(output.save_chart(images_dir, style.slug("explain-scaling", *key), rows,
+        title = f"{_title(key)}: throughput against devices"
+        written.append(output.save_chart(images_dir, style.slug("explain-scaling", *_slug_parts(key)), rows,
                                          draw(rows, title, unit)))
+    return written
+
+
+def efficiency_rows(predicted: list[dict]) -> list[dict]:
+    """One row per (network, devices): the predicted efficiency and its range."""
+    rows = []
+    for p in predicted:
+        if p.get("predicted_efficiency") is None:
+            continue
+        low, high = p.get("predicted_step_range") or (p["predicted_step_ms"],) * 2
+        scale = p["predicted_efficiency"] * p["predicted_step_ms"]
+        rows.append({"network": p["network"] or "local", "devices": p["world_size"],
+                     "efficiency": p["predicted_efficiency"], "efficiency_low": scale / high,
+                     "efficiency_high": scale / low})
+    return sorted(rows, key=lambda r: (whatif.network_order(r["network"]), r["devices"]))
+
+
+def draw_efficiency(rows: list[dict], title: str) -> bytes:
+    from fleetbench.report import style  # the one plot style (and matplotlib's Agg backend)
+
+    import matplotlib
+
+    with matplotlib.rc_context(style.STYLE):
+        fig, ax = _axes(style)
+        for i, network, mine in _by_network(rows):
+            xs = [r["devices"] for r in mine]
+            color = style.COLORS[i % len(style.COLORS)]
+            ax.plot(xs, [r["efficiency"] for r in mine], color=color, marker="x", linestyle=LINES[i % len(LINES)],
+                    label=f"{network}")
+            ax.fill_between(xs, [r["efficiency_low"] for r in mine], [r["efficiency_high"] for r in mine],
+                            color=color, alpha=0.15, linewidth=0)
+        _devices_axis(ax, rows)
+        ax.set_ylim(0, 1.05)
+        ax.set_ylabel("predicted scaling efficiency")
+        return style.finish(fig, ax, title, "lines: predicted by fleetbench explain --predict (docs/explain.md); "
+                            "bands: the prediction's range")
+
+
+def write_efficiency(predicted: list[dict], images_dir: str) -> list[str]:
+    """images_dir/explain-efficiency-<benchmark>-<preset>-<method>.png (+ CSV): predicted efficiency
+    against devices, a line per network, for every work and method predicted at two sizes or more."""
+    from fleetbench.report import output, style
+
+    written = []
+    for key in dict.fromkeys(_key(p) for p in predicted if p.get("predicted_efficiency") is not None):
+        rows = efficiency_rows([p for p in predicted if _key(p) == key and p.get("kind") != "validation"])
+        if len({r["devices"] for r in rows}) < 2:
+            continue
+        title = f"{_title(key)}: predicted efficiency against devices"
+        written.append(output.save_chart(images_dir, style.slug("explain-efficiency", *_slug_parts(key)), rows,
+                                         draw_efficiency(rows, title)))
     return written

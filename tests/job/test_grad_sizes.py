@@ -1,35 +1,33 @@
-"""The registry's gradient sizes (measure/registry.GRADIENTS) are the Paddle models' own: each
-entry's model is built from its benchmark script at that preset's config and its trainable
-parameters counted. Builds BERT-Large on the CPU (1.3 GB of parameters, a few seconds)."""
+"""The registry's gradient sizes (measure/registry.GRADIENTS) and the gradient order the overlap
+model reads (analysis/gradient_order.json) are the Paddle models' own: each entry's model is built
+from its benchmark script at that preset's config (tools/gradient_order.py, as it wrote the file),
+its trainable parameters counted and one forward pass hooked. Builds BERT-Large on the CPU (1.3 GB
+of parameters, a few seconds)."""
 import importlib.util
+import json
 
 import pytest
+from util import REPO
 
-from fleetbench.measure import config, registry
+from fleetbench.analysis import overlap
+from fleetbench.measure import registry
 
 paddle = pytest.importorskip("paddle")
 
 
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(f"script_{name}", registry.get(name, "collective").path)
+def _tool():
+    spec = importlib.util.spec_from_file_location("gradient_order", REPO / "tools" / "gradient_order.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def _model(name: str, preset: str):
-    script = _script(name)
-    if name == "resnet50":
-        cfg = config.build(name, script.ResNet50Config, preset)
-        return paddle.vision.models.resnet50(num_classes=cfg.num_classes)  # what the script builds
-    cfg = config.build(name, script.BertConfig, preset)
-    return script.BertPretraining(cfg)
-
-
 @pytest.mark.parametrize("key", sorted(registry.GRADIENTS))
-def test_registry_gradients_are_the_models(key):
-    params = [p for p in _model(*key).parameters() if not p.stop_gradient]
-    assert registry.gradients(*key) == (sum(int(p.numel()) * 4 for p in params), len(params))
+def test_registry_gradients_and_their_order_are_the_models(key):
+    tensors = _tool().order(*key)
+    assert registry.gradients(*key) == (sum(b for b, _ in tensors), len(tensors))
+    stored = json.loads(overlap.ORDER_FILE.read_text())[" ".join(key)]["tensors"]
+    assert stored == tensors  # the file is what the models give (rewrite: tools/gradient_order.py)
 
 
 def test_unknown_benchmark_or_preset_has_no_sizes():

@@ -51,7 +51,7 @@ def test_a_node_at_a_quarter_cpu_is_the_one_flagged(tmp_path, monkeypatch):
 
 def test_bad_input_is_one_line_before_anything_runs(tmp_path):
     bad = tmp_path / "rules.yaml"
-    bad.write_text("rules: [{metric: x, below_reference_pct: 200, category: compute}]\n")
+    bad.write_text("rules: [{metric: matmul_gflops, below_reference_pct: 200, category: compute}]\n")
     p = fleetbench("diagnose", "--rules", bad)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and f"{bad}: rule 1: below_reference_pct" in p.stderr
     p = fleetbench("diagnose", "--cluster", "nosuchcl")
@@ -67,10 +67,12 @@ def test_a_paddle_pair_job_that_cannot_start_is_an_error_not_a_crash():
     # a real launch into namespaces that do not exist: `ip netns exec` fails at once; the pair's
     # result is one line naming the job's kept logs (rules.judge_links makes it a `failed` link)
     from fleetbench.diagnose import paddle_links
-    from fleetbench.diagnose.run import Host
+    from fleetbench.emulate.netem_plan import Node
+    from fleetbench.hosts.remote import emulated_host
 
-    found = paddle_links.collective_test([Host(0, "fbnone-node0", "10.99.0.1", ifname="fbnone-n0"),
-                                          Host(1, "fbnone-node1", "10.99.0.2", ifname="fbnone-n1")], 60)
+    found = paddle_links.collective_test([emulated_host(Node(i, f"fbnone-node{i}", f"fbnone-n{i}", f"fbnone-h{i}",
+                                                            f"10.99.0.{i + 1}"), name=f"fbnone-node{i}")
+                                          for i in range(2)], 60)
     assert list(found) == ["error"] and found["error"].startswith("comm job FAILED"), found
     assert "fbnone-node0" in found["error"] and "\n" not in found["error"]
     log = found["error"].split("(see ")[1].split(")")[0]

@@ -19,12 +19,11 @@ from fleetbench.emulate import sshd
 from fleetbench.hosts.executors import (
     FORWARD_NAMES,
     FORWARD_PREFIXES,
+    Executor,
     Job,
-    Node,
-    SlurmExecutor,
-    SshExecutor,
     forwarded_env,
 )
+from fleetbench.hosts.hostlist import Host
 from fleetbench.machine import stamp
 from fleetbench.measure import contract, results
 from fleetbench.measure.contract import JOB_ID, SUPERVISOR
@@ -209,8 +208,8 @@ def test_forwarded_env_is_the_allow_list_and_the_users_names():
 
 
 @pytest.mark.parametrize("executor", [
-    SshExecutor([Node(0, "h0", "10.0.0.1"), Node(1, "h1", "10.0.0.2")], forward=("FORWARD_ME",)),
-    SlurmExecutor([Node(0, "h0", "10.0.0.1"), Node(1, "h1", "10.0.0.2")], forward=("FORWARD_ME",)),
+    Executor([Host(f"h{i}", reach=how, index=i, address=f"10.0.0.{i + 1}") for i in range(2)], forward=("FORWARD_ME",))
+    for how in ("ssh", "slurm")
 ])
 def test_what_each_host_is_sent_is_the_allow_list_plus_its_plan(executor, tmp_path):
     """The whole path from the head's environment to the spec each node's agent receives (what

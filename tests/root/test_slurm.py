@@ -14,7 +14,7 @@ import yaml
 from util import PYTHON, REPO, cluster_name, emulated_nodes, env, records
 
 from fleetbench.emulate import slurmd
-from fleetbench.engines import slurm
+from fleetbench.hosts import allocation
 from fleetbench.hosts.hostlist import HostsError
 
 
@@ -25,14 +25,14 @@ from fleetbench.hosts.hostlist import HostsError
     ("127.0.0.[1-2]", ["127.0.0.1", "127.0.0.2"]),
 ])
 def test_compact_nodelists_expand_in_slurms_order(text, names):
-    assert slurm.expand_nodelist(text) == names
+    assert allocation.expand_nodelist(text) == names
 
 
 def test_bad_nodelists_and_no_allocation_are_one_line():
     with pytest.raises(HostsError, match=r"bad range '3-1'"):
-        slurm.expand_nodelist("n[3-1]")
+        allocation.expand_nodelist("n[3-1]")
     with pytest.raises(HostsError, match=r"not inside a Slurm allocation \(SLURM_JOB_NODELIST is unset\)"):
-        slurm.allocation_hosts({})
+        allocation.allocation_hosts({})
 
 
 def write_sweep(tmp_path, cells, repeats=1):

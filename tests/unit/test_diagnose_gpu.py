@@ -20,13 +20,13 @@ def test_the_query_and_its_parse_agree_on_the_fields():
     rows = nvsmi.parse(TWO_GPUS)
     assert [r["index"] for r in rows] == [0.0, 1.0]
     assert rows[1]["clocks.sm"] == 1005 and rows[1]["temperature.gpu"] == 88
-    assert nvsmi.figures(rows[1])["sm_clock_ratio"] == pytest.approx(1005 / 1410)
+    assert nvsmi.figures(rows[1])["gpu_sm_clock_ratio"] == pytest.approx(1005 / 1410)
 
 
 def test_unsupported_fields_and_units_left_in():
     rows = nvsmi.parse("0, 1530 MHz, 1530 MHz, 877 MHz, 877 MHz, 45, [N/A], [Not Supported]\n")
     assert rows[0]["clocks.sm"] == 1530 and rows[0]["ecc.errors.uncorrected.volatile.total"] is None
-    assert nvsmi.figures(rows[0])["ecc_uncorrected_errors"] is None
+    assert nvsmi.figures(rows[0])["gpu_ecc_uncorrected_errors"] is None
 
 
 def test_a_line_that_does_not_match_the_query_is_refused():
@@ -35,11 +35,23 @@ def test_a_line_that_does_not_match_the_query_is_refused():
 
 
 def test_a_node_is_its_worst_device():
-    devices = [{"matmul_fp32_tflops": 19.0, "matmul_fp16_tflops": 250.0, "mem_copy_gbps": 1500.0},
-               {"matmul_fp32_tflops": 12.0, "matmul_fp16_tflops": 260.0, "mem_copy_gbps": 1480.0}]
+    devices = [{"gpu_matmul_fp32_tflops": 19.0, "gpu_matmul_fp16_tflops": 250.0, "gpu_mem_copy_gbps": 1500.0},
+               {"gpu_matmul_fp32_tflops": 12.0, "gpu_matmul_fp16_tflops": 260.0, "gpu_mem_copy_gbps": 1480.0}]
     smi = [nvsmi.figures(r) for r in nvsmi.parse(TWO_GPUS)]
     node = gpu.worst(devices, smi)
     assert node["gpu_matmul_fp32_tflops"] == 12.0 and node["gpu_matmul_fp16_tflops"] == 250.0
     assert node["gpu_sm_clock_ratio"] == pytest.approx(1005 / 1410) and node["gpu_temperature_c"] == 88
     assert node["gpu_ecc_uncorrected_errors"] == 1 and node["gpu_ecc_corrected_errors"] == 3
     assert gpu.worst([], []) == {}  # a CPU node: no GPU figures
+
+
+def test_every_figure_a_gpu_node_reports_is_a_declared_metric():
+    # one name from nvidia-smi's field to the rule: temperature.gpu is read as gpu_temperature_c
+    # and nothing else (it was temperature_c in between)
+    from fleetbench.diagnose import metrics
+
+    smi = nvsmi.figures(nvsmi.parse(TWO_GPUS)[1])
+    combined = {m.name for m in metrics.TABLE if m.combine}
+    assert {k for k in smi if k in metrics.METRICS} == combined & set(smi)
+    assert smi["gpu_temperature_c"] == 88 and "temperature_c" not in smi
+    assert set(gpu.worst([{"gpu_matmul_fp32_tflops": 1.0}], [smi])) <= set(metrics.METRICS)

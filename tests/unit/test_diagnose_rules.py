@@ -90,20 +90,69 @@ def test_baseline_drops_an_outlier_and_refuses_another_machine():
 
 @pytest.mark.parametrize("text, message", [
     ("rules: []", "non-empty list `rules`"),
-    ("rules: [{metric: x, below_reference_pct: 120, category: compute}]", "rule 1: below_reference_pct"),
-    ("rules: [{metric: x, below_reference_pct: 20, category: disk}]", "rule 1: category"),
-    ("rules: [{metric: x, below_reference_pct: 20, category: compute, extra: 1}]", "unknown key(s) extra"),
+    ("rules: [{metric: matmul_gflops, below_reference_pct: 120, category: compute}]",
+     "rule 1: below_reference_pct: expected a number in (0, 100), got 120"),
+    ("rules: [{metric: matmul_gflops, below_reference_pct: 20, category: disk}]", "rule 1: category"),
+    ("rules: [{metric: matmul_gflops, below_reference_pct: 20, category: compute, extra: 1}]",
+     "unknown key(s) extra (expected metric, category, scope and one criterion: below_reference_pct, max_value)"),
     ("rules: [", "not YAML"),
-    ("rules: [{metric: x, category: compute}]", "expected one criterion: below_reference_pct or max_value"),
-    ("rules: [{metric: x, below_reference_pct: 20, max_value: 1, category: compute}]", "expected one criterion"),
-    ("rules: [{metric: x, max_value: hot, category: compute}]", "max_value: expected a number"),
-    ("rules: [{metric: x, below_reference_pct: 20, category: compute, scope: rack}]", "scope: expected one of"),
+    ("rules: [{metric: matmul_gflops, category: compute}]",
+     "expected one criterion: below_reference_pct or max_value"),
+    ("rules: [{metric: matmul_gflops, below_reference_pct: 20, max_value: 1, category: compute}]",
+     "expected one criterion"),
+    ("rules: [{metric: gpu_temperature_c, max_value: hot, category: compute}]", "max_value: expected a number"),
+    ("rules: [{metric: matmul_gflops, below_reference_pct: 20, category: compute, scope: rack}]",
+     "scope: matmul_gflops is a node figure, got 'rack'"),
+    ("rules: [{metric: link_gbps, below_reference_pct: 20, category: network, scope: node}]",
+     "scope: link_gbps is a link figure"),
+    # issue 32: a misspelled metric or criterion judged a 99 °C node healthy; now refused by name
+    ("rules: [{metric: gpu_temprature_c, max_value: 85, category: compute}]",
+     "rule 1: metric 'gpu_temprature_c': unknown (known metrics: matmul_gflops, triad_gbps"),
+    ("rules: [{metric: matmul_gflopz, below_reference_pct: 25, category: compute}]", "metric 'matmul_gflopz': unknown"),
+    ("rules: [{metric: matmul_gflops, below_reference_pc: 25, category: compute}]",
+     "unknown key(s) below_reference_pc (expected metric, category, scope and one criterion: below_reference_pct"),
 ])
 def test_bad_rules_are_one_line_naming_the_file(text, message):
     with pytest.raises(rules.DiagnoseError) as e:
         rules.parse_rules(text, "my.yaml")
     assert str(e.value).startswith("my.yaml: ") and message in str(e.value) and "\n" not in str(e.value)
 
+
+def test_every_metric_is_named_once_and_every_shipped_rule_names_one():
+    from fleetbench.diagnose import metrics
+
+    assert len(metrics.METRICS) == len(metrics.TABLE)
+    assert {r.metric for r in RULES} <= set(metrics.METRICS)
+    assert set(rules.CRITERIA) == {"below_reference_pct", "max_value"}
+
+
+def test_a_criterion_is_one_registered_function():
+    @rules.criterion("above_reference_pct_test", needs_reference=True, text=lambda p: f"more than {p:g}% above",
+                     valid=lambda p: p > 0, expected="a positive number")
+    def above(value, pct, reference):
+        return reference is not None and value > reference * (1 + pct / 100)
+
+    try:
+        (rule,) = rules.parse_rules("rules: [{metric: gpu_temperature_c, above_reference_pct_test: 10, "
+                                    "category: compute}]", "t.yaml")
+        figures = {i: {"gpu_temperature_c": t} for i, t in enumerate([60.0, 61.0, 80.0])}
+        assert [v["verdict"] for v in rules.judge_nodes(figures, [rule])] == ["healthy", "healthy", "defective"]
+    finally:
+        del rules.CRITERIA["above_reference_pct_test"]
+
+
+def test_a_rule_no_test_measured_is_reported_not_measured_never_passed():
+    figures = _healthy(3)
+    missing = rules.not_measured(RULES, figures, {(0, 1): {"link_gbps": 9.0}})
+    names = {m["metric"] for m in missing}
+    assert "gpu_temperature_c" in names and "allreduce_busbw_GBps" in names and "matmul_gflops" not in names
+    assert all(m["producer"] for m in missing)
+    # a metric its peers measured but one node did not: that node is not passed either
+    figures[1]["train_images_per_s"] = 100.0
+    figures[2]["train_images_per_s"] = 101.0
+    verdicts = rules.judge_nodes(figures, RULES)
+    assert verdicts[0]["verdict"] == "defective" and verdicts[0]["categories"] == ["failed"]
+    assert "train_images_per_s not measured on this node" in verdicts[0]["violations"][0]["rule"]
 
 
 def test_a_limit_rule_breaks_on_the_value_alone_whatever_the_peers():

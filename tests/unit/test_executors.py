@@ -1,5 +1,6 @@
 """The executors' command lines and per-node environments for a 2-node job, built without starting
 anything (fleetbench/hosts/executors.py): what each node's launcher is told, and how."""
+import dataclasses
 import json
 import shlex
 import sys
@@ -7,10 +8,17 @@ import sys
 import pytest
 
 from fleetbench.hosts import executors as ex
+from fleetbench.hosts import reach
+from fleetbench.hosts.hostlist import Host
 from fleetbench.measure import contract
 
-NODES = [ex.Node(0, "alpha", "10.9.0.1", {"GLOO_SOCKET_IFNAME": "veth0"}),
-         ex.Node(1, "beta", "10.9.0.2", {"GLOO_SOCKET_IFNAME": "veth1"})]
+NODES = [Host("alpha", index=0, address="10.9.0.1", env=(("GLOO_SOCKET_IFNAME", "veth0"),)),
+         Host("beta", index=1, address="10.9.0.2", env=(("GLOO_SOCKET_IFNAME", "veth1"),))]
+
+
+def _hosts(**how):
+    return [dataclasses.replace(n, **how, netns=f"fb-node{n.index}" if how.get("reach") == "netns" else "")
+            for n in NODES]
 JOB = ex.Job("collective", "collective/resnet50.py", ("--preset", "tiny"), nodes=2, counts=(2, 1))
 BASE = {"PATH": "/bin", "HOME": "/root", "NCCL_DEBUG": "INFO", "SECRET": "x", contract.JOB_ID: "old"}
 
@@ -46,7 +54,7 @@ def test_spread_gives_the_rest_to_the_first_nodes():
 
 
 def test_netns_argv_enters_each_nodes_namespace_and_runs_paddles_launcher():
-    launches = ex.NetnsExecutor(NODES, ["fb-node0", "fb-node1"]).launches(JOB, "/logs", BASE, "job1")
+    launches = ex.Executor(_hosts(reach="netns")).launches(JOB, "/logs", BASE, "job1")
     assert [la.cmd[:4] for la in launches] == [["ip", "netns", "exec", "fb-node0"], ["ip", "netns", "exec", "fb-node1"]]
     for i, la in enumerate(launches):
         assert la.cmd[4:7] == [sys.executable, "-m", "paddle.distributed.launch"]
@@ -57,7 +65,7 @@ def test_netns_argv_enters_each_nodes_namespace_and_runs_paddles_launcher():
 
 
 def test_per_node_env_carries_the_rank_contract_of_the_whole_job():
-    launches = ex.NetnsExecutor(NODES, ["n0", "n1"]).launches(JOB, "/logs", BASE, "job1")
+    launches = ex.Executor(_hosts(reach="netns")).launches(JOB, "/logs", BASE, "job1")
     for la in launches:
         rc = contract.RankContract.from_env(la.env)
         assert rc.nodes == 2
@@ -67,7 +75,7 @@ def test_per_node_env_carries_the_rank_contract_of_the_whole_job():
 def test_a_job_larger_than_the_nodes_given_is_refused():
     job = ex.Job("collective", "s.py", (), nodes=3)
     with pytest.raises(ex.hostlist.HostsError, match="needs 3 nodes, 2 given"):
-        ex.NetnsExecutor(NODES, ["n0", "n1"]).launches(job, "/logs", BASE, "j")
+        ex.Executor(_hosts(reach="netns")).launches(job, "/logs", BASE, "j")
 
 
 def _agent_spec(cmd):
@@ -76,14 +84,14 @@ def _agent_spec(cmd):
 
 
 def test_ssh_argv_runs_the_agent_in_the_workdir_with_only_the_allow_listed_env():
-    executor = ex.SshExecutor(NODES, forward=("HOME",), python="/opt/py", workdir="/srv/fb",
-                              ssh_config="/etc/fb_ssh", connect_timeout=7)
+    executor = ex.Executor(_hosts(reach="ssh", python="/opt/py", workdir="/srv/fb", ssh_config="/etc/fb_ssh"),
+                           forward=("HOME",))
     launches = executor.launches(JOB, "/logs", BASE, "job1")
     for i, la in enumerate(launches):
         mirror, transport = la.cmd[:la.cmd.index("--")], la.cmd[la.cmd.index("--") + 1:]
-        assert mirror[1:] == ["-m", "fleetbench.hosts.agent", "--mirror", f"/logs/node{i}", NODES[i].host]
-        assert transport[:-2] == ["ssh", *ex.SSH_OPTIONS, "-o", "ConnectTimeout=7", "-F", "/etc/fb_ssh"]
-        assert transport[-2] == NODES[i].host
+        assert mirror[1:] == ["-m", "fleetbench.hosts.agent", "--mirror", f"/logs/node{i}", NODES[i].name]
+        assert transport[:-2] == ["ssh", *reach.SSH_OPTIONS, "-o", "ConnectTimeout=10", "-F", "/etc/fb_ssh"]
+        assert transport[-2] == NODES[i].name
         remote = shlex.split(transport[-1])
         assert remote[:4] == ["cd", "/srv/fb", "&&", "exec"] and remote[4:7] == ["/opt/py", "-m", "fleetbench.hosts.agent"]
         spec = json.loads(remote[7])
@@ -95,23 +103,43 @@ def test_ssh_argv_runs_the_agent_in_the_workdir_with_only_the_allow_listed_env()
 
 
 def test_ssh_argv_without_a_config_has_no_F():
-    argv = ex.ssh_argv("h", "true")
+    argv = reach.ssh_argv("h", "true")
     assert "-F" not in argv and argv[-2:] == ["h", "true"] and "ConnectTimeout=10" in argv
 
 
 def test_slurm_argv_is_one_step_per_node_with_the_nodes_cpus():
-    launches = ex.SlurmExecutor(NODES, python="/opt/py", workdir="/srv/fb", cpus="8").launches(JOB, "/l", BASE, "j")
+    launches = ex.Executor(_hosts(reach="slurm", python="/opt/py", workdir="/srv/fb", cpus="8")).launches(
+        JOB, "/l", BASE, "j")
     for node, la in zip(NODES, launches):
         step = la.cmd[la.cmd.index("--") + 1:]
-        assert step[:7] == ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node.host}", "--cpus-per-task=8",
+        assert step[:7] == ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node.name}", "--cpus-per-task=8",
                             "--kill-on-bad-exit=1", "--chdir=/srv/fb"]
         assert step[7:10] == ["/opt/py", "-m", "fleetbench.hosts.agent"]
-        assert _agent_spec(step)["flags"][_agent_spec(step)["flags"].index("--rank") + 1] == str(node.rank)
-    no_cpus = ex.SlurmExecutor(NODES).transport(NODES[0], ["a"])
-    assert not any(w.startswith("--cpus-per-task") for w in no_cpus)
+        assert _agent_spec(step)["flags"][_agent_spec(step)["flags"].index("--rank") + 1] == str(node.index)
+    no_cpus = reach.command(dataclasses.replace(NODES[0], reach="slurm"), ["a"])
+    assert not any(w.startswith(("--cpus-per-task", "--chdir")) for w in no_cpus)
 
 
 def test_results_path_moves_to_the_nodes_scratch_in_every_spelling():
     assert ex._results_to_scratch(["--results", "/r.jsonl", "x"], "/s") == ["--results", "/s/results.jsonl", "x"]
     assert ex._results_to_scratch(["--results=/r.jsonl"], "/s") == ["--results=/s/results.jsonl"]
     assert ex._results_to_scratch(["x"], "/s") == ["x", "--results", "/s/results.jsonl"]
+
+
+def test_one_way_to_reach_a_host_serves_launch_and_diagnose_alike():
+    # the same Host and the same reach.command wrap Paddle's launcher (executors) and a probe
+    # (fleetbench.diagnose.run): one spelling of ssh, srun and ip netns exec
+    ssh = Host("ops@h1", reach="ssh", ssh_config="/c", workdir=None)
+    argv = reach.command(ssh, ["/py", "-m", "x", "a b"])
+    assert argv[-2] == "ops@h1" and argv[-1] == "exec /py -m x 'a b'" and argv[argv.index("-F") + 1] == "/c"
+    assert reach.command(dataclasses.replace(ssh, workdir="/srv"), ["p"])[-1] == "cd /srv && exec p"
+    assert reach.command(Host("n3", reach="netns", netns="fbx-node3"), ["p"]) == ["ip", "netns", "exec",
+                                                                                  "fbx-node3", "p"]
+    assert reach.command(Host("here", reach="local"), ["p", "q"]) == ["p", "q"]
+    with pytest.raises(ValueError, match="reach 'rsh'"):
+        Host("h", reach="rsh")
+
+
+def test_an_executor_over_hosts_reached_two_ways_is_refused():
+    with pytest.raises(ex.hostlist.HostsError, match="reached one way"):
+        ex.Executor([NODES[0], dataclasses.replace(NODES[1], reach="slurm")])

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from fleetbench.analysis import alphabeta, breakdown, cells, predict, scaling
+from fleetbench.analysis import alphabeta, breakdown, cells, predict, scaling, validate
 from fleetbench.analysis.alphabeta import Hierarchical, Link
 from fleetbench.analysis.cells import Shape
 from fleetbench.measure import aggregate, results
@@ -251,28 +251,28 @@ def three_node_prediction_ms():
 
 
 def test_predict_three_nodes_from_two():
-    (out,) = predict.predict_spec(two_node_records(), {"nodes": 3})
+    (out,) = validate.predict_spec(two_node_records(), {"nodes": 3})
     assert out["predicted_step_ms"] == pytest.approx(three_node_prediction_ms())
     assert out["target"] == "resnet50 tiny bsp 1gbe 3x1"
     units_per_rank_step = 8
     assert out["predicted_throughput"] == pytest.approx(units_per_rank_step * 3 / out["predicted_step_ms"] * 1e3)
-    (by_rate,) = predict.predict_spec(two_node_records(), {"rate_gbit": 8.0})
+    (by_rate,) = validate.predict_spec(two_node_records(), {"rate_gbit": 8.0})
     # 8 Gbit/s = 1 GB/s nominal, of which TCP over Ethernet delivers 1448/1538; the measured latency
     link = Link(100.0, 1.0 * 1448 / 1538, 2, "t")
     assert by_rate["predicted_step_ms"] == pytest.approx(100.0 + link.allreduce_ms(1.2e7, 2) + HOST_MS)
-    assert predict.predict_spec(two_node_records(), {"method": "mgwfbp", "nodes": 3}) == []
+    assert validate.predict_spec(two_node_records(), {"method": "mgwfbp", "nodes": 3}) == []
 
 
 def test_validate_fits_on_the_selected_records_only():
     held_out = [record("bsp", 3, 1, "1gbe", (300.0, 300.0, 300.0), comm_bytes=1.2e7, buckets=2),
                 record("none", 3, 1, "1gbe", (1000.0, 1000.0, 1000.0)),  # must not be used
                 comm_record("1gbe", 3, 1, alpha_us=1e5, bandwidth=0.001)]  # must not be used
-    rows = predict.validate(two_node_records() + held_out, {"nodes": 2})
+    rows = validate.validate(two_node_records() + held_out, {"nodes": 2})
     (row,) = rows
-    assert row["cell"] == "resnet50 tiny bsp 1gbe 3x1" and row["measured_step_ms"] == 300.0
+    assert row["cell"] == "resnet50 tiny [batch 8] bsp 1gbe 3x1" and row["measured_step_ms"] == 300.0
     assert row["predicted_step_ms"] == pytest.approx(three_node_prediction_ms())
     assert row["error"] == pytest.approx(three_node_prediction_ms() / 300.0 - 1)
-    (reverse,) = predict.validate(two_node_records() + held_out, {"nodes": 3})  # and the other way
+    (reverse,) = validate.validate(two_node_records() + held_out, {"nodes": 3})  # and the other way
     link, link3 = Link(1e5, 0.001, 3, "t").at(2), Link(1e5, 0.001, 3, "t")
     host = 300.0 - 1000.0 - link3.allreduce_ms(1.2e7, 2)  # what the 3-node bsp cell shows
     assert reverse["predicted_step_ms"] == pytest.approx(1000.0 / 1.5 + link.allreduce_ms(1.2e7, 2) + host)
@@ -285,8 +285,8 @@ def test_validate_fits_on_the_selected_records_only():
     ("rate_gbit=fast", "rate_gbit must be a number"),
 ])
 def test_bad_specs_are_one_line_naming_the_flag(text, message):
-    with pytest.raises(predict.SpecError) as caught:
-        predict.parse_spec(text, predict.FILTER_KEYS + predict.CHANGE_KEYS, "--predict")
+    with pytest.raises(validate.SpecError) as caught:
+        validate.parse_spec(text, validate.FILTER_KEYS + validate.CHANGE_KEYS, "--predict")
     assert str(caught.value).startswith("--predict") and message in str(caught.value)
 
 

@@ -13,8 +13,9 @@ node2 slots=2
 
 ops@10.0.0.7
 """
-    assert hostlist.parse_hostfile(text) == [Host("node1", 4), Host("node2", 2), Host("ops@10.0.0.7", 1)]
-    assert hostlist.parse_hostfile(text)[2].address == "10.0.0.7"
+    assert hostlist.parse_hostfile(text) == [Host("node1", 4), Host("node2", 2, index=1),
+                                             Host("ops@10.0.0.7", 1, index=2)]
+    assert hostlist.parse_hostfile(text)[2].login_host == "10.0.0.7"
 
 
 @pytest.mark.parametrize("text, message", [
@@ -37,7 +38,7 @@ def test_missing_hostfile_is_one_line(tmp_path):
 
 
 def test_hosts_argument_like_horovod():
-    assert hostlist.parse_hosts_arg("a:2,b:2, c") == [Host("a", 2), Host("b", 2), Host("c", 1)]
+    assert hostlist.parse_hosts_arg("a:2,b:2, c") == [Host("a", 2), Host("b", 2, index=1), Host("c", 1, index=2)]
     with pytest.raises(HostsError, match=r"^--hosts: slots 'x' for host a"):
         hostlist.parse_hosts_arg("a:x")
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fleetbench.analysis import alphabeta, cells, links, predict, published
+from fleetbench.analysis import alphabeta, cells, links, nccl, node, published, validate
 from fleetbench.measure import registry
 from fleetbench.report import explain
 
@@ -59,46 +59,54 @@ def test_records_measured_here_on_cpu_are_left_alone():
 def test_intra_node_link_derived_from_the_one_node_run():
     pooled, _ = cells.pool(published.adopt(table(), True))
     target = next(c for c in pooled if c.shape == cells.Shape(2, 4))
-    derived = links.intra_from_node_run(target, pooled)
+    node_run = next(c for c in pooled if c.shape == cells.Shape(1, 4))
+    derived, _ = node.derive(node_run, cells.find_single(target, pooled), "point")
     # 30 ms exposed by a ring of 4: bus bandwidth = 2*3/4 * S / 30 ms
-    assert derived.link.bandwidth_GBps == pytest.approx(1.5 * RESNET_BYTES / 30e6)
-    assert "1-node run" in derived.link.source
+    assert derived.bandwidth_GBps == pytest.approx(1.5 * RESNET_BYTES / 30e6)
+    assert "1-node run" in derived.source and not derived.latency_known
 
 
 def test_gpu_work_gets_nccl_flat_ring_cpu_work_gloo_hierarchical():
     pooled, _ = cells.pool(published.adopt(table(), True))
     gpu = next(c for c in pooled if c.shape == cells.Shape(2, 4))
-    ring, _, notes = links.link_for(gpu, "10gbe", gpu.shape, pooled, [])
-    assert isinstance(ring, alphabeta.FlatRing) and ring.ranks == 8
-    assert any("derived from the 1-node run" in n for n in notes)
+    found = links.link_for(gpu, "10gbe", gpu.shape, pooled, [])
+    assert isinstance(found.link, nccl.NcclLink) and found.link.ranks == 8
+    assert any("derived from the 1-node run" in n for n in found.notes)
     intra = alphabeta.Link(0.0, 5.0, 4, "intra")
     comm = [cells.CommCell(None, cells.Shape(1, 4), intra, None)]
     cpu = cells.Cell(**{**gpu.__dict__, "gpu": False})
-    gloo, _, _ = links.link_for(cpu, "10gbe", cpu.shape, pooled, comm)
+    gloo = links.link_for(cpu, "10gbe", cpu.shape, pooled, comm).link
     assert isinstance(gloo, alphabeta.Hierarchical) and gloo.intra == intra
 
 
 def test_link_by_rate_without_and_with_a_comm_record():
     pooled, _ = cells.pool(published.adopt(table(), True))
     cell = next(c for c in pooled if c.shape == cells.Shape(2, 4))
-    by_rate, _, notes = links.link_for(cell, "10gbe", cells.Shape(2, 1), pooled, [])
-    assert by_rate.bandwidth_GBps == pytest.approx(10 / 8 * TCP)
-    assert any("no comm record of network 10gbe" in n and "would replace this" in n for n in notes)
-    override, _, _ = links.link_for(cell, None, cells.Shape(2, 1), pooled, [],
-                                    {"rate_gbit": 100, "transport": "rdma", "efficiency": 0.4})
+    found = links.link_for(cell, "10gbe", cells.Shape(2, 1), pooled, [])
+    assert found.link.bandwidth_GBps == pytest.approx(10 / 8 * TCP)
+    assert any("no comm record of network 10gbe" in n and "would replace this" in n for n in found.notes)
+    override = links.link_for(cell, None, cells.Shape(2, 1), pooled, [],
+                              {"rate_gbit": 100, "transport": "rdma", "efficiency": 0.4}).link
     assert override.bandwidth_GBps == pytest.approx(100 / 8 * 0.4)
-    rdma, _, _ = links.link_for(cell, None, cells.Shape(2, 1), pooled, [], {"rate_gbit": 100, "transport": "rdma"})
+    rdma = links.link_for(cell, None, cells.Shape(2, 1), pooled, [], {"rate_gbit": 100, "transport": "rdma"}).link
     assert rdma.bandwidth_GBps == pytest.approx(12.5 * 4096 / 4122)
+    rails = links.link_for(cell, None, cells.Shape(2, 1), pooled, [], {"rate_gbit": 200, "transport": "rdma",
+                                                                       "nics": 8}).link
+    assert rails.bandwidth_GBps == pytest.approx(8 * 25 * 4096 / 4122)  # 8 NICs a node carry the ring
     measured = alphabeta.Link(40.0, 0.9, 2, "comm record")
     comm = [cells.CommCell("10gbe", cells.Shape(2, 1), measured, 10)]
-    wins, _, notes = links.link_for(cell, "10gbe", cells.Shape(2, 1), pooled, comm, {"efficiency": 0.5})
-    assert wins == measured and any("not used" in n for n in notes)
+    found = links.link_for(cell, "10gbe", cells.Shape(2, 1), pooled, comm, {"efficiency": 0.5})
+    assert found.link == measured and any("not used" in n for n in found.notes)
 
 
 def test_validate_on_published_predicts_two_nodes_from_one():
-    (row,) = predict.validate(published.adopt(table(), True), {"nodes": 1})
+    (row,) = validate.validate(published.adopt(table(), True), {"nodes": 1})
     intra_bw, inter_bw = 1.5 * RESNET_BYTES / 30e6, 10 / 8 * TCP
-    comm_ms = 2 * 7 / 8 * RESNET_BYTES / (min(intra_bw, inter_bw) * 1e6)  # the NIC hop is the slowest
+    wire_ms = 2 * 7 / 8 * RESNET_BYTES / (min(intra_bw, inter_bw) * 1e6)  # the NIC hop is the slowest
+    # one call (102 MB < a 128 MiB bucket): 12 intra-node ring steps and 2 across, at NCCL's defaults;
+    # the 1-node run's 6 steps of default latency, inside its 30 ms, come back as a host cost below 0
+    latency_ms = (12 * nccl.DEFAULT_HOP_US["nvlink"] + 2 * nccl.DEFAULT_HOP_US["net"]) / 1e3
+    comm_ms = wire_ms + latency_ms - 6 * nccl.DEFAULT_HOP_US["nvlink"] / 1e3
     assert row["predicted_step_ms"] == pytest.approx(250.0 + comm_ms)
     assert row["predicted_throughput"] == pytest.approx(8 * 64 / (250.0 + comm_ms) * 1e3)
     assert row["measured_step_ms"] == pytest.approx(400.0)

@@ -76,7 +76,7 @@ def test_prediction_from_a_one_device_run_uses_the_borrowed_curve_and_says_so():
     notes = " ".join(out["prediction_notes"])
     assert "base: 1-device run x1.25 core sharing" in notes and "borrowed" in notes
     # host cost: resnet50's bsp exposes 50 ms where its link takes 10: 40 ms per MB, borrowed and named
-    assert "borrowed from other works' bsp cells (resnet50 tiny)" in notes
+    assert "borrowed from other works' bsp cells measured here (resnet50 tiny)" in notes
     assert out["predicted_step_ms"] == pytest.approx(300 * 1.25 + 10.0 + 40.0)
 
 
@@ -134,18 +134,18 @@ def test_small_calls_are_priced_as_measured_at_their_sizes_and_large_ones_by_the
 def breakdown_of(benchmark, method, hidden_ms, latency_share, comm_ms=10.0):
     return {"benchmark": benchmark, "preset": "tiny", "method": method, "predicted_comm_ms": comm_ms,
             "comm_bytes": 1e5, "exposed_comm_ms": comm_ms - hidden_ms,
-            "latency_share": latency_share}
+            "latency_share": latency_share, "work_key": benchmark}
 
 
 def test_overlap_is_learned_per_work_and_never_from_a_latency_bound_cell():
     cal = predict.calibrate([breakdown_of("resnet50", "mgwfbp", 6.0, 0.1),
                              breakdown_of("ctr", "mgwfbp", 5.0, 0.95)])
-    assert cal["window"] == {("resnet50", "tiny", "mgwfbp"): pytest.approx(6.0)}
-    window, note = predict.overlap_for("resnet50", "tiny", "mgwfbp", cal)
+    assert cal["window"] == {("resnet50", "mgwfbp"): pytest.approx(6.0)}
+    window, note = predict.window_for({"work_key": "resnet50"}, "mgwfbp", cal)
     assert window == pytest.approx(6.0) and "of this work" in note
     # CTR's own cell was latency-bound and ResNet50's backward says nothing of CTR's: none hidden
-    window, note = predict.overlap_for("ctr", "tiny", "mgwfbp", cal)
-    assert window == 0.0 and "upper bound" in note
+    window, note = predict.window_for({"work_key": "ctr"}, "mgwfbp", cal)
+    assert window is None
     # a latency-bound post-backward cell gives no host cost either
     cal = predict.calibrate([breakdown_of("ctr", "bsp", -3.0, 0.95)])
     assert cal["host"] == {}

@@ -1,0 +1,207 @@
+"""A GPU node of a work: the ring inside it and what sharing the node costs a GPU's compute, from
+the records: its topology and its 1-node run, against the 1-GPU run (docs/explain.md, "The node").
+
+The 1-node run of d GPUs loses  step(node) - step(1 GPU)  per micro-step to two things the model
+keeps apart: the node's all-reduce (what of it backward does not hide) and node sharing (d GPUs
+sharing the host's CPUs, memory, PCIe and power: data loading above all). One run cannot tell
+them apart, so one is taken from elsewhere:
+
+1. the link known (a comm record of one node, or the topology: a published `topology.intra_node`,
+   or an nvidia-smi matrix with the GPU model): the node's exposure is predicted on it and the
+   rest is node sharing, a factor on every micro-step of the work's cells of d GPUs a node
+   (below 1 when the node run is super-linear, which is said);
+2. else the link derived from the 1-node run, with no sharing: a post-backward method (bsp)
+   exposes its whole all-reduce, bus bandwidth = 2(d-1)/d x S / exposed; an overlapped one exposes
+   the tail the overlap model gives, solved for the bandwidth (overlap.solve_bandwidth);
+3. no 1-node run exposes anything (super-linear or fully hidden), or none exists: the topology's
+   link if known, else PCIe of the GPU's generation as the assumed floor of a node's ring; said.
+
+Sharing and link carry their ranges: the node and 1-GPU runs' spread, sharing between its value
+and none, a topology link between 70% and 100% of its data rate (NCCL's rings reach ~75-90% of
+NVLink's in nccl-tests).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from fleetbench.analysis import alphabeta, nccl, overlap, ranges
+from fleetbench.analysis import cells as cellmod
+from fleetbench.analysis.cells import Cell
+
+TOPOLOGY_SHARE = (0.85, 0.7, 1.0)  # (point, slow end, fast end) of a link's data rate NCCL reaches
+DERIVED = "derived from the 1-node run"
+
+
+@dataclasses.dataclass
+class Node:
+    link: alphabeta.Link | None  # the ring of per_node GPUs, None: a comm record of the node serves
+    sharing: float  # factor on a micro-step's compute for cells of per_node GPUs a node
+    per_node: int
+    notes: list
+
+
+def _runs(cell: Cell, cells: list[Cell]) -> list[Cell]:
+    """The work's 1-node runs of several GPUs: post-backward methods first, then most GPUs."""
+    runs = [c for c in cells if c.gpu and c.shape.nodes == 1 and c.shape.devices_per_node > 1
+            and not c.control and c.comm_bytes and cellmod.same_work(c, cell)]
+    return sorted(runs, key=lambda c: (c.method not in cellmod.POST_BACKWARD, -c.shape.devices_per_node,
+                                       c.network != cell.network))
+
+
+def topology_link(cell: Cell, per_node: int, bound: str) -> tuple[alphabeta.Link | None, str]:
+    """The node's ring from the records' topology: a published intra_node (with intra_GBps or the
+    GPU model's rate), or an nvidia-smi matrix read with the GPU model (nccl.from_matrix)."""
+    topo = cell.topology or {}
+    kind, links = topo.get("intra_node"), None
+    if kind is None and topo.get("links"):
+        found = nccl.from_matrix(topo, cell.gpu_model)
+        kind, links = found if found else (None, None)
+    if kind not in nccl.INTRA_LINKS:
+        return None, ""
+    rate, how = (float(topo["intra_GBps"]), f"{topo['intra_GBps']:g} GB/s as the record gives") \
+        if topo.get("intra_GBps") else nccl.intra_GBps(kind, cell.gpu_model, links)
+    if rate is None:
+        return None, how
+    share = ranges.pick(bound, TOPOLOGY_SHARE[2], TOPOLOGY_SHARE[0], TOPOLOGY_SHARE[1])
+    hop = nccl.DEFAULT_HOP_US["pcie" if kind == "pcie" else "nvlink"]
+    source = f"topology: {kind}, {how}, x{share:g} reached by NCCL; hop latency {hop:g} us (NCCL's model)"
+    return alphabeta.Link(hop * 2 * (per_node - 1), rate * share, per_node, source), source
+
+
+def assumed_link(cell: Cell, per_node: int, bound: str) -> tuple[alphabeta.Link, str]:
+    rate, how = nccl.intra_GBps("pcie", cell.gpu_model)
+    share = ranges.pick(bound, TOPOLOGY_SHARE[2], TOPOLOGY_SHARE[0], TOPOLOGY_SHARE[1])
+    source = (f"assumed: no topology in the records, {how} taken as the node's ring (the slowest link "
+              f"a GPU node has), x{share:g}")
+    hop = nccl.DEFAULT_HOP_US["pcie"]
+    return alphabeta.Link(hop * 2 * (per_node - 1), rate * share, per_node, source), source
+
+
+def _exposure_ms(run: Cell, link: alphabeta.Link, backward_ms: float, bound: str) -> float:
+    """What the run's all-reduce exposes per micro-step on `link` (overlap model for overlapped
+    methods with a known gradient order, the whole all-reduce otherwise)."""
+    total = link.allreduce_ms(run.comm_bytes * run.sync_every, run.comm_buckets * run.sync_every)
+    if run.method not in overlap.OVERLAPPED or run.order is None:
+        return total / run.sync_every
+    calls = overlap.buckets(run.order, run.comm_bytes * run.sync_every / run.order.total,
+                            overlap.bucket_caps(run.method, run.config))
+    return overlap.exposed_ms(calls, backward_ms, lambda b: link.allreduce_ms(b, 1)) / run.sync_every
+
+
+def _steps(run: Cell, single: Cell, bound: str) -> tuple[float, float]:
+    """(node step, 1-GPU step) per micro-step at the bound: the runs' spread moves them apart."""
+    return (ranges.pick(bound, run.step_ms - run.step_std_ms, run.step_ms, run.step_ms + run.step_std_ms),
+            ranges.pick(bound, single.step_ms + single.step_std_ms, single.step_ms,
+                        single.step_ms - single.step_std_ms))
+
+
+def derive(run: Cell, single: Cell, bound: str) -> tuple[alphabeta.Link | None, str]:
+    """The node's ring from its 1-node run with no sharing (module doc, 2); None: nothing exposed."""
+    node_ms, single_ms = _steps(run, single, bound)
+    exposed = node_ms - single_ms
+    d = run.shape.devices_per_node
+    backward = single_ms * ranges.pick(bound, *ranges.ordered(overlap.BACKWARD_SHARE, fast_high=True))
+    if exposed <= 0:
+        return None, f"{exposed / single_ms:+.1%}"
+    if run.method in overlap.OVERLAPPED and run.order is not None:
+        bandwidth = overlap.solve_bandwidth(exposed, lambda b: _exposure_ms(
+            run, alphabeta.Link(0.0, b, d, ""), backward, bound))
+        how = "its overlapped all-reduce's tail solved for the bandwidth (overlap model)"
+    else:
+        bandwidth = alphabeta.allreduce_factor(d) * run.comm_bytes / (exposed * 1e6)
+        how = "its whole all-reduce exposed"
+    if bandwidth is None:
+        return None, f"{exposed:.1f} ms exposed, more than the overlap model lets an all-reduce expose"
+    source = (f"{DERIVED} {run.label}: {exposed:.1f} ms a micro-step over the 1-GPU run, "
+              f"{how}; hop latency unknown")
+    return alphabeta.Link(0.0, bandwidth, d, source, latency_known=False), source
+
+
+def _sharing(run: Cell, single: Cell, link: alphabeta.Link, bound: str) -> tuple[float, str]:
+    """Node sharing: (node step - its predicted exposure) / 1-GPU step, per micro-step."""
+    node_ms, single_ms = _steps(run, single, bound)
+    backward = single_ms * ranges.pick(bound, *ranges.ordered(overlap.BACKWARD_SHARE, fast_high=True))
+    exposure = _exposure_ms(run, link, backward, bound)
+    factor = (node_ms - exposure) / single_ms
+    point = factor if bound == ranges.POINT else None
+    factor = ranges.pick(bound, min(factor, 1.0), factor, max(factor, 1.0))
+    if point is None:
+        return factor, ""
+    if point < 1:
+        return factor, (f"super-linear 1-node run: {run.label} is {1 - point:.1%} faster than "
+                        f"{run.shape.devices_per_node} x the 1-GPU run beyond its predicted all-reduce "
+                        f"({exposure:.1f} ms): node sharing x{point:.3f} carried to the cells of "
+                        f"{run.shape.devices_per_node} GPUs a node (range to x1)")
+    return factor, (f"node sharing x{point:.3f} from the 1-node run {run.label} ({node_ms:.1f} ms a micro-step "
+                    f"against {single_ms:.1f} x the 1-GPU run, {exposure:.1f} ms of it the all-reduce on "
+                    "the node's link), on every cell of as many GPUs a node")
+
+
+def of_work(cell: Cell, cells: list[Cell], node_comm: alphabeta.Link | None, bound: str) -> Node:
+    """The node of `cell`'s GPU work (module doc); `node_comm`: a comm record's ring of one node."""
+    single = cellmod.find_single(cell, cells)
+    runs = _runs(cell, cells)
+    d = runs[0].shape.devices_per_node if runs else cell.shape.devices_per_node
+    notes: list[str] = []
+    link, source = (node_comm, "from a comm record of one node") if node_comm else topology_link(cell, d, bound)
+    if link is None and runs and single is not None:
+        for run in runs:  # post-backward first: it exposes its whole all-reduce
+            derived, why = derive(run, single, bound)
+            if derived is not None:
+                return Node(derived, 1.0, d, notes + [f"intra-node link {derived.source}"])
+            notes.append(f"1-node run {run.label}: no link derivable ({why} against the 1-GPU run: "
+                         "super-linear or fully hidden)")
+    if link is None:
+        link, source = assumed_link(cell, d, bound)
+    notes.append(f"intra-node link {source}")
+    if not runs:
+        notes.append("no 1-node run of several GPUs of this work: node sharing (data loading, the host) "
+                     "unknown, none assumed, so this throughput is an upper bound")
+    sharing = 1.0
+    if runs and single is not None:
+        sharing, note = _sharing(runs[0], single, link.at(d), bound)
+        notes += [note] if note else []
+    return Node(None if node_comm else link, sharing, d, notes)
+
+
+# A node run's exposure within this share of its step (or its runs' spread) of what the overlap
+# model gives at the point is no evidence about backward: node sharing alone moves a step that much
+# (ddl-benchmarks' 4-GPU node runs 1% either side of 4 x one GPU across methods that hide everything).
+NOISE_SHARE = 0.01
+
+
+def backward_share(ref: Cell, method: str, cells: list[Cell], node_link, bound: str) -> tuple[float, str]:
+    """Backward's share of a micro-step for `method` on `ref`'s work: learned from the work's 1-node
+    run of that method when the node's link was derived from another method's 1-node run (so the
+    node has no sharing, module doc 2, and this run's loss is all exposure) and the run exposed more
+    (or less) than the overlap model says beyond noise (NOISE_SHARE); else overlap.BACKWARD_SHARE
+    (a link from a comm record or the topology leaves the node's loss to node sharing). The share
+    at which the model exposes what the run exposed, by bisection within [0, 2/3]."""
+    fast, point, slow = ranges.ordered(overlap.BACKWARD_SHARE, fast_high=True)
+    default = ranges.pick(bound, fast, point, slow)
+    runs = [c for c in _runs(ref, cells) if c.method == method and c.order is not None]
+    single = cellmod.find_single(ref, cells)
+    derived = node_link is not None and node_link.source.startswith(DERIVED)
+    if not runs or single is None or not derived or runs[0].label in node_link.source:
+        return default, ""
+    run = runs[0]
+    node_ms, single_ms = _steps(run, single, bound)
+    measured = node_ms - single_ms
+    link = node_link.at(run.shape.devices_per_node)
+    exposure = lambda share: _exposure_ms(run, link, single_ms * share, bound)  # noqa: E731
+    noise = max(NOISE_SHARE * single_ms, run.step_std_ms + single.step_std_ms)
+    if abs(measured - exposure(default)) <= noise:
+        return default, ""
+    if measured <= exposure(fast):
+        share = fast
+    elif measured >= exposure(0.0):
+        share = 0.0
+    else:
+        lo, hi = 0.0, fast
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if exposure(mid) > measured else (lo, mid)
+        share = (lo + hi) / 2
+    return share, (f"backward's share {share:.2f} of the step learned from the 1-node {method} run {run.label} "
+                   f"({measured:.1f} ms exposed a micro-step on the node's link, the model says "
+                   f"{exposure(default):.1f} at {default:.2f})")
