@@ -12,6 +12,8 @@ SUBCOMMANDS = {
     "topo": ("fleetbench.machine.topology", "parse and analyse `nvidia-smi topo -m`"),
     "report": ("fleetbench.report.generate", "charts and README tables from stored results"),
     "explain": ("fleetbench.report.explain", "why not better: step-time breakdown, prediction, validation"),
+    "compare": ("fleetbench.report.comparison", "did it get slower: cells of two sides of runs, tested"),
+    "history": ("fleetbench.report.history", "each cell's figures through time, with change points"),
     "diagnose": ("fleetbench.diagnose.cli", "find the sick node and the slow link (per-node and pair-wise tests)"),
     "launch": ("fleetbench.hosts.launch", "run a script under Paddle's launcher with timeouts and fault reports"),
     "sweep": ("fleetbench.sweep.runner", "run a matrix of benchmark cells with repeats"),

@@ -29,7 +29,7 @@ TIERS = {"job": "job", "root": "root"}
 # A file belongs here only if what its tests check is fleetbench's, not Paddle's: a sweep test may
 # train a tiny cell to test resume, but what it asserts is the sweep's bookkeeping.
 BUILD_NEUTRAL = {"test_k8s_crd.py", "test_k8s.py", "test_k8s_shape.py", "test_docs.py", "test_sweep.py",
-                 "test_plot.py"}
+                 "test_plot.py", "test_html_report.py"}
 
 
 def pytest_collection_modifyitems(config, items):

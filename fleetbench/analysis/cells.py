@@ -141,8 +141,10 @@ def _run_figures(record: dict) -> dict:
 
 
 def _cell(runs: list[dict]) -> Cell:
-    flagged = set(stability.excluded([r["metrics"]["throughput"] for r in runs]))
-    members = [r for i, r in enumerate(runs) if i not in flagged]  # stability.kept, as records
+    values = [r["metrics"]["throughput"] for r in runs]
+    keep = stability.kept_indexes(values, stability.figure_quiet([r["metrics"] for r in runs]))
+    members = [runs[i] for i in keep]  # stability.kept, as records: disturbed runs and outliers left out
+    flagged = [r for r in runs if r not in members]
     exp = experiment.of(members[0])
     figures = [_run_figures(r) for r in members]
     mean = {name: _mean(f[name] for f in figures) for name in figures[0]}

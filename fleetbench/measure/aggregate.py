@@ -14,7 +14,8 @@ from fleetbench.measure.timing import summarize
 network_profile = experiment.network_name
 
 
-def aggregate(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD) -> list[dict]:
+def aggregate(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD,
+              disturbed_pct: float = stability.DISTURBED_PCT) -> list[dict]:
     """One group per experiment (`experiment.of`): throughput n/mean/std/median/min/max over the
     group's successful runs that are not outliers, groups in a fixed order.
 
@@ -26,34 +27,66 @@ def aggregate(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD)
     published) pass through as published, its n is metrics.repeats (null when the source does not
     say). `noise_differs` names the noise keys (e.g. seed) whose values differ between the pooled
     runs. Measured groups: n/mean/std/median/min/max over the runs not flagged as outliers, plus
-    `stability_fields` (runs, cv, unstable, outliers, excluded, mean_all, ci95_pct, until_stable).
+    `stability_fields` (runs, cv, unstable, outliers, excluded, disturbed, mean_all, ci95_pct,
+    until_stable).
     """
     groups: dict[Experiment, list[dict]] = {}
     for record in records:
         groups.setdefault(experiment.of(record), []).append(record)
-    return [_group(exp, groups[exp], cv_threshold) for exp in sorted(groups, key=Experiment.sort_key)]
+    return [_group(exp, groups[exp], cv_threshold, disturbed_pct) for exp in sorted(groups, key=Experiment.sort_key)]
 
 
-def stability_fields(ok: list[dict], cv_threshold: float) -> dict:
+def stability_fields(ok: list[dict], cv_threshold: float, disturbed_pct: float = stability.DISTURBED_PCT) -> dict:
     """A measured group's figure and how far its runs agree (fleetbench.measure.stability).
 
     The figure (n, mean, std, median, min, max; so ci95_pct, speedup and efficiency too) is over
-    the runs not flagged by the MAD rule (stability.kept): a disturbed run is shown and excluded,
-    never silently: `excluded` holds the ids left out (stability.excluded: at most a quarter of the
-    runs, so some `outliers` may be flagged and kept) and `mean_all` the mean
-    over every run, and everything that prints the figure says so. How far the runs agree is
-    judged on all of them: runs (id and throughput, in store order), cv, unstable (cv >
-    cv_threshold), outliers (ids flagged), and until_stable: how a sweep's adaptive repeats ended
-    (stability.verdict; null without them)."""
+    the runs not `disturbed` (more than `disturbed_pct` % of the machine's CPU to other processes
+    in their timed window: stability.is_disturbed) and not flagged by the MAD rule among those
+    (stability.kept): a disturbed or far-off run is shown and excluded, never silently: `disturbed`
+    and `excluded` hold the ids left out (stability.excluded: at most a quarter of the runs, so
+    some `outliers` may be flagged and kept) and `mean_all` the mean over every run, and
+    everything that prints the figure says so. When every run was disturbed the figure is over
+    them all and `figure_disturbed` says it (no undisturbed figure could be had). How far the runs
+    agree is judged on all of them: runs (id, throughput, interference, disturbed, in store order),
+    cv, unstable (cv > cv_threshold), outliers (ids flagged), and until_stable: how a sweep's
+    adaptive repeats ended, disturbed runs not counted (stability.verdict; null without them)."""
     values = [r["metrics"]["throughput"] for r in ok]
-    figure, ids = stability.kept(values), [ok[i]["id"] for i in stability.outliers(values)]
-    left_out = [ok[i]["id"] for i in stability.excluded(values)]
-    return dict(summarize(figure),
-                runs=[{"id": r["id"], "throughput": v} for r, v in zip(ok, values)],
+    quiet = [not stability.is_disturbed(r["metrics"], disturbed_pct) for r in ok]
+    pool = stability.figure_quiet([r["metrics"] for r in ok], disturbed_pct)  # None: all disturbed, says so
+    figure = stability.kept(values, pool)
+    runs = [{"id": r["id"], "throughput": v, "disturbed": not q,
+             "interference_cpu_pct": r["metrics"].get("interference_cpu_pct"),
+             "interference_gpu_procs": r["metrics"].get("interference_gpu_procs")}
+            for r, v, q in zip(ok, values, quiet)]
+    return dict(summarize(figure), runs=runs,
                 cv=stability.cv(values), unstable=stability.is_unstable(values, cv_threshold),
-                cv_threshold=cv_threshold, outliers=ids, excluded=left_out,
+                cv_threshold=cv_threshold, outliers=[ok[i]["id"] for i in stability.flagged(values, pool)],
+                excluded=[ok[i]["id"] for i in stability.excluded(values, pool)],
+                disturbed={r["id"]: stability.disturbance_text(r["metrics"]) for r, q in zip(ok, quiet) if not q},
+                disturbed_pct=disturbed_pct, figure_disturbed=bool(ok) and pool is None,
                 mean_all=summarize(values)["mean"], ci95_pct=stability.ci_pct(figure),
-                until_stable=stability.verdict(_policy(ok), values))
+                until_stable=stability.verdict(_policy(ok), values, quiet))
+
+
+def disturbed_out(group: dict) -> int:
+    """How many disturbed runs a group's figure leaves out (none when every run was disturbed:
+    then the figure is theirs, `figure_disturbed`)."""
+    return 0 if group.get("figure_disturbed") else len(group.get("disturbed") or ())
+
+
+def figure_note(group: dict) -> str:
+    """What follows a group's printed figure: the runs it leaves out (`(n=3; 2 disturbed runs
+    excluded; 1 outlier excluded)`), or that every run was disturbed."""
+    note = stability.excluded_note(group["n"], len(group.get("excluded") or ()), disturbed_out(group))
+    if group.get("figure_disturbed"):
+        note += f" (all {len(group.get('runs') or ())} runs disturbed: no undisturbed figure)"
+    return note
+
+
+def runs_made(group: dict) -> int | None:
+    """The successful runs of a group, those its figure leaves out included (its n is the runs
+    kept); None for a published figure that does not say."""
+    return None if group["n"] is None else group["n"] + len(group.get("excluded") or ()) + disturbed_out(group)
 
 
 def _policy(ok: list[dict]) -> dict | None:
@@ -61,7 +94,7 @@ def _policy(ok: list[dict]) -> dict | None:
     return ((ok[-1]["config"].get("runtime") or {}).get("repeats")) if ok else None
 
 
-def _group(exp: Experiment, members: list[dict], cv_threshold: float) -> dict:
+def _group(exp: Experiment, members: list[dict], cv_threshold: float, disturbed_pct: float) -> dict:
     ok = [r for r in members if r.get("error") is None]
     failed = [r for r in members if r.get("error") is not None]
     units = sorted({r["metrics"]["unit"] for r in ok})
@@ -81,11 +114,12 @@ def _group(exp: Experiment, members: list[dict], cv_threshold: float) -> dict:
                       "std": metrics.get("throughput_std"), "median": None, "min": None,
                       "max": None, "published_aggregate": True})
         published_cv = group["std"] / group["mean"] if group["std"] is not None and group["mean"] else None
-        group.update(runs=[], cv=published_cv, cv_threshold=cv_threshold, outliers=[], excluded=[],
+        group.update(runs=[], cv=published_cv, cv_threshold=cv_threshold, outliers=[], excluded=[], disturbed={},
+                     disturbed_pct=None, figure_disturbed=False,
                      mean_all=group["mean"], ci95_pct=None, until_stable=None,
                      unstable=published_cv is not None and published_cv > cv_threshold)
     else:
-        group.update(stability_fields(ok, cv_threshold), published_aggregate=False)
+        group.update(stability_fields(ok, cv_threshold, disturbed_pct), published_aggregate=False)
     return group
 
 
@@ -176,6 +210,7 @@ def _ratio_errors(group: dict, baseline: dict) -> dict:
     return {"speedup_err": rel * group["speedup"], "efficiency_err": rel * group["efficiency"]}
 
 
-def summarize_records(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD) -> list[dict]:
+def summarize_records(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD,
+                      disturbed_pct: float = stability.DISTURBED_PCT) -> list[dict]:
     """aggregate + add_efficiency: the groups a sweep or a report prints."""
-    return add_efficiency(aggregate(records, cv_threshold))
+    return add_efficiency(aggregate(records, cv_threshold, disturbed_pct))

@@ -8,7 +8,12 @@ The reduction is the same for both families; only the communicator differs (coll
 paddle.distributed, PS: gloo through fleet.util), so it is passed in.
 """
 import dataclasses
+import math
 from typing import List, Optional, Protocol
+
+from fleetbench.measure import interference
+
+NOT_MEASURED = [math.nan, math.nan, math.nan]  # a rank's interference row when it measured nothing
 
 # name -> definition. Family-specific names say which family reports them.
 DEFINITIONS = {
@@ -34,6 +39,15 @@ DEFINITIONS = {
     "measured_steps": "optimizer steps the slowest rank ran in its measured window",
     "warmup_steps": "optimizer steps each rank ran before its measured window",
     "omp_num_threads": "OpenMP threads of the reporting rank (rank 0)",
+    "interference_cpu_pct": "% of the machine's CPU time (all cores, steal included) in the measured window "
+                            "spent outside the job's processes (measure/interference.py); the most disturbed "
+                            "rank's machine; null where /proc cannot be read. Above stability.DISTURBED_PCT the "
+                            "run is disturbed: shown, left out of its cell's figure",
+    "job_cpu_pct": "% of the machine's CPU time in the measured window spent by the job's own processes "
+                   "(the same rank's machine as interference_cpu_pct)",
+    "interference_gpu_procs": "processes outside the job on the GPUs the job used (nvidia-smi), at the "
+                              "window's edges, the most of any rank; null on CPU runs or where nvidia-smi "
+                              "cannot tell; any makes the run disturbed",
     # collective
     "grad_bytes": "collective: bytes of the gradients of the trainable parameters (one rank)",
     "grad_tensors": "collective: number of those gradient tensors",
@@ -92,6 +106,16 @@ class RankFigures:
     peak_mem_mib: float
     loss_first: float
     loss_last: float
+    # [interference_cpu_pct, job_cpu_pct, interference_gpu_procs] of its window, NaN where not measured
+    interference: List[float] = dataclasses.field(default_factory=lambda: list(NOT_MEASURED))
+
+
+def interference_row(cpu_start, cpu_end, gpu_procs: Optional[int] = None) -> List[float]:
+    """A rank's RankFigures.interference from its timer's CPU samples (WindowTimer.cpu_start,
+    cpu_end) and, on a GPU, the other processes on the job's GPUs (machine/gpu_procs.py)."""
+    figures = interference.window(cpu_start, cpu_end)
+    return [math.nan if v is None else float(v) for v in
+            (figures["interference_cpu_pct"], figures["job_cpu_pct"], gpu_procs)]
 
 
 @dataclasses.dataclass
@@ -109,6 +133,7 @@ class Totals:
     loss_last: float
     rank_step_ms: List[float] = dataclasses.field(default_factory=list)
     rank_reader_ms: Optional[List[float]] = None  # None where the step reads (PS)
+    interference: dict = dataclasses.field(default_factory=dict)  # interference.combine over ranks
 
 
 class Communicator(Protocol):
@@ -138,6 +163,7 @@ def reduce(mine: RankFigures, comm: Communicator) -> Totals:
     sums = comm.sum([mine.samples, mine.units, mine.loss_first, mine.loss_last])
     maxes = comm.max([mine.reader_s or 0.0, mine.peak_mem_mib])
     per_rank = comm.gather([mine.elapsed_s, mine.steps, mine.reader_s or 0.0])
+    disturbed = interference.combine(comm.gather(list(mine.interference)))
     slowest = max(range(len(per_rank)), key=lambda rank: per_rank[rank][0])
     ranks = len(per_rank)
     per_step = [(1000 * elapsed / max(1, steps), 1000 * reader / max(1, steps))
@@ -147,7 +173,8 @@ def reduce(mine: RankFigures, comm: Communicator) -> Totals:
                   reader_s=None if mine.reader_s is None else float(maxes[0]),
                   peak_mem_mib=float(maxes[1]), loss_first=sums[2] / ranks, loss_last=sums[3] / ranks,
                   rank_step_ms=[step for step, _ in per_step],
-                  rank_reader_ms=None if mine.reader_s is None else [reader for _, reader in per_step])
+                  rank_reader_ms=None if mine.reader_s is None else [reader for _, reader in per_step],
+                  interference=disturbed)
 
 
 def standard(totals: Totals, unit: str, world_size: int, warmup_steps: int, *, threads: dict) -> dict:
@@ -166,6 +193,7 @@ def standard(totals: Totals, unit: str, world_size: int, warmup_steps: int, *, t
         "rank_step_ms": totals.rank_step_ms, "rank_reader_ms": totals.rank_reader_ms,
         "measured_steps": totals.steps, "warmup_steps": warmup_steps,
         "omp_num_threads": threads["omp_num_threads"],
+        **(totals.interference or interference.combine([NOT_MEASURED])),
     }
 
 

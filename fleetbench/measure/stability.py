@@ -7,6 +7,9 @@
   shown (see `outliers` for the rule and its small-n and MAD = 0 cases); `excluded`: those of them
   a figure leaves out, at most a quarter of the runs (one of 3 to 7), the farthest first; `kept`:
   the runs a figure is computed over (never silently: whoever prints the figure says so).
+- `is_disturbed`: a run during which processes outside the job used more than DISTURBED_PCT % of
+  the machine's CPU (or any of its GPUs): shown, never in a figure, and not counted towards the
+  until-stable stop (`quiet` flags, one per run, say which runs were not disturbed).
 - `ci_half_width`: the 95 % confidence interval half-width of the mean (Student t; scipy is not a
   dependency, so a table of t quantiles is here).
 - `stop_reason`: the stop rule of adaptive repeats (`fleetbench sweep --until-stable`), judged on
@@ -28,6 +31,11 @@ TARGET_CI_PCT = 2.0  # --until-stable: 95 % CI half-width of the mean within ±2
 MAX_REPEATS = 10  # --until-stable: runs of a cell at most, unless --max-repeats says otherwise
 MAD_LIMIT = 3.0  # outlier: more than this many scaled MADs from the median
 MAD_SCALE = 1.4826  # MAD x this estimates the std of normally distributed runs
+# A run is `disturbed` when more than this share (%) of the machine's CPU time in its timed window
+# went to processes outside the job (metrics.interference_cpu_pct, measure/interference.py), or a
+# process outside the job used one of its GPUs. 10 %: the machine's own daemons take ~1 %, a
+# neighbour on one of 2 cores takes ~50 %; a run slowed by a tenth is no figure of the job.
+DISTURBED_PCT = 10.0
 
 # Two-sided 95 % Student t quantiles t(0.975, df) (standard tables). A df between entries takes
 # the entry below it: a slightly larger t, so the interval is never narrower than it should be.
@@ -76,29 +84,66 @@ def max_excluded(n: int) -> int:
     return max(1, n // 4) if n >= 3 else 0
 
 
-def excluded(values: Sequence[float]) -> list[int]:
+def excluded(values: Sequence[float], quiet: Sequence[bool] | None = None) -> list[int]:
     """Indexes of the `outliers` a figure leaves out, in order: all of them up to `max_excluded`,
-    else the farthest from the median up to it (the others stay in, flagged and shown).
+    else the farthest from the median up to it (the others stay in, flagged and shown). With
+    `quiet` (a flag per run: not `disturbed`), only the undisturbed runs are judged, and the
+    disturbed ones are never in the figure anyway (`kept`).
 
     Why a cap: one disturbed run among a few is what exclusion is for (issue 23: 16.58 beside
     42.08 and 42.39 images/s made a baseline of 34 ± 15). Two of five runs far from the median is a
     cell that varies, not one run disturbed: a figure that dropped both rested on three runs and
     was called stable at ±1.7% (the demo's 2-process cell, 2026-11-24). MLPerf's olympic mean drops
     one run at each end of 5 to 10; a quarter at most is of that order."""
-    flagged = outliers(values)
-    cap = max_excluded(len(values))
+    pool = quiet_runs(values, quiet)
+    sub = [values[i] for i in pool]
+    flagged = outliers(sub)
+    cap = max_excluded(len(sub))
     if len(flagged) > cap:
-        middle = statistics.median(values)
-        flagged = sorted(sorted(flagged, key=lambda i: -abs(values[i] - middle))[:cap])
-    return flagged
+        middle = statistics.median(sub)
+        flagged = sorted(sorted(flagged, key=lambda i: -abs(sub[i] - middle))[:cap])
+    return [pool[i] for i in flagged]
 
 
-def kept(values: Sequence[float]) -> list[float]:
-    """The runs a figure (mean, std, CI) is computed over: all but the `excluded` outliers, in order.
+def flagged(values: Sequence[float], quiet: Sequence[bool] | None = None) -> list[int]:
+    """`outliers` among the undisturbed runs (all runs without `quiet`), as indexes of `values`."""
+    pool = quiet_runs(values, quiet)
+    return [pool[i] for i in outliers([values[i] for i in pool])]
+
+
+def quiet_runs(values: Sequence[float], quiet: Sequence[bool] | None = None) -> list[int]:
+    """Indexes of the runs not disturbed (every run when `quiet` is None)."""
+    return list(range(len(values))) if quiet is None else [i for i in range(len(values)) if quiet[i]]
+
+
+def kept(values: Sequence[float], quiet: Sequence[bool] | None = None) -> list[float]:
+    """The runs a figure (mean, std, CI) is computed over, in order: the undisturbed ones (`quiet`;
+    every run without it) but the `excluded` outliers among them. Empty when every run was disturbed.
 
     The cv and the unstable flag stay computed over every run: the runs did disagree."""
-    left_out = set(excluded(values))
-    return [v for i, v in enumerate(values) if i not in left_out]
+    return [values[i] for i in kept_indexes(values, quiet)]
+
+
+def kept_indexes(values: Sequence[float], quiet: Sequence[bool] | None = None) -> list[int]:
+    """Indexes of the runs `kept` keeps."""
+    left_out = set(excluded(values, quiet))
+    return [i for i in quiet_runs(values, quiet) if i not in left_out]
+
+
+def figure_quiet(metrics: Sequence[dict], limit_pct: float = DISTURBED_PCT) -> list[bool] | None:
+    """The `quiet` flags a figure of these runs (their metrics) uses: which runs were not disturbed;
+    None (every run) when all of them were, so that such a cell still has a figure, which says so."""
+    quiet = [not is_disturbed(m, limit_pct) for m in metrics]
+    return quiet if any(quiet) else None
+
+
+
+
+def is_disturbed(metrics: dict | None, limit_pct: float = DISTURBED_PCT) -> bool:
+    """Whether a run's measured interference (null: not measured, e.g. older records) exceeds the limit."""
+    cpu = (metrics or {}).get("interference_cpu_pct")
+    gpu = (metrics or {}).get("interference_gpu_procs")
+    return (cpu is not None and cpu > limit_pct) or bool(gpu)
 
 
 def t975(df: int) -> float:
@@ -129,29 +174,30 @@ STABLE, AT_MAX = "stable", "max_repeats"
 
 
 def stop_reason(values: Sequence[float], target_pct: float = TARGET_CI_PCT, min_repeats: int = 3,
-                max_repeats: int = MAX_REPEATS) -> str | None:
+                max_repeats: int = MAX_REPEATS, quiet: Sequence[bool] | None = None) -> str | None:
     """Why a cell of adaptive repeats stops after these runs (every successful run, outliers
     included, in order), or None to run another.
 
     STABLE: at least `min_repeats` kept runs (`kept`: the outliers left out, as the group's figure
     leaves them out) and the 95 % CI half-width of their mean within `target_pct` % of it (checked
     first: a cell that got there on its last allowed run is stable). So a disturbed run costs one
-    more run instead of holding the CI wide until the maximum. AT_MAX: `max_repeats` runs in all
-    (outliers count: they were run) without that."""
-    figure = kept(values)
+    more run instead of holding the CI wide until the maximum; so does a `disturbed` run (`quiet`
+    False): a neighbour that stays cannot make a disturbed majority look stable. AT_MAX:
+    `max_repeats` runs in all (outliers and disturbed runs count: they were run) without that."""
+    figure = kept(values, quiet)
     pct = ci_pct(figure)
     if len(figure) >= min_repeats and pct is not None and pct <= target_pct:
         return STABLE
     return AT_MAX if len(values) >= max_repeats else None
 
 
-def verdict(policy: dict | None, values: Sequence[float]) -> str | None:
+def verdict(policy: dict | None, values: Sequence[float], quiet: Sequence[bool] | None = None) -> str | None:
     """STABLE, AT_MAX or "unfinished" for runs made under an until-stable `policy` (a record's
     config.runtime.repeats: until_stable, target_ci_pct, min_repeats, max_repeats); None when the
     runs had no such policy."""
     if not policy or not policy.get("until_stable"):
         return None
-    reason = stop_reason(values, policy["target_ci_pct"], policy["min_repeats"], policy["max_repeats"])
+    reason = stop_reason(values, policy["target_ci_pct"], policy["min_repeats"], policy["max_repeats"], quiet)
     return reason or "unfinished"
 
 
@@ -206,20 +252,35 @@ def format_pm(mean: float, spread: float | None, sep: str = " ± ") -> str:
     return f"{round_to(mean, places)}{sep}{round_to(spread, places)}"
 
 
-def run_mark(run_id: str, excluded_ids, outlier_ids) -> str:
-    """What follows a run in a list of a cell's runs: ` (outlier, excluded)`, ` (outlier, kept)`
-    (flagged beyond `max_excluded`) or ""."""
+def run_mark(run_id: str, excluded_ids, outlier_ids, disturbed: dict | None = None) -> str:
+    """What follows a run in a list of a cell's runs: ` (disturbed: 47% CPU to others)` (a run in
+    `disturbed`, {id: what disturbed it}), ` (outlier, excluded)`, ` (outlier, kept)` (flagged
+    beyond `max_excluded`), both when both (every run of the cell disturbed), or ""."""
+    marks = [f"disturbed: {disturbed[run_id]}"] if disturbed and run_id in disturbed else []
     if run_id in excluded_ids:
-        return " (outlier, excluded)"
-    return " (outlier, kept)" if run_id in outlier_ids else ""
+        marks.append("outlier, excluded")
+    elif run_id in outlier_ids:
+        marks.append("outlier, kept")
+    return f" ({'; '.join(marks)})" if marks else ""
 
 
-def excluded_note(n: int | None, excluded: int) -> str:
-    """What a printed figure says after it when outliers were left out of it (`kept`):
-    ` (n=4; 1 outlier excluded)`; "" when none was."""
-    if not excluded:
-        return ""
-    return f" (n={n}; {excluded} outlier{'s' if excluded > 1 else ''} excluded)"
+def disturbance_text(metrics: dict) -> str:
+    """What disturbed a run, for a run list: `47% CPU to others`, `2 other GPU processes`."""
+    parts = []
+    if metrics.get("interference_cpu_pct") is not None:
+        parts.append(f"{metrics['interference_cpu_pct']:.0f}% CPU to others")
+    if metrics.get("interference_gpu_procs"):
+        parts.append(f"{metrics['interference_gpu_procs']} other GPU process(es)")
+    return ", ".join(parts)
+
+
+def excluded_note(n: int | None, excluded: int, disturbed: int = 0) -> str:
+    """What a printed figure says after it when runs were left out of it (`kept`):
+    ` (n=4; 1 outlier excluded)`, ` (n=3; 2 disturbed runs excluded)`; "" when none was."""
+    parts = [f"{excluded} outlier{'s' if excluded > 1 else ''} excluded"] if excluded else []
+    if disturbed:
+        parts.insert(0, f"{disturbed} disturbed run{'s' if disturbed > 1 else ''} excluded")
+    return f" (n={n}; {'; '.join(parts)})" if parts else ""
 
 
 # ---- time to quality, MLPerf Training's way ------------------------------------------------------

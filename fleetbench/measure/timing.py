@@ -11,6 +11,8 @@ import statistics
 import time
 from typing import Callable, Optional, Sequence
 
+from fleetbench.measure import interference
+
 
 def summarize(values: Sequence[float]) -> dict:
     """n, mean, sample std (ddof=1; 0.0 for a single value), median, min, max."""
@@ -46,6 +48,10 @@ class WindowTimer:
     after warm-up. `sync` is called at every window edge so asynchronous device work lands in the
     window it belongs to (a no-op on CPU, device synchronize on GPU). A caller that read the clock
     at a step's end already, or reports after the step ended, passes that reading as `now`.
+
+    The machine's CPU counters are sampled at the measured window's edges (measure/interference.py:
+    `cpu_start`, `cpu_end`), just outside it where the timer reads the clock itself, so that what
+    else ran in the window can be told apart from the job.
     """
 
     def __init__(self, warmup_steps: int, sync: Callable[[], None] = lambda: None,
@@ -53,7 +59,10 @@ class WindowTimer:
         self.warmup_steps = warmup_steps
         self.sync, self.clock = sync, clock
         self.measure_start = None
+        self.cpu_start = self.cpu_end = None
         self.measured_samples = self.measured_units = self.measured_reader_s = 0.0
+        if warmup_steps == 0:
+            self.cpu_start = interference.sample()
         self._open_window()
         if warmup_steps == 0:
             self.measure_start = self.window_start
@@ -79,6 +88,7 @@ class WindowTimer:
         """After the last warm-up step: sync, let all ranks line up, start the measured window."""
         self.sync()
         barrier()
+        self.cpu_start = interference.sample()
         self._open_window(now)
         self.measure_start = self.window_start
 
@@ -94,4 +104,6 @@ class WindowTimer:
 
     def finish(self, now: Optional[float] = None) -> float:
         """Sync and return the measured window's wall time on this rank."""
-        return self._read(now) - self.measure_start
+        elapsed = self._read(now) - self.measure_start
+        self.cpu_end = interference.sample()
+        return elapsed

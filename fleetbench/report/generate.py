@@ -1,7 +1,8 @@
 """`fleetbench report`: charts, their CSVs and markdown tables, regenerated from result records only.
 
     fleetbench report RESULTS.jsonl... [--images DIR] [--readme README.md] [--title TEXT] [--json]
-                      [--cv-threshold PCT]
+                      [--cv-threshold PCT] [--html DIR]
+    fleetbench report BASE... -- NEW... --html DIR     the page holds their comparison and history too
 
 Every chart `DIR/<name>.png` is written beside `DIR/<name>.csv` holding exactly the numbers drawn.
 With --readme the markdown replaces only the text between the two marker lines; without it, the
@@ -50,10 +51,11 @@ def replace_section(text: str, section: str, path: str) -> str:
 
 # ---- command line -------------------------------------------------------------------------------
 
-def parser() -> argparse.ArgumentParser:
+def parser(nargs: str = "+") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fleetbench report",
                                 description="Charts, CSVs and tables regenerated from result records.")
-    p.add_argument("results", nargs="+", help="JSONL result files (schema 1)")
+    p.add_argument("results", nargs=nargs, help="JSONL result files (schema 1); BASE... -- NEW... adds "
+                   "their comparison")
     p.add_argument("--images", default="images", help="directory for <name>.png/.csv (default: images)")
     p.add_argument("--readme", help="markdown file whose marked results section is replaced "
                    "(default: print the section on stdout)")
@@ -63,6 +65,9 @@ def parser() -> argparse.ArgumentParser:
                    f"(default {100 * stability.CV_THRESHOLD:g})")
     p.add_argument("--json", action="store_true", help="print the aggregated groups (one JSON "
                    "object per line) instead of drawing charts and tables")
+    p.add_argument("--html", metavar="DIR", help="also write the report as one self-contained page, "
+                   "DIR/index.html (charts inlined, their PNG/CSV in DIR/images); with BASE... -- NEW... "
+                   "it holds the comparison too")
     return p
 
 
@@ -87,34 +92,44 @@ def run(paths, images_dir, readme=None, title="Results", cv_threshold=stability.
         except OSError as exc:
             raise ValueError(f"{readme}: cannot read ({exc.strerror})")
         replace_section(readme_text, "", readme)  # check the markers before any output
-    records = _load(paths)
-    # comm records (bus bandwidth by message size) have their own charts and tables: report.comm;
-    # diagnose records (cluster health, docs/diagnose.md) have no throughput to tabulate
-    planned = tables.plan([r for r in records if r["mode"] not in ("comm", "diagnose")], cv_threshold)
-    for table in planned:
-        table["charts"] = charts.plan(table)
-    os.makedirs(images_dir, exist_ok=True)
     base = os.path.dirname(os.path.abspath(readme)) if readme else os.getcwd()
-    written, links = [], {}
-    for chart in (c for table in planned for c in table["charts"]):
-        png = save_chart(images_dir, chart["name"], charts.chart_rows(chart), charts.draw(chart))
-        written += [png, png[:-4] + ".csv"]
-        links[chart["name"]] = os.path.relpath(os.path.abspath(png), base).replace(os.sep, "/")
-    section = tables.report_markdown(title, planned, links, list(paths), len(records))
-    # sections of their own: comm records, models trained both ways (AllReduce vs PS), accuracy
-    # against time, why multi-device cells are not N times faster, and the cluster's health
-    # (stored diagnoses, stragglers) the results were measured on
-    for module in (bandwidth, allreduce_vs_ps, convergence, explain, health):
-        more, files = module.section(
-            records, images_dir, lambda png: os.path.relpath(os.path.abspath(png), base).replace(os.sep, "/"))
-        section += f"\n{more}" if more else ""
-        written += files
+    section, written = build(paths, images_dir, base, title, cv_threshold)
     if readme is None:
         sys.stdout.write(section)
     else:
         write_if_changed(readme, replace_section(readme_text, section, readme).encode("utf-8"))
         written.append(readme)
     return written
+
+
+def build(paths, images_dir: str, base: str, title: str = "Results", cv_threshold: float = stability.CV_THRESHOLD,
+          records: list[dict] | None = None) -> tuple[str, list[str]]:
+    """(the markdown section, the chart files written): tables, charts, run lists and the sections
+    of their own, images linked relative to `base`. Raises ValueError (one line) before writing."""
+    records = _load(paths) if records is None else records
+    # comm records (bus bandwidth by message size) have their own charts and tables: report.comm;
+    # diagnose records (cluster health, docs/diagnose.md) have no throughput to tabulate
+    planned = tables.plan([r for r in records if r["mode"] not in ("comm", "diagnose")], cv_threshold)
+    for table in planned:
+        table["charts"] = charts.plan(table)
+    os.makedirs(images_dir, exist_ok=True)
+
+    def link(png: str) -> str:
+        return os.path.relpath(os.path.abspath(png), base).replace(os.sep, "/")
+    written, links = [], {}
+    for chart in (c for table in planned for c in table["charts"]):
+        png = save_chart(images_dir, chart["name"], charts.chart_rows(chart), charts.draw(chart))
+        written += [png, png[:-4] + ".csv"]
+        links[chart["name"]] = link(png)
+    section = tables.report_markdown(title, planned, links, list(paths), len(records))
+    # sections of their own: comm records, models trained both ways (AllReduce vs PS), accuracy
+    # against time, why multi-device cells are not N times faster, and the cluster's health
+    # (stored diagnoses, stragglers) the results were measured on
+    for module in (bandwidth, allreduce_vs_ps, convergence, explain, health):
+        more, files = module.section(records, images_dir, link)
+        section += f"\n{more}" if more else ""
+        written += files
+    return section, written
 
 
 def _load(paths) -> list[dict]:
@@ -133,21 +148,72 @@ def groups_json(paths, cv_threshold=stability.CV_THRESHOLD) -> str:
                    for group in aggregate.summarize_records(_load(paths), cv_threshold))
 
 
-def cli(argv: list[str]) -> int:
-    args = parser().parse_args(argv)
+def extra_sections(base: list[str], new: list[str] | None, images_dir: str, link) -> tuple[str, list[str]]:
+    """The comparison of BASE and NEW (`fleetbench compare`'s markdown) and the cells' history
+    with change points (`fleetbench history`'s), for a page given two sides."""
+    if not new:
+        return "", []
+    from fleetbench.report import comparison, history
+    report = comparison.run(base, new)
+    trail = history.run(base + new)
+    links, written = history.write_charts(trail, images_dir, link)
+    return (f"\n## Comparison\n\n{comparison.markdown(report)}\n## History\n\n"
+            f"{history.text(trail, links, markdown=True)}"), written
+
+
+def check_dir(path: str, flag: str) -> None:
+    """ValueError (one line) unless `path` is, or can be made, a directory we can write in; found
+    before any chart is drawn."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"{flag} {path}: exists and is not a directory")
     try:
+        os.makedirs(path, exist_ok=True)
+        results.check_appendable(os.path.join(path, "index.html"), flag)
+    except OSError as exc:
+        raise ValueError(f"{flag} {path}: cannot create it ({exc.strerror or exc})") from None
+
+
+def write_html(args, base: list[str], new: list[str] | None) -> list[str]:
+    """DIR/index.html: the report of both sides' records, then their comparison and history; returns
+    the files written, the page last."""
+    from fleetbench.report import html
+    images = os.path.join(args.html, "images")
+
+    def link(png: str) -> str:
+        return os.path.relpath(os.path.abspath(png), os.path.abspath(args.html)).replace(os.sep, "/")
+    section, written = build(base + (new or []), images, os.path.abspath(args.html), args.title, args.cv_threshold / 100)
+    more, files = extra_sections(base, new, images, link)
+    return written + files + [html.write(args.html, args.title, section + more)]
+
+
+def cli(argv: list[str]) -> int:
+    from fleetbench.report import comparison
+    args, paths = comparison.parse_sides(argv, parser)
+    try:
+        base, new = comparison.split_sides(paths) if "--" in paths else (paths, None)
+        if args.html:
+            check_dir(args.html, "--html")
         if args.json:
+            if new:
+                raise ValueError("--json prints the groups of one set of files: drop the -- (or use fleetbench compare --json)")
             sys.stdout.write(groups_json(args.results, args.cv_threshold / 100))
             return 0
-        written = run(args.results, args.images, args.readme, args.title, args.cv_threshold / 100)
-    except ValueError as exc:
+        written = run(base + (new or []), args.images, args.readme, args.title, args.cv_threshold / 100) \
+            if args.readme or not args.html else []
+        if args.html:
+            written += write_html(args, base, new)
+        elif new:
+            sys.stdout.write(extra_sections(base, new, args.images, lambda png: png)[0])
+    except ValueError as exc:  # RecordError, KeyNameError, comparison.InputError, html.PageError are ValueErrors
         print(f"fleetbench report: {exc}", file=sys.stderr)
         return 2
     charts = sum(path.endswith(".png") for path in written)
-    print(f"fleetbench report: {charts} chart(s) (PNG + CSV) in {args.images}"
-          + (f"; results section of {args.readme} regenerated" if args.readme else ""),
+    print(f"fleetbench report: {charts} chart(s) (PNG + CSV) in {args.images if not args.html else os.path.join(args.html, 'images')}"
+          + (f"; results section of {args.readme} regenerated" if args.readme else "")
+          + (f"; page {os.path.join(args.html, 'index.html')}" if args.html else ""),
           file=sys.stderr)
     return 0
+
 
 
 if __name__ == "__main__":

@@ -47,22 +47,23 @@ def mean_text(group: dict) -> str:
         text = fmt(group["mean"]) + (f" ± {fmt(spread)}" if spread is not None else "")
     else:
         text = stability.format_pm(group["mean"], spread)
-    text += stability.excluded_note(group["n"], len(group.get("excluded", ())))
+    text += aggregate.figure_note(group)
     return text + f" {UNSTABLE_MARK}" if group.get("unstable") else text
 
 
 def run_text(group: dict, run: dict) -> str:
-    mark = stability.run_mark(run["id"], group.get("excluded", ()), group.get("outliers", ()))
+    mark = stability.run_mark(run["id"], group.get("excluded", ()), group.get("outliers", ()), group.get("disturbed"))
     return f"{stability.format_pm(run['throughput'], None)} [{run['id'][:8]}]{mark}"
 
 
 def stability_lines(table: dict) -> list[str]:
-    """One legend line per unstable group or group with an outlier: where it is, its cv, every
-    run (throughput, first 8 characters of the record id) with the excluded outliers marked, and
-    the mean over all of them beside the figure that left them out."""
+    """One legend line per unstable group or group with an outlier or a disturbed run: where it
+    is, its cv, every run (throughput, first 8 characters of the record id) with the excluded
+    outliers and the disturbed runs marked, and the mean over all of them beside the figure that
+    left them out."""
     lines = []
     for g in table["groups"]:
-        if g["mean"] is None or not (g.get("unstable") or g.get("outliers")):
+        if g["mean"] is None or not (g.get("unstable") or g.get("outliers") or g.get("disturbed")):
             continue
         where = ", ".join(filter(None, [g["network"], g["method"], f"world size {g['world_size']}",
                                         variant_text(table, g)]))
@@ -70,7 +71,7 @@ def stability_lines(table: dict) -> list[str]:
                  if g.get("unstable") else f"stable (cv {g['cv']:.0%})")
         runs = g.get("runs", ())
         every = (f"; mean of all {len(runs)} runs {stability.format_pm(g['mean_all'], None)}"
-                 if g.get("excluded") else "")
+                 if g.get("excluded") or aggregate.disturbed_out(g) else "")
         lines.append(f"{where}: {state}; runs in {g['unit']}: "
                      + ", ".join(run_text(g, run) for run in runs) + every + ".")
     return lines
@@ -121,15 +122,40 @@ def _shown(text: str | None) -> str:
 
 
 def _traits(group: dict) -> dict:
+    """Paddle, Device, Host, and the config keys by plain name (`column_name`); the config's copy of
+    the Paddle version (experiment.CONFIG_CIRCUMSTANCES) is the Paddle trait already."""
     traits = {label: group[key] for key, label in TRAITS}
-    traits.update((key, _shown(text)) for key, text in experiment.flat_config(group["config"]).items())
+    config = experiment.flat_config(group["config"])
+    names = column_names(config)
+    traits.update((names[key], _shown(text)) for key, text in config.items()
+                  if f"config.{key}" not in experiment.CONFIG_CIRCUMSTANCES)
     return traits
+
+
+# Config keys a reader knows by another name (what the runtime block records, plainly).
+PLAIN = {"runtime.threads.omp_num_threads": "threads", "runtime.threads.source": "threads by"}
+
+
+def column_names(config: dict) -> dict:
+    """{dotted config key: the plain name a table column shows}: `threads` for
+    runtime.threads.omp_num_threads, else the last part (`servers`, `batch_size`) unless another
+    key ends the same, which then keeps its path without `runtime.`."""
+    last: dict[str, int] = {}
+    for key in config:
+        last[key.rsplit(".", 1)[-1]] = last.get(key.rsplit(".", 1)[-1], 0) + 1
+    return {key: PLAIN.get(key) or (key.rsplit(".", 1)[-1] if last[key.rsplit(".", 1)[-1]] == 1
+                                    else key.removeprefix(experiment.RUNTIME_PREFIX))
+            for key in config}
+
+
+RUNTIME_NAMES = {"threads", "threads by", "servers", "workers", "device", "repeats"}
 
 
 def _follows_from_place(key: str) -> bool:
     """Config keys that differ between a table's rows and columns by construction (the method,
-    the threads per process of a job size): they distinguish only groups at one place."""
-    return key in experiment.METHOD_KEYS or key.startswith(experiment.RUNTIME_PREFIX)
+    the threads per process of a job size, a PS job's servers and workers): they distinguish only
+    groups at one place."""
+    return key in experiment.METHOD_KEYS or key in RUNTIME_NAMES or key.startswith(experiment.RUNTIME_PREFIX)
 
 
 def distinguishing(groups: list[dict]) -> list[str]:
@@ -150,6 +176,25 @@ def distinguishing(groups: list[dict]) -> list[str]:
     return [name for name in names
             if (not _follows_from_place(name) and varies(traits, name, where_present=True))
             or any(varies(among, name) for among in places.values())]
+
+
+def fold_failures(groups: list[dict]) -> list[dict]:
+    """`groups` with each all-failed group counted in the one successful group at its place whose
+    config agrees with every key the failed runs' config has. A failed run's record lacks what only
+    a run that started can say (its runtime block: threads, servers, the Paddle version); kept apart,
+    it made every such key a column of the whole table (the demo's CTR table, 2026-11-22)."""
+    def place(g):
+        return (g["network"], g["mode"], g["method"], layout(g), g["paddle"], g["device"], g["host"])
+    out = [dict(g) for g in groups]
+    for failed in [g for g in out if g["mean"] is None]:
+        mine = experiment.flat_config(failed["config"])
+        hosts = [g for g in out if g["mean"] is not None and place(g) == place(failed)
+                 and all(experiment.flat_config(g["config"]).get(k) == v for k, v in mine.items())]
+        if len(hosts) == 1:
+            hosts[0]["failed"] += failed["failed"]
+            hosts[0]["errors"] = sorted(set(hosts[0]["errors"]) | set(failed["errors"]))
+            out.remove(failed)
+    return out
 
 
 def variant(table: dict, group: dict) -> tuple:
@@ -199,6 +244,7 @@ def plan(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD) -> l
     tables = []
     for (source, benchmark, preset), groups in sorted(by_table.items(),
                                                       key=lambda item: order["table"][item[0]]):
+        groups = fold_failures(groups)
         table = {"source": source or None, "benchmark": benchmark, "preset": preset or None,
                  "order": order, "dims": distinguishing(groups), "columns": columns(groups)}
         table["groups"] = sorted(groups, key=lambda g: (row_key(table, g), layout(g)))
@@ -225,10 +271,7 @@ def table_markdown(table: dict) -> str:
     return "\n".join(lines)
 
 
-def runs_made(group: dict) -> int | None:
-    """The successful runs of a group, the outliers its figure leaves out included (its n is
-    the runs kept); None for a published figure that does not say."""
-    return None if group["n"] is None else group["n"] + len(group.get("excluded", ()))
+runs_made = aggregate.runs_made
 
 
 def _cell_text(group, per_group_n: bool) -> str:
@@ -239,7 +282,7 @@ def _cell_text(group, per_group_n: bool) -> str:
     text = mean_text(group)
     if group["efficiency"] is not None and group["world_size"] > 1:
         text += f" ({eff_label(group, sep=', ')})"
-    if per_group_n and not group.get("excluded"):  # mean_text already said n
+    if per_group_n and not aggregate.figure_note(group):  # mean_text already said n
         text += f" n={group['n'] if group['n'] is not None else '?'}"
     if group["failed"]:
         text += f" +{group['failed']} failed"
@@ -260,8 +303,10 @@ def _caption(table: dict) -> str:
     else:
         spread = (f"n = {ns[0]} run{'s' if ns[0] != 1 else ''} per cell" if len(ns) == 1
                   else "n per cell as shown")
-        if len(ns) == 1 and any(g.get("excluded") for g in groups):
-            spread += " (fewer where outliers are excluded, as shown)"
+        if len(ns) == 1 and any(aggregate.figure_note(g) for g in groups):
+            what = ("outliers or disturbed runs" if any(aggregate.disturbed_out(g) for g in groups)
+                    else "outliers")
+            spread += f" (fewer where {what} are excluded, as shown)"
         origin = (f"Measured by fleetbench: mean ± sample std over repeats, {spread}, printed to the "
                   "digits the std supports.")
     text = f"Throughput in {', '.join(units)}. {origin}"
@@ -272,6 +317,18 @@ def _caption(table: dict) -> str:
     if notes:
         text += (" In brackets: speedup and scaling efficiency = throughput(N) / "
                  f"(N × baseline), ± from the standard errors of both means; {'; '.join(notes)}.")
+    text += _left_out_caption(groups)
+    if failed:
+        text += f" {failed} failed run(s) are counted, not averaged."
+    noise = sorted({k for g in table["groups"] for k in g["noise_differs"]})
+    if noise:
+        text += f" Pooled repeats differ only in {', '.join(noise)} (not part of the experiment)."
+    return text
+
+
+def _left_out_caption(groups: list[dict]) -> str:
+    """What the caption says of unstable cells, excluded outliers and disturbed runs."""
+    text = ""
     unstable = [g for g in groups if g.get("unstable")]
     if unstable:
         text += (f" {UNSTABLE_MARK} marks {len(unstable)} unstable cell(s): runs vary more than "
@@ -281,15 +338,16 @@ def _caption(table: dict) -> str:
         text += (f" {excluded} run(s) far from the others (more than 3 median absolute deviations "
                  "and 5% from their median) are excluded from their cell's figure, which says so; "
                  "they are shown below the table with the mean over all runs.")
+    disturbed = sum(len(g.get("disturbed") or ()) for g in groups)
+    if disturbed:
+        text += (f" {disturbed} run(s) were disturbed: more than {next(g['disturbed_pct'] for g in groups if g.get('disturbed')):g}% of the machine's "
+                 "CPU time in their timed window went to processes outside the job (or another process "
+                 "used its GPUs); they are shown below the table and left out of their cell's figure "
+                 "unless every run of the cell was disturbed, which the cell then says.")
     kept = sum(len(g.get("outliers", ())) - len(g.get("excluded", ())) for g in groups)
     if kept:
         text += (f" {kept} more such run(s) stay in their cell's figure, marked (outlier, kept): "
                  "at most a quarter of a cell's runs are left out.")
-    if failed:
-        text += f" {failed} failed run(s) are counted, not averaged."
-    noise = sorted({k for g in table["groups"] for k in g["noise_differs"]})
-    if noise:
-        text += f" Pooled repeats differ only in {', '.join(noise)} (not part of the experiment)."
     return text
 
 

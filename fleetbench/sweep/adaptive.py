@@ -62,12 +62,14 @@ class Policy:
         own = self.of(cell)
         return own.max_repeats if own.until_stable else cell.repeats
 
-    def finished(self, cell: Cell, values: list[float]) -> bool:
-        """Whether `cell`, with these successful throughputs stored, needs no more runs."""
+    def finished(self, cell: Cell, values: list[float], quiet: list[bool] | None = None) -> bool:
+        """Whether `cell`, with these successful throughputs stored (`quiet`: which runs were not
+        disturbed), needs no more runs. Until stable, a disturbed run does not count towards the
+        figure: it costs one more run, up to the maximum."""
         own = self.of(cell)
         if not own.until_stable:
             return len(values) >= cell.repeats
-        return stability.stop_reason(values, own.target_ci_pct, cell.repeats, own.max_repeats) is not None
+        return stability.stop_reason(values, own.target_ci_pct, cell.repeats, own.max_repeats, quiet) is not None
 
     def record_block(self, cell: Cell) -> dict | None:
         """What each run's record keeps of the policy (config.runtime.repeats); None without one."""
@@ -87,33 +89,56 @@ class Policy:
         return contract.RankContract(repeats=self.record_block(cell), seed=self.seed(repeat, base_seed)).to_env()
 
 
-def verdict_text(block: dict | None, values: list[float], unit: str = "") -> str:
+def quiet_flags(runs: list[dict]) -> list[bool]:
+    """Per stored run (a record), whether it was not disturbed (stability.is_disturbed)."""
+    return [not stability.is_disturbed(r["metrics"]) for r in runs]
+
+
+def disturbed_text(metrics: dict) -> str:
+    """`, disturbed (47% CPU to others): not in the figure` after a run's console line; "" if not."""
+    if not stability.is_disturbed(metrics):
+        return ""
+    return f", DISTURBED ({stability.disturbance_text(metrics)}): not in the figure"
+
+
+def verdict_text(block: dict | None, runs: list[dict]) -> str:
     """One line for the console: which stop it was, with the CI it reached over the runs the stop
-    rule judged (stability.kept) and the outliers it left out, by run number and figure."""
-    reason, figure = stability.verdict(block, values), stability.kept(values)
+    rule judged (stability.kept: undisturbed, outliers left out), the disturbed runs and the
+    outliers it left out, by run number and figure."""
+    values, quiet = [r["metrics"]["throughput"] for r in runs], quiet_flags(runs)
+    unit = runs[0]["metrics"]["unit"] if runs else ""
+    reason, figure = stability.verdict(block, values, quiet), stability.kept(values, quiet)
     pct = stability.ci_pct(figure)
     ci = "no CI (fewer than 2 runs)" if pct is None else f"95% CI ±{pct:.1f}% of the mean"
     target = f"±{block['target_ci_pct']:g}%" if block else ""
-    over = f"over {len(figure)} runs" + _excluded_text(values, unit)
+    over = f"over {len(figure)} runs" + _left_out_text(runs, values, quiet, unit)
     if reason == stability.STABLE:
         return f"stable: {ci} within {target} {over}"
     if reason == stability.AT_MAX:
+        if not figure:
+            return (f"NOT stable: every one of {len(values)} runs was disturbed{_left_out_text(runs, values, quiet, unit)}; "
+                    f"no undisturbed figure could be had (stopped at the maximum of {block['max_repeats']} runs)")
         return f"NOT stable: {ci} {over}, target {target}, stopped at the maximum of {block['max_repeats']} runs"
     return f"unfinished: {ci} {over} (target {target}); run the sweep again to go on"
 
 
-def _excluded_text(values: list[float], unit: str) -> str:
-    """`, 1 outlier excluded (run 2: 16.58 images/s)`, and the flagged runs kept beyond the cap
-    (stability.excluded); "" without outliers."""
-    def runs(indexes):
-        return ", ".join(f"run {i + 1}: {stability.format_pm(values[i], None)}{' ' + unit if unit else ''}"
+def _left_out_text(runs: list[dict], values: list[float], quiet: list[bool], unit: str) -> str:
+    """`, 2 disturbed (run 1: 19.2 images/s, 47% CPU to others, ...)`, `, 1 outlier excluded (run 2:
+    16.58 images/s)`, and the flagged runs kept beyond the cap (stability.excluded); "" without any."""
+    def runs_text(indexes, why=lambda i: ""):
+        return ", ".join(f"run {i + 1}: {stability.format_pm(values[i], None)}{' ' + unit if unit else ''}{why(i)}"
                          for i in indexes)
-    left_out = stability.excluded(values)
-    extra = [i for i in stability.outliers(values) if i not in left_out]
-    text = f", {len(left_out)} outlier{'s' if len(left_out) > 1 else ''} excluded ({runs(left_out)})" if left_out else ""
+    shaken = [i for i, q in enumerate(quiet) if not q]
+    text = (f", {len(shaken)} disturbed not counted ({runs_text(shaken, lambda i: ', ' + stability.disturbance_text(runs[i]['metrics']))})"
+            if shaken else "")
+    pool = quiet if any(quiet) else None
+    left_out = stability.excluded(values, pool)
+    extra = [i for i in stability.flagged(values, pool) if i not in left_out]
+    text += f", {len(left_out)} outlier{'s' if len(left_out) > 1 else ''} excluded ({runs_text(left_out)})" if left_out else ""
     if extra:
-        text += (f", {len(extra)} more far from the median kept ({runs(extra)}; at most "
-                 f"{stability.max_excluded(len(values))} of {len(values)} runs are left out)")
+        text += (f", {len(extra)} more far from the median kept ({runs_text(extra)}; at most "
+                 f"{stability.max_excluded(len(stability.quiet_runs(values, pool)))} of "
+                 f"{len(stability.quiet_runs(values, pool))} runs are left out)")
     return text
 
 

@@ -67,7 +67,7 @@ def summary_table(cells: list[dict]) -> str:
     rows = [head]
     for c in cells:
         mean = "-" if c["mean"] is None else (stability.format_pm(c["mean"], c["std"] if c["n"] != 1 else None)
-                                              + stability.excluded_note(c["n"], len(c.get("excluded", ()))))
+                                              + aggregate.figure_note(c))
         cv = "-" if c.get("cv") is None else f"{c['cv']:.1%}" + (" UNSTABLE" if c.get("unstable") else "")
         eff = "-" if c.get("efficiency") is None else f"{c['efficiency']:.2f}"
         rows.append((c["benchmark"], c["preset"] or "-", c["mode"], c["method"], c["network"] or "-",
@@ -78,16 +78,19 @@ def summary_table(cells: list[dict]) -> str:
 
 
 def stability_lines(cells: list[dict]) -> list[str]:
-    """Every run of an unstable cell or a cell with an outlier (excluded outliers marked, shown)."""
+    """Every run of an unstable cell or a cell with an outlier or a disturbed run (excluded outliers
+    and disturbed runs marked, shown)."""
     lines = []
     for c in cells:
-        if c.get("unstable") or c.get("outliers"):
+        if c.get("unstable") or c.get("outliers") or c.get("disturbed"):
             runs = ", ".join(stability.format_pm(r["throughput"], None)
-                             + stability.run_mark(r["id"], c["excluded"], c["outliers"]) for r in c["runs"])
-            lines.append(f"{'UNSTABLE' if c['unstable'] else 'outlier'}: {c['benchmark']} {c['method']} world "
+                             + stability.run_mark(r["id"], c["excluded"], c["outliers"], c.get("disturbed"))
+                             for r in c["runs"])
+            label = "UNSTABLE" if c["unstable"] else "outlier" if c.get("outliers") else "disturbed"
+            lines.append(f"{label}: {c['benchmark']} {c['method']} world "
                          f"{c['world_size']}{' net ' + c['network'] if c['network'] else ''}: runs {runs} {c['unit']}"
                          + (f"; mean of all {len(c['runs'])} runs {stability.format_pm(c['mean_all'], None)}"
-                            if c["excluded"] else ""))
+                            if c["excluded"] or aggregate.disturbed_out(c) else ""))
     return lines
 
 
@@ -204,7 +207,8 @@ class Sweep:
         return [(cell, min(len(self.runs_of(cell, recs)), self.policy.limit(cell))) for cell in self.cells]
 
     def finished(self, cell: Cell) -> bool:
-        return self.policy.finished(cell, [r["metrics"]["throughput"] for r in self.runs_of(cell)])
+        runs = self.runs_of(cell)
+        return self.policy.finished(cell, [r["metrics"]["throughput"] for r in runs], adaptive.quiet_flags(runs))
 
     def run(self, base_env: dict) -> list[dict]:
         started = time.monotonic()
@@ -246,8 +250,7 @@ class Sweep:
         """How a cell's until-stable repeats ended (nothing without the policy)."""
         if self.policy.adaptive(cell):
             runs = self.runs_of(cell)
-            values, unit = [r["metrics"]["throughput"] for r in runs], runs[0]["metrics"]["unit"] if runs else ""
-            self.say(f"cell {i}/{n} {cell.label()}: {adaptive.verdict_text(self.policy.record_block(cell), values, unit)}")
+            self.say(f"cell {i}/{n} {cell.label()}: {adaptive.verdict_text(self.policy.record_block(cell), runs)}")
 
     def warm_up(self, i: int, cell: Cell, base_env: dict) -> None:
         """One unrecorded run before the first measured run of a (benchmark, Paddle, shape): its
@@ -287,7 +290,8 @@ class Sweep:
         after = self.runs_of(cell)
         if outcome.ok and len(after) > before:
             m = after[-1]["metrics"]
-            self.say(f"  -> ok: {m['throughput']:.2f} {m['unit']} in {outcome.elapsed_s:.0f} s")
+            self.say(f"  -> ok: {m['throughput']:.2f} {m['unit']} in {outcome.elapsed_s:.0f} s"
+                     + adaptive.disturbed_text(m))
             return
         if outcome.ok:  # finished, but the run stored nothing that matches the cell
             outcome = dataclasses.replace(outcome, status="failed",

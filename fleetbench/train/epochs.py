@@ -91,6 +91,10 @@ class Tally:
     measured: list = dataclasses.field(default_factory=list)
     loss_first: Optional[float] = None  # mean loss of the first logging window
     loss_last: Optional[float] = None
+    # the machine's CPU counters at the first measured window's start and the last one's end
+    # (measure/interference.py): what else ran while the epochs were timed, evaluations between them
+    cpu_start: Optional[object] = None
+    cpu_end: Optional[object] = None
 
 
 def _timed(batches: Iterable) -> Iterator[tuple[float, Any]]:
@@ -141,6 +145,7 @@ def _train_epoch(cfg: EpochConfig, epoch: int, step_fn: Callable[[Any], paddle.T
         if step == warmup:
             timer.end_warmup(barrier=dist.barrier if ctx.world_size > 1 else lambda: None)
     measured_s = timer.finish()
+    tally.cpu_start, tally.cpu_end = tally.cpu_start or timer.cpu_start, timer.cpu_end
     time_s = timer.measure_start + measured_s - epoch_start
     tally.train_s += time_s
     tally.measured.append((measured_s, timer.measured_samples, timer.measured_units, timer.measured_reader_s))
@@ -202,7 +207,7 @@ def train(cfg: EpochConfig, work: EpochWorkload, ctx: loop.Context, unit: str,
     figures = metrics.RankFigures(
         elapsed_s=measured[0], steps=tally.step - cfg.warmup_steps, samples=measured[1], units=measured[2],
         reader_s=measured[3], peak_mem_mib=run.peak_memory_mib(ctx.device), loss_first=tally.loss_first,
-        loss_last=tally.loss_last)
+        loss_last=tally.loss_last, interference=run.interference(tally.cpu_start, tally.cpu_end, ctx.device))
     print(metrics.rank_line(ctx.rank, figures), flush=True)
     return figures, dict(convergence_metrics(cfg, work, epochs), init_s=init_s, setup_s=setup_s)
 

@@ -149,10 +149,12 @@ def train(cfg: config.CollectiveConfig, work: Workload, ctx: Context, unit: str)
                            window["batch_cost_s"], window["reader_cost_s"]), flush=True)
         if step == cfg.warmup_steps:
             timer.end_warmup(barrier=dist.barrier if ctx.world_size > 1 else lambda: None)
+    elapsed_s = timer.finish()
     mine = metrics.RankFigures(
-        elapsed_s=timer.finish(), steps=steps - cfg.warmup_steps, samples=timer.measured_samples,
+        elapsed_s=elapsed_s, steps=steps - cfg.warmup_steps, samples=timer.measured_samples,
         units=timer.measured_units, reader_s=timer.measured_reader_s,
-        peak_mem_mib=run.peak_memory_mib(ctx.device), loss_first=loss_first, loss_last=loss_last)
+        peak_mem_mib=run.peak_memory_mib(ctx.device), loss_first=loss_first, loss_last=loss_last,
+        interference=run.interference(timer.cpu_start, timer.cpu_end, ctx.device))
     print(metrics.rank_line(ctx.rank, mine), flush=True)
     return mine
 

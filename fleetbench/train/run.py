@@ -36,7 +36,8 @@ from typing import Callable, Iterable, Optional
 
 import fleetbench
 from fleetbench.machine import stamp
-from fleetbench.measure import config, contract, registry, results
+from fleetbench.measure import config, contract, metrics, registry, results
+from fleetbench.measure.interference import CpuSample
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -159,3 +160,14 @@ def peak_memory_mib(device: str = "cpu") -> float:
         import paddle
         return paddle.device.cuda.max_memory_allocated() / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def interference(cpu_start: CpuSample | None, cpu_end: CpuSample | None, device: str = "cpu") -> list:
+    """This rank's metrics.RankFigures.interference: the CPU counters its timer sampled at the
+    measured window's edges (WindowTimer.cpu_start, cpu_end) and, on a GPU, the processes outside
+    the job on the job's GPUs at the window's end (machine/gpu_procs.py)."""
+    gpu = None
+    if device.startswith("gpu") and cpu_end is not None:
+        from fleetbench.machine import gpu_procs
+        gpu = gpu_procs.others(cpu_end.pids)
+    return metrics.interference_row(cpu_start, cpu_end, gpu)

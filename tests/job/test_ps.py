@@ -148,6 +148,9 @@ def check_record(rec, benchmark, mode, workers, unit):
     assert m["workers"] == workers and m["measured_steps"] > 0
     assert m["loss_first"] > 0 and m["loss_last"] > 0
     assert set(m) <= set(metrics.DEFINITIONS)  # one vocabulary (docs/metrics.md)
+    # servers and workers are the job's (measure/interference.py): the job used the CPU in its window
+    # (gloo carries float32: a thousandth of a percent of slack)
+    assert m["job_cpu_pct"] > 0 and 0 <= m["interference_cpu_pct"] <= 100 - m["job_cpu_pct"] + 1e-3
     # the slowest worker's time per one of its own steps, as in the collective family
     assert m["step_time_ms"] == pytest.approx(1000 * m["elapsed_s"] / m["measured_steps"])
     return m

@@ -25,6 +25,10 @@ def test_two_ranks_write_exactly_one_record(two_rank_run):
     assert rec["world_size"] == 2 and rec["nodes"] == 1 and rec["devices_per_node"] == 2
     assert rec["benchmark"] == "resnet50" and rec["mode"] == "collective" and rec["error"] is None
     assert rec["metrics"]["unit"] == "images/s"
+    # what else used the machine in the timed window (measure/interference.py): the job itself did
+    m = rec["metrics"]
+    assert m["job_cpu_pct"] > 0 and 0 <= m["interference_cpu_pct"] <= 100
+    assert m["job_cpu_pct"] + m["interference_cpu_pct"] <= 100 + 1e-6 and m["interference_gpu_procs"] is None
 
 
 def test_each_rank_gets_an_equal_share_of_the_cores(two_rank_run):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from fleetbench.measure import metrics
 from fleetbench.measure.timing import WindowTimer, log_line
+from fleetbench.train import run
 from fleetbench.train.ps.paddle26 import say
 
 if TYPE_CHECKING:
@@ -93,7 +94,10 @@ class StepMeter:
             if measured <= 0:
                 raise ValueError(f"warm-up ({self.cfg.warmup_steps} steps) used all {self.step} steps; "
                                  f"lower warmup_steps, add passes or data")
+            elapsed_s = self.timer.finish(now=self.last)
+            # the CPU counters' end is read now, when the pass returned, a few ms after the last batch
             return metrics.RankFigures(
-                elapsed_s=self.timer.finish(now=self.last), steps=measured, samples=self.timer.measured_samples,
+                elapsed_s=elapsed_s, steps=measured, samples=self.timer.measured_samples,
                 units=self.timer.measured_units, reader_s=None, peak_mem_mib=peak_mem_mib,
-                loss_first=self.loss_first, loss_last=self.loss_last)
+                loss_first=self.loss_first, loss_last=self.loss_last,
+                interference=run.interference(self.timer.cpu_start, self.timer.cpu_end, "cpu"))

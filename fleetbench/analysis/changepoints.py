@@ -1,0 +1,195 @@
+"""A cell's figures through time and the change points in them: the statistics of `fleetbench
+history` (pure: records in, series out).
+
+A series is one cell's successful runs (cells keyed by measure/experiment.cell_key, as `compare`
+keys them), in order of time, of Paddle version or of commit; consecutive runs of one Paddle
+build, host, commit and day are one *point* of it (a sweep's repeats). Candidate change points are
+found on the runs' throughputs by PELT (Killick, Fearnhead and Eckley 2012: the exact optimal
+segmentation under a penalty) with the l2 cost (a shift of the mean), from ruptures; the penalty
+is 3 log(n) x sigma^2 (the modified BIC of Zhang and Siegmund's order, stricter than BIC's
+log(n): with a few runs BIC split a flat series one time in two), sigma the runs' own noise
+estimated from successive differences (robust to the shifts themselves). Each candidate is then judged by analysis/compare.py between
+the runs before it and after it (Holm across the changes of one cell, compare's minimum effect
+and bootstrap interval), in compare's
+verdicts: faster, slower, same, insufficient; the p-value is a permutation test of the best split
+(E-Divisive's way: the split was chosen as the strongest, so a plain two-sample test between its
+sides would be optimistic). Disturbed runs are shown and left out of the detection, as they
+are left out of figures. Why not E-Divisive's own libraries: docs/compare.md.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from fleetbench.analysis import compare
+from fleetbench.measure import experiment, stability
+from fleetbench.measure.timing import summarize
+
+ORDERS = ("time", "paddle", "commit")
+MIN_SEGMENT = 2  # runs on each side of a change: a test needs a spread on both
+PENALTY = 3.0  # x log(n) x noise^2: see the module's docstring
+MIN_SERIES = 2 * MIN_SEGMENT  # fewer runs cannot show a change and the runs on both sides of it
+MAD_SCALE = stability.MAD_SCALE
+RESOLUTION = 0.002  # the least noise assumed, a fraction of the median: equal runs are not perfectly known
+PERMUTATION = "permutation"  # the test of a change found: split_p
+PERMUTATIONS = 999  # its resolution: p is a multiple of 1 / (PERMUTATIONS + 1)
+SEED = 34  # its random orders: a fixed input gives fixed p-values
+
+
+def version_key(text: str | None) -> tuple:
+    """'2.6.2 CPU 8ce0de5' sorts before '3.3.1 CPU ...' and '2.10.0' after '2.6.2'."""
+    head = (text or "").split(" ", 1)[0]
+    return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.\-+]", head)), text or ""
+
+
+def run_point(record: dict) -> dict:
+    """What a run ran on, its point's label parts: date, Paddle build, host, commit."""
+    return {"date": (record.get("time") or "")[:10], "paddle": experiment.paddle_build(record.get("env")),
+            "host": experiment.host_class(record), "git": (record.get("git") or "")[:7]}
+
+
+def point_label(point: dict, by: str) -> str:
+    paddle = (point["paddle"] or "?").split(" ")[0]
+    if by == "paddle":
+        return f"Paddle {paddle}"
+    if by == "commit":
+        return point["git"] or "no commit"
+    return f"{point['date']} {paddle}" + (f" {point['git']}" if point["git"] else "")
+
+
+def order_key(by: str):
+    def key(record: dict):
+        time = record.get("time") or ""
+        if by == "paddle":
+            return version_key(experiment.paddle_build(record.get("env"))), time
+        return time
+    return key
+
+
+def series(records: list[dict], by: str = "time", ignore=(), match=(),
+           disturbed_pct: float = stability.DISTURBED_PCT) -> list[dict]:
+    """One series per cell with a successful run: {"key", "unit", "runs": [{id, time, throughput,
+    disturbed, point}], "points": [{label, n, mean, std, ids, first}]}. With `by="commit"` runs are
+    ordered by the first time their commit was seen, then by time."""
+    if by not in ORDERS:
+        raise ValueError(f"--by {by}: expected one of {', '.join(ORDERS)}")
+    runs = [r for r in compare.comparable_records(records) if r.get("error") is None and not r.get("source")]
+    canonical = compare.unify(experiment.cell_key(r, ignore, match) for r in runs)
+    cells: dict[tuple, list[dict]] = {}
+    for record in runs:
+        cells.setdefault(canonical[experiment.cell_key(record, ignore, match)], []).append(record)
+    out = []
+    for key in sorted(cells, key=compare.json_key):
+        runs = sorted(cells[key], key=order_key(by))
+        if by == "commit":
+            first = {}
+            for r in sorted(runs, key=lambda r: r.get("time") or ""):
+                first.setdefault(r.get("git"), r.get("time") or "")
+            runs.sort(key=lambda r: (first[r.get("git")], r.get("time") or ""))
+        out.append(_series(dict(key), runs, by, disturbed_pct))
+    return out
+
+
+def _series(key: dict, runs: list[dict], by: str, disturbed_pct: float) -> dict:
+    items = [{"id": r["id"], "time": r.get("time"), "throughput": r["metrics"]["throughput"],
+              "disturbed": stability.is_disturbed(r["metrics"], disturbed_pct),
+              "interference_cpu_pct": r["metrics"].get("interference_cpu_pct"),
+              "point": point_label(run_point(r), by)} for r in runs]
+    points: list[dict] = []
+    for index, item in enumerate(items):
+        if not points or points[-1]["label"] != item["point"]:
+            points.append({"label": item["point"], "ids": [], "first": index, "values": []})
+        points[-1]["ids"].append(item["id"])
+        if not item["disturbed"]:
+            points[-1]["values"].append(item["throughput"])
+    for point in points:
+        point.update(summarize(point.pop("values")))
+    return {"key": key, "unit": runs[0]["metrics"]["unit"], "runs": items, "points": points}
+
+
+def noise(values: list[float]) -> float:
+    """The runs' standard deviation within segments, from successive differences (each has twice
+    a run's variance; the median absolute deviation ignores the few differences that straddle a
+    shift), floored at RESOLUTION of the median so that equal runs do not make every run a change."""
+    import numpy as np
+    diffs = np.diff(np.asarray(values, dtype=float))
+    mad = float(np.median(np.abs(diffs - np.median(diffs)))) if len(diffs) else 0.0
+    return max(MAD_SCALE * mad / math.sqrt(2), RESOLUTION * abs(float(np.median(values))))
+
+
+def change_points(values: list[float]) -> list[int]:
+    """Indexes where a new segment starts (sorted): PELT (ruptures) on the l2 cost, penalty
+    PENALTY x log(n) x noise^2, segments of at least MIN_SEGMENT runs; none for fewer than MIN_SERIES runs."""
+    if len(values) < MIN_SERIES:
+        return []
+    import numpy as np
+    import ruptures
+    signal = np.asarray(values, dtype=float).reshape(-1, 1)
+    penalty = PENALTY * math.log(len(values)) * noise(values) ** 2
+    ends = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(signal).predict(pen=penalty)
+    return sorted(int(i) for i in ends if 0 < int(i) < len(values))
+
+
+def split_statistic(values) -> float:
+    """The largest drop of the l2 cost one split of `values` can make: max over k of
+    k (n - k) / n x (mean of the first k - mean of the rest)^2 (a CUSUM statistic)."""
+    import numpy as np
+    x = np.asarray(values, dtype=float)
+    n = len(x)
+    k = np.arange(1, n)
+    left = np.cumsum(x)[:-1] / k
+    right = (x.sum() - np.cumsum(x)[:-1]) / (n - k)
+    return float(np.max(k * (n - k) / n * (left - right) ** 2)) if n > 1 else 0.0
+
+
+def split_p(values, permutations: int = PERMUTATIONS, seed: int = SEED) -> float:
+    """p of the best split of `values` against the same runs in random orders (a permutation test,
+    E-Divisive's way): the share of orders whose best split is at least as strong. The split was
+    chosen as the strongest, so a two-sample test between its sides would be optimistic; this one
+    pays for the choice."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    observed = split_statistic(values)
+    stronger = sum(split_statistic(rng.permutation(values)) >= observed for _ in range(permutations))
+    return (stronger + 1) / (permutations + 1)
+
+
+def changes(all_series: list[dict], alpha: float = compare.ALPHA,
+            threshold_pct: float = compare.THRESHOLD_PCT) -> list[dict]:
+    """Every series with its change points: `segments` (start, end, n, mean, std) of its
+    undisturbed runs and `changes` (at: the run index where the new segment starts, its point,
+    before/after: the runs of the segments on both sides, and compare's figures between them: the
+    change, its bootstrap interval, the minimum effect, the verdict). The p-value is the
+    permutation test's (`split_p`) over the two segments, Holm-adjusted across the changes of the
+    same cell (as MongoDB judges each series apart: across cells, about one flat cell in 20 shows a
+    false change, docs/compare.md)."""
+    pending = []
+    for s in all_series:
+        quiet = [i for i, run in enumerate(s["runs"]) if not run["disturbed"]]
+        values = [s["runs"][i]["throughput"] for i in quiet]
+        s["segments"], s["changes"] = [], []
+        if not values:
+            continue
+        cuts = change_points(values)
+        bounds = [0] + cuts + [len(values)]
+        s["segments"] = [dict(summarize(values[a:b]), start=quiet[a], end=quiet[b - 1])
+                         for a, b in zip(bounds, bounds[1:])]
+        for a, cut, b in zip(bounds, bounds[1:-1], bounds[2:]):
+            change = {"at": quiet[cut], "point": s["runs"][quiet[cut]]["point"],
+                      "before": values[a:cut], "after": values[cut:b]}
+            s["changes"].append(change)
+            pending.append(change)
+    for s in all_series:  # each cell's history is one question: its changes are corrected together
+        raw = [split_p(c["before"] + c["after"]) for c in s["changes"]]
+        for change, p, p_adj in zip(s["changes"], raw, compare.holm(raw)):
+            change.update(p_value=p, p_adjusted=p_adj)
+    for change in pending:
+        p, p_adj = change["p_value"], change["p_adjusted"]
+        base, new = change["before"], change["after"]
+        change_pct = 100.0 * (sum(new) / len(new)) / (sum(base) / len(base)) - 100.0
+        ci, method = compare.change_ci(base, new)
+        effect = compare.minimum_effect(base, new, threshold_pct)
+        change.update(compare.Result(change_pct=change_pct, ci95_pct=ci, ci_method=method, test=PERMUTATION,
+                                     note="", p_value=p, p_adjusted=p_adj, min_effect_pct=effect,
+                                     verdict=compare.verdict(change_pct, p_adj, effect, alpha)).as_dict())
+    return all_series

@@ -1,0 +1,68 @@
+"""fleetbench history (issue 34): series in order, change points found where the mean shifts and
+judged by compare's tests, none in a flat series, a chart per cell with more than one point."""
+import csv
+import json
+
+from fleetbench.analysis import changepoints
+from fleetbench.report import history
+from test_compare import record, runs, store
+
+
+def steps(first, second, n=6):
+    """n runs at `first`, then n at `second`, on two days and two commits, 1 % spread."""
+    out = [record(v, n=i, time=f"2026-11-20T00:00:{i:02d}+00:00", git="a" * 40) for i, v in enumerate(runs(first, 0.01, n))]
+    out += [record(v, n=n + i, time=f"2026-11-21T00:00:{i:02d}+00:00", git="b" * 40)
+            for i, v in enumerate(runs(second, 0.01, n))]
+    return out
+
+
+def test_a_step_is_found_where_it_is_and_called_slower():
+    assert changepoints.change_points(runs(20.0, 0.01, 6) + runs(18.0, 0.01, 6)) == [6]
+    assert changepoints.change_points(runs(20.0, 0.01, 12)) == []
+    assert changepoints.change_points([20.0] * 12) == []  # equal runs: the noise floor, not every run a change
+    assert changepoints.change_points([20.0, 18.0, 20.0]) == []  # too short to show a change
+
+
+def test_history_orders_points_and_judges_the_change(tmp_path, capsys):
+    path = store(tmp_path / "h.jsonl", list(reversed(steps(20.0, 18.0))))  # stored out of order
+    assert history.cli([path, "--images", str(tmp_path / "img")]) == 0
+    out = capsys.readouterr().out
+    assert "resnet50 tiny mgwfbp 2x1 10gbe (images/s): 12 runs, 2 point(s)" in out
+    assert out.index("2026-11-20 2.6.2 aaaaaaa") < out.index("2026-11-21 2.6.2 bbbbbbb")
+    (line,) = [l for l in out.splitlines() if "change at run 7" in l]
+    assert " -10." in line or " -9." in line or " -11." in line
+    assert line.endswith("SLOWER")
+    rows = list(csv.DictReader(open(tmp_path / "img" / "history-resnet50-tiny-mgwfbp-2x1-10gbe.csv")))
+    assert [r["segment"] for r in rows] == ["0"] * 6 + ["1"] * 6
+    assert (tmp_path / "img" / "history-resnet50-tiny-mgwfbp-2x1-10gbe.png").stat().st_size > 0
+
+
+def test_by_paddle_and_json(tmp_path, capsys):
+    recs = [record(v, paddle="3.3.1", n=i, time=f"2026-11-20T00:00:{i:02d}+00:00") for i, v in enumerate(runs(25.0, 0.01, 5))]
+    recs += [record(v, paddle="2.6.2", n=i, time=f"2026-11-21T00:00:{i:02d}+00:00") for i, v in enumerate(runs(20.0, 0.01, 5))]
+    path = store(tmp_path / "v.jsonl", recs)
+    assert history.cli([path, "--by", "paddle", "--json"]) == 0
+    (cell,) = json.loads(capsys.readouterr().out)["cells"]
+    assert [p["label"] for p in cell["points"]] == ["Paddle 2.6.2", "Paddle 3.3.1"]
+    (change,) = cell["changes"]
+    assert change["at"] == 5 and change["verdict"] == "faster" and change["change_pct"] > 20
+
+
+def test_disturbed_runs_are_shown_and_left_out_of_the_detection(tmp_path, capsys):
+    recs = steps(20.0, 20.0)
+    recs[3]["metrics"]["interference_cpu_pct"] = 60.0
+    recs[3]["metrics"]["throughput"] = 11.0
+    path = store(tmp_path / "d.jsonl", recs)
+    history.cli([path, "--images", str(tmp_path / "img")])
+    out = capsys.readouterr().out
+    assert "12 runs, 2 point(s), 1 disturbed (not in figures)" in out and "no change point" in out
+
+
+def test_bad_input_is_one_line(tmp_path, capsys):
+    path = store(tmp_path / "h.jsonl", steps(20.0, 18.0))
+    assert history.cli([path, "--match", "paddel"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fleetbench history: error: --match paddel: not a cell key") and err.count("\n") == 1
+    (tmp_path / "empty.jsonl").write_text("")
+    assert history.cli([str(tmp_path / "empty.jsonl")]) == 2
+    assert "no successful measured throughput run" in capsys.readouterr().err

@@ -1,0 +1,128 @@
+"""Interference (issue 34): what else used the machine in a run's timed window, from /proc/stat and
+the job's own processes; a disturbed run is shown, left out of its cell's figure and of the
+until-stable stop, and a neighbour that stays cannot make a disturbed majority look stable."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fleetbench.machine import gpu_procs
+from fleetbench.measure import aggregate, interference, metrics, stability
+from fleetbench.measure.contract import JOB_ID
+from fleetbench.report import tables
+
+STAT = """cpu  100 10 50 800 20 5 5 10 7 0
+cpu0 50 5 25 400 10 3 2 5 3 0
+intr 1 2 3
+"""
+
+
+def test_proc_stat_counts_steal_as_busy_and_guest_once():
+    busy, total = interference.parse_proc_stat(STAT)
+    assert busy == 100 + 10 + 50 + 5 + 5 + 10 and total == busy + 800 + 20
+    with pytest.raises(ValueError):
+        interference.parse_proc_stat("intr 1\n")
+
+
+def test_pid_stat_with_parentheses_in_the_name():
+    text = "4242 (python (rank) 0) S 17 1 1 0 -1 4194304 1 0 0 0 30 12 4 2 20 0 5 0 900 1 1"
+    assert interference.parse_pid_stat(text) == (17, 30 + 12 + 4 + 2)
+
+
+def test_the_window_subtracts_the_job_and_clamps():
+    start = interference.CpuSample(busy=1000, total=4000, job=300)
+    end = interference.CpuSample(busy=1800, total=5000, job=800)
+    assert interference.window(start, end) == {"interference_cpu_pct": pytest.approx(30.0),
+                                               "job_cpu_pct": pytest.approx(50.0)}
+    # a job process that died unreaped took its time along: the job never counts above the busy time
+    over = interference.CpuSample(busy=1800, total=5000, job=2000)
+    assert interference.window(start, over)["interference_cpu_pct"] == 0.0
+    assert interference.window(None, end)["interference_cpu_pct"] is None
+
+
+def test_ranks_combine_as_the_most_disturbed_machine():
+    nan = float("nan")
+    assert interference.combine([[3.0, 40.0, nan], [12.0, 35.0, nan]]) == {
+        "interference_cpu_pct": 12.0, "job_cpu_pct": 35.0, "interference_gpu_procs": None}
+    assert interference.combine([[3.0, 40.0, 1.0], [2.0, 35.0, 0.0]])["interference_gpu_procs"] == 1
+    assert interference.combine([[nan, nan, nan]])["interference_cpu_pct"] is None
+    totals = metrics.reduce(metrics.RankFigures(1.0, 10, 10, 10, 0.1, 1.0, 1.0, 1.0, [7.0, 50.0, 2.0]), metrics.Alone())
+    threads = {"omp_num_threads": 1, "source": "user"}  # the process's thread record, passed in
+    assert metrics.standard(totals, "images/s", 1, 0, threads=threads)["interference_gpu_procs"] == 2
+
+
+def test_the_jobs_processes_are_found_by_its_marker_and_no_others(tmp_path):
+    sleep = [sys.executable, "-c", "import time; time.sleep(30)"]
+    mine = subprocess.Popen(sleep, env=dict(os.environ, **{JOB_ID: "job34test"}))
+    other = subprocess.Popen(sleep, env={k: v for k, v in os.environ.items() if k != JOB_ID})
+    try:
+        stats = interference._stats()
+        marker = interference.job_marker({JOB_ID: "job34test"})
+        found = interference.job_processes(stats, marker, os.getpid())
+        assert mine.pid in found and other.pid not in found and os.getpid() in found
+        # without a marker: this process and its children (both sleepers are)
+        tree = interference.job_processes(stats, None, os.getpid())
+        assert {mine.pid, other.pid, os.getpid()} <= tree
+        assert interference.job_marker({"PADDLE_TRAINER_ENDPOINTS": "a:1,b:2"}) == "PADDLE_TRAINER_ENDPOINTS=a:1,b:2"
+        assert interference.job_marker({}) is None
+    finally:
+        for p in (mine, other):
+            p.kill()
+            p.wait()
+
+
+def test_a_sample_reads_this_machine():
+    sample = interference.sample()
+    assert sample.total >= sample.busy > 0 and os.getpid() in sample.pids
+
+
+def test_gpu_processes_of_the_jobs_gpus():
+    text = "101, GPU-a\n102, GPU-a\n103, GPU-b\n[N/A], GPU-c\nNo running processes found\n"
+    apps = gpu_procs.parse(text)
+    assert apps == [(101, "GPU-a"), (102, "GPU-a"), (103, "GPU-b")]
+    assert gpu_procs.count_others(apps, {101}) == 1  # 102 shares GPU-a; 103 is on a GPU the job does not use
+    assert gpu_procs.count_others(apps, {999}) is None  # the job's pids not listed: nothing can be told
+
+
+# ---- disturbed runs in figures and stops ---------------------------------------------------------
+
+def run(value, cpu=1.0, i=0):
+    return {"schema": 1, "id": f"r{i}-{value}", "time": f"2026-11-25T00:00:0{i}+00:00", "git": None,
+            "benchmark": "resnet50", "preset": "demo", "mode": "collective", "method": "mgwfbp", "network": None,
+            "nodes": 1, "devices_per_node": 2, "world_size": 2, "error": None,
+            "config": {"batch_size": 8, "runtime": {"paddle": "2.6.2"}},
+            "metrics": {"throughput": value, "unit": "images/s", "interference_cpu_pct": cpu},
+            "env": {"paddle": {"version": "2.6.2"}, "cpu": {"cores": 2}}}
+
+
+def test_the_issues_demo_keeps_the_one_quiet_run():
+    # make demo, fresh machine: 32.53 quiet, then 19.23, 18.70, 18.92 under a neighbour; the sweep had
+    # called the slow three stable and the quiet one the outlier
+    recs = [run(32.53, 2.0, 0), run(19.23, 47.0, 1), run(18.70, 49.0, 2), run(18.92, 45.0, 3)]
+    (group,) = aggregate.aggregate(recs)
+    assert group["mean"] == 32.53 and group["n"] == 1 and group["excluded"] == []
+    assert sorted(group["disturbed"]) == ["r1-19.23", "r2-18.7", "r3-18.92"]
+    assert aggregate.figure_note(group) == " (n=1; 3 disturbed runs excluded)"
+    values = [r["metrics"]["throughput"] for r in recs]
+    quiet = [not stability.is_disturbed(r["metrics"]) for r in recs]
+    assert stability.stop_reason(values, 5.0, 3, 10, quiet) is None  # one quiet run: go on
+    assert stability.stop_reason(values, 5.0, 3, 4, quiet) == stability.AT_MAX
+    assert stability.stop_reason(values, 5.0, 3, 10) == stability.STABLE  # what it said without interference
+
+
+def test_every_run_disturbed_keeps_a_figure_that_says_so():
+    (group,) = aggregate.aggregate([run(19.2, 47.0, 0), run(18.7, 49.0, 1), run(18.9, 45.0, 2)])
+    assert group["n"] == 3 and group["figure_disturbed"]
+    assert "(all 3 runs disturbed: no undisturbed figure)" in aggregate.figure_note(group)
+    assert stability.stop_reason([19.2, 18.7, 18.9], 5.0, 3, 3, [False] * 3) == stability.AT_MAX
+
+
+def test_the_report_marks_disturbed_runs():
+    planned = tables.plan([run(32.53, 2.0, 0), run(32.0, 3.0, 1), run(19.23, 47.0, 2)])
+    for table in planned:
+        table["charts"] = []
+    text = tables.report_markdown("R", planned, {}, ["x"], 3)
+    assert "19.23 [r2-19.23] (disturbed: 47% CPU to others)" in text
+    assert "1 run(s) were disturbed: more than 10% of the machine's CPU time" in text
+    assert "(n=2; 1 disturbed run excluded)" in text
