@@ -26,7 +26,7 @@ $(1)/bin/python -m pip install --quiet -e ".[$(2)]"
 touch $@
 endef
 
-.PHONY: deps install install-paddle3 demo test test-fast test-paddle3 bench versions clean
+.PHONY: deps install install-paddle3 demo test test-fast test-paddle3 test-gpu-sim bench versions clean
 
 # The Debian packages the suite drives (sshd, Slurm, munge, iperf3, iproute2), installed when
 # missing and we are root with apt; otherwise one line naming them. tools/deps.sh says more.
@@ -61,6 +61,11 @@ test-fast: install
 
 test-paddle3: install-paddle3
 	$(PY3) -m pytest -q $(PADDLE3_SELECT)
+
+# The simulated GPU host alone (tests/gpu_sim; `make test` runs it with the other tiers: its root
+# tests, sshd and Slurm nodes, in the root pass). Its 3.x builds run on .venv3's Paddle.
+test-gpu-sim: deps install install-paddle3
+	FLEETBENCH_TEST_PADDLE3=$(PY3) $(PY) -m pytest -q -m gpu_sim tests/gpu_sim
 
 bench: install
 	$(PY) bench/loop_overhead.py --preset small --repeats 5

@@ -14,6 +14,7 @@ The CNN scripts' shared config and workload live with the training code (fleetbe
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -105,8 +106,37 @@ def folder_loader(path: str | Path, batch_size: int, image_size: int, data_forma
     if len(sampler) == 0:
         raise ValueError(f"data.path {path}: {len(dataset)} images are fewer than one batch of "
                          f"{batch_size} per rank")
+    shared = shared_memory_fits(batch_size * 3 * image_size * image_size * 4, num_workers)
     return paddle.io.DataLoader(dataset, batch_sampler=sampler, num_workers=num_workers,
-                                return_list=True, use_shared_memory=False)
+                                return_list=True, use_shared_memory=shared)
+
+
+# Batches Paddle's DataLoader keeps in flight per worker (its prefetch_factor's default, 2.6.2 and 3.3.1).
+PREFETCH = 2
+
+
+def shared_memory_fits(batch_bytes: int, num_workers: int, shm: str = "/dev/shm") -> bool:
+    """Whether worker processes can hand batches over in shared memory: /dev/shm must hold the
+    batches in flight (workers x PREFETCH, twice over for the copy the trainer takes). Without it a
+    224-px batch of 256 (154 MB in float32) is pickled through a pipe, and the reader, not the GPU,
+    sets the pace (issue 33, finding 10). Containers often have 64 MB of /dev/shm: then batches take
+    the pipe, and one line on stderr says so and how to give the container more."""
+    if num_workers == 0:
+        return False  # read in the trainer's own process: nothing to hand over
+    need = 2 * batch_bytes * num_workers * PREFETCH
+    try:
+        stat = os.statvfs(shm)
+    except OSError:
+        free = 0
+    else:
+        free = stat.f_bavail * stat.f_frsize
+    if free >= need:
+        return True
+    print(f"images: {shm} has {free >> 20} MiB free, fewer than the {need >> 20} MiB {num_workers} reader "
+          f"worker(s) keep in flight; batches go through pipes, slower: give the container a larger {shm} "
+          f"(docker --shm-size; Kubernetes: a Memory emptyDir at {shm}, which fleetbench k8s --gpus adds)",
+          file=sys.stderr, flush=True)
+    return False
 
 
 def set_data_format(model: paddle.nn.Layer, data_format: str) -> paddle.nn.Layer:

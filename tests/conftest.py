@@ -19,9 +19,11 @@ def pytest_configure(config):
 
 
 # Tiers by directory: tests/job/ starts real multi-process runs (Paddle jobs, fleetbench launch/sweep),
-# tests/root/ needs root (namespaces, tc, sshd, slurmd). The markers themselves are registered in
-# pyproject.toml; a test elsewhere that starts a real job carries @pytest.mark.job itself.
-TIERS = {"job": "job", "root": "root"}
+# tests/root/ needs root (namespaces, tc, sshd, slurmd), tests/gpu_sim/ runs the README's GPU commands
+# on the simulated GPU host (its tests that need root carry @pytest.mark.root as well). The markers
+# themselves are registered in pyproject.toml; a test elsewhere that starts a real job carries
+# @pytest.mark.job itself.
+TIERS = {"job": "job", "root": "root", "gpu_sim": "gpu_sim"}
 
 # Files whose tests exercise fleetbench's own logic the same way whatever Paddle build is installed
 # (sweep YAML and resume, generated Kubernetes documents, documented commands, charts), marked

@@ -218,3 +218,22 @@ def emulated_nodes(daemons, prefix: str, state, profile: str = "unshaped"):
         else:
             os.environ["FLEETBENCH_CLUSTER_STATE_DIR"] = old
 
+
+
+@contextlib.contextmanager
+def slurm_nodes(tag: str):
+    """A real Slurm on 2 emulated nodes (munged, slurmctld, a slurmd in each namespace), named
+    `tag` and random digits; yields what emulated_nodes yields. Its state directory is short:
+    slurmstepd's socket path (state dir + spool + node + job and step ids) must fit 107 bytes,
+    which pytest's own tmp paths need not leave (slurmd.up refuses otherwise)."""
+    import shutil
+    import tempfile
+
+    from fleetbench.emulate import slurmd
+
+    state = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir="/tmp"))
+    try:
+        with emulated_nodes(slurmd, cluster_name(tag), state) as nodes:
+            yield nodes
+    finally:
+        shutil.rmtree(state, ignore_errors=True)

@@ -27,6 +27,8 @@ from fleetbench.machine import device
 from fleetbench.measure import config
 
 REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+# Elements of a fill block: a multiple of the fill's period (opmath.PATTERN), a few MiB.
+FILL_BLOCK = opmath.PATTERN * (1 << 17)
 
 
 @dataclasses.dataclass
@@ -127,11 +129,14 @@ class Collective:
         self.send = self.recv = None
 
     def load(self, corrupt: bool = False) -> None:
-        """The checked fill: this rank's values (opmath.send_values); a separate output starts at zero."""
-        values = opmath.send_values(self.op, self.peers.rank, self.peers.ranks, self.count)
-        if values is None:
+        """The checked fill: this rank's values (opmath.send_fill), built on the device in the op's
+        dtype from their 7-value period; a separate output starts at zero."""
+        fill = opmath.send_fill(self.op, self.peers.rank, self.peers.ranks, self.count)
+        if fill is None:
             return
-        self.send = self._tensor(opmath.corrupt(values) if corrupt else values)
+        self.send = self._filled(*fill)
+        if corrupt and self.send.shape[0]:  # opmath.corrupt: the last element, above every real value
+            self.send[-1:] = paddle.full([1], opmath.CORRUPT_VALUE, dtype=self.dtype)
         output = self.entry.output_count
         self.recv = self.send if output is None else paddle.zeros(
             [output(self.count, self.peers.ranks)], dtype=self.dtype)
@@ -144,15 +149,33 @@ class Collective:
             if self.recv is not self.send:
                 self.recv.zero_()
 
-    def received(self) -> Optional[np.ndarray]:
+    def received(self) -> Optional[opmath.Blocks]:
+        """The output, read a block at a time (a half-precision block cast to float32 on the device
+        first: numpy has no bfloat16)."""
         if self.recv is None:
             return None
-        out = self.recv if self.dtype == "float32" else self.recv.astype("float32")
-        return out.numpy()
 
-    def _tensor(self, values: np.ndarray):
-        tensor = paddle.to_tensor(values, dtype="float32")
-        return tensor if self.dtype == "float32" else tensor.astype(self.dtype)
+        def read(start: int, stop: int) -> np.ndarray:
+            # a slice is a view, and a view's .numpy() copies its whole buffer (2.6.2 and 3.3.1):
+            # a block-sized tensor first
+            part = self.recv[start:stop]
+            return (part.clone() if self.dtype == "float32" else part.astype("float32")).numpy()
+
+        return opmath.Blocks(int(self.recv.shape[0]), read)
+
+    def _filled(self, length: int, period: Optional[np.ndarray]):
+        """`length` elements tiling `period` (None: zeros), made in the op's dtype on the device a
+        block at a time: the block is tiled in float32 and cast (Paddle's CPU builds have no
+        half-precision tile kernel), then copied into the buffer as often as it fits."""
+        out = paddle.zeros([length], dtype=self.dtype)
+        if period is None or length == 0:
+            return out
+        size = min(FILL_BLOCK, -(-length // len(period)) * len(period))
+        block = paddle.tile(paddle.to_tensor(period, dtype="float32"), [size // len(period)]).astype(self.dtype)
+        for start in range(0, length, size):
+            stop = min(start + size, length)
+            out[start:stop] = block if stop - start == size else block[:stop - start]
+        return out
 
     def __call__(self) -> None:
         self.entry.call(dist, self)

@@ -5,30 +5,29 @@
     fleetbench diagnose --executor slurm   the nodes of the Slurm allocation it runs in (srun per node)
     fleetbench diagnose                    this machine alone (node tests only)
 
-Exit 0: every node healthy; 1: a node defective or unreachable (or, with --paddle-links, the
-all-node job failed or slow); 2: bad input (before anything runs).
+Exit 0: every node and link healthy; 1: a node defective or unreachable, a link slow or failed
+(or, with --paddle-links, the all-node job failed or slow); 2: bad input (before anything runs).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
-from fleetbench.diagnose import plan, rules
-from fleetbench.diagnose.run import ProbeFailed, each, link_probe, node_probe, timed
+from fleetbench.diagnose import baseline as baselines
+from fleetbench.diagnose import measure, rules, verdicts
 from fleetbench.hosts.hostlist import Host
 from fleetbench.measure.registry import REPO_ROOT
 
 DEFAULT_RULES = Path(__file__).resolve().parents[1] / "presets" / "diagnose" / "rules.yaml"
+DEFAULT_RUNS = 5  # --save-baseline: healthy runs a baseline is made of
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fleetbench diagnose", description=__doc__.splitlines()[0])
+    p = _Parser(prog="fleetbench diagnose", description=__doc__.splitlines()[0])
     where = p.add_mutually_exclusive_group()
     where.add_argument("--cluster", nargs="?", const="fb", metavar="NAME", help="the emulated cluster (default fb)")
     where.add_argument("--hosts", help="real hosts over SSH: a,b,c (slots, as in a:8, are ignored)")
@@ -37,14 +36,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--ssh-config", help="ssh -F FILE for --hosts/--hostfile (default: your ~/.ssh/config)")
     p.add_argument("--remote-python", help="the Python with fleetbench on the hosts (default: this one's path)")
     p.add_argument("--rules", default=str(DEFAULT_RULES), help="rules YAML (default: the shipped rules)")
-    p.add_argument("--baseline", help="judge against this baseline instead of the peers' median")
-    p.add_argument("--save-baseline", metavar="FILE", help="write this run's figures as a baseline")
+    p.add_argument("--baseline", help="judge each node and link against its own figures in this baseline")
+    p.add_argument("--save-baseline", metavar="FILE", help="write a baseline of --runs healthy runs' figures")
+    p.add_argument("--runs", type=int, help=f"with --save-baseline: runs the baseline is made of (default {DEFAULT_RUNS})")
     p.add_argument("--results", help="store the figures and the verdict as records (JSONL)")
     p.add_argument("--passes", type=int, default=3, help="node probes per node, interleaved (default 3)")
     p.add_argument("--seconds", type=float, default=0.6, help="seconds per probe figure (default 0.6)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a probe is a failure")
     p.add_argument("--concurrent", action="store_true",
                    help="real hosts: each pass's node probes at once, each round's pairs at once")
+    p.add_argument("--iperf3", action="store_true",
+                   help="also iperf3 per pair (where Python's TCP probe tops out below the links' rate)")
     p.add_argument("--paddle-links", action="store_true",
                    help="also Paddle's sendrecv and all_reduce busbw per pair, then over all nodes (slower)")
     out = p.add_mutually_exclusive_group()
@@ -70,18 +72,22 @@ def _hosts(args) -> list[Host]:
         raise rules.DiagnoseError(str(e)) from None
     if args.cluster is None:
         return [Host("localhost", reach="local", address="127.0.0.1")]
+    return emulated_hosts(args.cluster)
+
+
+def emulated_hosts(cluster: str) -> list[Host]:
+    """The nodes `fleetbench cluster up` made, from its state file, whether or not each is still
+    there: a node whose namespace is gone is judged unreachable, and the others are still judged."""
     from fleetbench.emulate import netem, netem_state
     from fleetbench.hosts.remote import emulated_host
 
-    # the nodes `up` made, from its state file, whether or not each is still there: a node whose
-    # namespace is gone is judged unreachable, and the others are still judged
-    state = netem_state.read_state(args.cluster)
+    state = netem_state.read_state(cluster)
     if not state:
-        raise rules.DiagnoseError(f"--cluster {args.cluster}: not up (`fleetbench cluster up --nodes N` first)")
+        raise rules.DiagnoseError(f"--cluster {cluster}: not up (`fleetbench cluster up --nodes N` first)")
     return [emulated_host(n, name=n.netns) for n in netem.Layout.from_dict(state["layout"]).nodes]
 
 
-def _machine() -> dict:
+def machine() -> dict:
     """What a baseline must match: the host class and the Paddle build."""
     from fleetbench.machine import env
 
@@ -90,126 +96,87 @@ def _machine() -> dict:
             "paddle": (info.get("paddle") or {}).get("version")}
 
 
+def _positive(args) -> None:
+    """Each numeric option named on its own when it is out of range."""
+    for flag, value, kind in (("--passes", args.passes, "an integer >= 1"), ("--runs", args.runs, "an integer >= 1"),
+                              ("--seconds", args.seconds, "a number > 0"), ("--timeout", args.timeout, "a number > 0")):
+        if value is not None and not value > 0:
+            raise rules.DiagnoseError(f"{flag} {value:g}: expected {kind}")
+    if args.runs is not None and not args.save_baseline:
+        raise rules.DiagnoseError(f"--runs {args.runs}: the runs a baseline is made of; give --save-baseline FILE")
+
+
+def _check_outputs(args) -> None:
+    """Where results and a baseline go, checked before any test runs: a store with a corrupt line
+    is refused (appending to it would bury the damage), a baseline path that cannot be written too."""
+    from fleetbench.measure import results
+
+    try:
+        if args.results:
+            results.check_appendable(args.results)
+            if os.path.isfile(args.results):
+                results.load(args.results)
+        if args.save_baseline and os.path.isdir(args.save_baseline):
+            raise rules.DiagnoseError(f"--save-baseline {args.save_baseline}: is a directory, expected a file")
+        if args.save_baseline:  # written once every run is done: refused now if it could not be
+            results.check_appendable(args.save_baseline, "--save-baseline")
+    except (results.PathError, results.RecordError) as e:
+        raise rules.DiagnoseError(f"--results {e}" if isinstance(e, results.RecordError) else str(e)) from None
+
+
 def _load_inputs(args) -> tuple[list, dict | None]:
     try:
         rule_list = rules.parse_rules(Path(args.rules).read_text(), args.rules)
     except OSError as e:
         raise rules.DiagnoseError(f"--rules {args.rules}: {e.strerror}") from None
-    if args.concurrent and not (args.hosts or args.hostfile or args.executor):
+    if args.concurrent and not (args.hosts is not None or args.hostfile or args.executor):
         raise rules.DiagnoseError("--concurrent: for real hosts (--hosts, --hostfile, --executor slurm); "
                                   "emulated nodes share this machine's cores, so their tests run one at a time")
-    if args.passes < 1 or args.seconds <= 0 or args.timeout <= 0:
-        raise rules.DiagnoseError("--passes, --seconds, --timeout: expected positive numbers")
-    if args.results:
-        from fleetbench.measure import results
-
-        try:
-            results.check_appendable(args.results)
-        except results.PathError as e:
-            raise rules.DiagnoseError(str(e)) from None
+    _positive(args)
+    _check_outputs(args)
     if not args.baseline:
         return rule_list, None
     try:
-        baseline = json.loads(Path(args.baseline).read_text())
+        return rule_list, json.loads(Path(args.baseline).read_text())
     except (OSError, ValueError) as e:
         raise rules.DiagnoseError(f"--baseline {args.baseline}: {getattr(e, 'strerror', None) or e}") from None
-    return rule_list, rules.check_baseline(baseline, _machine(), f"--baseline {args.baseline}")
 
 
-def _probe_nodes(hosts: list[Host], args, phases: dict) -> tuple[dict, dict]:
-    runs: dict[int, list[dict]] = {h.index: [] for h in hosts}
-    problems: dict[int, tuple[str, str]] = {}
-    by_index = {h.index: h for h in hosts}
-    order = plan.node_passes(list(by_index), args.passes)
-    for start in range(0, len(order), len(hosts)):  # one pass: every node, one by one or at once
-        todo = [i for i in order[start:start + len(hosts)] if i not in problems]  # a failure is final
-        calls = [functools.partial(timed, phases, "nodes_s", node_probe, by_index[i], args.seconds, args.timeout)
-                 for i in todo]
-        for index, got in zip(todo, each(calls, args.concurrent)):
-            if isinstance(got, ProbeFailed):
-                problems[index] = (got.category, str(got))
-            else:
-                runs[index].append(got)
-    # A node's figure is its best pass, as each pass is its best trial: a sick node cannot reach a
-    # healthy figure, while a healthy one disturbed by a neighbour still reaches it in some pass.
-    # The median of passes (the first choice) flagged a healthy node in 1 of 5 clean runs beside
-    # other work here: a neighbour's test covered 2 of its 3 passes (45.7 vs 62.3 GFLOP/s).
-    figures = {i: {m: max(r[m] for r in rs) for m in rs[0]} for i, rs in runs.items()
-               if rs and i not in problems}
-    return figures, problems
+def _options(args) -> measure.Options:
+    return measure.Options(args.passes, args.seconds, args.timeout, args.concurrent, args.paddle_links, args.iperf3)
 
 
-def _probe_links(hosts: list[Host], skip: set, args, phases: dict) -> dict:
-    """Per pair, in rounds of disjoint pairs (a round at once with --concurrent): the raw TCP rate,
-    and with --paddle-links Paddle's sendrecv and all_reduce busbw. A failed test leaves the pair's
-    `error` (a verdict, not a crash)."""
-    by_index = {h.index: h for h in hosts}
-    links = {}
-    for round_ in plan.pair_rounds([h.index for h in hosts if h.index not in skip]):
-        calls = [functools.partial(_pair_test, by_index[a], by_index[b], args, phases) for a, b in round_]
-        links.update(zip(round_, each(calls, args.concurrent)))
-    return links
-
-
-def _pair_test(a: Host, b: Host, args, phases: dict) -> dict:
-    try:
-        found = timed(phases, "links_s", link_probe, a, b, 1.0, args.timeout)
-    except ProbeFailed as e:
-        found = {"link_gbps": None, "error": str(e)}
-    return _with_paddle(found, [a, b], args, phases) if args.paddle_links else found
-
-
-def _with_paddle(figures: dict, hosts: list[Host], args, phases: dict) -> dict:
-    from fleetbench.diagnose import paddle_links
-
-    found = timed(phases, "paddle_links_s", paddle_links.collective_test, hosts, args.timeout)
-    failed = found.pop("error", None)
-    errors = [e for e in (figures.get("error"), failed and f"Paddle comm job: {failed}") if e]
-    return {**figures, **found, **({"error": "; ".join(errors)} if errors else {})}
-
-
-def _probe_cluster(hosts: list[Host], skip: set, args, phases: dict) -> dict | None:
-    """With --paddle-links and 3 nodes or more: one all_reduce over every reachable node (with 2,
-    their pair test is that job already)."""
-    reachable = [h for h in hosts if h.index not in skip]
-    if not args.paddle_links or len(reachable) < 3:
-        return None
-    from fleetbench.diagnose import paddle_links
-
-    found = timed(phases, "cluster_s", paddle_links.collective_test, reachable, args.timeout)
-    figures = {f"cluster_{k}": v for k, v in found.items() if k != "error"}
-    return {"nodes": [h.index for h in reachable], **figures, **({"error": found["error"]} if "error" in found else {})}
+def _save_baseline(args, hosts: list[Host], rule_list: list, first: dict, report: dict) -> dict:
+    """--save-baseline: `--runs` measurements in all (the first already made), each judged by its
+    peers; the baseline of all of them written, and what any run flagged said in the report."""
+    runs, flagged = [first], {1: verdicts.flagged(report)}
+    for number in range(2, (args.runs or DEFAULT_RUNS) + 1):
+        runs.append(measure.measure(hosts, _options(args), rule_list, [None]))
+        report = verdicts.report(runs[-1], rule_list, None, hosts)
+        flagged[number] = verdicts.flagged(report)
+    made = baselines.make_baseline(runs, machine(), [h.name for h in hosts])
+    made["flagged"] = {str(k): v for k, v in flagged.items() if v}
+    Path(args.save_baseline).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.save_baseline).write_text(json.dumps(made, indent=1) + "\n")
+    report["baseline_saved"] = {"file": args.save_baseline, "runs": len(runs), "flagged": made["flagged"]}
+    return report
 
 
 def diagnose(args) -> dict:
     rule_list, baseline = _load_inputs(args)  # bad input: one line before anything runs
     hosts = _hosts(args)
-    start, phases = time.monotonic(), {}
-    node_figures, problems = _probe_nodes(hosts, args, phases)
-    link_figures = _probe_links(hosts, set(problems), args, phases) if len(hosts) > 1 else {}
-    cluster = _probe_cluster(hosts, set(problems), args, phases)
-    nodes = rules.judge_nodes(node_figures, rule_list, baseline, problems)
-    links, blamed = rules.judge_links(link_figures, rule_list, baseline)
-    by_index = {h.index: h for h in hosts}
-    nodes = [{**n, "host": by_index[n["index"]].name, "address": by_index[n["index"]].address,
-              "figures": node_figures.get(n["index"], {})}
-             for n in rules.merge(nodes, blamed)]
-    unmeasured = rules.not_measured(rule_list, node_figures, link_figures, {"all": cluster or {}})
-    report = {"nodes": nodes, "links": links, "not_measured": unmeasured,
-              "reference": "baseline" if baseline else "peer median",
-              "elapsed_s": round(time.monotonic() - start, 1), "phases": phases}
-    if cluster is not None:
-        report["cluster"] = rules.judge_cluster(cluster, rule_list, baseline)
-    if args.save_baseline:  # every figure (numbers only): nodes', links', the all-node job's
-        made = rules.make_baseline(node_figures, {**link_figures, "cluster": cluster or {}}, _machine())
-        Path(args.save_baseline).write_text(json.dumps(made, indent=1) + "\n")
+    if baseline is not None:
+        baseline = baselines.check_baseline(baseline, machine(), [h.name for h in hosts], f"--baseline {args.baseline}")
+    m = measure.measure(hosts, _options(args), rule_list, [baseline])
+    report = verdicts.report(m, rule_list, baseline, hosts)
+    if args.save_baseline:
+        report = _save_baseline(args, hosts, rule_list, m, report)
     return report
 
 
-def exit_code(report: dict) -> int:
-    """0 when every node is healthy (and the all-node job, when run, is too), else 1."""
-    cluster_ok = report.get("cluster", {}).get("verdict", "healthy") == "healthy"
-    return 0 if cluster_ok and all(n["verdict"] == "healthy" for n in report["nodes"]) else 1
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2, as every other bad input
+        self.exit(2, f"fleetbench diagnose: {message}\n")
 
 
 def cli(argv: list[str]) -> int:
@@ -226,4 +193,4 @@ def cli(argv: list[str]) -> int:
     from fleetbench.diagnose.output import console, markdown
 
     print(json.dumps(report, indent=1) if args.json else markdown(report) if args.markdown else console(report))
-    return exit_code(report)
+    return verdicts.exit_code(report)

@@ -11,10 +11,11 @@ from collections.abc import Iterable
 
 NODE_PROBE = "node probe (fleetbench.diagnose.probe node)"
 LINK_PROBE = "link test (raw TCP between the pair's addresses)"
+IPERF3 = "--iperf3: iperf3 between the pair"
 PADDLE_PAIR = "--paddle-links: the comm benchmark on each pair"
 PADDLE_ALL = "--paddle-links with 3 nodes or more: the comm benchmark on all nodes"
 GPU_PROBE = "GPU probe (a CUDA build of Paddle with GPUs)"
-NVIDIA_SMI = "nvidia-smi after the GPU probe (GPU nodes)"
+NVIDIA_SMI = "nvidia-smi sampled under the GPU probe's load (GPU nodes)"
 # how a GPU node's devices make its figure: one bad GPU slows every synchronous job on the node,
 # so the node is its worst device; error counts add up
 COMBINE = {"min": min, "max": max, "sum": sum}
@@ -35,11 +36,13 @@ TABLE = (
     Metric("triad_gbps", "node", NODE_PROBE, "GB/s"),
     Metric("train_images_per_s", "node", NODE_PROBE, "images/s"),
     Metric("link_gbps", "link", LINK_PROBE, "Gbit/s"),
+    Metric("iperf3_gbps", "link", IPERF3, "Gbit/s"),
     Metric("sendrecv_busbw_GBps", "link", PADDLE_PAIR, "GB/s"),
     Metric("allreduce_busbw_GBps", "link", PADDLE_PAIR, "GB/s"),
     Metric("cluster_sendrecv_busbw_GBps", "cluster", PADDLE_ALL, "GB/s"),
     Metric("cluster_allreduce_busbw_GBps", "cluster", PADDLE_ALL, "GB/s"),
     Metric("gpu_matmul_fp32_tflops", "node", GPU_PROBE, "TFLOP/s", combine="min"),
+    Metric("gpu_matmul_tf32_tflops", "node", GPU_PROBE, "TFLOP/s", combine="min"),  # compute capability 8.0+
     Metric("gpu_matmul_fp16_tflops", "node", GPU_PROBE, "TFLOP/s", combine="min"),
     Metric("gpu_mem_copy_gbps", "node", GPU_PROBE, "GB/s", combine="min"),
     Metric("gpu_sm_clock_ratio", "node", NVIDIA_SMI, "SM clock / its maximum", combine="min"),

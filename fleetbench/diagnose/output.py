@@ -1,15 +1,30 @@
 """The verdict as text: a console table and a markdown table (pure)."""
 from __future__ import annotations
 
+from fleetbench.diagnose import resolution
+
 
 def _one(v: dict) -> str:
     if v["value"] is None:  # a test that failed: its message
         return f"{v['metric']} failed: {v['rule']}"
-    return f"{v['metric']} {v['value']:g} vs {v['reference']:g} ({v['reference_kind']})"
+    again = v.get("remeasured")
+    measured = f"; re-measured: {again[0]:.4g} then {again[1]:.4g}" if again and None not in again else ""
+    return f"{v['metric']} {v['value']:g} vs {v['reference']:g} ({v['reference_kind']}{measured})"
 
 
 def _broken(node: dict) -> str:
-    return "; ".join(_one(v) for v in node["violations"]) or node.get("message", "")
+    text = "; ".join(_one(v) for v in node["violations"]) or node.get("message", "")
+    if node.get("explains"):
+        text += ("; " if text else "") + f"explains slow link(s) {', '.join(node['explains'])}"
+    return text
+
+
+def _cause(link: dict) -> str:
+    if link.get("explained_by"):
+        return f" -> explained by node(s) {','.join(map(str, link['explained_by']))} (compute or CPU-saturated)"
+    if link.get("blamed_on"):
+        return f" -> blamed on node(s) {','.join(map(str, link['blamed_on']))}"
+    return f" -> {link['note']}" if link.get("note") else ""
 
 
 def _figures(link: dict) -> str:
@@ -23,8 +38,8 @@ def _figures(link: dict) -> str:
 def _rows(report: dict) -> list[tuple[str, str, str, str]]:
     rows = [(f"node {n['index']} {n['host']}", n["verdict"], ",".join(n["categories"]) or "-", _broken(n))
             for n in report["nodes"]]
-    rows += [(f"link {l['a']}-{l['b']}", l["verdict"], ",".join(l["categories"]) or "-", _broken(l) or _figures(l))
-             for l in report["links"]]
+    rows += [(f"link {l['a']}-{l['b']}", l["verdict"], ",".join(l["categories"]) or "-",
+              (_broken(l) + _cause(l)) if l["violations"] else _figures(l)) for l in report["links"]]
     if "cluster" in report:
         c = report["cluster"]
         rows.append((f"all nodes {','.join(map(str, c['nodes']))}", c["verdict"], ",".join(c["categories"]) or "-",
@@ -32,13 +47,28 @@ def _rows(report: dict) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def _notes(report: dict) -> list[str]:
+    lines = [f"resolution: {resolution.text(r)}" for r in report.get("resolution", [])]
+    producers: dict[str, list[str]] = {}
+    for m in report.get("not_measured", []):
+        producers.setdefault(m["producer"], []).append(m["metric"])
+    if producers:
+        lines.append("not measured (no test produced them; never passed): " + "; ".join(
+            f"{', '.join(names)} (by the {producer})" for producer, names in producers.items()))
+    if report.get("remeasured"):
+        lines.append(f"re-measured once before counting (the better figure counts): {', '.join(report['remeasured'])}")
+    saved = report.get("baseline_saved")
+    if saved:
+        lines.append(f"baseline of {saved['runs']} runs written to {saved['file']}" + (
+            f"; WARNING: runs flagged {saved['flagged']}: check the cluster is healthy" if saved["flagged"] else ""))
+    return lines
+
+
 def console(report: dict) -> str:
     rows = [("what", "verdict", "category", "figures that broke a rule (value vs reference)")] + _rows(report)
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     lines = [f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:<{widths[2]}}  {d}" for a, b, c, d in rows]
-    if report.get("not_measured"):
-        lines.append("not measured (no test produced the metric): " + "; ".join(
-            f"{m['metric']} ({m['producer']})" for m in report["not_measured"]))
+    lines += _notes(report)
     phases = ", ".join(f"{k} {v:g}" for k, v in report["phases"].items())
     lines.append(f"judged against: {report['reference']}; {report['elapsed_s']:g} s ({phases})")
     return "\n".join(lines)
@@ -47,5 +77,6 @@ def console(report: dict) -> str:
 def markdown(report: dict) -> str:
     lines = ["| what | verdict | category | figures that broke a rule |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in _rows(report)]
+    lines += [""] + [f"- {n}" for n in _notes(report)]
     lines.append(f"\nJudged against: {report['reference']}; {report['elapsed_s']:g} s.")
     return "\n".join(lines)

@@ -39,11 +39,19 @@ def _best_rate(work: float, run, seconds: float) -> float:
     return best
 
 
-def matmul_gflops(seconds: float) -> float:
-    """fp32 matmul through Paddle on this node's CPU (the GPU path would time a device per GPU with
-    paddle.device.synchronize(), fp32 and fp16; untested here: no GPU)."""
+def on_cpu():
+    """paddle, with the CPU as its device: these probes time the node's CPU, and a CUDA build's
+    default place is GPU 0 (framework._current_expected_place), so without this they timed GPU 0
+    (issue 33, finding 9). The GPU probes (diagnose/gpu.py) choose each device themselves."""
     import paddle
 
+    paddle.set_device("cpu")
+    return paddle
+
+
+def matmul_gflops(seconds: float) -> float:
+    """fp32 matmul through Paddle on this node's CPU (the GPUs: diagnose/gpu.py)."""
+    paddle = on_cpu()
     a = paddle.rand([MATMUL_N, MATMUL_N], dtype="float32")
     b = paddle.rand([MATMUL_N, MATMUL_N], dtype="float32")
     paddle.matmul(a, b).numpy()  # first call pays for kernel selection and allocation
@@ -69,8 +77,7 @@ def train_images_per_s(seconds: float) -> float:
     """Images a second of one process's training steps (forward, backward, Adam) of LeNet on a
     synthetic batch: what one rank of a small benchmark gets from the node, framework included,
     where matmul and triad time one kernel each."""
-    import paddle
-
+    paddle = on_cpu()
     model = paddle.vision.models.LeNet(num_classes=10)
     optimizer = paddle.optimizer.Adam(learning_rate=1e-3, parameters=model.parameters())
     images = paddle.rand([TRAIN_BATCH, 1, 28, 28], dtype="float32")
@@ -82,10 +89,25 @@ def train_images_per_s(seconds: float) -> float:
         loss.backward()
         optimizer.step()
         optimizer.clear_grad()
-        float(loss)  # reads the loss: the step is done, not queued (a device sync on GPU)
+        float(loss)  # reads the loss: the step is done
 
     step()  # the first step pays for kernel selection and allocation
     return _best_rate(TRAIN_BATCH, step, seconds)
+
+
+def cpu_waited() -> float:
+    """Seconds this process has waited for a CPU while runnable (/proc/self/schedstat's run delay;
+    a CPU quota's throttling counts there): a link end that waits much of the test is short of CPU,
+    and its slow link is explained by that (fleetbench.diagnose.blame). NaN where Linux does not say."""
+    try:
+        with open("/proc/self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def _share(waited: float, took: float) -> float | None:
+    return round(waited / took, 3) if took > 0 and waited == waited else None
 
 
 def main(argv: list[str]) -> int:
@@ -102,17 +124,21 @@ def main(argv: list[str]) -> int:
     send.add_argument("--seconds", type=float, default=1.0)
     args = p.parse_args(argv)
     if args.what == "node":
-        from fleetbench.diagnose import gpu  # GPU figures on a CUDA build with GPUs (untested here)
+        from fleetbench.diagnose import gpu  # GPU figures on a CUDA build with GPUs
 
         out = {"matmul_gflops": matmul_gflops(args.seconds), "triad_gbps": triad_gbps(args.seconds),
                "train_images_per_s": train_images_per_s(args.seconds), **gpu.node_figures(args.seconds)}
     elif args.what == "recv":
         server = linkprobe.listen(args.host)
         print(f"port {server.getsockname()[1]}", flush=True)
+        waited = cpu_waited()
         received, took = linkprobe.receive(server, args.timeout)
-        out = {"link_gbps": received * 8 / took / 1e9 if took > 0 else None, "bytes": received}
+        out = {"link_gbps": received * 8 / took / 1e9 if took > 0 else None, "bytes": received,
+               "cpu_wait": _share(cpu_waited() - waited, took)}
     else:
-        out = {"sent_bytes": linkprobe.stream(args.host, args.port, args.seconds)}
+        waited, start = cpu_waited(), time.perf_counter()
+        sent = linkprobe.stream(args.host, args.port, args.seconds)
+        out = {"sent_bytes": sent, "cpu_wait": _share(cpu_waited() - waited, time.perf_counter() - start)}
     print(json.dumps(out), flush=True)
     return 0
 

@@ -9,10 +9,13 @@ next. The emulated nodes share this machine's cores, so that is needed there; on
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import random
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from fleetbench.hosts import reach
@@ -61,12 +64,25 @@ def node_probe(host: Host, seconds: float, timeout: float) -> dict:
     return _last_json(p.stdout)
 
 
+@contextlib.contextmanager
+def _listener(cmd: list[str], what: str, timeout: float) -> Iterator[subprocess.Popen]:
+    """The receiving end of a link test, stopped however the test ends; a test that outlives
+    `timeout` is a failure of the link, not a crash."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield proc
+    except subprocess.TimeoutExpired:
+        raise ProbeFailed("failed", f"{what}: no result within {timeout:g} s") from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
 def link_probe(a: Host, b: Host, seconds: float, timeout: float) -> dict:
     """Raw TCP from a to b for `seconds`: link_gbps as b received it (first byte to last), and the
     share of the test each end's probe waited for a CPU (a_cpu_wait: the sender's)."""
-    recv = subprocess.Popen(_on(b, "recv", b.address, "--timeout", str(timeout)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with _listener(_on(b, "recv", b.address, "--timeout", str(timeout)), f"link {a.index}-{b.index}", timeout) as recv:
         first = recv.stdout.readline()  # `port N`, or nothing if the receiver failed to start
         if not first.startswith("port "):
             recv.wait(timeout)
@@ -81,12 +97,25 @@ def link_probe(a: Host, b: Host, seconds: float, timeout: float) -> dict:
         got = _last_json(out)
         return {"link_gbps": got["link_gbps"], "a_cpu_wait": _last_json(send.stdout).get("cpu_wait"),
                 "b_cpu_wait": got.get("cpu_wait")}
-    except subprocess.TimeoutExpired:
-        raise ProbeFailed("failed", f"link {a.index}-{b.index}: no result within {timeout:g} s") from None
-    finally:
-        if recv.poll() is None:
-            recv.kill()
-            recv.wait()
+
+
+def iperf3_probe(a: Host, b: Host, seconds: float, timeout: float) -> dict:
+    """iperf3 from a to b for `seconds` (one TCP stream, C, the field's tool): iperf3_gbps as b
+    received it. A port taken on b is tried again on another."""
+    for _ in range(3):
+        port = str(random.randint(30000, 39999))
+        server = reach.command(b, ["iperf3", "-s", "-1", "-B", b.address, "-p", port, "--forceflush"])
+        with _listener(server, f"link {a.index}-{b.index} (iperf3)", timeout) as listening:
+            if "Server listening" not in listening.stdout.readline() + listening.stdout.readline():
+                continue  # a rule, then `Server listening on PORT`; else the port was taken
+            client = subprocess.run(reach.command(a, ["iperf3", "-c", b.address, "-p", port, "-t", f"{seconds:g}",
+                                                      "-J", "--connect-timeout", "5000"]),
+                                    capture_output=True, text=True, timeout=timeout, check=False)
+            got = json.loads(client.stdout or "{}")
+            if client.returncode != 0 or "end" not in got:
+                raise _why(got.get("error") or client.stderr or "iperf3 printed no result", a)
+            return {"iperf3_gbps": got["end"]["sum_received"]["bits_per_second"] / 1e9}
+    raise ProbeFailed("failed", f"node {b.index} ({b.name}): iperf3 -s could not listen (three ports tried)")
 
 
 _PHASES = threading.Lock()

@@ -20,6 +20,12 @@ rank order), PORT_RANGE, and in collective jobs POD_IP and PADDLE_RANK from the 
 `FLEETBENCH_RESULT {...}` and Paddle's launcher copies its log to the pod's log:
 `kubectl logs NAME-worker-0 > w0.log && fleetbench results import w0.log` (docs/clusters.md).
 restartPolicy Never and backoffLimit 0: a failed benchmark run is a result, not something to retry.
+
+On an InfiniBand (or RoCE) cluster a pod needs what NCCL's IB transport needs, or NCCL falls back
+to sockets without failing: `--env NCCL_IB_HCA=mlx5 --env NCCL_SOCKET_IFNAME=eth0 ...` (any variable,
+every pod) and `--rdma RESOURCE[=N]`, the RDMA device plugin's resource (Mellanox's
+k8s-rdma-shared-dev-plugin: rdma/hca_shared_devices_a), with the IPC_LOCK capability verbs need to
+pin memory (docs/gpu.md, "Kubernetes on InfiniBand").
 """
 from __future__ import annotations
 
@@ -49,7 +55,10 @@ POD_RESULTS = "/tmp/fleetbench-results.jsonl"  # the pod's own store (gone with 
 POD_LOGS = "/tmp/fleetbench-log"
 DEFAULT_TIMEOUT_S = 900  # a single job's activeDeadlineSeconds (a sweep cell's default timeout too)
 SHM = "/dev/shm"  # GPU pods: NCCL's shared-memory transport outgrows the runtime's 64 MB default
-POD_ANNOTATIONS = {"sidecar.istio.io/inject": "false"}  # Kubeflow's PaddleJob page: no sidecar in the pods
+POD_ANNOTATIONS = {"sidecar.istio.io/inject": "false"}
+# Variables the manifest or the operator sets in every pod (envvar.go: PADDLE_*, PYTHONUNBUFFERED): not --env's.
+OWN_ENV = ("POD_IP", "POD_NAME", "POD_NAMESPACE", "PADDLE_RANK", "PADDLE_MASTER", "PADDLE_NNODES", "PADDLE_JOB_ID",
+           "PADDLE_SERVER_NUM", "PADDLE_TRAINER_NUM", "PORT_RANGE", "PYTHONUNBUFFERED")  # Kubeflow's PaddleJob page: no sidecar in the pods
 
 
 class K8sError(ValueError):
@@ -68,18 +77,54 @@ def _env(name: str, value: str | None = None, field: str | None = None) -> dict:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field}}} if field else {"name": name, "value": value}
 
 
-def _resources(cpu: str | None, memory: str | None, gpus: int | None) -> dict:
-    amounts = {k: str(v) for k, v in (("cpu", cpu), ("memory", memory), ("nvidia.com/gpu", gpus)) if v}
+def _resources(cpu: str | None, memory: str | None, gpus: int | None,
+               rdma: tuple[str, int] | None = None) -> dict:
+    """Requests and limits (equal: a benchmark's pod is not to be squeezed); `rdma` is (the RDMA
+    device plugin's resource name, count)."""
+    pairs = (("cpu", cpu), ("memory", memory), ("nvidia.com/gpu", gpus), *([rdma] if rdma else []))
+    amounts = {k: str(v) for k, v in pairs if v}
     return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
 
 
-def container(image: str, workdir: str, command: list[str], env: list[dict], resources: dict) -> dict:
+def container(image: str, workdir: str, command: list[str], env: list[dict], resources: dict,
+              rdma: bool = False) -> dict:
     spec = {"name": CONTAINER, "image": image, "imagePullPolicy": "IfNotPresent", "workingDir": workdir,
             "command": command[:1], "args": command[1:], "env": env,
             "ports": [{"containerPort": PORT, "name": PORT_NAME}]}
     if resources:
         spec["resources"] = resources
+    if rdma:  # InfiniBand/RoCE verbs register (pin) memory: without IPC_LOCK NCCL's IB transport fails and falls back
+        spec["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
     return spec
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+RDMA_RESOURCE = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+
+
+def user_env(pairs: list[str]) -> list[tuple[str, str]]:
+    """--env K=V ... as (K, V): NCCL_*, FLAGS_* or any variable the pods need (an InfiniBand
+    cluster's NCCL_IB_HCA, NCCL_SOCKET_IFNAME). Names the manifest sets itself are refused."""
+    out = []
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not eq or not ENV_NAME.fullmatch(name):
+            raise K8sError(f"--env {pair!r}: expected NAME=VALUE")
+        if name in OWN_ENV or name.startswith("FLEETBENCH_") or name in dict(out):
+            raise K8sError(f"--env {name}: {'given twice' if name in dict(out) else 'set by fleetbench k8s or the operator'}")
+        out.append((name, value))
+    return out
+
+
+def rdma_resource(text: str | None) -> tuple[str, int] | None:
+    """--rdma RESOURCE[=N]: the RDMA device plugin's extended resource per pod (e.g.
+    rdma/hca_shared_devices_a=1 of Mellanox's k8s-rdma-shared-dev-plugin)."""
+    if text is None:
+        return None
+    name, eq, count = text.partition("=")
+    if not RDMA_RESOURCE.fullmatch(name) or (eq and not re.fullmatch(r"[1-9]\d*", count)):
+        raise K8sError(f"--rdma {text!r}: expected the device plugin's resource like rdma/hca_shared_devices_a[=1]")
+    return name, int(count or 1)
 
 
 def replica(count: int, cont: dict, command: list[str], gpus: bool) -> dict:
@@ -138,8 +183,10 @@ def manifest(name: str, bench: registry.Benchmark, script_args: list[str], shape
     if pod.get("cpu"):  # the pod sees the machine's cores, not its limit: share the limit instead
         threads = contract.RankContract(threads=str(max(1, int(float(pod["cpu"])) // procs)))
         env += [_env(k, v) for k, v in threads.to_env().items()]
+    env += [_env(k, v) for k, v in pod.get("env", ())]
     gpus = shape.get("per_node") if pod.get("gpus") else None
-    cont = container(pod["image"], pod["workdir"], [], env, _resources(pod.get("cpu"), pod.get("memory"), gpus))
+    cont = container(pod["image"], pod["workdir"], [], env,
+                     _resources(pod.get("cpu"), pod.get("memory"), gpus, pod.get("rdma")), bool(pod.get("rdma")))
     meta = {"name": name, "labels": {"app.kubernetes.io/created-by": "fleetbench",
                                       "fleetbench/benchmark": bench.name}}
     if namespace:
@@ -290,6 +337,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--devices-per-node", default="1", help="collective: processes (GPUs) per pod")
     p.add_argument("--servers-workers", default="1/1", help="parameter server: SERVERS/WORKERS pods")
     p.add_argument("--gpus", action="store_true", help="request devices-per-node nvidia.com/gpu per pod")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="an environment variable of every pod, e.g. NCCL_IB_HCA=mlx5 (repeatable)")
+    p.add_argument("--rdma", metavar="RESOURCE[=N]",
+                   help="the RDMA device plugin's resource per pod (e.g. rdma/hca_shared_devices_a=1), with IPC_LOCK")
     p.add_argument("--cpu", help="CPU request and limit per pod (e.g. 8)")
     p.add_argument("--memory", help="memory request and limit per pod (e.g. 32Gi)")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
@@ -306,7 +357,7 @@ def build(args: argparse.Namespace) -> list[dict]:
     if args.timeout <= 0:
         raise K8sError(f"--timeout {args.timeout}: expected seconds > 0")
     pod = {"image": args.image, "workdir": args.workdir, "cpu": args.cpu, "memory": args.memory, "gpus": args.gpus,
-           "timeout": args.timeout}
+           "timeout": args.timeout, "env": user_env(args.env), "rdma": rdma_resource(args.rdma)}
     if args.what.endswith((".yaml", ".yml")):
         return from_sweep(args.what, pod, args.namespace)
     try:

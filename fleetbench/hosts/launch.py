@@ -194,18 +194,41 @@ def results_path(args: LaunchArgs) -> str:
     return args.script_flag("--results", registry.DEFAULT_RESULTS)
 
 
-def prepare(args: LaunchArgs, env: dict) -> contract.RunIdentity:
-    """Every check that can fail before launching; the run's identity for a failure record."""
+def prepare(args: LaunchArgs, env: dict, on_hosts: bool = False) -> contract.RunIdentity:
+    """Every check that can fail before launching; the run's identity for a failure record. With
+    hosts, a collective job's device and config checks run on its nodes (nodecheck), not here: the
+    head of a job need not have GPUs (issue 33, finding 2)."""
     if not os.path.exists(args.script):
         raise LaunchError(f"SCRIPT {args.script}: no such file")
     results.check_appendable(results_path(args))
-    device = args.flag("--devices")
-    if device:
-        flag = next(f for f in DEVICE_FLAGS if f in args.paddle)
-        preflight.check_devices(flag, device, env)
+    device, flag = args.flag("--devices"), next((f for f in DEVICE_FLAGS if f in args.paddle), None)
+    problem = preflight.count_problem(args.flag("--nproc_per_node"), flag, device, None)
+    if problem:
+        raise LaunchError(problem)
+    network = contract.RankContract.from_env().network
+    if on_hosts and job_shape(args)[0] != "ps":
+        return identity_for(args, None, network, job_shape(args))
+    found = devices_here(args, env)
+    problem = (preflight.device_problem(flag, device, found) if device else None) or \
+        preflight.count_problem(args.flag("--nproc_per_node"), flag, device, found)
+    if problem:
+        raise LaunchError(problem)
     benchmark = registry.for_script(args.script)
     config = preflight.check_config(args.script, args.script_args, env) if args.check and benchmark else None
-    return identity_for(args, config, contract.RankContract.from_env().network, job_shape(args, env, seen(args, env)))
+    return identity_for(args, config, network, job_shape(args, env, found))
+
+
+def devices_here(args: LaunchArgs, env: dict) -> dict | None:
+    """The devices Paddle's launcher will see here, probed when something depends on them: a device
+    list to check, a rank count to take from them (seen), or a --nproc_per_node that must not
+    exceed a CUDA build's GPUs (a CPU build hands out none, so its launches are not slowed)."""
+    from fleetbench.machine import env as machine_env
+
+    found = seen(args, env)
+    cuda = (machine_env.read_paddle()[0] or {}).get("compiled_with_cuda")
+    if found is None and (args.flag("--devices") or (args.flag("--nproc_per_node") and cuda)):
+        found = preflight.visible_devices(env)
+    return found
 
 
 def seen(args: LaunchArgs, env: dict) -> dict | None:
@@ -238,14 +261,17 @@ The failure record goes to the script's --results file (default results/runs.jso
 # fleetbench launch --hostfile ...
 
 
-def job_from_launch(args: LaunchArgs, shape: tuple[str, int, int, int], slots: list[int]) -> executors.Job:
-    """The Job of a `fleetbench launch` on hosts with these slots (one per host, in order).
-    shape: launch.job_shape's (mode, ...)."""
+def job_from_launch(args: LaunchArgs, shape: tuple[str, int, int, int], slots: list[int | None]) -> executors.Job:
+    """The Job of a `fleetbench launch` on hosts with these slots (one per host, in order; None
+    where a host's were not given). A collective job's counts here are provisional: its nodes
+    say theirs (checked_on_nodes). shape: launch.job_shape's (mode, ...)."""
     planned = [f for f in PLANNED_FLAGS if args.flag(f)]
     if planned:
         raise HostsError(f"{planned[0]}: with hosts, fleetbench plans it for every node; leave it out")
     nnodes = args.flag("--nnodes")
     nodes = int(nnodes.split(":")[-1]) if nnodes else len(slots)
+    if nodes > len(slots):
+        raise HostsError(f"--nnodes {nnodes}: {len(slots)} host(s) given")
     other = tuple(x for i in range(0, len(args.paddle), 2) if args.paddle[i] not in SHAPE_FLAGS
                   for x in args.paddle[i:i + 2])
     if shape[0] == "ps":
@@ -253,21 +279,48 @@ def job_from_launch(args: LaunchArgs, shape: tuple[str, int, int, int], slots: l
         return executors.Job("ps", args.script, tuple(args.script_args), nodes, servers=servers * nodes,
                    workers=trainers * nodes, flags=other)
     nproc = args.flag("--nproc_per_node")
-    counts = (int(nproc),) * nodes if nproc else tuple(slots[:nodes])
+    counts = (int(nproc),) * nodes if nproc else tuple(s or 1 for s in slots[:nodes])
     return executors.Job("collective", args.script, tuple(args.script_args), nodes, counts, flags=other)
 
 
-def launch_on_hosts(args: LaunchArgs, opts: remote.HostOptions, identity: contract.RunIdentity, env: dict,
-                    shape: tuple[str, int, int, int]) -> int:
-    """`fleetbench launch` with hosts: exit code. Bad input (hosts, names that do not resolve)
-    raises HostsError before anything starts."""
+def checked_on_nodes(args: LaunchArgs, ex: executors.Executor, job: executors.Job, slots: list[int | None],
+                     env: dict) -> tuple[executors.Job, dict | None]:
+    """The job with the ranks each node will start, and the benchmark's config, from the checks
+    its nodes ran (fleetbench.hosts.nodecheck: devices, ranks, the benchmark's --check there). A
+    node gets --nproc_per_node when given, else its host's slots when they say more than one, else
+    what Paddle's launcher counts there: one rank per listed or visible GPU (finding 3: a 4x8 job
+    ran 4 ranks). Slots given bound a node's ranks."""
+    from fleetbench.hosts import agent, nodecheck
+
+    devices, nproc = args.flag("--devices"), args.flag("--nproc_per_node")
+    base = {"device_flag": next((f for f in DEVICE_FLAGS if f in args.paddle), None), "devices": devices,
+            "env": executors.forwarded_env(env, ex.forward), "check": bool(args.check and registry.for_script(args.script)),
+            "script": executors.script_on_node(args.script), "scratch": agent.SCRATCH,
+            "args": executors._results_to_scratch(list(args.script_args), agent.SCRATCH)}
+    specs = [dict(base, nproc=nproc or (str(s) if s and s > 1 and not devices else None)) for s in slots[:job.nodes]]
+    answers = nodecheck.check_nodes(ex.nodes[:job.nodes], specs)
+    counts = tuple(a["ranks"] for a in answers)
+    for node, s, k in zip(ex.nodes, slots, counts):
+        if s and s > 1 and k > s:
+            raise HostsError(f"hosts: host {node.name} has {s} slot(s), node {node.index} would run {k} ranks "
+                             f"(one per device {'listed' if devices else 'visible there'})")
+    return dataclasses.replace(job, counts=counts), answers[0]["config"]
+
+
+def launch_on_hosts(args: LaunchArgs, opts: remote.HostOptions, env: dict) -> int:
+    """`fleetbench launch` with hosts: exit code. Bad input (hosts, names that do not resolve, a node
+    that refuses the devices or the config) raises before anything starts."""
+    identity, shape = prepare(args, env, on_hosts=True), job_shape(args)
     if opts.executor == "slurm":
-        slots = [1] * len(allocation.allocation_hosts())
+        slots = [None] * len(allocation.allocation_hosts())  # Slurm says nothing of a node's devices here
     else:
-        slots = [h.slots for h in opts.host_list()]
+        slots = [h.slots if h.slots > 1 else None for h in opts.host_list()]  # `a` alone: its devices decide
     job = job_from_launch(args, shape, slots)
-    ex = remote.host_executor(opts, job.nodes, job.counts, check_slots=job.mode == "collective")
+    ex = remote.host_executor(opts, job.nodes, job.counts, check_slots=False)
     collective = job.mode == "collective"
+    if collective:
+        job, config = checked_on_nodes(args, ex, job, slots, env)
+        identity = identity_for(args, config, identity.network, shape)
     identity = dataclasses.replace(identity, nodes=job.nodes, launch=ex.launch_block(job),
                                    world_size=sum(job.counts) if collective else job.workers,
                                    devices_per_node=max(job.counts) if collective else identity.devices_per_node)
@@ -286,9 +339,9 @@ def cli(argv: list[str]) -> int:
     try:
         args = parse_argv(argv)
         env = paddle_launch.child_env()
-        identity = prepare(args, env)
         if args.hosts.on_hosts():
-            return launch_on_hosts(args, args.hosts, identity, env, job_shape(args))
+            return launch_on_hosts(args, args.hosts, env)
+        identity = prepare(args, env)
     except (LaunchError, results.PathError, results.RecordError, contract.ContractError, HostsError) as e:
         print(f"fleetbench launch: error: {e}", file=sys.stderr)
         return 2

@@ -32,7 +32,11 @@ RANK_ENV = ("PADDLE_TRAINER_ID", "PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ENDPOINT
             "PADDLE_GLOBAL_RANK", "PADDLE_LOCAL_RANK", "PADDLE_GLOBAL_SIZE", "PADDLE_LOCAL_SIZE",
             "PADDLE_RANK_IN_NODE", "PADDLE_MASTER", "PADDLE_NNODES", "PADDLE_RANK", "PADDLE_LOG_DIR",
             "PADDLE_JOB_ID", "PADDLE_PSERVERS_IP_PORT_LIST", "PADDLE_PORT", "PADDLE_ROLE", "TRAINING_ROLE",
-            "POD_IP", "POD_NAME", "PADDLE_DISTRI_BACKEND", contract.JOB_ID, contract.STOPPED_FILE, contract.SUPERVISOR)
+            "POD_IP", "POD_NAME", contract.JOB_ID, contract.STOPPED_FILE, contract.SUPERVISOR)
+# Paddle's launcher gives CPU ranks PADDLE_DISTRI_BACKEND=gloo; inherited with an enclosing job's
+# rank variables it is that job's, but alone it is a choice (Paddle's own switch to CPU ranks on a
+# CUDA build, which the tests use on GPU hosts): then it is passed on.
+ENCLOSING_BACKEND = "PADDLE_DISTRI_BACKEND"
 
 # Paddle's launcher takes the ports of servers, trainers, gloo and master from PORT_RANGE (default
 # 35100:64000), probing each with a bind it then closes. Most of that is Linux's ephemeral range
@@ -50,6 +54,8 @@ def child_env(base: dict | None = None, extra: dict | None = None) -> dict:
     import fleetbench  # imported for its record of the user's thread choice
 
     env = dict(os.environ if base is None else base)
+    if any(key in env for key in ("PADDLE_TRAINER_ID", "PADDLE_GLOBAL_RANK")):
+        env.pop(ENCLOSING_BACKEND, None)
     for key in RANK_ENV:
         env.pop(key, None)
     env.pop("OMP_NUM_THREADS", None)  # importing fleetbench set it for *this* process

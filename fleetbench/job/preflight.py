@@ -53,6 +53,30 @@ def device_problem(flag: str, ids: str, found: dict | None) -> str | None:
     return None
 
 
+def count_problem(nproc: str | None, flag: str | None, ids: str | None, found: dict | None) -> str | None:
+    """Why --nproc_per_node does not fit the devices Paddle's launcher hands its ranks, or None.
+    Rank i takes the i-th entry of the device list, else of every visible GPU (paddle/distributed/
+    launch/controllers/collective.py, 2.6.2 and 3.3.1), so fewer ranks than listed devices leave
+    devices idle and more fail inside the launcher (IndexError); a CPU build hands out none."""
+    if not nproc:
+        return None
+    n = int(nproc)
+    if ids:
+        listed = ids.split(",")
+        if n == len(listed):
+            return None
+        what = (f"devices {','.join(listed[n:])} would stay idle" if n < len(listed)
+                else f"ranks {len(listed)}-{n - 1} would have no device")
+        return (f"--nproc_per_node {n} with {flag} {ids} ({len(listed)} devices): Paddle's launcher gives rank i the "
+                f"i-th listed device, so {what}; leave out --nproc_per_node (one rank per listed device) or list "
+                f"{n} devices")
+    if found and found["type"] == "gpu" and n > len(found["labels"]):
+        return (f"--nproc_per_node {n}: {len(found['labels'])} GPU(s) are visible here "
+                f"({','.join(found['labels'])}) and Paddle's launcher gives each rank one; run at most "
+                f"{len(found['labels'])} ranks a node")
+    return None
+
+
 def ranks_per_node(nproc: str | None, devices: str | None, env: dict, found: dict | None) -> int:
     """How many ranks Paddle's launcher starts on this node (`pod_replicas` in paddle/distributed/
     launch/controllers/controller.py, the same in 2.6.2 and 3.3.1): --nproc_per_node, else one per

@@ -23,6 +23,11 @@ NVIDIA_SMI_TIMEOUT_S = 15.0
 GPU_QUERY = "index,name,memory.total,driver_version,pci.bus_id"
 ENV_PREFIXES = ("FLAGS_", "NCCL_", "GLOG_", "PADDLE_", "GLOO_", "FLEETBENCH_")
 ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# The simulated GPU host of the test suite (tests/gpu_sim/simhost.py) names its description here:
+# every record made under it says so (`simulated_gpu`), and its Paddle build is a simulated one.
+SIMULATED_GPU = "SIMULATED_GPU_HOST"
+SIMULATED_WHAT = ("simulated GPU host: nvidia-smi and Paddle's device queries answered from a description; tensors "
+                  "on the CPU, collectives on gloo; no figure made here is a GPU measurement")
 # Not stored: credentials (by name) and values that identify machines or people (addresses, paths).
 SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?|KEY|AUTH)(_|$)", re.IGNORECASE)
 # a path, an IPv4 address, a port, a MAC address (aa:bb:.. or AA-BB-..); IPv6 is found by ipaddress
@@ -276,6 +281,19 @@ def read_env_vars(environ: Mapping[str, str] | None = None) -> dict:
             for k in keep}
 
 
+def read_simulation(environ: Mapping[str, str] | None = None) -> dict | None:
+    """The simulated GPU host this process runs on ({host, build, what}), or None on a real one."""
+    path = (os.environ if environ is None else environ).get(SIMULATED_GPU)
+    if not path:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            desc = json.load(f)
+    except (OSError, ValueError) as e:  # still simulated: the record must say so even then
+        return {"host": None, "build": None, "what": f"{SIMULATED_WHAT} (description unreadable: {type(e).__name__})"}
+    return {"host": desc.get("host"), "build": (desc.get("build") or {}).get("name"), "what": SIMULATED_WHAT}
+
+
 # ---------------------------------------------------------------- collect
 
 def _guard(result: dict, missing: dict, key: str, reader: Callable, *args: object) -> None:
@@ -324,6 +342,11 @@ def collect(threads: dict | None = None) -> dict:
     _guard(result, missing, "infiniband", read_infiniband)
     _guard(result, missing, "env_vars", read_env_vars)
     result["threads"] = threads
+    simulated = read_simulation()
+    if simulated:
+        result["simulated_gpu"] = simulated
+        if result.get("paddle"):
+            result["paddle"]["simulated"] = True
     result["unavailable"] = missing
     return result
 
@@ -339,6 +362,8 @@ def render_markdown(env: dict) -> str:
     miss, cpu, mem, osr, pd = env["unavailable"], env.get("cpu") or {}, env.get("memory") or {}, \
         env.get("os") or {}, env.get("paddle") or {}
     out = ["## GPU Environment", ""]
+    if env.get("simulated_gpu"):
+        out += [f"- SIMULATED ({env['simulated_gpu']['what']})"]
     if env.get("gpus"):
         names = {}
         for g in env["gpus"]:

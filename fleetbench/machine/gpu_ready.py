@@ -40,6 +40,7 @@ try:
     out["paddle"] = version.full_version
     out["cuda_built"], out["cudnn_built"] = str(version.cuda()), str(version.cudnn())
     out["compiled_with_cuda"] = paddle.is_compiled_with_cuda()
+    out["pip_libraries"] = str(getattr(version, "with_pip_cuda_libraries", "OFF")).upper() == "ON"
     core = paddle.base.core if hasattr(paddle, "base") else paddle.fluid.core
 except Exception as e:
     out["import"] = f"{type(e).__name__}: {e}"
@@ -76,6 +77,37 @@ def _version_tuple(text: str) -> tuple:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
+def cudnn_version(code: int) -> tuple[int, int, int]:
+    """(major, minor, patch) of what cudnnGetVersion() returned (Paddle's cudnn_version() passes it
+    on unchanged): cuDNN's CUDNN_VERSION is major*1000 + minor*100 + patch up to 8.x and
+    major*10000 + minor*100 + patch from 9.0 on; Paddle tells them apart by `version < 9000`
+    (paddle/phi/backends/gpu/gpu_resources.cc, get_cudnn_major)."""
+    scale = 1000 if code < 9000 else 10000
+    return code // scale, code % scale // 100, code % 100
+
+
+def nccl_version(code: int) -> str:
+    """'2.21.5' from what ncclGetVersion() returned (Paddle's nccl_version() passes it on): NCCL's
+    code is X*10000 + Y*100 + Z from 2.9 on, X*1000 + Y*100 + Z before; decoded as Paddle's
+    paddle/distributed/utils/nccl_utils.py get_nccl_version_str does (`ver >= 10000`)."""
+    scale = 10000 if code >= 10000 else 1000
+    return f"{code // scale}.{code % scale // 100}.{code % 100}"
+
+
+def install_hint(report: dict) -> str:
+    """What to do about missing or mismatched libraries, for this build's way of getting them:
+    builds with WITH_PIP_CUDA_LIBRARIES (3.x from Paddle's index) load NVIDIA's libraries from the
+    nvidia-* wheels pip installs with them; the others (the 2.6.2 wheel on PyPI) from the system."""
+    if report.get("pip_libraries"):
+        index = "cu" + "".join(str(v) for v in _version_tuple(report["cuda_built"])[:2])
+        return (f"this build takes CUDA, cuDNN and NCCL from the nvidia-* wheels pip installs with it: reinstall it "
+                f"so pip puts them back (pip install --force-reinstall paddlepaddle-gpu=={report['paddle']} -i "
+                f"https://www.paddlepaddle.org.cn/packages/stable/{index}/) and unset LD_LIBRARY_PATH entries that "
+                f"shadow them (Paddle's guide: {GUIDE})")
+    return (f"install CUDA {report['cuda_built']}, cuDNN {report['cudnn_built']} and NCCL 2 and put their lib "
+            f"folders on LD_LIBRARY_PATH (Paddle's guide: {GUIDE})")
+
+
 def problems(report: dict, driver: str | None = None) -> list[str]:
     """What stops this Paddle from using GPUs, one phrase each; [] when ready (or a CPU build).
     `report` is probe()'s answer, `driver` the NVIDIA driver version nvidia-smi gave (or None)."""
@@ -99,8 +131,8 @@ def problems(report: dict, driver: str | None = None) -> list[str]:
         missing.append("cuDNN (cudnn_version() is -1)")  # Paddle found none and named none
     if missing:
         out.insert(0, f"cannot load {', '.join(sorted(set(missing)))}")
-    if loaded and loaded > 0 and built and loaded // 1000 != built[0]:  # major x 1000 + minor x 100 + patch
-        out.append(f"loads cuDNN {loaded // 1000}.{loaded % 1000 // 100} where it was built for {report['cudnn_built']}")
+    if loaded and loaded > 0 and built and cudnn_version(loaded)[0] != built[0]:
+        out.append(f"loads cuDNN {'.'.join(map(str, cudnn_version(loaded)))} where it was built for {report['cudnn_built']}")
     if report["devices"].get("value") == 0:
         out.append("sees no GPU")
     major = (_version_tuple(report["cuda_built"]) or (0,))[0]
@@ -120,8 +152,8 @@ def verdict(report: dict, driver: str | None = None) -> tuple[int, str]:
     build = f"{name} (built for CUDA {report['cuda_built']}, cuDNN {report['cudnn_built']})"
     found = problems(report, driver)
     if not found:
-        gpus = report["devices"]["value"]
-        return 0, (f"ready: {build} loads cuDNN and NCCL and sees {gpus} GPU(s); cuBLAS is loaded "
+        gpus, cudnn = report["devices"]["value"], ".".join(map(str, cudnn_version(report["cudnn"]["value"])))
+        return 0, (f"ready: {build} loads cuDNN {cudnn} and NCCL {nccl_version(report['nccl']['value'])} and sees "
+                   f"{gpus} GPU(s); cuBLAS is loaded "
                    f"with the first GPU op (not tried here)")
-    return 2, (f"not ready: {build} {'; '.join(found)}: install CUDA {report['cuda_built']}, cuDNN "
-               f"{report['cudnn_built']} and NCCL 2 and put their lib folders on LD_LIBRARY_PATH (Paddle's guide: {GUIDE})")
+    return 2, f"not ready: {build} {'; '.join(found)}: {install_hint(report)}"

@@ -157,12 +157,19 @@ def network_name(network: dict | None) -> str | None:
     return "-".join(parts) or "custom"
 
 
+# A build on the test suite's simulated GPU host (tests/gpu_sim; machine/env.py marks its records):
+# its figures are CPU tensors' and must never pass for a GPU measurement.
+SIMULATED = "(simulated)"
+
+
 def paddle_build(env: dict | None) -> str | None:
     """e.g. '2.6.2 CPU 8ce0de5' or '3.3.1 CUDA 12.6 1a2b3c4'; None when the record has no env."""
     paddle = (env or {}).get("paddle")
     if not paddle:
         return None
     build = f"CUDA {paddle.get('cuda') or '?'}" if paddle.get("compiled_with_cuda") else "CPU"
+    if paddle.get("simulated"):  # the test suite's simulated GPU host: never pooled with a real build
+        build += f" {SIMULATED}"
     commit = (paddle.get("commit") or "")[:7]
     return " ".join(part for part in (paddle.get("version") or "?", build, commit) if part)
 

@@ -67,8 +67,9 @@ def stability_lines(table: dict) -> list[str]:
             continue
         where = ", ".join(filter(None, [g["network"], g["method"], f"world size {g['world_size']}",
                                         variant_text(table, g)]))
-        state = (f"{UNSTABLE_MARK} unstable: cv {g['cv']:.0%} > {g['cv_threshold']:.0%}"
-                 if g.get("unstable") else f"stable (cv {g['cv']:.0%})")
+        cv = "undefined: one run" if g["cv"] is None else f"{g['cv']:.0%}"  # a lone disturbed run has none
+        state = (f"{UNSTABLE_MARK} unstable: cv {cv} > {g['cv_threshold']:.0%}"
+                 if g.get("unstable") else f"stable (cv {cv})")
         runs = g.get("runs", ())
         every = (f"; mean of all {len(runs)} runs {stability.format_pm(g['mean_all'], None)}"
                  if g.get("excluded") or aggregate.disturbed_out(g) else "")
@@ -309,7 +310,7 @@ def _caption(table: dict) -> str:
             spread += f" (fewer where {what} are excluded, as shown)"
         origin = (f"Measured by fleetbench: mean ± sample std over repeats, {spread}, printed to the "
                   "digits the std supports.")
-    text = f"Throughput in {', '.join(units)}. {origin}"
+    text = f"Throughput in {', '.join(units)}. {origin}{simulated_note(groups)}"
     if table["dims"]:
         text += (f" Rows differ in {', '.join(table['dims'])}: different experiments, shown "
                  "side by side, never averaged.")
@@ -349,6 +350,15 @@ def _left_out_caption(groups: list[dict]) -> str:
         text += (f" {kept} more such run(s) stay in their cell's figure, marked (outlier, kept): "
                  "at most a quarter of a cell's runs are left out.")
     return text
+
+
+def simulated_note(groups: list[dict]) -> str:
+    """What a table must say of figures from the test suite's simulated GPU host (experiment.SIMULATED)."""
+    simulated = sorted({g["paddle"] for g in groups if experiment.SIMULATED in (g.get("paddle") or "")})
+    if not simulated:
+        return ""
+    return (f" SIMULATED GPU host ({'; '.join(simulated)}): device queries answered from a description, "
+            "tensors on the CPU: not GPU measurements.")
 
 
 WORLD_ONE = "baseline: world size 1, "

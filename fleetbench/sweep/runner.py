@@ -175,6 +175,7 @@ class Sweep:
         self.failed_runs = 0
         self.policy = policy or adaptive.Policy()  # until-stable repeats, warm-up runs
         self.warmed: set[tuple] = set()
+        self.cuda_build = False  # the local Paddle is a CUDA build: emulated-network cells are skipped
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -223,8 +224,9 @@ class Sweep:
                 if self.finished(cell):
                     self.say(f"cell {i}/{len(plan)} {cell.label()}: {done}/{cell.repeats} done earlier, skipped")
                     continue
-                if cell.network and netem.requirements_problem():
-                    self.say(f"cell {i}/{len(plan)} {cell.label()}: skipped ({netem.requirements_problem()})")
+                problem = self.network_problem(cell)
+                if problem:
+                    self.say(f"cell {i}/{len(plan)} {cell.label()}: skipped ({problem})")
                     continue
                 self.warm_up(i, cell, base_env)
                 for repeat in range(done + 1, self.policy.limit(cell) + 1):
@@ -245,6 +247,10 @@ class Sweep:
         self.say(f"sweep finished in {duration(time.monotonic() - started)}: {runs_done} runs, "
                  f"{self.failed_runs} failed")
         return self.summary()
+
+    def network_problem(self, cell: Cell) -> str | None:
+        """Why an emulated-network cell cannot run here (None: it can, or it is no such cell)."""
+        return (EMULATED_ON_CUDA if self.cuda_build else netem.requirements_problem()) if cell.network else None
 
     def say_stop(self, i: int, n: int, cell: Cell) -> None:
         """How a cell's until-stable repeats ended (nothing without the policy)."""
@@ -371,10 +377,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # Emulated nodes share one machine's devices and are given none by number, so on a CUDA build every
-# node would take GPUs 0..K-1, and NCCL (one host to it) would bypass the shaped link (issue 26).
-EMULATED_ON_CUDA = ("cells with `network` run emulated nodes on this machine's devices: on a CUDA build every "
-                    "node would take GPUs 0..K-1 and NCCL would go around the shaped link; run them with a CPU "
-                    "build of Paddle (docs/gpu.md)")
+# node would take GPUs 0..K-1, and NCCL would bypass the shaped link (issue 26): such cells are
+# skipped with this reason, the others run (issue 33: `make demo` on a GPU host).
+EMULATED_ON_CUDA = ("emulated nodes on a CUDA build would share this machine's GPUs and NCCL would go around the "
+                    "shaped link; run network cells with a CPU build of Paddle, docs/gpu.md")
 
 
 def local_build_is_cuda() -> bool:
@@ -401,8 +407,6 @@ def prepare(args: argparse.Namespace) -> Sweep:
     cells = expand(spec, path, on_hosts=hosts.real_hosts())
     if hosts.executor == "ssh" and not hosts.real_hosts() and not all(c.network for c in cells):
         raise SweepError("--executor ssh: cells without `network` need hosts (--hostfile or --hosts)")
-    if any(c.network for c in cells) and not hosts.python and local_build_is_cuda():
-        raise SweepError(EMULATED_ON_CUDA)
     problem = remote.ssh_problem(hosts, emulated=any(c.network for c in cells))
     if problem:  # refused before any cell runs: running them another way would not be what was asked
         raise SweepError(problem)
@@ -411,6 +415,7 @@ def prepare(args: argparse.Namespace) -> Sweep:
     sweep = Sweep(cells, args.results, args.log_dir or os.path.join("log", f"sweep-{name}"),
                   cluster_prefix=args.cluster_name, hosts=hosts, cluster_subnet=args.cluster_subnet,
                   paddle=None if hosts.python else local_paddle(), policy=adaptive.policy(spec, args, path, cells))
+    sweep.cuda_build = any(c.network for c in cells) and not hosts.python and local_build_is_cuda()
     sweep.resolve_configs(paddle_launch.child_env())
     return sweep
 
@@ -422,7 +427,8 @@ def cli(argv: list[str]) -> int:
         sweep = prepare(args)
         if args.dry_run:
             for i, (cell, done) in enumerate(sweep.plan(), start=1):
-                print(f"cell {i}/{len(sweep.cells)} {cell.label()}: {done}/{cell.repeats} done")
+                skipped = f", will be skipped ({sweep.network_problem(cell)})" if sweep.network_problem(cell) else ""
+                print(f"cell {i}/{len(sweep.cells)} {cell.label()}: {done}/{cell.repeats} done{skipped}")
             return 0
         sweep.run(dict(os.environ))
         return 1 if sweep.failed_runs else 0

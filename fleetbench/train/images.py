@@ -79,5 +79,6 @@ def held_out_loader(cfg: ImageConfig) -> paddle.io.DataLoader:
     dataset = images.eval_dataset(cfg.data.val_path, cfg.image_size, cfg.data_format)
     mine = paddle.io.Subset(dataset, evaluate.shard(len(dataset), paddle.distributed.get_rank(),
                                                     epochs.world_size()).tolist())
+    shared = images.shared_memory_fits(cfg.eval_batch_size * 3 * cfg.image_size ** 2 * 4, cfg.data.num_workers)
     return paddle.io.DataLoader(mine, batch_size=cfg.eval_batch_size, shuffle=False, drop_last=False,
-                                num_workers=cfg.data.num_workers, return_list=True, use_shared_memory=False)
+                                num_workers=cfg.data.num_workers, return_list=True, use_shared_memory=shared)

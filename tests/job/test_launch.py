@@ -121,6 +121,14 @@ def test_child_env_drops_inherited_rank_and_job_variables():
     assert got["PYTHONPATH"].split(os.pathsep)[0] == str(REPO)
 
 
+def test_the_users_own_switch_to_cpu_ranks_is_passed_on_but_an_enclosing_jobs_is_not():
+    # issue 33 finding 5: PADDLE_DISTRI_BACKEND=gloo (Paddle's switch to CPU ranks on a CUDA build, the
+    # tests' on GPU hosts) was dropped with the inherited rank variables, so it never reached a rank
+    assert paddle_launch.child_env({"PADDLE_DISTRI_BACKEND": "gloo"})["PADDLE_DISTRI_BACKEND"] == "gloo"
+    inside = {"PADDLE_DISTRI_BACKEND": "gloo", "PADDLE_TRAINER_ID": "0", "PADDLE_TRAINERS_NUM": "2"}
+    assert "PADDLE_DISTRI_BACKEND" not in paddle_launch.child_env(inside)  # Paddle's launcher gave it that job
+
+
 def test_paddle_picks_its_ports_below_the_ephemeral_range_unless_the_user_chose():
     low, high = map(int, paddle_launch.child_env({})["PORT_RANGE"].split(":"))
     assert 1024 < low < high < 32768  # Linux's default ephemeral range starts at 32768

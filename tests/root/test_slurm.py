@@ -3,15 +3,12 @@ it with a fake `srun` that records its argv (no root needed), and the same scrip
 `sbatch` to a real slurmctld with a slurmd in each emulated node (root, slurm-wlm and munge)."""
 import json
 import os
-import shutil
 import stat
 import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 import yaml
-from util import PYTHON, REPO, cluster_name, emulated_nodes, env, records
+from util import PYTHON, REPO, env, records, slurm_nodes
 
 from fleetbench.emulate import slurmd
 from fleetbench.hosts import allocation
@@ -119,14 +116,8 @@ def slurm_cluster():
     """A real Slurm on 2 emulated nodes: munged, slurmctld, a slurmd in each namespace. Its name is
     random and its subnet is netem's own choice, taken under netem's machine-wide lock, so two runs
     at once get clusters of their own."""
-    # A short state directory: slurmstepd's socket path (state dir + spool + node + job and step ids)
-    # must fit 107 bytes, which pytest's own tmp paths need not leave (slurmd.up refuses otherwise).
-    state = Path(tempfile.mkdtemp(prefix="fbq-", dir="/tmp"))
-    try:
-        with emulated_nodes(slurmd, cluster_name("fbq"), state) as nodes:
-            yield nodes
-    finally:
-        shutil.rmtree(state, ignore_errors=True)
+    with slurm_nodes("fbq") as nodes:
+        yield nodes
 
 
 @pytest.mark.skipif(SLURM_PROBLEM is not None, reason=SLURM_PROBLEM or "")

@@ -53,3 +53,44 @@ def test_bfloat16_sums_of_many_ranks_are_not_false_wrongs():
     assert opmath.count_wrong(few.block(0, count) + 4, few, "bfloat16") == count
     assert opmath.count_wrong(exact + 8 * 7, want, "float32") == count
     assert opmath.tolerance("float32", 8) == opmath.TOLERANCE["float32"]
+
+
+# One rank's fill and check of a half-precision all_reduce buffer, in a process of its own: the peak of
+# numpy's allocations (tracemalloc sees them) and of Paddle's host allocator (its tensors on the CPU).
+FILL_AND_CHECK = r"""
+import json, sys, tracemalloc
+import paddle
+from paddle.base import core
+from fleetbench.comm import collectives, opmath
+dtype, count = sys.argv[1], int(sys.argv[2])
+peers = collectives.Peers(rank=0, ranks=1, device="cpu", backend="gloo")
+c = collectives.Collective("all_reduce", count, peers, collectives.CommConfig(dtype=dtype))
+before = core.host_memory_stat_current_value("Allocated", 0)
+tracemalloc.start()
+c.load()
+wrong = opmath.count_wrong(c.received(), opmath.expected_periodic("all_reduce", 0, 1, count, "sum"), dtype)
+host = tracemalloc.get_traced_memory()[1]
+print(json.dumps({"wrong": wrong, "numpy_peak": host,
+                  "paddle_peak": core.host_memory_stat_peak_value("Allocated", 0) - before}))
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_a_buffer_is_filled_and_checked_without_copies_of_its_size(dtype):
+    # issue 33 finding 6: the fill was a float32 host array (np.resize), a float32 tensor and a cast,
+    # and the check cast the whole output to float32 and copied it to the host: at nccl_full's sizes
+    # float16 and bfloat16 ran out of GPU memory. Now the buffer is built in its dtype a block at a
+    # time and read back a block at a time: numpy holds a few blocks, Paddle the buffer and a block.
+    import json
+    import subprocess
+    import sys
+
+    count = 1 << 25  # 32 Mi elements: 64 MiB in half precision
+    p = subprocess.run([sys.executable, "-c", FILL_AND_CHECK, dtype, str(count)], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    size = count * opmath.DTYPE_BYTES[dtype]
+    assert got["wrong"] == 0
+    assert got["numpy_peak"] < 40 << 20, got  # blocks of opmath.CHECK_BLOCK elements, never the buffer
+    assert got["paddle_peak"] < size + (24 << 20), got  # the buffer and a block or two

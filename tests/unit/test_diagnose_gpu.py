@@ -35,14 +35,17 @@ def test_a_line_that_does_not_match_the_query_is_refused():
 
 
 def test_a_node_is_its_worst_device():
-    devices = [{"gpu_matmul_fp32_tflops": 19.0, "gpu_matmul_fp16_tflops": 250.0, "gpu_mem_copy_gbps": 1500.0},
+    devices = [{"gpu_matmul_fp32_tflops": 19.0, "gpu_matmul_tf32_tflops": 150.0, "gpu_matmul_fp16_tflops": 250.0,
+                "gpu_mem_copy_gbps": 1500.0},
                {"gpu_matmul_fp32_tflops": 12.0, "gpu_matmul_fp16_tflops": 260.0, "gpu_mem_copy_gbps": 1480.0}]
-    smi = [nvsmi.figures(r) for r in nvsmi.parse(TWO_GPUS)]
-    node = gpu.worst(devices, smi)
+    for device, row in zip(devices, nvsmi.parse(TWO_GPUS)):  # each device's sample, taken under its load
+        device.update(nvsmi.figures(row))
+    node = gpu.worst(devices)
     assert node["gpu_matmul_fp32_tflops"] == 12.0 and node["gpu_matmul_fp16_tflops"] == 250.0
+    assert node["gpu_matmul_tf32_tflops"] == 150.0  # only the device that has TF32 says it
     assert node["gpu_sm_clock_ratio"] == pytest.approx(1005 / 1410) and node["gpu_temperature_c"] == 88
     assert node["gpu_ecc_uncorrected_errors"] == 1 and node["gpu_ecc_corrected_errors"] == 3
-    assert gpu.worst([], []) == {}  # a CPU node: no GPU figures
+    assert gpu.worst([]) == {}  # a CPU node: no GPU figures
 
 
 def test_every_figure_a_gpu_node_reports_is_a_declared_metric():
@@ -54,4 +57,4 @@ def test_every_figure_a_gpu_node_reports_is_a_declared_metric():
     combined = {m.name for m in metrics.TABLE if m.combine}
     assert {k for k in smi if k in metrics.METRICS} == combined & set(smi)
     assert smi["gpu_temperature_c"] == 88 and "temperature_c" not in smi
-    assert set(gpu.worst([{"gpu_matmul_fp32_tflops": 1.0}], [smi])) <= set(metrics.METRICS)
+    assert set(gpu.worst([{"gpu_matmul_fp32_tflops": 1.0}, smi])) <= set(metrics.METRICS)

@@ -2,8 +2,9 @@
 `fleetbench report` accept (a diagnose record has figures with units in their names, no throughput)."""
 import json
 
-from fleetbench.diagnose import records, rules
+from fleetbench.diagnose import records, rules, verdicts
 from fleetbench.diagnose.cli import DEFAULT_RULES
+from fleetbench.hosts.hostlist import Host
 from fleetbench.measure import results
 from fleetbench.report import generate
 
@@ -12,15 +13,12 @@ RULES = rules.parse_rules(DEFAULT_RULES.read_text(), "shipped")
 
 def _report() -> dict:
     figures = {0: {"matmul_gflops": 40.0, "triad_gbps": 20.0}, 2: {"matmul_gflops": 15.0, "triad_gbps": 20.0},
-               3: {"matmul_gflops": 41.0, "triad_gbps": 21.0}}
-    nodes = rules.judge_nodes(figures, RULES, problems={1: ("unreachable", "node 1 (fb-node1): gone")})
-    links, blamed = rules.judge_links({(0, 2): {"link_gbps": 9.0}, (0, 3): {"link_gbps": 9.1},
-                                       (2, 3): {"link_gbps": 8.9}}, RULES)
-    nodes = [{**n, "host": f"fb-node{n['index']}", "address": f"10.0.0.{n['index'] + 1}",
-              "figures": figures.get(n["index"], {})}
-             for n in rules.merge(nodes, blamed)]
-    return {"nodes": nodes, "links": links, "reference": "peer median", "elapsed_s": 12.5,
-            "phases": {"nodes_s": 10.0, "links_s": 2.5}}
+               3: {"matmul_gflops": 40.0, "triad_gbps": 21.0}}
+    m = {"nodes": figures, "problems": {1: ("unreachable", "node 1 (fb-node1): gone")},
+         "links": {(0, 2): {"link_gbps": 9.0}, (0, 3): {"link_gbps": 9.1}, (2, 3): {"link_gbps": 8.9}},
+         "cluster": None, "remeasured": {}, "elapsed_s": 12.5, "phases": {"nodes_s": 10.0, "links_s": 2.5}}
+    hosts = [Host(f"fb-node{i}", reach="netns", index=i, address=f"10.0.0.{i + 1}") for i in range(4)]
+    return verdicts.report(m, RULES, None, hosts)
 
 
 def test_json_has_the_issues_shape():

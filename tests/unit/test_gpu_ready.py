@@ -42,13 +42,34 @@ def test_a_cudnn_paddle_could_not_load_without_naming_it_is_still_said():
 
 
 @pytest.mark.parametrize("parts, driver, phrase", [
-    ({"cudnn": {"value": 7605}}, "535.104.05", "loads cuDNN 7.6 where it was built for 8.6.0"),
+    ({"cudnn": {"value": 7605}}, "535.104.05", "loads cuDNN 7.6.5 where it was built for 8.6.0"),
+    ({"cudnn": {"value": 90501}}, "535.104.05", "loads cuDNN 9.5.1 where it was built for 8.6.0"),
     ({}, "418.67", "NVIDIA driver 418.67 is older than 450.80.02, the oldest CUDA 11.x runs on"),
     ({"devices": {"error": "CUDA driver version is insufficient"}}, None, "counting GPUs failed (CUDA driver version is insufficient)"),
 ])
 def test_each_problem_is_said(parts, driver, phrase):
     status, line = gpu_ready.verdict(gpu_build(**parts), driver)
     assert status == 2 and phrase in line, line
+
+
+def cuda12_build(**parts) -> dict:
+    """paddlepaddle-gpu 3.3.1 from Paddle's cu126 index: cuDNN 9, NVIDIA's libraries as pip wheels."""
+    return gpu_build(**dict({"paddle": "3.3.1", "cuda_built": "12.6", "cudnn_built": "9.5.1", "pip_libraries": True,
+                             "cudnn": {"value": 90501}, "nccl": {"value": 22105}}, **parts))
+
+
+def test_a_cudnn_9_build_is_ready_and_its_hint_is_pip():
+    # issue 33 finding 1: cudnnGetVersion() is major*10000 + minor*100 + patch from cuDNN 9 on; read
+    # as major*1000 every 3.x CUDA 12 build was refused ("loads cuDNN 90.5 where it was built for 9.5.1")
+    status, line = gpu_ready.verdict(cuda12_build(), "550.54.15")
+    assert status == 0 and "loads cuDNN 9.5.1 and NCCL 2.21.5 and sees 8 GPU(s)" in line, line
+    status, line = gpu_ready.verdict(cuda12_build(cudnn={"value": 8907}), "550.54.15")
+    assert status == 2 and "loads cuDNN 8.9.7 where it was built for 9.5.1" in line, line
+    # its libraries come as nvidia-* wheels: reinstalling from Paddle's index, not LD_LIBRARY_PATH, puts them back
+    assert "pip install --force-reinstall paddlepaddle-gpu==3.3.1 -i https://www.paddlepaddle.org.cn/packages/stable/cu126/" in line
+    assert "put their lib folders on LD_LIBRARY_PATH" not in line
+    status, line = gpu_ready.verdict(cuda12_build(), "470.57.02")
+    assert status == 2 and "NVIDIA driver 470.57.02 is older than 525.60.13, the oldest CUDA 12.x runs on" in line
 
 
 def test_a_ready_node_and_a_cpu_build_pass():

@@ -61,6 +61,40 @@ def test_collective_job_is_workers_running_paddles_launcher(tmp_path):
     assert e["FLEETBENCH_NODES"] == "2" and e["FLEETBENCH_OMP_THREADS"] == "4"  # 16 cores / 4 processes
 
 
+def test_an_infiniband_job_carries_ncclss_variables_the_rdma_device_and_ipc_lock(tmp_path):
+    # issue 33 finding 11: a PaddleJob could carry neither NCCL_* nor the RDMA device plugin's
+    # resource nor IPC_LOCK, so NCCL fell back to sockets on an InfiniBand cluster without a word
+    from test_k8s_crd import SCHEMA, errors
+
+    [doc] = write_manifests(tmp_path, "resnet50", "--nodes", 2, "--devices-per-node", 8, "--gpus",
+                            "--env", "NCCL_IB_HCA=mlx5", "--env", "NCCL_SOCKET_IFNAME=eth0", "--env", "NCCL_DEBUG=INFO",
+                            "--rdma", "rdma/hca_shared_devices_a=1")
+    assert_fleetbench_checker_passes(doc)
+    assert errors(SCHEMA["openAPIV3Schema"], doc) == []  # the operator's own CRD schema, strictly
+    cont = container(doc, "Worker")
+    assert {k: env_of(cont)[k] for k in ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG")} == {
+        "NCCL_IB_HCA": "mlx5", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_DEBUG": "INFO"}
+    assert cont["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/hca_shared_devices_a": "1"}
+    assert cont["resources"]["requests"] == cont["resources"]["limits"]
+    assert cont["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert "securityContext" not in container(write_manifests(tmp_path, "resnet50")[0], "Worker")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--env", "NCCL_IB_HCA"], "--env 'NCCL_IB_HCA': expected NAME=VALUE"),
+    (["--env", "PADDLE_RANK=3"], "--env PADDLE_RANK: set by fleetbench k8s or the operator"),
+    (["--env", "FLEETBENCH_NODES=3"], "--env FLEETBENCH_NODES: set by fleetbench k8s or the operator"),
+    (["--env", "A=1", "--env", "A=2"], "--env A: given twice"),
+    (["--rdma", "hca"], "--rdma 'hca': expected the device plugin's resource like rdma/hca_shared_devices_a[=1]"),
+    (["--rdma", "rdma/hca=0"], "--rdma 'rdma/hca=0': expected the device plugin's resource"),
+])
+def test_bad_env_and_rdma_are_one_line(tmp_path, args, message):
+    out = tmp_path / "jobs.yaml"
+    p = fleetbench("k8s", "resnet50", *args, "--image", "img", "--out", out)
+    (line,) = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and line.startswith(f"fleetbench k8s: error: {message}") and not out.exists(), line
+
+
 def test_a_cpu_job_of_several_ranks_a_pod_across_pods_is_told_to_use_a_paddle3_image(tmp_path):
     out = tmp_path / "jobs.yaml"
     p = fleetbench("k8s", "resnet50", "--preset", "tiny", "--nodes", 2, "--devices-per-node", 2,

@@ -63,3 +63,33 @@ def test_the_probe_reads_cuda_visible_devices_as_paddles_launcher_does():
 
     gpus = paddle.device.cuda.device_count() if paddle.is_compiled_with_cuda() else 0
     assert launch.job_shape(args, env, launch.seen(args, env))[3] == max(1, gpus)  # one rank per GPU
+
+
+def paddles_devices_per_rank(nproc, devices, found) -> list | None:
+    """What Paddle's collective controller hands each rank (controllers/collective.py: one rank
+    takes the whole selected list, else rank i takes entry i); None where it fails (IndexError)."""
+    device = Device(dtype=found["type"])
+    device.labels = found["labels"]
+    selected = device.get_selected_devices(devices)
+    replicas = paddles_count(nproc, devices, found)
+    if not selected:
+        return [[] for _ in range(replicas)]
+    if replicas == 1:
+        return [selected]
+    return [[selected[i]] for i in range(replicas)] if replicas <= len(selected) else None
+
+
+@pytest.mark.parametrize("nproc, devices, found", [
+    (None, "0,1,2,3,4,5,6,7", EIGHT_GPUS), (8, "0,1,2,3,4,5,6,7", EIGHT_GPUS), (4, "0,1,2,3,4,5,6,7", EIGHT_GPUS),
+    (1, "0,1,2,3,4,5,6,7", EIGHT_GPUS), (9, "0,1,2,3,4,5,6,7", EIGHT_GPUS), (16, None, EIGHT_GPUS),
+    (8, None, EIGHT_GPUS), (2, None, EIGHT_GPUS), (4, None, CPU), (None, None, EIGHT_GPUS),
+    (3, None, {"type": "gpu", "labels": ["4", "6"]}),
+])
+def test_a_rank_count_is_refused_exactly_where_paddle_would_not_give_each_rank_one_device(nproc, devices, found):
+    # acceptance 4 of issue 33: --nproc_per_node against the devices Paddle's launcher hands out
+    handed = paddles_devices_per_rank(nproc, devices, found)
+    listed = len(devices.split(",")) if devices else len(found["labels"])
+    one_each = handed is not None and all(len(d) == (1 if found["type"] == "gpu" else 0) for d in handed) and (
+        not devices or len(handed) == listed)
+    problem = preflight.count_problem(str(nproc) if nproc else None, "--gpus", devices, found)
+    assert (problem is None) == one_each, (problem, handed)

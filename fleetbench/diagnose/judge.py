@@ -1,0 +1,153 @@
+"""Judgement (pure): one diagnosis's figures and the rules in, verdicts out, against the peers
+or against a baseline (fleetbench.diagnose.baseline).
+
+References, each with its spread (rules.Reference):
+- a node's figure: the median of the *other* nodes' (a healthy node is never judged against a
+  reference it pulled down itself), spread their scaled MAD; or its own baseline figure;
+- a link's figure: per rule, each node's best link first; a node whose best link breaks the rule
+  against the others' best links is a suspect (every link of a bad node is slow, while every
+  healthy node has a healthy link to another healthy one); links are then judged against the
+  median of the links with no suspect end. Robust to one bad node in any cluster of 3 or more
+  (to fewer than half the nodes), where the median of all links is not: with 3 nodes one bad node
+  makes 2 of 3 links slow. When every link touches a suspect, the peers cannot judge, and say so.
+  With a baseline: the link's own baseline figure.
+
+Blame follows cause (blame.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+
+from fleetbench.diagnose import baseline as baselines
+from fleetbench.diagnose.rules import Reference, Rule, robust_spread
+
+NO_PEERS = Reference(None, kind="no peers")
+
+
+def peer_reference(values: list[float]) -> Reference:
+    figures = [v for v in values if v is not None]
+    if not figures:
+        return NO_PEERS
+    return Reference(statistics.median(figures), robust_spread(figures), "peer median", len(figures), min(figures))
+
+
+def node_reference(node: int, metric: str, figures: dict[int, dict], baseline: dict | None) -> Reference:
+    if baseline:
+        return baselines.reference(baseline, "nodes", str(node), metric)
+    return peer_reference([f.get(metric) for n, f in figures.items() if n != node])
+
+
+def _violation(rule: Rule, value: float, ref: Reference | None) -> dict:
+    shown = ref.value if ref is not None and rule.needs_reference else rule.threshold
+    kind = ref.kind if ref is not None and rule.needs_reference else "limit"
+    out = {"metric": rule.metric, "value": round(value, 3), "reference": None if shown is None else round(shown, 3),
+           "reference_kind": kind, "rule": rule.text, "category": rule.category}
+    if ref is not None and rule.needs_reference:
+        out["spread"] = round(ref.spread, 3)
+    return out
+
+
+def failure(message: str) -> dict:
+    """A test that failed, as a violation (category `failed`): no value, no reference."""
+    return {"metric": "test", "value": None, "reference": None, "reference_kind": "", "rule": message,
+            "category": "failed"}
+
+
+def verdict(node: int, violations: list[dict]) -> dict:
+    categories = sorted({v["category"] for v in violations})
+    return {"index": node, "verdict": "defective" if violations else "healthy", "categories": categories,
+            "violations": violations}
+
+
+def with_own_noise(ref: Reference | None, twice: list | None) -> Reference | None:
+    """The reference's spread widened by the figure's own when it was measured twice (a figure
+    that moved a lot between its two measurements is that noisy: the spread of a difference adds
+    both). A sick node measures low twice alike; a healthy one disturbed by a neighbour does not."""
+    if ref is None or not twice or None in twice:
+        return ref
+    return dataclasses.replace(ref, spread=math.hypot(ref.spread, abs(twice[0] - twice[1]) / math.sqrt(2)))
+
+
+def judge_nodes(figures: dict[int, dict], rules: list[Rule], baseline: dict | None = None,
+                problems: dict[int, tuple[str, str]] | None = None, remeasured: dict | None = None) -> list[dict]:
+    """One verdict per node. `figures`: node -> {metric: value}; `problems`: node -> (category,
+    message) for a node that could not be reached or whose probe failed (a verdict, not a crash);
+    `remeasured`: "node i" -> {metric: [first, second]}."""
+    problems, remeasured = problems or {}, remeasured or {}
+    verdicts = []
+    for node in sorted(set(figures) | set(problems)):
+        if node in problems:
+            category, message = problems[node]
+            verdicts.append({"index": node, "verdict": "unreachable" if category == "unreachable" else "defective",
+                             "categories": [category], "violations": [], "message": message})
+            continue
+        violations = []
+        for rule in (r for r in rules if r.scope == "node"):
+            value = figures[node].get(rule.metric)
+            if value is None:
+                if any(f.get(rule.metric) is not None for f in figures.values()):
+                    violations.append(failure(f"{rule.metric} not measured on this node (its peers measured it)"))
+                continue
+            ref = node_reference(node, rule.metric, figures, baseline) if rule.needs_reference else None
+            ref = with_own_noise(ref, remeasured.get(f"node {node}", {}).get(rule.metric))
+            if rule.broken_by(value, ref):
+                violations.append(_violation(rule, value, ref))
+        verdicts.append(verdict(node, violations))
+    return verdicts
+
+
+def peer_link_references(values: dict[tuple[int, int], float], rule: Rule) -> tuple[dict, set]:
+    """Per link, the reference of its peers (module docstring), and the suspect nodes."""
+    values = {pair: v for pair, v in values.items() if v is not None}
+    if len(values) < 2:
+        return {pair: NO_PEERS for pair in values}, set()
+    nodes = sorted({n for pair in values for n in pair})
+    best = {n: max(v for pair, v in values.items() if n in pair) for n in nodes}
+    suspects = {n for n in nodes
+                if rule.broken_by(best[n], peer_reference([best[m] for m in nodes if m != n]))}
+    clean = [v for pair, v in values.items() if not suspects & set(pair)]
+    if not clean:  # every link touches a suspect: nothing left to judge by
+        return {pair: Reference(None, kind="no peers: every link touches a suspect node") for pair in values}, suspects
+    ref = Reference(statistics.median(clean), robust_spread(clean), "peer links", len(clean), min(clean))
+    return {pair: ref for pair in values}, suspects
+
+
+def link_references(values: dict, rule: Rule, baseline: dict | None) -> dict:
+    if baseline:
+        return {pair: baselines.reference(baseline, "links", baselines.link_key(pair), rule.metric) for pair in values}
+    return peer_link_references(values, rule)[0]
+
+
+def slow_links(links: dict[tuple[int, int], dict], rules: list[Rule], baseline: dict | None,
+               remeasured: dict | None = None) -> dict:
+    """pair -> the violations of its figures (and of its failed test)."""
+    slow: dict[tuple[int, int], list[dict]] = {}
+    remeasured = remeasured or {}
+    for rule in (r for r in rules if r.scope == "link"):
+        values = {pair: f.get(rule.metric) for pair, f in links.items() if f.get(rule.metric) is not None}
+        refs = link_references(values, rule, baseline) if rule.needs_reference else {}
+        for pair, value in sorted(values.items()):
+            ref = with_own_noise(refs.get(pair), remeasured.get(f"link {pair[0]}-{pair[1]}", {}).get(rule.metric))
+            if rule.broken_by(value, ref):
+                slow.setdefault(pair, []).append(_violation(rule, value, ref))
+    for pair, f in sorted(links.items()):
+        if f.get("error"):
+            slow.setdefault(pair, []).append(failure(f["error"]))
+    return slow
+
+
+def judge_cluster(figures: dict, rules: list[Rule], baseline: dict | None) -> dict:
+    """The all-node job's verdict: `failed` when it failed, `slow` when a figure breaks a cluster
+    rule against the baseline (it has no peers in one run), else healthy."""
+    if figures.get("error"):
+        found = [failure(figures["error"])]
+    else:
+        found = []
+        for rule in (r for r in rules if r.scope == "cluster" and figures.get(r.metric) is not None):
+            ref = baselines.reference(baseline, "cluster", "all", rule.metric) if baseline else NO_PEERS
+            if rule.broken_by(figures[rule.metric], ref if rule.needs_reference else None):
+                found.append(_violation(rule, figures[rule.metric], ref))
+    state = "failed" if figures.get("error") else "slow" if found else "healthy"
+    return {**figures, "verdict": state, "categories": sorted({v["category"] for v in found}), "violations": found}

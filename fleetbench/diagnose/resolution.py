@@ -1,0 +1,75 @@
+"""What this diagnosis could see (pure): per test, its ceiling on this cluster and the figure
+below which it flags, so that a fault the tests cannot resolve is said to be so, never reported
+as healthy in silence.
+
+- ceiling: the best figure a healthy node or link reached in this run (against a baseline: the
+  best of the baseline's figures). A link capped above it looks like every other link: on a
+  machine whose raw TCP probe tops out at 3.8 Gbit/s a 5 Gbit/s cap cannot be seen at all.
+- flagged below: the typical reference less what the rule and the reference's spread allow
+  (rules.flagged_below); a fault between it and the ceiling is not resolved.
+"""
+from __future__ import annotations
+
+import statistics
+
+from fleetbench.diagnose import judge, metrics, rules as rulebook
+from fleetbench.diagnose.rules import Rule
+
+
+def _figures(rule: Rule, m: dict) -> dict:
+    part = m["nodes"] if rule.scope == "node" else m["links"]
+    return {key: f[rule.metric] for key, f in part.items() if f.get(rule.metric) is not None}
+
+
+def _references(rule: Rule, values: dict, m: dict, baseline: dict | None) -> dict:
+    if rule.scope == "node":
+        return {n: judge.node_reference(n, rule.metric, m["nodes"], baseline) for n in values}
+    return judge.link_references(values, rule, baseline)
+
+
+def of_rule(rule: Rule, m: dict, baseline: dict | None) -> dict | None:
+    """One reference-based rule's resolution in this diagnosis (None: its metric was not measured)."""
+    values = _figures(rule, m)
+    if not values:
+        return None
+    refs = _references(rule, values, m, baseline)
+    used = [r for r in refs.values() if r.value is not None]
+    spec = metrics.METRICS[rule.metric]
+    if not used:
+        kinds = sorted({r.kind for r in refs.values()})
+        return {"metric": rule.metric, "unit": spec.unit, "judged": False, "why": "; ".join(kinds)}
+    healthy = [v for k, v in values.items() if not rule.broken_by(v, refs[k])] or list(values.values())
+    if baseline:
+        healthy += [r.value for r in used]
+    reference = statistics.median(r.value for r in used)
+    below = statistics.median(rulebook.flagged_below(rule.threshold, r) for r in used)
+    return {"metric": rule.metric, "unit": spec.unit, "judged": True, "ceiling": round(max(healthy), 3),
+            "reference": round(reference, 3), "flagged_below": round(below, 3),
+            "loss_pct": round(100 * (1 - below / reference), 1) if reference > 0 else None,
+            "spread": round(statistics.median(r.spread for r in used), 3), "judged_by": used[0].kind}
+
+
+def resolution(m: dict, rules: list[Rule], baseline: dict | None) -> list[dict]:
+    """Every measured node or link rule's resolution (module docstring)."""
+    out = []
+    for rule in (r for r in rules if r.needs_reference and r.scope in ("node", "link")):
+        found = of_rule(rule, m, baseline)
+        if found:
+            out.append(found)
+    return out
+
+
+def text(entry: dict) -> str:
+    """One line of the console's resolution block."""
+    if not entry["judged"]:
+        return f"{entry['metric']}: not judged ({entry['why']}; a baseline judges it)"
+    unit, below, top = entry["unit"], entry["flagged_below"], entry["ceiling"]
+    if below <= 0:
+        return (f"{entry['metric']}: no loss can be resolved: the reference spreads +-{entry['spread']:g} {unit} "
+                f"around {entry['reference']:g} (best healthy {top:g})")
+    if metrics.METRICS[entry["metric"]].scope == "link":
+        return (f"{entry['metric']}: the best healthy link reaches {top:g} {unit}; a link below {below:g} "
+                f"({entry['loss_pct']:g}% under its reference) is flagged; a fault between {below:g} and "
+                f"{top:g} {unit} is not resolved, and one above {top:g} cannot be seen")
+    return (f"{entry['metric']}: a node below {below:g} {unit} ({entry['loss_pct']:g}% under its reference, "
+            f"best healthy {top:g}) is flagged; a smaller loss is not seen")

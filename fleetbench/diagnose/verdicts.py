@@ -1,0 +1,65 @@
+"""One measurement judged (pure): the report `fleetbench diagnose` prints and stores, against the
+peers or against a baseline. The same measurement can be judged both ways (bench/diagnose_matrix.py).
+"""
+from __future__ import annotations
+
+from fleetbench.diagnose import blame, judge, resolution
+from fleetbench.diagnose.rules import Rule
+from fleetbench.hosts.hostlist import Host
+
+
+def _remeasured(item: dict, key: str, m: dict) -> dict:
+    """Each violation of a re-measured node or link with both figures (the better one counted)."""
+    again = m["remeasured"].get(key, {})
+    if not again:
+        return item
+    marked = [{**v, "remeasured": again[v["metric"].split(" (")[0]]} if v["metric"].split(" (")[0] in again else v
+              for v in item["violations"]]
+    return {**item, "violations": marked}
+
+
+def not_measured(rules: list[Rule], m: dict) -> list[dict]:
+    """The rules whose metric no test produced (on no node, link or all-node job), each with the
+    test that would have: reported, never passed."""
+    from fleetbench.diagnose import metrics
+
+    produced = {metric for part in (m["nodes"], m["links"], {"all": m.get("cluster") or {}})
+                for f in part.values() for metric, value in f.items() if value is not None}
+    return [{"metric": r.metric, "rule": r.text, "producer": metrics.METRICS[r.metric].producer}
+            for r in rules if r.metric not in produced]
+
+
+def report(m: dict, rules: list[Rule], baseline: dict | None, hosts: list[Host]) -> dict:
+    """The verdicts of measurement `m` (fleetbench.diagnose.measure.measure)."""
+    nodes = judge.judge_nodes(m["nodes"], rules, baseline, m["problems"], m["remeasured"])
+    slow = judge.slow_links(m["links"], rules, baseline, m["remeasured"])
+    links, charged, explains = blame.blame(m["links"], slow, nodes)
+    by_index = {h.index: h for h in hosts}
+    nodes = [_remeasured({**n, "host": by_index[n["index"]].name, "address": by_index[n["index"]].address,
+                          "figures": m["nodes"].get(n["index"], {})}, f"node {n['index']}", m)
+             for n in blame.merge(nodes, charged, explains)]
+    links = [_remeasured(l, f"link {l['a']}-{l['b']}", m) for l in links]
+    out = {"nodes": nodes, "links": links, "not_measured": not_measured(rules, m),
+           "resolution": resolution.resolution(m, rules, baseline),
+           "reference": "baseline" if baseline else "peers", "remeasured": sorted(m["remeasured"]),
+           "elapsed_s": m["elapsed_s"], "phases": m["phases"]}
+    if m.get("cluster") is not None:
+        out["cluster"] = judge.judge_cluster(m["cluster"], rules, baseline)
+    return out
+
+
+def exit_code(report: dict) -> int:
+    """0 when every node, every link and the all-node job (when run) are healthy, else 1 (a
+    cpu-bound link is not a finding: its test measured the CPUs, not the link; its row says so)."""
+    cluster_ok = report.get("cluster", {}).get("verdict", "healthy") == "healthy"
+    links_ok = all(l["verdict"] in ("healthy", "cpu-bound") for l in report["links"])
+    return 0 if cluster_ok and links_ok and all(n["verdict"] == "healthy" for n in report["nodes"]) else 1
+
+
+def flagged(report: dict) -> list[str]:
+    """What a report flags, as short names: `node 2 compute`, `link 0-3` (for summaries)."""
+    out = [f"node {n['index']} {','.join(n['categories'])}" for n in report["nodes"] if n["verdict"] != "healthy"]
+    out += [f"link {l['a']}-{l['b']}" for l in report["links"] if l["verdict"] not in ("healthy", "cpu-bound")]
+    if report.get("cluster", {}).get("verdict", "healthy") != "healthy":
+        out.append("all nodes")
+    return out

@@ -1,0 +1,68 @@
+"""`make demo` on a simulated GPU host (issue 33, finding 4: the Makefile installs the gpu extra there,
+and the demo sweep's emulated-network cells made the runner refuse the whole sweep).
+
+A reduced form of the demo, said here: the demo sweep's own cells (fleetbench/presets/sweeps/
+demo.yaml), each axis at its first value, one repeat and no until-stable repeats, and of those the
+first ResNet50 cell and the emulated-network cells only (the full demo takes 15 minutes on 2 quiet
+cores); then `make demo`'s report. The network cells are skipped, each in one line with the reason;
+the ResNet50 cell runs on the simulated GPU (the sweep runs its `--check` first: the README's
+`resnet50.py --preset tiny --check` on the 2.6.2 build) and its record says it was simulated. A
+neighbour holds GPU 0 meanwhile: the run's interference names it, and the report says the run was
+disturbed."""
+import subprocess
+from pathlib import Path
+
+import simhost
+import yaml
+from util import PYTHON, REPO, env, records
+
+from fleetbench.sweep import runner
+from fleetbench.sweep.sweepfile import SWEEP_DIR
+
+
+def reduced_demo() -> dict:
+    spec = yaml.safe_load(Path(SWEEP_DIR, "demo.yaml").read_text())
+    cells = []
+    for cell in spec["cells"]:
+        cell = {k: (v[0] if isinstance(v, list) else v) for k, v in cell.items()
+                if k not in ("until_stable", "target_ci", "max_repeats")}
+        if cell.get("network") or (cell["benchmark"] == "resnet50" and not cells):
+            cells.append(cell)
+    return dict(spec, repeats=1, cells=cells)
+
+
+# Another user's process holding GPU 0 (a context on it, as nvidia-smi --query-compute-apps lists it).
+NEIGHBOUR = "import paddle, sys; paddle.set_device('gpu:0'); print('holding', flush=True); sys.stdin.read()"
+
+
+def test_the_demo_sweep_skips_its_network_cells_in_one_line_each_and_runs_the_rest(tmp_path):
+    sim = simhost.install(tmp_path / "host", "dgx-a100", "2.6.2-cu118")
+    spec, store = tmp_path / "demo.yaml", tmp_path / "demo.jsonl"
+    spec.write_text(yaml.safe_dump(reduced_demo()))
+    assert [bool(c.get("network")) for c in reduced_demo()["cells"]] == [False, True, True]
+    neighbour = subprocess.Popen([PYTHON, "-c", NEIGHBOUR], env=env(**sim.env()), stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+    try:
+        assert neighbour.stdout.readline() == "holding\n"  # its context is on GPU 0 before the sweep starts
+        p = subprocess.run([PYTHON, "-m", "fleetbench", "sweep", str(spec), "--results", str(store), "--log-dir",
+                            str(tmp_path / "log")], cwd=REPO, env=env(**sim.env()), capture_output=True, text=True,
+                           timeout=600)
+    finally:
+        neighbour.communicate(timeout=60)  # stdin closed: it ends
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    skipped = [line for line in p.stdout.splitlines() if "skipped" in line]
+    assert len(skipped) == 2 and all(line.endswith(f": skipped ({runner.EMULATED_ON_CUDA})") for line in skipped)
+    assert all("net=" in line for line in skipped)
+    (rec,) = records(store)
+    assert rec["error"] is None and rec["benchmark"] == "resnet50" and rec["network"] is None
+    # it trained on the GPU Paddle's launcher selected for it (its tensors on the CPU), and says so
+    assert rec["config"]["runtime"]["device"] == "gpu:0" and rec["env"]["simulated_gpu"]["host"] == "dgx-a100"
+    assert rec["env"]["paddle"]["simulated"] is True and rec["env"]["gpus"][0]["name"] == simhost.A100["name"]
+    # the neighbour on its GPU is the run's interference (machine/gpu_procs.py), and disturbs it
+    assert rec["metrics"]["interference_gpu_procs"] == 1
+    report = subprocess.run([PYTHON, "-m", "fleetbench", "report", str(store), "--images", str(tmp_path / "images")],
+                            cwd=REPO, env=env(**sim.env()), capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert "SIMULATED GPU host (2.6.2 CUDA 11.8 (simulated)" in report.stdout  # never a GPU measurement
+    # a lone disturbed run has no cv: the stability line says so (it was a TypeError)
+    assert "stable (cv undefined: one run)" in report.stdout and "1 other GPU process(es)" in report.stdout

@@ -1,0 +1,328 @@
+"""fleetbench diagnose's judgement on constructed figures (issue 35): the rule that knows its noise,
+per-node and per-link baselines, a peer reference robust to one bad node in any cluster size
+(3 nodes included), blame that follows cause, re-measurement, and what the report says it
+could not see."""
+import itertools
+import json
+
+import pytest
+
+from fleetbench.diagnose import baseline as baselines
+from fleetbench.diagnose import judge, measure, output, resolution, rules, verdicts
+from fleetbench.diagnose.cli import DEFAULT_RULES
+from fleetbench.hosts.hostlist import Host
+
+RULES = rules.parse_rules(DEFAULT_RULES.read_text(), "shipped")
+LINK_RULE = next(r for r in RULES if r.metric == "link_gbps")
+MACHINE = {"cpu": "X", "cpus": 2, "paddle": "2.6.2"}
+
+
+def _m(nodes, links=None, problems=None, cluster=None, remeasured=None):
+    return {"nodes": nodes, "problems": problems or {}, "links": links or {}, "cluster": cluster,
+            "remeasured": remeasured or {}, "elapsed_s": 1.0, "phases": {}}
+
+
+def _hosts(n):
+    return [Host(f"h{i}", reach="netns", index=i, address=f"10.0.0.{i + 1}") for i in range(n)]
+
+
+def _report(m, base=None):
+    return verdicts.report(m, RULES, base, _hosts(len(m["nodes"]) + len(m["problems"])))
+
+
+def _nodes(n, gflops=40.0):
+    return {i: {"matmul_gflops": gflops, "triad_gbps": 20.0, "train_images_per_s": 500.0} for i in range(n)}
+
+
+def _links(n, rate=9.5, slow_node=None, slow_rate=1.0):
+    return {p: {"link_gbps": slow_rate if slow_node in p else rate} for p in itertools.combinations(range(n), 2)}
+
+
+def _flagged(report):
+    return verdicts.flagged(report)
+
+
+# ------------------------------------------------------------------------------------------
+# The rule that knows its noise
+
+
+def test_below_the_percentage_but_inside_the_references_spread_does_not_break():
+    (rule,) = rules.parse_rules("rules: [{metric: link_gbps, below_reference_pct: 30, category: network}]", "r")
+    noisy = rules.Reference(3.8, spread=0.7, kind="baseline", n=10)  # the issue's probe: 3.8 +- 0.7 Gbit/s
+    assert not rule.broken_by(2.5, noisy)  # 34% below, but within 3 spreads (3.8 - 2.1 = 1.7)
+    assert rule.broken_by(1.5, noisy)  # below both
+    tight = rules.Reference(9.5, spread=0.1, kind="baseline", n=10)
+    assert rule.broken_by(6.0, tight) and not rule.broken_by(7.0, tight)  # the percentage binds
+    assert rules.flagged_below(30, noisy) == pytest.approx(1.7) and rules.flagged_below(30, tight) == pytest.approx(6.65)
+
+
+def test_a_node_is_judged_against_the_other_nodes_not_a_median_it_pulled_down():
+    figures = _nodes(3)
+    figures[2]["matmul_gflops"] = 20.0
+    found = judge.judge_nodes(figures, RULES)
+    assert [v["verdict"] for v in found] == ["healthy", "healthy", "defective"]
+    (violation,) = found[2]["violations"]
+    assert (violation["reference"], violation["reference_kind"]) == (40.0, "peer median")
+
+
+def test_a_figure_far_below_every_peer_is_flagged_however_widely_two_peers_disagree():
+    figures = {0: {"matmul_gflops": 2.0}, 1: {"matmul_gflops": 10.0}, 2: {"matmul_gflops": 25.0}}
+    assert [v["verdict"] for v in judge.judge_nodes(figures, RULES)] == ["defective", "healthy", "healthy"]
+    figures[0]["matmul_gflops"] = 9.0  # below the median by 49%, but not 25% below its lowest peer
+    assert all(v["verdict"] == "healthy" for v in judge.judge_nodes(figures, RULES))
+
+
+def test_peers_that_spread_widely_flag_nothing_a_tight_cluster_would():
+    figures = {i: {"matmul_gflops": g} for i, g in enumerate([40.0, 30.0, 50.0, 41.0, 28.0])}
+    # node 4 is 30% below the others' median (40.5) but the others spread +-9 GFLOP/s (scaled MAD)
+    assert all(v["verdict"] == "healthy" for v in judge.judge_nodes(figures, RULES))
+    figures = {i: {"matmul_gflops": g} for i, g in enumerate([40.0, 40.5, 39.5, 41.0, 28.0])}
+    assert [v["verdict"] for v in judge.judge_nodes(figures, RULES)][-1] == "defective"
+
+
+# ------------------------------------------------------------------------------------------
+# Baselines per node and per link, from several runs
+
+
+def _runs(n=4, runs=5, jitter=0.02):
+    out = []
+    for r in range(runs):
+        wiggle = 1 + jitter * ((r % 3) - 1)
+        nodes = {i: {"matmul_gflops": 40.0 * wiggle * (1 + 0.1 * i), "triad_gbps": 20.0}
+                 for i in range(n)}  # nodes differ: node 3 is 30% faster than node 0
+        links = {p: {"link_gbps": (9.5 if 1 not in p else 4.0) * wiggle, "a_cpu_wait": 0.01}
+                 for p in itertools.combinations(range(n), 2)}  # links of node 1 are slower by design
+        out.append({"nodes": nodes, "links": links, "cluster": None})
+    return out
+
+
+def test_a_baseline_holds_each_node_and_link_with_its_spread_over_the_runs():
+    # and one disturbed run hardly moves its reference (the median) or its spread (scaled MAD)
+    made = baselines.make_baseline(_runs(), MACHINE, ["h0", "h1", "h2", "h3"])
+    assert made["runs"] == 5 and set(made["nodes"]) == {"0", "1", "2", "3"} and "0-1" in made["links"]
+    assert made["links"]["0-1"]["link_gbps"]["median"] == pytest.approx(4.0)
+    assert made["links"]["0-2"]["link_gbps"]["median"] == pytest.approx(9.5)
+    assert made["nodes"]["3"]["matmul_gflops"]["spread"] > 0 and "a_cpu_wait" not in made["links"]["0-1"]
+    assert json.loads(json.dumps(made)) == made  # a JSON file
+    runs = _runs()
+    runs[2]["links"][(0, 2)]["link_gbps"] = 2.0  # a neighbour in one run
+    disturbed = baselines.make_baseline(runs, MACHINE, ["h0", "h1", "h2", "h3"])
+    assert disturbed["links"]["0-2"]["link_gbps"]["median"] == pytest.approx(9.5, rel=0.03)  # one rank, not 15%
+    assert disturbed["links"]["0-2"]["link_gbps"]["spread"] < 0.5
+    ref = baselines.reference(made, "links", "0-2", "link_gbps")
+    stats = made["links"]["0-2"]["link_gbps"]
+    assert ref.kind == "baseline" and ref.n == 5
+    assert ref.value == stats["median"]
+    assert ref.spread == pytest.approx(max(stats["spread"], made["cv"]["link_gbps"] * stats["median"]))
+
+
+def test_per_link_baselines_judge_each_link_against_its_own_figure_not_a_pool():
+    made = baselines.make_baseline(_runs(), MACHINE, ["h0", "h1", "h2", "h3"])
+    clean = _runs(runs=1)[0]
+    report = _report(_m(clean["nodes"], clean["links"]), made)
+    assert _flagged(report) == []  # node 1's slower links are its normal (a pooled mean flagged them)
+    slower = {p: dict(f, link_gbps=f["link_gbps"] * (0.5 if 3 in p else 1.0)) for p, f in clean["links"].items()}
+    report = _report(_m(clean["nodes"], slower), made)
+    assert _flagged(report) == ["node 3 network", "link 0-3", "link 1-3", "link 2-3"]
+
+
+def test_a_node_slower_than_its_own_baseline_is_flagged_though_its_peers_are_slower_still():
+    made = baselines.make_baseline(_runs(), MACHINE, ["h0", "h1", "h2", "h3"])
+    nodes = _runs(runs=1)[0]["nodes"]
+    nodes[3]["matmul_gflops"] = 30.0  # its baseline is 52, node 0's is 40
+    report = _report(_m(nodes), made)
+    assert _flagged(report) == ["node 3 compute"]
+    assert report["nodes"][3]["violations"][0]["reference_kind"] == "baseline"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"version": 1}, "an older baseline"),
+    ({"machine": dict(MACHINE, paddle="3.3.1")}, "made on paddle '3.3.1', this run is on '2.6.2'"),
+    ({"hosts": ["h0", "h1", "h2"]}, "made on hosts h0,h1,h2, this run has h0,h1,h2,h3"),
+    ({"kind": "x"}, "not a diagnose baseline"),
+])
+def test_a_baseline_of_another_machine_build_or_host_set_is_refused_in_one_line(change, message):
+    made = dict(baselines.make_baseline(_runs(), MACHINE, ["h0", "h1", "h2", "h3"]), **change)
+    with pytest.raises(rules.DiagnoseError, match=message) as e:
+        baselines.check_baseline(made, MACHINE, ["h0", "h1", "h2", "h3"], "--baseline b.json")
+    assert "\n" not in str(e.value) and str(e.value).startswith("--baseline b.json: ")
+
+
+# ------------------------------------------------------------------------------------------
+# A peer reference robust to one bad node in any cluster size
+
+
+@pytest.mark.parametrize("n", [3, 4, 5, 6, 8])
+def test_one_bad_nodes_slow_links_are_caught_by_peers_in_any_cluster_size(n):
+    for bad in (0, n // 2, n - 1):  # the first node, one in the middle, the last
+        report = _report(_m(_nodes(n), _links(n, slow_node=bad)))
+        slow = [f"link {a}-{b}" for a, b in itertools.combinations(range(n), 2) if bad in (a, b)]
+        assert _flagged(report) == [f"node {bad} network"] + slow, (n, bad)
+
+
+def test_three_nodes_one_slow_the_peer_median_would_have_passed_it():
+    # issue 35: links 0-2 0.94 and 1-2 0.95 beside 0-1 9.51: the median of the 3 links is 0.95
+    links = {(0, 1): {"link_gbps": 9.51}, (0, 2): {"link_gbps": 0.94}, (1, 2): {"link_gbps": 0.95}}
+    report = _report(_m(_nodes(3), links))
+    assert _flagged(report) == ["node 2 network", "link 0-2", "link 1-2"]
+    assert report["links"][1]["violations"][0]["reference"] == 9.51  # the one link with no suspect end
+    assert report["links"][1]["blamed_on"] == [2]
+
+
+def test_when_every_link_touches_a_suspect_the_peers_say_they_cannot_judge():
+    # 3 nodes, 2 of them slow: every link is slow alike, nothing to compare with
+    links = {(0, 1): {"link_gbps": 1.0}, (0, 2): {"link_gbps": 1.0}, (1, 2): {"link_gbps": 1.0}}
+    report = _report(_m(_nodes(3), links))
+    assert _flagged(report) == []
+    (entry,) = [r for r in report["resolution"] if r["metric"] == "link_gbps"]
+    assert entry["judged"]  # all alike: judged, and nothing stands out
+    refs, suspects = judge.peer_link_references({(0, 1): 9.0, (0, 2): 1.0, (1, 2): 1.0, (0, 3): 1.0,
+                                                 (1, 3): 1.0, (2, 3): 1.0}, LINK_RULE)
+    assert suspects == {2, 3} and refs[(0, 1)].value == 9.0
+    refs, suspects = judge.peer_link_references({(0, 1): 9.0, (0, 2): 1.0, (1, 2): 1.0}, LINK_RULE)
+    assert suspects == {2} and refs[(0, 2)].value == 9.0
+
+
+def test_two_nodes_have_one_link_and_no_peers_to_judge_it_by():
+    report = _report(_m(_nodes(2), {(0, 1): {"link_gbps": 0.1}}))
+    assert _flagged(report) == []
+    (entry,) = [r for r in report["resolution"] if r["metric"] == "link_gbps"]
+    assert not entry["judged"] and "no peers" in entry["why"]
+    assert "link_gbps: not judged (no peers; a baseline judges it)" in output.console(report)
+
+
+# ------------------------------------------------------------------------------------------
+# Blame that follows cause
+
+
+def test_a_cpu_starved_nodes_slow_link_is_explained_by_it_not_charged_to_its_healthy_peer():
+    # issue 35: node 0 at 0.6 CPU flagged compute, and its link to node 2 slow: node 2 is healthy
+    nodes = _nodes(4)
+    nodes[0]["matmul_gflops"] = 20.0
+    links = _links(4)
+    links[(0, 2)] = {"link_gbps": 3.0}
+    report = _report(_m(nodes, links))
+    assert _flagged(report) == ["node 0 compute", "link 0-2"]
+    assert report["links"][1]["explained_by"] == [0] and report["nodes"][0]["explains"] == ["0-2"]
+    assert "explained by node(s) 0" in output.console(report)
+
+
+def test_a_link_end_saturated_during_the_test_explains_its_slow_link():
+    links = _links(4)
+    links[(1, 3)] = {"link_gbps": 3.0, "a_cpu_wait": 0.45, "b_cpu_wait": 0.02}  # node 1 (sender) waited
+    report = _report(_m(_nodes(4), links))
+    assert _flagged(report) == ["link 1-3"] and report["links"][4]["explained_by"] == [1]
+    links[(1, 3)] = {"link_gbps": 3.0, "a_cpu_wait": 0.15, "b_cpu_wait": 0.10}  # both ends a little busy
+    report = _report(_m(_nodes(4), links))
+    assert "explained_by" not in report["links"][4] and "neither end set apart" in report["links"][4]["note"]
+
+
+def test_a_slow_link_whose_ends_both_waited_for_a_cpu_is_cpu_bound_not_a_finding():
+    # measured beside other work (load 10 on 2 cores): a healthy link's ends waited 40-75% of the
+    # test, while the ends of a link shaped to 1 Gbit/s waited 1-7%: they sleep on the socket
+    links = _links(4)
+    links[(0, 1)] = {"link_gbps": 3.8, "a_cpu_wait": 0.50, "b_cpu_wait": 0.62}
+    links[(2, 3)] = {"link_gbps": 0.96, "a_cpu_wait": 0.01, "b_cpu_wait": 0.05}
+    report = _report(_m(_nodes(4), links))
+    assert report["links"][0]["verdict"] == "cpu-bound" and "cpu-bound: both ends waited" in report["links"][0]["note"]
+    assert _flagged(report) == ["link 2-3"] and verdicts.exit_code(report) == 1
+    links[(2, 3)] = {"link_gbps": 9.5}
+    assert verdicts.exit_code(_report(_m(_nodes(4), links))) == 0  # a cpu-bound link alone is no finding
+
+
+def test_a_figure_that_moved_between_its_two_measurements_is_judged_with_that_much_room():
+    # measured beside other work: a healthy node at 242 then 417 images/s, its peers 548-616
+    nodes = _nodes(4)
+    for i, rate in ((0, 417.0), (1, 548.0), (2, 616.0), (3, 570.0)):
+        nodes[i]["train_images_per_s"] = rate
+    assert _flagged(_report(_m(nodes))) == ["node 0 compute"]  # measured once: 27% below its peers
+    m = _m(nodes, remeasured={"node 0": {"train_images_per_s": [242.0, 417.0]}})
+    assert _flagged(_report(m)) == []  # 242 then 417: a neighbour, not the node
+    nodes[0]["train_images_per_s"] = 300.0
+    m = _m(nodes, remeasured={"node 0": {"train_images_per_s": [300.0, 290.0]}})
+    assert _flagged(_report(m)) == ["node 0 compute"]  # low twice alike: sick
+
+
+def test_a_slow_link_between_nodes_whose_other_links_are_fine_is_charged_to_neither():
+    links = _links(4)
+    links[(1, 2)] = {"link_gbps": 2.0}  # a cable, a port
+    report = _report(_m(_nodes(4), links))
+    assert _flagged(report) == ["link 1-2"]  # exit 1 for the link, no node named
+    assert "neither end set apart" in report["links"][3]["note"] and verdicts.exit_code(report) == 1
+
+
+def test_a_failed_pair_test_fails_the_link_and_names_a_node_only_when_its_other_links_fail_too():
+    links = {p: {"link_gbps": 9.5} for p in itertools.combinations(range(3), 2)}
+    links[(0, 2)] = {"link_gbps": 9.5, "error": "Paddle comm job: comm job failed: rank 1 exit code 1"}
+    report = _report(_m(_nodes(3), links))
+    assert [l["verdict"] for l in report["links"]] == ["healthy", "failed", "healthy"]
+    assert [n["verdict"] for n in report["nodes"]] == ["healthy"] * 3 and verdicts.exit_code(report) == 1
+    assert "test failed: Paddle comm job" in output.console(report)
+    links[(1, 2)] = dict(links[(0, 2)])
+    report = _report(_m(_nodes(3), links))
+    assert [(n["verdict"], n["categories"]) for n in report["nodes"]][2] == ("defective", ["failed"])
+
+
+def test_unreachable_and_failed_are_verdicts_and_the_others_still_judged():
+    nodes = _nodes(3)
+    nodes.pop(1)
+    found = judge.judge_nodes(nodes, RULES, problems={1: ("unreachable", "node 1: gone"), 2: ("failed", "x")})
+    assert [(v["index"], v["verdict"]) for v in found] == [(0, "healthy"), (1, "unreachable"), (2, "defective")]
+
+
+# ------------------------------------------------------------------------------------------
+# Re-measurement, resolution, the all-node job
+
+
+def test_a_figure_that_breaks_a_rule_is_re_measured_and_the_better_one_counts():
+    m = _m(_nodes(4), _links(4))
+    m["nodes"][2]["matmul_gflops"] = 20.0
+    m["links"][(1, 3)] = {"link_gbps": 4.0}
+    assert measure.breaking(m, RULES, [None]) == ({2}, {(1, 3)})
+    assert measure._merged({"matmul_gflops": 20.0, "triad_gbps": 20.0}, {"matmul_gflops": 39.0, "triad_gbps": 19.0}) \
+        == {"matmul_gflops": 39.0, "triad_gbps": 20.0}
+    assert measure.better("gpu_temperature_c", 90.0, 70.0) == 70.0  # lower is better there
+    m["remeasured"] = {"node 2": {"matmul_gflops": [20.0, 21.0]}}
+    m["nodes"][2]["matmul_gflops"] = 21.0
+    report = _report(m)
+    (violation,) = report["nodes"][2]["violations"]
+    assert violation["remeasured"] == [20.0, 21.0] and "re-measured: 20 then 21" in output.console(report)
+
+
+def test_re_measurement_runs_each_broken_test_once_more_and_only_those(monkeypatch):
+    calls = []
+    monkeypatch.setattr(measure, "node_probe", lambda host, s, t: calls.append(("node", host.index)) or
+                        {"matmul_gflops": 21.0, "triad_gbps": 20.0, "train_images_per_s": 500.0})
+    monkeypatch.setattr(measure, "link_probe", lambda a, b, s, t: calls.append(("link", a.index, b.index)) or
+                        {"link_gbps": 9.4})
+    m = _m(_nodes(4), _links(4))
+    m["links"][(1, 2)] = {"link_gbps": 2.0}  # a link alone: no node to re-probe
+    measure.remeasure(m, _hosts(4), measure.Options(passes=2), RULES, [None])
+    assert calls == [("link", 1, 2)] and m["links"][(1, 2)]["link_gbps"] == 9.4
+    m = _m(_nodes(4), _links(4))
+    m["nodes"][3]["matmul_gflops"] = 20.0
+    calls.clear()
+    measure.remeasure(m, _hosts(4), measure.Options(passes=2), RULES, [None])
+    assert calls == [("node", 3), ("node", 3)]  # its passes again, once
+    assert m["remeasured"]["node 3"]["matmul_gflops"] == [20.0, 21.0] and m["nodes"][3]["matmul_gflops"] == 21.0
+
+
+def test_the_resolution_says_what_a_link_fault_above_the_probes_reach_would_look_like():
+    # issue 35: the probe reaches 3.8 Gbit/s on a 10 Gbit/s link; a 5 Gbit/s cap cannot show
+    report = _report(_m(_nodes(4), _links(4, rate=3.8)))
+    (entry,) = [r for r in report["resolution"] if r["metric"] == "link_gbps"]
+    assert entry["ceiling"] == 3.8 and entry["flagged_below"] == pytest.approx(2.66)
+    text = resolution.text(entry)
+    assert "reaches 3.8 Gbit/s" in text and "one above 3.8 cannot be seen" in text
+    assert "resolution: link_gbps" in output.console(report)
+
+
+def test_the_all_node_job_is_judged_against_a_baseline_and_a_failure_is_its_verdict():
+    base = {"cluster": {"all": {"cluster_allreduce_busbw_GBps": {"median": 0.4, "spread": 0.01, "n": 5}}}, "cv": {}}
+    assert judge.judge_cluster({"cluster_allreduce_busbw_GBps": 0.38}, RULES, base)["verdict"] == "healthy"
+    assert judge.judge_cluster({"cluster_allreduce_busbw_GBps": 0.1}, RULES, base)["verdict"] == "slow"
+    assert judge.judge_cluster({"cluster_allreduce_busbw_GBps": 0.1}, RULES, None)["verdict"] == "healthy"  # no peers
+    failed = judge.judge_cluster({"nodes": [0, 1, 2], "error": "comm job timeout"}, RULES, None)
+    assert failed["verdict"] == "failed" and failed["categories"] == ["failed"]
+    report = dict(_report(_m(_nodes(3), _links(3))), cluster=failed)
+    assert verdicts.exit_code(report) == 1 and "all nodes 0,1,2" in output.console(report)
