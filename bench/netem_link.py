@@ -32,9 +32,9 @@ sys.path.insert(0, str(REPO))
 from fleetbench.emulate import netem  # noqa: E402
 from fleetbench.measure import results  # noqa: E402
 
-RECEIVER = ("import sys;from fleetbench.measure import linkprobe as l;s=l.listen(sys.argv[1]);"
+RECEIVER = ("import sys;from fleetbench.comm import linkprobe as l;s=l.listen(sys.argv[1]);"
             "print(s.getsockname()[1],flush=True);n,t=l.receive(s,60);print(n*8/t/1e9)")
-SENDER = "import sys;from fleetbench.measure import linkprobe as l;l.stream(sys.argv[1],int(sys.argv[2]),float(sys.argv[3]))"
+SENDER = "import sys;from fleetbench.comm import linkprobe as l;l.stream(sys.argv[1],int(sys.argv[2]),float(sys.argv[3]))"
 
 
 def parse(argv=None):
