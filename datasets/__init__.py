@@ -1,7 +1,10 @@
 """Data formats only: readers, validators and generators per data set. Nothing here imports the
 training harness, so a pipe process or `fleetbench data` starts without Paddle's machinery."""
+import argparse
 import json
 import os
+from collections.abc import Callable, Iterator
+from typing import Any
 
 
 class DataError(ValueError):
@@ -18,14 +21,14 @@ def append_counts(path: str, counts: dict) -> None:
         os.close(fd)
 
 
-def add_out_argument(parser, help_text: str, kind=None) -> None:
+def add_out_argument(parser: argparse.ArgumentParser, help_text: str, kind: object = None) -> None:
     """`--out PATH`, as every `fleetbench data gen` takes it; bert and wmt16 also keep their first
     form, a positional OUT, so scripts written against it still run. `kind`: the flag's type."""
     parser.add_argument("--out", help=help_text, type=kind)
     parser.add_argument("out_positional", nargs="?", metavar="OUT", type=kind, help="the same as --out (older form)")
 
 
-def out_path(parser, args) -> str:
+def out_path(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     """The one output path given by add_out_argument's flags; a parser error (exit 2) otherwise."""
     if args.out and args.out_positional:
         parser.error(f"the output is given twice ({args.out_positional} and --out {args.out}); give --out only")
@@ -44,8 +47,8 @@ class Batches:
     global batch is dropped.
     """
 
-    def __init__(self, arrays: dict, batch_size: int, rank: int, world_size: int, seed: int, where=None,
-                 convert=lambda batch: batch):
+    def __init__(self, arrays: dict, batch_size: int, rank: int, world_size: int, seed: int,
+                 where: str | None = None, convert: Callable[[dict], Any] = lambda batch: batch) -> None:
         self.arrays, self.batch_size, self.rank, self.world = arrays, batch_size, rank, world_size
         self.convert = convert  # e.g. numpy -> paddle tensors, so it counts as reader time
         self.seed, self.epoch = seed, 0
@@ -55,10 +58,10 @@ class Batches:
             raise DataError(f"{where or 'synthetic data'}: {self.examples} examples are fewer "
                             f"than one global batch ({batch_size} per rank x {world_size} ranks)")
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.examples // self.global_batch
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator:
         import numpy as np  # here, not at the top: the Criteo pipe processes import this package
 
         order = np.random.default_rng([self.seed, self.epoch]).permutation(self.examples)

@@ -21,6 +21,7 @@ see exactly what one process with B*W sees (the methods tests rely on this).
 """
 import functools
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
@@ -33,7 +34,8 @@ KEYS = INT_KEYS + ("masked_weights", "vocab_size")
 
 
 
-def generate(n, seq_len, vocab_size, max_predictions, seed=0, short_seq_prob=0.1) -> dict:
+def generate(n: int, seq_len: int, vocab_size: int, max_predictions: int, seed: int = 0,
+             short_seq_prob: float = 0.1) -> dict:
     """N synthetic examples in the format above: [CLS] A [SEP] B [SEP] + padding, 15% masked.
 
     Sentence B continues A (label 0) or is drawn independently (label 1); words follow a Zipf-like
@@ -71,7 +73,7 @@ def generate(n, seq_len, vocab_size, max_predictions, seed=0, short_seq_prob=0.1
     return out
 
 
-def write(path, arrays) -> Path:
+def write(path: str | Path, arrays: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:  # a file object keeps numpy from appending ".npz" to the name
@@ -79,9 +81,9 @@ def write(path, arrays) -> Path:
     return path
 
 
-def validate(arrays: dict, where, vocab_size: int, seq_len: int, max_predictions: int) -> None:
+def validate(arrays: dict, where: str | Path, vocab_size: int, seq_len: int, max_predictions: int) -> None:
     """Raise DataError(one line naming `where`) unless `arrays` is a well-formed shard for the model."""
-    def fail(msg):
+    def fail(msg: str) -> NoReturn:
         raise DataError(f"{where}: {msg}")
 
     missing = [k for k in KEYS if k not in arrays]
@@ -115,7 +117,7 @@ def validate(arrays: dict, where, vocab_size: int, seq_len: int, max_predictions
         fail(f"example {int(np.flatnonzero(weights.sum(axis=1) == 0)[0])} has no masked prediction")
 
 
-def shard_files(path) -> list:
+def shard_files(path: str | Path) -> list:
     root = Path(path)
     files = sorted(root.glob("*.npz")) if root.is_dir() else [root]
     if root.is_dir() and not files:
@@ -124,7 +126,7 @@ def shard_files(path) -> list:
 
 
 @functools.lru_cache(maxsize=1)  # config validation and build() both read it; load once per process
-def load(path, vocab_size: int, seq_len: int, max_predictions: int) -> dict:
+def load(path: str | Path, vocab_size: int, seq_len: int, max_predictions: int) -> dict:
     """Read and validate a file or a directory of `.npz` shards; arrays of all shards concatenated."""
     parts = []
     for file in shard_files(path):
@@ -142,7 +144,8 @@ def load(path, vocab_size: int, seq_len: int, max_predictions: int) -> dict:
     return {k: np.concatenate([p[k] for p in parts]) for k in KEYS if k != "vocab_size"}
 
 
-def source(path, synthetic_examples, vocab_size, seq_len, max_predictions, seed) -> dict:
+def source(path: str | None, synthetic_examples: int, vocab_size: int, seq_len: int, max_predictions: int,
+           seed: int) -> dict:
     """The validated data at `path`, or `synthetic_examples` generated in memory when path is None.
 
     Synthetic examples are packed to full length (as pretraining data mostly is), so every rank's
@@ -169,7 +172,7 @@ def gen_parser():
     return p
 
 
-def cli(argv=None) -> int:
+def cli(argv: list[str] | None = None) -> int:
     """`fleetbench data gen bert --out OUT.npz ...`: write a synthetic shard in the format above."""
     parser = gen_parser()
     args = parser.parse_args(argv)

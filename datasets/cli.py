@@ -9,6 +9,7 @@ DATA_SETS is the registry: `fleetbench data gen NAME ...` runs `cli(argv)` of `d
 knows to the module whose `get_cli(name, argv)` writes it. Modules are imported only when their
 command runs, so listing them imports neither paddle nor numpy.
 """
+import argparse
 import importlib
 import sys
 
@@ -43,7 +44,7 @@ def _dispatch(kind: str, name: str, table: dict, rest: list) -> int:
     return int(getattr(importlib.import_module(module), function)(*leading, rest) or 0)
 
 
-def parser():
+def parser() -> argparse.ArgumentParser:
     from fleetbench import cmdline  # the shared parser: one-line errors
 
     p = cmdline.Parser(prog="fleetbench data", description=__doc__.split("\n\n")[0],
@@ -66,7 +67,7 @@ def parsers() -> dict:
     return found
 
 
-def cli(argv=None) -> int:
+def cli(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     top = parser()
     if argv[:1] in (["-h"], ["--help"]):

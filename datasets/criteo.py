@@ -17,6 +17,8 @@ Features given to the model:
             [1, buckets); a deterministic hash, identical in every process and on every machine
             (Python's hash() of str is salted per process by PYTHONHASHSEED and must never be used)
 """
+from __future__ import annotations
+
 import argparse
 import functools
 import json
@@ -25,9 +27,14 @@ import os
 import re
 import sys
 import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from datasets import append_counts
+
+if TYPE_CHECKING:  # numpy is imported where it is used: the pipe processes start without it
+    import numpy as np
 
 NUM_DENSE = 13
 NUM_SPARSE = 26
@@ -54,7 +61,7 @@ def _show(value: bytes) -> str:
     return repr(text if len(text) <= 20 else text[:20] + "...")
 
 
-def check_line(raw: bytes):
+def check_line(raw: bytes) -> str | None:
     """None when `raw` (one line, terminator included or not) is a valid Criteo line, else the
     reason in a few words."""
     line = strip_terminator(raw)
@@ -77,14 +84,14 @@ def check_line(raw: bytes):
     return "malformed line"  # unreachable unless the rules above and _VALID disagree
 
 
-def iter_lines(path):
+def iter_lines(path: str | Path) -> Iterator[tuple[int, bytes]]:
     """(line number from 1, raw bytes) of a file, split on `\\n` only (a lone `\\r` is data)."""
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, 1):
             yield number, raw
 
 
-def validate(paths, max_errors: int = 10, strict: bool = False) -> dict:
+def validate(paths: Iterable[str | Path], max_errors: int = 10, strict: bool = False) -> dict:
     """Counts over every line of `paths`: {"files", "lines", "valid", "invalid", "errors"} with the
     first `max_errors` errors as {"file", "line", "reason"}. With `strict`, stop at the first."""
     report = {"files": 0, "lines": 0, "valid": 0, "invalid": 0, "errors": []}
@@ -104,7 +111,7 @@ def validate(paths, max_errors: int = 10, strict: bool = False) -> dict:
     return report
 
 
-def first_error(paths):
+def first_error(paths: Iterable[str | Path]) -> str | None:
     """"file:line: reason" of the first invalid line in `paths`, or None."""
     report = validate(paths, max_errors=1, strict=True)
     if report["errors"]:
@@ -130,7 +137,7 @@ def dense_value(field: bytes) -> float:
     return math.log1p(max(int(field), 0)) if field else 0.0
 
 
-def features(line: bytes, buckets: int):
+def features(line: bytes, buckets: int) -> tuple[int, list[float], list[int]]:
     """(label, 13 dense floats, 26 sparse ids) of a valid line without its terminator."""
     fields = line.split(b"\t")
     dense = [dense_value(f) for f in fields[1:1 + NUM_DENSE]]
@@ -147,12 +154,12 @@ class Encoder:
     only a value not seen before is checked with the format's regexes and hashed. Each memo is
     emptied when it holds `limit` values."""
 
-    def __init__(self, buckets: int, limit: int = 200000):
+    def __init__(self, buckets: int, limit: int = 200000) -> None:
         self.buckets, self.limit = buckets, limit
         self.dense_memo = {}
         self.sparse_memos = [{} for _ in range(NUM_SPARSE)]
 
-    def _dense(self, field: bytes):
+    def _dense(self, field: bytes) -> str | None:
         if field and not _INT.fullmatch(field):
             return None
         if len(self.dense_memo) >= self.limit:
@@ -160,7 +167,7 @@ class Encoder:
         text = self.dense_memo[field] = "%.6g" % dense_value(field)
         return text
 
-    def _sparse(self, slot: int, field: bytes):
+    def _sparse(self, slot: int, field: bytes) -> str | None:
         if field and not _HEX.fullmatch(field):
             return None
         memo = self.sparse_memos[slot - 1]
@@ -169,7 +176,7 @@ class Encoder:
         text = memo[field] = str(hash_category(slot, field, self.buckets))
         return text
 
-    def __call__(self, line: bytes):
+    def __call__(self, line: bytes) -> str | None:
         fields = line.split(b"\t")
         if len(fields) != NUM_FIELDS or fields[0] not in (b"0", b"1"):
             return None
@@ -189,7 +196,7 @@ class Encoder:
 
 
 # ------------------------------------------------------------------ pipe (data generator)
-def pipe(stdin, stdout, buckets: int, stats_path=None) -> dict:
+def pipe(stdin: Iterable[bytes], stdout: IO[str], buckets: int, stats_path: str | None = None) -> dict:
     """Fleet's pipe_command: Criteo lines in, MultiSlot lines out; invalid lines are skipped and
     counted. The counts go to `stats_path` (one JSON line appended) so the trainer can report
     exactly how many examples it consumed and how many lines it skipped."""
@@ -228,7 +235,7 @@ BIAS = -1.0
 GENERATOR_VERSION = 3  # part of the synthetic cache key: bump when the output changes
 
 
-def _relation(seed: int):
+def _relation(seed: int) -> tuple[list[np.ndarray], np.ndarray]:
     """Weights of the planted relation; depend on the seed only, so every file agrees."""
     import numpy as np
     rng = np.random.default_rng([seed, 0xC7])
@@ -244,7 +251,7 @@ def _relation(seed: int):
 
 
 @functools.lru_cache(maxsize=None)
-def _zipf_cdf(size: int):
+def _zipf_cdf(size: int) -> np.ndarray:
     import numpy as np
     weights = np.arange(1, size + 1, dtype=float) ** -ZIPF_A
     cdf = np.cumsum(weights / weights.sum())
@@ -252,7 +259,7 @@ def _zipf_cdf(size: int):
     return cdf
 
 
-def generate_rows(rows: int, seed: int, part: int, relation=None):
+def generate_rows(rows: int, seed: int, part: int, relation: tuple | None = None) -> list[str]:
     """`rows` synthetic Criteo lines (str, with `\\n`) for file number `part`: Zipf-skewed
     categories, missing values, labels drawn from the planted logistic relation."""
     import numpy as np
@@ -280,7 +287,7 @@ def generate_rows(rows: int, seed: int, part: int, relation=None):
     return ["\t".join(fields) + "\n" for fields in zip(labels, *columns)]
 
 
-def generate(out, rows: int, files: int, seed: int = 0) -> list:
+def generate(out: str | Path, rows: int, files: int, seed: int = 0) -> list:
     """Write `rows` lines split evenly over `files` files `part-00000`... in `out`."""
     if rows < 1 or files < 1 or files > rows:
         raise ValueError(f"need rows >= files >= 1 (got rows={rows}, files={files})")
@@ -299,7 +306,7 @@ def generate(out, rows: int, files: int, seed: int = 0) -> list:
     return paths
 
 
-def list_files(path) -> list:
+def list_files(path: str | Path) -> list:
     """The data files of `path` (a file, or a directory's regular files, sorted by name)."""
     path = Path(path)
     if path.is_file():
@@ -333,7 +340,7 @@ def validate_parser():
     return p
 
 
-def cli(argv=None) -> int:
+def cli(argv: list[str] | None = None) -> int:
     """`fleetbench data gen criteo --out DIR --rows N --files K [--seed S]`."""
     parser = gen_parser()
     args = parser.parse_args(argv)
@@ -345,7 +352,7 @@ def cli(argv=None) -> int:
     return 0
 
 
-def validate_cli(argv=None) -> int:
+def validate_cli(argv: list[str] | None = None) -> int:
     """`fleetbench data validate criteo PATH... [--json]`: exit 0 when every line is valid."""
     args = validate_parser().parse_args(argv)
     try:
@@ -364,7 +371,7 @@ def validate_cli(argv=None) -> int:
     return 0 if report["invalid"] == 0 else 1
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """`python -m datasets.criteo pipe --buckets N [--stats FILE]` (Fleet's pipe_command)."""
     parser = argparse.ArgumentParser(prog="python -m datasets.criteo")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -12,15 +12,22 @@ bytes per batch, and parameter-server worker r trains exactly the batches (to 6 
 digits) that collective rank r trains from the same seed. Each distinct batch is rendered once
 per pipe process (batches repeat: a run cycles `synthetic_batches` of them).
 """
+from __future__ import annotations
+
 import argparse
 import io
 import sys
+from collections.abc import Iterable
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from datasets import append_counts, images
 
+if TYPE_CHECKING:  # numpy is imported where it is used: the pipe processes start without it
+    import numpy as np
 
-def render(pixels, labels) -> str:
+
+def render(pixels: np.ndarray, labels: np.ndarray) -> str:
     """MultiSlot lines of a batch: (B, 3, S, S) float pixels and (B,) integer labels."""
     import numpy as np
     flat = pixels.reshape(len(labels), -1)
@@ -33,10 +40,10 @@ def render(pixels, labels) -> str:
 class Renderer:
     """`RANK BATCH` -> that batch's MultiSlot lines; None for a line that names no batch."""
 
-    def __init__(self, args):
+    def __init__(self, args: argparse.Namespace) -> None:
         self.args, self.arrays, self.text = args, {}, {}
 
-    def __call__(self, line: bytes):
+    def __call__(self, line: bytes) -> str | None:
         try:
             rank, batch = (int(word) for word in line.split())
         except ValueError:
@@ -52,7 +59,7 @@ class Renderer:
         return self.text[(rank, batch)]
 
 
-def pipe(stdin, stdout, args) -> dict:
+def pipe(stdin: Iterable[bytes], stdout: IO[str], args: argparse.Namespace) -> dict:
     """Fleet's pipe_command: `RANK BATCH` lines in, MultiSlot examples out; the counts of examples
     written and lines skipped go to args.stats (as the Criteo pipe's, read by the PS driver)."""
     render_batch = Renderer(args)
@@ -71,7 +78,7 @@ def pipe(stdin, stdout, args) -> dict:
     return counts
 
 
-def write_files(out, workers: int, steps: int, batches: int) -> list:
+def write_files(out: str | Path, workers: int, steps: int, batches: int) -> list:
     """One file per worker (`part-0000W`): its `steps` batches, cycling through `batches`."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -89,7 +96,7 @@ def pipe_args(image_size: int, num_classes: int, batch_size: int, batches: int, 
             "--batches", batches, "--seed", seed, "--noise", noise]
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """`python -m datasets.image_slots pipe --image-size S --num-classes C --batch-size B
     --batches K --seed SEED --noise X [--stats FILE]`."""
     parser = argparse.ArgumentParser(prog="python -m datasets.image_slots")

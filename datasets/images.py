@@ -11,18 +11,25 @@ Two sources, the same batches for the loop:
 The CNN scripts' shared config and workload live with the training code (fleetbench.train.images).
 `write_image_folder` writes a small folder of real JPEG files in that layout for tests and demos.
 """
+from __future__ import annotations
+
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # Paddle is imported where it is used: the pure helpers run without it
+    import paddle
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp")
 IMAGENET_MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 IMAGENET_STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
 
-def synthetic_arrays(num_batches, batch_size, image_size, num_classes, seed, rank, noise=1.0):
+def synthetic_arrays(num_batches: int, batch_size: int, image_size: int, num_classes: int, seed: int, rank: int,
+                     noise: float = 1.0) -> list[tuple[np.ndarray, np.ndarray]]:
     """`num_batches` (images NCHW float32, labels int64) numpy pairs; templates are shared by all
     ranks, samples are not. Numpy only: the parameter server's image pipe makes the same ones."""
     templates = np.random.default_rng(seed).standard_normal((num_classes, 3, image_size, image_size))
@@ -36,7 +43,8 @@ def synthetic_arrays(num_batches, batch_size, image_size, num_classes, seed, ran
     return batches
 
 
-def synthetic_batches(num_batches, batch_size, image_size, num_classes, data_format, seed, rank, *, noise=1.0):
+def synthetic_batches(num_batches: int, batch_size: int, image_size: int, num_classes: int, data_format: str,
+                      seed: int, rank: int, *, noise: float = 1.0) -> list[tuple[paddle.Tensor, paddle.Tensor]]:
     """synthetic_arrays as (image, label) tensor pairs in `data_format`, labels shaped (batch, 1)."""
     import paddle
 
@@ -48,7 +56,7 @@ def synthetic_batches(num_batches, batch_size, image_size, num_classes, data_for
     return batches
 
 
-def check_image_folder(path, key: str = "data.path") -> dict:
+def check_image_folder(path: str | Path, key: str = "data.path") -> dict:
     """{class folder name: number of images} of an ImageNet-style folder, or ValueError naming
     the config key, the folder and what is wrong."""
     root = Path(path)
@@ -72,7 +80,7 @@ def _to_normalized_array(data_format: str) -> list:
             T.Normalize(IMAGENET_MEAN, IMAGENET_STD, data_format="CHW" if data_format == "NCHW" else "HWC")]
 
 
-def eval_dataset(path, image_size, data_format):
+def eval_dataset(path: str | Path, image_size: int, data_format: str) -> paddle.io.Dataset:
     """An evaluation folder as a Dataset: resize to image_size x 256/224, centre crop, normalise
     (the standard ImageNet evaluation transform); class indices follow the sorted folder names."""
     from paddle.vision import transforms as T
@@ -83,7 +91,8 @@ def eval_dataset(path, image_size, data_format):
     return DatasetFolder(str(path), transform=transform, extensions=IMAGE_EXTENSIONS)
 
 
-def folder_loader(path, batch_size, image_size, data_format, num_workers, seed):
+def folder_loader(path: str | Path, batch_size: int, image_size: int, data_format: str, num_workers: int,
+                  seed: int) -> paddle.io.DataLoader:
     """DataLoader over an ImageNet-style folder with the standard training augmentation."""
     import paddle
     from paddle.vision import transforms as T
@@ -130,7 +139,7 @@ def shared_memory_fits(batch_bytes: int, num_workers: int, shm: str = "/dev/shm"
     return False
 
 
-def set_data_format(model, data_format: str):
+def set_data_format(model: paddle.nn.Layer, data_format: str) -> paddle.nn.Layer:
     """Switch a paddle.vision CNN between NCHW and NHWC in place.
 
     paddle.vision.models builds NCHW layers only; conv, batch-norm and pooling layers all take the
@@ -148,7 +157,7 @@ def set_data_format(model, data_format: str):
     return model
 
 
-def _conv_channels_last(conv) -> None:
+def _conv_channels_last(conv: paddle.nn.Conv2D) -> None:
     """Redo what Conv2D.__init__ derives from its layout (paddle/nn/layer/conv.py _ConvNd, 2.6.2
     :103-142, 3.3.1 :134-173): the bias is added on `_channel_dim` (else "Broadcast dimension
     mismatch" on the first conv with a bias, issue 26 finding 6) and the padding list is laid out
@@ -160,7 +169,8 @@ def _conv_channels_last(conv) -> None:
     conv._updated_padding, conv._padding_algorithm = _update_padding_nd(padding, True, 2)
 
 
-def write_image_folder(out, num_classes=2, images_per_class=8, size=40, seed=0):
+def write_image_folder(out: str | Path, num_classes: int = 2, images_per_class: int = 8, size: int = 40,
+                       seed: int = 0) -> Path:
     """Write real JPEG files in ImageNet layout: <out>/class<k>/<i>.jpg. Returns the root path."""
     from PIL import Image
 

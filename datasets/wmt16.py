@@ -18,7 +18,9 @@ size (pairs x longest side + 1) stays within `max_tokens` per device (FleetX: 40
 are shuffled each epoch and dealt round-robin to ranks, every rank getting the same count.
 """
 import functools
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +29,7 @@ from datasets import DataError, add_out_argument, out_path
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
 FILES = ("vocab.txt", "train.src", "train.tgt")
+Pair = tuple[np.ndarray, np.ndarray]  # (source ids, target ids) of one sentence pair
 
 
 
@@ -40,7 +43,7 @@ def _nonempty_lines(path: Path, expected: str) -> list:
     return lines
 
 
-def read_vocab(path) -> int:
+def read_vocab(path: str | Path) -> int:
     """Size of the vocabulary in `path` after checking its special tokens."""
     path = Path(path)
     tokens = _nonempty_lines(path, f"one token per line, starting {' '.join(SPECIALS)}")
@@ -50,7 +53,7 @@ def read_vocab(path) -> int:
     return len(tokens)
 
 
-def read_ids(path, vocab_size: int) -> list:
+def read_ids(path: str | Path, vocab_size: int) -> list:
     """Every line of `path` as an int32 array of ids in [0, vocab_size)."""
     path = Path(path)
     lines = _nonempty_lines(path, "token ids, one sentence per line")
@@ -71,7 +74,7 @@ def read_ids(path, vocab_size: int) -> list:
 
 
 @functools.lru_cache(maxsize=1)  # config validation and build() both read it; parse once per process
-def load(path, max_len: int):
+def load(path: str | Path, max_len: int) -> tuple[int, list[Pair], int]:
     """(vocab_size, pairs, skipped) from a WMT16 directory; pairs longer than max_len are skipped."""
     root = Path(path)
     if not root.is_dir():
@@ -87,7 +90,7 @@ def load(path, max_len: int):
     return vocab_size, pairs, len(src) - len(pairs)
 
 
-def source(path, max_len, synthetic_pairs, vocab_size, seed) -> list:
+def source(path: str | None, max_len: int, synthetic_pairs: int, vocab_size: int, seed: int) -> list[Pair]:
     """The pairs of the directory at `path` (saying how many were skipped), else synthetic pairs."""
     if not path:
         return generate(synthetic_pairs, vocab_size, max_len, seed)
@@ -96,7 +99,7 @@ def source(path, max_len, synthetic_pairs, vocab_size, seed) -> list:
     return pairs
 
 
-def generate(n, vocab_size, max_len, seed=0):
+def generate(n: int, vocab_size: int, max_len: int, seed: int = 0) -> list[Pair]:
     """N synthetic pairs: the target is a fixed token-wise mapping of the source, locally reordered,
     so a Transformer can learn it; lengths follow a WMT-like skewed distribution."""
     if vocab_size <= len(SPECIALS) + 1 or max_len < 1:
@@ -116,7 +119,7 @@ def generate(n, vocab_size, max_len, seed=0):
     return pairs
 
 
-def write(out, pairs, vocab_size) -> Path:
+def write(out: str | Path, pairs: list[Pair], vocab_size: int) -> Path:
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     tokens = list(SPECIALS) + [f"w{i}" for i in range(len(SPECIALS), vocab_size)]
@@ -127,7 +130,7 @@ def write(out, pairs, vocab_size) -> Path:
     return root
 
 
-def token_batches(pairs, max_tokens: int, rng) -> list:
+def token_batches(pairs: list[Pair], max_tokens: int, rng: np.random.Generator) -> list:
     """Index lists whose padded size (count x (longest side + 1)) fits max_tokens."""
     lengths = np.array([max(len(s), len(t)) + 1 for s, t in pairs])  # +1: </s> or <s>
     order = rng.permutation(len(pairs))
@@ -143,14 +146,14 @@ def token_batches(pairs, max_tokens: int, rng) -> list:
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def pad(sequences, length):
+def pad(sequences: list[np.ndarray], length: int) -> np.ndarray:
     out = np.full((len(sequences), length), PAD, np.int64)
     for row, seq in enumerate(sequences):
         out[row, :len(seq)] = seq
     return out
 
 
-def collate(pairs) -> dict:
+def collate(pairs: list[Pair]) -> dict:
     """src + </s>; decoder input <s> + tgt; labels tgt + </s>; all padded with <pad>."""
     src = [np.append(s, EOS) for s, _ in pairs]
     tgt_in = [np.insert(t, 0, BOS) for _, t in pairs]
@@ -163,14 +166,15 @@ def collate(pairs) -> dict:
 class Batches:
     """Re-iterable: one pass is an epoch of this rank's token-budget batches."""
 
-    def __init__(self, pairs, max_tokens, rank, world_size, seed, where=None, convert=lambda b: b):
+    def __init__(self, pairs: list[Pair], max_tokens: int, rank: int, world_size: int, seed: int,
+                 where: str | None = None, convert: Callable[[dict], Any] = lambda b: b) -> None:
         self.pairs, self.max_tokens, self.rank, self.world = pairs, max_tokens, rank, world_size
         self.seed, self.epoch, self.convert = seed, 0, convert
         if len(token_batches(pairs, max_tokens, np.random.default_rng(seed))) < world_size:
             raise DataError(f"{where or 'synthetic data'}: {len(pairs)} pairs make fewer batches of "
                             f"{max_tokens} tokens than there are ranks ({world_size})")
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator:
         batches = token_batches(self.pairs, self.max_tokens, np.random.default_rng([self.seed, self.epoch]))
         self.epoch += 1
         per_rank = len(batches) // self.world  # equal counts: no rank waits at an all-reduce alone
@@ -190,7 +194,7 @@ def gen_parser():
     return p
 
 
-def cli(argv=None) -> int:
+def cli(argv: list[str] | None = None) -> int:
     """`fleetbench data gen wmt16 --out OUT_DIR ...`: write synthetic data in the format above."""
     parser = gen_parser()
     args = parser.parse_args(argv)

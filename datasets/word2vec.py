@@ -18,6 +18,8 @@ each kept word is a centre whose contexts are the words within a window drawn un
 distribution raised to 0.75. A line that is not space-separated ids below the dictionary size is
 invalid (skipped and counted).
 """
+from __future__ import annotations
+
 import argparse
 import itertools
 import json
@@ -26,7 +28,12 @@ import re
 import sys
 import zlib
 from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+if TYPE_CHECKING:  # numpy is imported where it is used: the pipe processes start without it
+    import numpy as np
 
 SLOTS = ["center", "context", "negatives", "words"]
 _IDS = re.compile(rb"[0-9]+(?: [0-9]+)*")
@@ -37,7 +44,7 @@ def tokenise(line: str) -> list:
     return line.lower().split()
 
 
-def count_words(paths) -> Counter:
+def count_words(paths: Iterable[str | Path]) -> Counter:
     counts = Counter()
     for path in paths:
         with open(path, encoding="utf-8", errors="replace") as handle:
@@ -51,12 +58,12 @@ def build_dictionary(counts: Counter, min_count: int) -> list:
     return sorted(((w, c) for w, c in counts.items() if c >= min_count), key=lambda wc: (-wc[1], wc[0]))
 
 
-def write_dictionary(path, dictionary) -> None:
+def write_dictionary(path: str | Path, dictionary: list[tuple[str, int]]) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         handle.writelines(f"{word} {count}\n" for word, count in dictionary)
 
 
-def read_counts(path) -> list:
+def read_counts(path: str | Path) -> list:
     """The counts column of a dictionary file, in id order."""
     counts = []
     with open(path, encoding="utf-8") as handle:
@@ -70,7 +77,7 @@ def read_counts(path) -> list:
     return counts
 
 
-def preprocess(text_paths, out, min_count: int = 5, files: int = 1) -> dict:
+def preprocess(text_paths: Sequence[str | Path], out: str | Path, min_count: int = 5, files: int = 1) -> dict:
     """Text files -> `out/dict.txt` and `out/ids/part-*`. Returns counts of what was written."""
     out = Path(out)
     (out / "ids").mkdir(parents=True, exist_ok=True)
@@ -98,7 +105,8 @@ def preprocess(text_paths, out, min_count: int = 5, files: int = 1) -> dict:
 
 
 # ------------------------------------------------------------------ synthetic corpus
-def synthetic_corpus(path, sentences: int, vocabulary: int = 10000, seed: int = 0, topics: int = 50) -> None:
+def synthetic_corpus(path: str | Path, sentences: int, vocabulary: int = 10000, seed: int = 0,
+                     topics: int = 50) -> None:
     """Text whose word frequencies follow Zipf's law (rank r has weight 1/r), with structure to
     learn: each sentence has a topic, and half its words come from that topic's own words."""
     import numpy as np
@@ -117,7 +125,7 @@ def synthetic_corpus(path, sentences: int, vocabulary: int = 10000, seed: int = 
             handle.write(" ".join(words[np.where(choose, local, background)]) + "\n")
 
 
-def generate(out, sentences: int, vocabulary: int = 10000, files: int = 1, min_count: int = 5,
+def generate(out: str | Path, sentences: int, vocabulary: int = 10000, files: int = 1, min_count: int = 5,
              seed: int = 0) -> dict:
     """A synthetic corpus in `out/corpus.txt`, preprocessed into `out/dict.txt` and `out/ids/`."""
     out = Path(out)
@@ -126,7 +134,7 @@ def generate(out, sentences: int, vocabulary: int = 10000, files: int = 1, min_c
     return preprocess([out / "corpus.txt"], out, min_count, files)
 
 
-def id_files(path) -> list:
+def id_files(path: str | Path) -> list:
     """The id files of a preprocessed directory `path` (holding dict.txt and ids/)."""
     path = Path(path)
     if not (path / "dict.txt").is_file():
@@ -139,7 +147,7 @@ def id_files(path) -> list:
 
 
 # ------------------------------------------------------------------ sampling
-def keep_probabilities(counts, sample: float) -> list:
+def keep_probabilities(counts: Sequence[int], sample: float) -> list:
     """word2vec.c's sub-sampling: probability of keeping each word (capped at 1)."""
     total = float(sum(counts))
     threshold = sample * total
@@ -147,14 +155,14 @@ def keep_probabilities(counts, sample: float) -> list:
             for c in counts]
 
 
-def negative_table(counts, power: float = 0.75) -> list:
+def negative_table(counts: Sequence[int], power: float = 0.75) -> list:
     """Cumulative unigram^power distribution over ids (sample by searching it for uniform draws)."""
     weights = [c ** power for c in counts]
     total = sum(weights)
     return list(itertools.accumulate(w / total for w in weights))
 
 
-def parse_ids(raw: bytes, vocabulary: int):
+def parse_ids(raw: bytes, vocabulary: int) -> tuple[list[int] | None, str | None]:
     """(ids, None) for a valid id line, (None, reason) otherwise."""
     line = raw.rstrip(b"\r\n")
     if not _IDS.fullmatch(line):
@@ -165,11 +173,11 @@ def parse_ids(raw: bytes, vocabulary: int):
     return ids, None
 
 
-def check_line(raw: bytes, vocabulary: int):
+def check_line(raw: bytes, vocabulary: int) -> str | None:
     return parse_ids(raw, vocabulary)[1]
 
 
-def first_error(paths, vocabulary: int):
+def first_error(paths: Iterable[str | Path], vocabulary: int) -> str | None:
     for path in paths:
         with open(path, "rb") as handle:
             for number, raw in enumerate(handle, 1):
@@ -183,7 +191,7 @@ class PairMaker:
     """Sentences of ids -> training pairs as MultiSlot lines; all randomness from one seed.
     Vectorised with numpy over blocks of sentences (a pipe must outrun training, see bench/)."""
 
-    def __init__(self, counts, window: int, neg: int, sample: float, seed):
+    def __init__(self, counts: Sequence[int], window: int, neg: int, sample: float, seed: int | list[int]) -> None:
         import numpy as np
         self.np, self.window, self.neg = np, window, neg
         self.keep = np.array(keep_probabilities(counts, sample))
@@ -191,11 +199,11 @@ class PairMaker:
         self.last = len(counts) - 1
         self.rng = np.random.default_rng(seed)
 
-    def negatives(self, n: int):
+    def negatives(self, n: int) -> np.ndarray:
         """n x neg ids drawn from the unigram^0.75 table."""
         return self.np.minimum(self.np.searchsorted(self.table, self.rng.random((n, self.neg))), self.last)
 
-    def block_pairs(self, sentences: list):
+    def block_pairs(self, sentences: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(sentence index, centre, context, negatives) arrays for a block of sentences, in
         sentence order: each word kept with its sub-sampling probability is a centre; its
         contexts are the kept words of the same sentence within a window drawn from 1..window."""
@@ -221,11 +229,11 @@ class PairMaker:
         centres, contexts = centres[order], contexts[order]
         return sid[centres], ids[centres], ids[contexts], self.negatives(len(centres))
 
-    def pairs(self, ids):
+    def pairs(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(centres, contexts, negatives) of one sentence."""
         return self.block_pairs([ids])[1:]
 
-    def lines(self, sentences: list, carry: int = 0):
+    def lines(self, sentences: list, carry: int = 0) -> tuple[str, int]:
         """(MultiSlot text of a block's pairs, words not yet put on a pair). The words slot of a
         sentence's first pair holds its word count plus the words of preceding sentences that
         yielded no pair (and `carry`, words from earlier blocks)."""
@@ -246,7 +254,8 @@ class PairMaker:
         return "\n".join(map(" ".join, rows)) + "\n", left
 
 
-def pipe(stdin, stdout, counts, *, window=5, neg=5, sample=1e-3, seed=0, stats_path=None, block=2000) -> dict:
+def pipe(stdin: Iterator[bytes], stdout: IO[str], counts: Sequence[int], *, window: int = 5, neg: int = 5,
+         sample: float = 1e-3, seed: int = 0, stats_path: str | None = None, block: int = 2000) -> dict:
     """Fleet's pipe_command: id lines in, MultiSlot pairs out (slots `SLOTS`). The `words` slot
     carries each sentence's word count on its first pair (carried to the next pair when a
     sentence yields none), so summing it over the batches a trainer consumed counts corpus words
@@ -281,13 +290,13 @@ def pipe(stdin, stdout, counts, *, window=5, neg=5, sample=1e-3, seed=0, stats_p
 
 # ------------------------------------------------------------------ command lines
 # ------------------------------------------------------------------ analogy questions
-def read_tokens(path) -> list:
+def read_tokens(path: str | Path) -> list:
     """The token column of a dictionary file, in id order."""
     with open(path, encoding="utf-8") as handle:
         return [line.split()[0] for line in handle if line.strip()]
 
 
-def read_analogies(path) -> list:
+def read_analogies(path: str | Path) -> list:
     """Questions `a b c d` (a is to b as c is to d) of a questions-words.txt-style file, lower-cased;
     `: section` headers and blank lines are skipped. ValueError names file:line of a bad line."""
     questions = []
@@ -303,7 +312,7 @@ def read_analogies(path) -> list:
     return questions
 
 
-def analogy_ids(questions, tokens) -> tuple:
+def analogy_ids(questions: Sequence[tuple], tokens: Sequence[str]) -> tuple:
     """(ids of the questions whose four words are all in the dictionary [n x 4], skipped count)."""
     import numpy as np
     index = {t: i for i, t in enumerate(tokens)}
@@ -311,7 +320,7 @@ def analogy_ids(questions, tokens) -> tuple:
     return np.array(known, dtype=np.int64).reshape(-1, 4), len(questions) - len(known)
 
 
-def analogy_accuracy(vectors, questions, chunk: int = 256) -> float:
+def analogy_accuracy(vectors: np.ndarray, questions: np.ndarray, chunk: int = 256) -> float:
     """3CosAdd (word2vec's compute-accuracy): the answer to `a b c ?` is the word whose unit vector
     has the largest cosine with b - a + c (of unit vectors), a, b and c themselves excluded.
     `questions` is an [n x 4] id array; returns the fraction answered with d (nan when n = 0)."""
@@ -330,7 +339,8 @@ def analogy_accuracy(vectors, questions, chunk: int = 256) -> float:
     return right / len(questions)
 
 
-def synthetic_analogies(path, tokens, questions: int, seed: int = 0, unknown: float = 0.1) -> None:
+def synthetic_analogies(path: str | Path, tokens: Sequence[str], questions: int, seed: int = 0,
+                        unknown: float = 0.1) -> None:
     """A questions-words.txt-style file over the synthetic corpus' words: random distinct in-dictionary
     quadruples (the corpus plants no analogies, so expect near-chance accuracy: this exercises the
     metric, it does not measure quality), and a fraction `unknown` naming a word outside it."""
@@ -364,7 +374,7 @@ def gen_parser():
     return p
 
 
-def cli(argv=None) -> int:
+def cli(argv: list[str] | None = None) -> int:
     """`fleetbench data gen word2vec --out DIR (--sentences N | --text FILE...) [...]`."""
     parser = gen_parser()
     args = parser.parse_args(argv)
@@ -383,7 +393,7 @@ def cli(argv=None) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """`python -m datasets.word2vec pipe --dict DICT [...]` (Fleet's pipe_command)."""
     parser = argparse.ArgumentParser(prog="python -m datasets.word2vec")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -33,7 +33,7 @@ def needs_ps(test):
     return test
 
 
-# Paddle's switch for CPU ranks on a CUDA build (fleetbench.train.capability.cpu_ranks_asked).
+# Paddle's switch for CPU ranks on a CUDA build (fleetbench.machine.device.cpu_ranks_asked).
 # Tests whose expectations are gloo's (its 30 s timeout, the ops it lacks, its float16 sum on 3.x,
 # a CPU rank's refusals) pass it, so that they check the same thing on a GPU host; there Paddle's
 # launcher still hands each rank a GPU id, so a 2-rank test needs 2 visible GPUs (docs/gpu.md).
@@ -110,6 +110,41 @@ def fleetrun(log_dir, *args, timeout=300, **env_extra) -> subprocess.CompletedPr
         # failure seen once in CI cannot be diagnosed without it
         proc.stderr += worker_log_tails(log_dir)
     return proc
+
+
+# The 2-rank run of each registered collective benchmark (tests/job/test_registered.py) is made
+# once per session, with the settings its model's own tests need, and shared with them.
+TWO_RANK_SETS = {
+    "resnet50": {"steps": 24},  # long enough for loss to halve on the learnable synthetic task
+    # 3001 held-out digits: odd, so the two ranks' shards differ in size (1501 + 1500); many, so
+    # evaluation outlasts warm-up. The target is reached after the first epoch (0.17, 0.43, 0.56 here)
+    "mnist": {"synthetic_test": 3001, "target_accuracy": 0.4},
+}
+_TWO_RANK_RUNS = {}
+
+
+def data_cache(tmp_path_factory) -> Path:
+    """The session's FLEETBENCH_DATA_CACHE: synthetic data sets made once and shared by its jobs."""
+    if "data-cache" not in _TWO_RANK_RUNS:
+        _TWO_RANK_RUNS["data-cache"] = tmp_path_factory.mktemp("data-cache")
+    return _TWO_RANK_RUNS["data-cache"]
+
+
+def two_rank_run(tmp_path_factory, name: str, *sets: str) -> tuple:
+    """(finished process, its directory: log/ and r.jsonl) of `fleetrun --nproc_per_node 2` on the
+    registered collective benchmark `name` at its tiny preset, with TWO_RANK_SETS[name] and `sets`:
+    run by whichever test asks first, once per session."""
+    from fleetbench.measure import registry
+
+    sets = tuple(f"{k}={v}" for k, v in TWO_RANK_SETS.get(name, {}).items()) + sets
+    if (name, sets) not in _TWO_RANK_RUNS:
+        tmp = tmp_path_factory.mktemp(f"{name}-2ranks")
+        flags = [x for item in sets for x in ("--set", item)]
+        proc = fleetrun(tmp / "log", "--nproc_per_node", 2, registry.get(name, "collective").script, "--preset",
+                        "tiny", *flags, "--results", tmp / "r.jsonl",
+                        FLEETBENCH_DATA_CACHE=data_cache(tmp_path_factory))
+        _TWO_RANK_RUNS[(name, sets)] = proc, tmp
+    return _TWO_RANK_RUNS[(name, sets)]
 
 
 def rendezvous_failed(log_dir) -> bool:

@@ -12,6 +12,7 @@ import dataclasses
 import statistics
 
 from fleetbench.analysis import alphabeta, gradbytes, nccl, overlap, published
+from fleetbench.emulate.netem_plan import PROFILES  # the link profiles: the pure plan's table, no tools
 from fleetbench.measure import experiment, stability
 from fleetbench.measure.schema import CONTROL  # the no-synchronisation control's method
 
@@ -279,10 +280,6 @@ def known_rate(network: str | None, comm: list[CommCell], cells: list[Cell] = ()
     for item in list(comm) + list(cells):
         if item.network == network and item.rate_gbit:
             return item.rate_gbit
-    from fleetbench.emulate.netem import (
-        PROFILES,  # stdlib-only module: the profile table
-    )
-
     rate = PROFILES.get(network or "")
     return rate / 1e9 if rate else None
 

@@ -23,8 +23,8 @@ import paddle
 import paddle.distributed as dist
 
 from fleetbench.comm import opmath
+from fleetbench.machine import device
 from fleetbench.measure import config
-from fleetbench.train import capability, loop
 
 REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
 # Elements of a fill block: a multiple of the fill's period (opmath.PATTERN), a few MiB.
@@ -78,7 +78,7 @@ class CommConfig:
 
 
 def on_gpu() -> bool:
-    return capability.gpu_ranks()
+    return device.gpu_ranks()
 
 
 def check_backend(cfg: CommConfig) -> None:
@@ -104,12 +104,12 @@ class Peers:
     ring: list = dataclasses.field(default_factory=list)
 
     def sync(self) -> None:
-        loop.sync_device()
+        device.sync_device()
 
 
 def connect() -> Peers:
     """Device and the global process group from the build (NCCL on GPUs, gloo on CPU)."""
-    paddle.set_device(loop.device_name())
+    paddle.set_device(device.device_name())
     dist.init_parallel_env()
     rank, ranks = dist.get_rank(), dist.get_world_size()
     backend = "nccl" if on_gpu() else "gloo"

@@ -2,6 +2,7 @@
 anyone reading the store can see the health of the cluster a result was measured on."""
 from __future__ import annotations
 
+from fleetbench.machine import stamp
 from fleetbench.measure import contract, results
 
 
@@ -19,10 +20,10 @@ def store(path: str, report: dict, cluster: str | None) -> None:
     for node in report["nodes"]:
         metrics = {**node["figures"], "node_index": node["index"], "host": node["host"]}
         error = node.get("message") if node["verdict"] == "unreachable" else None
-        results.append(path, results.make_record(_identity("diagnose-node", count, cluster), metrics, error))
+        results.append(path, stamp.record(_identity("diagnose-node", count, cluster), metrics, error))
     keep = ("index", "host", "address", "verdict", "categories", "violations", "explains")
     verdict = {"nodes": [{k: n[k] for k in keep if k in n}
                          for n in report["nodes"]],
                "links": report["links"], "elapsed_s": report["elapsed_s"], "reference": report["reference"],
                **{k: report[k] for k in ("resolution", "not_measured", "remeasured", "cluster") if k in report}}
-    results.append(path, results.make_record(_identity("diagnose-verdict", count, cluster), verdict))
+    results.append(path, stamp.record(_identity("diagnose-verdict", count, cluster), verdict))

@@ -6,6 +6,8 @@ creates carries the mark `fleetbench-cluster <name> <token>`: the alias of a hos
 a namespace's loopback, the first line (a comment) of a node's hosts file. `survey` sorts the
 objects that hold a layout's names into ours (marked) and foreign (not), so nothing someone else
 made is ever deleted, also after an `up` that was killed before it could clean up.
+Its daemons (sshd, slurmd) are ours by the same rule: `daemon_pid` believes a pidfile only when
+the process it names runs the daemon's executable.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import json
 import os
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from fleetbench.emulate.netem_plan import DEFAULT_PREFIX, Layout
 
@@ -198,3 +200,15 @@ def intact(state: dict) -> bool:
     layout = Layout.from_dict(state["layout"])
     ours, _ = survey(layout, mark_of(state))
     return len(ours) == len(objects(layout))
+
+
+def daemon_pid(pidfile: str, executables: Iterable[str]) -> int | None:
+    """The pid in `pidfile` if that process runs one of `executables` (links resolved), else None.
+    Daemons rewrite their titles, so the executable, not the command line, says what runs."""
+    try:
+        with open(pidfile) as f:
+            pid = int(f.read().strip())
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except (OSError, ValueError):
+        return None
+    return pid if exe in {os.path.realpath(p) for p in executables} else None

@@ -24,7 +24,6 @@ import time
 import zlib
 
 from fleetbench.emulate import netem, netem_state, sshd
-from fleetbench.job import procs
 
 DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd")
 CGROUPS = "cpuset memory freezer devices cpu cpuacct pids"
@@ -145,7 +144,7 @@ def _wait_idle(conf: str, count: int, timeout_s: float = 30) -> None:
 def _pid(d: str, name: str) -> int | None:
     """The pid in <d>/<name>.pid if that process is one of the Slurm/munge daemons, else None
     (links resolved: Debian links slurmctld to slurmctld-wlm)."""
-    return procs.daemon_pid(os.path.join(d, f"{name}.pid"), DAEMONS)
+    return netem_state.daemon_pid(os.path.join(d, f"{name}.pid"), DAEMONS)
 
 
 def down(prefix: str = netem.DEFAULT_PREFIX) -> list[int]:

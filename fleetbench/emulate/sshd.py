@@ -26,7 +26,6 @@ import sys
 import time
 
 from fleetbench.emulate import netem, netem_state
-from fleetbench.job import procs
 
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = "/run/sshd"  # sshd refuses to start without its privilege-separation directory
@@ -139,7 +138,7 @@ def _start(d: str, node: netem.Node) -> None:
 
 def _pid(d: str, index: int | str) -> int | None:
     """The pid of our sshd for node `index` if it runs, else None."""
-    return procs.daemon_pid(os.path.join(d, f"sshd-{index}.pid"), [SSHD])
+    return netem_state.daemon_pid(os.path.join(d, f"sshd-{index}.pid"), [SSHD])
 
 
 def down(prefix: str = netem.DEFAULT_PREFIX) -> list[int]:

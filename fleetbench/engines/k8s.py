@@ -29,6 +29,7 @@ pin memory (docs/gpu.md, "Kubernetes on InfiniBand").
 """
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
 import functools
@@ -76,7 +77,7 @@ class K8sError(ValueError):
     """One line naming the flag or sweep cell."""
 
 
-def job_name(*parts):
+def job_name(*parts: object) -> str:
     """A DNS-1035 label from parts (lowercase, '-' for anything else), short enough that the
     operator's pod names `<name>-worker-<i>` stay within 63 characters."""
     name = re.sub(r"[^a-z0-9]+", "-", "-".join(str(p) for p in parts if p).lower()).strip("-")
@@ -84,11 +85,12 @@ def job_name(*parts):
     return name[:50].rstrip("-")
 
 
-def _env(name, value=None, field=None):
+def _env(name: str, value: str | None = None, field: str | None = None) -> dict:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field}}} if field else {"name": name, "value": value}
 
 
-def _resources(cpu, memory, gpus, rdma=None):
+def _resources(cpu: str | None, memory: str | None, gpus: int | None,
+               rdma: tuple[str, int] | None = None) -> dict:
     """Requests and limits (equal: a benchmark's pod is not to be squeezed); `rdma` is (the RDMA
     device plugin's resource name, count)."""
     pairs = (("cpu", cpu), ("memory", memory), ("nvidia.com/gpu", gpus), *([rdma] if rdma else []))
@@ -96,7 +98,8 @@ def _resources(cpu, memory, gpus, rdma=None):
     return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
 
 
-def container(image, workdir, command, env, resources, rdma=False):
+def container(image: str, workdir: str, command: list[str], env: list[dict], resources: dict,
+              rdma: bool = False) -> dict:
     spec = {"name": CONTAINER, "image": image, "imagePullPolicy": "IfNotPresent", "workingDir": workdir,
             "command": command[:1], "args": command[1:], "env": env,
             "ports": [{"containerPort": PORT, "name": PORT_NAME}]}
@@ -169,7 +172,8 @@ def ps_launch(name: str, shape: dict) -> tuple[list[str], list[dict]]:
     return flags, env
 
 
-def manifest(name, bench, script_args, shape, pod, namespace=None):
+def manifest(name: str, bench: registry.Benchmark, script_args: list[str], shape: dict, pod: dict,
+             namespace: str | None = None) -> dict:
     """One PaddleJob. shape: {"mode", "nodes", "per_node"} (collective) or {"mode", "servers",
     "workers"} (ps); pod: {"image", "workdir", "cpu", "memory", "gpus", "timeout"}."""
     launcher = ["python", "-m", "paddle.distributed.launch", "--log_dir", POD_LOGS]
@@ -210,7 +214,7 @@ def manifest(name, bench, script_args, shape, pod, namespace=None):
                                             for t, n in types.items()}}}
 
 
-def problems(doc):
+def problems(doc: dict) -> list[str]:
     """What the training operator would refuse in a PaddleJob (the fields used here), or []."""
     out = []
     if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
@@ -242,7 +246,7 @@ def problems(doc):
 # From the command line or a sweep
 
 
-def _shape(mode, nodes, per_node, servers_workers, where):
+def _shape(mode: str, nodes: int, per_node: str | int, servers_workers: str, where: str) -> dict:
     if mode == "collective":
         counts = hostlist.counts_for(nodes, hostlist.parse_per_node(per_node, where + "devices-per-node"))
         if len(set(counts)) > 1:
@@ -258,7 +262,7 @@ def _shape(mode, nodes, per_node, servers_workers, where):
     return {"mode": mode, "servers": servers, "workers": workers}
 
 
-def from_sweep(path, pod, namespace):
+def from_sweep(path: str, pod: dict, namespace: str | None) -> list[dict]:
     """One PaddleJob per cell and repeat of a sweep file."""
     from fleetbench.sweep import sweepfile
 
@@ -294,7 +298,7 @@ def queue(doc: dict, position: int) -> None:
     doc["metadata"]["labels"]["fleetbench/order"] = f"{position:04d}"
 
 
-def check_config(bench, script_args: list[str], where: str) -> None:
+def check_config(bench: registry.Benchmark, script_args: list[str], where: str) -> None:
     """The benchmark's own --check of its preset and --set keys, before anything is written."""
     problem = _check_problem(str(bench.path), tuple(script_args))
     if problem is None:
@@ -361,7 +365,7 @@ def parser() -> cmdline.Parser:
     return p
 
 
-def build(args):
+def build(args: argparse.Namespace) -> list[dict]:
     pod = {"image": args.image, "workdir": args.workdir, "cpu": args.cpu, "memory": args.memory, "gpus": args.gpus,
            "timeout": args.timeout, "env": user_env(args.env), "rdma": rdma_resource(args.rdma)}
     if args.what.endswith((".yaml", ".yml")):
@@ -383,7 +387,7 @@ def build(args):
     return [manifest(name, bench, script_args, shape, pod, args.namespace)]
 
 
-def cli(argv):
+def cli(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     try:
         docs = build(args)

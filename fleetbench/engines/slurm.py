@@ -29,14 +29,14 @@ STARTUP_S = 60
 # sbatch script
 
 
-def time_limit(cells):
+def time_limit(cells: list) -> str:
     """Slurm's D-HH:MM:SS for running every repeat of every cell to its timeout."""
     seconds = int(sum(c.timeout * c.repeats for c in cells) * TIME_MARGIN) + STARTUP_S
     days, rest = divmod(seconds, 86400)
     return f"{days}-{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
 
 
-def sbatch_script(sweep_file, cells, results, options):
+def sbatch_script(sweep_file: str, cells: list, results: str, options: dict) -> str:
     """The script's text. options: partition, account, gpus (bool), python, workdir, log_dir."""
     nodes = max(c.nodes for c in cells)
     name = os.path.splitext(os.path.basename(sweep_file))[0]
@@ -81,7 +81,7 @@ def parser() -> cmdline.Parser:
     return p
 
 
-def cli(argv):
+def cli(argv: list[str]) -> int:
     import dataclasses
 
     from fleetbench.sweep import adaptive, sweepfile

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from fleetbench.machine import stamp
 from fleetbench.measure import results
 from fleetbench.measure.contract import RunIdentity
 
@@ -91,7 +92,7 @@ def error_text(outcome: Outcome) -> str:
 
 
 def failure_record(identity: RunIdentity, outcome: Outcome) -> dict:
-    return results.make_record(identity, None, error_text(outcome))
+    return stamp.record(identity, None, error_text(outcome))
 
 
 def store_failure(path: str, identity: RunIdentity, outcome: Outcome) -> None:

@@ -72,18 +72,6 @@ def tree_ticks(table: dict[int, Stat], root: int) -> int:
 
 
 
-def daemon_pid(pidfile: str, executables: Iterable[str]) -> int | None:
-    """The pid in `pidfile` if that process runs one of `executables` (links resolved), else None.
-    Daemons rewrite their titles, so the executable, not the command line, says what runs."""
-    try:
-        with open(pidfile) as f:
-            pid = int(f.read().strip())
-        exe = os.readlink(f"/proc/{pid}/exe")
-    except (OSError, ValueError):
-        return None
-    return pid if exe in {os.path.realpath(p) for p in executables} else None
-
-
 def job_pids(job_id: str, variable: str = JOB_ID) -> list[int]:
     """Pids of live processes whose environment carries this job's id (zombies and the caller
     excluded): the whole job, whatever its process tree, and nothing else on the machine."""

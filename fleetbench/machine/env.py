@@ -14,9 +14,9 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 
 from fleetbench import cmdline
-
 # Without persistence mode the driver initialises every GPU on each nvidia-smi call: seconds on an
 # 8-GPU node (NVIDIA's driver persistence docs); 1.2 s dropped the GPU list there (issue 26 finding 7).
 # It runs once per record, not per step, so a generous bound costs nothing on a healthy host.
@@ -78,32 +78,32 @@ def parse_gpu_query(text: str) -> list:
     return gpus
 
 
-def parse_ib_rate(rate: str):
+def parse_ib_rate(rate: str | None) -> float | None:
     """'100 Gb/sec (4X EDR)' -> 100.0 (Gbit/s)."""
     m = re.match(r"\s*([\d.]+)\s*Gb/sec", rate or "")
     return float(m.group(1)) if m else None
 
 
-def _state(text):
+def _state(text: str | None) -> str | None:
     """'4: ACTIVE' -> 'ACTIVE'."""
     return text.split(":", 1)[-1].strip() if text else None
 
 
 # ---------------------------------------------------------------- readers (each returns value, reason)
 
-def _read(path):
+def _read(path: str) -> str:
     with open(path, encoding="utf-8", errors="replace") as f:
         return f.read()
 
 
-def _read_or_none(path):
+def _read_or_none(path: str) -> str | None:
     try:
         return _read(path).strip()
     except OSError:
         return None
 
 
-def read_paddle():
+def read_paddle() -> tuple[dict | None, dict]:
     """Versions from paddle.version. When paddle is not imported yet we load only its small
     generated version module: importing paddle itself takes ~1.5 s, the whole budget."""
     module = sys.modules.get("paddle.version")
@@ -132,7 +132,7 @@ def read_paddle():
     return info, missing
 
 
-def _nccl_version():
+def _nccl_version() -> tuple[str | None, str | None]:
     # paddle.version has no nccl() in 2.6; the NCCL build exposes core.nccl_version() (e.g. 21602).
     core = sys.modules.get("paddle.base.core") or sys.modules.get("paddle.fluid.core")
     if core is None:
@@ -147,7 +147,7 @@ def _nccl_version():
     return f"{major}.{rest // 100}.{rest % 100}", None
 
 
-def read_gpus():
+def read_gpus() -> tuple[list[dict] | None, str | None, str | None]:
     """(gpus, driver, reason) from nvidia-smi; reason says why both are None."""
     exe = shutil.which("nvidia-smi")
     if not exe:
@@ -172,7 +172,7 @@ def read_gpus():
     return gpus, driver, (None if gpus else "nvidia-smi lists no GPU")
 
 
-def _sysfs_cpu_topology(root):
+def _sysfs_cpu_topology(root: str) -> tuple[int | None, int | None]:
     """(sockets, cores) from /sys/devices/system/cpu/cpuN/topology, for CPUs whose
     /proc/cpuinfo lacks 'physical id' (e.g. ARM)."""
     packages, cores = set(), set()
@@ -187,7 +187,8 @@ def _sysfs_cpu_topology(root):
     return len(packages) or None, len(cores) or None
 
 
-def read_cpu(cpuinfo="/proc/cpuinfo", nodes="/sys/devices/system/node", cpus="/sys/devices/system/cpu"):
+def read_cpu(cpuinfo: str = "/proc/cpuinfo", nodes: str = "/sys/devices/system/node",
+             cpus: str = "/sys/devices/system/cpu") -> tuple[dict, dict]:
     cpu = parse_cpuinfo(_read(cpuinfo))
     if cpu["sockets"] is None and os.path.isdir(cpus):
         cpu["sockets"], cpu["cores"] = _sysfs_cpu_topology(cpus)
@@ -203,11 +204,11 @@ def read_cpu(cpuinfo="/proc/cpuinfo", nodes="/sys/devices/system/node", cpus="/s
     return cpu, missing
 
 
-def _int_or_none(text):
+def _int_or_none(text: str | None) -> int | None:
     return int(text) if text and text.lstrip("-").isdigit() else None
 
 
-def _nic(base, name):
+def _nic(base: str, name: str) -> dict:
     speed = _int_or_none(_read_or_none(os.path.join(base, "speed")))
     driver = os.path.join(base, "device", "driver")
     return {"name": name, "speed_mbps": speed if speed and speed > 0 else None,  # -1: driver doesn't know
@@ -217,7 +218,7 @@ def _nic(base, name):
             "virtual": not os.path.exists(os.path.join(base, "device"))}
 
 
-def read_nics(root="/sys/class/net"):
+def read_nics(root: str = "/sys/class/net") -> tuple[list[dict], dict]:
     """Network interfaces except loopback: speed (Mbit/s; null when the driver reports none),
     MTU, state, driver, and whether it is virtual (no backing device)."""
     nics, missing = [], {}
@@ -233,7 +234,7 @@ def read_nics(root="/sys/class/net"):
     return nics, missing
 
 
-def _ib_port(path, port):
+def _ib_port(path: str, port: str) -> dict:
     rate = _read_or_none(os.path.join(path, "rate"))
     return {"port": int(port) if port.isdigit() else port, "rate": rate, "rate_gbit": parse_ib_rate(rate),
             "state": _state(_read_or_none(os.path.join(path, "state"))),
@@ -241,11 +242,11 @@ def _ib_port(path, port):
             "link_layer": _read_or_none(os.path.join(path, "link_layer"))}
 
 
-def _listdir(path):
+def _listdir(path: str) -> list[str]:
     return sorted(os.listdir(path)) if os.path.isdir(path) else []
 
 
-def read_infiniband(root="/sys/class/infiniband"):
+def read_infiniband(root: str = "/sys/class/infiniband") -> list[dict]:
     """RDMA devices (InfiniBand, or RoCE when link_layer is Ethernet) with each port's rate and state."""
     devices = []
     for name in _listdir(root):
@@ -274,14 +275,14 @@ def identifying(value: str) -> bool:
     return bool(IDENTIFYING_VALUE.search(value)) or _has_ipv6(value)
 
 
-def read_env_vars(environ=None):
+def read_env_vars(environ: Mapping[str, str] | None = None) -> dict:
     environ = os.environ if environ is None else environ
     keep = sorted(k for k in environ if k.startswith(ENV_PREFIXES) or k in ENV_NAMES)
     return {k: ("<redacted>" if SECRET_NAME.search(k) or identifying(environ[k]) else environ[k])
             for k in keep}
 
 
-def read_simulation(environ=None):
+def read_simulation(environ: Mapping[str, str] | None = None) -> dict | None:
     """The simulated GPU host this process runs on ({host, build, what}), or None on a real one."""
     path = (os.environ if environ is None else environ).get(SIMULATED_GPU)
     if not path:
@@ -294,17 +295,9 @@ def read_simulation(environ=None):
     return {"host": desc.get("host"), "build": (desc.get("build") or {}).get("name"), "what": SIMULATED_WHAT}
 
 
-def read_threads():
-    try:
-        from fleetbench import threads_info
-        return threads_info()
-    except Exception:  # an odd OMP_NUM_THREADS must not cost the report
-        return None
-
-
 # ---------------------------------------------------------------- collect
 
-def _guard(result, missing, key, reader, *args):
+def _guard(result: dict, missing: dict, key: str, reader: Callable, *args: object) -> None:
     """Run one reader; a failure becomes null + reason instead of an exception."""
     try:
         value = reader(*args)
@@ -318,18 +311,20 @@ def _guard(result, missing, key, reader, *args):
     result[key] = value
 
 
-def _read_os():
+def _read_os() -> dict:
     info = parse_os_release(_read("/etc/os-release")) if os.path.exists("/etc/os-release") else \
         {"name": platform.system(), "id": None, "version_id": None}
     return {**info, "kernel": platform.release(), "machine": platform.machine()}
 
 
-def _read_memory():
+def _read_memory() -> dict:
     return parse_meminfo(_read("/proc/meminfo"))
 
 
-def collect() -> dict:
-    """The environment block stored in every result record (see module docstring)."""
+def collect(threads: dict | None = None) -> dict:
+    """The environment block stored in every result record (see module docstring). `threads`: the
+    process's thread record (`fleetbench.threads_info()`), passed in by the caller: machine/ does
+    not import the package root."""
     result, missing = {}, {}
     result["python"] = {"version": platform.python_version(), "implementation": platform.python_implementation()}
     _guard(result, missing, "paddle", read_paddle)
@@ -347,7 +342,7 @@ def collect() -> dict:
     _guard(result, missing, "nics", read_nics)
     _guard(result, missing, "infiniband", read_infiniband)
     _guard(result, missing, "env_vars", read_env_vars)
-    result["threads"] = read_threads()
+    result["threads"] = threads
     simulated = read_simulation()
     if simulated:
         result["simulated_gpu"] = simulated
@@ -359,7 +354,7 @@ def collect() -> dict:
 
 # ---------------------------------------------------------------- rendering + CLI
 
-def _na(value, unit=""):
+def _na(value: object, unit: str = "") -> str:
     return "n/a" if value is None else f"{value}{unit}"
 
 
@@ -402,7 +397,7 @@ def render_markdown(env: dict) -> str:
     return "\n".join(out)
 
 
-def render_text(env: dict, indent="") -> str:
+def render_text(env: dict, indent: str = "") -> str:
     lines = []
     for key, value in env.items():
         if isinstance(value, dict) and value and key != "env_vars":
@@ -427,7 +422,7 @@ def parser() -> cmdline.Parser:
     return p
 
 
-def cli(argv) -> int:
+def cli(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     if args.check:
         from fleetbench.machine import gpu_ready
@@ -436,7 +431,9 @@ def cli(argv) -> int:
         status, line = gpu_ready.verdict(gpu_ready.probe(), driver)
         print(f"fleetbench env --check: {line}", file=sys.stderr if status else sys.stdout)
         return status
-    env = collect()
+    import fleetbench  # this command's own process: its thread count, as a rank's record shows it
+
+    env = collect(threads=fleetbench.threads_info())
     if args.json:
         print(json.dumps(env, indent=2))
     elif args.markdown:

@@ -47,11 +47,11 @@ class TopologyError(ValueError):
 
 # ---------------------------------------------------------------- parsing (pure)
 
-def _lines(text):
+def _lines(text: str) -> list[str]:
     return _ANSI.sub("", text).replace("\r", "").split("\n")
 
 
-def _find_header(lines):
+def _find_header(lines: list[str]) -> tuple[int, list[str]]:
     for i, line in enumerate(lines):
         tokens = line.split()
         if any(_GPU.match(t) for t in tokens) and "X" not in tokens:
@@ -59,11 +59,11 @@ def _find_header(lines):
     raise TopologyError(f"no header row naming GPU0...; {EXPECTED}")
 
 
-def _starts_extra(tokens, n):
+def _starts_extra(tokens: list[str], n: int) -> bool:
     return any(tokens[n:n + len(c.split())] == c.split() for c in EXTRA_COLUMNS)
 
 
-def _split_header(tokens):
+def _split_header(tokens: list[str]) -> tuple[list[str], list[str]]:
     """Device columns (GPU0, NIC0, mlx5_0: names always carry a digit) come first; the words
     after them form extra columns such as 'CPU Affinity'."""
     n = 0
@@ -78,7 +78,7 @@ def _split_header(tokens):
     return devices, extras
 
 
-def _matrix_rows(lines, start):
+def _matrix_rows(lines: list[str], start: int) -> list[tuple[int, list[str]]]:
     rows = []
     for number, line in enumerate(lines[start:], start + 1):
         tokens = line.split()
@@ -88,7 +88,7 @@ def _matrix_rows(lines, start):
     return rows
 
 
-def _nic_legend(lines):
+def _nic_legend(lines: list[str]) -> dict[str, str]:
     legend, inside = {}, False
     for line in lines:
         if line.strip().startswith("NIC Legend"):
@@ -131,7 +131,7 @@ def parse(text: str) -> dict:
     return _build(devices, extras, by_name, _nic_legend(lines))
 
 
-def _build(devices, extras, by_name, legend):
+def _build(devices: list[str], extras: list[str], by_name: dict, legend: dict[str, str]) -> dict:
     rename = {d: legend.get(d, d) for d in devices}
     topo = {
         "gpus": [d for d in devices if _GPU.match(d)],
@@ -167,12 +167,12 @@ def meaning(code: str) -> str:
     return MEANING.get("SYS" if code == "SOC" else code, "unknown link class")
 
 
-def _gpu_pairs(topo, gpus=None):
+def _gpu_pairs(topo: dict, gpus: list[str] | None = None) -> list[tuple[str, str]]:
     gpus = topo["gpus"] if gpus is None else gpus
     return [(a, b) for i, a in enumerate(gpus) for b in gpus[i + 1:]]
 
 
-def link_classes(topo) -> list:
+def link_classes(topo: dict) -> list:
     """Classes present in the matrix, best first, with how many GPU-GPU and GPU-NIC pairs use each."""
     counts = {}
     for a, b in _gpu_pairs(topo):
@@ -185,7 +185,7 @@ def link_classes(topo) -> list:
             for c in ordered]
 
 
-def nearest_nics(topo) -> dict:
+def nearest_nics(topo: dict) -> dict:
     """For each GPU, the NIC(s) reached over its best link class (ties kept)."""
     result = {}
     for g in topo["gpus"]:
@@ -197,12 +197,12 @@ def nearest_nics(topo) -> dict:
     return result
 
 
-def nvlink_groups(topo) -> list:
+def nvlink_groups(topo: dict) -> list:
     """Maximal sets of >= 2 GPUs in which every pair is joined by NVLink (Bron-Kerbosch; n is small)."""
     nv = {g: {o for o in topo["gpus"] if o != g and _NV.match(topo["links"][g][o])} for g in topo["gpus"]}
     cliques = []
 
-    def grow(r, p, x):
+    def grow(r: set, p: set, x: set) -> None:
         if not p and not x:
             if len(r) >= 2:
                 cliques.append(r)
@@ -231,7 +231,7 @@ def parse_gpu_list(text: str) -> list:
     return sorted(set(ids))
 
 
-def selection(topo, ids) -> dict:
+def selection(topo: dict, ids: list[int]) -> dict:
     """Worst link inside a chosen GPU set, with a warning when it leaves the PCIe host bridge."""
     names = [f"GPU{i}" for i in ids]
     unknown = [n for n in names if n not in topo["gpus"]]
@@ -254,7 +254,7 @@ def selection(topo, ids) -> dict:
     return {"gpus": names, "worst_link": worst, "worst_pair": [a, b], "warning": warning}
 
 
-def analyse(topo: dict, gpus=None) -> dict:
+def analyse(topo: dict, gpus: list[int] | None = None) -> dict:
     """Ranking, nearest NICs, NVLink groups and (for a GPU index list) the worst link inside it."""
     result = {
         "ranking": "NV# (more links better) > PIX > PXB > PHB > NODE > SYS",
@@ -269,7 +269,7 @@ def analyse(topo: dict, gpus=None) -> dict:
 
 # ---------------------------------------------------------------- running nvidia-smi
 
-def _run_topo():
+def _run_topo() -> tuple[str | None, str | None]:
     """(text, None) or (None, reason)."""
     exe = shutil.which("nvidia-smi")
     if not exe:
@@ -288,12 +288,12 @@ def _run_topo():
     return proc.stdout, None
 
 
-def detect():
+def detect() -> str | None:
     """Raw `nvidia-smi topo -m` text, or None when there is no NVIDIA GPU/tool."""
     return _run_topo()[0]
 
 
-def detect_for_record():
+def detect_for_record() -> dict | None:
     """Topology for a result record: parsed matrix + analysis + raw text; None without a GPU.
     Never raises: unparsable output is stored as {"error", "raw"} so the record keeps it."""
     try:
@@ -311,7 +311,7 @@ def detect_for_record():
 
 # ---------------------------------------------------------------- CLI
 
-def render_text(topo, analysis) -> str:
+def render_text(topo: dict, analysis: dict) -> str:
     out = [f"GPUs: {len(topo['gpus'])} ({' '.join(topo['gpus'])})",
            f"NICs: {len(topo['nics'])}" + (f" ({' '.join(topo['nics'])})" if topo["nics"] else "")]
     out.append("Link classes (best first; GPU-GPU pairs / GPU-NIC pairs):")
@@ -348,7 +348,7 @@ def parser() -> cmdline.Parser:
     return p
 
 
-def cli(argv) -> int:
+def cli(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     ids = args.gpus
     if args.input:

@@ -7,7 +7,8 @@ built from them. Every such variable is written (`RankContract.to_env`) and read
 
 `RunIdentity` is what a run is, apart from what it measured: the same type for a rank's record, a
 supervisor's failure record, a sweep's cell and a remote node's job; `measure.results.make_record`
-builds the record from (identity, metrics, error).
+builds the record from (identity, metrics, error, env, topology), `machine.stamp.record` with this
+machine's env and topology.
 
 Imports nothing of fleetbench's: `fleetbench/__init__` reads the thread variables before paddle.
 """

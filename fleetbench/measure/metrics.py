@@ -11,7 +11,6 @@ import dataclasses
 import math
 from typing import List, Optional, Protocol
 
-import fleetbench
 from fleetbench.measure import interference
 
 NOT_MEASURED = [math.nan, math.nan, math.nan]  # a rank's interference row when it measured nothing
@@ -178,8 +177,9 @@ def reduce(mine: RankFigures, comm: Communicator) -> Totals:
                   interference=disturbed)
 
 
-def standard(totals: Totals, unit: str, world_size: int, warmup_steps: int) -> dict:
-    """The metrics every record has (see DEFINITIONS); a family adds its own names."""
+def standard(totals: Totals, unit: str, world_size: int, warmup_steps: int, *, threads: dict) -> dict:
+    """The metrics every record has (see DEFINITIONS); a family adds its own names. `threads`: the
+    process's thread record (`fleetbench.threads_info()`), passed in: measure/ imports no room above it."""
     elapsed = totals.elapsed_s
     throughput = totals.units / elapsed
     reader_ms = None if totals.reader_s is None else 1000 * totals.reader_s / totals.steps
@@ -192,7 +192,7 @@ def standard(totals: Totals, unit: str, world_size: int, warmup_steps: int) -> d
         "elapsed_s": elapsed, "rank_elapsed_s": totals.rank_elapsed_s,
         "rank_step_ms": totals.rank_step_ms, "rank_reader_ms": totals.rank_reader_ms,
         "measured_steps": totals.steps, "warmup_steps": warmup_steps,
-        "omp_num_threads": fleetbench.threads_info()["omp_num_threads"],
+        "omp_num_threads": threads["omp_num_threads"],
         **(totals.interference or interference.combine([NOT_MEASURED])),
     }
 

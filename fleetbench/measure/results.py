@@ -50,33 +50,26 @@ def git_sha() -> str | None:
     return sha if out.returncode == 0 and sha else None
 
 
-def make_record(identity: RunIdentity, metrics: dict | None, error: str | None = None) -> dict:
+def make_record(identity: RunIdentity, metrics: dict | None, error: str | None = None, *,
+                env: dict, topology: dict | None) -> dict:
     """A complete schema-1 record: what the run was (network and launch from the launcher's
-    contract where the identity leaves them out), what it measured, and id, time, env, topology, git."""
+    contract where the identity leaves them out), what it measured, and id, time, git, and the
+    `env` and `topology` blocks given (machine/stamp.record collects this machine's)."""
     try:
         identity = identity.resolved()
     except contract.ContractError as err:  # a launcher's malformed variable: the record cannot say where it ran
         raise RecordError(str(err)) from None
-    env_info, topology_info = _collect_env()
     return {
         "schema": SCHEMA,
         "id": uuid.uuid4().hex,
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
         **dataclasses.asdict(identity),
         "metrics": metrics,
-        "env": env_info,
-        "topology": topology_info,
+        "env": env,
+        "topology": topology,
         "git": git_sha(),
         "error": error,
     }
-
-
-def _collect_env() -> tuple[dict, dict | None]:
-    from fleetbench.machine import (  # lazy: collecting the environment runs tools
-        env,
-        topology,
-    )
-    return env.collect(), topology.detect_for_record()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ was, with a warning: run on 2.6.2 and 3.3.1), so the run layer refuses amp there
 (`capability.amp_missing`) before this is reached.
 """
 import contextlib
+from typing import ContextManager
 
 import paddle
 
@@ -25,13 +26,13 @@ DTYPE = {"fp16": "float16", "bf16": "bfloat16"}
 
 
 class Precision:
-    def __init__(self, amp: str, level: str = "O1"):
+    def __init__(self, amp: str, level: str = "O1") -> None:
         self.amp, self.level = amp, level
         self.scaler = None
         if amp == "fp16":
             self.scaler = paddle.amp.GradScaler(init_loss_scaling=2.0**15)
 
-    def decorate(self, model, optimizer) -> tuple:
+    def decorate(self, model: paddle.nn.Layer, optimizer: paddle.optimizer.Optimizer) -> tuple:
         """(model, optimizer) ready for this level: O2 casts the weights and keeps fp32 master
         weights in the optimizer. Called before DataParallel and fleet.distributed_optimizer wrap
         them, as Paddle's examples do, so the reducer's buckets hold the half-precision gradients."""
@@ -40,16 +41,16 @@ class Precision:
         return paddle.amp.decorate(models=model, optimizers=optimizer, level="O2", dtype=DTYPE[self.amp],
                                    master_weight=True)
 
-    def forward(self):
+    def forward(self) -> ContextManager:
         """Context for the forward pass and the loss (and, at O2, evaluation: the weights are half)."""
         if self.amp == "off":
             return contextlib.nullcontext()
         return paddle.amp.auto_cast(level=self.level, dtype=DTYPE[self.amp])
 
-    def backward(self, loss) -> None:
+    def backward(self, loss: paddle.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler else loss).backward()
 
-    def step(self, optimizer) -> None:
+    def step(self, optimizer: paddle.optimizer.Optimizer) -> None:
         if self.scaler:
             self.scaler.step(optimizer)  # unscales, skips the update on inf/nan
             self.scaler.update()

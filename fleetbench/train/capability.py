@@ -13,13 +13,11 @@ Facts behind the table (observed with the CPU wheels; see the README's "Which Pa
 - AMP: auto_cast does nothing on a CPU build, so an AMP figure there would be an fp32 figure.
 - Methods: each needs the Paddle functions it is built from (METHOD_NEEDS).
 """
-import contextlib
 import importlib
-import io
-import os
-from typing import List, Optional
+from typing import Any, List, Optional
 
-from fleetbench.measure.config import ConfigError
+from fleetbench.machine.device import cpu_ranks_asked, gpu_ranks, quiet_import_paddle
+from fleetbench.measure.config import BenchConfig, ConfigError
 
 # The operators Fleet's parameter-server trainer programs are rewritten to call (sparse pulls
 # and the end-of-pass barrier): a build without them cannot run a single PS step.
@@ -48,27 +46,6 @@ METHOD_NEEDS = {
 }
 
 
-def quiet_import_paddle():
-    """paddle, imported without the notes it prints on stderr at import (about the
-    OMP_NUM_THREADS fleetbench chose, a missing ccache): a refusal must stay one line."""
-    with contextlib.redirect_stderr(io.StringIO()):
-        import paddle
-    return paddle
-
-
-def cpu_ranks_asked() -> bool:
-    """Paddle's own switch for CPU ranks on a CUDA build: with PADDLE_DISTRI_BACKEND=gloo,
-    init_parallel_env takes CPUPlace and gloo whatever the build (`_is_cpuonly` in
-    paddle/distributed/parallel.py, 2.6.2 and 3.3.1). The test suite uses it on GPU hosts."""
-    return os.environ.get("PADDLE_DISTRI_BACKEND") == "gloo"
-
-
-def gpu_ranks() -> bool:
-    """Whether this process trains on a GPU: a CUDA build that sees one, unless CPU ranks were asked."""
-    paddle = quiet_import_paddle()
-    return not cpu_ranks_asked() and paddle.is_compiled_with_cuda() and paddle.device.cuda.device_count() > 0
-
-
 def paddle_build() -> str:
     """'Paddle 3.3.1 (CPU build)': the installed Paddle as an error message names it."""
     paddle = quiet_import_paddle()
@@ -76,7 +53,7 @@ def paddle_build() -> str:
     return f"Paddle {paddle.__version__} ({kind} build)"
 
 
-def resolve(name: str):
+def resolve(name: str) -> Any:
     """The object a 'module:attribute.path' name refers to; ImportError/AttributeError if absent."""
     module, _, path = name.partition(":")
     found = importlib.import_module(module)
@@ -138,7 +115,7 @@ def method_missing(method: str) -> Optional[str]:
             f"which it is built from; use another method, or paddlepaddle 2.6.2 to 3.3.1")
 
 
-def check(family: str, cfg) -> None:
+def check(family: str, cfg: BenchConfig) -> None:
     """Raise ConfigError (one line) if the installed Paddle lacks what `cfg` of `family` needs."""
     if family == "ps":
         reasons = [ps_missing()]

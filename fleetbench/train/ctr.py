@@ -5,12 +5,19 @@ files; and, for the collective run, reading a rank's files and counting the qual
 way the parameter-server run does (AUC buckets and log loss over the measured window,
 fleetbench.measure.auc). Imports no paddle at import: the PS script's config is checked first.
 """
+from __future__ import annotations
+
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from datasets import DataError, criteo
 from fleetbench.measure import auc, config
+from fleetbench.measure.metrics import Communicator
 from fleetbench.train.ps.data import synthetic_dir
+
+if TYPE_CHECKING:  # imported when the collective run starts
+    import paddle
 
 
 @dataclasses.dataclass
@@ -82,13 +89,13 @@ class InOrder:
     server's InMemoryDataset does not shuffle either); each batch is converted when it is read,
     so the conversion counts as reader time."""
 
-    def __init__(self, arrays: dict, batch_size: int, batches: int, convert):
+    def __init__(self, arrays: dict, batch_size: int, batches: int, convert: Callable[[dict], Any]) -> None:
         self.arrays, self.batch_size, self.batches, self.convert = arrays, batch_size, batches, convert
 
-    def __len__(self):
+    def __len__(self) -> int:
         return self.batches
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator:
         for i in range(self.batches):
             rows = slice(i * self.batch_size, (i + 1) * self.batch_size)
             yield self.convert({name: values[rows] for name, values in self.arrays.items()})
@@ -101,14 +108,14 @@ class Progressive:
     ranks add up at the end. The first `warmup_steps` batches are not counted. Counts stay on
     the device (no sync per step) and are read once."""
 
-    def __init__(self, warmup_steps: int):
+    def __init__(self, warmup_steps: int) -> None:
         import paddle
         self.warmup_steps, self.seen = warmup_steps, 0
         self.buckets = paddle.zeros([2 * (auc.THRESHOLDS + 1)], dtype="int64")  # negatives, positives
         self.loss_sum = paddle.zeros([1], dtype="float64")
         self.examples = 0
 
-    def observe(self, logits, label, loss) -> None:
+    def observe(self, logits: paddle.Tensor, label: paddle.Tensor, loss: paddle.Tensor) -> None:
         import paddle
         self.seen += 1
         if self.seen <= self.warmup_steps:
@@ -121,7 +128,7 @@ class Progressive:
             self.loss_sum += paddle.cast(loss.detach(), "float64") * label.shape[0]
             self.examples += label.shape[0]
 
-    def metrics(self, comm) -> dict:
+    def metrics(self, comm: Communicator) -> dict:
         """{"auc", "logloss"} over all ranks (every rank calls this together)."""
         counts = comm.sum(self.buckets.numpy().tolist() + [self.loss_sum.item(), self.examples])
         negatives, positives = counts[:auc.THRESHOLDS + 1], counts[auc.THRESHOLDS + 1:-2]

@@ -24,11 +24,12 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import paddle
 import paddle.distributed as dist
 
+from fleetbench.machine import device
 from fleetbench.measure import config, metrics, registry
 from fleetbench.measure.timing import WindowTimer, log_line
 from fleetbench.train import evaluate, loop, methods, mllog, run
@@ -43,7 +44,7 @@ class EpochConfig(config.CollectiveConfig):
     stop_at_target: bool = False  # stop after the first epoch that reaches the target (MLPerf)
     eval_batch_size: int = 256  # per rank
 
-    def validate(self):
+    def validate(self) -> None:
         super().validate()
         config.require(self.epochs >= 1, "epochs", "must be >= 1", self.epochs)
         config.require(self.target_accuracy is None or 0 < self.target_accuracy <= 1, "target_accuracy",
@@ -74,7 +75,7 @@ class EpochWorkload(loop.Workload):
     num_classes: int
     lr: Optional[float] = None  # the learning rate the optimizer was built with, for the record
 
-    def schedule(self, cfg: EpochConfig, ctx: loop.Context, unit: str, comm) -> tuple:
+    def schedule(self, cfg: EpochConfig, ctx: loop.Context, unit: str, comm: metrics.Communicator) -> tuple:
         return train(cfg, self, ctx, unit, comm)  # epochs, each followed by an evaluation
 
 
@@ -96,7 +97,7 @@ class Tally:
     cpu_end: Optional[object] = None
 
 
-def _timed(batches: Iterable):
+def _timed(batches: Iterable) -> Iterator[tuple[float, Any]]:
     """(seconds spent waiting for the batch, batch) for each batch of one pass."""
     source = iter(batches)
     while True:
@@ -108,7 +109,8 @@ def _timed(batches: Iterable):
         yield time.perf_counter() - tick, batch
 
 
-def _log_window(timer: WindowTimer, window: list, tally: Tally, epoch_start: float, ctx, unit: str):
+def _log_window(timer: WindowTimer, window: list, tally: Tally, epoch_start: float, ctx: loop.Context,
+                unit: str) -> None:
     """Close a logging window: fleetbench's line, then the hand-made logs' running global rate."""
     tally.loss_last = float(paddle.add_n(window)) / len(window)
     tally.loss_first = tally.loss_last if tally.loss_first is None else tally.loss_first
@@ -119,10 +121,11 @@ def _log_window(timer: WindowTimer, window: list, tally: Tally, epoch_start: flo
     print(f"Step{tally.step}: {tally.samples_now * ctx.world_size / train_s:.2f} data/sec", flush=True)
 
 
-def _train_epoch(cfg, epoch: int, step_fn, work: EpochWorkload, tally: Tally, ctx, unit: str) -> dict:
+def _train_epoch(cfg: EpochConfig, epoch: int, step_fn: Callable[[Any], paddle.Tensor], work: EpochWorkload,
+                 tally: Tally, ctx: loop.Context, unit: str) -> dict:
     """One pass over this rank's training batches; returns this rank's figures of the epoch."""
     warmup = cfg.warmup_steps if epoch == 1 else 0
-    timer = WindowTimer(warmup, sync=loop.sync_device)
+    timer = WindowTimer(warmup, sync=device.sync_device)
     epoch_start, losses, window, units = timer.window_start, [], [], 0.0
     sampler = getattr(work.batches, "batch_sampler", None)
     if hasattr(sampler, "set_epoch"):  # a DataLoader's DistributedBatchSampler: a new order each epoch
@@ -149,7 +152,8 @@ def _train_epoch(cfg, epoch: int, step_fn, work: EpochWorkload, tally: Tally, ct
     return {"time_s": time_s, "units": units, "loss_sum": float(paddle.add_n(losses)), "steps": len(losses)}
 
 
-def _epoch_figures(epoch: int, mine: dict, evaluation: dict, train_start: float, clock, comm) -> dict:
+def _epoch_figures(epoch: int, mine: dict, evaluation: dict, train_start: float, clock: loop.RunClock,
+                   comm: metrics.Communicator) -> dict:
     """The epoch's figures for all ranks (every rank calls this together)."""
     (epoch_time,) = comm.max([mine["time_s"]])
     units, loss_sum, steps = comm.sum([mine["units"], mine["loss_sum"], mine["steps"]])
@@ -168,7 +172,8 @@ def epoch_lines(figures: dict) -> str:
             f"{figures['train_loss']:.4f} ips {figures['throughput']:.1f} elapsed_s {figures['elapsed_s']:.2f}")
 
 
-def train(cfg: EpochConfig, work: EpochWorkload, ctx, unit: str, comm) -> tuple:
+def train(cfg: EpochConfig, work: EpochWorkload, ctx: loop.Context, unit: str,
+          comm: metrics.Communicator) -> tuple:
     """Train epoch by epoch, evaluating after each; returns (this rank's metrics.RankFigures over
     the measured window, the run's convergence metrics)."""
     model, step_fn = methods.prepare(cfg, work, ctx)
@@ -189,7 +194,7 @@ def train(cfg: EpochConfig, work: EpochWorkload, ctx, unit: str, comm) -> tuple:
         log.end("epoch_stop", epoch_num=epoch)
         log.start("eval_start", epoch_num=epoch)
         evaluation = evaluate.evaluate(work.model, work.held_out, work.num_classes, comm, ctx.world_size,
-                                       sync=loop.sync_device, forward=ctx.precision.forward)
+                                       sync=device.sync_device, forward=ctx.precision.forward)
         epochs.append(_epoch_figures(epoch, mine, evaluation, train_start, ctx.clock, comm))
         log.end("eval_stop", epoch_num=epoch)
         log.event("eval_accuracy", epochs[-1]["test_accuracy"], epoch_num=epoch)

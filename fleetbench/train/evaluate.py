@@ -13,13 +13,14 @@ Rules (docs/convergence.md):
 """
 import contextlib
 import time
-from typing import Callable, Iterable, Optional
+from typing import Callable, ContextManager, Iterable, Iterator, Optional
 
 import numpy as np
 import paddle
 import paddle.distributed as dist
 import paddle.nn.functional as F
 
+from fleetbench.measure.metrics import Communicator
 TOP_K = 5
 
 
@@ -32,11 +33,11 @@ class HeldOut:
     """This rank's shard of a held-out split held in arrays, in batches (in order); re-iterable."""
 
     def __init__(self, arrays: dict, batch_size: int, rank: int, world_size: int,
-                 convert: Callable = lambda batch: batch):
+                 convert: Callable = lambda batch: batch) -> None:
         self.arrays, self.batch_size, self.convert = arrays, batch_size, convert
         self.index = shard(len(next(iter(arrays.values()))), rank, world_size)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator:
         for start in range(0, len(self.index), self.batch_size):
             rows = self.index[start:start + self.batch_size]
             yield self.convert({name: array[rows] for name, array in self.arrays.items()})
@@ -63,7 +64,8 @@ def average_buffers(model: paddle.nn.Layer, world_size: int) -> None:
             offset += size
 
 
-def _batch_counts(model, images, labels, num_classes: int, forward) -> paddle.Tensor:
+def _batch_counts(model: paddle.nn.Layer, images: paddle.Tensor, labels: paddle.Tensor, num_classes: int,
+                  forward: Callable[[], ContextManager]) -> paddle.Tensor:
     """[correct top-1, correct top-5, summed loss, examples] of one batch, on the device."""
     with forward():  # at amp_level=O2 the weights are half precision: only auto_cast can run them
         logits = model(images).astype("float32")
@@ -75,8 +77,9 @@ def _batch_counts(model, images, labels, num_classes: int, forward) -> paddle.Te
                          paddle.to_tensor(float(labels.shape[0]), dtype="float64")])
 
 
-def evaluate(model, batches: Iterable, num_classes: int, comm, world_size: int,
-             sync: Callable[[], None] = lambda: None, forward=contextlib.nullcontext) -> dict:
+def evaluate(model: paddle.nn.Layer, batches: Iterable, num_classes: int, comm: Communicator, world_size: int,
+             sync: Callable[[], None] = lambda: None,
+             forward: Callable[[], ContextManager] = contextlib.nullcontext) -> dict:
     """Evaluate `model` over this rank's `batches` of (images, labels); figures for all ranks.
 
     `comm` reduces lists of floats across ranks (fleetbench.measure.metrics.Communicator).

@@ -3,11 +3,17 @@ and the classification workload (batches + cross entropy) over a model and optim
 With data.val_path (an evaluation folder beside the data.path folder) the run trains `epochs`
 epochs and reports top-1/top-5 test accuracy after each (fleetbench.train.epochs); `steps` is
 then unused. Data formats and readers are datasets/images.py's."""
+from __future__ import annotations
+
 import dataclasses
+from typing import TYPE_CHECKING
 
 from datasets import images
 from fleetbench.measure import config
 from fleetbench.train import epochs, evaluate, loop
+
+if TYPE_CHECKING:  # paddle is imported when a workload is built, after the config was checked
+    import paddle
 
 
 @dataclasses.dataclass
@@ -22,7 +28,7 @@ class ImageConfig(epochs.EpochConfig):
     synthetic_batches: int = 8  # distinct in-memory batches per rank, cycled
     synthetic_noise: float = 1.0  # noise scale around each class template (template scale is 1)
 
-    def validate(self):
+    def validate(self) -> None:
         super().validate()
         if self.data_format not in ("NCHW", "NHWC"):
             raise config.ConfigError(f"config key 'data_format' must be NCHW or NHWC (got {self.data_format!r})")
@@ -31,7 +37,7 @@ class ImageConfig(epochs.EpochConfig):
         if self.data.val_path is not None:
             self.check_val_path()
 
-    def check_val_path(self):
+    def check_val_path(self) -> None:
         """An evaluation folder needs a training folder of the same classes and a first epoch
         longer than the warm-up."""
         if self.data.path is None:
@@ -46,7 +52,8 @@ class ImageConfig(epochs.EpochConfig):
                             f"{sum(train.values())} training images in batches of {self.batch_size}")
 
 
-def workload(cfg: ImageConfig, model, optimizer):
+def workload(cfg: ImageConfig, model: paddle.nn.Layer,
+             optimizer: paddle.optimizer.Optimizer) -> loop.Workload | epochs.EpochWorkload:
     """The classification workload: this rank's batches and cross entropy over `model`."""
     import paddle
 
@@ -65,7 +72,7 @@ def workload(cfg: ImageConfig, model, optimizer):
     return epochs.EpochWorkload(**parts, held_out=held_out_loader(cfg), num_classes=cfg.num_classes, lr=cfg.lr)
 
 
-def held_out_loader(cfg: ImageConfig):
+def held_out_loader(cfg: ImageConfig) -> paddle.io.DataLoader:
     """This rank's shard of the evaluation folder (evaluate.shard: each image on one rank)."""
     import paddle
 

@@ -9,14 +9,15 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import paddle
 import paddle.distributed as dist
 from paddle.distributed import fleet
 
 import fleetbench
-from fleetbench.measure import contract, metrics
+from fleetbench.machine import device
+from fleetbench.measure import config, contract, metrics
 from fleetbench.measure.timing import WindowTimer, log_line
 from fleetbench.train import capability, methods, run
 
@@ -34,13 +35,14 @@ class Workload(run.Workload):
     # more metrics for the record, computed by every rank together after training (e.g. CTR's AUC)
     finish: Optional[Callable[[metrics.Communicator], dict]] = None
 
-    def counts(self, batch) -> tuple:
+    def counts(self, batch: Any) -> tuple:
         if self.count is not None:
             return self.count(batch)
         samples = int(batch[0].shape[0])
         return samples, samples
 
-    def schedule(self, cfg, ctx: "Context", unit: str, comm) -> tuple:
+    def schedule(self, cfg: config.CollectiveConfig, ctx: "Context", unit: str,
+                 comm: metrics.Communicator) -> tuple:
         """Train and return (this rank's figures, convergence metrics). The workload's type decides
         the schedule: a fixed number of steps here; epochs.EpochWorkload trains by epochs."""
         return train(cfg, self, ctx, unit), {}
@@ -90,22 +92,14 @@ class RunClock:
 
 
 # ---------------------------------------------------------------- set-up
-def device_name() -> str:
-    """GPU when Paddle was built with CUDA and sees a device (and no CPU ranks were asked); the
-    launcher picks which one."""
-    if capability.gpu_ranks():
-        return f"gpu:{dist.ParallelEnv().device_id}"
-    return "cpu"
-
-
-def check_runtime(cfg) -> None:
+def check_runtime(cfg: config.CollectiveConfig) -> None:
     """Checks that need Paddle but no process group; they run under --check too."""
     methods.check(cfg)
     capability.check("collective", cfg)  # AMP and the method against the installed Paddle
 
 
-def setup(cfg) -> Context:
-    paddle.set_device(device_name())
+def setup(cfg: config.CollectiveConfig) -> Context:
+    paddle.set_device(device.device_name())
     paddle.seed(cfg.seed)
     world_size = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
     if world_size > 1:
@@ -114,12 +108,7 @@ def setup(cfg) -> Context:
                    local_size=fleetbench.local_process_count(), device=paddle.get_device())
 
 
-def sync_device() -> None:
-    if capability.gpu_ranks():
-        paddle.device.cuda.synchronize()
-
-
-def endless(batches: Iterable):
+def endless(batches: Iterable) -> Iterator:
     while True:
         empty = True
         for batch in batches:
@@ -130,7 +119,7 @@ def endless(batches: Iterable):
 
 
 # ---------------------------------------------------------------- the measured run
-def train(cfg, work: Workload, ctx: Context, unit: str) -> metrics.RankFigures:
+def train(cfg: config.CollectiveConfig, work: Workload, ctx: Context, unit: str) -> metrics.RankFigures:
     """Run warm-up + measured steps; return this rank's figures.
 
     Losses stay on the device and are read once per logging window (a read is a device sync);
@@ -138,7 +127,7 @@ def train(cfg, work: Workload, ctx: Context, unit: str) -> metrics.RankFigures:
     """
     model, step_fn = methods.prepare(cfg, work, ctx)
     model.train()
-    timer = WindowTimer(cfg.warmup_steps, sync=sync_device)
+    timer = WindowTimer(cfg.warmup_steps, sync=device.sync_device)
     batches = endless(work.batches)
     window_losses, loss_first, loss_last = [], None, None
     delay_s = cfg.debug.delay_ms / 1000 if cfg.debug.delay_rank == ctx.rank else 0.0
@@ -174,24 +163,24 @@ class PaddleCommunicator:
     """metrics.Communicator over paddle.distributed (float64, so sums of counts stay exact)."""
 
     @staticmethod
-    def _reduced(values, op):
+    def _reduced(values: list, op: int) -> list:  # op: a dist.ReduceOp constant
         tensor = paddle.to_tensor(values, dtype="float64")
         dist.all_reduce(tensor, op=op)
         return tensor.numpy().tolist()
 
-    def sum(self, values):
+    def sum(self, values: list) -> list:
         return self._reduced(values, dist.ReduceOp.SUM)
 
-    def max(self, values):
+    def max(self, values: list) -> list:
         return self._reduced(values, dist.ReduceOp.MAX)
 
-    def gather(self, values):
+    def gather(self, values: list) -> list[list]:
         gathered = []
         dist.all_gather(gathered, paddle.to_tensor(values, dtype="float64"))
         return [t.numpy().tolist() for t in gathered]
 
 
-def main(script: str, cls, build: Callable[[Any], Workload], argv=None) -> None:
+def main(script: str, cls: type, build: Callable[[Any], Workload], argv: list[str] | None = None) -> None:
     """`script` is the calling script's path (`__file__`): its registry entry names the run."""
     init_start_ms, init_start = time.time() * 1000, time.perf_counter()
     bench = run.start(script, cls, "collective", argv, checks=[check_runtime])
@@ -211,7 +200,8 @@ def main(script: str, cls, build: Callable[[Any], Workload], argv=None) -> None:
     except Exception as err:  # a failed run is a result too: store it, then fail loudly
         bench.store_failure(ctx.placement, err)
         raise
-    figures = dict(metrics.standard(totals, unit, ctx.world_size, bench.cfg.warmup_steps), **ctx.comm,
+    figures = dict(metrics.standard(totals, unit, ctx.world_size, bench.cfg.warmup_steps,
+                                    threads=fleetbench.threads_info()), **ctx.comm,
                    **convergence, **extra)
     code = bench.store_result(ctx.placement, figures)
     sys.stdout.flush()

@@ -13,17 +13,24 @@ Two facts of Paddle 2.6.2 shape this module (both observed, see docs/methods.md)
   In pure data-parallel mode `fleet.distributed_model` is just `paddle.DataParallel(model,
   comm_buffer_size=..., last_comm_buffer_size=..., group=<dp group>)`, so we build that directly.
 """
+from __future__ import annotations
+
 import contextlib
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
 
 import paddle
 import paddle.distributed as dist
 from paddle.distributed import fleet
 
+from fleetbench.measure.config import CollectiveConfig
 from fleetbench.measure.schema import (
     CONTROL,  # a measurement control, never a training result
 )
 from fleetbench.train import capability
 from fleetbench.train.amp import Precision
+
+if TYPE_CHECKING:  # the loop imports this module; its types are named here for the hints only
+    from fleetbench.train.loop import Context, Workload
 
 METHODS = {
     "bsp": "backward completes, then all gradients are all-reduced in fused buckets (no overlap)",
@@ -44,7 +51,7 @@ POST_BACKWARD_BUCKET_MB = 128
 LAST_BUCKET_MB = 1.0
 
 
-def check(cfg) -> None:
+def check(cfg: CollectiveConfig) -> None:
     from fleetbench.measure.config import ConfigError
 
     if cfg.method not in METHODS:
@@ -66,12 +73,12 @@ def check(cfg) -> None:
                           "gradients are already half precision on the wire); use amp_level=O1 or method=bsp")
 
 
-def strategy(cfg):
+def strategy(cfg: CollectiveConfig) -> fleet.DistributedStrategy:
     """The Fleet strategy: pure data parallelism; bucket sizes are set on DataParallel (see above)."""
     return fleet.DistributedStrategy()
 
 
-def bucket_mb(cfg):
+def bucket_mb(cfg: CollectiveConfig) -> tuple[float, float] | None:
     """(comm_buffer_size, last_comm_buffer_size) in MiB (Paddle's "MB") for DataParallel's reducer, or None."""
     if cfg.method == "wfbp":
         return 0.0, 0.0  # every parameter tensor is its own group (observed: group_indices [[0], [1], ...])
@@ -80,7 +87,7 @@ def bucket_mb(cfg):
     return None  # bsp, fp16_allreduce: the reducer never runs (every forward is inside no_sync)
 
 
-def wrap(model, cfg, ctx):
+def wrap(model: paddle.nn.Layer, cfg: CollectiveConfig, ctx: Context) -> paddle.nn.Layer:
     """DataParallel with the method's buckets (what fleet.distributed_model builds in DP mode)."""
     if ctx.world_size == 1:
         return model
@@ -89,7 +96,7 @@ def wrap(model, cfg, ctx):
     return paddle.DataParallel(model, comm_buffer_size=sizes[0], last_comm_buffer_size=sizes[1], group=group)
 
 
-def no_sync(model):
+def no_sync(model: paddle.nn.Layer) -> ContextManager:
     """Skip the reducer for forward+backward inside; a no-op for a single process."""
     return model.no_sync() if isinstance(model, paddle.DataParallel) else contextlib.nullcontext()
 
@@ -117,13 +124,13 @@ def fp16_wire(world_size: int) -> str:
     return "all_reduce" if summed_right else "all_gather"
 
 
-def _sum_on_the_wire(wire, world_size: int):
+def _sum_on_the_wire(wire: paddle.Tensor, world_size: int) -> paddle.Tensor:
     wire.scale_(1.0 / world_size)  # scale before the sum keeps float16 partial sums in range
     dist.all_reduce(wire)
     return wire
 
 
-def _gather_then_sum(wire, world_size: int):
+def _gather_then_sum(wire: paddle.Tensor, world_size: int) -> paddle.Tensor:
     # Into one tensor, not a list (which Paddle fills by splitting): ~10% less time in a 2-rank
     # probe on 3.3.1 with ResNet50's 23.5M gradients, where float16 casts on CPU cost the most.
     gathered = paddle.empty([world_size * wire.shape[0]], dtype=wire.dtype)
@@ -131,7 +138,8 @@ def _gather_then_sum(wire, world_size: int):
     return gathered.astype("float32").reshape([world_size, -1]).sum(axis=0) / world_size
 
 
-def allreduce_fp16(parameters, world_size, wire="all_reduce", bucket_mb=POST_BACKWARD_BUCKET_MB) -> int:
+def allreduce_fp16(parameters: Sequence[paddle.Tensor], world_size: int, wire: str = "all_reduce",
+                   bucket_mb: float = POST_BACKWARD_BUCKET_MB) -> int:
     """Average gradients across ranks, sending them as float16 in fused buckets; returns the calls.
 
     The float16 twin of Paddle's fused_allreduce_gradients (same bucketing helpers), which has no
@@ -151,7 +159,8 @@ def allreduce_fp16(parameters, world_size, wire="all_reduce", bucket_mb=POST_BAC
     return len(buckets)
 
 
-def prepare(cfg, work, ctx):
+def prepare(cfg: CollectiveConfig, work: Workload,
+            ctx: Context) -> tuple[paddle.nn.Layer, Callable[[Any], paddle.Tensor]]:
     """Wrap the workload's model for the method; return (model, step_fn).
 
     `work.loss_fn(model, batch)` must call `model(...)` exactly once: DataParallel arms or skips
@@ -175,37 +184,39 @@ def prepare(cfg, work, ctx):
 class Steps:
     """One training step per method over a wrapped model; each returns the batch's loss."""
 
-    def __init__(self, cfg, work, model, optimizer, amp, sync_after_backward):
+    def __init__(self, cfg: CollectiveConfig, work: Workload, model: paddle.nn.Layer,
+                 optimizer: paddle.optimizer.Optimizer, amp: Precision,
+                 sync_after_backward: Callable[[], Any]) -> None:
         self.cfg, self.work, self.model, self.optimizer, self.amp = cfg, work, model, optimizer, amp
         self.sync_after_backward = sync_after_backward
         self.schedule = work.optimizer._learning_rate  # Paddle keeps an LRScheduler here; stepped by hand
         self.micro_steps = 0
 
-    def _forward_backward(self, batch, merged=None):
+    def _forward_backward(self, batch: Any, merged: int | None = None) -> paddle.Tensor:
         with self.amp.forward():
             loss = self.work.loss_fn(self.model, batch)
         self.amp.backward(loss if merged is None else loss / merged)  # k micro-batches average like one
         return loss
 
-    def _apply(self):
+    def _apply(self) -> None:
         self.amp.step(self.optimizer)
         self.optimizer.clear_grad()
         if isinstance(self.schedule, paddle.optimizer.lr.LRScheduler):
             self.schedule.step()  # once per optimizer step (grad_merge: per k micro-steps)
 
-    def overlapped(self, batch):  # wfbp, mgwfbp: the reducer's hooks all-reduce buckets during backward
+    def overlapped(self, batch: Any) -> paddle.Tensor:  # wfbp, mgwfbp: the reducer all-reduces during backward
         loss = self._forward_backward(batch)
         self._apply()
         return loss
 
-    def after_backward(self, batch):  # bsp, fp16_allreduce, none: the reducer never runs
+    def after_backward(self, batch: Any) -> paddle.Tensor:  # bsp, fp16_allreduce, none: the reducer never runs
         with no_sync(self.model):
             loss = self._forward_backward(batch)
         self.sync_after_backward()
         self._apply()
         return loss
 
-    def grad_merge(self, batch):
+    def grad_merge(self, batch: Any) -> paddle.Tensor:
         k = self.cfg.grad_merge_steps
         self.micro_steps += 1
         last = self.micro_steps % k == 0
@@ -216,7 +227,7 @@ class Steps:
         return loss
 
 
-def post_backward_sync(cfg, ctx, params):
+def post_backward_sync(cfg: CollectiveConfig, ctx: Context, params: list[paddle.Tensor]) -> Callable[[], Any]:
     """The gradient average bsp and fp16_allreduce run after backward, as a function of no
     arguments (a no-op for other methods and for one process). fp16_allreduce probes its wire
     path here, on every rank at once, and notes it in ctx.runtime (the record's config.runtime)."""
@@ -229,7 +240,7 @@ def post_backward_sync(cfg, ctx, params):
     return lambda: fused(params, fleet.get_hybrid_communicate_group())
 
 
-def bucket_count(sizes, limit_bytes, dtypes=None) -> int:
+def bucket_count(sizes: Sequence[int], limit_bytes: float, dtypes: Sequence[str] | None = None) -> int:
     """Buckets Paddle's build_groups makes of tensors of these byte sizes (and dtypes), in order:
     a tensor joins the current bucket while that holds less than the limit and has its dtype
     (at amp_level=O2 the norm layers' fp32 gradients sit between float16 ones)."""
@@ -241,7 +252,8 @@ def bucket_count(sizes, limit_bytes, dtypes=None) -> int:
     return count
 
 
-def comm_plan(cfg, model, params, wire=None) -> dict:
+def comm_plan(cfg: CollectiveConfig, model: paddle.nn.Layer, params: list[paddle.Tensor],
+              wire: str | None = None) -> dict:
     """What one rank all-reduces per loop step, for the record (fleetbench explain models it):
     gradient bytes and tensors, all-reduce bytes and calls per step, and the control flag."""
     sizes = [int(p.numel()) * p.element_size() for p in params]
@@ -260,7 +272,8 @@ def comm_plan(cfg, model, params, wire=None) -> dict:
     return plan
 
 
-def describe(cfg, model, params, wire=None) -> str:
+def describe(cfg: CollectiveConfig, model: paddle.nn.Layer, params: list[paddle.Tensor],
+             wire: str | None = None) -> str:
     """One log line: the method and the all-reduce schedule it produces on this model."""
     mb = sum(int(p.numel()) * p.element_size() for p in params) / 1e6
     if isinstance(model, paddle.DataParallel) and bucket_mb(cfg) is not None:

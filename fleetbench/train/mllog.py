@@ -11,6 +11,7 @@ with metadata status `success` (the target was reached) or `aborted` (it was not
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 import sys
 
 from mlperf_logging.mllog import constants
@@ -34,15 +35,15 @@ class RunLog:
             self._log = MLLogger(logger=out, default_stack_offset=2)
         self.benchmark = benchmark
 
-    def event(self, key: str, value=None, time_ms: float | None = None, **metadata) -> None:
+    def event(self, key: str, value: object = None, time_ms: float | None = None, **metadata: object) -> None:
         if self._log is not None:
             self._log.event(key=key, value=value, metadata=metadata or None, time_ms=time_ms)
 
-    def start(self, key: str, value=None, time_ms: float | None = None, **metadata) -> None:
+    def start(self, key: str, value: object = None, time_ms: float | None = None, **metadata: object) -> None:
         if self._log is not None:
             self._log.start(key=key, value=value, metadata=metadata or None, time_ms=time_ms)
 
-    def end(self, key: str, value=None, time_ms: float | None = None, **metadata) -> None:
+    def end(self, key: str, value: object = None, time_ms: float | None = None, **metadata: object) -> None:
         if self._log is not None:
             self._log.end(key=key, value=value, metadata=metadata or None, time_ms=time_ms)
 
@@ -60,7 +61,7 @@ class RunLog:
         self.end(constants.RUN_STOP, status=SUCCESS if reached else ABORTED)
 
 
-def parse(lines) -> list[dict]:
+def parse(lines: Iterable[str]) -> list[dict]:
     """The :::MLLOG lines among `lines` (any text lines), read back by MLCommons' parser: one dict
     {key, value, metadata, time_ms} per line, in order. ValueError names the first line it refused."""
     from mlperf_logging.compliance_checker.mlp_parser import ruleset_610 as parser

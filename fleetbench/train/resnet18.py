@@ -10,9 +10,15 @@ only (Paddle 2.6.2 refuses others: "The dense optimizer in PS is only supported 
 and SGD has no state that the two architectures would keep differently. Imports no paddle at
 import: the PS script's config is checked before paddle starts.
 """
+from __future__ import annotations
+
 import dataclasses
+from typing import TYPE_CHECKING
 
 from fleetbench.measure import config
+
+if TYPE_CHECKING:  # imported when the model is built, after the config was checked
+    import paddle
 
 MODELS = {
     "resnet18": "paddle.vision.models.resnet18",
@@ -50,21 +56,21 @@ class ResNet18Settings:
                        "collective/resnet50.py and vgg16.py read folders", self.data.path)
 
 
-def network(cfg: ResNet18Settings):
+def network(cfg: ResNet18Settings) -> paddle.nn.Layer:
     """The model, NCHW; works in dygraph (collective) and static graph (parameter server)."""
     import paddle
     from paddle import nn
     if cfg.model == "resnet18":
         return paddle.vision.models.resnet18(num_classes=cfg.num_classes)
 
-    def block(channels_in, channels_out):
+    def block(channels_in: int, channels_out: int) -> list[paddle.nn.Layer]:
         return [nn.Conv2D(channels_in, channels_out, 3, padding=1), nn.BatchNorm2D(channels_out), nn.ReLU()]
 
     return nn.Sequential(*block(3, 16), nn.MaxPool2D(2), *block(16, 32), nn.AdaptiveAvgPool2D(1), nn.Flatten(),
                          nn.Linear(32, cfg.num_classes))
 
 
-def optimizer(cfg: ResNet18Settings, parameters=None):
+def optimizer(cfg: ResNet18Settings, parameters: list | None = None) -> paddle.optimizer.SGD:
     """Plain SGD (see the module docstring); parameters None in the static graph."""
     import paddle
     return paddle.optimizer.SGD(learning_rate=cfg.lr, parameters=parameters)

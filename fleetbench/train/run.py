@@ -35,7 +35,9 @@ import sys
 from typing import Callable, Iterable, Optional
 
 import fleetbench
+from fleetbench.machine import stamp
 from fleetbench.measure import config, contract, metrics, registry, results
+from fleetbench.measure.interference import CpuSample
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -85,12 +87,12 @@ class Run:
         identity = contract.RunIdentity(benchmark=self.name, mode=self.family, method=method, preset=self.preset,
                                         config=resolved, nodes=where.nodes, devices_per_node=where.devices_per_node,
                                         world_size=where.world_size)
-        return results.make_record(identity, metrics, error)
+        return stamp.record(identity, metrics, error)
 
     def store_result(self, where: Placement, metrics: dict) -> int:
         return self._emit(self.record_for(where, metrics, None)) if where.rank == 0 else 0
 
-    def store_failure(self, where: Placement, error) -> None:
+    def store_failure(self, where: Placement, error: str | BaseException) -> None:
         # Under `fleetbench launch` the supervisor stores the failure, naming the rank that failed
         # first (which need not be this one); a second record would count one run twice.
         if where.rank == 0 and contract.RankContract.from_env().job_id is None:
@@ -109,7 +111,8 @@ class Run:
         return 0
 
 
-def start(script, cls, family: str, argv=None, checks: Iterable[Callable] = ()) -> Run:
+def start(script: str, cls: type, family: str, argv: list[str] | None = None,
+          checks: Iterable[Callable] = ()) -> Run:
     """Parse and check a benchmark's command line (see the module docstring)."""
     name = registry.name_for_script(script)
     bench = registry.for_script(script)
@@ -139,9 +142,9 @@ def check_gpu_ready(name: str) -> None:
     line and exit 2 if not, instead of a failure at the first convolution (docs/gpu.md)."""
     import paddle
 
-    from fleetbench.train import capability
+    from fleetbench.machine import device
 
-    if not paddle.is_compiled_with_cuda() or capability.cpu_ranks_asked():
+    if not paddle.is_compiled_with_cuda() or device.cpu_ranks_asked():
         return
     from fleetbench.machine import env as machine_env
     from fleetbench.machine import gpu_ready
@@ -158,7 +161,7 @@ def peak_memory_mib(device: str = "cpu") -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def interference(cpu_start, cpu_end, device: str = "cpu") -> list:
+def interference(cpu_start: CpuSample | None, cpu_end: CpuSample | None, device: str = "cpu") -> list:
     """This rank's metrics.RankFigures.interference: the CPU counters its timer sampled at the
     measured window's edges (WindowTimer.cpu_start, cpu_end) and, on a GPU, the processes outside
     the job on the job's GPUs at the window's end (machine/gpu_procs.py)."""

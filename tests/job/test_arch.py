@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 import pytest
+import util
 from util import fleetrun, needs_ps, rank_summaries, records, run_script
 
 from fleetbench.measure import auc, config, metrics, registry
@@ -140,12 +141,11 @@ def test_dataparallel_synchronises_a_sparse_embedding_gradient_like_a_dense_one(
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("data-cache")
+    return util.data_cache(tmp_path_factory)  # the session's: the shared collective run's data too
 
 
-def test_collective_ctr_learns_the_planted_relation_and_records_the_ps_vocabulary(tmp_path, cache):
-    proc = fleetrun(tmp_path / "log", "--nproc_per_node", 2, "collective/ctr.py", "--preset", "tiny",
-                    "--results", tmp_path / "r.jsonl", FLEETBENCH_DATA_CACHE=cache)
+def test_collective_ctr_learns_the_planted_relation_and_records_the_ps_vocabulary(tmp_path_factory):
+    proc, tmp_path = util.two_rank_run(tmp_path_factory, "ctr")  # the session's (tests/job/test_registered.py)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (rec,) = records(tmp_path / "r.jsonl")
     m = rec["metrics"]

@@ -13,6 +13,7 @@ from util import CPU_RANKS, PYTHON, REPO, env, needs_ps, records, wait_for
 from fleetbench.hosts import launch
 from fleetbench.job import paddle_launch, preflight, procs, rankwrap, supervisor
 from fleetbench.job.ranks import RENDEZVOUS_FAILURE, progress_step, read_events
+from fleetbench.machine import stamp
 from fleetbench.measure import contract, results
 
 FAULT_SCRIPT = str(REPO / "tests" / "scripts" / "fault_rank.py")
@@ -183,9 +184,9 @@ def test_devices_this_machine_lacks_are_refused_before_launching(tmp_path, capsy
 # real jobs
 
 def _earlier_record(path):
-    rec = results.make_record(contract.RunIdentity(benchmark="earlier", mode="collective", method="mgwfbp",
-                                                   preset="tiny", config={"x": 1}, nodes=1, devices_per_node=1,
-                                                   world_size=1), {"throughput": 1.0, "unit": "images/s"})
+    rec = stamp.record(contract.RunIdentity(benchmark="earlier", mode="collective", method="mgwfbp",
+                                            preset="tiny", config={"x": 1}, nodes=1, devices_per_node=1,
+                                            world_size=1), {"throughput": 1.0, "unit": "images/s"})
     results.append(str(path), rec)
     return path.read_bytes()
 

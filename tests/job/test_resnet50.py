@@ -3,6 +3,7 @@ import json
 import os
 
 import pytest
+import util
 from util import CPU_RANKS, REPO, fleetrun, rank_summaries, records, run_script
 
 from fleetbench.measure import metrics
@@ -12,10 +13,9 @@ SCRIPT = "collective/resnet50.py"
 
 @pytest.fixture(scope="module")
 def two_rank_run(tmp_path_factory):
-    """One 2-process gloo run, long enough for loss to fall on the learnable synthetic task."""
-    tmp = tmp_path_factory.mktemp("r50")
-    proc = fleetrun(tmp / "log", "--nproc_per_node", 2, SCRIPT, "--preset", "tiny",
-                    "--set", "steps=24", "--results", tmp / "r.jsonl")
+    """One 2-process gloo run, long enough for loss to fall on the learnable synthetic task (the
+    session's one, util.TWO_RANK_SETS, which tests/job/test_registered.py checks as every model's)."""
+    proc, tmp = util.two_rank_run(tmp_path_factory, "resnet50")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return tmp
 

@@ -10,6 +10,8 @@ from util import REPO, records, run_script
 from fleetbench.measure import config, contract, metrics, registry, results
 from fleetbench.train import run
 
+THREADS = {"omp_num_threads": 2, "source": "user"}  # a thread record, as fleetbench.threads_info() gives
+
 
 def test_an_unwritable_results_path_is_found_before_anything_runs(tmp_path):
     with pytest.raises(results.PathError, match=r"^--results /proc/forbidden/r.jsonl: cannot create files in /proc"):
@@ -116,12 +118,12 @@ def test_step_time_is_the_slowest_ranks_own_step_in_both_families():
     slow = metrics.RankFigures(elapsed_s=3.0, steps=200, samples=2000, units=2000, reader_s=None,
                                peak_mem_mib=300, loss_first=0.9, loss_last=0.3)
     totals = metrics.reduce(fast, TwoRanks(slow))
-    m = metrics.standard(totals, "examples/s", 2, 10)
+    m = metrics.standard(totals, "examples/s", 2, 10, threads=THREADS)
     assert m["step_time_ms"] == pytest.approx(15.0) and m["measured_steps"] == 200
     assert m["elapsed_s"] == 3.0 and m["rank_elapsed_s"] == [2.0, 3.0] and m["throughput"] == pytest.approx(2000)
     assert m["reader_time_ms"] is None and m["peak_mem_mib"] == 300 and m["loss_first"] == pytest.approx(0.8)
-    assert m["throughput_per_device"] == pytest.approx(1000)
-    alone = metrics.standard(metrics.reduce(fast, metrics.Alone()), "examples/s", 1, 10)
+    assert m["throughput_per_device"] == pytest.approx(1000) and m["omp_num_threads"] == 2  # the record passed in
+    alone = metrics.standard(metrics.reduce(fast, metrics.Alone()), "examples/s", 1, 10, threads=THREADS)
     assert alone["step_time_ms"] == pytest.approx(5.0) and alone["rank_elapsed_s"] == [2.0]
 
 
@@ -129,4 +131,5 @@ def test_every_metric_name_has_one_definition_in_code_and_docs():
     documented = set(re.findall(r"^\| `([a-z0-9_]+)` \|", (REPO / "docs/metrics.md").read_text(), re.M))
     assert documented == set(metrics.DEFINITIONS)
     fast = metrics.RankFigures(1.0, 10, 10, 10, 0.1, 1.0, 1.0, 1.0)
-    assert set(metrics.standard(metrics.reduce(fast, metrics.Alone()), "images/s", 1, 0)) <= set(metrics.DEFINITIONS)
+    alone = metrics.standard(metrics.reduce(fast, metrics.Alone()), "images/s", 1, 0, threads=THREADS)
+    assert set(alone) <= set(metrics.DEFINITIONS)

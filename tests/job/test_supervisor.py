@@ -20,6 +20,7 @@ from fleetbench.job.ranks import read_events
 STANDIN_PS = """\
 import os, signal, sys, time
 from fleetbench.job import rankwrap
+from fleetbench.machine import stamp
 from fleetbench.measure import contract, results
 role, rank = rankwrap.rank_identity(os.environ)
 if role == "server":
@@ -29,9 +30,9 @@ if role == "server":
     time.sleep(600)  # nobody tells it to stop; the test's --timeout ends the job long before
 else:
     print("step 1/1 loss 1.0", flush=True)
-    record = results.make_record(contract.RunIdentity(benchmark="standin", mode="ps", method="async",
-                                                      preset="tiny", config={}, nodes=1, devices_per_node=1,
-                                                      world_size=1), {"throughput": 1.0, "unit": "examples/s"})
+    record = stamp.record(contract.RunIdentity(benchmark="standin", mode="ps", method="async",
+                                               preset="tiny", config={}, nodes=1, devices_per_node=1,
+                                               world_size=1), {"throughput": 1.0, "unit": "examples/s"})
     results.emit(sys.argv[sys.argv.index("--results") + 1], record)
 """
 

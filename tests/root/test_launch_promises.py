@@ -24,6 +24,7 @@ from fleetbench.hosts.executors import (
     forwarded_env,
 )
 from fleetbench.hosts.hostlist import Host
+from fleetbench.machine import stamp
 from fleetbench.measure import contract, results
 from fleetbench.measure.contract import JOB_ID, SUPERVISOR
 
@@ -35,13 +36,14 @@ needs_sshd = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
 # a result of a run the user cancelled; the supervisor's stop mark must keep it out.
 FINISHING_RANK = """\
 import signal, sys, time
+from fleetbench.machine import stamp
 from fleetbench.measure import contract, results
 from fleetbench.measure.timing import log_line
 
 path = sys.argv[sys.argv.index("--results") + 1]
-record = results.make_record(contract.RunIdentity(benchmark="finishing", mode="collective", method="bsp",
-                                                  preset="tiny", config={}, nodes=1, devices_per_node=1,
-                                                  world_size=1), {"throughput": 1.0, "unit": "samples/s"})
+record = stamp.record(contract.RunIdentity(benchmark="finishing", mode="collective", method="bsp",
+                                           preset="tiny", config={}, nodes=1, devices_per_node=1,
+                                           world_size=1), {"throughput": 1.0, "unit": "samples/s"})
 
 def finish(_sig, _frame):
     results.emit(path, record)
@@ -63,9 +65,9 @@ print("RANK_ENV " + json.dumps(dict(os.environ)), flush=True)
 
 
 def _earlier_record(path):
-    rec = results.make_record(contract.RunIdentity(benchmark="earlier", mode="collective", method="bsp",
-                                                   preset="tiny", config={}, nodes=1, devices_per_node=1,
-                                                   world_size=1), {"throughput": 1.0, "unit": "images/s"})
+    rec = stamp.record(contract.RunIdentity(benchmark="earlier", mode="collective", method="bsp",
+                                            preset="tiny", config={}, nodes=1, devices_per_node=1,
+                                            world_size=1), {"throughput": 1.0, "unit": "images/s"})
     results.append(str(path), rec)
     return path.read_bytes()
 

@@ -142,8 +142,8 @@ def test_cpu_ranks_are_paddles_own_gloo_switch(monkeypatch):
     assert parallel._is_cpuonly("gloo") is True
     assert "os.environ.get('PADDLE_DISTRI_BACKEND', 'auto')" in inspect.getsource(parallel.init_parallel_env)
     monkeypatch.setenv("PADDLE_DISTRI_BACKEND", "gloo")
-    assert capability.cpu_ranks_asked() and not capability.gpu_ranks()
-    assert capability.amp_missing("fp16").startswith("config key 'amp' is 'fp16' but this Paddle build ")
-    from fleetbench.train import loop
+    from fleetbench.machine import device
 
-    assert loop.device_name() == "cpu"
+    assert device.cpu_ranks_asked() and not device.gpu_ranks()
+    assert capability.amp_missing("fp16").startswith("config key 'amp' is 'fp16' but this Paddle build ")
+    assert device.device_name() == "cpu"

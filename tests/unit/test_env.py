@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import fleetbench
 from fleetbench.machine import env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,7 +36,7 @@ def installed_paddle_version() -> str:
 
 
 def test_collect_schema_on_this_machine():
-    report = env.collect()
+    report = env.collect(threads=fleetbench.threads_info())  # the thread record is passed in
     assert set(report) == TOP_KEYS
     json.loads(json.dumps(report))
     missing = report["unavailable"]
@@ -231,14 +232,17 @@ def test_fleetbench_env_subcommand():
 
 
 def test_result_records_carry_env_and_topology():
+    from fleetbench.machine import stamp
     from fleetbench.measure import contract, results
 
-    record = results.make_record(contract.RunIdentity(benchmark="resnet50", mode="collective",
-                                                      method="allreduce", preset="tiny",
-                                                      config={"batch_size": 2}, nodes=1, devices_per_node=1,
-                                                      world_size=1), None, "env block test")
+    record = stamp.record(contract.RunIdentity(benchmark="resnet50", mode="collective",
+                                               method="allreduce", preset="tiny",
+                                               config={"batch_size": 2}, nodes=1, devices_per_node=1,
+                                               world_size=1), None, "env block test")
     results.validate(record)
     assert set(record["env"]) == TOP_KEYS and record["env"]["cpu"]["threads"] >= 1
+    assert record["env"]["threads"] == fleetbench.threads_info()  # stamp reads the process's thread record
+    assert env.collect()["threads"] is None  # collect itself reads no package root
     if record["env"]["gpus"] is None:
         assert record["topology"] is None
 
@@ -308,15 +312,16 @@ def test_fleetbench_env_stores_no_mac_ip_or_path(tmp_path):
 
 
 def test_a_stored_records_env_block_holds_no_mac_ip_or_path(tmp_path, monkeypatch):
+    from fleetbench.machine import stamp
     from fleetbench.measure import contract, results
 
     for name, value in {**PLANTED, **KEPT}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("PATH", f"{broken_nvidia_smi(tmp_path / 'bin')}:{os.path.dirname(sys.executable)}")
-    record = results.make_record(contract.RunIdentity(benchmark="resnet50", mode="collective",
-                                                      method="allreduce", preset="tiny",
-                                                      config={"batch_size": 2}, nodes=1, devices_per_node=1,
-                                                      world_size=1), None, "env block test")
+    record = stamp.record(contract.RunIdentity(benchmark="resnet50", mode="collective",
+                                               method="allreduce", preset="tiny",
+                                               config={"batch_size": 2}, nodes=1, devices_per_node=1,
+                                               world_size=1), None, "env block test")
     store = tmp_path / "r.jsonl"
     results.append(str(store), record)
     (stored,) = [json.loads(line) for line in store.read_text().splitlines()]

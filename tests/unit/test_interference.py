@@ -48,7 +48,8 @@ def test_ranks_combine_as_the_most_disturbed_machine():
     assert interference.combine([[3.0, 40.0, 1.0], [2.0, 35.0, 0.0]])["interference_gpu_procs"] == 1
     assert interference.combine([[nan, nan, nan]])["interference_cpu_pct"] is None
     totals = metrics.reduce(metrics.RankFigures(1.0, 10, 10, 10, 0.1, 1.0, 1.0, 1.0, [7.0, 50.0, 2.0]), metrics.Alone())
-    assert metrics.standard(totals, "images/s", 1, 0)["interference_gpu_procs"] == 2
+    threads = {"omp_num_threads": 1, "source": "user"}  # the process's thread record, passed in
+    assert metrics.standard(totals, "images/s", 1, 0, threads=threads)["interference_gpu_procs"] == 2
 
 
 def test_the_jobs_processes_are_found_by_its_marker_and_no_others(tmp_path):

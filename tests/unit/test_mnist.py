@@ -6,7 +6,8 @@ import zipfile
 
 import numpy as np
 import pytest
-from util import fleetrun, rank_summaries, records, run_script
+import util
+from util import rank_summaries, records, run_script
 
 from datasets import DataError, mnist
 from datasets import cli as data_cli
@@ -221,18 +222,15 @@ def test_convergence_table_and_chart(tmp_path):
 
 
 # ---------------------------------------------------------------- real runs (tiny preset)
-TEST_DIGITS = 3001  # odd: the two ranks' shards differ in size (1501 + 1500); many: evaluation outlasts warm-up
-TARGET = 0.4  # reached after the first epoch in this run (0.17, 0.43, 0.56 here)
+TEST_DIGITS = util.TWO_RANK_SETS["mnist"]["synthetic_test"]  # odd, and many: see util
+TARGET = util.TWO_RANK_SETS["mnist"]["target_accuracy"]
 
 
 @pytest.fixture(scope="module")
 def two_rank_run(tmp_path_factory):
     """2 gloo processes, LeNet on synthetic digits, a held-out split large enough that evaluation
-    takes a visible share of the wall time."""
-    tmp = tmp_path_factory.mktemp("mnist")
-    proc = fleetrun(tmp / "log", "--nproc_per_node", 2, SCRIPT, "--preset", "tiny",
-                    "--set", f"synthetic_test={TEST_DIGITS}", "--set", f"target_accuracy={TARGET}",
-                    "--results", tmp / "r.jsonl")
+    takes a visible share of the wall time (the session's one, shared with tests/job/test_registered.py)."""
+    proc, tmp = util.two_rank_run(tmp_path_factory, "mnist")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (rec,) = records(tmp / "r.jsonl")
     return rec, tmp / "log"

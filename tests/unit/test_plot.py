@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from fleetbench.machine import stamp
 from fleetbench.measure import contract, results
 from fleetbench.report import generate
 
@@ -155,11 +156,11 @@ def test_invalid_record_stops_report_with_file_and_line(tmp_path, capsys):
 # ---- our own measured records -------------------------------------------------------------------
 
 def measured(world, throughput, method="allreduce", network=None, error=None):
-    return results.make_record(contract.RunIdentity(benchmark="resnet50", mode="collective", method=method,
-                                                    preset="tiny", config={"batch_size": 8},
-                                                    nodes=1 if network is None else world, world_size=world,
-                                                    devices_per_node=world if network is None else 1,
-                                                    network=network), None if error else {"throughput": throughput, "unit": "images/s"}, error)
+    return stamp.record(contract.RunIdentity(benchmark="resnet50", mode="collective", method=method,
+                                             preset="tiny", config={"batch_size": 8},
+                                             nodes=1 if network is None else world, world_size=world,
+                                             devices_per_node=world if network is None else 1,
+                                             network=network), None if error else {"throughput": throughput, "unit": "images/s"}, error)
 
 
 def test_measured_report_labels_efficiency_from_measured_baseline(tmp_path, capsys):

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from fleetbench.machine import stamp
 from fleetbench.measure import aggregate, contract, experiment, results
 from fleetbench.measure.results import RecordError
 
@@ -12,10 +13,10 @@ from fleetbench.measure.results import RecordError
 def run(world=1, throughput=10.0, method="allreduce", network=None, nodes=1, error=None,
         benchmark="resnet50", preset="tiny", unit="images/s"):
     metrics = None if error else {"throughput": throughput, "unit": unit}
-    return results.make_record(contract.RunIdentity(benchmark=benchmark, mode="collective", method=method,
-                                                    preset=preset, config={"batch_size": 8}, nodes=nodes,
-                                                    devices_per_node=world // nodes, world_size=world,
-                                                    network=network), metrics, error)
+    return stamp.record(contract.RunIdentity(benchmark=benchmark, mode="collective", method=method,
+                                             preset=preset, config={"batch_size": 8}, nodes=nodes,
+                                             devices_per_node=world // nodes, world_size=world,
+                                             network=network), metrics, error)
 
 
 def write_lines(path, lines):

@@ -15,9 +15,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterable
 
 from fleetbench.measure import registry
+from fleetbench.train.ps.config import PSConfig, Workload
 from fleetbench.train.ps.paddle26 import Quiet
 
 SHELL_SPECIAL = set('"$`\\\n')  # what a shell interprets inside "...", and a line break
@@ -29,7 +30,7 @@ def shard(files: list, worker: int, workers: int) -> list:
     return list(files[worker::workers])
 
 
-def check_names(files) -> list:
+def check_names(files: Iterable[str | Path]) -> list:
     """The files as absolute paths (the dataset reads them from a scratch directory), or
     ValueError naming the first whose name the dataset's shell would interpret."""
     for path in files:
@@ -40,14 +41,14 @@ def check_names(files) -> list:
     return [Path(path).absolute() for path in files]
 
 
-def pipe_command(module: str, *args) -> str:
+def pipe_command(module: str, *args: object) -> str:
     """`python -m MODULE args` with the repository importable, for Dataset.set_pipe_command."""
     path = os.pathsep.join(p for p in (str(registry.REPO_ROOT), os.environ.get("PYTHONPATH")) if p)
     words = [sys.executable, "-m", module, *map(str, args)]
     return f"PYTHONPATH={shlex.quote(path)} " + " ".join(shlex.quote(w) for w in words)
 
 
-def read_pipe_counts(path) -> dict:
+def read_pipe_counts(path: str | Path) -> dict:
     """Sum of the counts every pipe process appended (datasets.criteo.append_counts)."""
     totals = {}
     if os.path.exists(path):
@@ -77,7 +78,7 @@ def synthetic_dir(name: str, params: dict, make: Callable[[Path], None]) -> Path
     return final
 
 
-def count_lines(files) -> int:
+def count_lines(files: Iterable[str | Path]) -> int:
     total = 0
     for path in files:
         with open(path, "rb") as handle:
@@ -85,7 +86,7 @@ def count_lines(files) -> int:
     return total
 
 
-def make_dataset(cfg, work, files: list, counts_path):
+def make_dataset(cfg: PSConfig, work: Workload, files: list, counts_path: str | Path) -> Any:
     import paddle
     dataset = (paddle.distributed.InMemoryDataset() if cfg.dataset == "InMemoryDataset"
                else paddle.distributed.QueueDataset())
@@ -95,7 +96,8 @@ def make_dataset(cfg, work, files: list, counts_path):
     return dataset
 
 
-def load(cfg, work, mine: list, first_error: Callable, counts_path):
+def load(cfg: PSConfig, work: Workload, mine: list, first_error: Callable,
+         counts_path: str | Path) -> tuple[Any, int, float]:
     """This worker's dataset: (dataset, rows per pass, load seconds). ValueError for bad data."""
     if not mine:
         raise ValueError("no data file for this worker: each worker reads whole files, so there must "

@@ -10,18 +10,19 @@ import contextlib
 import io
 import os
 import sys
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import fleetbench
 from fleetbench.measure import auc as auc_metric
 from fleetbench.measure import config, metrics
 from fleetbench.train import capability, run
 from fleetbench.train.ps import data, gloo, paddle26, roles, scratch
+from fleetbench.train.ps.config import PSConfig, Workload
 from fleetbench.train.ps.meter import StepMeter
 from fleetbench.train.ps.paddle26 import Quiet, say
 
 
-def build_programs(cfg, build: Callable, meter: StepMeter):
+def build_programs(cfg: PSConfig, build: Callable, meter: StepMeter) -> tuple[Workload, Any, Any]:
     """The script's model with the meter appended, then Fleet's PS passes. Returns the workload,
     the program to train (Fleet replaces it: loss.block.program) and the startup program."""
     import paddle
@@ -38,7 +39,7 @@ def build_programs(cfg, build: Callable, meter: StepMeter):
         return work, work.loss.block.program, paddle.static.default_startup_program()
 
 
-def attempt(action: Callable, *args):
+def attempt(action: Callable, *args: Any) -> tuple[Any, Optional[str]]:
     """(result, None), or (None, one-line problem) for the errors a worker reports to the others."""
     try:
         return action(*args), None
@@ -49,7 +50,7 @@ def attempt(action: Callable, *args):
 class WorkerJob:
     """This worker's part of the job: who it is, how it talks to the others, how it ends."""
 
-    def __init__(self, bench: run.Run, role: roles.Role):
+    def __init__(self, bench: run.Run, role: roles.Role) -> None:
         from paddle.distributed import fleet
         self.bench, self.cfg, self.role = bench, bench.cfg, role
         self.index, self.workers = fleet.worker_index(), fleet.worker_num()
@@ -123,7 +124,7 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
     return code
 
 
-def report(job: WorkerJob, work, meter: StepMeter, mine: metrics.RankFigures, more: dict) -> int:
+def report(job: WorkerJob, work: Workload, meter: StepMeter, mine: metrics.RankFigures, more: dict) -> int:
     """Reduce every worker's figures (the standard ones, and the PS ones: pipe counts, load time,
     log loss, AUC); worker 0 stores the record. The exit code: 1 when the store failed."""
     import numpy as np
@@ -138,7 +139,8 @@ def report(job: WorkerJob, work, meter: StepMeter, mine: metrics.RankFigures, mo
         auc = auc_metric.from_buckets(*(job.gloo.sum((e - s).reshape(-1)) for e, s in zip(end, start)))
     if job.index != 0:
         return 0
-    figures = metrics.standard(totals, meter.unit, job.workers, job.cfg.warmup_steps)
+    figures = metrics.standard(totals, meter.unit, job.workers, job.cfg.warmup_steps,
+                               threads=fleetbench.threads_info())
     figures.update(examples=int(totals.samples), valid_lines=int(valid), invalid_lines=int(invalid),
                    load_s=load_s, passes=job.cfg.passes, workers=job.workers, **more["extra"])
     if work.loss_is_logloss:
@@ -151,7 +153,7 @@ def report(job: WorkerJob, work, meter: StepMeter, mine: metrics.RankFigures, mo
     return code
 
 
-def serve(cfg, build: Callable) -> None:
+def serve(cfg: PSConfig, build: Callable) -> None:
     """A server: the same program (its tables come from it), served until worker 0 says stop."""
     from paddle.distributed import fleet
     build_programs(cfg, build, StepMeter(cfg, -1))
@@ -164,7 +166,8 @@ def serve(cfg, build: Callable) -> None:
     os._exit(0)
 
 
-def main(script: str, cls, build: Callable, data_files: Callable, first_error: Callable, argv=None) -> None:
+def main(script: str, cls: type, build: Callable, data_files: Callable, first_error: Callable,
+         argv: list[str] | None = None) -> None:
     """`script` is the calling script's path (`__file__`): its registry entry names the run.
     `data_files(cfg) -> [paths]` resolves data.path (or makes synthetic data);
     `first_error(paths) -> "file:line: reason" | None` serves data.strict."""
@@ -200,7 +203,7 @@ def main(script: str, cls, build: Callable, data_files: Callable, first_error: C
         sys.exit(code)
 
 
-def check_paddle(cfg) -> None:
+def check_paddle(cfg: PSConfig) -> None:
     """The installed Paddle can run parameter-server jobs (ConfigError naming it otherwise). Runs
     under --check, which `fleetbench launch` and sweeps run before launching anything; a process
     the launcher started with a role checks in main() instead, once its threads are chosen
@@ -209,13 +212,13 @@ def check_paddle(cfg) -> None:
         capability.check("ps", cfg)
 
 
-def check_data(cfg, data_files: Callable) -> None:
+def check_data(cfg: PSConfig, data_files: Callable) -> None:
     """Under --check and before launch: a given data path must list files with safe names
     (synthetic data is made later, by the job)."""
     if cfg.data.path is not None:
         data.check_names(data_files(cfg))
 
 
-def sparse_table_rows(name: str):
+def sparse_table_rows(name: str) -> Any:
     """The servers' sparse table of parameter `name`, every row, on this worker (see paddle26)."""
     return paddle26.sparse_table_rows(name, scratch.for_process().subdir("table"))

@@ -5,18 +5,26 @@ train_from_dataset runs whole passes inside C++, so the meter is where a worker 
 it counts rows (examples), units and loss, logs every `log_every` batches, ends warm-up after
 `warmup_steps` batches, and takes the window's end at the last batch (not when the pass returns).
 """
+from __future__ import annotations
+
 import math
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 from fleetbench.measure import metrics
 from fleetbench.measure.timing import WindowTimer, log_line
 from fleetbench.train import run
 from fleetbench.train.ps.paddle26 import say
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from fleetbench.train.ps.config import PSConfig
+
 
 class StepMeter:
-    def __init__(self, cfg, worker: int, unit: str = "examples/s"):
+    def __init__(self, cfg: PSConfig, worker: int, unit: str = "examples/s") -> None:
         self.cfg, self.worker, self.unit = cfg, worker, unit
         self.total_hint, self.auc_stats, self.auc_start = 0, None, None
         self.lock = threading.Lock()
@@ -26,19 +34,19 @@ class StepMeter:
         self.loss_first = self.loss_last = None
         self.begin()
 
-    def begin(self):
+    def begin(self) -> None:
         """Training starts now (the first logging window, and the measured one without warm-up)."""
         self.timer = WindowTimer(self.cfg.warmup_steps)
         self.last = self.timer.window_start
         self.window_loss = self.window_rows = 0.0
 
-    def snapshot_auc(self):
+    def snapshot_auc(self) -> list[np.ndarray]:
         import numpy as np
         import paddle
         scope = paddle.static.global_scope()
         return [np.array(scope.find_var(v.name).get_tensor()) for v in self.auc_stats]
 
-    def __call__(self, *tensors):
+    def __call__(self, *tensors: Any) -> None:
         try:
             self._step(*tensors)
         except BaseException:  # Paddle reports a py_func failure only as "std::exception"
@@ -46,7 +54,7 @@ class StepMeter:
             traceback.print_exc()
             raise
 
-    def _step(self, rows_var, loss_var, units_var=None):
+    def _step(self, rows_var: Any, loss_var: Any, units_var: Any = None) -> None:
         import numpy as np
         if self.delay_s:
             time.sleep(self.delay_s)  # test-only: makes this worker the slow one
@@ -68,7 +76,7 @@ class StepMeter:
                 if self.auc_stats:
                     self.auc_start = self.snapshot_auc()
 
-    def _log(self, now):
+    def _log(self, now: float) -> None:
         loss = self.window_loss / max(self.window_rows, 1)
         self.loss_first = loss if self.loss_first is None else self.loss_first
         self.loss_last = loss

@@ -1,11 +1,20 @@
 """Paddle 2.6.2's parameter server as the driver needs it: the workarounds, private calls and
 quieting, each with the reason it exists (evidence in docs/ps.md). Paddle is imported inside
 functions: a process sets its threads for its role before paddle starts."""
+from __future__ import annotations
+
 import contextlib
 import io
 import os
 import sys
 from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # numpy too would read OMP_NUM_THREADS at import: imported inside functions
+    import numpy as np
+
+    from fleetbench.train.ps.config import PSConfig
 
 OUT = sys.stdout  # captured at import, before any redirect
 
@@ -19,10 +28,10 @@ class Quiet:
     """Swallow Paddle's plain print()s (table configs, program ids) and its warnings; they are
     replayed on stderr if the wrapped block fails. Our own lines go to the real stdout."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.buffer = io.StringIO()
 
-    def __enter__(self):
+    def __enter__(self) -> Quiet:
         import warnings
         self._stack = contextlib.ExitStack()
         self._stack.enter_context(contextlib.redirect_stdout(self.buffer))
@@ -30,7 +39,8 @@ class Quiet:
         warnings.simplefilter("ignore")
         return self
 
-    def __exit__(self, kind, value, tb):
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 tb: TracebackType | None) -> bool:
         self._stack.close()
         if kind is not None:
             sys.stderr.write(self.buffer.getvalue())
@@ -61,13 +71,13 @@ def import_http_server_in(directory: Path) -> None:
     logger.addHandler(logging.NullHandler())
 
 
-def sparse_tables(program) -> list:
+def sparse_tables(program: Any) -> list:
     """Names of the parameters looked up with is_sparse=True (they become server sparse tables)."""
     return sorted({op.input("W")[0] for op in program.global_block().ops
                    if op.type in ("lookup_table", "lookup_table_v2") and op.attr("is_sparse")})
 
 
-def strategy_for(cfg, optimizer, program):
+def strategy_for(cfg: PSConfig, optimizer: Any, program: Any) -> Any:
     import paddle
     from paddle.distributed import fleet
     strategy = fleet.DistributedStrategy()
@@ -85,7 +95,7 @@ def strategy_for(cfg, optimizer, program):
     return strategy
 
 
-def train_pass(exe, program, dataset, threads: int, workdir: Path) -> None:
+def train_pass(exe: Any, program: Any, dataset: Any, threads: int, workdir: Path) -> None:
     """One pass of exe.train_from_dataset run from `workdir`: Paddle 2.6.2 writes its trainer
     description to `<id(program)>_train_desc.prototxt` (and `fleet_desc.prototxt`) in the current
     directory on every call (Executor._dump_debug_info, unconditionally). The dataset's files are
@@ -101,7 +111,7 @@ def stop_servers() -> None:
     fleet.fleet._runtime_handle._worker.stop_server()
 
 
-def sparse_table_rows(name: str, workdir: Path):
+def sparse_table_rows(name: str, workdir: Path) -> np.ndarray:
     """Every row of the servers' sparse table for parameter `name` (row i = id i), pulled to this
     worker: Paddle's client pulls ids 0..rows-1 from every server and writes one tensor file
     (DistFleetWrapper.recv_and_save_model, what fleet's inference save uses for such tables),

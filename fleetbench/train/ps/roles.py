@@ -6,6 +6,7 @@ import os
 import fleetbench
 from fleetbench.measure import config, contract
 from fleetbench.train import run
+from fleetbench.train.ps.config import PSConfig
 
 
 @dataclasses.dataclass
@@ -39,7 +40,7 @@ def role_from_env() -> Role:
                 local_workers=max(1, sum(e in workers for e in local)) if local else 1)
 
 
-def set_threads(cfg, role: Role) -> None:
+def set_threads(cfg: PSConfig, role: Role) -> None:
     """OpenMP threads per process, unless the user chose: servers mostly wait on the network and
     get 1; the node's cores are shared by its workers' dataset threads (each thread runs whole
     batches, so cores / (local workers x threads), at least 1)."""

@@ -23,7 +23,7 @@ REAPER = 'cat >/dev/null; rm -rf -- "$0"'
 
 
 class Scratch:
-    def __init__(self):
+    def __init__(self) -> None:
         self.path = Path(tempfile.mkdtemp(prefix=PREFIX))
         self._reaper = subprocess.Popen(
             ["/bin/sh", "-c", REAPER, str(self.path)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
