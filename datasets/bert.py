@@ -19,6 +19,7 @@ Batches (datasets.Batches) are cut from a global order shared by all ranks: glob
 [i*B*W, (i+1)*B*W) of an epoch's permutation and rank r takes slice r, so W processes with B each
 see exactly what one process with B*W sees (the methods tests rely on this).
 """
+import argparse
 import functools
 from pathlib import Path
 from typing import NoReturn
@@ -159,7 +160,7 @@ def source(path: str | None, synthetic_examples: int, vocab_size: int, seq_len: 
     return arrays
 
 
-def gen_parser():
+def gen_parser() -> argparse.ArgumentParser:
     from fleetbench import cmdline  # the shared parser: one-line errors, typed flags
 
     p = cmdline.Parser(prog="fleetbench data gen bert", description="write synthetic BERT pretraining data (.npz)")

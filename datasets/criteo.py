@@ -320,7 +320,7 @@ def list_files(path: str | Path) -> list:
 
 
 # ------------------------------------------------------------------ command lines
-def gen_parser():
+def gen_parser() -> argparse.ArgumentParser:
     from fleetbench import cmdline  # the shared parser: one-line errors, typed flags
 
     p = cmdline.Parser(prog="fleetbench data gen criteo", description="write synthetic files in the exact Criteo format")
@@ -331,7 +331,7 @@ def gen_parser():
     return p
 
 
-def validate_parser():
+def validate_parser() -> argparse.ArgumentParser:
     from fleetbench import cmdline
 
     p = cmdline.Parser(prog="fleetbench data validate criteo", description="check files against the Criteo format")

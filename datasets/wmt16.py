@@ -17,6 +17,7 @@ Batches are built by token budget: pairs are sorted by length and cut so that a 
 size (pairs x longest side + 1) stays within `max_tokens` per device (FleetX: 4096); batches
 are shuffled each epoch and dealt round-robin to ranks, every rank getting the same count.
 """
+import argparse
 import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -182,7 +183,7 @@ class Batches:
             yield self.convert(collate([self.pairs[i] for i in index]))
 
 
-def gen_parser():
+def gen_parser() -> argparse.ArgumentParser:
     from fleetbench import cmdline  # the shared parser: one-line errors, typed flags
 
     p = cmdline.Parser(prog="fleetbench data gen wmt16", description="write synthetic WMT16-format parallel data")

@@ -355,7 +355,7 @@ def synthetic_analogies(path: str | Path, tokens: Sequence[str], questions: int,
             handle.write(" ".join(words).upper() + "\n")  # upper case: the reader is case-insensitive
 
 
-def gen_parser():
+def gen_parser() -> argparse.ArgumentParser:
     from fleetbench import cmdline  # the shared parser: one-line errors, typed flags
 
     p = cmdline.Parser(prog="fleetbench data gen word2vec",

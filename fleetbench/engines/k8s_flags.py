@@ -5,6 +5,7 @@ the bad-input matrix (tests/unit/test_bad_input.py) tries the inputs it refuses.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from decimal import Decimal
 
 from fleetbench import cmdline
@@ -42,7 +43,7 @@ def _memory(text: str) -> str:
     return text
 
 
-def _label(pattern: re.Pattern, length: int):
+def _label(pattern: re.Pattern, length: int) -> Callable[[str], str]:
     def convert(text: str) -> str:
         if not pattern.fullmatch(text) or len(text) > length:
             raise ValueError(text)

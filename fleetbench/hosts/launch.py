@@ -19,7 +19,7 @@ import re
 import shlex
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from fleetbench import cmdline
 from fleetbench.hosts import allocation, executors, remote
@@ -57,7 +57,7 @@ def _devices(text: str) -> str:
     return ",".join(map(str, out))
 
 
-def _matching(pattern: str):
+def _matching(pattern: str) -> Callable[[str], str]:
     def convert(text: str) -> str:
         if not re.fullmatch(pattern, text):
             raise ValueError(text)
