@@ -245,3 +245,18 @@ def slurm_nodes(tag: str):
             yield nodes
     finally:
         shutil.rmtree(state, ignore_errors=True)
+
+
+def kept_store(path) -> str:
+    """A results store holding one valid record, as a user's store would before a refused run; its
+    text, for checking that the refusal left it as it was (a store with a line that is not a record
+    is itself refused, before the config is read)."""
+    from fleetbench.measure import contract, results
+
+    record = results.make_record(contract.RunIdentity(benchmark="resnet50", mode="collective", method="bsp",
+                                                      preset="tiny", config={"batch_size": 8}, nodes=1,
+                                                      devices_per_node=1, world_size=1),
+                                 {"throughput": 10.0, "unit": "images/s"}, env={}, topology=None)
+    text = results.dumps(record) + "\n"
+    Path(path).write_text(text)
+    return text

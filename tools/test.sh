@@ -18,18 +18,18 @@ log3=log/test-paddle3.log
 tmp3=$(mktemp -d /tmp/fleetbench-test-paddle3.XXXXXX)
 
 # the simulated GPU host's tier (tests/gpu_sim) runs here, its 3.x builds on the 3.x interpreter
-FLEETBENCH_TEST_PADDLE3=$py3 "$py2" -m pytest -q -m "not root" tests
+FLEETBENCH_TEST_PADDLE3=$py3 "$py2" -m pytest -q --durations=20 -m "not root" tests
 rc_jobs=$?
 
 echo "tools/test.sh: the Paddle 3.x tests run beside the root tier; their output follows it (and stays in $log3)"
 # -p no:cacheprovider: the two sessions would both rewrite .pytest_cache at their end.
-"$py3" -m pytest -q -p no:cacheprovider --basetemp "$tmp3" "$@" >"$log3" 2>&1 &
+"$py3" -m pytest -q --durations=20 -p no:cacheprovider --basetemp "$tmp3" "$@" >"$log3" 2>&1 &
 pid3=$!
 # A background job of a non-interactive shell ignores SIGINT, so Ctrl-C must be passed on by hand.
 trap 'kill -TERM $pid3 2>/dev/null; wait $pid3; exit 130' INT TERM
 # the root tier's Kubernetes 2x2 job runs in a "3.x image": this interpreter (tests/util.paddle3_python;
 # as given, not resolved: a virtualenv's python is a symlink whose target has no Paddle)
-FLEETBENCH_TEST_PADDLE3=$py3 "$py2" -m pytest -q -m root tests
+FLEETBENCH_TEST_PADDLE3=$py3 "$py2" -m pytest -q --durations=20 -m root tests
 rc_root=$?
 wait $pid3
 rc3=$?

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 import yaml
-from util import CPU_RANKS, PYTHON, REPO, cluster_name, env, fleetrun, records, run_script
+from util import CPU_RANKS, PYTHON, REPO, cluster_name, env, fleetrun, kept_store, records, run_script
 
 from fleetbench.comm import linkprobe, opmath
 from fleetbench.emulate import netem, sshd
@@ -349,12 +349,12 @@ def test_a_corrupted_rank_fails_the_run(tmp_path):
 @pytest.mark.job
 def test_refused_before_anything_starts_and_nothing_stored(tmp_path, args, message):
     store = tmp_path / "r.jsonl"
-    store.write_text('{"kept": true}\n')
+    kept = kept_store(store)
     proc = run_script(SCRIPT, *args, "--results", store, **CPU_RANKS)
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert errors == [errors[0]] and errors[0].startswith(message), proc.stderr[-2000:]
-    assert store.read_text() == '{"kept": true}\n'
+    assert store.read_text() == kept
 
 
 def test_sweep_cells_of_comm_set_the_op_and_keep_mode_comm():

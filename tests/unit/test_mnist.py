@@ -7,7 +7,7 @@ import zipfile
 import numpy as np
 import pytest
 import util
-from util import rank_summaries, records, run_script
+from util import kept_store, rank_summaries, records, run_script
 
 from datasets import DataError, mnist
 from datasets import cli as data_cli
@@ -350,12 +350,12 @@ def test_bad_config_is_one_line_and_stores_nothing(tmp_path, args, message):
     mnist.write(bad, mnist.generate(20, 10))
     _corrupt(bad, "train-images-idx3-ubyte", lambda b: b"\x00\x00\x08\x01" + b[4:])
     store = tmp_path / "r.jsonl"
-    store.write_text('{"kept": true}\n')
+    kept = kept_store(store)
     proc = run_script(SCRIPT, "--preset", "tiny", *[a.format(bad=bad) for a in args], "--results", store)
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and errors[0].startswith(f"mnist: error: {message.format(bad=bad)}"), proc.stderr[-2000:]
-    assert store.read_text() == '{"kept": true}\n'
+    assert store.read_text() == kept
 
 
 # ---------------------------------------------------------------- the image benchmarks' val_path
