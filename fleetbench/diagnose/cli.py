@@ -108,6 +108,17 @@ def _positive(args) -> None:
         raise rules.DiagnoseError(f"--runs {args.runs}: the runs a baseline is made of; give --save-baseline FILE")
 
 
+def _unused_host_options(args) -> None:
+    """Options for real hosts given without them would be silently unused: refused, naming them."""
+    ssh = args.hosts is not None or bool(args.hostfile)
+    if args.ssh_config and not ssh:
+        raise rules.DiagnoseError(f"--ssh-config {args.ssh_config}: for hosts reached over SSH; expected --hosts or "
+                                  "--hostfile with it (nothing else here is reached by ssh)")
+    if args.remote_python and not (ssh or args.executor):
+        raise rules.DiagnoseError(f"--remote-python {args.remote_python}: the Python on real hosts; expected "
+                                  "--hosts, --hostfile or --executor slurm with it (the probes here run this Python)")
+
+
 def _check_outputs(args) -> None:
     """Where results and a baseline go, checked before any test runs: a store with a corrupt line
     is refused (appending to it would bury the damage), a baseline path that cannot be written too."""
@@ -134,6 +145,7 @@ def _load_inputs(args) -> tuple[list, dict | None]:
     if args.concurrent and not (args.hosts is not None or args.hostfile or args.executor):
         raise rules.DiagnoseError("--concurrent: for real hosts (--hosts, --hostfile, --executor slurm); "
                                   "emulated nodes share this machine's cores, so their tests run one at a time")
+    _unused_host_options(args)
     _positive(args)
     _check_outputs(args)
     if not args.baseline:

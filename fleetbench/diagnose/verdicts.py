@@ -48,18 +48,24 @@ def report(m: dict, rules: list[Rule], baseline: dict | None, hosts: list[Host])
     return out
 
 
+# Link verdicts that are no finding: a healthy link, and a cpu-bound one (its test measured the
+# CPUs, not the link: diagnose/blame.py). The report's health section reads the same words
+# (report/health.py NOT_FINDINGS, which may not import this room; a test holds them equal).
+NOT_FINDINGS = ("healthy", "cpu-bound")
+
+
 def exit_code(report: dict) -> int:
     """0 when every node, every link and the all-node job (when run) are healthy, else 1 (a
     cpu-bound link is not a finding: its test measured the CPUs, not the link; its row says so)."""
     cluster_ok = report.get("cluster", {}).get("verdict", "healthy") == "healthy"
-    links_ok = all(l["verdict"] in ("healthy", "cpu-bound") for l in report["links"])
+    links_ok = all(l["verdict"] in NOT_FINDINGS for l in report["links"])
     return 0 if cluster_ok and links_ok and all(n["verdict"] == "healthy" for n in report["nodes"]) else 1
 
 
 def flagged(report: dict) -> list[str]:
     """What a report flags, as short names: `node 2 compute`, `link 0-3` (for summaries)."""
     out = [f"node {n['index']} {','.join(n['categories'])}" for n in report["nodes"] if n["verdict"] != "healthy"]
-    out += [f"link {l['a']}-{l['b']}" for l in report["links"] if l["verdict"] not in ("healthy", "cpu-bound")]
+    out += [f"link {l['a']}-{l['b']}" for l in report["links"] if l["verdict"] not in NOT_FINDINGS]
     if report.get("cluster", {}).get("verdict", "healthy") != "healthy":
         out.append("all nodes")
     return out

@@ -20,11 +20,22 @@ def _broken(entry: dict) -> str:
     return "; ".join(parts).replace("|", "/") or "-"
 
 
+# Link verdicts that are no finding, as `fleetbench diagnose` judges them (its exit code is 0 on
+# them: diagnose/verdicts.NOT_FINDINGS, which this room may not import; a test holds the two
+# equal). A cpu-bound link's test measured the machine's CPUs, not the link: listed under the
+# table as such, never as a link that is not healthy.
+NOT_FINDINGS = ("healthy", "cpu-bound")
+
+
+def _findings(verdict: dict) -> list[dict]:
+    return [l for l in verdict.get("links") or [] if l.get("verdict") not in NOT_FINDINGS]
+
+
 def _rows(verdict: dict) -> list[str]:
     rows = [f"| node {n['index']} | {n['host']} | {n['verdict']} | {', '.join(n['categories']) or '-'} | {_broken(n)} |"
             for n in verdict.get("nodes") or []]
     rows += [f"| link {l['a']}-{l['b']} | | {l['verdict']} | {', '.join(l['categories']) or '-'} | {_broken(l)} |"
-             for l in verdict.get("links") or [] if l.get("verdict") != "healthy"]
+             for l in _findings(verdict)]
     cluster = verdict.get("cluster")
     if cluster and cluster.get("verdict") != "healthy":
         rows.append(f"| all nodes | | {cluster['verdict']} | {', '.join(cluster['categories']) or '-'} | "
@@ -39,11 +50,22 @@ def diagnoses(records: list[dict]) -> list[str]:
         verdict = record["metrics"]
         where = (record.get("config") or {}).get("cluster") or "this machine"
         defective = [n for n in verdict.get("nodes") or [] if n["verdict"] != "healthy"]
+        links = _findings(verdict)
+        slow = f", {len(links)} link(s) slow or failed" if links else ""
         lines += ["", f"Diagnosis of {where} at {record['time'][:19]} (judged against {verdict.get('reference')}): "
-                  f"{len(defective)} of {len(verdict.get('nodes') or [])} nodes not healthy.", "",
+                  f"{len(defective)} of {len(verdict.get('nodes') or [])} nodes not healthy{slow}.", "",
                   "| what | host | verdict | category | figures that broke a rule (value vs reference) |",
-                  "|---|---|---|---|---|", *_rows(verdict)]
+                  "|---|---|---|---|---|", *_rows(verdict), *_cpu_bound(verdict)]
     return lines
+
+
+def _cpu_bound(verdict: dict) -> list[str]:
+    """Lines under the table for the cpu-bound links: no finding, and why their figure says nothing."""
+    found = [l for l in verdict.get("links") or [] if l.get("verdict") == "cpu-bound"]
+    if not found:
+        return []
+    why = (lambda l: (l.get("note") or "").removeprefix("cpu-bound: ") or "both ends waited for a CPU")
+    return ["", *(f"Link {l['a']}-{l['b']} is cpu-bound, no finding: {why(l)} ({_broken(l)})." for l in found)]
 
 
 def _diagnosed(records: list[dict]) -> dict[str, str]:

@@ -118,8 +118,9 @@ ROWS = {
     ("diagnose", "--cluster"): ["Bad"],
     ("diagnose", "--hosts"): ["", ",", "a:0"],
     ("diagnose", "--hostfile"): ["{missing}", "{bad_hostfile}"],
-    ("diagnose", "--ssh-config"): ["{missing}", "{directory}"],
-    ("diagnose", "--remote-python"): [""],
+    # without hosts, a good ssh config or Python would be silently unused: refused too
+    ("diagnose", "--ssh-config"): ["{missing}", "{directory}", "{hostfile}"],
+    ("diagnose", "--remote-python"): ["", "python3"],
     ("diagnose", "--rules"): ["{missing}", "{directory}", "{bad_yaml}", "{bad_rules}"],
     ("diagnose", "--baseline"): ["{missing}", "{directory}", "{bad_json}"],
     ("diagnose", "--save-baseline"): [cmdline.UNWRITABLE + ".json", "{directory}"],

@@ -67,3 +67,35 @@ def test_report_shows_the_stored_diagnosis_and_names_stragglers(tmp_path, capsys
     assert health.section([dict(control, metrics={"rank_step_ms": [1.0, 1.0], "control": True})], "", None)[0].endswith(
         "- none named\n")
     assert health.section([], "", None) == ("", [])
+
+
+def _report_with_a_cpu_bound_and_a_slow_link() -> dict:
+    figures = {i: {"matmul_gflops": 40.0, "triad_gbps": 20.0} for i in range(4)}
+    links = {(a, b): {"link_gbps": 9.0, "a_cpu_wait": 0.01, "b_cpu_wait": 0.02} for a in range(4) for b in range(a + 1, 4)}
+    links[(0, 1)] = {"link_gbps": 2.0, "a_cpu_wait": 0.5, "b_cpu_wait": 0.6}   # both ends waited for a CPU
+    links[(2, 3)] = {"link_gbps": 2.0, "a_cpu_wait": 0.01, "b_cpu_wait": 0.02}  # the link itself
+    m = {"nodes": figures, "problems": {}, "links": links, "cluster": None, "remeasured": {}, "elapsed_s": 1.0,
+         "phases": {}}
+    hosts = [Host(f"fb-node{i}", reach="netns", index=i, address=f"10.0.0.{i + 1}") for i in range(4)]
+    return verdicts.report(m, RULES, None, hosts)
+
+
+def test_the_report_lists_a_cpu_bound_link_as_no_finding_and_a_slow_one_as_not_healthy(tmp_path):
+    from fleetbench.report import health
+
+    report = _report_with_a_cpu_bound_and_a_slow_link()
+    assert [(l["a"], l["b"], l["verdict"]) for l in report["links"] if l["verdict"] != "healthy"] == [
+        (0, 1, "cpu-bound"), (2, 3, "slow")]
+    store = str(tmp_path / "diag.jsonl")
+    records.store(store, report, "fb")
+    text = "\n".join(health.diagnoses(results.load([store])))
+    assert "0 of 4 nodes not healthy, 1 link(s) slow or failed." in text
+    assert "| link 2-3 | | slow | network |" in text and "| link 0-1 |" not in text  # not among the findings
+    assert ("Link 0-1 is cpu-bound, no finding: both ends waited for a CPU (50%, 60% of the test): the CPUs, not "
+            "the link, set this figure (link_gbps 2 vs ") in text
+    # the report's words are diagnose's: every link verdict is a finding for both or for neither
+    assert health.NOT_FINDINGS == verdicts.NOT_FINDINGS
+    for word in ("healthy", "cpu-bound", "slow", "failed"):
+        alone = dict(report, nodes=[dict(n, verdict="healthy") for n in report["nodes"]],
+                     links=[dict(report["links"][0], verdict=word)])
+        assert (verdicts.exit_code(alone) == 0) == (word in health.NOT_FINDINGS), word
