@@ -64,13 +64,12 @@ class Supervisor:
         self.procs = []
         self.interrupted = None
         self.progressed = False
-        self.workers_done_t = self.cpu_sampled_t = None
+        self.workers_done_t = self.cpu_sampled_t = self.effect_seen_t = None
 
     # -- observation
     def _scan(self, now: float) -> None:
+        self._read_all_events()
         for node in self.nodes:
-            for path in glob.glob(rankwrap.events_path(node.log_dir, self.job_id, "*")):
-                self._read_events(node.name, path)
             for path in glob.glob(os.path.join(node.log_dir, "*log.*")):
                 path = os.path.realpath(path)
                 if ranks.RANK_LOG.match(os.path.basename(path)) and path not in self.logs:
@@ -92,6 +91,11 @@ class Supervisor:
         for path, r in list(self.ranks.items()):
             if r.vanished:  # the exit event is written just before the wrapper exits: read again
                 self._read_events(r.node, path)
+
+    def _read_all_events(self) -> None:
+        for node in self.nodes:
+            for path in glob.glob(rankwrap.events_path(node.log_dir, self.job_id, "*")):
+                self._read_events(node.name, path)
 
     def _read_events(self, node_name: str, path: str) -> None:
         events, self.offsets[path] = ranks.read_events(path, self.offsets.get(path, 0))
@@ -167,7 +171,23 @@ class Supervisor:
         others = [r for r in self.ranks.values() if r is not culprit]
         return Decision(status, culprit, detail, sorted(others, key=lambda r: (r.role, r.rank)))
 
+    def _cause_seen(self, now: float) -> bool:
+        """False while every failure seen is an effect (a rank asked to stop, or whose wrapper was
+        killed) and the failure that caused it may still be on its way (verdict.cause_pending)."""
+        if not verdict.cause_pending(self.ranks.values()):
+            return True
+        # On one node the cause's exit event is written before its launcher can see it exit and
+        # stop the others, so it is in its file now even if this scan read that file too early.
+        self._read_all_events()
+        if not verdict.cause_pending(self.ranks.values()):
+            return True
+        # A remote node's events come through the agent's mirror, possibly after its peers'.
+        self.effect_seen_t = self.effect_seen_t if self.effect_seen_t is not None else now
+        return now - self.effect_seen_t >= verdict.SETTLE_S
+
     def _blame_failure(self, now: float) -> Decision | None:
+        if not self._cause_seen(now):
+            return None
         blamed = verdict.blame_failure(list(self.ranks.values()), self._recent, self._steps,
                                        self._idle_window(now), now)
         if blamed is None:

@@ -2,7 +2,9 @@
 
 A failed job usually has one cause and several ranks that failed because of it. The rules:
 - The root cause of a failure is the earliest abnormal exit that nobody asked for (Paddle's
-  launcher stops the other ranks after a failure; those exits are effects).
+  launcher stops the other ranks after a failure; those exits are effects). While only effects
+  are known, the supervisor reads every rank's events again and waits up to SETTLE_S for the
+  cause (cause_pending): whichever exit it reads first, the failed rank is named, not its peer.
 - Unless that rank died of a collective timeout (gloo gives up after ~30 s, compiled into Paddle
   2.6.2): then it was a victim, waiting for a rank that never arrived, and the cause is among the
   ranks that did not time out. A rank that is stopped (SIGSTOP: state T) is such a cause for sure.
@@ -34,6 +36,17 @@ def first_failure(ranks: Iterable[Rank]) -> Rank | None:
         return failed[0]
     vanished = [r for r in ranks if r.vanished]
     return vanished[0] if vanished else (failed[0] if failed else None)
+
+
+def cause_pending(ranks: Iterable[Rank]) -> bool:
+    """Some rank failed, but only as an effect: asked to stop (Paddle's launcher stops a job's
+    other ranks once one fails) or gone without an exit status (its wrapper killed). The failure
+    that caused it may not have been read yet, and naming the stopped peer would blame a healthy
+    rank (a PS worker exiting 1 after the workers' barrier, its peer SIGTERMed while it waited for
+    the servers: the peer was named when its exit was read first)."""
+    ranks = list(ranks)
+    return any(abnormal(r) or r.vanished for r in ranks) and \
+        not any(abnormal(r) and not r.asked_to_stop for r in ranks)
 
 
 def workers_done_then_stopped(ranks: Iterable[Rank]) -> bool:

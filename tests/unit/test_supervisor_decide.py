@@ -111,3 +111,44 @@ def test_a_hang_blames_the_stopped_rank():
     decision = _supervisor(timeout=50, ranks=[_worker(0), stopped])._watchdog(NOW)
     assert decision.culprit is stopped and "stopped (process state T): worker rank 1" in decision.detail
     assert [r.rank for r in decision.show] == [0]
+
+
+def _events(path, role, rank, **exit_fields):
+    """Append a wrapper's start event, or its exit event when `exit_fields` are given."""
+    import json
+    event = dict(event="exit", **exit_fields) if exit_fields else dict(event="start", child=None, log=None)
+    with open(path, "a") as f:
+        f.write(json.dumps(dict(event, pid=100 + rank, role=role, rank=rank, t=NOW)) + "\n")
+
+
+def test_the_failed_rank_is_named_not_the_peer_stopped_because_of_it_whatever_is_read_first(tmp_path):
+    # A PS worker exits 1 after the workers' barrier; its launcher SIGTERMs worker 0, still waiting
+    # for the servers. The supervisor's scan read worker 1's events file just before its exit was
+    # written and worker 0's just after its (asked) exit: it has seen only the effect.
+    sup = supervisor.Supervisor([Node("node0", str(tmp_path))], supervisor.Limits(), job_id="j")
+    sup.procs, sup.start_t, sup.last_progress_t = [Launcher()], NOW - 100, NOW - 100
+    w0, w1 = (supervisor.rankwrap.events_path(str(tmp_path), "j", pid) for pid in (100, 101))
+    for path, rank in ((w0, 0), (w1, 1)):
+        _events(path, "worker", rank)
+        sup._read_events("node0", path)
+    _events(w1, "worker", 1, code=1, signal=None, asked_to_stop=False)
+    _events(w0, "worker", 0, code=-15, signal=15, asked_to_stop=True)
+    sup._read_events("node0", w0)
+    decision = sup._decide(NOW)
+    assert decision.status == "failed" and decision.culprit.rank == 1, decision
+    assert decision.detail == "worker rank 1 exited with code 1"
+
+
+def test_a_rank_asked_to_stop_is_named_only_once_no_cause_came_within_the_settling_time():
+    # a remote node's events come through a mirror: the cause may arrive after the effect
+    stopped = _worker(0, code=-15, signal=15, asked_to_stop=True)
+    sup = _supervisor(ranks=[stopped, _worker(1)])
+    assert sup._decide(NOW) is None
+    assert sup._decide(NOW + supervisor.verdict.SETTLE_S / 2) is None
+    late = _worker(1, code=3)
+    sup.ranks["events.1"] = late
+    assert sup._decide(NOW + supervisor.verdict.SETTLE_S / 2).culprit is late
+    alone = _supervisor(ranks=[_worker(0, code=-15, signal=15, asked_to_stop=True), _worker(1)])
+    assert alone._decide(NOW) is None
+    decision = alone._decide(NOW + supervisor.verdict.SETTLE_S + 0.1)
+    assert decision.status == "failed" and decision.culprit.rank == 0 and "SIGTERM" in decision.detail
