@@ -47,11 +47,16 @@ def stability_fields(ok: list[dict], cv_threshold: float, disturbed_pct: float =
     some `outliers` may be flagged and kept) and `mean_all` the mean over every run, and
     everything that prints the figure says so. When every run was disturbed the figure is over
     them all and `figure_disturbed` says it (no undisturbed figure could be had). How far the runs
-    agree is judged on all of them: runs (id, throughput, interference, disturbed, in store order),
-    cv, unstable (cv > cv_threshold), outliers (ids flagged), and until_stable: how a sweep's
-    adaptive repeats ended, disturbed runs not counted (stability.verdict; null without them)."""
+    agree is judged on the undisturbed ones, the far-off among them included (they did disagree):
+    cv, unstable (cv > cv_threshold), and until_stable: how a sweep's adaptive repeats ended
+    (stability.verdict; null without them). A neighbour that stays must not make a disturbed
+    majority look stable (issue 34), nor one disturbed run an undisturbed cell look unstable; a
+    group whose every run was disturbed has no stability verdict (cv null, not unstable,
+    `figure_disturbed`), and `agreement` says so. Also: runs (id, throughput, interference,
+    disturbed, in store order) and outliers (ids flagged among the undisturbed runs)."""
     values = [r["metrics"]["throughput"] for r in ok]
     quiet = [not stability.is_disturbed(r["metrics"], disturbed_pct) for r in ok]
+    judged = [v for v, q in zip(values, quiet) if q]
     pool = stability.figure_quiet([r["metrics"] for r in ok], disturbed_pct)  # None: all disturbed, says so
     figure = stability.kept(values, pool)
     runs = [{"id": r["id"], "throughput": v, "disturbed": not q,
@@ -59,7 +64,7 @@ def stability_fields(ok: list[dict], cv_threshold: float, disturbed_pct: float =
              "interference_gpu_procs": r["metrics"].get("interference_gpu_procs")}
             for r, v, q in zip(ok, values, quiet)]
     return dict(summarize(figure), runs=runs,
-                cv=stability.cv(values), unstable=stability.is_unstable(values, cv_threshold),
+                cv=stability.cv(judged), unstable=stability.is_unstable(judged, cv_threshold),
                 cv_threshold=cv_threshold, outliers=[ok[i]["id"] for i in stability.flagged(values, pool)],
                 excluded=[ok[i]["id"] for i in stability.excluded(values, pool)],
                 disturbed={r["id"]: stability.disturbance_text(r["metrics"]) for r, q in zip(ok, quiet) if not q},
@@ -72,6 +77,26 @@ def disturbed_out(group: dict) -> int:
     """How many disturbed runs a group's figure leaves out (none when every run was disturbed:
     then the figure is theirs, `figure_disturbed`)."""
     return 0 if group.get("figure_disturbed") else len(group.get("disturbed") or ())
+
+
+def agreement(group: dict, unstable_mark: str = "") -> str:
+    """How far a measured group's runs agree, in words (`stability_fields`: over its undisturbed
+    runs): `stable (cv 3%)`, `! unstable: cv 12% > 5%` (with `unstable_mark` "! "), `cv undefined:
+    one run`; with disturbed runs left out, how many, `stable (cv 2%) over 3 undisturbed runs; 2
+    disturbed runs left out`; and `no stability verdict: all 3 runs were disturbed`."""
+    runs, out = len(group.get("runs") or ()), disturbed_out(group)
+    if group.get("figure_disturbed"):
+        return f"no stability verdict: {'its one run was' if runs == 1 else f'all {runs} runs were'} disturbed"
+    if group["cv"] is None:
+        state = f"cv undefined: one {'undisturbed ' if out else ''}run"
+    elif group.get("unstable"):
+        state = f"{unstable_mark}unstable: cv {group['cv']:.0%} > {group['cv_threshold']:.0%}"
+    else:
+        state = f"stable (cv {group['cv']:.0%})"
+    if not out:
+        return state
+    over = f" over {runs - out} undisturbed runs" if group["cv"] is not None else ""
+    return f"{state}{over}; {out} disturbed run{'s' if out > 1 else ''} left out"
 
 
 def figure_note(group: dict) -> str:

@@ -8,8 +8,9 @@
   a figure leaves out, at most a quarter of the runs (one of 3 to 7), the farthest first; `kept`:
   the runs a figure is computed over (never silently: whoever prints the figure says so).
 - `is_disturbed`: a run during which processes outside the job used more than DISTURBED_PCT % of
-  the machine's CPU (or any of its GPUs): shown, never in a figure, and not counted towards the
-  until-stable stop (`quiet` flags, one per run, say which runs were not disturbed).
+  the machine's CPU (or any of its GPUs): shown, never in a figure, not in the cv that judges
+  whether a cell is stable, and not counted towards the until-stable stop (`quiet` flags, one per
+  run, say which runs were not disturbed).
 - `ci_half_width`: the 95 % confidence interval half-width of the mean (Student t; scipy is not a
   dependency, so a table of t quantiles is here).
 - `stop_reason`: the stop rule of adaptive repeats (`fleetbench sweep --until-stable`), judged on
@@ -120,7 +121,8 @@ def kept(values: Sequence[float], quiet: Sequence[bool] | None = None) -> list[f
     """The runs a figure (mean, std, CI) is computed over, in order: the undisturbed ones (`quiet`;
     every run without it) but the `excluded` outliers among them. Empty when every run was disturbed.
 
-    The cv and the unstable flag stay computed over every run: the runs did disagree."""
+    The cv and the unstable flag are computed over every undisturbed run, the outliers included:
+    those runs did disagree (aggregate.stability_fields)."""
     return [values[i] for i in kept_indexes(values, quiet)]
 
 

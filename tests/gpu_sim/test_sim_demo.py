@@ -9,6 +9,7 @@ the ResNet50 cell runs on the simulated GPU (the sweep runs its `--check` first:
 `resnet50.py --preset tiny --check` on the 2.6.2 build) and its record says it was simulated. A
 neighbour holds GPU 0 meanwhile: the run's interference names it, and the report says the run was
 disturbed."""
+import os
 import subprocess
 from pathlib import Path
 
@@ -64,5 +65,32 @@ def test_the_demo_sweep_skips_its_network_cells_in_one_line_each_and_runs_the_re
                             cwd=REPO, env=env(**sim.env()), capture_output=True, text=True, timeout=300)
     assert report.returncode == 0, report.stderr[-3000:]
     assert "SIMULATED GPU host (2.6.2 CUDA 11.8 (simulated)" in report.stdout  # never a GPU measurement
-    # a lone disturbed run has no cv: the stability line says so (it was a TypeError)
-    assert "stable (cv undefined: one run)" in report.stdout and "1 other GPU process(es)" in report.stdout
+    # a lone disturbed run has no stability verdict: the stability line says so (it was a TypeError)
+    assert "no stability verdict: its one run was disturbed" in report.stdout
+    assert "1 other GPU process(es)" in report.stdout
+
+
+def make_dry_run(sim, *args):
+    """The commands `make ARGS` would run on the simulated host (its nvidia-smi first on PATH),
+    run as a user would (not as a sub-make of `make test`)."""
+    env_ = {k: v for k, v in env(**sim.env()).items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    p = subprocess.run(["make", "-n", *args], cwd=REPO, env=env_, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return [line for line in p.stdout.splitlines() if "pip install" in line and " -e " in line]
+
+
+def test_make_demo_and_make_test_install_the_cpu_build_on_a_gpu_host_unless_asked(tmp_path):
+    # PyPI's CUDA build (paddlepaddle-gpu==2.6.2) needs CUDA 11.8 and cuDNN 8.6: on a current host
+    # every demo cell was refused, so a GPU host gets the CPU demo, and the GPU build when asked
+    sim = simhost.install(tmp_path / "host", "dgx-a100", None)
+    assert subprocess.run(["nvidia-smi", "-L"], env=env(**sim.env()), capture_output=True, text=True,
+                          timeout=60).stdout.startswith("GPU 0: NVIDIA A100")
+    venvs = [f"VENV={tmp_path / 'venv'}", f"VENV3={tmp_path / 'venv3'}"]
+    assert make_dry_run(sim, "demo", *venvs)[-1].endswith('-m pip install --quiet -e ".[cpu,test]"')
+    assert [line.split()[-1] for line in make_dry_run(sim, "test", *venvs)] == ['".[cpu,test]"', '".[cpu3,test]"']
+    assert make_dry_run(sim, "demo", "EXTRA=gpu", *venvs)[-1].endswith('-e ".[gpu,test]"')
+    bad = subprocess.run(["make", "-s", "install", "EXTRA=cuda", *venvs], cwd=REPO, capture_output=True, text=True,
+                         timeout=60, env={k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS")})
+    assert bad.returncode == 2 and bad.stderr.splitlines()[0].startswith(
+        "make: EXTRA=cuda: expected cpu (the default) or gpu"), bad.stderr
+    assert not (tmp_path / "venv").exists()

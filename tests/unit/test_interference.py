@@ -126,3 +126,50 @@ def test_the_report_marks_disturbed_runs():
     assert "19.23 [r2-19.23] (disturbed: 47% CPU to others)" in text
     assert "1 run(s) were disturbed: more than 10% of the machine's CPU time" in text
     assert "(n=2; 1 disturbed run excluded)" in text
+
+
+# ---- stability verdicts judge the undisturbed runs (issue 34: "Stability verdicts use it") -------
+
+def test_one_disturbed_run_does_not_make_an_undisturbed_cell_unstable_and_is_counted():
+    # issue 23's runs with the far one measured as disturbed: over every run the cv was 44%
+    recs = [run(42.08, 2.0, 0), run(42.39, 3.0, 1), run(42.2, 1.0, 2), run(16.58, 47.0, 3)]
+    (group,) = aggregate.aggregate(recs)
+    assert group["cv"] == pytest.approx(stability.cv([42.08, 42.39, 42.2])) and group["unstable"] is False
+    assert aggregate.agreement(group) == "stable (cv 0%) over 3 undisturbed runs; 1 disturbed run left out"
+    # an undisturbed cell that varies is still unstable, its disturbed runs counted
+    (varies,) = aggregate.aggregate([run(30.0, 1.0, 0), run(36.0, 1.0, 1), run(18.0, 60.0, 2), run(18.5, 60.0, 3)])
+    assert varies["unstable"] is True
+    assert aggregate.agreement(varies, "! ") == "! unstable: cv 13% > 5% over 2 undisturbed runs; 2 disturbed runs left out"
+
+
+def test_a_sustained_neighbour_cannot_make_its_runs_look_stable():
+    # every run slowed alike by a neighbour that stayed: they agree (cv 1%), and say nothing of the job
+    disturbed = [run(19.2, 47.0, 0), run(18.7, 49.0, 1), run(18.9, 45.0, 2)]
+    (group,) = aggregate.aggregate(disturbed)
+    assert group["cv"] is None and group["unstable"] is False and group["figure_disturbed"]
+    assert aggregate.agreement(group) == "no stability verdict: all 3 runs were disturbed"
+    assert aggregate.agreement(aggregate.aggregate(disturbed[:1])[0]) == "no stability verdict: its one run was disturbed"
+    # a disturbed majority beside one quiet run: no cv, one undisturbed run, the rest said
+    (majority,) = aggregate.aggregate([run(32.53, 2.0, 0), run(19.23, 47.0, 1), run(18.70, 49.0, 2), run(18.92, 45.0, 3)])
+    assert majority["cv"] is None and majority["unstable"] is False
+    assert aggregate.agreement(majority) == "cv undefined: one undisturbed run; 3 disturbed runs left out"
+    planned = tables.plan(disturbed)
+    assert tables.stability_lines(planned[0]) == [
+        "mgwfbp, world size 2: no stability verdict: all 3 runs were disturbed; runs in images/s: 19.2 [r0-19.2] "
+        "(disturbed: 47% CPU to others), 18.7 [r1-18.7] (disturbed: 49% CPU to others), 18.9 [r2-18.9] "
+        "(disturbed: 45% CPU to others)."]
+
+
+def test_the_until_stable_verdict_counts_only_undisturbed_runs():
+    policy = {"until_stable": True, "target_ci_pct": 5.0, "min_repeats": 3, "max_repeats": 3}
+
+    def under_policy(value, cpu, i):
+        rec = run(value, cpu, i)
+        rec["config"]["runtime"]["repeats"] = policy
+        return rec
+    quiet = [under_policy(v, 1.0, i) for i, v in enumerate((19.2, 18.7, 18.9))]
+    noisy = [under_policy(v, 47.0, i) for i, v in enumerate((19.2, 18.7, 18.9))]
+    assert aggregate.aggregate(quiet)[0]["until_stable"] == stability.STABLE
+    assert aggregate.aggregate(noisy)[0]["until_stable"] == stability.AT_MAX
+    mixed = quiet[:2] + noisy[2:]  # two undisturbed runs: fewer than the minimum of 3
+    assert aggregate.aggregate(mixed)[0]["until_stable"] == stability.AT_MAX
