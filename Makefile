@@ -2,8 +2,13 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# The gpu build when nvidia-smi lists a GPU, else the CPU build (the only one with parameter-server support).
-EXTRA  := $(shell nvidia-smi -L 2>/dev/null | grep -q '^GPU' && echo gpu || echo cpu)
+# The CPU build on every host, GPUs or not, unless asked for another: `make EXTRA=gpu demo`.
+# Why not the gpu extra when nvidia-smi lists a GPU (as it was): PyPI's only CUDA build of Paddle,
+# paddlepaddle-gpu==2.6.2, needs the CUDA 11.8 and cuDNN 8.6 system libraries, so on any current
+# (CUDA 12) host it loads neither and every demo cell was refused; the demo's emulated-network cells
+# need a CPU build anyway, the parameter server runs on CPU, and `make test` runs CPU ranks
+# (docs/gpu.md: installing a GPU build, and validating a first GPU node).
+EXTRA  ?= cpu
 STAMP  := $(VENV)/.installed-$(EXTRA)
 # A second virtualenv with the current Paddle 3.x CPU build: the collective family and the core are
 # tested on it too (3.x has no parameter-server support: `make test-paddle3` deselects the `ps` tests).
@@ -38,6 +43,7 @@ install: $(STAMP)
 # paddlepaddle and paddlepaddle-gpu both install paddle/: one virtualenv holds one build, so a
 # .venv stamped for the other extra is refused in one line (exit 2) before pip touches it.
 $(STAMP): setup.cfg pyproject.toml
+	@case '$(EXTRA)' in cpu|gpu) ;; *) echo "make: EXTRA=$(EXTRA): expected cpu (the default) or gpu (paddlepaddle-gpu==2.6.2: CUDA 11.8, cuDNN 8.6)" >&2; exit 2;; esac
 	@other=$$(ls -d $(VENV)/.installed-* 2>/dev/null | grep -vx '$(STAMP)' | head -1); \
 	if [ -n "$$other" ]; then echo "make: $(VENV) holds the $${other##*/.installed-} build of Paddle and this host wants '$(EXTRA)' (paddlepaddle and paddlepaddle-gpu both own paddle/): run make clean first, or give this build its own virtualenv: make VENV=.venv-$(EXTRA) $(or $(MAKECMDGOALS),install)" >&2; exit 2; fi
 	$(call make-venv,$(VENV),$(EXTRA)$(comma)test)
