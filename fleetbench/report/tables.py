@@ -67,9 +67,7 @@ def stability_lines(table: dict) -> list[str]:
             continue
         where = ", ".join(filter(None, [g["network"], g["method"], f"world size {g['world_size']}",
                                         variant_text(table, g)]))
-        cv = "undefined: one run" if g["cv"] is None else f"{g['cv']:.0%}"  # a lone disturbed run has none
-        state = (f"{UNSTABLE_MARK} unstable: cv {cv} > {g['cv_threshold']:.0%}"
-                 if g.get("unstable") else f"stable (cv {cv})")
+        state = aggregate.agreement(g, f"{UNSTABLE_MARK} ")
         runs = g.get("runs", ())
         every = (f"; mean of all {len(runs)} runs {stability.format_pm(g['mean_all'], None)}"
                  if g.get("excluded") or aggregate.disturbed_out(g) else "")
@@ -126,7 +124,10 @@ def _traits(group: dict) -> dict:
     """Paddle, Device, Host, and the config keys by plain name (`column_name`); the config's copy of
     the Paddle version (experiment.CONFIG_CIRCUMSTANCES) is the Paddle trait already."""
     traits = {label: group[key] for key, label in TRAITS}
-    config = experiment.flat_config(group["config"])
+    # a key the group's runs lack (or have at that value: experiment.work_config) is the value its
+    # absence means, shown as such where another group's value differs
+    config = dict({key: json.dumps(value) for key, value in experiment.ABSENT_MEANS.get(group["mode"], {}).items()},
+                  **experiment.flat_config(group["config"]))
     names = column_names(config)
     traits.update((names[key], _shown(text)) for key, text in config.items()
                   if f"config.{key}" not in experiment.CONFIG_CIRCUMSTANCES)
@@ -161,22 +162,31 @@ def _follows_from_place(key: str) -> bool:
 
 def distinguishing(groups: list[dict]) -> list[str]:
     """Trait names (Paddle, Device, Host, config keys) that must be shown so that every group of a
-    table has a place of its own: those that vary across the table, and those that vary between
-    groups at the same network, method and job size."""
+    table has a place of its own: those whose values vary across the table, and those that vary
+    between groups at the same network, method and job size; then, at a place whose groups those
+    do not tell apart, the keys some of them lack."""
     traits = [_traits(g) for g in groups]
     names = list(dict.fromkeys(name for t in traits for name in t))
     places: dict[tuple, list[dict]] = {}
     for group, t in zip(groups, traits):
         places.setdefault((group["network"], group["mode"], group["method"], layout(group)), []).append(t)
 
-    def varies(among, name, where_present=False):
+    def varies(among, name, where_present=True):
         return len({t.get(name) for t in among if not where_present or name in t}) > 1
 
-    # Across the table, a key only some groups have (a family's own, e.g. k_steps beside method
-    # for a model run both ways) distinguishes nothing the mode does not; at one place, any does.
-    return [name for name in names
-            if (not _follows_from_place(name) and varies(traits, name, where_present=True))
+    # A key only some groups have is no difference by itself: across the table, a family's own
+    # (k_steps beside method for a model run both ways) says nothing the mode does not; at one
+    # place, a failed run's record lacks what only a run that started can say (its runtime block:
+    # servers, threads), which fold_failures could not fold when two runs there differ.
+    dims = [name for name in names if (not _follows_from_place(name) and varies(traits, name))
             or any(varies(among, name) for among in places.values())]
+    for among in places.values():  # groups still alike on every shown trait: their absent keys
+        while len({tuple(t.get(n) for n in dims) for t in among}) < len(among):
+            extra = [n for n in names if n not in dims and varies(among, n, where_present=False)]
+            if not extra:
+                break
+            dims.append(extra[0])
+    return [name for name in names if name in dims]
 
 
 def fold_failures(groups: list[dict]) -> list[dict]:

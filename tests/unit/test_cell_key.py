@@ -73,3 +73,37 @@ def test_the_scaling_baseline_shares_the_work_but_for_size_network_and_method():
     assert experiment.comparable(one) == experiment.comparable(two)
     other_build = dict(experiment.of(paddle3()).fields(), unit="images/s")
     assert experiment.comparable(other_build) != experiment.comparable(two)
+
+
+def test_a_key_older_records_lack_is_no_difference_at_the_value_its_absence_means():
+    old = record()
+    new = record(config=dict(record()["config"], epochs=1, eval_batch_size=256, stop_at_target=False,
+                             target_accuracy=None, data={"path": None, "val_path": None}))
+    old["config"] = dict(old["config"], data={"path": None})
+    assert experiment.of(new) == experiment.of(old) and experiment.cell_key(new) == experiment.cell_key(old)
+    (group,) = aggregate.aggregate([old, new])  # repeats of one experiment, for report, compare and scaling
+    assert group["n"] == 2 and experiment.comparable(group) == experiment.comparable(aggregate.aggregate([old])[0])
+    assert experiment.cell_key(record(config=dict(new["config"], epochs=3))) != experiment.cell_key(old)
+    # the PS family's `steps` went (it was unused, 0): a record that has it is the same work
+    ps = record(mode="ps", method="async", config={"batch_size": 8, "runtime": {"paddle": "2.6.2"}})
+    assert experiment.cell_key(dict(ps, config=dict(ps["config"], steps=0))) == experiment.cell_key(ps)
+    assert experiment.cell_key(dict(ps, config=dict(ps["config"], steps=5))) != experiment.cell_key(ps)
+
+
+def test_what_an_absent_key_means_is_its_configs_default():
+    import dataclasses
+
+    from fleetbench.measure import config
+    from fleetbench.train import epochs
+    from fleetbench.train.ps.config import PSConfig
+
+    def defaults(cls):
+        flat = {}
+        for name, value in dataclasses.asdict(cls()).items():
+            flat.update({f"{name}.{k}": v for k, v in value.items()} if isinstance(value, dict) else {name: value})
+        return flat
+    for mode, cls in (("collective", epochs.EpochConfig), ("ps", PSConfig)):
+        mine = defaults(cls)
+        for key, value in experiment.ABSENT_MEANS[mode].items():
+            assert mine.get(key, value) == value, (mode, key)  # a key still there: its default; else gone
+    assert "steps" not in defaults(PSConfig) and defaults(config.BenchConfig)["data.val_path"] is None

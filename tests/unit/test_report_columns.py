@@ -36,3 +36,43 @@ def test_columns_have_plain_names():
     assert "| Network | Method | threads | 2 devices |" in text
     text = markdown([record(1, b, i) for b in (8, 16) for i in range(2)])
     assert "| Network | Method | batch_size | 2 devices |" in text and "Paddle" not in text.split("| Network")[1][:40]
+
+
+# ---- old and new runs in one report: keys some records predate are no difference ------------------
+
+EPOCH_KEYS = {"data": {"path": None, "val_path": None}, "epochs": 1, "eval_batch_size": 256, "stop_at_target": False,
+              "target_accuracy": None}
+
+
+def later(threads, batch, i, **keys):
+    """A run made after the epoch schedule came: its config has the keys the older runs lack."""
+    rec = record(threads, batch, i)
+    rec["id"] += "-new"
+    rec["config"] = dict(rec["config"], **{**EPOCH_KEYS, **keys})
+    return rec
+
+
+def test_keys_older_runs_lack_at_their_default_make_no_column_and_pool():
+    old = [dict(record(1, 8, i), config=dict(record(1, 8, i)["config"], data={"path": None})) for i in range(2)]
+    new = [later(1, 8, i) for i in range(2, 4)]
+    text = markdown(old + new)
+    assert "| Network | Method | 2 devices |" in text  # no data.val_path, epochs, ... columns
+    (row,) = [line for line in text.splitlines() if line.startswith("| — | mgwfbp |")]
+    assert "11.5 ± 1.3" in row  # one cell: the four runs are repeats of one experiment
+    # at another value the key is the work: its own row, the older runs' at the value their lack means
+    text = markdown(old + [later(1, 8, i, epochs=3) for i in range(2, 4)])
+    assert "| Network | Method | epochs | 2 devices |" in text
+    assert [line.split(" | ")[2] for line in text.splitlines() if line.startswith("| — | mgwfbp |")] == ["1", "3"]
+
+
+def test_a_failed_run_beside_runs_that_differ_names_only_their_difference():
+    # two demo sweeps in one report: 1x2 runs with 1 and 2 threads, and a failed run whose record has
+    # no runtime block (so fold_failures cannot tell which cell it was): only `threads` differs
+    failed = dict(record(1, 8, 9), error="launch: worker rank 1 exited with code 1", metrics=None,
+                  config={"batch_size": 8})
+    runs = [record(1, 8, 0), record(2, 8, 1)]
+    for rec in runs:
+        rec["config"]["runtime"]["servers"] = 2
+    text = markdown(runs + [failed])
+    assert "| Network | Method | threads | 2 devices |" in text, text
+    assert [line.split(" | ")[2] for line in text.splitlines() if line.startswith("| — | mgwfbp |")] == ["1", "2", "—"]
