@@ -331,15 +331,12 @@ def checked_on_nodes(args: LaunchArgs, ex: executors.Executor, job: executors.Jo
     node gets --nproc_per_node when given, else its host's slots when they say more than one, else
     what Paddle's launcher counts there: one rank per listed or visible GPU (finding 3: a 4x8 job
     ran 4 ranks). Slots given bound a node's ranks."""
-    from fleetbench.hosts import agent, nodecheck
+    from fleetbench.hosts import nodecheck
 
     devices, nproc = args.flag("--devices"), args.flag("--nproc_per_node")
-    base = {"device_flag": next((f for f in DEVICE_FLAGS if f in args.paddle), None), "devices": devices,
-            "env": executors.forwarded_env(env, ex.forward), "check": bool(args.check and registry.for_script(args.script)),
-            "script": executors.script_on_node(args.script), "scratch": agent.SCRATCH,
-            "args": executors._results_to_scratch(list(args.script_args), agent.SCRATCH)}
-    specs = [dict(base, nproc=nproc or (str(s) if s and s > 1 and not devices else None)) for s in slots[:job.nodes]]
-    answers = nodecheck.check_nodes(ex.nodes[:job.nodes], specs)
+    answers = nodecheck.check_job(ex, job, env, [nproc or (str(s) if s and s > 1 and not devices else None) for s in slots],
+                                  check=bool(args.check and registry.for_script(args.script)),
+                                  device_flag=next((f for f in DEVICE_FLAGS if f in args.paddle), None), devices=devices)
     counts = tuple(a["ranks"] for a in answers)
     for node, s, k in zip(ex.nodes, slots, counts):
         if s and s > 1 and k > s:

@@ -15,6 +15,8 @@ each node at once; each answers one `NODECHECK {json}` line:
   CUDA build), whose resolved config becomes the job's.
 
 A node that refuses is one line naming it, exit 2, before any launcher starts; nothing is stored.
+`fleetbench sweep` on real hosts checks each collective cell's nodes the same way (check_job, through
+remote.check_cell), once per cell shape, before any cell runs.
 """
 from __future__ import annotations
 
@@ -22,11 +24,16 @@ import json
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from fleetbench.hosts import reach
 from fleetbench.hosts.hostlist import Host
 from fleetbench.job import paddle_launch, preflight
+
+if TYPE_CHECKING:  # executors is imported where a job is checked: a node runs run() alone
+    from fleetbench.hosts.executors import Executor, Job
 
 PREFIX = "NODECHECK "
 TIMEOUT_S = 240.0  # two Paddle imports on a loaded node, and the benchmark's --check
@@ -73,6 +80,19 @@ def check_nodes(nodes: list[Host], specs: list[dict], timeout: float = TIMEOUT_S
         if "error" in answer:
             raise preflight.LaunchError(f"node {node.index} ({node.name}): {answer['error']}")
     return answers
+
+
+def check_job(ex: Executor, job: Job, env: dict, nprocs: Sequence[str | None], *, check: bool,
+              device_flag: str | None = None, devices: str | None = None) -> list[dict]:
+    """check_nodes for a collective `job` on the first nodes of `ex`: node i asked to start
+    nprocs[i] ranks (None: as Paddle's launcher counts them there), on `devices` when given, and
+    with `check` the benchmark's own --check there, its --results a scratch file of the node."""
+    from fleetbench.hosts import agent, executors
+
+    base = {"device_flag": device_flag, "devices": devices, "env": executors.forwarded_env(env, ex.forward),
+            "check": check, "script": executors.script_on_node(job.script), "scratch": agent.SCRATCH,
+            "args": executors._results_to_scratch(list(job.args), agent.SCRATCH)}
+    return check_nodes(ex.nodes[:job.nodes], [dict(base, nproc=n) for n in nprocs[:job.nodes]])
 
 
 def main(argv: list[str]) -> int:

@@ -200,6 +200,25 @@ def cell_job(cell: SweepCell, results_path: str) -> Job:
     return Job("collective", cell.script, args, cell.nodes, counts)
 
 
+def on_nodes(cell: SweepCell) -> bool:
+    """Whether a sweep cell on real hosts is checked on its nodes (check_cell), as a `fleetbench
+    launch --hosts` of a collective job is: a parameter-server job's config is checked on the head."""
+    return cell.mode != "ps"
+
+
+def check_cell(opts: HostOptions, cell: SweepCell, results_path: str, env: dict) -> dict:
+    """The config of a sweep cell that runs on real hosts, from its nodes: each checks the devices
+    and the ranks it will start (the cell's count there) and runs the benchmark's --check
+    (fleetbench.hosts.nodecheck), so a head without GPUs (a Slurm login node, an ssh jump host)
+    refuses neither an amp cell nor the GPU readiness check (issue 33, finding 2). HostsError or
+    preflight.LaunchError (one line naming the node) when a node refuses."""
+    from fleetbench.hosts import nodecheck
+
+    work = cell_job(cell, results_path)
+    ex = host_executor(opts, cell.nodes, work.counts)
+    return nodecheck.check_job(ex, work, env, [str(k) for k in work.counts], check=True)[0]["config"]
+
+
 def host_executor(opts: HostOptions, nodes: int, counts: Sequence[int],
                   check_slots: bool = True) -> executors.Executor:
     """The executor for a job of `nodes` nodes on real hosts (addresses resolved first)."""

@@ -1,8 +1,9 @@
 """`fleetbench sweep FILE.yaml | --preset NAME`: a matrix of benchmark runs, one at a time.
 
 The sweep file and its cells: fleetbench.sweep.sweepfile. Every cell's config is resolved with
-the benchmark's own `--check` before anything runs, so a bad key fails the sweep at once, naming
-it; so does a results file that cannot be written. Cells whose repeats are already in the results
+the benchmark's own `--check` before anything runs (on real hosts, a collective cell's on its
+nodes, with their devices: fleetbench.hosts.nodecheck), so a bad key fails the sweep at once,
+naming it; so does a results file that cannot be written. Cells whose repeats are already in the results
 file are skipped, which is how an interrupted sweep resumes. A failed run is stored (error set)
 and the sweep goes on; failed runs are run again on resume. Each run is a supervised job
 (fleetbench.job.paddle_launch), with the same fault reports as `fleetbench launch`. Network cells and
@@ -25,8 +26,9 @@ from fleetbench.hosts import executors, remote
 from fleetbench.hosts.hostlist import HostsError
 from fleetbench.job import failure, paddle_launch, preflight
 from fleetbench.machine import env as machine_env
-from fleetbench.measure import aggregate, contract, registry, results, stability
+from fleetbench.measure import aggregate, contract, registry, results
 from fleetbench.sweep import adaptive
+from fleetbench.sweep.summary import cell_extra, stability_lines, summary_table
 from fleetbench.sweep.sweepfile import (
     METHOD_KEY,
     PRESET,
@@ -56,44 +58,6 @@ def progress_line(i: int, n: int, cell: Cell, repeat: int, elapsed: float, eta: 
     upto = f" (up to {most} until stable)" if most and most > cell.repeats else ""
     return (f"cell {i}/{n} {cell.label()} repeat {repeat}/{cell.repeats}{upto} | "
             f"elapsed {duration(elapsed)} ETA {eta_text}")
-
-
-def cell_extra(cell: Cell) -> str:
-    return " ".join(cell.extra_sets())
-
-
-def summary_table(cells: list[dict]) -> str:
-    """Text table of aggregated cells (aggregate.aggregate/add_efficiency output)."""
-    head = ("benchmark", "preset", "mode", "method", "network", "nodes", "dev/node", "world", "n",
-            "throughput mean ± std", "unit", "cv", "eff", "failed", "set")
-    rows = [head]
-    for c in cells:
-        mean = "-" if c["mean"] is None else (stability.format_pm(c["mean"], c["std"] if c["n"] != 1 else None)
-                                              + aggregate.figure_note(c))
-        cv = "-" if c.get("cv") is None else f"{c['cv']:.1%}" + (" UNSTABLE" if c.get("unstable") else "")
-        eff = "-" if c.get("efficiency") is None else f"{c['efficiency']:.2f}"
-        rows.append((c["benchmark"], c["preset"] or "-", c["mode"], c["method"], c["network"] or "-",
-                     str(c["nodes"]), str(c["devices_per_node"]), str(c["world_size"]), str(c["n"] or 0),
-                     mean, c["unit"] or "-", cv, eff, str(c["failed"]), c.get("sweep_extra") or ""))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows)
-
-
-def stability_lines(cells: list[dict]) -> list[str]:
-    """Every run of an unstable cell or a cell with an outlier or a disturbed run (excluded outliers
-    and disturbed runs marked, shown)."""
-    lines = []
-    for c in cells:
-        if c.get("unstable") or c.get("outliers") or c.get("disturbed"):
-            runs = ", ".join(stability.format_pm(r["throughput"], None)
-                             + stability.run_mark(r["id"], c["excluded"], c["outliers"], c.get("disturbed"))
-                             for r in c["runs"])
-            label = "UNSTABLE" if c["unstable"] else "outlier" if c.get("outliers") else "disturbed"
-            lines.append(f"{label}: {c['benchmark']} {c['method']} world "
-                         f"{c['world_size']}{' net ' + c['network'] if c['network'] else ''}: runs {runs} {c['unit']}"
-                         + (f"; mean of all {len(c['runs'])} runs {stability.format_pm(c['mean_all'], None)}"
-                            if c["excluded"] or aggregate.disturbed_out(c) else ""))
-    return lines
 
 
 # ----------------------------------------------------------------------------------------------
@@ -183,15 +147,21 @@ class Sweep:
         print(text, file=self.out, flush=True)
 
     def resolve_configs(self, env: dict) -> None:
-        """Every cell's config via the benchmark's --check; errors name the cell, before any run."""
+        """Every cell's config via the benchmark's --check; errors name the cell, before any run. A
+        collective cell on real hosts is checked on its nodes, as `fleetbench launch` does (remote.
+        check_cell: devices, ranks and --check there, once per shape): the head need not have GPUs."""
+        checked = set()
         for i, cell in enumerate(self.cells, start=1):
-            key = (cell.script, cell.preset, cell.sets)
-            if key not in self.configs:
-                try:
-                    self.configs[key] = preflight.check_config(cell.script, list(cell.script_args(self.results_path)[:-2]),
-                                                               env)
-                except preflight.LaunchError as e:
-                    raise SweepError(f"cell {i} ({cell.label()}): {e}") from None
+            key, on_nodes = (cell.script, cell.preset, cell.sets), self.hosts.real_hosts() and remote.on_nodes(cell)
+            shape = key + ((cell.nodes, cell.counts, cell.devices_per_node) if on_nodes else ())
+            try:
+                if on_nodes and shape not in checked:
+                    self.configs[key] = remote.check_cell(self.hosts, cell, self.results_path, env)
+                elif key not in self.configs:
+                    self.configs[key] = preflight.check_config(cell.script, cell.script_args(self.results_path)[:-2], env)
+            except (preflight.LaunchError, HostsError) as e:
+                raise SweepError(f"cell {i} ({cell.label()}): {e}") from None
+            checked.add(shape)
 
     def config(self, cell: Cell) -> dict:
         return self.configs[(cell.script, cell.preset, cell.sets)]
