@@ -21,7 +21,9 @@ from collections.abc import Callable, Iterable
 
 from fleetbench.job.ranks import COLLECTIVE_TIMEOUT, Rank
 
-SETTLE_S = 2.0  # after a first collective timeout, let the other victims time out too
+# After a first collective timeout, let the other victims time out too; after a rank asked to stop,
+# let the failure that caused it arrive (cause_pending).
+SETTLE_S = 2.0
 MIN_IDLE_WINDOW_S = 5.0  # CPU time is read once a second: shorter windows tell nothing
 
 
