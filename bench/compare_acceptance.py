@@ -11,7 +11,7 @@
      fresh-machine demo where run 1 was the quiet one), then until stable: the disturbed runs named,
      the figure from the undisturbed ones.
 
-    python bench/compare_acceptance.py [--out DIR] [--only aa,versions,network,hog] [--quick]
+    python bench/compare_acceptance.py [--out DIR] [--only aa,versions,network,hog] [--quick] [--aa-chain]
 
 Everything is stored under DIR (default log/compare-acceptance): each side's results file, each
 comparison's JSON, and summary.md with every verdict, its figures and the most interference any run
@@ -93,16 +93,25 @@ def line(name: str, report: dict, *paths: Path) -> str:
     return f"- {name}: {cells} (most interference in any run: {noise if noise is None else round(noise, 1)}%)"
 
 
-def a_a(out: Path, pairs: int, runs: int) -> list[str]:
+def a_a(out: Path, pairs: int, runs: int, chain: bool = False) -> list[str]:
+    """PAIRS comparisons of the same cell. Disjoint pairs: 2*PAIRS sets of RUNS fresh runs. --aa-chain:
+    PAIRS+1 sets, set k-1 against set k (half the runs; two neighbouring comparisons share a side,
+    so their verdicts are not independent: the count is still of comparisons that said anything
+    but `same`)."""
     verdicts, lines = [], []
     for k in range(1, pairs + 1):
-        a = sweep(out, f"aa-{k:02d}-a", [CELL_1X1], runs)
-        b = sweep(out, f"aa-{k:02d}-b", [CELL_1X1], runs)
+        if chain:
+            a = sweep(out, f"aa-chain-{k - 1:02d}", [CELL_1X1], runs)
+            b = sweep(out, f"aa-chain-{k:02d}", [CELL_1X1], runs)
+        else:
+            a = sweep(out, f"aa-{k:02d}-a", [CELL_1X1], runs)
+            b = sweep(out, f"aa-{k:02d}-b", [CELL_1X1], runs)
         report = compare(out, f"aa-{k:02d}", a, b)
         verdicts += [c["verdict"] for c in report["cells"]]
-        lines.append(line(f"A/A {k}", report, a, b))
+        lines.append(line(f"A/A {k}" + (f" (set {k - 1} -> set {k})" if chain else ""), report, a, b))
     other = sum(v != "same" for v in verdicts)
-    return [f"A/A: {other} of {len(verdicts)} comparisons say anything but `same` (target at most 1)"] + lines
+    design = f"{pairs + 1} sets of {runs} runs, each against the next" if chain else f"{2 * pairs} sets of {runs} runs"
+    return [f"A/A ({design}): {other} of {len(verdicts)} comparisons say anything but `same` (target at most 1)"] + lines
 
 
 def versions(out: Path, runs: int) -> list[str]:
@@ -162,12 +171,13 @@ def main() -> int:
     p.add_argument("--out", default="log/compare-acceptance")
     p.add_argument("--only", default="aa,versions,network,hog")
     p.add_argument("--quick", action="store_true", help="3 runs a side, 2 A/A pairs: checks the script only")
+    p.add_argument("--aa-chain", action="store_true", help="A/A over 21 sets of runs, each against the next (~half the time)")
     args = p.parse_args()
     out = (REPO / args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     runs, pairs = (3, 2) if args.quick else (10, 20)
     started, summary = time.monotonic(), [f"# Issue 34 acceptance ({'QUICK: answers nothing' if args.quick else 'full'})", ""]
-    steps = {"aa": lambda: a_a(out, pairs, runs), "versions": lambda: versions(out, runs),
+    steps = {"aa": lambda: a_a(out, pairs, runs, args.aa_chain), "versions": lambda: versions(out, runs),
              "network": lambda: network(out, runs), "hog": lambda: hog(out)}
     for name in args.only.split(","):
         summary += steps[name]() + [""]

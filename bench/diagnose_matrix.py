@@ -178,7 +178,7 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="3 and 4 nodes, 4 faults, 1 run, 2 baseline runs, 2 passes")
     p.add_argument("--iperf3", action="store_true", help="also iperf3 per pair (fleetbench diagnose --iperf3)")
     p.add_argument("--aa", type=int, default=0, metavar="N", help="clean A/A: N runs, no fault")
-    p.add_argument("--json", help="write every measurement's reports and the baselines here")
+    p.add_argument("--json", help="write every measurement's reports and the baselines here, and the table so far beside it (.md), after every size")
     args = p.parse_args(argv)
     if args.quick:
         args.runs, args.baseline_runs, args.passes = 1, 2, 2
@@ -192,8 +192,10 @@ def main(argv=None) -> int:
     rows, record, start = [], [], time.monotonic()
     for n in args.sizes:
         rows += run_size(n, args, rule_list, record)
-    if args.json:
-        Path(args.json).write_text(json.dumps(record, indent=1, default=str) + "\n")
+        # written after every size: a matrix takes hours, and what was measured is kept if it stops
+        if args.json:
+            Path(args.json).write_text(json.dumps(record, indent=1, default=str) + "\n")
+            Path(args.json).with_suffix(".md").write_text(f"{table(rows)}\n\n{summary(rows)}\n")
     print(table(rows))
     print(f"\n{summary(rows)}; {time.monotonic() - start:.0f} s in all")
     return 0

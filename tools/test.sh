@@ -18,7 +18,9 @@ set -u
 py2=$1 py3=$2
 shift 2
 mkdir -p log
-tmp=$(mktemp -d /tmp/fleetbench-test.XXXXXX)
+# short: a job's TMPDIR under a test's directory holds Python's AF_UNIX sockets (multiprocessing's
+# Manager in Paddle's gloo start-up), whose path may not pass 107 bytes
+tmp=$(mktemp -d /tmp/fbt.XXXXXX)
 pids=()
 # A background job of a non-interactive shell ignores SIGINT, so Ctrl-C must be passed on by hand.
 trap 'kill -TERM "${pids[@]}" 2>/dev/null; wait; exit 130' INT TERM
@@ -26,9 +28,9 @@ trap 'kill -TERM "${pids[@]}" 2>/dev/null; wait; exit 130' INT TERM
 # pytest in the background, its output in log/NAME.log; -p no:cacheprovider: two sessions would
 # both rewrite .pytest_cache at their end.
 background() {
-    local name=$1 py=$2
-    shift 2
-    "$py" -m pytest -q --durations=20 -p no:cacheprovider --basetemp "$tmp/$name" "$@" >"log/$name.log" 2>&1 &
+    local name=$1 dir=$2 py=$3
+    shift 3
+    "$py" -m pytest -q --durations=20 -p no:cacheprovider --basetemp "$tmp/$dir" "$@" >"log/$name.log" 2>&1 &
     pids+=($!)
 }
 show() {
@@ -41,8 +43,8 @@ slow_jobs="tests/job/test_launch.py tests/job/test_ps.py tests/job/test_arch.py"
 ignore=()
 for f in $slow_jobs; do ignore+=("--ignore=$f"); done
 echo "tools/test.sh: pass 1, Paddle 2.6.2 unit and job tiers; $slow_jobs run beside, their output follows"
-background test-launch-ps-arch "$py2" -m "not root and not gpu_sim" $slow_jobs
-FLEETBENCH_TEST_PADDLE3=$py3 "$py2" -m pytest -q --durations=20 --basetemp "$tmp/rest" -m "not root and not gpu_sim" "${ignore[@]}" tests
+background test-launch-ps-arch a "$py2" -m "not root and not gpu_sim" $slow_jobs
+FLEETBENCH_TEST_PADDLE3=$py3 "$py2" -m pytest -q --durations=20 --basetemp "$tmp/b" -m "not root and not gpu_sim" "${ignore[@]}" tests
 rc_rest=$?
 wait "${pids[0]}"
 rc_slow=$?
@@ -52,8 +54,8 @@ show test-launch-ps-arch
 # tier's Kubernetes 2x2 job runs in a "3.x image": this interpreter, tests/util.paddle3_python, as
 # given, not resolved: a virtualenv's python is a symlink whose target has no Paddle)
 echo "tools/test.sh: pass 2, the root tier and the simulated GPU host; the Paddle 3.x tests run beside, their output follows"
-background test-paddle3 "$py3" "$@"
-FLEETBENCH_TEST_PADDLE3=$py3 "$py2" -m pytest -q --durations=20 --basetemp "$tmp/root" -m "root or gpu_sim" tests
+background test-paddle3 3 "$py3" "$@"
+FLEETBENCH_TEST_PADDLE3=$py3 "$py2" -m pytest -q --durations=20 --basetemp "$tmp/r" -m "root or gpu_sim" tests
 rc_root=$?
 wait "${pids[1]}"
 rc3=$?

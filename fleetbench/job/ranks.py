@@ -21,6 +21,13 @@ RANK_LOG = re.compile(r"^(worker|server|heter|coordinator)log\.(\d+)$")
 # SIGABRT, from the DataParallel reducer's hook); NCCL's watchdog says "timeout" (untested here).
 COLLECTIVE_TIMEOUT = re.compile(r"gloo::TimeoutException|gloo/transport/\S+\] TIMEOUT|"
                                 r"(?:nccl|gloo|collective)\w*\W.*\btime(?:d ?)?out", re.I)
+# How a rank fails when a peer is gone mid-job (its process killed, its host lost): gloo's pair reads
+# or writes on a socket the peer's end closed, NCCL's proxy sees the remote end close. Such a rank is
+# a victim like one whose collective timed out; it often exits before its launcher stops it, so its
+# exit comes first (a killed rank wrapper under load: the healthy rank 0 was named, "Read error ...
+# Connection reset by peer").
+PEER_LOST = re.compile(r"gloo/transport/\S+\] (?:Read|Write) error.*(?:reset by peer|closed by peer|Broken pipe)|"
+                       r"Connection closed by (?:remote )?peer|remote process exited", re.I)
 # How Paddle's rendezvous fails on an overloaded host: fleet.init / init_parallel_env create gloo
 # groups, each a TCP handshake between ranks, and under load one of them sometimes ends with gloo's
 # "Connection refused" or TIMEOUT (2 of 60 launches at load 9-18 on 2 cores, docs/methods.md).

@@ -195,9 +195,9 @@ class Supervisor:
         culprit, victim, reason = blamed
         if victim is None:
             return Decision("failed", culprit, f"{culprit.label()} {culprit.how()}")
-        why = "" if culprit.stopped else f" ({reason})"
+        why = "" if culprit.stopped or culprit.vanished else f" ({reason})"
         detail = (f"{culprit.label()} {culprit.how(self._idle_window(now), now)}{why}; "
-                  f"{victim.label()} {victim.how()} after giving up waiting for it in a collective "
+                  f"{victim.label()} {victim.how()} {verdict.victim_how(victim, self._recent(victim))} "
                   f"(a victim, not the cause)")
         return Decision("failed", culprit, detail, [victim])
 

@@ -6,8 +6,10 @@ A failed job usually has one cause and several ranks that failed because of it. 
   are known, the supervisor reads every rank's events again and waits up to SETTLE_S for the
   cause (cause_pending): whichever exit it reads first, the failed rank is named, not its peer.
 - Unless that rank died of a collective timeout (gloo gives up after ~30 s, compiled into Paddle
-  2.6.2): then it was a victim, waiting for a rank that never arrived, and the cause is among the
-  ranks that did not time out. A rank that is stopped (SIGSTOP: state T) is such a cause for sure.
+  2.6.2) or of its peer's connection lost (gloo's "Read error ... Connection reset by peer"): then
+  it was a victim, of a rank that never arrived or went away, and the cause is among the ranks that
+  did not die so. A rank that is stopped (SIGSTOP: state T), or whose wrapper was killed, is such a
+  cause for sure.
 - A stalled (or timed-out) job blames the most suspect running rank: a stopped one; else the one
   furthest behind (fewest steps logged; workers before servers, which log no steps); among equals
   an idle one (no CPU time over the stall window); else the lowest rank.
@@ -19,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
-from fleetbench.job.ranks import COLLECTIVE_TIMEOUT, Rank
+from fleetbench.job.ranks import COLLECTIVE_TIMEOUT, PEER_LOST, Rank
 
 # After a first collective timeout, let the other victims time out too; after a rank asked to stop,
 # let the failure that caused it arrive (cause_pending).
@@ -62,8 +64,15 @@ def workers_done_then_stopped(ranks: Iterable[Rank]) -> bool:
 
 
 def died_waiting(rank: Rank, tail: list[str]) -> bool:
-    """Did this rank end because a collective timed out (a victim of another rank)?"""
-    return abnormal(rank) and any(COLLECTIVE_TIMEOUT.search(line) for line in tail)
+    """Did this rank end because a collective timed out or its peer's connection was lost (a victim
+    of another rank)?"""
+    return abnormal(rank) and any(COLLECTIVE_TIMEOUT.search(line) or PEER_LOST.search(line) for line in tail)
+
+
+def victim_how(rank: Rank, tail: list[str]) -> str:
+    """How a victim (died_waiting) met its end, in words that follow the culprit's name."""
+    lost = any(PEER_LOST.search(line) for line in tail)
+    return "when its connection to it was lost" if lost else "after giving up waiting for it in a collective"
 
 
 def idle(rank: Rank, window: float, now: float) -> bool:
@@ -73,7 +82,8 @@ def idle(rank: Rank, window: float, now: float) -> bool:
 def suspicion(rank: Rank, steps: int, window: float, now: float) -> tuple:
     """Sort key, most suspect first (see the module docstring)."""
     clean_exit = bool(rank.exit) and not abnormal(rank)
-    return (not rank.stopped, clean_exit, rank.role != "worker", steps, not idle(rank, window, now), rank.rank)
+    # a rank whose wrapper was killed is a cause for sure, as a stopped one is: no peer kills a wrapper
+    return (not rank.stopped, not rank.vanished, clean_exit, rank.role != "worker", steps, not idle(rank, window, now), rank.rank)
 
 
 def most_suspect(candidates: list[Rank], steps_of: Callable[[Rank], int], window: float,
@@ -85,6 +95,8 @@ def most_suspect(candidates: list[Rank], steps_of: Callable[[Rank], int], window
     first, runner = ordered[0], (ordered[1] if len(ordered) > 1 else None)
     if first.stopped:
         return first, "stopped (process state T)"
+    if first.vanished:
+        return first, "its wrapper was killed"
     if runner is None or (first.role, steps_of(first)) != (runner.role, steps_of(runner)):
         return first, "furthest behind"
     if idle(first, window, now) and not idle(runner, window, now):
@@ -102,7 +114,7 @@ def blame_failure(ranks: list[Rank], tail_of: Callable[[Rank], list[str]], steps
     if not others:
         return failed, None, None
     settling = time.time() - failed.exit["t"] < SETTLE_S
-    if settling and not any(r.stopped for r in others):
+    if settling and not any(r.stopped or r.vanished for r in others):
         return None
     culprit, reason = most_suspect(others, steps_of, window, now)
     return culprit, failed, reason

@@ -432,7 +432,7 @@ def test_a_killed_rank_wrapper_is_reported_without_an_exit_status(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 1, err
-    assert "worker rank 1 disappeared: its wrapper was killed" in err
+    assert "worker rank 1 disappeared: its wrapper was killed" in err, err
     assert "rank 1, role worker, node node0, no exit status (its wrapper was killed)" in err
     assert "still running" not in err
     assert _job_processes(token) == []

@@ -313,12 +313,14 @@ def scratch_reapers(tmp) -> list:
     return [pid for pid in procs.process_table() if marker in _read(f"/proc/{pid}/cmdline")]
 
 
-def test_a_killed_job_leaves_nothing_in_its_directory_or_tmp(tmp_path, cache):
+def test_a_killed_job_leaves_nothing_in_its_directory_or_tmp(tmp_path, cache, request):
     """#16.6: SIGKILL every process of a job in the middle of training (no `finally` runs):
     Paddle's <id>_train_desc.prototxt and the driver's pipe counters lived in each process's
     scratch directory, which its reaper removes."""
-    cwd, tmp = tmp_path / "cwd", tmp_path / "tmp"
-    cwd.mkdir(), tmp.mkdir()
+    # the job's TMPDIR short, not under tmp_path: Paddle's PS start-up needs one (driver.check_tmpdir)
+    cwd, tmp = tmp_path / "cwd", Path(tempfile.mkdtemp(prefix="fbps-", dir="/tmp"))
+    cwd.mkdir()
+    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
     job_id, log = uuid.uuid4().hex, tmp_path / "log" / "workerlog.0"
     cmd = [PYTHON, "-m", "paddle.distributed.launch", "--log_dir", str(tmp_path / "log"), "--server_num", "1",
            "--trainer_num", "1", str(REPO / "parameter_server" / "ctr.py"), "--preset", "tiny",
@@ -352,6 +354,22 @@ def test_sync_is_refused_with_the_reason():
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "'mode' is 'sync'" in lines[0] and "docs/ps.md" in lines[0]
+
+
+def test_a_temporary_directory_too_long_for_paddles_start_up_is_refused_before_launch(tmp_path):
+    # found when make test gave its sessions longer directories: every rank logged "AF_UNIX path too
+    # long" then "coordinator address is null", and the job ended in a stall
+    from fleetbench.train.ps.driver import MAX_TMPDIR_BYTES
+    long_tmp = tmp_path / ("t" * max(1, MAX_TMPDIR_BYTES + 1 - len(str(tmp_path)) - 1))
+    long_tmp.mkdir()
+    def check(tmp):
+        return subprocess.run([PYTHON, str(REPO / "parameter_server" / "ctr.py"), "--preset", "tiny", "--check"],
+                              cwd=REPO, env=env(TMPDIR=str(tmp)), capture_output=True, text=True, timeout=120)
+    refused, fine = check(long_tmp), check("/tmp")
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and len(lines) == 1, refused.stderr
+    assert str(long_tmp) in lines[0] and f"at most {MAX_TMPDIR_BYTES}" in lines[0] and "TMPDIR" in lines[0]
+    assert fine.returncode == 0, fine.stderr
 
 
 def test_outside_the_launcher_is_a_clear_error():

@@ -47,6 +47,30 @@ def test_a_collective_timeout_victim_points_at_the_rank_it_waited_for():
     assert verdict.blame_failure([victim], lambda r: tails[0], lambda r: 4, 30, 100.0) == (victim, None, None)
 
 
+# what rank 0 logged when rank 1's wrapper was SIGKILLed under load (make test, 2 cores): it exited
+# 1 on its own before Paddle's launcher stopped it, and was named as the cause
+GLOO_PEER_LOST = ("RuntimeError: [/paddle/third_party/gloo/gloo/transport/tcp/pair.cc:576] Read error "
+                  "[127.0.0.1]:55954: Connection reset by peer")
+
+
+def test_a_rank_that_lost_its_peer_points_at_the_rank_whose_wrapper_was_killed():
+    now = time.time()
+    victim, killed, other = _rank(0, code=1, t=now - 0.5), _rank(1), _rank(2)
+    tails = {0: ["step 2/9", GLOO_PEER_LOST], 1: ["step 2/9"], 2: ["step 2/9"]}
+    # the killed wrapper not seen yet: wait, rather than name the victim
+    assert verdict.blame_failure([victim, killed, other], lambda r: tails[r.rank], lambda r: 2, 30, now) is None
+    killed.gone = True  # its wrapper is gone with no exit recorded
+    blamed = verdict.blame_failure([victim, killed, other], lambda r: tails[r.rank], lambda r: 2, 30, now)
+    assert blamed == (killed, victim, "its wrapper was killed")
+    assert verdict.victim_how(victim, tails[0]) == "when its connection to it was lost"
+    # a rank further behind is not preferred to the one whose wrapper was killed
+    blamed = verdict.blame_failure([victim, killed, other], lambda r: tails[r.rank], lambda r: {1: 2, 2: 1}.get(r.rank, 2),
+                                   30, now)
+    assert blamed[0] is killed
+    # with nobody else left, the rank that lost its peer is the cause after all
+    assert verdict.blame_failure([victim], lambda r: tails[0], lambda r: 2, 30, now) == (victim, None, None)
+
+
 def test_a_stall_blames_stopped_then_furthest_behind_then_idle_then_the_lowest_rank():
     steps = {0: 5, 1: 5, 2: 4}
     busy, idle = [(60.0, 100), (100.0, 130)], [(60.0, 100), (100.0, 100)]

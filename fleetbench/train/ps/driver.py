@@ -10,6 +10,7 @@ import contextlib
 import io
 import os
 import sys
+import tempfile
 from typing import Any, Callable, Optional
 
 import fleetbench
@@ -171,7 +172,7 @@ def main(script: str, cls: type, build: Callable, data_files: Callable, first_er
     """`script` is the calling script's path (`__file__`): its registry entry names the run.
     `data_files(cfg) -> [paths]` resolves data.path (or makes synthetic data);
     `first_error(paths) -> "file:line: reason" | None` serves data.strict."""
-    bench = run.start(script, cls, "ps", argv, checks=[lambda cfg: check_data(cfg, data_files), check_paddle])
+    bench = run.start(script, cls, "ps", argv, checks=[lambda cfg: check_data(cfg, data_files), check_paddle, check_tmpdir])
     if bench.check_only:
         return
     try:
@@ -210,6 +211,23 @@ def check_paddle(cfg: PSConfig) -> None:
     (importing paddle earlier would fix OpenMP's thread count)."""
     if not (os.environ.get("TRAINING_ROLE") or os.environ.get("PADDLE_ROLE")):
         capability.check("ps", cfg)
+
+
+# multiprocessing's socket for Paddle's gloo start-up: $TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX, an
+# AF_UNIX path of at most 107 bytes
+MANAGER_SOCKET_TAIL = len("/pymp-XXXXXXXX/listener-XXXXXXXX")
+MAX_TMPDIR_BYTES = 107 - MANAGER_SOCKET_TAIL
+
+
+def check_tmpdir(cfg: PSConfig) -> None:
+    """Paddle 2.6.2's parameter-server start-up (the gloo role maker) opens a multiprocessing
+    Manager in the temporary directory; past MAX_TMPDIR_BYTES it fails with "AF_UNIX path too long"
+    and then "coordinator address is null" in every rank's log. Said here, before launch."""
+    tmp = tempfile.gettempdir()
+    if len(os.fsencode(tmp)) > MAX_TMPDIR_BYTES:
+        raise config.ConfigError(f"the temporary directory {tmp} (TMPDIR) is {len(os.fsencode(tmp))} bytes long: "
+                                 f"Paddle's parameter-server start-up needs at most {MAX_TMPDIR_BYTES} (its "
+                                 f"multiprocessing socket lives there); set TMPDIR to a shorter directory")
 
 
 def check_data(cfg: PSConfig, data_files: Callable) -> None:
