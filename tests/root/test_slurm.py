@@ -100,11 +100,15 @@ def test_the_script_runs_a_two_node_sweep_through_srun(tmp_path):
     assert rec["error"] is None and rec["nodes"] == 2 and rec["world_size"] == 2
     assert rec["launch"] == {"executor": "slurm", "hosts": ["127.0.0.1", "127.0.0.2"]}
     calls = [json.loads(f.read_text()) for f in calls_dir.iterdir()]
-    # one srun per node, started concurrently: the order of their calls is not defined
-    assert sorted(c[:5] for c in calls) == [
+    # per node: one srun checking the cell there (the head may lack the nodes' devices: issue 33,
+    # finding 2), then one running its part of the job; the per-node sruns start concurrently
+    agents = [c for c in calls if c[6:9] == [PYTHON, "-m", "fleetbench.hosts.agent"]]
+    checks = [c for c in calls if c not in agents]
+    assert sorted(c[:5] for c in agents) == [
         ["--nodes=1", "--ntasks=1", f"--nodelist=127.0.0.{i}", "--cpus-per-task=2", "--kill-on-bad-exit=1"]
-        for i in (1, 2)]
-    assert all(c[6:9] == [PYTHON, "-m", "fleetbench.hosts.agent"] for c in calls)
+        for i in (1, 2)], calls
+    assert sorted(c[2] for c in checks) == ["--nodelist=127.0.0.1", "--nodelist=127.0.0.2"], calls
+    assert all("fleetbench.hosts.nodecheck" in c for c in checks), calls
     assert (tmp_path / "log" / "sweep-cluster-77").is_dir()
 
 
