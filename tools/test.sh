@@ -5,8 +5,9 @@
 # Two passes of two pytest sessions each, because one after the other the suite took 20-22 minutes
 # on 2 cores (over the 20-minute budget) while using about one core on average: most tests wait on
 # a Paddle launcher, a shaped link or an sshd start-up.
-#   (1) the 2.6.2 unit and job tiers, in two sessions side by side: the launcher, parameter-server
-#       and architecture job files (about 330 s alone) beside everything else (about 390 s alone).
+#   (1) the 2.6.2 unit and job tiers, in two sessions side by side: the launcher, parameter-server,
+#       architecture and docs job files (about 390 s alone) beside everything else (about 330 s
+#       alone; side by side 520 and 560 s in the first try, the docs file then on this side).
 #       Every job picks free ports and its own temporary directory, so two sessions share nothing.
 #   (2) the 2.6.2 root tier (emulated networks, SSH, Slurm, diagnose) with the simulated GPU host's
 #       tier, beside the 3.x tests. The root tier runs its jobs inside network namespaces of its
@@ -39,7 +40,7 @@ show() {
 }
 
 # (1) the job files that take longest, in the background; the rest in the foreground
-slow_jobs="tests/job/test_launch.py tests/job/test_ps.py tests/job/test_arch.py"
+slow_jobs="tests/job/test_launch.py tests/job/test_ps.py tests/job/test_arch.py tests/job/test_docs.py"
 ignore=()
 for f in $slow_jobs; do ignore+=("--ignore=$f"); done
 echo "tools/test.sh: pass 1, Paddle 2.6.2 unit and job tiers; $slow_jobs run beside, their output follows"
