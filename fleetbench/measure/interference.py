@@ -11,10 +11,10 @@ The machine knew: /proc/stat counts every CPU's time, and /proc/PID/stat each pr
     interference_cpu_pct = 100 x other / all CPU time of the machine in the window (busy + idle)
 
 Steal counts as other: it is time a hypervisor gave another guest while this one wanted the CPU.
-The job's processes are those whose environment carries its FLEETBENCH_JOB_ID (every rank of every
-emulated node on this machine, PS servers, data-loader workers, the launcher; measure/contract.py),
-or, for a job started by Paddle's launcher alone, its PADDLE_TRAINER_ENDPOINTS; a process started
-by hand is its own process tree. A process's time
+The job's processes are those whose environment carries its FLEETBENCH_JOB_ID (the node's launcher,
+wrappers, ranks, PS servers, data-loader workers; measure/contract.py) or its PADDLE_TRAINER_ENDPOINTS
+(every rank of the job on every node: emulated nodes share this machine); a process started by hand
+is its own process tree. A process's time
 includes its reaped children's (cutime, cstime), so a data-loader worker that ends in the window
 still counts for the job. Ranks on one machine measure the same thing; ranks on several machines
 each measure theirs, and the record keeps the most disturbed (`combine`), as throughput keeps the
@@ -80,26 +80,29 @@ def _stats() -> dict[int, tuple[int, int]]:
     return out
 
 
-# A job started by Paddle's launcher without fleetbench's: every rank (and PS role) carries the
-# job's endpoint list, and nothing else on the machine does.
+# Every rank (and PS role) of a job started by Paddle's launcher carries the job's endpoint list,
+# and nothing else on the machine does. It is the mark shared by all nodes of a job: fleetbench
+# names each node's part of a multi-node job apart (FLEETBENCH_JOB_ID "<job>-node<i>"), so on
+# emulated nodes, which share this machine, the other node's rank would be "others" (every 2-node
+# emulated run was "disturbed, 47% CPU to others" on a quiet machine).
 PADDLE_JOB_MARK = "PADDLE_TRAINER_ENDPOINTS"
 
 
-def job_marker(env: dict) -> str | None:
-    """The environment entry every process of this job carries: its FLEETBENCH_JOB_ID, else
-    Paddle's endpoint list; None for a job of one process started by hand."""
+def job_markers(env: dict) -> list[str]:
+    """The environment entries that tell this job's processes: its FLEETBENCH_JOB_ID (the node's
+    launcher, wrappers, ranks, data-loader workers) and Paddle's endpoint list (every rank of the
+    job, on every node); empty for a job of one process started by hand."""
     job_id = RankContract.from_env(env).job_id
-    if job_id:
-        return f"{JOB_ID}={job_id}"
-    return f"{PADDLE_JOB_MARK}={env[PADDLE_JOB_MARK]}" if env.get(PADDLE_JOB_MARK) else None
+    marks = [f"{JOB_ID}={job_id}"] if job_id else []
+    return marks + ([f"{PADDLE_JOB_MARK}={env[PADDLE_JOB_MARK]}"] if env.get(PADDLE_JOB_MARK) else [])
 
 
-def job_processes(stats: dict[int, tuple[int, int]], marker: str | None, me: int) -> set[int]:
-    """The job's pids: those whose environment holds `marker` (and this process), or without
-    one, this process and its descendants."""
-    if marker:
-        mark = marker.encode()
-        found = {pid for pid in stats if mark in ((_read(f"/proc/{pid}/environ", "rb") or b"").split(b"\0"))}
+def job_processes(stats: dict[int, tuple[int, int]], markers: list[str], me: int) -> set[int]:
+    """The job's pids: those whose environment holds any of `markers` (and this process), or
+    without one, this process and its descendants."""
+    if markers:
+        marks = {m.encode() for m in markers}
+        found = {pid for pid in stats if marks & set((_read(f"/proc/{pid}/environ", "rb") or b"").split(b"\0"))}
         return found | {me}
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in stats.items():
@@ -119,7 +122,7 @@ def sample() -> CpuSample | None:
         return None
     busy, total = parse_proc_stat(text)
     stats = _stats()
-    pids = job_processes(stats, job_marker(dict(os.environ)), os.getpid())
+    pids = job_processes(stats, job_markers(dict(os.environ)), os.getpid())
     return CpuSample(busy=busy, total=total, job=sum(stats[p][1] for p in pids if p in stats), pids=frozenset(pids))
 
 

@@ -54,20 +54,26 @@ def test_ranks_combine_as_the_most_disturbed_machine():
 
 def test_the_jobs_processes_are_found_by_its_marker_and_no_others(tmp_path):
     sleep = [sys.executable, "-c", "import time; time.sleep(30)"]
-    mine = subprocess.Popen(sleep, env=dict(os.environ, **{JOB_ID: "job34test"}))
-    other = subprocess.Popen(sleep, env={k: v for k, v in os.environ.items() if k != JOB_ID})
+    plain = {k: v for k, v in os.environ.items() if k not in (JOB_ID, "PADDLE_TRAINER_ENDPOINTS")}
+    endpoints = "10.9.0.1:6170,10.9.0.2:6170"
+    mine = subprocess.Popen(sleep, env=dict(plain, **{JOB_ID: "job34test-node0", "PADDLE_TRAINER_ENDPOINTS": endpoints}))
+    # the same job's rank on another emulated node of this machine: its node's id, the job's endpoints
+    peer = subprocess.Popen(sleep, env=dict(plain, **{JOB_ID: "job34test-node1", "PADDLE_TRAINER_ENDPOINTS": endpoints}))
+    other = subprocess.Popen(sleep, env=dict(plain, PADDLE_TRAINER_ENDPOINTS="10.9.0.1:6171"))
     try:
         stats = interference._stats()
-        marker = interference.job_marker({JOB_ID: "job34test"})
-        found = interference.job_processes(stats, marker, os.getpid())
-        assert mine.pid in found and other.pid not in found and os.getpid() in found
-        # without a marker: this process and its children (both sleepers are)
-        tree = interference.job_processes(stats, None, os.getpid())
-        assert {mine.pid, other.pid, os.getpid()} <= tree
-        assert interference.job_marker({"PADDLE_TRAINER_ENDPOINTS": "a:1,b:2"}) == "PADDLE_TRAINER_ENDPOINTS=a:1,b:2"
-        assert interference.job_marker({}) is None
+        markers = interference.job_markers({JOB_ID: "job34test-node0", "PADDLE_TRAINER_ENDPOINTS": endpoints})
+        found = interference.job_processes(stats, markers, os.getpid())
+        assert {mine.pid, peer.pid, os.getpid()} <= found and other.pid not in found
+        found = interference.job_processes(stats, interference.job_markers({JOB_ID: "job34test-node0"}), os.getpid())
+        assert mine.pid in found and peer.pid not in found and other.pid not in found
+        # without a marker: this process and its children (all three sleepers are)
+        tree = interference.job_processes(stats, [], os.getpid())
+        assert {mine.pid, peer.pid, other.pid, os.getpid()} <= tree
+        assert interference.job_markers({"PADDLE_TRAINER_ENDPOINTS": "a:1,b:2"}) == ["PADDLE_TRAINER_ENDPOINTS=a:1,b:2"]
+        assert interference.job_markers({}) == []
     finally:
-        for p in (mine, other):
+        for p in (mine, peer, other):
             p.kill()
             p.wait()
 
