@@ -119,7 +119,9 @@ def run_size(n: int, args, rule_list: list, record: list) -> list[dict]:
         hosts, opts = emulated_hosts(name), measure.Options(passes=args.passes, iperf3=args.iperf3)
         base, _ = clean_baseline(hosts, opts, rule_list, args.baseline_runs)
         record.append({"nodes": n, "baseline": base})
-        for label, fault in ([("none", [])] if args.aa else faults(n, args.quick)):
+        chosen = faults(n, args.quick)
+        chosen = [chosen[i] for i in args.faults] if args.faults else chosen
+        for label, fault in ([("none", [])] if args.aa else chosen):
             apply(name, fault)
             try:
                 rows.append(run_fault(n, label, fault, (hosts, opts, rule_list, base), args, record))
@@ -177,11 +179,14 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--passes", type=int, default=3, help="node probe passes (the diagnosis's default 3)")
     p.add_argument("--quick", action="store_true", help="3 and 4 nodes, 4 faults, 1 run, 2 baseline runs, 2 passes")
     p.add_argument("--iperf3", action="store_true", help="also iperf3 per pair (fleetbench diagnose --iperf3)")
+    p.add_argument("--faults", default=None, help="indexes into the fault list, comma-separated (default all: "
+                   "0 none, 1-5 CPU, 6-9 link, 10 both)")
     p.add_argument("--aa", type=int, default=0, metavar="N", help="clean A/A: N runs, no fault")
     p.add_argument("--json", help="write every measurement's reports and the baselines here, and the table so far beside it (.md), after every size")
     args = p.parse_args(argv)
     if args.quick:
         args.runs, args.baseline_runs, args.passes = 1, 2, 2
+    args.faults = [int(x) for x in args.faults.split(",")] if args.faults else None
     args.sizes = [int(x) for x in (args.sizes or ("3,4" if args.quick else "3,4,6,8")).split(",")]
     return args
 
