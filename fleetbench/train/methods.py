@@ -16,7 +16,7 @@ Two facts of Paddle 2.6.2 shape this module (both observed, see docs/methods.md)
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Sequence
+from typing import Any, Callable, ContextManager, Protocol, Sequence
 
 import paddle
 import paddle.distributed as dist
@@ -29,8 +29,15 @@ from fleetbench.measure.schema import (
 from fleetbench.train import capability
 from fleetbench.train.amp import Precision
 
-if TYPE_CHECKING:  # the loop imports this module; its types are named here for the hints only
-    from fleetbench.train.loop import Context, Workload
+from fleetbench.train.context import Context
+
+
+class Workload(Protocol):
+    """What prepare and the step use of a loop.Workload (the loop imports this module)."""
+
+    model: paddle.nn.Layer
+    optimizer: paddle.optimizer.Optimizer
+    loss_fn: Callable[[paddle.nn.Layer, Any], paddle.Tensor]
 
 METHODS = {
     "bsp": "backward completes, then all gradients are all-reduced in fused buckets (no overlap)",
