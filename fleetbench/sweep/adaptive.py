@@ -1,9 +1,10 @@
-"""Adaptive repeats and warm-up runs of a sweep (pure: the runner runs, this decides).
+"""Adaptive repeats, warm-up runs, seeds and run order of a sweep (pure: the runner runs, this decides).
 
     fleetbench sweep ... --until-stable [--target-ci PCT] [--max-repeats N] [--warmup-run] [--vary-seed]
+                         [--interleave]
 
 or the same as top-level sweep keys (`until_stable: true`, `target_ci: 2`, `max_repeats: 10`,
-`warmup_run: true`, `vary_seed: true`; a flag wins over its key; the first three may also be keys of a cell group,
+`warmup_run: true`, `vary_seed: true`, `interleave: true`; a flag wins over its key; the first three may also be keys of a cell group,
 which win for its cells). With until-stable a cell runs its `repeats` (the
 minimum), then more until the 95 % confidence interval half-width of its throughput mean is within
 `target_ci` % of the mean or it has `max_repeats` successful runs (fleetbench.measure.stability.
@@ -24,6 +25,9 @@ the launcher contract, FLEETBENCH_SEED), so its repeats differ in initialisation
 as MLPerf's do: without it the repeats of a convergence run are bit-identical and measure time only.
 The numbering is the repeat's, so a resumed sweep goes on with the next seed; the seed is not
 part of the experiment (measure.experiment.NOISE_KEYS), so the runs stay one cell.
+
+With interleave the cells run in rounds, one repeat of each cell not yet over a round
+(fleetbench.sweep.order), so that a drift of the machine's speed falls on every cell alike.
 """
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ from fleetbench.sweep.sweepfile import (
     check_stability_key,
 )
 
-KEYS = ("until_stable", "target_ci", "max_repeats", "warmup_run", "vary_seed")
+KEYS = ("until_stable", "target_ci", "max_repeats", "warmup_run", "vary_seed", "interleave")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +53,7 @@ class Policy:
     max_repeats: int = stability.MAX_REPEATS
     warmup_run: bool = False
     vary_seed: bool = False
+    interleave: bool = False  # rounds of one run of each cell (sweep/order.py), not each cell's runs in turn
 
     def of(self, cell: Cell) -> Policy:
         """The policy of `cell`: the sweep's, with the cell group's own keys over it."""
@@ -163,6 +168,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="one unrecorded run before the first measured run of each benchmark and shape")
     p.add_argument("--vary-seed", action="store_true", default=None,
                    help="repeat k of a cell runs with its seed + k - 1 (MLPerf's repeats differ by seed)")
+    p.add_argument("--interleave", action="store_true", default=None,
+                   help="run in rounds, one repeat of each unfinished cell a round, so that a drift of the "
+                   "machine's speed falls on every cell alike (docs/compare.md)")
 
 
 def policy(spec: dict, args: argparse.Namespace, path: str, cells: list[Cell]) -> Policy:
@@ -176,7 +184,8 @@ def policy(spec: dict, args: argparse.Namespace, path: str, cells: list[Cell]) -
     result = Policy(until_stable=bool(chosen.get("until_stable")),
                     target_ci_pct=float(chosen.get("target_ci", stability.TARGET_CI_PCT)),
                     max_repeats=chosen.get("max_repeats", stability.MAX_REPEATS),
-                    warmup_run=bool(chosen.get("warmup_run")), vary_seed=bool(chosen.get("vary_seed")))
+                    warmup_run=bool(chosen.get("warmup_run")), vary_seed=bool(chosen.get("vary_seed")),
+                    interleave=bool(chosen.get("interleave")))
     asked = ("target_ci" in chosen or "max_repeats" in chosen
              or any(getattr(c, k) is not None for c in cells for k in STABILITY_KEYS[1:]))
     if asked and not any(result.adaptive(c) for c in cells):

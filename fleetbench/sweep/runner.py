@@ -4,7 +4,8 @@ The sweep file and its cells: fleetbench.sweep.sweepfile. Every cell's config is
 the benchmark's own `--check` before anything runs (on real hosts, a collective cell's on its
 nodes, with their devices: fleetbench.hosts.nodecheck), so a bad key fails the sweep at once,
 naming it; so does a results file that cannot be written. Cells whose repeats are already in the results
-file are skipped, which is how an interrupted sweep resumes. A failed run is stored (error set)
+file are skipped, which is how an interrupted sweep resumes. Each cell's repeats run in turn, or
+interleaved in rounds (--interleave: fleetbench.sweep.order decides, from counts). A failed run is stored (error set)
 and the sweep goes on; failed runs are run again on resume. Each run is a supervised job
 (fleetbench.job.paddle_launch), with the same fault reports as `fleetbench launch`. Network cells and
 sweeps on hosts start one launcher per node through an executor (fleetbench.hosts.remote).
@@ -27,8 +28,8 @@ from fleetbench.hosts.hostlist import HostsError
 from fleetbench.job import failure, paddle_launch, preflight
 from fleetbench.machine import env as machine_env
 from fleetbench.measure import aggregate, contract, registry, results
-from fleetbench.sweep import adaptive
-from fleetbench.sweep.summary import cell_extra, stability_lines, summary_table
+from fleetbench.sweep import adaptive, order
+from fleetbench.sweep.summary import Tally, cell_extra, duration, progress_line, stability_lines, summary_table
 from fleetbench.sweep.sweepfile import (
     METHOD_KEY,
     PRESET,
@@ -44,20 +45,6 @@ from fleetbench.sweep.sweepfile import (
     record_paddle,
     sweep_path,
 )
-
-
-def duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-
-def progress_line(i: int, n: int, cell: Cell, repeat: int, elapsed: float, eta: float | None,
-                  most: int | None = None) -> str:
-    """`most`: the cell's maximum of runs when it repeats until stable (sweep/adaptive.py)."""
-    eta_text = duration(eta) if eta is not None else "?"
-    upto = f" (up to {most} until stable)" if most and most > cell.repeats else ""
-    return (f"cell {i}/{n} {cell.label()} repeat {repeat}/{cell.repeats}{upto} | "
-            f"elapsed {duration(elapsed)} ETA {eta_text}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -190,35 +177,56 @@ class Sweep:
         at_least = "at least " if any(self.policy.adaptive(c) for c in self.cells) else ""
         self.say(f"sweep: {len(plan)} cells, {at_least}{todo} runs to do "
                  f"({sum(d for _, d in plan)} done earlier), results in {self.results_path}")
-        runs_done, run_time = 0, 0.0
+        if self.policy.interleave and len(plan) > 1:
+            self.say(order.rounds_text([d for _, d in plan], [self.policy.limit(c) for c, _ in plan]))
+        tally = Tally(started, todo)
         try:
-            for i, (cell, done) in enumerate(plan, start=1):
-                if self.finished(cell):
-                    self.say(f"cell {i}/{len(plan)} {cell.label()}: {done}/{cell.repeats} done earlier, skipped")
-                    continue
-                problem = self.network_problem(cell)
-                if problem:
-                    self.say(f"cell {i}/{len(plan)} {cell.label()}: skipped ({problem})")
-                    continue
-                self.warm_up(i, cell, base_env)
-                for repeat in range(done + 1, self.policy.limit(cell) + 1):
-                    remaining = max(todo - runs_done, 1)
-                    eta = run_time / runs_done * remaining if runs_done else None
-                    self.say(progress_line(i, len(plan), cell, repeat, time.monotonic() - started, eta,
-                                           self.policy.limit(cell)))
-                    t0 = time.monotonic()
-                    self.run_one(i, cell, repeat, dict(base_env, **self.policy.rank_env(cell, repeat,
-                                                                                    self.config(cell).get("seed"))))
-                    runs_done += 1
-                    run_time += time.monotonic() - t0
-                    if self.finished(cell):
-                        break
-                self.say_stop(i, len(plan), cell)
+            self.take_turns(plan, base_env, tally)
         finally:
             self.cluster.close()
-        self.say(f"sweep finished in {duration(time.monotonic() - started)}: {runs_done} runs, "
+        self.say(f"sweep finished in {duration(time.monotonic() - started)}: {tally.runs} runs, "
                  f"{self.failed_runs} failed")
         return self.summary()
+
+    def take_turns(self, plan: list[tuple[Cell, int]], base_env: dict, tally: Tally) -> None:
+        """Run the cells' repeats in the order sweep/order.py gives (all of a cell's before the
+        next cell's, or interleaved in rounds); a cell is looked at on its first turn (finished
+        earlier, or a network it cannot have: skipped; its warm-up run) and is over once finished
+        or at its most runs."""
+        n, turns = len(plan), [done for _, done in plan]
+        open_, seen = [True] * n, [False] * n
+        while (j := order.next_turn(turns, open_, self.policy.interleave)) is not None:
+            i, cell = j + 1, plan[j][0]
+            if not seen[j]:
+                seen[j] = True
+                if not self.first_turn(i, cell, turns[j], base_env):
+                    open_[j] = False
+                    continue
+            turns[j] += 1
+            self.say(progress_line(i, n, cell, turns[j], time.monotonic() - tally.started, tally.eta(),
+                                   self.policy.limit(cell)))
+            t0 = time.monotonic()
+            self.run_one(i, cell, turns[j], dict(base_env, **self.policy.rank_env(cell, turns[j],
+                                                                                self.config(cell).get("seed"))))
+            tally.add(time.monotonic() - t0)
+            if self.finished(cell) or turns[j] >= self.policy.limit(cell):
+                open_[j] = False
+                self.say_stop(i, n, cell)
+
+    def first_turn(self, i: int, cell: Cell, done: int, base_env: dict) -> bool:
+        """Whether `cell` (number i) runs at all in this sweep, said when not; its warm-up run."""
+        if self.finished(cell):
+            self.say(f"cell {i}/{len(self.cells)} {cell.label()}: {done}/{cell.repeats} done earlier, skipped")
+            return False
+        problem = self.network_problem(cell)
+        if problem:
+            self.say(f"cell {i}/{len(self.cells)} {cell.label()}: skipped ({problem})")
+            return False
+        if done >= self.policy.limit(cell):  # at its maximum, not stable: nothing more to run
+            self.say_stop(i, len(self.cells), cell)
+            return False
+        self.warm_up(i, cell, base_env)
+        return True
 
     def network_problem(self, cell: Cell) -> str | None:
         """Why an emulated-network cell cannot run here (None: it can, or it is no such cell)."""
@@ -398,9 +406,12 @@ def cli(argv: list[str]) -> int:
     try:
         sweep = prepare(args)
         if args.dry_run:
-            for i, (cell, done) in enumerate(sweep.plan(), start=1):
+            plan = sweep.plan()
+            for i, (cell, done) in enumerate(plan, start=1):
                 skipped = f", will be skipped ({sweep.network_problem(cell)})" if sweep.network_problem(cell) else ""
                 print(f"cell {i}/{len(sweep.cells)} {cell.label()}: {done}/{cell.repeats} done{skipped}")
+            if sweep.policy.interleave and len(plan) > 1:
+                print(order.rounds_text([d for _, d in plan], [sweep.policy.limit(c) for c, _ in plan]))
             return 0
         sweep.run(dict(os.environ))
         return 1 if sweep.failed_runs else 0

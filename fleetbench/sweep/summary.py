@@ -1,9 +1,42 @@
-"""What a sweep prints of its cells once it is done: the summary table (mean ± std, cv, efficiency
-per cell; fleetbench.measure.aggregate's groups) and the stability lines under it."""
+"""What a sweep prints: a progress line before each run (with its ETA) and, once it is done, the
+summary table (mean ± std, cv, efficiency per cell; fleetbench.measure.aggregate's groups) and the
+stability lines under it."""
 from __future__ import annotations
+
+import dataclasses
 
 from fleetbench.measure import aggregate, stability
 from fleetbench.sweep.sweepfile import Cell
+
+
+def duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def progress_line(i: int, n: int, cell: Cell, repeat: int, elapsed: float, eta: float | None,
+                  most: int | None = None) -> str:
+    """`most`: the cell's maximum of runs when it repeats until stable (sweep/adaptive.py)."""
+    eta_text = duration(eta) if eta is not None else "?"
+    upto = f" (up to {most} until stable)" if most and most > cell.repeats else ""
+    return (f"cell {i}/{n} {cell.label()} repeat {repeat}/{cell.repeats}{upto} | "
+            f"elapsed {duration(elapsed)} ETA {eta_text}")
+
+
+@dataclasses.dataclass
+class Tally:
+    """A sweep's runs so far, for its progress lines' ETA (the mean run time so far)."""
+
+    started: float
+    todo: int  # runs to do at least (a cell repeating until stable may make more)
+    runs: int = 0
+    seconds: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.runs, self.seconds = self.runs + 1, self.seconds + seconds
+
+    def eta(self) -> float | None:
+        return self.seconds / self.runs * max(self.todo - self.runs, 1) if self.runs else None
 
 
 def cell_extra(cell: Cell) -> str:

@@ -15,8 +15,8 @@ A sweep file lists cell groups; list values are axes, and a group expands to the
         preset: tiny
         network: [1gbe, 10gbe]      # an emulated cluster per profile (root); nodes default to 2
 
-Top-level `until_stable`, `target_ci`, `max_repeats` and `warmup_run`, and the first three in a cell
-group (for its cells only): fleetbench.sweep.adaptive.
+Top-level `until_stable`, `target_ci`, `max_repeats`, `warmup_run`, `vary_seed` and `interleave`, and
+the first three in a cell group (for its cells only): fleetbench.sweep.adaptive.
 Other cell keys: script, nodes, set (config overrides; list values are axes too), timeout, stall,
 startup (seconds allowed before the first progress line; default: stall). devices_per_node may
 differ between nodes: "3+2" (fleetbench.hosts.hostlist). Top-level `hosts:` runs the cells on real
@@ -44,7 +44,8 @@ REPO_ROOT = str(registry.REPO_ROOT)
 SWEEP_DIR = str(registry.SWEEP_DIR)
 METHOD_KEY = registry.METHOD_KEY
 TOP_KEYS = {"description", "repeats", "timeout", "stall", "startup", "cells", "hosts",
-            "until_stable", "target_ci", "max_repeats", "warmup_run", "vary_seed"}  # the last five: sweep/adaptive.py
+            "until_stable", "target_ci", "max_repeats", "warmup_run", "vary_seed",
+            "interleave"}  # the last six: sweep/adaptive.py
 CELL_KEYS = {"benchmark", "script", "mode", "preset", "devices_per_node", "nodes", "method", "servers_workers",
              "network", "set", "repeats", "timeout", "stall", "startup", "until_stable", "target_ci", "max_repeats"}
 STABILITY_KEYS = ("until_stable", "target_ci", "max_repeats")  # a cell's own; None: the sweep's
@@ -214,9 +215,9 @@ def _cell(at: str, group: dict, top: dict, choice: dict) -> Cell:
 
 
 def check_stability_key(where: str, key: str, value: object) -> object:
-    """A value of until_stable / warmup_run / vary_seed (true or false), target_ci (a percentage) or
+    """A value of until_stable / warmup_run / vary_seed / interleave (true or false), target_ci (a percentage) or
     max_repeats (>= 2), checked; SweepError naming `where` otherwise."""
-    if key in ("until_stable", "warmup_run", "vary_seed") and not isinstance(value, bool):
+    if key in ("until_stable", "warmup_run", "vary_seed", "interleave") and not isinstance(value, bool):
         raise SweepError(f"{where}: {value!r}: expected true or false")
     if key == "target_ci" and (isinstance(value, bool) or not isinstance(value, (int, float))
                                or not 0 < value <= 100):

@@ -334,3 +334,22 @@ def test_interrupted_sweep_resumes_and_a_failing_cell_does_not_stop_the_others(t
     assert len(table) == 4 and "log_every=2" in table[2] and table[2].split()[8] == "0"
     # one run each: its mean alone, no spread to show (not "± 0.00"; digits: fleetbench.measure.stability)
     assert " ± " not in table[1] + table[3] and float(table[1].split()[9]) > 0
+
+
+@pytest.mark.job
+def test_an_interleaved_sweep_stores_its_cells_runs_in_rounds(tmp_path):
+    # two mnist tiny cells (LeNet, seconds a run) told apart by log_every; the order of turns itself is
+    # tests/unit/test_sweep_order.py's, this is the real runner storing real runs in that order
+    spec = _write(tmp_path, _spec({"benchmark": "mnist", "preset": "tiny", "set": {"log_every": [5, 10]}},
+                                  repeats=2))
+    store = tmp_path / "runs.jsonl"
+    p = subprocess.run(_sweep_cmd(spec, store, "--interleave"), cwd=tmp_path, env=env(), capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    recs = [r for r in records(store) if r["error"] is None]
+    by_time = sorted(recs, key=lambda r: r["time"])
+    assert [r["config"]["log_every"] for r in by_time] == [5, 10, 5, 10]
+    assert [r["id"] for r in by_time] == [r["id"] for r in recs]  # stored as they ran
+    progress = [line.split(" | ")[0] for line in p.stdout.splitlines() if " | elapsed" in line]
+    assert [(line[:8], line[-3:]) for line in progress] == [("cell 1/2", "1/2"), ("cell 2/2", "1/2"),
+                                                            ("cell 1/2", "2/2"), ("cell 2/2", "2/2")]

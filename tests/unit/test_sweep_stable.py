@@ -32,8 +32,9 @@ def template() -> dict:
 
 
 class Scripted(runner.Sweep):
-    """A Sweep whose runs store the next scripted throughput; Interrupted when the script ends
-    (as a SIGINT would stop a real sweep). `events` says what ran, in order."""
+    """A Sweep whose runs store the next scripted throughput (None: the run fails, storing nothing
+    of the cell); Interrupted when the script ends (as a SIGINT would stop a real sweep). `events`
+    says what ran, in order."""
 
     def __init__(self, figures, cells, store, tmp_path, policy):
         super().__init__(cells, str(store), str(tmp_path / "log"), out=io.StringIO(),
@@ -47,16 +48,20 @@ class Scripted(runner.Sweep):
     def run_one(self, i, cell, repeat, base_env):
         if not self.figures:
             raise runner.Interrupted("script ended")
+        figure = self.figures.pop(0)
+        self.events.append(("run", i, repeat))
+        if figure is None:  # a failed run: nothing stored that matches the cell
+            self.failed_runs += 1
+            return
         record = copy.deepcopy(template())
         record.update(id=uuid.uuid4().hex, config=copy.deepcopy(self.config(cell)))
-        record["metrics"]["throughput"] = self.figures.pop(0)
+        record["metrics"]["throughput"] = figure
         said = contract.RankContract.from_env(base_env)
         if said.repeats:  # what fleetbench.train.run does with the sweep's environment
             record["config"]["runtime"]["repeats"] = said.repeats
         if said.seed is not None:
             record["config"]["seed"] = said.seed
         results.append(self.results_path, record)
-        self.events.append(("run", i, repeat))
 
     def execute(self, cell, log_dir, base_env, limits):  # only warm-up runs get here
         self.events.append(("warmup", self.results_path))
