@@ -12,10 +12,17 @@ usual noise does not page anyone, however many runs made it significant.
 
 Verdicts: FASTER / SLOWER (adjusted p below alpha and the change at least the minimum effect),
 SAME (`~`), INSUFFICIENT (fewer runs than a test needs, with how many more).
+
+How a cell's sides were measured (`design`, from its runs' times): INTERLEAVED when the two sides'
+time spans overlap, SEQUENTIAL when every run of one side came before every run of the other.
+Sequential sides carry whatever the machine's speed did between them (issue 34: +-10% between sets
+of runs minutes apart on a quiet guest, 3 of 20 A/A comparisons called different); the verdict is
+the same either way, and the report says so beside it.
 """
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
 import statistics
 from collections.abc import Sequence
@@ -26,6 +33,7 @@ MIN_RUNS = 2  # a side needs a spread: Welch's test needs 2 runs, the rank test 
 FASTER, SLOWER, SAME, INSUFFICIENT = "faster", "slower", "same", "insufficient"
 VERDICTS = (FASTER, SLOWER, SAME, INSUFFICIENT)
 MWU, WELCH = "mann-whitney-u", "welch"
+INTERLEAVED, SEQUENTIAL = "interleaved", "sequential"
 RESAMPLES = 9999
 SEED = 34  # the bootstrap's: a fixed input gives a fixed interval
 
@@ -172,9 +180,12 @@ def comparable_records(records: list[dict]) -> list[dict]:
     return [r for r in records if r["mode"] not in ("comm", "diagnose")]
 
 
-def side_of(group: dict) -> dict:
+def side_of(group: dict, times: dict | None = None) -> dict:
     """A cell's side: its figure's runs (stability.kept: undisturbed, outliers left out, as the
-    report's figure), their n/mean/std/median/cv, what was left out, and the circumstances."""
+    report's figure), their n/mean/std/median/cv, what was left out, the circumstances, and the
+    first and last time of all its runs (`from`, `to`; None unless `times`, {run id: record time},
+    gives every run's)."""
+    first_last = span(group, times or {})
     left_out = set(group.get("excluded") or ())
     if not group.get("figure_disturbed"):
         left_out |= set(group.get("disturbed") or ())
@@ -186,6 +197,8 @@ def side_of(group: dict) -> dict:
             "excluded": sorted(group.get("excluded") or ()), "disturbed": dict(group.get("disturbed") or {}),
             "figure_disturbed": bool(group.get("figure_disturbed")), "failed": group.get("failed", 0),
             "published": bool(group.get("published_aggregate")),
+            "from": first_last[0].isoformat() if first_last else None,
+            "to": first_last[1].isoformat() if first_last else None,
             **{name: group.get(name) for name in ("paddle", "device", "host")}}
 
 
@@ -246,16 +259,44 @@ def json_key(key: tuple) -> str:
     return json.dumps(key, default=str)
 
 
-def compare_pairs(pairs: list[tuple], alpha: float = ALPHA, threshold_pct: float = THRESHOLD_PCT) -> list[dict]:
-    """One cell per (key, base group, new group): both sides (side_of) and the comparison
-    (compare_many over all pairs: Holm across them). Published figures have no runs to test:
-    insufficient, said."""
-    sides = [(side_of(b), side_of(n)) for _, b, n in pairs]
+def run_time(text: str | None) -> datetime.datetime | None:
+    """A record's `time` (ISO 8601) as a datetime in UTC (a time naming no zone taken as UTC); None
+    if absent or unreadable."""
+    try:
+        when = datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    utc = datetime.timezone.utc
+    return when.astimezone(utc) if when.tzinfo else when.replace(tzinfo=utc)
+
+
+def span(group: dict, times: dict) -> tuple[datetime.datetime, datetime.datetime] | None:
+    """(first, last) time of a group's successful runs, from `times` ({run id: record time}); None
+    when a run's time is unknown (a published figure has no runs)."""
+    when = [run_time(times.get(r["id"])) for r in group.get("runs") or ()]
+    return (min(when), max(when)) if when and None not in when else None
+
+
+def design(base: dict, new: dict) -> str | None:
+    """How two sides (side_of) were measured: INTERLEAVED when their spans of run times overlap,
+    SEQUENTIAL when one side's last run came before the other's first; None when a span is unknown."""
+    if not (base["from"] and new["from"]):
+        return None
+    (b0, b1), (n0, n1) = [(run_time(s["from"]), run_time(s["to"])) for s in (base, new)]
+    return SEQUENTIAL if b1 < n0 or n1 < b0 else INTERLEAVED
+
+
+def compare_pairs(pairs: list[tuple], alpha: float = ALPHA, threshold_pct: float = THRESHOLD_PCT,
+                  times: dict | None = None) -> list[dict]:
+    """One cell per (key, base group, new group): both sides (side_of, with their runs' times from
+    `times`: {run id: record time}), how they were measured (`design`) and the comparison (compare_many over all pairs: Holm across them). Published
+    figures have no runs to test: insufficient, said."""
+    sides = [(side_of(b, times), side_of(n, times)) for _, b, n in pairs]
     results = compare_many([([] if b["published"] else b["values"], [] if n["published"] else n["values"])
                             for b, n in sides], alpha, threshold_pct)
     cells = []
     for (key, _, _), (b, n), result in zip(pairs, sides, results):
-        cell = {"key": dict(key), "base": b, "new": n, **result.as_dict()}
+        cell = {"key": dict(key), "base": b, "new": n, "design": design(b, n), **result.as_dict()}
         if b["published"] or n["published"]:
             cell["note"] = "a published figure is a summary without runs: nothing to test"
         if b["unit"] != n["unit"]:

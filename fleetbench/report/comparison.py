@@ -78,7 +78,8 @@ def run(base_paths: list[str], new_paths: list[str], *, ignore=(), match=(), alp
     matched = compare.match_cells(*groups, ignore=compare.widen(ignore), match=match)
     if not matched["pairs"]:
         raise InputError(no_common_cell(matched, groups))
-    cells = compare.compare_pairs(matched["pairs"], alpha, threshold_pct)
+    cells = compare.compare_pairs(matched["pairs"], alpha, threshold_pct,
+                                  times={r["id"]: r.get("time") for r in base + new})
     every = [c["key"] for c in cells] + [dict(k) for k in matched["only_base"] + matched["only_new"]]
     every += [dict(k) for k, _, _ in matched["unlike"]]
     names = dict(zip(map(compare.json_key, map(lambda k: tuple(sorted(k.items())), every)), labels(every)))
@@ -205,6 +206,31 @@ def notes(cell: dict) -> list[str]:
     return out
 
 
+def sequential_lines(cells: list[dict]) -> list[str]:
+    """A line for each cell whose sides were measured one after the other (compare.design), or one
+    line for the comparison when every cell was and in the same order: a drift of the machine
+    between the sides reads as a change (issue 34). The verdicts stand as they are."""
+    seq = [c for c in cells if c.get("design") == compare.SEQUENTIAL]
+    if not seq:
+        return []
+    when = compare.run_time
+    if len(seq) == len(cells) > 1 and len({when(c["base"]["to"]) < when(c["new"]["from"]) for c in seq}) == 1:
+        base, new = ({"from": min((c[n]["from"] for c in seq), key=when), "to": max((c[n]["to"] for c in seq), key=when)}
+                     for n in ("base", "new"))
+        return [f"all {len(seq)} cells: {_sequential_text(base, new)}"]
+    return [f"{c['label']}: {_sequential_text(c['base'], c['new'])}" for c in seq]
+
+
+def _sequential_text(base: dict, new: dict) -> str:
+    """`base's runs all came before new's (15:02-15:05 -> 15:06-15:09 UTC): ...`."""
+    (first, a), (second, b) = sorted((("base", base), ("new", new)), key=lambda p: compare.run_time(p[1]["from"]))
+    times = [compare.run_time(t) for t in (a["from"], a["to"], b["from"], b["to"])]
+    fmt = "%H:%M" if len({t.date() for t in times}) == 1 else "%Y-%m-%d %H:%M"
+    t = [x.strftime(fmt) for x in times]
+    return (f"{first}'s runs all came before {second}'s ({t[0]}-{t[1]} -> {t[2]}-{t[3]} UTC): a drift of the machine "
+            f"between them reads as a change; interleave the sides (fleetbench sweep --interleave, docs/compare.md)")
+
+
 def table_rows(report: dict) -> list[tuple]:
     mixed = len({c["base"]["unit"] for c in report["cells"]}) > 1
     return [(c["label"] + (f" ({c['base']['unit']})" if mixed else ""), side_text(c["base"]), side_text(c["new"]),
@@ -252,6 +278,7 @@ def footer(report: dict) -> list[str]:
              f"{report['threshold_pct']:g}% (--threshold) and the cell's run-to-run cv. Intervals: bootstrap of both sides."]
     for cell in report["cells"]:
         lines += [f"{cell['label']}: {text}" for text in notes(cell)]
+    lines += sequential_lines(report["cells"])
     if report["only_base"]:
         lines.append(f"only in base ({len(report['only_base'])}): {'; '.join(report['only_base'])}")
     if report["only_new"]:

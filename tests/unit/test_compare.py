@@ -203,3 +203,73 @@ def test_no_common_cell_names_both_sides(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("fleetbench compare: error: no cell in both sides: base has 1 (resnet50 tiny mgwfbp 2x1 10gbe)")
     assert "--ignore KEY" in err and err.count("\n") == 1
+
+
+# ---- how the sides were measured: interleaved or one after the other ----------------------------
+
+def timed(tmp_path, name, values, minutes, day=26, **kw):
+    """A side whose run i ran at 15:minutes[i] UTC on 2026-11-`day`."""
+    return store(tmp_path / f"{name}.jsonl", [record(v, n=i, time=f"2026-11-{day}T15:{m:02d}:30.250+00:00", **kw)
+                                              for i, (v, m) in enumerate(zip(values, minutes))])
+
+
+def test_design_from_the_sides_spans():
+    def side_(a, b):
+        return {"from": f"2026-11-26T15:{a:02d}:00+00:00", "to": f"2026-11-26T15:{b:02d}:00+00:00"}
+    assert compare.design(side_(2, 5), side_(6, 9)) == compare.SEQUENTIAL
+    assert compare.design(side_(6, 9), side_(2, 5)) == compare.SEQUENTIAL
+    assert compare.design(side_(2, 8), side_(3, 9)) == compare.INTERLEAVED
+    assert compare.design(side_(2, 9), side_(5, 5)) == compare.INTERLEAVED  # one side inside the other
+    assert compare.design(side_(2, 5), {"from": None, "to": None}) is None  # a published figure: no runs
+    # zones: one instant however written; a time without a zone is UTC
+    assert compare.run_time("2026-11-26T17:02:00+02:00") == compare.run_time("2026-11-26T15:02:00Z") \
+        == compare.run_time("2026-11-26T15:02:00")
+    assert compare.run_time(None) is None and compare.run_time("yesterday") is None
+
+
+def test_sequential_sides_are_said_and_the_verdict_stands(tmp_path, capsys):
+    values_a, values_b = runs(20.0, 0.02, n=4), runs(18.0, 0.02, n=4)
+    reports = {}
+    for design, (ma, mb) in {"sequential": ([2, 3, 4, 5], [6, 7, 8, 9]),
+                             "interleaved": ([2, 4, 6, 8], [3, 5, 7, 9])}.items():
+        base, new = timed(tmp_path, f"{design}-a", values_a, ma), timed(tmp_path, f"{design}-b", values_b, mb)
+        assert comparison.cli([base, new, "--json"]) == 1
+        (reports[design],) = json.loads(capsys.readouterr().out)["cells"]
+        comparison.cli([base, new])
+        reports[design]["console"] = capsys.readouterr().out
+    seq, inter = reports["sequential"], reports["interleaved"]
+    assert seq["design"] == "sequential" and inter["design"] == "interleaved"
+    assert seq["base"]["from"] == "2026-11-26T15:02:30.250000+00:00" and seq["new"]["to"] == "2026-11-26T15:09:30.250000+00:00"
+    assert {k: seq[k] for k in ("verdict", "p_adjusted", "change_pct")} == \
+        {k: inter[k] for k in ("verdict", "p_adjusted", "change_pct")}  # the note changes no verdict
+    assert ("resnet50 tiny mgwfbp 2x1 10gbe: base's runs all came before new's (15:02-15:05 -> 15:06-15:09 UTC): "
+            "a drift of the machine between them reads as a change; interleave the sides "
+            "(fleetbench sweep --interleave, docs/compare.md)\n") in seq["console"]
+    assert "came before" not in inter["console"]
+    # the other way round, and on two days
+    base, new = timed(tmp_path, "late", values_a, [2, 3], day=27), timed(tmp_path, "early", values_b, [50, 55])
+    comparison.cli([base, new, "--markdown"])
+    assert ("- resnet50 tiny mgwfbp 2x1 10gbe: new's runs all came before base's (2026-11-26 15:50-2026-11-26 15:55 "
+            "-> 2026-11-27 15:02-2026-11-27 15:03 UTC)") in capsys.readouterr().out
+
+
+def test_one_line_when_every_cell_was_measured_one_after_the_other(tmp_path, capsys):
+    a, b = runs(20.0, n=3), runs(20.0, n=3, seed=1)
+    base = store(tmp_path / "base.jsonl", [record(v, n=i, network=net, time=f"2026-11-26T15:0{i + k}:00+00:00")
+                                          for k, net in ((0, "10gbe"), (3, "1gbe")) for i, v in enumerate(a)])
+    new = store(tmp_path / "new.jsonl", [record(v, n=i, network=net, time=f"2026-11-26T16:0{i + k}:00+00:00")
+                                        for k, net in ((0, "10gbe"), (3, "1gbe")) for i, v in enumerate(b)])
+    comparison.cli([base, new])
+    lines = [line for line in capsys.readouterr().out.splitlines() if "came before" in line]
+    assert lines == ["all 2 cells: base's runs all came before new's (15:00-15:05 -> 16:00-16:05 UTC): a drift of "
+                     "the machine between them reads as a change; interleave the sides (fleetbench sweep "
+                     "--interleave, docs/compare.md)"]
+    # one cell interleaved: the other is named alone
+    mixed = store(tmp_path / "mixed.jsonl", [record(v, n=i, network=net, time=f"2026-11-26T{h}:0{i + k}:00+00:00")
+                                            for k, net, h in ((0, "10gbe", 15), (3, "1gbe", 16)) for i, v in enumerate(b)])
+    comparison.cli([base, mixed, "--json"])
+    designs = {c["key"]["network"]: c["design"] for c in json.loads(capsys.readouterr().out)["cells"]}
+    assert designs == {"10gbe": "interleaved", "1gbe": "sequential"}
+    comparison.cli([base, mixed])
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "came before" in line]
+    assert line.startswith("resnet50 tiny mgwfbp 2x1 1gbe: base's runs all came before new's (15:03-15:05 -> 16:03-16:05 UTC)")
