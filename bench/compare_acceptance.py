@@ -11,7 +11,15 @@
      fresh-machine demo where run 1 was the quiet one), then until stable: the disturbed runs named,
      the figure from the undisturbed ones.
 
-    python bench/compare_acceptance.py [--out DIR] [--only aa,versions,network,hog] [--quick] [--aa-chain]
+    python bench/compare_acceptance.py [--out DIR] [--only aa,versions,network,hog] [--quick]
+                                       [--aa-chain | --aa-interleaved] [--aa-cell mnist|resnet50]
+
+The A/A step has three designs: 2x20 fresh sets of runs (default), --aa-chain (21 sets, each
+against the next: sides measured one after the other, so a drift of the machine between sets
+reads as a change), and --aa-interleaved (20 sweeps of 2x10 runs of one cell, each split
+alternately by time into its two sides: the drift falls on both alike, as `fleetbench sweep
+--interleave` arranges for cells). --aa-cell: the A/A's cell (default resnet50 tiny 1x1, ~7 s a
+run; mnist tiny 1x1, LeNet, ~3 s a run, for --aa-interleaved).
 
 Everything is stored under DIR (default log/compare-acceptance): each side's results file, each
 comparison's JSON, and summary.md with every verdict, its figures and the most interference any run
@@ -36,6 +44,7 @@ VENV, VENV3 = REPO / ".venv" / "bin", REPO / ".venv3" / "bin"
 CLUSTER = "fbacc"  # our own emulated cluster's name: nothing else is touched
 CELL_1X1 = {"benchmark": "resnet50", "preset": "tiny", "devices_per_node": 1}
 CELL_2X1 = {"benchmark": "resnet50", "preset": "tiny", "nodes": 2}
+AA_CELLS = {"resnet50": CELL_1X1, "mnist": {"benchmark": "mnist", "preset": "tiny", "devices_per_node": 1}}
 HOG = [sys.executable, "-c", "while True: pass"]
 
 
@@ -80,7 +89,8 @@ def cell_text(c: dict) -> str:
     change = "" if c["change_pct"] is None else f" {c['change_pct']:+.1f}%"
     ci = f" [{c['ci95_pct'][0]:+.1f}%, {c['ci95_pct'][1]:+.1f}%]" if c["ci95_pct"] else ""
     p = "" if c["p_adjusted"] is None else f" p={c['p_adjusted']:.2g} ({c['test']})"
-    return (f"{c['label']}: {c['base']['mean']:.2f} ± {c['base']['std'] or 0:.2f} -> {c['new']['mean']:.2f} ± "
+    design = f" [{c['design']}]" if c.get("design") else ""
+    return (f"{c['label']}{design}: {c['base']['mean']:.2f} ± {c['base']['std'] or 0:.2f} -> {c['new']['mean']:.2f} ± "
             f"{c['new']['std'] or 0:.2f} {c['base']['unit']}{change}{ci}{p} n={c['base']['n']}+{c['new']['n']} "
             f"-> {c['verdict']}")
 
@@ -93,7 +103,7 @@ def line(name: str, report: dict, *paths: Path) -> str:
     return f"- {name}: {cells} (most interference in any run: {noise if noise is None else round(noise, 1)}%)"
 
 
-def a_a(out: Path, pairs: int, runs: int, chain: bool = False) -> list[str]:
+def a_a(out: Path, pairs: int, runs: int, chain: bool = False, cell: dict = CELL_1X1) -> list[str]:
     """PAIRS comparisons of the same cell. Disjoint pairs: 2*PAIRS sets of RUNS fresh runs. --aa-chain:
     PAIRS+1 sets, set k-1 against set k (half the runs; two neighbouring comparisons share a side,
     so their verdicts are not independent: the count is still of comparisons that said anything
@@ -101,17 +111,48 @@ def a_a(out: Path, pairs: int, runs: int, chain: bool = False) -> list[str]:
     verdicts, lines = [], []
     for k in range(1, pairs + 1):
         if chain:
-            a = sweep(out, f"aa-chain-{k - 1:02d}", [CELL_1X1], runs)
-            b = sweep(out, f"aa-chain-{k:02d}", [CELL_1X1], runs)
+            a = sweep(out, f"aa-chain-{k - 1:02d}", [cell], runs)
+            b = sweep(out, f"aa-chain-{k:02d}", [cell], runs)
         else:
-            a = sweep(out, f"aa-{k:02d}-a", [CELL_1X1], runs)
-            b = sweep(out, f"aa-{k:02d}-b", [CELL_1X1], runs)
+            a = sweep(out, f"aa-{k:02d}-a", [cell], runs)
+            b = sweep(out, f"aa-{k:02d}-b", [cell], runs)
         report = compare(out, f"aa-{k:02d}", a, b)
         verdicts += [c["verdict"] for c in report["cells"]]
         lines.append(line(f"A/A {k}" + (f" (set {k - 1} -> set {k})" if chain else ""), report, a, b))
     other = sum(v != "same" for v in verdicts)
     design = f"{pairs + 1} sets of {runs} runs, each against the next" if chain else f"{2 * pairs} sets of {runs} runs"
-    return [f"A/A ({design}): {other} of {len(verdicts)} comparisons say anything but `same` (target at most 1)"] + lines
+    return [f"A/A ({design} of {cell_name(cell)}): {other} of {len(verdicts)} comparisons say anything but `same` "
+            f"(target at most 1)"] + lines
+
+
+def cell_name(cell: dict) -> str:
+    return f"{cell['benchmark']} {cell['preset']} {cell.get('nodes', 1)}x{cell.get('devices_per_node', 1)}"
+
+
+def split_alternately(results: Path, a: Path, b: Path) -> None:
+    """The successful runs of `results` in order of time: the 1st, 3rd, 5th ... to A, the 2nd, 4th
+    ... to B (both files written anew, so a resumed sweep's split is made again from all its runs)."""
+    recs = [json.loads(line) for line in results.read_text().splitlines() if line.strip()] if results.exists() else []
+    ok = sorted((r for r in recs if r.get("error") is None), key=lambda r: r["time"])
+    for path, side in ((a, ok[0::2]), (b, ok[1::2])):
+        path.write_text("".join(json.dumps(r) + "\n" for r in side))
+
+
+def a_a_interleaved(out: Path, pairs: int, runs: int, cell: dict) -> list[str]:
+    """PAIRS sweeps of 2*RUNS runs of one cell, each split alternately by time into two sides of
+    RUNS and compared: a drift of the machine falls on both sides alike."""
+    verdicts, lines = [], []
+    for k in range(1, pairs + 1):
+        both = sweep(out, f"aa-il-{k:02d}", [cell], 2 * runs)
+        a, b = out / f"aa-il-{k:02d}-a.jsonl", out / f"aa-il-{k:02d}-b.jsonl"
+        split_alternately(both, a, b)
+        report = compare(out, f"aa-il-{k:02d}", a, b)
+        verdicts += [c["verdict"] for c in report["cells"]]
+        lines.append(line(f"A/A interleaved {k}", report, a, b))
+    other = sum(v != "same" for v in verdicts)
+    return [f"A/A interleaved ({pairs} sweeps of {2 * runs} runs of {cell_name(cell)}, each split alternately by "
+            f"time into {runs} + {runs}): {other} of {len(verdicts)} comparisons say anything but `same` "
+            f"(target at most 1)"] + lines
 
 
 def versions(out: Path, runs: int) -> list[str]:
@@ -175,13 +216,21 @@ def main() -> int:
     # job's job_cpu_pct is 91% of the machine for its two ranks): 0.9 leaves it alone, 0.45 leaves it
     # 0.9 of a core (-3.4%, not significant, in the first run), 0.41 takes a tenth of what it uses.
     p.add_argument("--degrade-cpus", default="0.9,0.41", help="the --cpu shares node 1 is degraded to, in turn")
-    p.add_argument("--aa-chain", action="store_true", help="A/A over 21 sets of runs, each against the next (~half the time)")
+    aa = p.add_mutually_exclusive_group()
+    aa.add_argument("--aa-chain", action="store_true", help="A/A over 21 sets of runs, each against the next (~half the time)")
+    aa.add_argument("--aa-interleaved", action="store_true",
+                    help="A/A over 20 sweeps of 2x10 runs, each split alternately by time into its two sides")
+    p.add_argument("--aa-cell", choices=sorted(AA_CELLS),
+                   help="the A/A's cell, tiny 1x1 (default: mnist with --aa-interleaved, else resnet50)")
     args = p.parse_args()
+    aa_cell = AA_CELLS[args.aa_cell or ("mnist" if args.aa_interleaved else "resnet50")]
     out = (REPO / args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     runs, pairs = (3, 2) if args.quick else (10, 20)
     started, summary = time.monotonic(), [f"# Issue 34 acceptance ({'QUICK: answers nothing' if args.quick else 'full'})", ""]
-    steps = {"aa": lambda: a_a(out, pairs, runs, args.aa_chain), "versions": lambda: versions(out, runs),
+    steps = {"aa": lambda: (a_a_interleaved(out, pairs, runs, aa_cell) if args.aa_interleaved
+                            else a_a(out, pairs, runs, args.aa_chain, aa_cell)),
+             "versions": lambda: versions(out, runs),
              "network": lambda: network(out, runs, tuple(float(c) for c in args.degrade_cpus.split(","))), "hog": lambda: hog(out)}
     for name in args.only.split(","):
         summary += steps[name]() + [""]
