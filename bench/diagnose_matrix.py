@@ -8,7 +8,9 @@ For each cluster size (emulated nodes at 10gbe, `fleetbench cluster up`):
    judgement found broken (fleetbench.diagnose.measure), so both modes see the same figures;
 3. per fault and mode: whether the fault is inside the resolution the diagnosis itself stated,
    found (its node flagged in its category) / missed / false flags (any other node, or a link
-   with no faulted end), and the time each diagnosis took.
+   with no faulted end) / not judged (a node or link whose figure broke a rule only while other
+   processes used more than 10% of the machine: `disturbed`, neither a flag nor a pass), and the
+   time each diagnosis took.
 
 Faults per size n: none; CPU fractions 0.4-0.8 on node 0, the middle node and the last; link
 rates 1, 2, 5 and 8 Gbit/s (up to the 10 Gbit/s links and the probe's ceiling) on those nodes;
@@ -93,15 +95,16 @@ def seen(report: dict, kind: str, value) -> str:
 def score(report: dict, fault: list) -> dict:
     """found / missed / edge / outside per fault part, and the false flags of this report."""
     faulted = {node for node, _, _ in fault}
-    out = {"found": 0, "missed": 0, "edge": 0, "outside": 0, "false": []}
+    out = {"found": 0, "missed": 0, "edge": 0, "outside": 0, "false": [], "not_judged": verdicts.not_judged(report)}
     for node, kind, value in fault:
         category = "compute" if kind == "cpu" else "network"
         hit = any(n["index"] == node and category in n["categories"] for n in report["nodes"])
         where = seen(report, kind, value)
         out["found" if hit else "missed" if where == "inside" else where] += 1
-    out["false"] = [f"node {n['index']}" for n in report["nodes"] if n["verdict"] != "healthy" and n["index"] not in faulted]
+    out["false"] = [f"node {n['index']}" for n in report["nodes"]
+                    if n["verdict"] not in ("healthy", "disturbed") and n["index"] not in faulted]
     out["false"] += [f"link {l['a']}-{l['b']}" for l in report["links"]
-                     if l["verdict"] != "healthy" and not faulted & {l["a"], l["b"]}]
+                     if l["verdict"] not in verdicts.NOT_FINDINGS and not faulted & {l["a"], l["b"]}]
     return out
 
 
@@ -144,22 +147,26 @@ def run_fault(n: int, label: str, fault: list, ctx: tuple, args, record: list) -
             row[mode].append(score(report, fault))
             record.append({"nodes": n, "fault": label, "mode": mode, "report": report})
         print(f"  {n} nodes, {label}: {row['times'][-1]:.0f} s; peers {verdicts.flagged(record[-2]['report'])}, "
-              f"baseline {verdicts.flagged(record[-1]['report'])}", file=sys.stderr, flush=True)
+              f"baseline {verdicts.flagged(record[-1]['report'])}; not judged "
+              f"{verdicts.not_judged(record[-2]['report']) + verdicts.not_judged(record[-1]['report'])}",
+              file=sys.stderr, flush=True)
     return row
 
 
 def table(rows: list[dict]) -> str:
     """The markdown table for docs/diagnose.md: per fault and mode, over its runs."""
     lines = ["| nodes | fault | judged by | runs | found | missed | at the edge | outside resolution | "
-             "false flags | s per diagnosis |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "false flags | not judged (disturbed) | s per diagnosis |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         times = f"{min(row['times']):.0f}-{max(row['times']):.0f}"
         for mode in MODES:
             s = row[mode]
             false = sorted({f for x in s for f in x["false"]})
+            shaken = sum(bool(x.get("not_judged")) for x in s)
             lines.append(f"| {row['nodes']} | {row['fault']} | {mode} | {len(s)} | {sum(x['found'] for x in s)} | "
                          f"{sum(x['missed'] for x in s)} | {sum(x['edge'] for x in s)} | "
-                         f"{sum(x['outside'] for x in s)} | {len(false) and ', '.join(false) or 0} | {times} |")
+                         f"{sum(x['outside'] for x in s)} | {len(false) and ', '.join(false) or 0} | "
+                         f"{shaken and f'{shaken} run(s)' or 0} | {times} |")
     return "\n".join(lines)
 
 
@@ -167,8 +174,10 @@ def summary(rows: list[dict]) -> str:
     missed = sum(x["missed"] for r in rows for m in MODES for x in r[m])
     false = sum(len(x["false"]) for r in rows for m in MODES for x in r[m])
     runs = sum(len(r["times"]) for r in rows)
+    shaken = sum(bool(x.get("not_judged")) for r in rows for m in MODES for x in r[m])
     return (f"{runs} diagnoses, each judged both ways: {missed} fault(s) inside the stated resolution missed, "
-            f"{false} false flag(s) of a healthy node or link")
+            f"{false} false flag(s) of a healthy node or link, {shaken} judgement(s) with something not judged "
+            f"(measured while others used the machine)")
 
 
 def parse(argv=None) -> argparse.Namespace:

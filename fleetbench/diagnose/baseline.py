@@ -2,6 +2,9 @@
 healthy runs (`fleetbench diagnose --save-baseline FILE --runs N`), each figure with its mean and
 its spread over the runs. Not pooled: every node and every link has its own.
 
+A figure measured while others used more than DISTURBED_PCT of the machine (diagnose/probe.py)
+is left out when a quiet run measured it too (their count kept as `disturbed_left_out`).
+
 A figure's reference is its median over the runs and its spread their scaled MAD (one disturbed
 run moves neither), but never less than the metric's typical relative spread (the median over its
 figures of spread / median) times its median: with a few runs one figure's spread can be small by
@@ -17,6 +20,7 @@ import statistics
 
 from fleetbench.diagnose import metrics
 from fleetbench.diagnose.rules import DiagnoseError, Reference, robust_spread
+from fleetbench.measure.stability import DISTURBED_PCT
 
 KIND = "fleetbench-diagnose-baseline"
 VERSION = 2
@@ -32,21 +36,25 @@ def _numbers(figures: dict) -> dict[str, float]:
             if k in metrics.METRICS and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def _stats(values: list[float]) -> dict:
-    """A figure over the runs: its median (the reference), its robust spread (what judges), and
-    mean and std as the record of what was measured."""
+def _stats(measured: list[tuple[float, bool]]) -> dict:
+    """A figure over the runs (each value with whether it was disturbed): its median (the
+    reference), its robust spread (what judges), and mean and std as the record of what was
+    measured; the disturbed values left out when any quiet one is there."""
+    values = [v for v, shaken in measured if not shaken] or [v for v, _ in measured]
     return {"median": statistics.median(values), "spread": robust_spread(values), "mean": statistics.fmean(values),
             "std": statistics.stdev(values) if len(values) > 1 else 0.0, "n": len(values),
-            "values": [round(v, 4) for v in values]}
+            "values": [round(v, 4) for v in values], "disturbed_left_out": len(measured) - len(values)}
 
 
 def _group(runs: list[dict], part: str, key) -> dict[str, dict[str, dict]]:
     """{item: {metric: stats over the runs}} for one part (nodes, links, cluster) of the runs."""
-    columns: dict[str, dict[str, list[float]]] = {}
+    columns: dict[str, dict[str, list[tuple[float, bool]]]] = {}
     for run in runs:
         for item, figures in (run.get(part) or {}).items():
+            others = (figures or {}).get(metrics.OTHERS) or {}
             for metric, value in _numbers(figures).items():
-                columns.setdefault(key(item), {}).setdefault(metric, []).append(value)
+                shaken = (others.get(metric) or 0.0) > DISTURBED_PCT
+                columns.setdefault(key(item), {}).setdefault(metric, []).append((value, shaken))
     return {item: {m: _stats(v) for m, v in sorted(cols.items())} for item, cols in sorted(columns.items())}
 
 

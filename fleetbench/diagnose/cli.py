@@ -6,7 +6,9 @@
     fleetbench diagnose                    this machine alone (node tests only)
 
 Exit 0: every node and link healthy; 1: a node defective or unreachable, a link slow or failed
-(or, with --paddle-links, the all-node job failed or slow); 2: bad input (before anything runs).
+(or, with --paddle-links, the all-node job failed or slow); 2: bad input (before anything runs);
+3: nothing found, but something not judged: a figure that broke a rule was measured, each time,
+while other processes used more than --disturbed % of the machine (its row says how much).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from fleetbench.diagnose import baseline as baselines
 from fleetbench.diagnose import measure, rules, verdicts
 from fleetbench.hosts.hostlist import Host
 from fleetbench.measure.registry import REPO_ROOT
+from fleetbench.measure.stability import DISTURBED_PCT
 
 DEFAULT_RULES = Path(__file__).resolve().parents[1] / "presets" / "diagnose" / "rules.yaml"
 DEFAULT_RUNS = 5  # --save-baseline: healthy runs a baseline is made of
@@ -45,6 +48,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--passes", type=int, default=3, help="node probes per node, interleaved (default 3)")
     p.add_argument("--seconds", type=float, default=0.6, help="seconds per probe figure (default 0.6)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a probe is a failure")
+    p.add_argument("--disturbed", type=cmdline.number(0.0, 100.0, low_included=True, high_included=True),
+                   default=DISTURBED_PCT, metavar="PCT",
+                   help="a figure that breaks a rule while other processes used more than PCT %% of the machine "
+                   f"in every measurement of it is not judged (exit 3 when nothing else is found; default "
+                   f"{DISTURBED_PCT:g}; 100 judges everything)")
     p.add_argument("--concurrent", action="store_true",
                    help="real hosts: each pass's node probes at once, each round's pairs at once")
     p.add_argument("--iperf3", action="store_true",
@@ -158,7 +166,8 @@ def _load_inputs(args) -> tuple[list, dict | None]:
 
 
 def _options(args) -> measure.Options:
-    return measure.Options(args.passes, args.seconds, args.timeout, args.concurrent, args.paddle_links, args.iperf3)
+    return measure.Options(args.passes, args.seconds, args.timeout, args.concurrent, args.paddle_links, args.iperf3,
+                           disturbed_pct=args.disturbed)
 
 
 def _save_baseline(args, hosts: list[Host], rule_list: list, first: dict, report: dict) -> dict:

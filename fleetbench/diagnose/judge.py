@@ -12,6 +12,11 @@ References, each with its spread (rules.Reference):
   makes 2 of 3 links slow. When every link touches a suspect, the peers cannot judge, and say so.
   With a baseline: the link's own baseline figure.
 
+A figure that breaks a rule while others used more than DISTURBED_PCT of the machine in every one
+of its measurements (metrics.OTHERS; it was re-measured first) is not judged: its node or link is
+`disturbed`, said with the share, never `defective` and never `healthy`. A clean run here once
+flagged a healthy node at 52 and again 54 GFLOP/s against its peers' 76 (log of issue 35's A/A).
+
 Blame follows cause (blame.py).
 """
 from __future__ import annotations
@@ -21,7 +26,9 @@ import math
 import statistics
 
 from fleetbench.diagnose import baseline as baselines
+from fleetbench.diagnose.metrics import OTHERS
 from fleetbench.diagnose.rules import Reference, Rule, robust_spread
+from fleetbench.measure.stability import DISTURBED_PCT
 
 NO_PEERS = Reference(None, kind="no peers")
 
@@ -55,10 +62,27 @@ def failure(message: str) -> dict:
             "category": "failed"}
 
 
-def verdict(node: int, violations: list[dict]) -> dict:
+def verdict(node: int, violations: list[dict], disturbed: list[dict] | None = None) -> dict:
+    """defective (a figure broke a rule measured quiet), disturbed (only figures measured while
+    others took the machine did: not judged) or healthy."""
     categories = sorted({v["category"] for v in violations})
-    return {"index": node, "verdict": "defective" if violations else "healthy", "categories": categories,
-            "violations": violations}
+    state = "defective" if violations else "disturbed" if disturbed else "healthy"
+    return {"index": node, "verdict": state, "categories": categories, "violations": violations,
+            **({"disturbed": disturbed} if disturbed else {})}
+
+
+def others_took(figures: dict, metric: str, limit: float = DISTURBED_PCT) -> float | None:
+    """The share of the machine others used in the quietest measurement of `metric`, when more
+    than `limit` % (the figure is not judged); else None."""
+    pct = (figures.get(OTHERS) or {}).get(metric)
+    return pct if pct is not None and pct > limit else None
+
+
+def _sorted(found: dict, rule: Rule, value: float, ref: Reference | None, figures: dict, limit: float) -> None:
+    """A broken rule's violation, into found["violations"], or into found["disturbed"] with the
+    share others took when it was measured while disturbed."""
+    v, took = _violation(rule, value, ref), others_took(figures, rule.metric, limit)
+    found["violations" if took is None else "disturbed"].append(v if took is None else {**v, OTHERS: took})
 
 
 def with_own_noise(ref: Reference | None, twice: list | None) -> Reference | None:
@@ -71,10 +95,12 @@ def with_own_noise(ref: Reference | None, twice: list | None) -> Reference | Non
 
 
 def judge_nodes(figures: dict[int, dict], rules: list[Rule], baseline: dict | None = None,
-                problems: dict[int, tuple[str, str]] | None = None, remeasured: dict | None = None) -> list[dict]:
+                problems: dict[int, tuple[str, str]] | None = None, remeasured: dict | None = None,
+                disturbed_pct: float = DISTURBED_PCT) -> list[dict]:
     """One verdict per node. `figures`: node -> {metric: value}; `problems`: node -> (category,
     message) for a node that could not be reached or whose probe failed (a verdict, not a crash);
-    `remeasured`: "node i" -> {metric: [first, second]}."""
+    `remeasured`: "node i" -> {metric: [first, second]}; `disturbed_pct`: above it, a figure's
+    others_cpu_pct makes it not judged (module docstring)."""
     problems, remeasured = problems or {}, remeasured or {}
     verdicts = []
     for node in sorted(set(figures) | set(problems)):
@@ -83,18 +109,18 @@ def judge_nodes(figures: dict[int, dict], rules: list[Rule], baseline: dict | No
             verdicts.append({"index": node, "verdict": "unreachable" if category == "unreachable" else "defective",
                              "categories": [category], "violations": [], "message": message})
             continue
-        violations = []
+        found: dict[str, list[dict]] = {"violations": [], "disturbed": []}
         for rule in (r for r in rules if r.scope == "node"):
             value = figures[node].get(rule.metric)
             if value is None:
                 if any(f.get(rule.metric) is not None for f in figures.values()):
-                    violations.append(failure(f"{rule.metric} not measured on this node (its peers measured it)"))
+                    found["violations"].append(failure(f"{rule.metric} not measured on this node (its peers measured it)"))
                 continue
             ref = node_reference(node, rule.metric, figures, baseline) if rule.needs_reference else None
             ref = with_own_noise(ref, remeasured.get(f"node {node}", {}).get(rule.metric))
             if rule.broken_by(value, ref):
-                violations.append(_violation(rule, value, ref))
-        verdicts.append(verdict(node, violations))
+                _sorted(found, rule, value, ref, figures[node], disturbed_pct)
+        verdicts.append(verdict(node, found["violations"], found["disturbed"]))
     return verdicts
 
 
@@ -121,8 +147,9 @@ def link_references(values: dict, rule: Rule, baseline: dict | None) -> dict:
 
 
 def slow_links(links: dict[tuple[int, int], dict], rules: list[Rule], baseline: dict | None,
-               remeasured: dict | None = None) -> dict:
-    """pair -> the violations of its figures (and of its failed test)."""
+               remeasured: dict | None = None, disturbed_pct: float = DISTURBED_PCT) -> dict:
+    """pair -> the violations of its figures (and of its failed test); one measured while others
+    took the machine carries their share (OTHERS; `disturbed` tells the two kinds of pair apart)."""
     slow: dict[tuple[int, int], list[dict]] = {}
     remeasured = remeasured or {}
     for rule in (r for r in rules if r.scope == "link"):
@@ -131,11 +158,19 @@ def slow_links(links: dict[tuple[int, int], dict], rules: list[Rule], baseline: 
         for pair, value in sorted(values.items()):
             ref = with_own_noise(refs.get(pair), remeasured.get(f"link {pair[0]}-{pair[1]}", {}).get(rule.metric))
             if rule.broken_by(value, ref):
-                slow.setdefault(pair, []).append(_violation(rule, value, ref))
+                took = others_took(links[pair], rule.metric, disturbed_pct)
+                slow.setdefault(pair, []).append({**_violation(rule, value, ref), **({OTHERS: took} if took else {})})
     for pair, f in sorted(links.items()):
         if f.get("error"):
             slow.setdefault(pair, []).append(failure(f["error"]))
     return slow
+
+
+def disturbed(slow: dict) -> tuple[dict, dict]:
+    """slow_links' pairs split: those with a violation measured quiet (or a failed test), and
+    those whose every violation was measured while others took the machine (not judged)."""
+    quiet = {pair: found for pair, found in slow.items() if any(OTHERS not in v for v in found)}
+    return quiet, {pair: found for pair, found in slow.items() if pair not in quiet}
 
 
 def judge_cluster(figures: dict, rules: list[Rule], baseline: dict | None) -> dict:

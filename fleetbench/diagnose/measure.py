@@ -18,6 +18,9 @@ from fleetbench.diagnose import judge, metrics, plan
 from fleetbench.diagnose.rules import Rule
 from fleetbench.diagnose.run import ProbeFailed, each, iperf3_probe, link_probe, node_probe, timed
 from fleetbench.hosts.hostlist import Host
+from fleetbench.measure.stability import DISTURBED_PCT
+
+OTHERS = metrics.OTHERS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +32,7 @@ class Options:
     paddle_links: bool = False
     iperf3: bool = False
     link_seconds: float = 1.0
+    disturbed_pct: float = DISTURBED_PCT  # a figure measured while others used more is not judged
 
 
 def better(metric: str, old: float | None, new: float | None) -> float | None:
@@ -39,12 +43,27 @@ def better(metric: str, old: float | None, new: float | None) -> float | None:
     return max(old, new) if spec is None or spec.higher_is_better else min(old, new)
 
 
+def quietest(*others: dict | None) -> dict:
+    """Per metric, the least any of several measurements saw others use of the machine (%): a
+    figure is judged when at least one of its measurements was quiet (a sick node measures low
+    when quiet too; every figure of it is at most the best, which is the one judged)."""
+    out: dict = {}
+    for seen in others:
+        for metric, pct in (seen or {}).items():
+            if pct is not None:
+                out[metric] = pct if out.get(metric) is None else min(out[metric], pct)
+    return out
+
+
 def best_of(runs: list[dict]) -> dict:
     """One figure per metric from several passes: the best. A sick node cannot reach a healthy
     figure in any pass, while a healthy one disturbed by a neighbour still reaches it in some:
     the median of passes flagged a healthy node in 1 of 5 clean runs beside other work here (a
-    neighbour's test covered 2 of its 3 passes: 45.7 vs 62.3 GFLOP/s)."""
-    return {m: functools.reduce(lambda a, b, m=m: better(m, a, b), (r.get(m) for r in runs)) for m in runs[0]}
+    neighbour's test covered 2 of its 3 passes: 45.7 vs 62.3 GFLOP/s). With it, the quietest
+    pass's share of the machine taken by others (`quietest`)."""
+    best = {m: functools.reduce(lambda a, b, m=m: better(m, a, b), (r.get(m) for r in runs))
+            for m in runs[0] if m != OTHERS}
+    return {**best, OTHERS: quietest(*(r.get(OTHERS) for r in runs))} if OTHERS in runs[0] else best
 
 
 def probe_nodes(hosts: list[Host], opts: Options, phases: dict) -> tuple[dict, dict]:
@@ -112,13 +131,13 @@ def probe_cluster(hosts: list[Host], skip: set, opts: Options, phases: dict) -> 
 
 def breaking(m: dict, rules: list[Rule], references: list[dict | None]) -> tuple[set, set]:
     """The nodes and links with a figure that breaks a rule under any of the judgements."""
-    nodes, links = set(), set()
+    nodes, links, limit = set(), set(), m.get("disturbed_pct", DISTURBED_PCT)
     for baseline in references:
-        for v in judge.judge_nodes(m["nodes"], rules, baseline, None, m["remeasured"]):
-            if any(x["value"] is not None for x in v["violations"]):
+        for v in judge.judge_nodes(m["nodes"], rules, baseline, None, m["remeasured"], limit):
+            if any(x["value"] is not None for x in v["violations"] + v.get("disturbed", [])):
                 nodes.add(v["index"])
         slow = judge.slow_links({p: f for p, f in m["links"].items() if not f.get("error")}, rules, baseline,
-                                m["remeasured"])
+                                m["remeasured"], limit)
         links |= set(slow)
     return nodes, links
 
@@ -128,6 +147,8 @@ def _merged(old: dict, new: dict) -> dict:
     out = {k: better(k, old.get(k), new.get(k)) if k in metrics.METRICS else old.get(k) for k in old}
     if "link_gbps" in old and out["link_gbps"] != old["link_gbps"]:
         out.update({k: v for k, v in new.items() if k.endswith("_cpu_wait")})
+    if OTHERS in old or OTHERS in new:
+        out[OTHERS] = quietest(old.get(OTHERS), new.get(OTHERS))
     return out
 
 
@@ -147,7 +168,8 @@ def remeasure(m: dict, hosts: list[Host], opts: Options, rules: list[Rule], refe
         # a node failing now keeps its first figures
         again = probe_nodes([by_index[i] for i in nodes], opts, spent)[0] if nodes else {}
         for i, new in again.items():
-            m["remeasured"][f"node {i}"] = {k: [m["nodes"][i][k], new.get(k)] for k in m["nodes"][i]}
+            m["remeasured"][f"node {i}"] = {k: [m["nodes"][i][k], new.get(k)] for k in m["nodes"][i]
+                                            if k in metrics.METRICS}
             m["nodes"][i] = _merged(m["nodes"][i], new)
         m["phases"]["remeasure_s"] = round(m["phases"].get("remeasure_s", 0.0) + spent.get("nodes_s", 0.0), 2)
         for a, b in pairs:
@@ -170,7 +192,7 @@ def measure(hosts: list[Host], opts: Options, rules: list[Rule], references: lis
     links = probe_links(hosts, set(problems), opts, phases) if len(hosts) > 1 else {}
     cluster = probe_cluster(hosts, set(problems), opts, phases)
     m = {"nodes": nodes, "problems": problems, "links": links, "cluster": cluster, "remeasured": {},
-         "phases": phases}
+         "phases": phases, "disturbed_pct": opts.disturbed_pct}
     remeasure(m, hosts, opts, rules, references)
     m["elapsed_s"] = round(time.monotonic() - start, 1)
     return m

@@ -19,6 +19,9 @@ NVIDIA_SMI = "nvidia-smi sampled under the GPU probe's load (GPU nodes)"
 # how a GPU node's devices make its figure: one bad GPU slows every synchronous job on the node,
 # so the node is its worst device; error counts add up
 COMBINE = {"min": min, "max": max, "sum": sum}
+# Beside a test's figures: {metric: % of the machine's CPU time others used while it was measured,
+# the quietest of its measurements} (fleetbench.diagnose.probe). Not a metric: never judged itself.
+OTHERS = "others_cpu_pct"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,9 @@
 """The verdict as text: a console table and a markdown table (pure)."""
 from __future__ import annotations
 
-from fleetbench.diagnose import resolution
+from fleetbench.diagnose import resolution, verdicts
+from fleetbench.diagnose.metrics import OTHERS
+from fleetbench.measure.stability import DISTURBED_PCT
 
 
 def _one(v: dict) -> str:
@@ -14,6 +16,9 @@ def _one(v: dict) -> str:
 
 def _broken(node: dict) -> str:
     text = "; ".join(_one(v) for v in node["violations"]) or node.get("message", "")
+    if node.get("disturbed"):
+        text += ("; " if text else "") + "not judged: " + "; ".join(
+            f"{_one(v)} while others used {v[OTHERS]:g}% of the machine" for v in node["disturbed"])
     if node.get("explains"):
         text += ("; " if text else "") + f"explains slow link(s) {', '.join(node['explains'])}"
     return text
@@ -39,7 +44,8 @@ def _rows(report: dict) -> list[tuple[str, str, str, str]]:
     rows = [(f"node {n['index']} {n['host']}", n["verdict"], ",".join(n["categories"]) or "-", _broken(n))
             for n in report["nodes"]]
     rows += [(f"link {l['a']}-{l['b']}", l["verdict"], ",".join(l["categories"]) or "-",
-              (_broken(l) + _cause(l)) if l["violations"] else _figures(l)) for l in report["links"]]
+              (_broken(l) + _cause(l)) if l["violations"] or l.get("disturbed") else _figures(l))
+             for l in report["links"]]
     if "cluster" in report:
         c = report["cluster"]
         rows.append((f"all nodes {','.join(map(str, c['nodes']))}", c["verdict"], ",".join(c["categories"]) or "-",
@@ -55,6 +61,11 @@ def _notes(report: dict) -> list[str]:
     if producers:
         lines.append("not measured (no test produced them; never passed): " + "; ".join(
             f"{', '.join(names)} (by the {producer})" for producer, names in producers.items()))
+    shaken = verdicts.not_judged(report)
+    if shaken:
+        lines.append(f"not judged: {', '.join(shaken)}: a figure broke a rule in every measurement while other "
+                     f"processes used more than {DISTURBED_PCT:g}% of the machine (steal included); run again "
+                     f"when it is quiet (exit 3 when nothing else is found)")
     if report.get("remeasured"):
         lines.append(f"re-measured once before counting (the better figure counts): {', '.join(report['remeasured'])}")
     saved = report.get("baseline_saved")

@@ -5,7 +5,11 @@
     python -m fleetbench.diagnose.probe send HOST PORT [--seconds S]
 
 Each figure is the best of a few short trials: the fastest trial is the one least disturbed by
-anything else on the machine, and what is judged is what the node can do, not its luck.
+anything else on the machine, and what is judged is what the node can do, not its luck. With each
+figure goes what else used the machine while it was measured (`others_cpu_pct`: the share of the
+machine's CPU time, steal included, spent outside this diagnosis's processes, which carry the
+FLEETBENCH_JOB_ID diagnose gives them; fleetbench.measure.interference): a figure that breaks a
+rule while others took the machine is re-measured, and never judged while they still do.
 """
 import fleetbench  # noqa: F401, I001  (before numpy and paddle: sets the thread count to this node's cores)
 
@@ -17,6 +21,7 @@ import time
 import numpy as np
 
 from fleetbench.comm import linkprobe
+from fleetbench.measure import interference
 
 MATMUL_N = 512  # fp32 512x512x512: 0.27 GFLOP a product, in cache-friendly blocks on any CPU
 TRIAD_ELEMENTS = 1 << 23  # 3 float64 arrays of 64 MiB: far beyond any cache, so memory is what is timed
@@ -106,6 +111,26 @@ def cpu_waited() -> float:
         return float("nan")
 
 
+def others_pct(run, *args) -> tuple[object, float | None]:
+    """run(*args), and the share of the machine's CPU time (%) others used meanwhile (None where
+    /proc cannot say)."""
+    start = interference.sample()
+    value = run(*args)
+    pct = interference.window(start, interference.sample())["interference_cpu_pct"]
+    return value, None if pct is None else round(pct, 1)
+
+
+def _node(seconds: float) -> dict:
+    """The node's figures, each with what others used of the machine while it was measured."""
+    from fleetbench.diagnose import gpu  # GPU figures on a CUDA build with GPUs
+
+    out, others = {}, {}
+    for name, run in (("matmul_gflops", matmul_gflops), ("triad_gbps", triad_gbps),
+                      ("train_images_per_s", train_images_per_s)):
+        out[name], others[name] = others_pct(run, seconds)
+    return {**out, **gpu.node_figures(seconds), "others_cpu_pct": others}
+
+
 def _share(waited: float, took: float) -> float | None:
     return round(waited / took, 3) if took > 0 and waited == waited else None
 
@@ -124,21 +149,19 @@ def main(argv: list[str]) -> int:
     send.add_argument("--seconds", type=float, default=1.0)
     args = p.parse_args(argv)
     if args.what == "node":
-        from fleetbench.diagnose import gpu  # GPU figures on a CUDA build with GPUs
-
-        out = {"matmul_gflops": matmul_gflops(args.seconds), "triad_gbps": triad_gbps(args.seconds),
-               "train_images_per_s": train_images_per_s(args.seconds), **gpu.node_figures(args.seconds)}
+        out = _node(args.seconds)
     elif args.what == "recv":
         server = linkprobe.listen(args.host)
         print(f"port {server.getsockname()[1]}", flush=True)
         waited = cpu_waited()
-        received, took = linkprobe.receive(server, args.timeout)
+        (received, took), others = others_pct(linkprobe.receive, server, args.timeout)
         out = {"link_gbps": received * 8 / took / 1e9 if took > 0 else None, "bytes": received,
-               "cpu_wait": _share(cpu_waited() - waited, took)}
+               "cpu_wait": _share(cpu_waited() - waited, took), "others_cpu_pct": others}
     else:
         waited, start = cpu_waited(), time.perf_counter()
-        sent = linkprobe.stream(args.host, args.port, args.seconds)
-        out = {"sent_bytes": sent, "cpu_wait": _share(cpu_waited() - waited, time.perf_counter() - start)}
+        sent, others = others_pct(linkprobe.stream, args.host, args.port, args.seconds)
+        out = {"sent_bytes": sent, "cpu_wait": _share(cpu_waited() - waited, time.perf_counter() - start),
+               "others_cpu_pct": others}
     print(json.dumps(out), flush=True)
     return 0
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import subprocess
 import threading
@@ -22,6 +23,10 @@ from fleetbench.hosts import reach
 from fleetbench.hosts.hostlist import Host
 
 PROBE = ["-m", "fleetbench.diagnose.probe"]  # after the host's Python
+# Every probe of this diagnosis carries it: a link test's two ends, which share the machine on
+# emulated nodes, count each other as the diagnosis's own work, not as a neighbour's
+# (fleetbench.measure.interference.job_markers reads it from each process's environment).
+MARK = f"FLEETBENCH_JOB_ID=diagnose-{os.getpid()}-{random.randrange(1 << 32):08x}"
 
 
 class ProbeFailed(RuntimeError):
@@ -32,7 +37,7 @@ class ProbeFailed(RuntimeError):
 
 def _on(host: Host, *args: str) -> list[str]:
     """The probe with `args`, run on `host` (its own Python there)."""
-    return reach.command(host, [host.python, *PROBE, *args])
+    return reach.command(host, ["env", MARK, host.python, *PROBE, *args])
 
 
 def _last_json(text: str) -> dict:
@@ -94,9 +99,11 @@ def link_probe(a: Host, b: Host, seconds: float, timeout: float) -> dict:
         out, err = recv.communicate(timeout=timeout)
         if recv.returncode != 0:
             raise _why(err, b)
-        got = _last_json(out)
-        return {"link_gbps": got["link_gbps"], "a_cpu_wait": _last_json(send.stdout).get("cpu_wait"),
-                "b_cpu_wait": got.get("cpu_wait")}
+        got, sent = _last_json(out), _last_json(send.stdout)
+        others = [x for x in (sent.get("others_cpu_pct"), got.get("others_cpu_pct")) if x is not None]
+        return {"link_gbps": got["link_gbps"], "a_cpu_wait": sent.get("cpu_wait"), "b_cpu_wait": got.get("cpu_wait"),
+                # each end's machine (one machine for emulated nodes): the more disturbed counts
+                "others_cpu_pct": {"link_gbps": max(others)} if others else {}}
 
 
 def iperf3_probe(a: Host, b: Host, seconds: float, timeout: float) -> dict:

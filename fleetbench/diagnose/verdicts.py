@@ -6,6 +6,7 @@ from __future__ import annotations
 from fleetbench.diagnose import blame, judge, resolution
 from fleetbench.diagnose.rules import Rule
 from fleetbench.hosts.hostlist import Host
+from fleetbench.measure.stability import DISTURBED_PCT
 
 
 def _remeasured(item: dict, key: str, m: dict) -> dict:
@@ -31,9 +32,12 @@ def not_measured(rules: list[Rule], m: dict) -> list[dict]:
 
 def report(m: dict, rules: list[Rule], baseline: dict | None, hosts: list[Host]) -> dict:
     """The verdicts of measurement `m` (fleetbench.diagnose.measure.measure)."""
-    nodes = judge.judge_nodes(m["nodes"], rules, baseline, m["problems"], m["remeasured"])
-    slow = judge.slow_links(m["links"], rules, baseline, m["remeasured"])
+    limit = m.get("disturbed_pct", DISTURBED_PCT)
+    nodes = judge.judge_nodes(m["nodes"], rules, baseline, m["problems"], m["remeasured"], limit)
+    slow, shaken = judge.disturbed(judge.slow_links(m["links"], rules, baseline, m["remeasured"], limit))
     links, charged, explains = blame.blame(m["links"], slow, nodes)
+    links = [{**l, "verdict": "disturbed", "violations": [], "disturbed": shaken[(l["a"], l["b"])]}
+             if (l["a"], l["b"]) in shaken else l for l in links]
     by_index = {h.index: h for h in hosts}
     nodes = [_remeasured({**n, "host": by_index[n["index"]].name, "address": by_index[n["index"]].address,
                           "figures": m["nodes"].get(n["index"], {})}, f"node {n['index']}", m)
@@ -42,29 +46,39 @@ def report(m: dict, rules: list[Rule], baseline: dict | None, hosts: list[Host])
     out = {"nodes": nodes, "links": links, "not_measured": not_measured(rules, m),
            "resolution": resolution.resolution(m, rules, baseline),
            "reference": "baseline" if baseline else "peers", "remeasured": sorted(m["remeasured"]),
-           "elapsed_s": m["elapsed_s"], "phases": m["phases"]}
+           "elapsed_s": m["elapsed_s"], "phases": m["phases"], "disturbed_pct": limit}
     if m.get("cluster") is not None:
         out["cluster"] = judge.judge_cluster(m["cluster"], rules, baseline)
     return out
 
 
-# Link verdicts that are no finding: a healthy link, and a cpu-bound one (its test measured the
-# CPUs, not the link: diagnose/blame.py). The report's health section reads the same words
-# (report/health.py NOT_FINDINGS, which may not import this room; a test holds them equal).
-NOT_FINDINGS = ("healthy", "cpu-bound")
+# Link verdicts that are no finding: a healthy link, a cpu-bound one (its test measured the CPUs,
+# not the link: diagnose/blame.py) and a disturbed one (not judged: others took the machine while
+# it was measured, judge.py). The report's health section reads the same words (report/health.py
+# NOT_FINDINGS, which may not import this room; a test holds them equal).
+NOT_FINDINGS = ("healthy", "cpu-bound", "disturbed")
+NOT_JUDGED = 3  # the exit code when nothing was found but something could not be judged
+
+
+def not_judged(report: dict) -> list[str]:
+    """What a report could not judge (measured while others took the machine), as short names."""
+    return ([f"node {n['index']}" for n in report["nodes"] if n["verdict"] == "disturbed"]
+            + [f"link {l['a']}-{l['b']}" for l in report["links"] if l["verdict"] == "disturbed"])
 
 
 def exit_code(report: dict) -> int:
-    """0 when every node, every link and the all-node job (when run) are healthy, else 1 (a
-    cpu-bound link is not a finding: its test measured the CPUs, not the link; its row says so)."""
-    cluster_ok = report.get("cluster", {}).get("verdict", "healthy") == "healthy"
-    links_ok = all(l["verdict"] in NOT_FINDINGS for l in report["links"])
-    return 0 if cluster_ok and links_ok and all(n["verdict"] == "healthy" for n in report["nodes"]) else 1
+    """0 when every node, every link and the all-node job (when run) are healthy; 1 when anything
+    is found; else 3 when something was not judged (disturbed: no finding, but not healthy either).
+    A cpu-bound link is not a finding: its test measured the CPUs, not the link; its row says so."""
+    if flagged(report):
+        return 1
+    return NOT_JUDGED if not_judged(report) else 0
 
 
 def flagged(report: dict) -> list[str]:
     """What a report flags, as short names: `node 2 compute`, `link 0-3` (for summaries)."""
-    out = [f"node {n['index']} {','.join(n['categories'])}" for n in report["nodes"] if n["verdict"] != "healthy"]
+    out = [f"node {n['index']} {','.join(n['categories'])}" for n in report["nodes"]
+           if n["verdict"] not in ("healthy", "disturbed")]
     out += [f"link {l['a']}-{l['b']}" for l in report["links"] if l["verdict"] not in NOT_FINDINGS]
     if report.get("cluster", {}).get("verdict", "healthy") != "healthy":
         out.append("all nodes")

@@ -23,8 +23,9 @@ def _broken(entry: dict) -> str:
 # Link verdicts that are no finding, as `fleetbench diagnose` judges them (its exit code is 0 on
 # them: diagnose/verdicts.NOT_FINDINGS, which this room may not import; a test holds the two
 # equal). A cpu-bound link's test measured the machine's CPUs, not the link: listed under the
-# table as such, never as a link that is not healthy.
-NOT_FINDINGS = ("healthy", "cpu-bound")
+# table as such, never as a link that is not healthy; a disturbed one was not judged (others took
+# the machine while it was measured): listed under the table.
+NOT_FINDINGS = ("healthy", "cpu-bound", "disturbed")
 
 
 def _findings(verdict: dict) -> list[dict]:
@@ -49,14 +50,21 @@ def diagnoses(records: list[dict]) -> list[str]:
     for record in sorted((r for r in records if r.get("benchmark") == "diagnose-verdict"), key=lambda r: r["time"]):
         verdict = record["metrics"]
         where = (record.get("config") or {}).get("cluster") or "this machine"
-        defective = [n for n in verdict.get("nodes") or [] if n["verdict"] != "healthy"]
+        defective = [n for n in verdict.get("nodes") or [] if n["verdict"] not in ("healthy", "disturbed")]
         links = _findings(verdict)
         slow = f", {len(links)} link(s) slow or failed" if links else ""
         lines += ["", f"Diagnosis of {where} at {record['time'][:19]} (judged against {verdict.get('reference')}): "
                   f"{len(defective)} of {len(verdict.get('nodes') or [])} nodes not healthy{slow}.", "",
                   "| what | host | verdict | category | figures that broke a rule (value vs reference) |",
-                  "|---|---|---|---|---|", *_rows(verdict), *_cpu_bound(verdict)]
+                  "|---|---|---|---|---|", *_rows(verdict), *_cpu_bound(verdict), *_not_judged(verdict)]
     return lines
+
+
+def _not_judged(verdict: dict) -> list[str]:
+    """A line under the table naming what was measured while others took the machine (no verdict)."""
+    shaken = [f"node {n['index']}" for n in verdict.get("nodes") or [] if n["verdict"] == "disturbed"]
+    shaken += [f"link {l['a']}-{l['b']}" for l in verdict.get("links") or [] if l.get("verdict") == "disturbed"]
+    return ["", f"Not judged (others used the machine while they were measured): {', '.join(shaken)}."] if shaken else []
 
 
 def _cpu_bound(verdict: dict) -> list[str]:

@@ -326,3 +326,93 @@ def test_the_all_node_job_is_judged_against_a_baseline_and_a_failure_is_its_verd
     assert failed["verdict"] == "failed" and failed["categories"] == ["failed"]
     report = dict(_report(_m(_nodes(3), _links(3))), cluster=failed)
     assert verdicts.exit_code(report) == 1 and "all nodes 0,1,2" in output.console(report)
+
+
+# ------------------------------------------------------------------------------------------
+# Figures measured while others used the machine: re-measured, and never judged while disturbed
+
+
+def test_a_node_low_only_while_others_took_the_machine_is_disturbed_not_defective():
+    # issue 35's clean A/A: a healthy node 0 at 52 and again 54 GFLOP/s against its peers' 76
+    nodes = _nodes(3, gflops=76.0)
+    nodes[0]["matmul_gflops"] = 54.0
+    for pct, state, code in ((35.0, "disturbed", 3), (10.1, "disturbed", 3), (10.0, "defective", 1),
+                             (2.0, "defective", 1), (None, "defective", 1)):
+        nodes[0]["others_cpu_pct"] = {"matmul_gflops": pct, "triad_gbps": 0.5}
+        report = _report(_m(nodes))
+        assert report["nodes"][0]["verdict"] == state, pct
+        assert verdicts.exit_code(report) == code, pct
+        assert _flagged(report) == ([] if state == "disturbed" else ["node 0 compute"])
+    nodes[0]["others_cpu_pct"] = {"matmul_gflops": 35.0}
+    report = _report(_m(nodes))
+    assert report["nodes"][0]["disturbed"][0]["others_cpu_pct"] == 35.0 and verdicts.not_judged(report) == ["node 0"]
+    text = output.console(report)
+    assert "not judged: matmul_gflops 54 vs 76 (peer median) while others used 35% of the machine" in text
+    assert "not judged: node 0: a figure broke a rule in every measurement" in text
+    # a quiet figure that breaks another rule makes the node defective whatever else was disturbed
+    nodes[0]["train_images_per_s"] = 200.0
+    nodes[0]["others_cpu_pct"]["train_images_per_s"] = 1.0
+    report = _report(_m(nodes))
+    assert report["nodes"][0]["verdict"] == "defective" and verdicts.exit_code(report) == 1
+    assert [v["metric"] for v in report["nodes"][0]["violations"]] == ["train_images_per_s"]
+
+
+def test_a_disturbed_healthy_node_does_not_hide_a_sick_one_in_the_same_run():
+    nodes = _nodes(4, gflops=76.0)
+    nodes[1]["matmul_gflops"], nodes[1]["others_cpu_pct"] = 50.0, {"matmul_gflops": 40.0}
+    nodes[3]["matmul_gflops"], nodes[3]["others_cpu_pct"] = 30.0, {"matmul_gflops": 1.5}
+    report = _report(_m(nodes))
+    assert [n["verdict"] for n in report["nodes"]] == ["healthy", "disturbed", "healthy", "defective"]
+    assert _flagged(report) == ["node 3 compute"] and verdicts.exit_code(report) == 1
+
+
+def test_a_link_slow_only_while_others_took_the_machine_is_disturbed_and_blames_no_one():
+    links = _links(4)
+    links[(1, 2)] = {"link_gbps": 2.0, "others_cpu_pct": {"link_gbps": 48.0}}
+    report = _report(_m(_nodes(4), links))
+    row = next(l for l in report["links"] if (l["a"], l["b"]) == (1, 2))
+    assert row["verdict"] == "disturbed" and row["violations"] == [] and row["disturbed"][0]["others_cpu_pct"] == 48.0
+    assert _flagged(report) == [] and verdicts.exit_code(report) == 3 and verdicts.not_judged(report) == ["link 1-2"]
+    assert [n["verdict"] for n in report["nodes"]] == ["healthy"] * 4
+    assert "link 1-2" in output.console(report) and "while others used 48%" in output.console(report)
+    links[(1, 2)]["others_cpu_pct"] = {"link_gbps": 4.0}  # quiet: a slow link
+    assert _flagged(_report(_m(_nodes(4), links))) == ["link 1-2"]
+
+
+def test_every_link_of_a_node_slow_and_disturbed_charges_the_node_nothing():
+    links = _links(4, slow_node=2, slow_rate=2.0)
+    for pair in links:
+        if 2 in pair:
+            links[pair]["others_cpu_pct"] = {"link_gbps": 30.0}
+    report = _report(_m(_nodes(4), links))
+    assert _flagged(report) == [] and sorted(verdicts.not_judged(report)) == ["link 0-2", "link 1-2", "link 2-3"]
+
+
+def test_a_disturbed_figure_is_re_measured_and_the_quietest_measurement_decides(monkeypatch):
+    nodes = _nodes(3, gflops=76.0)
+    nodes[0]["matmul_gflops"], nodes[0]["others_cpu_pct"] = 50.0, {"matmul_gflops": 40.0}
+    m = _m(nodes, _links(3))
+    assert measure.breaking(m, RULES, [None]) == ({0}, set())  # disturbed breaks count: measured again
+    again = {"matmul_gflops": 52.0, "triad_gbps": 20.0, "train_images_per_s": 500.0,
+             "others_cpu_pct": {"matmul_gflops": 3.0, "triad_gbps": 1.0}}
+    monkeypatch.setattr(measure, "node_probe", lambda host, s, t: dict(again))
+    measure.remeasure(m, _hosts(3), measure.Options(passes=1), RULES, [None])
+    assert m["nodes"][0]["others_cpu_pct"]["matmul_gflops"] == 3.0  # one quiet measurement: judged
+    assert _report(m)["nodes"][0]["verdict"] == "defective"
+    # passes: each metric's quietest pass
+    runs = [{"matmul_gflops": 70.0, "others_cpu_pct": {"matmul_gflops": 40.0}},
+            {"matmul_gflops": 60.0, "others_cpu_pct": {"matmul_gflops": 5.0}},
+            {"matmul_gflops": 65.0, "others_cpu_pct": {"matmul_gflops": None}}]
+    assert measure.best_of(runs) == {"matmul_gflops": 70.0, "others_cpu_pct": {"matmul_gflops": 5.0}}
+
+
+def test_a_baseline_leaves_out_figures_measured_while_disturbed_when_quiet_ones_are_there():
+    def run(gflops, pct):
+        return {"nodes": {0: {"matmul_gflops": gflops, "others_cpu_pct": {"matmul_gflops": pct}}},
+                "links": {(0, 1): {"link_gbps": 9.0, "others_cpu_pct": {"link_gbps": 50.0}}}}
+
+    made = baselines.make_baseline([run(76.0, 1.0), run(48.0, 30.0), run(74.0, 2.0)], MACHINE, ["a", "b"])
+    stats = made["nodes"]["0"]["matmul_gflops"]
+    assert stats["values"] == [76.0, 74.0] and stats["disturbed_left_out"] == 1 and stats["median"] == 75.0
+    links = made["links"]["0-1"]["link_gbps"]  # every run disturbed: all kept, nothing better known
+    assert links["n"] == 3 and links["disturbed_left_out"] == 0

@@ -95,7 +95,8 @@ def test_the_report_lists_a_cpu_bound_link_as_no_finding_and_a_slow_one_as_not_h
             "the link, set this figure (link_gbps 2 vs ") in text
     # the report's words are diagnose's: every link verdict is a finding for both or for neither
     assert health.NOT_FINDINGS == verdicts.NOT_FINDINGS
-    for word in ("healthy", "cpu-bound", "slow", "failed"):
+    for word, code in (("healthy", 0), ("cpu-bound", 0), ("disturbed", 3), ("slow", 1), ("failed", 1)):
         alone = dict(report, nodes=[dict(n, verdict="healthy") for n in report["nodes"]],
                      links=[dict(report["links"][0], verdict=word)])
-        assert (verdicts.exit_code(alone) == 0) == (word in health.NOT_FINDINGS), word
+        assert verdicts.exit_code(alone) == code, word
+        assert (code != 1) == (word in health.NOT_FINDINGS), word  # a finding exits 1, and only a finding

@@ -91,6 +91,9 @@ def test_the_comparison_page_in_chromium(browser, tmp_path):
     assert all(seen["images"]) and seen["errors"] == []
     assert all(src.startswith(("data:image/png;base64,", "#")) for src in seen["sources"])
     browser.save_screenshot(str(tmp_path / "comparison.png"))
+    # the comparison itself, below the fold of the page's first screen: its own picture to look at
+    section = browser.find_element("id", "s-comparison")
+    assert section.size["height"] > 0 and section.screenshot(str(tmp_path / "comparison-section.png"))
 
 
 def test_the_check_sees_a_broken_page(browser, tmp_path):
