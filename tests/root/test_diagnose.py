@@ -102,7 +102,8 @@ def test_paddle_links_run_the_comm_benchmark_between_two_emulated_nodes(tmp_path
         store = tmp_path / "diag.jsonl"
         p = fleetbench("diagnose", "--cluster", name, "--paddle-links", "--passes", 1, "--seconds", 0.3, "--json",
                        "--results", store)
-        assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]
+        # healthy, a finding, or not judged (exit 3: measured while the tests beside took the machine)
+        assert p.returncode in (0, 1, 3), p.stdout[-3000:] + p.stderr[-3000:]
         report = json.loads(p.stdout)
         (link,) = report["links"]
         assert link["verdict"] == "healthy" and "error" not in link, link  # one link: judged only if it failed

@@ -157,7 +157,9 @@ def test_diagnose_inside_an_allocation_probes_each_node_with_srun(slurm_cluster,
                 "--paddle-links", "--concurrent", "--json", "--results", str(store)]
     p = subprocess.run(["salloc", "--nodes=2", "--ntasks-per-node=1", "--exclusive", *diagnose], cwd=REPO, env=slurm_env,
                        capture_output=True, text=True, timeout=300)
-    assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]
+    # health is not asserted on a shared machine: healthy, a finding, or not judged (exit 3: measured
+    # while the tests beside took the machine)
+    assert p.returncode in (0, 1, 3), p.stdout[-3000:] + p.stderr[-3000:]
     report = json.loads(p.stdout)
     assert [(n["index"], n["host"]) for n in report["nodes"]] == [(0, "n0"), (1, "n1")]
     for node in report["nodes"]:
