@@ -78,11 +78,16 @@ def others_took(figures: dict, metric: str, limit: float = DISTURBED_PCT) -> flo
     return pct if pct is not None and pct > limit else None
 
 
-def _sorted(found: dict, rule: Rule, value: float, ref: Reference | None, figures: dict, limit: float) -> None:
-    """A broken rule's violation, into found["violations"], or into found["disturbed"] with the
-    share others took when it was measured while disturbed."""
-    v, took = _violation(rule, value, ref), others_took(figures, rule.metric, limit)
-    found["violations" if took is None else "disturbed"].append(v if took is None else {**v, OTHERS: took})
+def _broken(rule: Rule, value: float, ref: Reference | None, figures: dict, limit: float) -> dict:
+    """A broken rule's violation, carrying the share others took (OTHERS) when every measurement
+    of its figure was disturbed: nodes and links alike are then not judged on it (`shaken`)."""
+    took = others_took(figures, rule.metric, limit)
+    return {**_violation(rule, value, ref), **({OTHERS: took} if took is not None else {})}
+
+
+def shaken(violation: dict) -> bool:
+    """Whether a violation was measured while others took the machine (not judged)."""
+    return OTHERS in violation
 
 
 def with_own_noise(ref: Reference | None, twice: list | None) -> Reference | None:
@@ -109,18 +114,18 @@ def judge_nodes(figures: dict[int, dict], rules: list[Rule], baseline: dict | No
             verdicts.append({"index": node, "verdict": "unreachable" if category == "unreachable" else "defective",
                              "categories": [category], "violations": [], "message": message})
             continue
-        found: dict[str, list[dict]] = {"violations": [], "disturbed": []}
+        found = []
         for rule in (r for r in rules if r.scope == "node"):
             value = figures[node].get(rule.metric)
             if value is None:
                 if any(f.get(rule.metric) is not None for f in figures.values()):
-                    found["violations"].append(failure(f"{rule.metric} not measured on this node (its peers measured it)"))
+                    found.append(failure(f"{rule.metric} not measured on this node (its peers measured it)"))
                 continue
             ref = node_reference(node, rule.metric, figures, baseline) if rule.needs_reference else None
             ref = with_own_noise(ref, remeasured.get(f"node {node}", {}).get(rule.metric))
             if rule.broken_by(value, ref):
-                _sorted(found, rule, value, ref, figures[node], disturbed_pct)
-        verdicts.append(verdict(node, found["violations"], found["disturbed"]))
+                found.append(_broken(rule, value, ref, figures[node], disturbed_pct))
+        verdicts.append(verdict(node, [v for v in found if not shaken(v)], [v for v in found if shaken(v)]))
     return verdicts
 
 
@@ -158,8 +163,7 @@ def slow_links(links: dict[tuple[int, int], dict], rules: list[Rule], baseline: 
         for pair, value in sorted(values.items()):
             ref = with_own_noise(refs.get(pair), remeasured.get(f"link {pair[0]}-{pair[1]}", {}).get(rule.metric))
             if rule.broken_by(value, ref):
-                took = others_took(links[pair], rule.metric, disturbed_pct)
-                slow.setdefault(pair, []).append({**_violation(rule, value, ref), **({OTHERS: took} if took else {})})
+                slow.setdefault(pair, []).append(_broken(rule, value, ref, links[pair], disturbed_pct))
     for pair, f in sorted(links.items()):
         if f.get("error"):
             slow.setdefault(pair, []).append(failure(f["error"]))
@@ -169,7 +173,7 @@ def slow_links(links: dict[tuple[int, int], dict], rules: list[Rule], baseline: 
 def disturbed(slow: dict) -> tuple[dict, dict]:
     """slow_links' pairs split: those with a violation measured quiet (or a failed test), and
     those whose every violation was measured while others took the machine (not judged)."""
-    quiet = {pair: found for pair, found in slow.items() if any(OTHERS not in v for v in found)}
+    quiet = {pair: found for pair, found in slow.items() if not all(map(shaken, found))}
     return quiet, {pair: found for pair, found in slow.items() if pair not in quiet}
 
 

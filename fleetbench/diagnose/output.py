@@ -64,7 +64,8 @@ def _notes(report: dict) -> list[str]:
     shaken = verdicts.not_judged(report)
     if shaken:
         lines.append(f"not judged: {', '.join(shaken)}: a figure broke a rule in every measurement while other "
-                     f"processes used more than {DISTURBED_PCT:g}% of the machine (steal included); run again "
+                     f"processes used more than {report.get('disturbed_pct', DISTURBED_PCT):g}% of the machine "
+                     f"(steal included); run again "
                      f"when it is quiet (exit 3 when nothing else is found)")
     if report.get("remeasured"):
         lines.append(f"re-measured once before counting (the better figure counts): {', '.join(report['remeasured'])}")

@@ -416,3 +416,14 @@ def test_a_baseline_leaves_out_figures_measured_while_disturbed_when_quiet_ones_
     assert stats["values"] == [76.0, 74.0] and stats["disturbed_left_out"] == 1 and stats["median"] == 75.0
     links = made["links"]["0-1"]["link_gbps"]  # every run disturbed: all kept, nothing better known
     assert links["n"] == 3 and links["disturbed_left_out"] == 0
+
+
+def test_the_not_judged_line_names_the_threshold_the_diagnosis_used():
+    nodes = _nodes(3, gflops=76.0)
+    nodes[0]["matmul_gflops"], nodes[0]["others_cpu_pct"] = 54.0, {"matmul_gflops": 35.0}
+    m = dict(_m(nodes), disturbed_pct=20.0)  # --disturbed 20
+    report = _report(m)
+    assert report["disturbed_pct"] == 20.0 and report["nodes"][0]["verdict"] == "disturbed"
+    assert "used more than 20% of the machine" in output.console(report)
+    m["disturbed_pct"] = 40.0  # 35% is under it: judged, and found
+    assert _flagged(_report(m)) == ["node 0 compute"]
