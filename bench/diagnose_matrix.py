@@ -76,7 +76,8 @@ def seen(report: dict, kind: str, value) -> str:
     """Whether one fault is inside what this diagnosis says it resolves (its `resolution`):
     inside | edge | outside. A CPU quota of f runs the node's matmul and training step at f of a
     healthy node's (every core busy); a link capped at r Gbit/s measures min(r, the test's
-    ceiling). Within MARGIN of the flagging threshold a fault is at the edge."""
+    ceiling). Within MARGIN of the flagging threshold a fault is at the edge. CPU figures that
+    must corroborate each other resolve a quota only below all their thresholds."""
     names = ("matmul_gflops", "train_images_per_s") if kind == "cpu" else ("link_gbps", "iperf3_gbps")
     entries = [r for r in report["resolution"] if r["metric"] in names and r.get("judged") and r["reference"] > 0]
     if not entries:
@@ -87,9 +88,12 @@ def seen(report: dict, kind: str, value) -> str:
     else:
         rate = float(str(value).removesuffix("gbit"))
         ratios = [(min(rate, e["ceiling"]) / e["reference"], e["flagged_below"] / e["reference"]) for e in entries]
-    if any(expected < threshold - margin for expected, threshold in ratios):
+    # figures that must agree (rules' corroborated_by) flag only when every one of them is below
+    agree = kind == "cpu" and all(e.get("corroborated_by") for e in entries)
+    inside, outside = (all, any) if agree else (any, all)
+    if inside(expected < threshold - margin for expected, threshold in ratios):
         return "inside"
-    return "outside" if all(expected > threshold + margin for expected, threshold in ratios) else "edge"
+    return "outside" if outside(expected > threshold + margin for expected, threshold in ratios) else "edge"
 
 
 def score(report: dict, fault: list) -> dict:

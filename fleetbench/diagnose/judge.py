@@ -17,6 +17,9 @@ of its measurements (metrics.OTHERS; it was re-measured first) is not judged: it
 `disturbed`, said with the share, never `defective` and never `healthy`. A clean run here once
 flagged a healthy node at 52 and again 54 GFLOP/s against its peers' 76 (log of issue 35's A/A).
 
+A node rule with `corroborated_by` counts only when its partner figure breaks its rule too
+(`corroborated`; rules.py says why); one that breaks alone is the node's `uncorroborated` list.
+
 Blame follows cause (blame.py).
 """
 from __future__ import annotations
@@ -114,19 +117,49 @@ def judge_nodes(figures: dict[int, dict], rules: list[Rule], baseline: dict | No
             verdicts.append({"index": node, "verdict": "unreachable" if category == "unreachable" else "defective",
                              "categories": [category], "violations": [], "message": message})
             continue
-        found = []
-        for rule in (r for r in rules if r.scope == "node"):
-            value = figures[node].get(rule.metric)
-            if value is None:
-                if any(f.get(rule.metric) is not None for f in figures.values()):
-                    found.append(failure(f"{rule.metric} not measured on this node (its peers measured it)"))
-                continue
-            ref = node_reference(node, rule.metric, figures, baseline) if rule.needs_reference else None
-            ref = with_own_noise(ref, remeasured.get(f"node {node}", {}).get(rule.metric))
-            if rule.broken_by(value, ref):
-                found.append(_broken(rule, value, ref, figures[node], disturbed_pct))
-        verdicts.append(verdict(node, [v for v in found if not shaken(v)], [v for v in found if shaken(v)]))
+        found, low = _node_violations(node, figures, rules, baseline, remeasured, disturbed_pct)
+        found, alone = corroborated(found, low, figures[node])
+        verdicts.append({**verdict(node, [v for v in found if not shaken(v)], [v for v in found if shaken(v)]),
+                         **({"uncorroborated": alone} if alone else {})})
     return verdicts
+
+
+def _node_violations(node: int, figures: dict[int, dict], rules: list[Rule], baseline: dict | None,
+                     remeasured: dict, disturbed_pct: float) -> tuple[list[tuple[Rule, dict]], dict]:
+    """Every node rule `node`'s figures break, with the rule; and the figures low enough to
+    corroborate another's (Rule.confirmed_by), each with the share others took (None: quiet)."""
+    found, low = [], {}
+    for rule in (r for r in rules if r.scope == "node"):
+        value = figures[node].get(rule.metric)
+        if value is None:
+            if any(f.get(rule.metric) is not None for f in figures.values()):
+                found.append((rule, failure(f"{rule.metric} not measured on this node (its peers measured it)")))
+            continue
+        ref = node_reference(node, rule.metric, figures, baseline) if rule.needs_reference else None
+        ref = with_own_noise(ref, remeasured.get(f"node {node}", {}).get(rule.metric))
+        if rule.broken_by(value, ref):
+            found.append((rule, _broken(rule, value, ref, figures[node], disturbed_pct)))
+        if rule.confirmed_by(value, ref):
+            low[rule.metric] = others_took(figures[node], rule.metric, disturbed_pct)
+    return found, low
+
+
+def corroborated(found: list[tuple[Rule, dict]], low: dict, figures: dict) -> tuple[list[dict], list[dict]]:
+    """The violations that count, and those of a rule whose partner figure (corroborated_by) did
+    not fall with it (`low`; rules.py: one CPU figure alone below is that figure's noise here, not
+    the node's CPU; reported beside the verdict, each naming the figure that did not agree). A
+    partner the node did not measure cannot disagree: the figure counts alone. A partner low only
+    while others took the machine leaves the figure not judged either way."""
+    count, alone = [], []
+    for rule, v in found:
+        partner = rule.corroborated_by
+        if not partner or v["value"] is None or figures.get(partner) is None or (partner in low and low[partner] is None):
+            count.append(v)
+        elif partner in low:
+            count.append({**v, OTHERS: v.get(OTHERS, low[partner])})
+        else:
+            alone.append({**v, "not_corroborated_by": partner})
+    return count, alone
 
 
 def peer_link_references(values: dict[tuple[int, int], float], rule: Rule) -> tuple[dict, set]:

@@ -19,6 +19,9 @@ def _broken(node: dict) -> str:
     if node.get("disturbed"):
         text += ("; " if text else "") + "not judged: " + "; ".join(
             f"{_one(v)} while others used {v[OTHERS]:g}% of the machine" for v in node["disturbed"])
+    if node.get("uncorroborated"):
+        text += ("; " if text else "") + "not counted: " + "; ".join(
+            f"{_one(v)} alone ({v['not_corroborated_by']} did not break its rule)" for v in node["uncorroborated"])
     if node.get("explains"):
         text += ("; " if text else "") + f"explains slow link(s) {', '.join(node['explains'])}"
     return text
@@ -67,6 +70,10 @@ def _notes(report: dict) -> list[str]:
                      f"processes used more than {report.get('disturbed_pct', DISTURBED_PCT):g}% of the machine "
                      f"(steal included); run again "
                      f"when it is quiet (exit 3 when nothing else is found)")
+    alone = [f"node {n['index']}" for n in report["nodes"] if n.get("uncorroborated")]
+    if alone:
+        lines.append(f"not counted: {', '.join(alone)}: one CPU figure below its reference while the other "
+                     f"stayed at its own (a CPU short of capacity slows both; rules.yaml corroborated_by)")
     if report.get("remeasured"):
         lines.append(f"re-measured once before counting (the better figure counts): {', '.join(report['remeasured'])}")
     saved = report.get("baseline_saved")

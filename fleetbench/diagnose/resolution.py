@@ -46,7 +46,8 @@ def of_rule(rule: Rule, m: dict, baseline: dict | None) -> dict | None:
     return {"metric": rule.metric, "unit": spec.unit, "judged": True, "ceiling": round(max(healthy), 3),
             "reference": round(reference, 3), "flagged_below": round(below, 3),
             "loss_pct": round(100 * (1 - below / reference), 1) if reference > 0 else None,
-            "spread": round(statistics.median(r.spread for r in used), 3), "judged_by": used[0].kind}
+            "spread": round(statistics.median(r.spread for r in used), 3), "judged_by": used[0].kind,
+            **({"corroborated_by": rule.corroborated_by} if rule.corroborated_by else {})}
 
 
 def resolution(m: dict, rules: list[Rule], baseline: dict | None) -> list[dict]:
@@ -71,5 +72,6 @@ def text(entry: dict) -> str:
         return (f"{entry['metric']}: the best healthy link reaches {top:g} {unit}; a link below {below:g} "
                 f"({entry['loss_pct']:g}% under its reference) is flagged; a fault between {below:g} and "
                 f"{top:g} {unit} is not resolved, and one above {top:g} cannot be seen")
+    partner = f" when {entry['corroborated_by']} is below its own too" if entry.get("corroborated_by") else ""
     return (f"{entry['metric']}: a node below {below:g} {unit} ({entry['loss_pct']:g}% under its reference, "
-            f"best healthy {top:g}) is flagged; a smaller loss is not seen")
+            f"best healthy {top:g}) is flagged{partner}; a smaller loss is not seen")

@@ -12,6 +12,14 @@ makes them: the peers' or the baseline's), which carries its own spread: `below_
 breaks only when the figure is more than the percentage below the reference AND more than
 SPREADS times the reference's spread below it, so a threshold tighter than the figures' own
 run-to-run noise cannot flag a healthy node.
+
+A node rule may name a second figure that must agree (`corroborated_by: METRIC`, which needs a
+rule of its own): the rule then counts only when that figure breaks its rule too. Why: a CPU short
+of capacity (a quota, fewer or slower cores) slows every CPU-bound test alike (in every CPU fault
+of the matrix, matmul and the training step fell together, docs/diagnose.md), while here a healthy
+node's matmul alone fell to 0.6x for seconds with both its threads running the whole time and
+nothing else on the machine (the vCPUs ran slower: log of issue 35); that lone drop flagged a
+healthy node twice. An uncorroborated drop is reported beside the verdict, never dropped in silence.
 """
 from __future__ import annotations
 
@@ -70,22 +78,33 @@ class Criterion:
     text: Callable[[float], str]  # the rule in words, for the output
     valid: Callable[[float], bool]  # a threshold it accepts
     expected: str  # ... and how the error says so
+    # how far a figure must fall to corroborate another's broken rule (corroborated_by); None: broken
+    confirms: Callable[[float, float, Reference | None], bool] | None = None
 
 
 CRITERIA: dict[str, Criterion] = {}
 
 
 def criterion(name: str, *, needs_reference: bool, text: Callable[[float], str], valid: Callable[[float], bool],
-              expected: str) -> Callable:
+              expected: str, confirms: Callable | None = None) -> Callable:
     """Register the decorated function as the criterion `name`."""
     def register(fn: Callable[[float, float, Reference | None], bool]) -> Callable:
-        CRITERIA[name] = Criterion(name, needs_reference, fn, text, valid, expected)
+        CRITERIA[name] = Criterion(name, needs_reference, fn, text, valid, expected, confirms)
         return fn
     return register
 
 
+def below_by_pct(value: float, pct: float, reference: Reference | None) -> bool:
+    """More than pct% below the reference, whatever its spread: enough to corroborate a figure that
+    broke its own rule (beyond its noise) already. Judged by peers, one peer's lone matmul dip
+    widens the peers' spread: a node at 0.6 CPU had matmul 35% under their median yet inside 3
+    spreads, and its training step, far below, stood alone (issue 35's matrix, node 3)."""
+    return reference is not None and reference.value is not None and reference.value > 0 and \
+        value < reference.value * (1 - pct / 100)
+
+
 @criterion("below_reference_pct", needs_reference=True, text=lambda pct: f"more than {pct:g}% below reference",
-           valid=lambda pct: 0 < pct < 100, expected="a number in (0, 100)")
+           valid=lambda pct: 0 < pct < 100, expected="a number in (0, 100)", confirms=below_by_pct)
 def below_reference(value: float, pct: float, reference: Reference | None) -> bool:
     """More than pct% below the reference, and further below it than its spread allows."""
     if reference is None or reference.value is None or reference.value <= 0:
@@ -119,9 +138,15 @@ class Rule:
     threshold: float
     category: str
     scope: str = "node"
+    corroborated_by: str = ""  # a node metric that must break its own rule too (module docstring)
 
     def broken_by(self, value: float, reference: Reference | None) -> bool:
         return CRITERIA[self.criterion].broken(value, self.threshold, reference)
+
+    def confirmed_by(self, value: float, reference: Reference | None) -> bool:
+        """Whether the figure falls far enough to corroborate another rule's (corroborated_by)."""
+        check = CRITERIA[self.criterion]
+        return (check.confirms or check.broken)(value, self.threshold, reference)
 
     @property
     def needs_reference(self) -> bool:
@@ -141,16 +166,22 @@ def parse_rules(text: str, where: str) -> list[Rule]:
     items = doc.get("rules") if isinstance(doc, dict) else None
     if not isinstance(items, list) or not items:
         raise DiagnoseError(f"{where}: expected a mapping with a non-empty list `rules`")
-    return [_rule(item, f"{where}: rule {i + 1}") for i, item in enumerate(items)]
+    found = [_rule(item, f"{where}: rule {i + 1}") for i, item in enumerate(items)]
+    ruled = {r.metric for r in found}
+    for i, r in enumerate(found):
+        if r.corroborated_by and r.corroborated_by not in ruled:
+            raise DiagnoseError(f"{where}: rule {i + 1}: corroborated_by: {r.corroborated_by} has no rule of its own "
+                                f"(expected one of the metrics these rules judge: {', '.join(sorted(ruled))})")
+    return found
 
 
 def _rule(item, where: str) -> Rule:
     if not isinstance(item, dict):
         raise DiagnoseError(f"{where}: expected a mapping, got {type(item).__name__}")
-    unknown = sorted(set(item) - {"metric", "category", "scope"} - set(CRITERIA), key=str)
+    unknown = sorted(set(item) - {"metric", "category", "scope", "corroborated_by"} - set(CRITERIA), key=str)
     if unknown:
         raise DiagnoseError(f"{where}: unknown key(s) {', '.join(map(str, unknown))} (expected metric, category, "
-                            f"scope and one criterion: {', '.join(CRITERIA)})")
+                            f"scope, corroborated_by and one criterion: {', '.join(CRITERIA)})")
     metric = item.get("metric")
     if metric not in metrics.METRICS:
         raise DiagnoseError(f"{where}: metric {metric!r}: unknown (known metrics: {metrics.known()})")
@@ -165,4 +196,20 @@ def _rule(item, where: str) -> Rule:
     scope = metrics.METRICS[metric].scope
     if item.get("scope", scope) != scope:
         raise DiagnoseError(f"{where}: scope: {metric} is a {scope} figure, got {item.get('scope')!r}")
-    return Rule(metric, named[0], float(threshold), item["category"], scope)
+    return Rule(metric, named[0], float(threshold), item["category"], scope, _partner(item, metric, check, where))
+
+
+def _partner(item: dict, metric: str, check: Criterion, where: str) -> str:
+    """The rule's corroborated_by: another node metric, on a reference-based node rule."""
+    partner = item.get("corroborated_by")
+    if partner is None:
+        return ""
+    spec = metrics.METRICS.get(partner) if isinstance(partner, str) else None
+    if spec is None or spec.scope != "node" or partner == metric:
+        raise DiagnoseError(f"{where}: corroborated_by: expected another node metric ("
+                            f"{', '.join(m.name for m in metrics.TABLE if m.scope == 'node' and m.name != metric)}), "
+                            f"got {partner!r}")
+    if metrics.METRICS[metric].scope != "node" or not check.needs_reference:
+        raise DiagnoseError(f"{where}: corroborated_by: only a node rule judged against a reference "
+                            f"(below_reference_pct) takes one")
+    return partner

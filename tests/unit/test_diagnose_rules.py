@@ -36,7 +36,7 @@ def _healthy(n=4, gflops=40.0, gbps=20.0):
      "rule 1: below_reference_pct: expected a number in (0, 100), got 120"),
     ("rules: [{metric: matmul_gflops, below_reference_pct: 20, category: disk}]", "rule 1: category"),
     ("rules: [{metric: matmul_gflops, below_reference_pct: 20, category: compute, extra: 1}]",
-     "unknown key(s) extra (expected metric, category, scope and one criterion: below_reference_pct, max_value)"),
+     "unknown key(s) extra (expected metric, category, scope, corroborated_by and one criterion: below_reference_pct, max_value)"),
     ("rules: [", "not YAML"),
     ("rules: [{metric: matmul_gflops, category: compute}]",
      "expected one criterion: below_reference_pct or max_value"),
@@ -52,7 +52,25 @@ def _healthy(n=4, gflops=40.0, gbps=20.0):
      "rule 1: metric 'gpu_temprature_c': unknown (known metrics: matmul_gflops, triad_gbps"),
     ("rules: [{metric: matmul_gflopz, below_reference_pct: 25, category: compute}]", "metric 'matmul_gflopz': unknown"),
     ("rules: [{metric: matmul_gflops, below_reference_pc: 25, category: compute}]",
-     "unknown key(s) below_reference_pc (expected metric, category, scope and one criterion: below_reference_pct"),
+     "unknown key(s) below_reference_pc (expected metric, category, scope, corroborated_by and one criterion: "
+     "below_reference_pct"),
+    # corroborated_by: another node metric, with a rule of its own, on a reference-based node rule
+    ("rules: [{metric: matmul_gflops, below_reference_pct: 25, category: compute, corroborated_by: trian_images_per_s}]",
+     "rule 1: corroborated_by: expected another node metric (triad_gbps, train_images_per_s, gpu_matmul_fp32_tflops"),
+    ("rules: [{metric: matmul_gflops, below_reference_pct: 25, category: compute, corroborated_by: matmul_gflops}]",
+     "corroborated_by: expected another node metric"),
+    ("rules: [{metric: matmul_gflops, below_reference_pct: 25, category: compute, corroborated_by: link_gbps}]",
+     "corroborated_by: expected another node metric"),
+    ("rules: [{metric: matmul_gflops, below_reference_pct: 25, category: compute, corroborated_by: [triad_gbps]}]",
+     "corroborated_by: expected another node metric"),
+    ("rules: [{metric: link_gbps, below_reference_pct: 30, category: network, corroborated_by: matmul_gflops}]",
+     "rule 1: corroborated_by: only a node rule judged against a reference (below_reference_pct) takes one"),
+    ("rules: [{metric: gpu_temperature_c, max_value: 85, category: compute, corroborated_by: matmul_gflops}]",
+     "rule 1: corroborated_by: only a node rule"),
+    ("rules: [{metric: matmul_gflops, below_reference_pct: 25, category: compute, corroborated_by: train_images_per_s},"
+     " {metric: triad_gbps, below_reference_pct: 25, category: memory}]",
+     "rule 1: corroborated_by: train_images_per_s has no rule of its own (expected one of the metrics these rules "
+     "judge: matmul_gflops, triad_gbps)"),
 ])
 def test_bad_rules_are_one_line_naming_the_file(text, message):
     with pytest.raises(rules.DiagnoseError) as e:
