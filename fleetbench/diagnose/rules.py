@@ -55,6 +55,11 @@ class Reference:
     lowest: float | None = None  # peers: the lowest of the figures the reference is made of
 
     @property
+    def usable(self) -> bool:
+        """Whether there is a positive figure to judge against."""
+        return self.value is not None and self.value > 0
+
+    @property
     def band(self) -> float:
         """How far below the reference noise can carry a healthy figure."""
         return SPREADS * self.spread
@@ -99,15 +104,14 @@ def below_by_pct(value: float, pct: float, reference: Reference | None) -> bool:
     broke its own rule (beyond its noise) already. Judged by peers, one peer's lone matmul dip
     widens the peers' spread: a node at 0.6 CPU had matmul 35% under their median yet inside 3
     spreads, and its training step, far below, stood alone (issue 35's matrix, node 3)."""
-    return reference is not None and reference.value is not None and reference.value > 0 and \
-        value < reference.value * (1 - pct / 100)
+    return reference is not None and reference.usable and value < pct_under(reference.value, pct)
 
 
 @criterion("below_reference_pct", needs_reference=True, text=lambda pct: f"more than {pct:g}% below reference",
            valid=lambda pct: 0 < pct < 100, expected="a number in (0, 100)", confirms=below_by_pct)
 def below_reference(value: float, pct: float, reference: Reference | None) -> bool:
     """More than pct% below the reference, and further below it than its spread allows."""
-    if reference is None or reference.value is None or reference.value <= 0:
+    if reference is None or not reference.usable:
         return False
     return value < flagged_below(pct, reference)
 
@@ -120,8 +124,13 @@ def flagged_below(pct: float, reference: Reference) -> float:
     them both by far)."""
     outside = reference.value - reference.band
     if reference.lowest is not None:
-        outside = max(outside, reference.lowest * (1 - pct / 100))
-    return min(reference.value * (1 - pct / 100), outside)
+        outside = max(outside, pct_under(reference.lowest, pct))
+    return min(pct_under(reference.value, pct), outside)
+
+
+def pct_under(figure: float, pct: float) -> float:
+    """The figure pct% under `figure`."""
+    return figure * (1 - pct / 100)
 
 
 @criterion("max_value", needs_reference=False, text=lambda limit: f"above {limit:g}", valid=lambda limit: True,
@@ -196,10 +205,10 @@ def _rule(item, where: str) -> Rule:
     scope = metrics.METRICS[metric].scope
     if item.get("scope", scope) != scope:
         raise DiagnoseError(f"{where}: scope: {metric} is a {scope} figure, got {item.get('scope')!r}")
-    return Rule(metric, named[0], float(threshold), item["category"], scope, _partner(item, metric, check, where))
+    return Rule(metric, named[0], float(threshold), item["category"], scope, _partner(item, metric, scope, check, where))
 
 
-def _partner(item: dict, metric: str, check: Criterion, where: str) -> str:
+def _partner(item: dict, metric: str, scope: str, check: Criterion, where: str) -> str:
     """The rule's corroborated_by: another node metric, on a reference-based node rule."""
     partner = item.get("corroborated_by")
     if partner is None:
@@ -209,7 +218,7 @@ def _partner(item: dict, metric: str, check: Criterion, where: str) -> str:
         raise DiagnoseError(f"{where}: corroborated_by: expected another node metric ("
                             f"{', '.join(m.name for m in metrics.TABLE if m.scope == 'node' and m.name != metric)}), "
                             f"got {partner!r}")
-    if metrics.METRICS[metric].scope != "node" or not check.needs_reference:
+    if scope != "node" or not check.needs_reference:
         raise DiagnoseError(f"{where}: corroborated_by: only a node rule judged against a reference "
                             f"(below_reference_pct) takes one")
     return partner

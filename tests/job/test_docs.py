@@ -239,7 +239,7 @@ def _trains(c: DocCommand) -> bool:
 # Subcommands whose exit status is a verdict, as their docs say: 1 is "a cell is slower" (compare),
 # "a node is defective" (diagnose; 3: something measured while others took the machine, not judged),
 # not a failure of the command.
-VERDICT_EXITS = {"compare": (0, 1), "diagnose": (0, 1, 3)}  # diagnose 3: not judged (disturbed)
+VERDICT_EXITS = {"compare": (0, 1), "diagnose": (0, 1, 3)}
 
 
 # Every documented command that is not run here, and why: one list, the first match says why.
