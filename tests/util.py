@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleetbench.job.paddle_launch import LAUNCHER_PORT_RANGE
-from fleetbench.job.ranks import RENDEZVOUS_FAILURE, progress_step
+from fleetbench.job.ranks import progress_step, start_up_failure
 from fleetbench.train.capability import ps_missing
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,6 +67,23 @@ def env(**extra) -> dict:
     return merged
 
 
+def process_stacks(pids) -> str:
+    """Every process's Python and native stack (py-spy dump, whose first line names the command),
+    for the report of a hung job: the rank logs of a 2.6.2 parameter-server job hung in its
+    start-up were empty (twice under make test's load), so only the stacks can say where it waited."""
+    spy = Path(PYTHON).with_name("py-spy")
+    out = []
+    for pid in pids:
+        try:
+            dump = subprocess.run([str(spy), "dump", "--native", "--pid", str(pid)], capture_output=True,
+                                  text=True, timeout=30)
+            said = dump.stdout if dump.returncode == 0 else f"not read ({(dump.stderr or dump.stdout).strip()})"
+        except (OSError, subprocess.TimeoutExpired) as err:
+            said = f"not read ({err})"
+        out.append(f"\n==== stack of {pid}: {said}")
+    return "".join(out)
+
+
 def _run(cmd, timeout, env_extra) -> subprocess.CompletedProcess:
     """Run a job; on timeout kill every process tagged with its job id (Paddle's launcher starts
     each rank in a session of its own, so killing the launcher alone would leave ranks running)."""
@@ -77,7 +94,9 @@ def _run(cmd, timeout, env_extra) -> subprocess.CompletedProcess:
         return subprocess.run(cmd, cwd=REPO, env=env(FLEETBENCH_TEST_JOB=job_id, **env_extra),
                               capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        for pid in job_pids(job_id, variable="FLEETBENCH_TEST_JOB"):
+        pids = job_pids(job_id, variable="FLEETBENCH_TEST_JOB")
+        print(f"job timed out after {timeout} s; its processes' stacks:{process_stacks(pids)}", file=sys.stderr)
+        for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -99,7 +118,7 @@ def fleetrun(log_dir, *args, timeout=300, **env_extra) -> subprocess.CompletedPr
     cmd = [PYTHON, "-m", "paddle.distributed.launch", "--log_dir", str(log_dir), *map(str, args)]
     proc = _run(cmd, timeout, env_extra)
     note = ""
-    if proc.returncode != 0 and rendezvous_failed(log_dir):
+    if proc.returncode != 0 and start_up_failed(log_dir):
         kept = Path(f"{log_dir}.attempt1")
         Path(log_dir).rename(kept)
         note = f"\nutil.fleetrun: gloo rendezvous failed before the first step; ran once more (logs of the first: {kept})\n"
@@ -147,12 +166,13 @@ def two_rank_run(tmp_path_factory, name: str, *sets: str) -> tuple:
     return _TWO_RANK_RUNS[(name, sets)]
 
 
-def rendezvous_failed(log_dir) -> bool:
-    """A rank log names gloo's refused/timed-out handshake and no rank logged a step or a result."""
+def start_up_failed(log_dir) -> bool:
+    """A rank log says the job failed starting up (gloo's refused/timed-out handshake, or a PS
+    worker's start-up barrier that never released: fleetbench.job.ranks.start_up_failure) and no
+    rank logged a step or a result."""
     lines = [line for log in Path(log_dir).glob("workerlog.*")
              for line in log.read_text(errors="replace").splitlines()]
-    return (any(RENDEZVOUS_FAILURE.search(line) for line in lines)
-            and not any(progress_step(line) for line in lines))
+    return any(start_up_failure(line) for line in lines) and not any(progress_step(line) for line in lines)
 
 
 def worker_log_tails(log_dir, lines: int = 30, pattern: str = "workerlog.*") -> str:

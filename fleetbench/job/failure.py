@@ -37,7 +37,8 @@ class Outcome:
     launcher_tail: list = dataclasses.field(default_factory=list)
     stopped: int = 0            # processes the supervisor had to stop
     left_running: list = dataclasses.field(default_factory=list)
-    rendezvous: bool = False    # failed in Paddle's gloo rendezvous, before any rank logged a step
+    start_up: bool = False      # failed starting up (Paddle's gloo rendezvous, or a PS worker's start-up
+                                # barrier that never released), before any rank logged a step
     retried_after: str = None   # this is a second attempt: summary() of the first
 
     @property
@@ -48,7 +49,7 @@ class Outcome:
         """The multi-line report on stderr (the sweep indents all but the first line)."""
         lines = [f"fleetbench launch: {self.status.upper()} after {self.elapsed_s:.1f} s: {self.detail}"]
         if self.retried_after:
-            lines.append(f"  (second attempt; the first failed in Paddle's rendezvous: {self.retried_after})")
+            lines.append(f"  (second attempt; the first failed in Paddle's start-up: {self.retried_after})")
         c = self.culprit
         if c is not None:
             lines.append(f"  rank {c.rank}, role {c.role}, node {c.node}, {c.status}")

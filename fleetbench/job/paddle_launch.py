@@ -5,9 +5,10 @@ the launchers to an Outcome (fleetbench.job.supervisor), and the failure record 
 with fleetbench.job.failure.store_failure. Commands are argument lists; nothing goes
 through a shell.
 
-A job that fails in Paddle's gloo rendezvous, before any rank has logged a step, is started once
-more: nothing was measured, and on an overloaded host the handshake fails now and then (see
-fleetbench.job.ranks.RENDEZVOUS_FAILURE). The second attempt runs in `attempt2/` under the
+A job that fails starting up, before any rank has logged a step, is started once more: nothing was
+measured, and on an overloaded host Paddle's gloo handshake fails now and then (see
+fleetbench.job.ranks.RENDEZVOUS_FAILURE), as does a parameter-server start-up barrier that never
+releases (ranks.START_UP_STUCK; fleetbench.train.ps.paddle26.init_deadline). The second attempt runs in `attempt2/` under the
 job's log directory (the first attempt's logs stay), and its record says so in its `launch`
 block (`attempt`, `retried_after`); a failed second attempt is stored as a failure naming both.
 """
@@ -90,7 +91,7 @@ class NodeLaunch:
         return cls([*prefix, *paddle_command(flags, log_dir, script, script_args)], log_dir, env, name)
 
 
-RENDEZVOUS_ATTEMPTS = 2
+START_UP_ATTEMPTS = 2
 
 
 def supervise(plan: Callable[[str, dict, str], list[NodeLaunch]], log_dir: str, limits: Limits,
@@ -101,12 +102,12 @@ def supervise(plan: Callable[[str, dict, str], list[NodeLaunch]], log_dir: str, 
     job_id = job_id or uuid.uuid4().hex[:12]
     first_env = {contract.ATTEMPT: ""}  # a value inherited from an enclosing job is not ours
     outcome = Supervisor(plan(log_dir, first_env, job_id), limits, echo=echo, job_id=job_id).run()
-    for attempt in range(2, RENDEZVOUS_ATTEMPTS + 1):
-        if not outcome.rendezvous:
+    for attempt in range(2, START_UP_ATTEMPTS + 1):
+        if not outcome.start_up:
             break
         first = outcome.summary()
         retry_dir = os.path.join(log_dir, f"attempt{attempt}")
-        (say or _stderr)(f"fleetbench: the job failed in Paddle's rendezvous before any step ({outcome.detail}); "
+        (say or _stderr)(f"fleetbench: the job failed in Paddle's start-up before any step ({outcome.detail}); "
                          f"starting it again, logs in {retry_dir}")
         job_id = uuid.uuid4().hex[:12]
         extra = contract.RankContract(attempt={"attempt": attempt, "retried_after": first}).to_env()

@@ -33,9 +33,19 @@ PEER_LOST = re.compile(r"gloo/transport/\S+\] (?:Read|Write) error.*(?:reset by 
 # "Connection refused" or TIMEOUT (2 of 60 launches at load 9-18 on 2 cores, docs/methods.md).
 # Only a job that logged no step yet counts (fleetbench.job.paddle_launch starts it once more).
 RENDEZVOUS_FAILURE = re.compile(r"\bgloo\b.*(?:connection refused|time(?:d ?)?out)|ProcessGroupGloo", re.I)
+# How a parameter-server worker leaves when its start-up never ended (Paddle 2.6.2's BarrierTable
+# deadlock): fleetbench.train.ps.paddle26.init_deadline, the only user of faulthandler's timeout,
+# whose dump of every thread's stack starts with this line.
+START_UP_STUCK = re.compile(r"^Timeout \(\d+:\d\d:\d\d(?:\.\d+)?\)!$")
 KEPT_LINES = 400   # last lines kept per rank log
 CPU_HISTORY = 600  # samples kept per rank (one a second: ten minutes of history)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def start_up_failure(line: str) -> bool:
+    """The line says the job failed starting up (gloo's rendezvous, or a stuck PS start-up
+    barrier): nothing was measured, and `fleetbench launch` starts such a job once more."""
+    return bool(RENDEZVOUS_FAILURE.search(line) or START_UP_STUCK.search(line))
 
 
 def progress_step(line: str) -> tuple[int, int] | tuple[None, None] | None:

@@ -279,9 +279,10 @@ class Supervisor:
                       culprit=culprit, others=others, stopped=len(stopping), left_running=left)
         if out.status == "ok" and any(p.returncode not in (0, None) for p in self.procs) and not self.workers_done_t:
             out.status, out.detail = "failed", "a launcher exited non-zero after all ranks finished"
-        # before any progress line, a failure that names gloo is the rendezvous', not the benchmark's
-        out.rendezvous = (out.status == "failed" and not self.progressed and decision.culprit is not None
-                          and any(ranks.RENDEZVOUS_FAILURE.search(line) for line in self._recent(decision.culprit)))
+        # before any progress line, a failure that names gloo (or a stuck PS start-up barrier) is the
+        # start-up's, not the benchmark's
+        out.start_up = (out.status == "failed" and not self.progressed and decision.culprit is not None
+                        and any(ranks.start_up_failure(line) for line in self._recent(decision.culprit)))
         if culprit is None and out.status == "failed":
             out.launcher_log = os.path.join((decision.launcher or self.nodes[0]).log_dir, "launcher.log")
             out.launcher_tail = _last_lines(out.launcher_log, self.limits.tail)

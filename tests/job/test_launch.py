@@ -12,7 +12,7 @@ from util import CPU_RANKS, PYTHON, REPO, env, needs_ps, records, wait_for
 
 from fleetbench.hosts import launch
 from fleetbench.job import paddle_launch, preflight, procs, rankwrap, supervisor
-from fleetbench.job.ranks import RENDEZVOUS_FAILURE, progress_step, read_events
+from fleetbench.job.ranks import progress_step, read_events, start_up_failure
 from fleetbench.machine import stamp
 from fleetbench.measure import contract, results
 
@@ -277,7 +277,7 @@ def test_a_rank_finishing_while_its_failed_job_is_stopped_stores_no_success(tmp_
 def test_a_job_failing_in_the_rendezvous_runs_once_more_and_the_record_says_so(tmp_path):
     p, new = _run_fault(tmp_path, "rendezvous", 1, "--timeout", "90", FAULT_ONCE="1")
     assert p.returncode == 0, p.stderr
-    assert "failed in Paddle's rendezvous before any step (worker rank 1 exited with code 1)" in p.stderr
+    assert "failed in Paddle's start-up before any step (worker rank 1 exited with code 1)" in p.stderr
     assert new == []  # the second attempt succeeded: no failure record
     assert {"workerlog.0", "workerlog.1"} <= set(os.listdir(tmp_path / "log" / "attempt2"))
     assert "Connection refused" in (tmp_path / "log" / "workerlog.1").read_text()  # the first attempt's log stays
@@ -296,6 +296,28 @@ def test_a_failure_before_the_first_step_that_is_not_gloo_s_is_not_retried(tmp_p
     assert p.returncode == 1 and "starting it again" not in p.stderr and len(new) == 1
 
 
+@needs_ps
+def test_a_ps_start_up_that_never_ends_is_given_up_and_the_job_runs_once_more(tmp_path):
+    """Paddle 2.6.2's start-up barrier deadlock (paddle26.init_deadline) cannot be caused on demand:
+    a bound no start-up can meet (init_timeout_s=0.01) makes the workers leave as they would after
+    it, in a real GEO job. Both attempts fail so: one failure record naming both, nothing left."""
+    store, job_id = tmp_path / "runs.jsonl", uuid.uuid4().hex
+    cmd = [*_launch_cmd(tmp_path, store, "--server_num", "1", "--trainer_num", "2", "--timeout", "240",
+                        script=str(REPO / "parameter_server" / "word2vec.py")),
+           "--preset", "tiny", "--set", "mode=geo", "--set", "init_timeout_s=0.01"]
+    p = subprocess.run(cmd, cwd=tmp_path, env=env(FLEETBENCH_DATA_CACHE=tmp_path / "cache", FLEETBENCH_TEST_JOB=job_id),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.count("starting it again") == 1 and "failed in Paddle's start-up before any step" in p.stderr
+    for attempt in (tmp_path / "log", tmp_path / "log" / "attempt2"):
+        said = [(attempt / f"workerlog.{i}").read_text() for i in (0, 1)]
+        # each worker's threads' stacks, headed by faulthandler's timeout line, its own in the trace
+        assert all("Timeout (0:00:00.010000)!\n" in log and "driver.py\", line" in log for log in said), said
+    (rec,) = records(store)
+    assert rec["error"].startswith("launch: worker rank") and "(second attempt; first: worker rank" in rec["error"]
+    assert procs.job_pids(job_id, variable="FLEETBENCH_TEST_JOB") == []
+
+
 @pytest.mark.parametrize("line, rendezvous", [
     ("RuntimeError: [/paddle/third_party/gloo/gloo/transport/tcp/pair.cc:799] connect [127.0.0.1]:27683: "
      "Connection refused", True),
@@ -303,9 +325,13 @@ def test_a_failure_before_the_first_step_that_is_not_gloo_s_is_not_retried(tmp_p
     ("  File \".../process_group.py\", in new_group: pg = core.ProcessGroupGloo.create(store, rank, size)", True),
     ("fleet pull sparse from 127.0.0.1:6000 failed: Connection refused", False),  # a PS RPC, not gloo
     ("ValueError: preset 'huge' is not defined", False),
+    # the line a PS worker leaves with when its start-up barrier never released
+    ("Timeout (0:05:00)!", True),  # faulthandler's dump of a PS worker whose start-up never ended
+    ("Timeout (0:00:00.010000)!", True),
+    ("RuntimeError: Timeout (0:05:00)!", False),
 ])
-def test_which_log_lines_mark_a_rendezvous_failure(line, rendezvous):
-    assert bool(RENDEZVOUS_FAILURE.search(line)) is rendezvous
+def test_which_log_lines_mark_a_start_up_failure(line, rendezvous):
+    assert start_up_failure(line) is rendezvous
 
 
 def test_rank_killed_by_sigkill_is_reported(tmp_path):

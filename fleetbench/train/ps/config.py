@@ -24,6 +24,10 @@ class PSConfig(config.BenchConfig):
     k_steps: int = 100  # geo: local steps between parameter exchanges with the servers
     dataset: str = "InMemoryDataset"  # or QueueDataset (streams files each pass)
     passes: int = 1  # passes over each worker's files; all of them are timed (minus warm-up)
+    # a worker whose fleet.init_worker has not returned by then leaves with its stack (exit 1): Paddle
+    # 2.6.2's start-up barrier can deadlock (paddle26.init_deadline); fleetbench launch starts the
+    # job once more. Raise it when pushing the initial tables takes longer.
+    init_timeout_s: float = 300.0
 
     def validate(self) -> None:
         super().validate()
@@ -34,6 +38,7 @@ class PSConfig(config.BenchConfig):
         config.require(self.dataset in DATASETS, "dataset", "must be InMemoryDataset or QueueDataset",
                        self.dataset)
         config.require(self.passes >= 1, "passes", "must be >= 1", self.passes)
+        config.require(self.init_timeout_s > 0, "init_timeout_s", "must be > 0 seconds", self.init_timeout_s)
         config.require(self.data.num_workers >= 1, "data.num_workers",
                        "is the dataset thread count and must be >= 1", self.data.num_workers)
         if self.data.path is not None and not Path(self.data.path).exists():

@@ -96,7 +96,7 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
     work, main_program, startup = build_programs(cfg, build, meter)
     meter.unit = bench.unit_for(work)
     exe = paddle.static.Executor(paddle.CPUPlace())
-    with Quiet():
+    with Quiet(), paddle26.init_deadline(cfg.init_timeout_s):
         exe.run(startup)
         fleet.init_worker()
     mine, counts_path = data.shard(files, job.index, job.workers), job.scratch / "counts.jsonl"

@@ -4,9 +4,11 @@ functions: a process sets its threads for its role before paddle starts."""
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import io
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -45,6 +47,26 @@ class Quiet:
         if kind is not None:
             sys.stderr.write(self.buffer.getvalue())
         return False
+
+
+@contextlib.contextmanager
+def init_deadline(seconds: float) -> Iterator[None]:
+    """Leave the process (exit 1) if the block has not ended after `seconds`, with every thread's
+    stack in the log, headed `Timeout (H:MM:SS)!` (fleetbench.job.ranks.START_UP_STUCK).
+
+    Paddle 2.6.2's start-up barrier can deadlock. BarrierTable::Barrier on each server adds the
+    arriving trainer to a set and waits until the set is emptied; the last trainer to arrive
+    empties it and wakes the others. A woken waiter must still get the lock back, and if a trainer
+    it released reaches the *next* barrier first, the set is not empty when the waiter looks: it
+    sleeps on, never reaches that next barrier, and neither does anyone else. GEO's init_params
+    runs one such barrier per sparse table back to back (word2vec: emb, emb_w, emb_b); every rank
+    waits, silent (docs/ps.md#geo-start-up-deadlock). The waiting call holds the GIL, so no Python
+    thread could act: faulthandler's watchdog is C, and dumps the stacks and exits without it."""
+    faulthandler.dump_traceback_later(seconds, exit=True, file=OUT)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def quiet_environment() -> None:
