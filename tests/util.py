@@ -110,18 +110,18 @@ def run_script(script, *args, timeout=120, **env_extra) -> subprocess.CompletedP
 
 
 def fleetrun(log_dir, *args, timeout=300, **env_extra) -> subprocess.CompletedProcess:
-    """`fleetrun --log_dir LOG_DIR args` (Paddle's launcher), run once more when Paddle's own gloo
-    rendezvous failed before any rank logged a step, as `fleetbench launch` does
-    (fleetbench.job.ranks.RENDEZVOUS_FAILURE: under load fleet.init's group handshakes are refused
-    now and then; seen in full-suite runs beside a CPU hog). The first attempt's logs are kept
-    beside LOG_DIR as LOG_DIR.attempt1 and named in stderr, so the retry is never silent."""
+    """`fleetrun --log_dir LOG_DIR args` (Paddle's launcher), run once more when the job failed
+    starting up before any rank logged a step, as `fleetbench launch` does (start_up_failed: under
+    load fleet.init's gloo handshakes are refused now and then, seen in full-suite runs beside a CPU
+    hog; a PS start-up barrier can deadlock, given up after init_timeout_s). The first attempt's
+    logs are kept beside LOG_DIR as LOG_DIR.attempt1 and named in stderr, so the retry is never silent."""
     cmd = [PYTHON, "-m", "paddle.distributed.launch", "--log_dir", str(log_dir), *map(str, args)]
     proc = _run(cmd, timeout, env_extra)
     note = ""
     if proc.returncode != 0 and start_up_failed(log_dir):
         kept = Path(f"{log_dir}.attempt1")
         Path(log_dir).rename(kept)
-        note = f"\nutil.fleetrun: gloo rendezvous failed before the first step; ran once more (logs of the first: {kept})\n"
+        note = f"\nutil.fleetrun: the job failed starting up, before the first step; ran once more (logs of the first: {kept})\n"
         proc = _run(cmd, timeout, env_extra)
     proc.stderr = note + proc.stderr
     if proc.returncode != 0:
