@@ -13,6 +13,7 @@ from util import PYTHON, REPO, env, wait_for
 
 from datasets import criteo
 from fleetbench.job import procs
+from fleetbench.job.ranks import start_up_failure
 from fleetbench.measure import config
 from fleetbench.train import ps
 from fleetbench.train.ps import data, paddle26, roles, scratch
@@ -44,11 +45,45 @@ def test_config_refuses_sync_with_the_reason_and_bad_values_by_name():
     assert "'mode' is 'sync'" in str(err.value) and "SendBarrierOp" in str(err.value)
     for item, key in [("mode=bsp", "'mode'"), ("dataset=Foo", "'dataset'"), ("passes=0", "'passes'"),
                       ("steps=100", "'steps'"), ("warmup_steps=-1", "'warmup_steps'"), ("data.num_workers=0", "'data.num_workers'"),
-                      ("k_steps=0", "'k_steps'"), ("data.path=/no/such/dir", "'data.path'")]:
+                      ("k_steps=0", "'k_steps'"), ("data.path=/no/such/dir", "'data.path'"),
+                      ("init_timeout_s=0", "'init_timeout_s'"), ("init_timeout_s=-5", "'init_timeout_s'"),
+                      ("init_timeout_s=soon", "'init_timeout_s'")]:
         with pytest.raises(config.ConfigError) as err:
             _build(item)
         assert key in str(err.value) and "\n" not in str(err.value)
     assert _build("mode=geo", "k_steps=10", "dataset=QueueDataset").mode == "geo"
+
+
+def test_a_stuck_start_up_is_given_up_before_a_sweep_s_start_up_watchdog_stops_the_job():
+    # were the watchdog first, the job would end "stalled" and never get its second attempt
+    from fleetbench.sweep import sweepfile
+    watchdog = sweepfile.DEFAULTS["startup"] or sweepfile.DEFAULTS["stall"]
+    assert ps.PSConfig().init_timeout_s + 60 <= watchdog  # 60 s: import, fleet.init, programs, on a busy host
+
+
+def test_init_deadline_leaves_with_every_thread_s_stack(tmp_path):
+    """paddle26.init_deadline in a process whose block never ends: exit 1, the faulthandler dump
+    headed by the line fleetbench.job.ranks.START_UP_STUCK reads, naming the function it waited in."""
+    code = ("import sys\nfrom fleetbench.train.ps import paddle26\n"
+            "def waiting_for_the_barrier():\n    sys.stdin.read()\n"
+            "with paddle26.init_deadline(0.5):\n    waiting_for_the_barrier()\n")
+    proc = subprocess.Popen([PYTHON, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env(), cwd=REPO)
+    try:
+        proc.wait(timeout=60)  # stdin stays open (communicate would close it): only the deadline ends the wait
+    finally:
+        proc.kill()
+    out, err = proc.stdout.read(), proc.stderr.read()
+    proc.stdin.close()
+    assert proc.returncode == 1 and out.startswith("Timeout (0:00:00.500000)!\n"), (out, err)
+    assert start_up_failure(out.splitlines()[0]) and "in waiting_for_the_barrier" in out
+
+
+def test_init_deadline_is_cancelled_when_the_block_ends():
+    code = ("import time\nfrom fleetbench.train.ps import paddle26\n"
+            "with paddle26.init_deadline(2):\n    pass\ntime.sleep(3)\nprint('went on')\n")
+    proc = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, env=env(), cwd=REPO, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "went on\n", proc
 
 
 def test_presets_resolve():

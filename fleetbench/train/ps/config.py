@@ -26,8 +26,9 @@ class PSConfig(config.BenchConfig):
     passes: int = 1  # passes over each worker's files; all of them are timed (minus warm-up)
     # a worker whose fleet.init_worker has not returned by then leaves with its stack (exit 1): Paddle
     # 2.6.2's start-up barrier can deadlock (paddle26.init_deadline); fleetbench launch starts the
-    # job once more. Raise it when pushing the initial tables takes longer.
-    init_timeout_s: float = 300.0
+    # job once more. Below a sweep's default start-up watchdog (300 s), which would otherwise stop the
+    # job first, as "stalled", with no second attempt. Raise it when pushing the initial tables takes longer.
+    init_timeout_s: float = 120.0
 
     def validate(self) -> None:
         super().validate()
