@@ -178,8 +178,7 @@ def test_ps_resnet18_learns_on_the_synthetic_task(tmp_path, cache, mode):
                     # a start-up that never ends (Paddle's barrier deadlock, docs/ps.md) is given up at 60 s
                     # and util.fleetrun runs the job once more
                     "--preset", "tiny", "--set", f"mode={mode}", "--set", "k_steps=5", "--set", "init_timeout_s=60",
-                    "--results",
-                    tmp_path / "r.jsonl", FLEETBENCH_DATA_CACHE=cache)
+                    "--results", tmp_path / "r.jsonl", FLEETBENCH_DATA_CACHE=cache)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (rec,) = records(tmp_path / "r.jsonl")
     m = rec["metrics"]

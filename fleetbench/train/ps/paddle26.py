@@ -58,7 +58,7 @@ def init_deadline(seconds: float) -> Iterator[None]:
     arriving trainer to a set and waits until the set is emptied; the last trainer to arrive
     empties it and wakes the others. A woken waiter must still get the lock back, and if a trainer
     it released reaches the *next* barrier first, the set is not empty when the waiter looks: it
-    sleeps on, never reaches that next barrier, and neither does anyone else. GEO's init_params
+    sleeps on, its trainer never reaches that next barrier, and so that barrier never fills. GEO's init_params
     runs one such barrier per sparse table back to back (word2vec: emb, emb_w, emb_b); every rank
     waits, silent (docs/ps.md#geo-start-up-deadlock). The waiting call holds the GIL, so no Python
     thread could act: faulthandler's watchdog is C, and dumps the stacks and exits without it."""
