@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from fleetbench.job.paddle_launch import LAUNCHER_PORT_RANGE
-from fleetbench.job.ranks import progress_step, start_up_failure
+from fleetbench.job.messages import start_up_failure
+from fleetbench.job.ranks import progress_step
 from fleetbench.train.capability import ps_missing
 
 REPO = Path(__file__).resolve().parents[1]
@@ -168,7 +169,7 @@ def two_rank_run(tmp_path_factory, name: str, *sets: str) -> tuple:
 
 def start_up_failed(log_dir) -> bool:
     """A rank log says the job failed starting up (gloo's refused/timed-out handshake, or a PS
-    worker's start-up barrier that never released: fleetbench.job.ranks.start_up_failure) and no
+    worker's start-up barrier that never released: fleetbench.job.messages.start_up_failure) and no
     rank logged a step or a result."""
     lines = [line for log in Path(log_dir).glob("workerlog.*")
              for line in log.read_text(errors="replace").splitlines()]

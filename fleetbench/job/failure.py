@@ -40,6 +40,7 @@ class Outcome:
     start_up: bool = False      # failed starting up (Paddle's gloo rendezvous, or a PS worker's start-up
                                 # barrier that never released), before any rank logged a step
     retried_after: str = None   # this is a second attempt: summary() of the first
+    evidence: str = ""          # what decided whom a failure blames
 
     @property
     def ok(self) -> bool:
@@ -48,6 +49,8 @@ class Outcome:
     def report(self) -> str:
         """The multi-line report on stderr (the sweep indents all but the first line)."""
         lines = [f"fleetbench launch: {self.status.upper()} after {self.elapsed_s:.1f} s: {self.detail}"]
+        if self.evidence:
+            lines.append(f"  evidence: {self.evidence}")
         if self.retried_after:
             lines.append(f"  (second attempt; the first failed in Paddle's start-up: {self.retried_after})")
         c = self.culprit
@@ -69,7 +72,8 @@ class Outcome:
     def summary(self) -> str:
         """One line: what happened and the last log line of the rank to blame."""
         last = self.last_line()
-        return self.detail + (f"; last log line: {last[:300]}" if last else "")
+        evidence = f" [evidence: {self.evidence}]" if self.evidence else ""
+        return self.detail + evidence + (f"; last log line: {last[:300]}" if last else "")
 
     def last_line(self) -> str:
         tail = self.culprit.tail if self.culprit else self.launcher_tail

@@ -7,8 +7,8 @@ through a shell.
 
 A job that fails starting up, before any rank has logged a step, is started once more: nothing was
 measured, and on an overloaded host Paddle's gloo handshake fails now and then (see
-fleetbench.job.ranks.RENDEZVOUS_FAILURE), as does a parameter-server start-up barrier that never
-releases (ranks.START_UP_STUCK; fleetbench.train.ps.paddle26.init_deadline). The second attempt
+fleetbench.job.messages, meaning RENDEZVOUS), as does a parameter-server start-up barrier that never
+releases (messages.START_UP_STUCK; fleetbench.train.ps.paddle26.init_deadline). The second attempt
 runs in `attempt2/` under the job's log directory (the first attempt's logs stay), and its record
 says so in its `launch` block (`attempt`, `retried_after`); a failed second attempt is stored as
 a failure naming both.

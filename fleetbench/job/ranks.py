@@ -10,42 +10,16 @@ import dataclasses
 import json
 import os
 import re
+import time
 from collections.abc import Iterable
 
 from fleetbench.job import procs
 
 PROGRESS = re.compile(r"^(?:step (\d+)/(\d+)\b|FLEETBENCH_RESULT )")
 RANK_LOG = re.compile(r"^(worker|server|heter|coordinator)log\.(\d+)$")
-# How a rank that gave up waiting in a collective ends: gloo throws gloo::TimeoutException (a
-# Python RuntimeError "... TIMEOUT ..." from paddle.distributed.all_reduce; std::terminate, i.e.
-# SIGABRT, from the DataParallel reducer's hook); NCCL's watchdog says "timeout" (untested here).
-COLLECTIVE_TIMEOUT = re.compile(r"gloo::TimeoutException|gloo/transport/\S+\] TIMEOUT|"
-                                r"(?:nccl|gloo|collective)\w*\W.*\btime(?:d ?)?out", re.I)
-# How a rank fails when a peer is gone mid-job (its process killed, its host lost): gloo's pair reads
-# or writes on a socket the peer's end closed, NCCL's proxy sees the remote end close. Such a rank is
-# a victim like one whose collective timed out; it often exits before its launcher stops it, so its
-# exit comes first (a killed rank wrapper under load: the healthy rank 0 was named, "Read error ...
-# Connection reset by peer").
-PEER_LOST = re.compile(r"gloo/transport/\S+\] (?:Read|Write) error.*(?:reset by peer|closed by peer|Broken pipe)|"
-                       r"Connection closed by (?:remote )?peer|remote process exited", re.I)
-# How Paddle's rendezvous fails on an overloaded host: fleet.init / init_parallel_env create gloo
-# groups, each a TCP handshake between ranks, and under load one of them sometimes ends with gloo's
-# "Connection refused" or TIMEOUT (2 of 60 launches at load 9-18 on 2 cores, docs/methods.md).
-# Only a job that logged no step yet counts (fleetbench.job.paddle_launch starts it once more).
-RENDEZVOUS_FAILURE = re.compile(r"\bgloo\b.*(?:connection refused|time(?:d ?)?out)|ProcessGroupGloo", re.I)
-# How a parameter-server worker leaves when its start-up never ended (Paddle 2.6.2's BarrierTable
-# deadlock): fleetbench.train.ps.paddle26.init_deadline, the only user of faulthandler's timeout,
-# whose dump of every thread's stack starts with this line.
-START_UP_STUCK = re.compile(r"^Timeout \(\d+:\d\d:\d\d(?:\.\d+)?\)!$")
 KEPT_LINES = 400   # last lines kept per rank log
 CPU_HISTORY = 600  # samples kept per rank (one a second: ten minutes of history)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def start_up_failure(line: str) -> bool:
-    """The line says the job failed starting up (gloo's rendezvous, or a stuck PS start-up
-    barrier): nothing was measured, and `fleetbench launch` starts such a job once more."""
-    return bool(RENDEZVOUS_FAILURE.search(line) or START_UP_STUCK.search(line))
 
 
 def progress_step(line: str) -> tuple[int, int] | tuple[None, None] | None:
@@ -103,6 +77,8 @@ class Rank:
     exit: dict = None        # the wrapper's exit event
     state: str = None        # the script's /proc state when last seen alive ("T": stopped)
     gone: bool = False       # its wrapper no longer exists
+    gone_t: float = None     # when that was first seen (time.time())
+    asked_t: float = None    # when its wrapper was first asked to stop (its `asked` event)
     cpu: collections.deque = dataclasses.field(default_factory=lambda: collections.deque(maxlen=CPU_HISTORY))
 
     def label(self) -> str:
@@ -184,6 +160,8 @@ def apply_event(ranks: dict[str, Rank], key: str, node: str, event: dict) -> Non
                          child=child, log=log)
     elif event["event"] == "exit" and key in ranks:
         ranks[key].exit = event
+    elif event["event"] == "asked" and key in ranks and ranks[key].asked_t is None:
+        ranks[key].asked_t = event["t"]
 
 
 def sample(ranks: Iterable[Rank], now: float, table: dict[int, procs.Stat] | None = None) -> None:
@@ -194,7 +172,7 @@ def sample(ranks: Iterable[Rank], now: float, table: dict[int, procs.Stat] | Non
         if r.exit:
             continue
         if not procs.alive(r.pid):
-            r.gone = True
+            r.gone, r.gone_t = True, r.gone_t or time.time()
             continue
         stat = ((table or {}).get(r.child) or procs.read_stat(r.child)) if r.child else None
         if stat is not None:

@@ -84,10 +84,19 @@ def main(argv: list[str]) -> int:
               file=sys.stderr, flush=True)
         return 1
     asked = []
+
+    def on_stop(sig: int, _frame: object) -> None:
+        # Recorded as it arrives, not only with the exit: Paddle's launcher SIGKILLs a wrapper
+        # whose script outlives its SIGTERM by 3 s, and a wrapper that vanishes *after* being
+        # asked is an effect of the job's stop, while one that vanishes unasked was killed from
+        # outside (fleetbench.job.verdict tells them apart by this event).
+        if not asked:
+            events.write(event="asked", signal=sig)
+        asked.append(sig)
     for sig in (signal.SIGTERM, signal.SIGINT):
         # The script shares our process group, so a group signal reaches it directly; we stay
         # to record how it ended.
-        signal.signal(sig, lambda s, _f: asked.append(s))
+        signal.signal(sig, on_stop)
     # If the wrapper is SIGKILLed (Paddle's force-stop kills only the container's first pid),
     # the script must not live on as an orphan.
     child = subprocess.Popen([sys.executable, "-u", *argv], preexec_fn=procs.die_with_parent)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from types import FrameType
 from typing import Protocol, TextIO
 
-from fleetbench.job import procs, ranks, rankwrap, verdict
+from fleetbench.job import messages, procs, ranks, rankwrap, verdict
 from fleetbench.job.failure import Outcome, RankReport
 from fleetbench.measure import contract
 
@@ -50,6 +50,7 @@ class Decision:
     detail: str = ""
     show: list = dataclasses.field(default_factory=list)  # other ranks whose logs the report shows
     launcher: Node = None  # a NodeLaunch whose launcher failed before any rank did: its log is shown
+    evidence: str = ""     # what decided whom a failure blames (verdict.Blame.evidence)
 
 
 class Supervisor:
@@ -126,7 +127,7 @@ class Supervisor:
         """None while the job should go on, else a Decision."""
         if self.interrupted:
             return Decision("interrupted", detail=f"interrupted by {procs.signal_name(self.interrupted)}")
-        if verdict.first_failure(self.ranks.values()) and not verdict.workers_done_then_stopped(self.ranks.values()):
+        if verdict.any_failure(self.ranks.values()) and not verdict.workers_done_then_stopped(self.ranks.values()):
             return self._blame_failure(now)
         codes = [p.poll() for p in self.procs]
         bad = [(n, c) for n, c in zip(self.nodes, codes) if c not in (None, 0)]
@@ -191,15 +192,14 @@ class Supervisor:
         blamed = verdict.blame_failure(list(self.ranks.values()), self._recent, self._steps,
                                        self._idle_window(now), now)
         if blamed is None:
-            return None  # a collective timeout: let the other victims time out too
-        culprit, victim, reason = blamed
-        if victim is None:
-            return Decision("failed", culprit, f"{culprit.label()} {culprit.how()}")
-        why = "" if culprit.stopped or culprit.vanished else f" ({reason})"
-        detail = (f"{culprit.label()} {culprit.how(self._idle_window(now), now)}{why}; "
-                  f"{victim.label()} {victim.how()} {verdict.victim_how(victim, self._recent(victim))} "
-                  f"(a victim, not the cause)")
-        return Decision("failed", culprit, detail, [victim])
+            return None  # stronger evidence, or the other victims, may still arrive
+        culprit, victim = blamed.culprit, blamed.victim
+        why = f" ({blamed.reason})" if blamed.reason and not (culprit.stopped or culprit.vanished) else ""
+        detail = f"{culprit.label()} {culprit.how(self._idle_window(now), now)}{why}"
+        if victim is not None:
+            detail += (f"; {victim.label()} {victim.how()} {verdict.victim_how(victim, self._recent(victim))} "
+                       f"(a victim, not the cause)")
+        return Decision("failed", culprit, detail, [victim] if victim else [], evidence=blamed.evidence)
 
     # -- actions
     def _start(self) -> None:
@@ -276,13 +276,14 @@ class Supervisor:
                 pass
         self._scan(time.monotonic())  # the logs are complete now
         out = Outcome(status=decision.status, elapsed_s=time.monotonic() - self.start_t, detail=decision.detail,
-                      culprit=culprit, others=others, stopped=len(stopping), left_running=left)
+                      culprit=culprit, others=others, stopped=len(stopping), left_running=left,
+                      evidence=decision.evidence)
         if out.status == "ok" and any(p.returncode not in (0, None) for p in self.procs) and not self.workers_done_t:
             out.status, out.detail = "failed", "a launcher exited non-zero after all ranks finished"
         # before any progress line, a failure that names gloo (or a stuck PS start-up barrier) is the
         # start-up's, not the benchmark's
         out.start_up = (out.status == "failed" and not self.progressed and decision.culprit is not None
-                        and any(ranks.start_up_failure(line) for line in self._recent(decision.culprit)))
+                        and any(messages.start_up_failure(line) for line in self._recent(decision.culprit)))
         if culprit is None and out.status == "failed":
             out.launcher_log = os.path.join((decision.launcher or self.nodes[0]).log_dir, "launcher.log")
             out.launcher_tail = _last_lines(out.launcher_log, self.limits.tail)

@@ -1,56 +1,93 @@
 """Which rank to blame, from what the supervisor observed (pure: no processes, no files).
 
-A failed job usually has one cause and several ranks that failed because of it. The rules:
-- The root cause of a failure is the earliest abnormal exit that nobody asked for (Paddle's
-  launcher stops the other ranks after a failure; those exits are effects). While only effects
-  are known, the supervisor reads every rank's events again and waits up to SETTLE_S for the
-  cause (cause_pending): whichever exit it reads first, the failed rank is named, not its peer.
-- Unless that rank died of a collective timeout (gloo gives up after ~30 s, compiled into Paddle
-  2.6.2) or of its peer's connection lost (gloo's "Read error ... Connection reset by peer"): then
-  it was a victim, of a rank that never arrived or went away, and the cause is among the ranks that
-  did not die so. A rank that is stopped (SIGSTOP: state T), or whose wrapper was killed, is such a
-  cause for sure.
-- A stalled (or timed-out) job blames the most suspect running rank: a stopped one; else the one
-  furthest behind (fewest steps logged; workers before servers, which log no steps); among equals
-  an idle one (no CPU time over the stall window); else the lowest rank.
+A failed job usually has one cause and several ranks that failed because of it. The cause is named
+by evidence, strongest first, never by the order in which exits were read:
+1. a rank whose wrapper vanished before anyone asked it to stop (killed from outside: no exit
+   status), or whose script was killed by a signal nobody asked for and that printed no message of
+   a lost peer (SIGKILL of the OOM killer or a user, SIGSEGV) is a cause for sure;
+2. a rank that exited non-zero by itself, its log naming no lost peer and no timed-out collective
+   (messages.py), failed of its own: a cause, unless evidence of (1) arrives within SETTLE_S;
+3. a rank whose log says its peer was lost or its collective timed out (messages.VICTIM: which of
+   gloo's messages it printed depends on whether it was reading or writing when the peer went) is
+   a victim: the cause is a rank of (1) or (2), else the most suspect rank still running (a stopped
+   one, then the one furthest behind); a victim is named only when nothing else can be the cause;
+4. a rank asked to stop (Paddle's launcher stops the others once one fails; the wrapper records the
+   request as it arrives) is an effect, never a cause while another can be.
+A stalled (or timed-out) job blames the most suspect running rank: a stopped one; else the one
+furthest behind (fewest steps logged; workers before servers, which log no steps); among equals an
+idle one (no CPU time over the stall window); else the lowest rank.
 Paddle ranks have background threads, so a rank blocked in Python still uses ~0.3% of a core
 (measured here): only a stopped or truly blocked process is idle, and idleness only breaks ties.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable
 
-from fleetbench.job.ranks import COLLECTIVE_TIMEOUT, PEER_LOST, Rank
+from fleetbench.job import messages, procs
+from fleetbench.job.ranks import Rank
 
-# After a first collective timeout, let the other victims time out too; after a rank asked to stop,
-# let the failure that caused it arrive (cause_pending).
+# After a first failure that is not proof (an own error, a victim), let stronger evidence arrive
+# (a killed peer's exit event, the other victims' time-outs); after a rank was asked to stop, let
+# the failure that caused it arrive (cause_pending).
 SETTLE_S = 2.0
 MIN_IDLE_WINDOW_S = 5.0  # CPU time is read once a second: shorter windows tell nothing
+KILLED, OWN, VICTIM, EFFECT = range(4)  # evidence levels, strongest first
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    level: int      # KILLED, OWN, VICTIM or EFFECT
+    says: str       # the evidence in words, for the report
+    t: float        # when (the exit event's time; the observation's for a vanished wrapper)
 
 
 def abnormal(rank: Rank) -> bool:
     return bool(rank.exit and rank.exit["code"] != 0)
 
 
-def first_failure(ranks: Iterable[Rank]) -> Rank | None:
-    """The rank whose failure came first, or None."""
-    failed = sorted((r for r in ranks if abnormal(r)), key=lambda r: (r.asked_to_stop, r.exit["t"]))
-    if failed and not failed[0].asked_to_stop:
-        return failed[0]
-    vanished = [r for r in ranks if r.vanished]
-    return vanished[0] if vanished else (failed[0] if failed else None)
+def failed(rank: Rank) -> bool:
+    return abnormal(rank) or rank.vanished
+
+
+def evidence(rank: Rank, tail: list[str]) -> Evidence | None:
+    """What this rank's end says of it, or None while it has not failed."""
+    if rank.vanished:
+        if rank.asked_t is not None:
+            return Evidence(EFFECT, "its wrapper vanished after it was asked to stop", rank.asked_t)
+        return Evidence(KILLED, "its wrapper vanished with no exit status before anyone asked it to stop",
+                        rank.gone_t or time.time())
+    if not abnormal(rank):
+        return None
+    t = rank.exit["t"]
+    if rank.asked_to_stop:
+        return Evidence(EFFECT, "it was asked to stop", t)
+    said = messages.victim_line(tail)
+    if said is not None:
+        return Evidence(VICTIM, f"its log says {messages.family(said).meaning}: {said[:160]}", t)
+    if rank.exit.get("signal"):
+        return Evidence(KILLED, f"killed by {procs.signal_name(rank.exit['signal'])}, which nobody asked for", t)
+    own = next(((m, line) for m, line in messages.meanings(tail).items() if m not in messages.VICTIM), None)
+    if own is not None:  # a failed rendezvous, out of memory: its own, and the log says which
+        return Evidence(OWN, f"it exited with code {rank.exit['code']}; its log says {own[0]}: {own[1][:160]}", t)
+    return Evidence(OWN, f"it exited with code {rank.exit['code']} and its log names no lost peer "
+                         f"and no timed-out collective", t)
+
+
+def any_failure(ranks: Iterable[Rank]) -> bool:
+    return any(failed(r) for r in ranks)
 
 
 def cause_pending(ranks: Iterable[Rank]) -> bool:
     """Some rank failed, but only as an effect: asked to stop (Paddle's launcher stops a job's
-    other ranks once one fails) or gone without an exit status (its wrapper killed). The failure
-    that caused it may not have been read yet, and naming the stopped peer would blame a healthy
-    rank (a PS worker exiting 1 after the workers' barrier, its peer SIGTERMed while it waited for
-    the servers: the peer was named when its exit was read first)."""
+    other ranks once one fails, SIGKILLing a wrapper whose script outlives its SIGTERM). The
+    failure that caused it may not have been read yet, and naming the stopped peer would blame a
+    healthy rank (a PS worker exiting 1 after the workers' barrier, its peer SIGTERMed while it
+    waited for the servers: the peer was named when its exit was read first)."""
     ranks = list(ranks)
-    return any(abnormal(r) or r.vanished for r in ranks) and \
-        not any(abnormal(r) and not r.asked_to_stop for r in ranks)
+    effects = [r for r in ranks if failed(r) and (r.asked_to_stop or (r.vanished and r.asked_t is not None))]
+    return bool(effects) and len(effects) == sum(failed(r) for r in ranks)
 
 
 def workers_done_then_stopped(ranks: Iterable[Rank]) -> bool:
@@ -60,19 +97,15 @@ def workers_done_then_stopped(ranks: Iterable[Rank]) -> bool:
     ranks = list(ranks)
     workers = [r for r in ranks if r.role == "worker"]
     return bool(workers) and all(r.exit and r.exit["code"] == 0 for r in workers) \
-        and all(r.asked_to_stop for r in ranks if abnormal(r)) and not any(r.vanished for r in ranks)
-
-
-def died_waiting(rank: Rank, tail: list[str]) -> bool:
-    """Did this rank end because a collective timed out or its peer's connection was lost (a victim
-    of another rank)?"""
-    return abnormal(rank) and any(COLLECTIVE_TIMEOUT.search(line) or PEER_LOST.search(line) for line in tail)
+        and all(r.asked_to_stop for r in ranks if abnormal(r)) \
+        and not any(r.vanished and r.asked_t is None for r in ranks)
 
 
 def victim_how(rank: Rank, tail: list[str]) -> str:
-    """How a victim (died_waiting) met its end, in words that follow the culprit's name."""
-    lost = any(PEER_LOST.search(line) for line in tail)
-    return "when its connection to it was lost" if lost else "after giving up waiting for it in a collective"
+    """How a victim met its end, in words that follow the culprit's name."""
+    found = messages.meanings(tail)
+    return ("when its connection to it was lost" if messages.PEER_LOST in found
+            else "after giving up waiting for it in a collective")
 
 
 def idle(rank: Rank, window: float, now: float) -> bool:
@@ -82,7 +115,6 @@ def idle(rank: Rank, window: float, now: float) -> bool:
 def suspicion(rank: Rank, steps: int, window: float, now: float) -> tuple:
     """Sort key, most suspect first (see the module docstring)."""
     clean_exit = bool(rank.exit) and not abnormal(rank)
-    # a rank whose wrapper was killed is a cause for sure, as a stopped one is: no peer kills a wrapper
     return (not rank.stopped, not rank.vanished, clean_exit, rank.role != "worker", steps, not idle(rank, window, now), rank.rank)
 
 
@@ -104,17 +136,37 @@ def most_suspect(candidates: list[Rank], steps_of: Callable[[Rank], int], window
     return first, "furthest behind (tied with others; the lowest rank is named)"
 
 
+@dataclasses.dataclass(frozen=True)
+class Blame:
+    culprit: Rank
+    victim: Rank | None   # a rank that died of it, shown beside it
+    reason: str | None    # why a running culprit was chosen (most_suspect), None for a failed one
+    evidence: str         # the evidence that decided, in words
+
+
 def blame_failure(ranks: list[Rank], tail_of: Callable[[Rank], list[str]], steps_of: Callable[[Rank], int],
-                  window: float, now: float) -> tuple[Rank, Rank | None, str | None] | None:
-    """None while waiting for other victims to settle, else (culprit, victim or None, reason)."""
-    failed = first_failure(ranks)
-    if not died_waiting(failed, tail_of(failed)):
-        return failed, None, None
-    others = [r for r in ranks if r is not failed and not died_waiting(r, tail_of(r))]
-    if not others:
-        return failed, None, None
-    settling = time.time() - failed.exit["t"] < SETTLE_S
-    if settling and not any(r.stopped or r.vanished for r in others):
+                  window: float, now: float) -> Blame | None:
+    """None while stronger evidence may still arrive, else the Blame (module docstring)."""
+    seen = {id(r): e for r in ranks for e in [evidence(r, tail_of(r))] if e is not None}
+    ranked = sorted((e.level, e.t, r.rank, r) for r in ranks for e in [seen.get(id(r))] if e is not None)
+    if not ranked:
         return None
-    culprit, reason = most_suspect(others, steps_of, window, now)
-    return culprit, failed, reason
+    level, first_t, _, best = ranked[0]
+    victims = [r for lv, _, _, r in ranked if lv == VICTIM]
+    victim = next((v for v in victims if v is not best), None)
+    running = [r for r in ranks if id(r) not in seen and not r.exit]
+    settling = time.time() - min(t for _, t, _, _ in ranked) < SETTLE_S
+    if level == KILLED:
+        return Blame(best, victim, None, seen[id(best)].says)
+    if level == OWN:
+        if settling and running:
+            return None  # a killed peer's exit event may be on its way
+        return Blame(best, victim, None, seen[id(best)].says)
+    if level == VICTIM and running:
+        if settling and not any(r.stopped for r in running):
+            return None  # let the other victims time out too
+        culprit, reason = most_suspect(running, steps_of, window, now)
+        return Blame(culprit, best, reason, f"{best.label()}: {seen[id(best)].says}")
+    if level == VICTIM:
+        return Blame(best, None, None, f"{seen[id(best)].says}; no other rank can be the cause")
+    return Blame(best, None, None, seen[id(best)].says)  # effects only, once cause_pending gave up

@@ -13,7 +13,7 @@ from util import PYTHON, REPO, env, wait_for
 
 from datasets import criteo
 from fleetbench.job import procs
-from fleetbench.job.ranks import start_up_failure
+from fleetbench.job.messages import start_up_failure
 from fleetbench.measure import config
 from fleetbench.train import ps
 from fleetbench.train.ps import data, paddle26, roles, scratch
@@ -63,7 +63,7 @@ def test_a_stuck_start_up_is_given_up_before_a_sweep_s_start_up_watchdog_stops_t
 
 def test_init_deadline_leaves_with_every_thread_s_stack(tmp_path):
     """paddle26.init_deadline in a process whose block never ends: exit 1, the faulthandler dump
-    headed by the line fleetbench.job.ranks.START_UP_STUCK reads, naming the function it waited in."""
+    headed by the line fleetbench.job.messages (family "PS start-up deadline") reads, naming the function it waited in."""
     code = ("import sys\nfrom fleetbench.train.ps import paddle26\n"
             "def waiting_for_the_barrier():\n    sys.stdin.read()\n"
             "with paddle26.init_deadline(0.5):\n    waiting_for_the_barrier()\n")

@@ -6,16 +6,15 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from util import PYTHON, wait_for
 
 from fleetbench.job import procs, verdict
 from fleetbench.job.ranks import Rank
 
-GLOO_TIMEOUT = "terminate called after throwing an instance of 'gloo::TimeoutException'"
-
-
-def _rank(rank, state="S", code=None, t=0.0, ticks=None, asked=False):
-    r = Rank(node="node0", role="worker", rank=rank, pid=1000 + rank, child=2000 + rank, log=f"workerlog.{rank}",
+def _rank(rank, state="S", code=None, t=0.0, ticks=None, asked=False, role="worker"):
+    r = Rank(node="node0", role=role, rank=rank, pid=1000 + rank, child=2000 + rank, log=f"workerlog.{rank}",
              state=state)
     if code is not None:
         r.exit = {"code": code, "signal": -code if code < 0 else None, "t": t, "asked_to_stop": asked}
@@ -24,51 +23,119 @@ def _rank(rank, state="S", code=None, t=0.0, ticks=None, asked=False):
     return r
 
 
+def _vanished(rank, asked_t=None, role="worker"):
+    r = _rank(rank, role=role)
+    r.gone, r.gone_t, r.asked_t = True, time.time(), asked_t
+    return r
+
+
+def _blame(ranks, tails, steps=lambda r: 2):
+    return verdict.blame_failure(ranks, lambda r: tails.get(r.rank, ["step 2/9"]), steps, 30, time.time())
+
+
 def test_a_failure_that_is_not_a_collective_timeout_is_its_own_cause():
     r0, r1 = _rank(0, code=3, t=10.0), _rank(1, state="T")
-    assert verdict.blame_failure([r0, r1], lambda r: ["Traceback", "ValueError: x"], lambda r: 2, 30, 100.0) == (
-        r0, None, None)
+    blamed = _blame([r0, r1], {0: ["Traceback", "ValueError: x"]})
+    assert (blamed.culprit, blamed.victim, blamed.reason) == (r0, None, None)
+    assert blamed.evidence == "it exited with code 3 and its log names no lost peer and no timed-out collective"
+
+
+def test_an_own_failure_waits_for_stronger_evidence_while_others_run():
+    now = time.time()
+    own, peer = _rank(0, code=1, t=now), _rank(1)
+    assert _blame([own, peer], {0: ["SomeNewError: whatever gloo said"]}) is None  # rank 1 may have been killed
+    peer.exit = {"code": -9, "signal": 9, "t": now + 0.1, "asked_to_stop": False}
+    blamed = _blame([own, peer], {0: ["SomeNewError: whatever gloo said"]})
+    assert blamed.culprit is peer and blamed.evidence == "killed by SIGKILL, which nobody asked for"
+
+
+GLOO_TIMEOUT = "terminate called after throwing an instance of 'gloo::TimeoutException'"
 
 
 def test_a_collective_timeout_victim_points_at_the_rank_it_waited_for():
     now = time.time()
     victim, stopped, waiting = _rank(0, code=-6, t=now - 1), _rank(1, state="T"), _rank(2)
     tails = {0: ["step 4/9", GLOO_TIMEOUT], 1: ["step 4/9"], 2: ["step 4/9"]}
-    blamed = verdict.blame_failure([victim, stopped, waiting], lambda r: tails[r.rank], lambda r: 4, 30, 100.0)
-    assert blamed == (stopped, victim, "stopped (process state T)")  # a stopped rank: no need to wait
+    blamed = _blame([victim, stopped, waiting], tails, lambda r: 4)
+    assert (blamed.culprit, blamed.victim, blamed.reason) == (stopped, victim, "stopped (process state T)")
+    assert blamed.evidence.startswith("worker rank 0: its log says collective timeout")
     # no stopped rank: let the other victims time out too before naming anyone
-    assert verdict.blame_failure([victim, _rank(1), _rank(2)], lambda r: tails[r.rank], lambda r: 4, 30, 100.0) is None
+    assert _blame([victim, _rank(1), _rank(2)], tails, lambda r: 4) is None
     victim.exit["t"] = now - verdict.SETTLE_S - 1
     other_victim = _rank(2, code=-6, t=now)
-    culprit, _, reason = verdict.blame_failure([victim, _rank(1), other_victim], lambda r: tails[0],
-                                               lambda r: 4, 30, 100.0)
-    assert culprit.rank == 1  # the one rank that did not time out
-    # a timed-out rank with nobody else left is the cause after all
-    assert verdict.blame_failure([victim], lambda r: tails[0], lambda r: 4, 30, 100.0) == (victim, None, None)
+    blamed = _blame([victim, _rank(1), other_victim], {0: tails[0], 2: tails[0]}, lambda r: 4)
+    assert blamed.culprit.rank == 1  # the one rank that did not time out
+    # a timed-out rank with nobody else left is the cause after all, and the report says why
+    blamed = _blame([victim], tails, lambda r: 4)
+    assert blamed.culprit is victim and blamed.evidence.endswith("no other rank can be the cause")
 
 
-# what rank 0 logged when rank 1's wrapper was SIGKILLed under load (make test, 2 cores): it exited
-# 1 on its own before Paddle's launcher stopped it, and was named as the cause
-GLOO_PEER_LOST = ("RuntimeError: [/paddle/third_party/gloo/gloo/transport/tcp/pair.cc:576] Read error "
-                  "[127.0.0.1]:55954: Connection reset by peer")
+# What a healthy rank 0 prints when rank 1 goes depends on whether it was reading or writing, and in
+# which call: each of these has been seen or is written by gloo v0.0.3 / Paddle for a lost peer.
+VICTIM_LINES = {
+    "read reset": "RuntimeError: [/paddle/third_party/gloo/gloo/transport/tcp/pair.cc:576] Read error "
+                  "[127.0.0.1]:55954: Connection reset by peer",
+    "writev broken pipe": "RuntimeError: [/paddle/third_party/gloo/gloo/transport/tcp/pair.cc:383] writev "
+                          "[127.0.0.1]:165: Broken pipe",
+    "writev reset": "RuntimeError: [/paddle/third_party/gloo/gloo/transport/tcp/pair.cc:383] writev "
+                    "[127.0.0.1]:165: Connection reset by peer",
+    "eof as TIMEOUT": "RuntimeError: [/paddle/third_party/gloo/gloo/transport/tcp/pair.cc:585] TIMEOUT self_rank = 0 "
+                      "pair_rank = 1 peer_str = [127.0.0.1]:40021",
+    "reducer abort": "terminate called after throwing an instance of 'gloo::IoException'",
+    "pairs closed": "RuntimeError: Application timeout caused pair closure",
+}
 
 
-def test_a_rank_that_lost_its_peer_points_at_the_rank_whose_wrapper_was_killed():
+@pytest.mark.parametrize("said", sorted(VICTIM_LINES))
+@pytest.mark.parametrize("how", ["wrapper killed", "script SIGKILLed", "script SIGSEGV"])
+@pytest.mark.parametrize("rank0_exit", ["before", "after"])  # rank 0's exit read before or after rank 1's end
+@pytest.mark.parametrize("world", [2, 4])
+def test_the_killed_rank_is_named_whatever_its_peer_printed_and_whatever_order(said, how, rank0_exit, world):
     now = time.time()
-    victim, killed, other = _rank(0, code=1, t=now - 0.5), _rank(1), _rank(2)
-    tails = {0: ["step 2/9", GLOO_PEER_LOST], 1: ["step 2/9"], 2: ["step 2/9"]}
-    # the killed wrapper not seen yet: wait, rather than name the victim
-    assert verdict.blame_failure([victim, killed, other], lambda r: tails[r.rank], lambda r: 2, 30, now) is None
-    killed.gone = True  # its wrapper is gone with no exit recorded
-    blamed = verdict.blame_failure([victim, killed, other], lambda r: tails[r.rank], lambda r: 2, 30, now)
-    assert blamed == (killed, victim, "its wrapper was killed")
-    assert verdict.victim_how(victim, tails[0]) == "when its connection to it was lost"
-    # a rank further behind is not preferred to the one whose wrapper was killed
-    blamed = verdict.blame_failure([victim, killed, other], lambda r: tails[r.rank], lambda r: {1: 2, 2: 1}.get(r.rank, 2),
-                                   30, now)
-    assert blamed[0] is killed
-    # with nobody else left, the rank that lost its peer is the cause after all
-    assert verdict.blame_failure([victim], lambda r: tails[0], lambda r: 2, 30, now) == (victim, None, None)
+    t0, t1 = (now - 0.3, now) if rank0_exit == "before" else (now, now - 0.3)
+    victim = _rank(0, code=-6 if said == "reducer abort" else 1, t=t0)
+    if how == "wrapper killed":
+        killed = _vanished(1)
+    else:
+        killed = _rank(1, code=-9 if how == "script SIGKILLed" else -11, t=t1)
+    others = [_rank(r) for r in range(2, world)]
+    tails = {0: ["step 2/9", "Traceback (most recent call last):", VICTIM_LINES[said]]}
+    for ranks in ([victim, killed, *others], [killed, *others, victim]):
+        blamed = _blame(ranks, tails)
+        assert blamed.culprit is killed and blamed.victim is victim, (said, how, blamed)
+        assert "nobody asked" in blamed.evidence or "before anyone asked" in blamed.evidence
+
+
+def test_a_killed_rank_is_named_when_its_peer_printed_nothing():
+    killed, quiet = _vanished(1), _rank(0)
+    assert verdict.cause_pending([killed, quiet]) is False  # unasked: evidence, not an effect
+    blamed = _blame([quiet, killed], {})
+    assert blamed.culprit is killed and blamed.victim is None
+    # rank 0 then stopped by its launcher: still rank 1
+    asked = _rank(0, code=-15, t=time.time(), asked=True)
+    assert _blame([asked, killed], {}).culprit is killed
+
+
+def test_a_wrapper_that_vanished_after_being_asked_is_an_effect():
+    now = time.time()
+    cause = _rank(0, code=3, t=now - 5)
+    effect = _vanished(1, asked_t=now - 4.5)  # Paddle's launcher SIGKILLs it 3 s after its SIGTERM
+    assert verdict.cause_pending([effect]) is True
+    blamed = _blame([effect, cause], {0: ["ValueError: x"]})
+    assert blamed.culprit is cause
+    assert not verdict.workers_done_then_stopped([_rank(0, code=0), _vanished(1)])
+    assert verdict.workers_done_then_stopped([_rank(0, code=0), _vanished(1, asked_t=now, role="server")])
+
+
+@pytest.mark.parametrize("role", ["server", "worker"])
+def test_a_parameter_server_role_killed_mid_training_is_named(role):
+    now = time.time()
+    killed = _rank(1, role=role, code=-9, t=now)
+    worker = _rank(0, code=1, t=now - 0.2)
+    said = ("E1127 20:31:02.123 brpc_ps_client.cc:195] resquest cmd_id:2 failed, err:[E111]Fail to connect "
+            "SocketId=8589934593@127.0.0.1:6071: Connection refused")
+    blamed = _blame([worker, killed], {0: [said]})
+    assert blamed.culprit is killed and blamed.victim is worker
 
 
 def test_a_stall_blames_stopped_then_furthest_behind_then_idle_then_the_lowest_rank():
@@ -85,13 +152,14 @@ def test_a_stall_blames_stopped_then_furthest_behind_then_idle_then_the_lowest_r
     assert culprit.rank == 0 and "tied" in reason
 
 
-def test_the_first_failure_is_the_earliest_exit_nobody_asked_for():
+def test_an_effect_is_never_the_cause_while_another_can_be():
     asked = _rank(0, code=-15, t=1.0, asked=True)
     failed = _rank(1, code=1, t=2.0)
-    assert verdict.first_failure([asked, failed]) is failed
-    gone = _rank(2)
-    gone.gone = True
-    assert verdict.first_failure([asked, gone]) is gone and gone.status() == "no exit status (its wrapper was killed)"
+    assert verdict.any_failure([asked]) and verdict.cause_pending([asked]) and not verdict.cause_pending([asked, failed])
+    assert _blame([asked, failed], {1: ["ValueError"]}).culprit is failed
+    gone = _vanished(2)
+    assert gone.status() == "no exit status (its wrapper was killed)"
+    assert _blame([asked, gone], {}).culprit is gone
 
 
 # ---------------------------------------------------------------------------------------------

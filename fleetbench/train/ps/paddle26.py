@@ -52,7 +52,7 @@ class Quiet:
 @contextlib.contextmanager
 def init_deadline(seconds: float) -> Iterator[None]:
     """Leave the process (exit 1) if the block has not ended after `seconds`, with every thread's
-    stack in the log, headed `Timeout (H:MM:SS)!` (fleetbench.job.ranks.START_UP_STUCK).
+    stack in the log, headed `Timeout (H:MM:SS)!` (fleetbench.job.messages, family "PS start-up deadline").
 
     Paddle 2.6.2's start-up barrier can deadlock. BarrierTable::Barrier on each server adds the
     arriving trainer to a set and waits until the set is emptied; the last trainer to arrive
