@@ -47,9 +47,11 @@ def test_a_rank_killed_from_outside_is_named_whatever_its_peer_printed(tmp_path,
     assert "\n  evidence: " in err and "worker rank 0 " not in detail.split(";")[0], err
     if target == "wrapper":
         assert "worker rank 1 disappeared: its wrapper was killed" in detail
+        assert "\n  evidence: its wrapper vanished with no exit status before anyone asked it to stop\n" in err, err
         assert "rank 1, role worker, node node0, no exit status (its wrapper was killed)" in err
     else:
-        assert "worker rank 1 was killed by SIGKILL" in detail and "which nobody asked for" in detail, err
+        assert detail.startswith("worker rank 1 was killed by SIGKILL"), err
+        assert "\n  evidence: killed by SIGKILL, which nobody asked for\n" in err, err
     (rec,) = records(store)
     assert rec["error"].startswith("launch: worker rank 1 ")
     assert _job_processes(token) == []
