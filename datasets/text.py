@@ -16,6 +16,7 @@ world-th window from the r-th on (`windows`); synthetic windows are walks of the
 """
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +74,7 @@ def windows(ids: np.ndarray, seq_len: int, rank: int, world: int) -> np.ndarray:
     return all_windows[rank::world]
 
 
-def gen_parser():
+def gen_parser() -> argparse.ArgumentParser:
     from fleetbench import cmdline
 
     p = cmdline.Parser(prog="fleetbench data gen text", description=__doc__.split("\n\n")[0])
@@ -82,7 +83,7 @@ def gen_parser():
     return p
 
 
-def cli(argv=None) -> int:
+def cli(argv: list | None = None) -> int:
     args = gen_parser().parse_args(argv)
     text = Path(args.text).read_text(encoding="utf-8", errors="replace") if args.text else corpus_text()
     ids = tokenize(text)

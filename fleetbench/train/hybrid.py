@@ -20,29 +20,32 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any, Callable
 
 from fleetbench.machine.device import gpu_ranks
 from fleetbench.measure import devices, flops
 from fleetbench.measure.config import ConfigError
 from fleetbench.train import capability
 
+Cfg = Any  # collective/gpt.GptConfig: the keys read here are its split (tp, pp, sharding_stage, ...)
+
 GPU_ONLY = ("tp", "pp", "sequence_parallel", "sharding_stage")
 AXES = {"dp": "data", "pp": "pipe", "sharding": "sharding", "mp": "model", "sep": "sep", "cp": "context",
         "ep": "expert", "moe_sharding": "moe_sharding"}
 
 
-def width(cfg, world: int) -> int:
+def width(cfg: Cfg, world: int) -> int:
     return max(1, world // (cfg.tp * cfg.pp))
 
 
-def degrees(cfg, world: int) -> dict:
+def degrees(cfg: Cfg, world: int) -> dict:
     w = width(cfg, world)
     stage1 = cfg.sharding_stage == 1
     return {"dp_degree": 1 if stage1 else w, "mp_degree": cfg.tp, "pp_degree": cfg.pp,
             "sharding_degree": w if stage1 else 1}
 
 
-def strategy(cfg):
+def strategy(cfg: Cfg) -> Any:
     from paddle.distributed import fleet
 
     world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
@@ -52,12 +55,12 @@ def strategy(cfg):
     return s
 
 
-def accumulation(cfg, world: int) -> int:
+def accumulation(cfg: Cfg, world: int) -> int:
     """Micro-batches a pipeline runs a step (1 without a pipeline: global = micro x width)."""
     return max(1, cfg.global_batch // (cfg.micro_batch * width(cfg, world))) if cfg.global_batch else 1
 
 
-def check(cfg) -> None:
+def check(cfg: Cfg) -> None:
     """ConfigError (one line) when this Paddle build and these ranks cannot run the split."""
     if cfg.dry_topology:
         return  # no kernel, no process group: orchestration only
@@ -73,7 +76,7 @@ def check(cfg) -> None:
             "where GPUs are visible, or tp=pp=1, sequence_parallel=false, sharding_stage 0 or 1 here")
 
 
-def topology(cfg, world: int, rank: int) -> dict:
+def topology(cfg: Cfg, world: int, rank: int) -> dict:
     """This rank's place in the hybrid topology Paddle builds for `cfg` (module doc)."""
     from paddle.distributed.fleet.base.topology import CommunicateTopology
 
@@ -91,7 +94,7 @@ def topology(cfg, world: int, rank: int) -> dict:
             "recompute": cfg.recompute}
 
 
-def print_topology(cfg) -> bool:
+def print_topology(cfg: Cfg) -> bool:
     """With dry_topology: print this rank's topology line and say the run ends here."""
     if not cfg.dry_topology:
         return False
@@ -103,7 +106,7 @@ def print_topology(cfg) -> bool:
     return True
 
 
-def utilization(cfg, device: str, precision: str) -> dict:
+def utilization(cfg: Cfg, device: str, precision: str) -> Callable[[dict], dict]:
     """The record's FLOPs figures: training FLOPs a token (measure/flops.py, model FLOPs: no
     recomputation counted) and, with the throughput, MFU against the device's peak
     (measure/devices.py); on a CPU the peak is not in the table: mfu null (issue 45 measures it)."""
@@ -118,7 +121,7 @@ def utilization(cfg, device: str, precision: str) -> dict:
     return figures
 
 
-def prepare(cfg, work, ctx) -> tuple:
+def prepare(cfg: Cfg, work: Any, ctx: Any) -> tuple:
     """(model, step_fn) of the split: Fleet's wrappers (DataParallel, ShardingParallel + the
     sharding optimizer, TensorParallel, PipelineParallel) or group_sharded_parallel for stages
     2-3 over the data-parallel group; the step is the loop's (methods.Steps: AMP, the optimizer,
