@@ -14,9 +14,10 @@ Step (one global batch), for m = global_batch / (dp x micro_batch) micro-batches
                   the interleaved schedule's (v model chunks a GPU) (pp - 1) / v (Narayanan, sec. 2.2)
     DP/sharding   the gradients a GPU holds (bf16/fp16: 2 bytes a parameter) all-reduced over the dp
                   group with analysis/nccl.py (ring or tree, NVLink inside a node, the NICs across);
-                  sharding stages 1-2 reduce-scatter + all-gather the same bytes, stage 3 gathers the
-                  weights once more for backward (x1.5); exposed (after backward), as Megatron-LM's
-                  2021 code and Paddle's sharding without overlap run it
+                  sharding stage 1 reduce-scatters + all-gathers the same bytes once a step; stages 2-3
+                  every micro-batch (a rank keeps only its gradient shard, so accumulation cannot wait),
+                  stage 3 gathering the weights once more for backward (x1.5); exposed (after
+                  backward), as Megatron-LM's 2021 code and Paddle's sharding without overlap run it
 
 GEMM efficiency: the share of peak a GPU's matrix multiplications reach grows with their width; the
 model uses eff = EFF_MAX x w / (w + EFF_HALF_WIDTH), w = hidden / tp, a saturating curve; beside
@@ -216,7 +217,11 @@ def dp_comm_s(shape: Shape, split: Split, cluster: Cluster) -> float:
                            max(nodes, 2), "NICs").with_hop_us(nccl.DEFAULT_HOP_US["net"], "NCCL default")
     link = nccl.NcclLink(intra, inter, nodes, per_node)
     seconds = link.allreduce_ms(nbytes, max(1, math.ceil(nbytes / BUCKET_BYTES))) / 1e3
-    return seconds * (1.5 if split.sharding_stage == 3 else 1.0)
+    if split.sharding_stage >= 2:
+        # a rank keeps only its shard of the gradients, so every micro-batch's backward reduces them
+        # (ZeRO-2/3: accumulation cannot wait for the step); stage 3 gathers the weights again too
+        seconds *= split.micro_batches * (1.5 if split.sharding_stage == 3 else 1.0)
+    return seconds
 
 
 def memory_bytes(shape: Shape, split: Split) -> dict:

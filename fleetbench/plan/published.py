@@ -72,8 +72,12 @@ def cells(table: dict) -> list[Cell]:
         if table.get("unit") == "tokens/s/gpu":  # to TFLOP/s a GPU, by the table's FLOPs convention
             published = published * shape.flops_per_token(table["flops"]) / 1e12
         why = model.check(shape, split, cluster)
-        predicted = None if why else model.predict(shape, split, cluster).tflops_per_gpu(table["flops"])
+        found = None if why else model.predict(shape, split, cluster)
+        predicted = found.tflops_per_gpu(table["flops"]) if found else None
         note = why or f"{split.label()}; assumed: {assumed}"
+        if found and values.get("memory_mib"):
+            note += (f"; memory {found.memory_gib * 1024:.0f} MiB predicted, {values['memory_mib']} published "
+                     "(not in the error)")
         out.append(Cell(table["file"], table["role"], str(values["name"]), published, predicted, note))
     return out
 

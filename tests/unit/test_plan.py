@@ -49,6 +49,13 @@ def test_activation_memory_is_korthikantis(tp):
     assert none / model.layer_activation_bytes(GPT175, sp, "selective") > (4 if tp == 8 else 1.5)
 
 
+@pytest.mark.parametrize("stage,factor", [(0, 1), (1, 1), (2, 16), (3, 24)])
+def test_stages_2_and_3_reduce_gradients_every_micro_batch(stage, factor):
+    once = model.dp_comm_s(GPT175, model.Split(8, 1, 8, 1, 128), A100)
+    assert model.dp_comm_s(GPT175, model.Split(8, 1, 8, 1, 128, sharding_stage=stage), A100) == \
+        pytest.approx(once * factor)
+
+
 @pytest.mark.parametrize("dp", [2, 8, 64])
 def test_sharding_stages_divide_what_zero_says(dp):
     parts = [model.memory_bytes(GPT175, model.Split(8, 8, dp, 1, dp * 8, sharding_stage=st)) for st in range(4)]
@@ -86,8 +93,8 @@ def test_published_tables_reach_the_issues_accuracy():
     fit = published.summary([c for c in every if c.role == "fit"])
     check = published.summary([c for c in every if c.role == "check"])
     assert fit["within_15pct"] >= 0.85 and fit["median_abs_error"] <= 0.07
-    # the tables not fitted on: every cell within 15%; median 7.1% (docs/plan.md says so)
-    assert check["within_15pct"] >= 0.85 and check["median_abs_error"] <= 0.075
+    # the tables never fitted on reach the same (docs/gpt.md lists every cell)
+    assert check["within_15pct"] >= 0.85 and check["median_abs_error"] <= 0.07 and check["cells"] >= 7
     assert {t["role"] for t in published.tables()} == {"fit", "check"}
 
 
@@ -156,5 +163,5 @@ def test_validate_lists_every_cell():
     out = plan("--validate")
     assert out.returncode == 0
     rows = sum(len(t["rows"]) for t in published.tables())
-    assert sum(1 for line in out.stdout.splitlines() if line.endswith(("interleave", "nothing"))) == rows
+    assert sum(1 for line in out.stdout.splitlines() if line.split()[0].endswith(".yaml")) == rows
     assert cli.parser().prog == "fleetbench plan"
