@@ -6,7 +6,8 @@ topology), the wrapped model and its step, and the record's utilization (MFU).
                  stages 2-3, which shard over the data-parallel group with
                  paddle.distributed.sharding.group_sharded_parallel), or `sharding_degree` (stage 1:
                  Fleet's DygraphShardingOptimizer, dp_degree 1)
-    check        a CPU build (or CPU ranks) cannot run tp, pp, sequence parallelism or stages 2-3
+    check        sequence parallelism is not wired yet (refused on every build); a CPU build (or
+                 CPU ranks) cannot run tp, pp or stages 2-3
                  (Paddle 2.6.2 and 3.3.1: ColumnParallelLinear "Only support xpu, gpu and
                  custom_device"; PipelineLayer fails in ParallelEnv; group_sharded_parallel is a GPU
                  path): one line naming the build, exit 2, before anything starts
@@ -64,6 +65,13 @@ def check(cfg: Cfg) -> None:
     """ConfigError (one line) when this Paddle build and these ranks cannot run the split."""
     if cfg.dry_topology:
         return  # no kernel, no process group: orchestration only
+    if cfg.sequence_parallel:
+        # the layers are Paddle's sequence-parallel linears (gpt_model._column/_row), but the
+        # scatter of the embedding into the [s*b/t, h] layout, the final gather and the all-reduce
+        # hooks of the norms' weights are not wired: refused rather than run wrong (docs/gpt.md)
+        raise ConfigError("config key 'sequence_parallel' is true but collective/gpt.py does not wire the "
+                          "sequence-parallel layout yet (scatter, gather, norm-weight hooks); use "
+                          "sequence_parallel=false, or dry_topology=true for its groups")
     asked = [k for k in GPU_ONLY if (getattr(cfg, k) > (1 if k in ("tp", "pp") else 0)
                                      if k != "sequence_parallel" else getattr(cfg, k))]
     asked = [k for k in asked if k != "sharding_stage" or cfg.sharding_stage >= 2]

@@ -67,3 +67,10 @@ def test_a_cpu_build_refuses_model_parallelism_in_one_line(tmp_path, key):
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert f"config key '{key.split('=')[0]}'" in lines[0] and "CPU build" in lines[0] and "GPU builds only" in lines[0]
     assert not (tmp_path / "log").exists() or not list((tmp_path / "log").glob("workerlog.*"))
+
+
+def test_sequence_parallelism_is_refused_until_its_layout_is_wired():
+    proc = util.run_script("collective/gpt.py", "--preset", "tiny", "--set", "tp=2", "--set", "sequence_parallel=true",
+                           "--check")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "config key 'sequence_parallel' is true" in proc.stderr and "not wire" in proc.stderr
