@@ -74,3 +74,19 @@ def test_sequence_parallelism_is_refused_until_its_layout_is_wired():
                            "--check")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "config key 'sequence_parallel' is true" in proc.stderr and "not wire" in proc.stderr
+
+
+def test_llama_layers_train_and_recomputation_changes_no_loss(tmp_path):
+    """tiny_llama (RMSNorm, SwiGLU, rotary) in one process: recomputation (a block, or attention's
+    core) reruns the same forward, so the losses are those of no recomputation."""
+    losses = {}
+    for mode in ("none", "selective", "full"):
+        out = tmp_path / f"{mode}.jsonl"
+        proc = util.run_script("collective/gpt.py", "--preset", "tiny_llama", "--set", f"recompute={mode}",
+                               "--results", out)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        (record,) = util.records(out)
+        losses[mode] = (record["metrics"]["loss_first"], record["metrics"]["loss_last"])
+        assert record["metrics"]["parallel"]["recompute"] == mode
+    assert losses["selective"] == pytest.approx(losses["none"], rel=1e-5) == losses["full"]
+    assert losses["none"][1] < 0.8 * losses["none"][0]
