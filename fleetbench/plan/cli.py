@@ -83,6 +83,11 @@ def _inputs(p: cmdline.Parser, args) -> tuple:
     shape = model.Shape(args.layers, args.hidden, args.heads, args.seq, args.vocab, args.ffn_hidden,
                         args.swiglu, args.flash_attention)
     cluster = model.Cluster(args.gpu, args.gpus_per_node, *args.network, precision=args.precision)
+    try:
+        cluster.peak_flops
+    except KeyError:  # e.g. a K80 has no half-precision math (measure/devices.py)
+        p.error(f"--precision {args.precision}: expected one the {cluster.device.name} has "
+                f"({', '.join(cluster.device.tflops)})")
     return shape, cluster
 
 
@@ -93,6 +98,8 @@ def cli(argv=None) -> int:
         return _validate(args.json)
     shape, cluster = _inputs(p, args)
     if args.tp is None:
+        if args.gpus is None:
+            p.error("--dp without --tp/--pp: expected --gpus N for a search of the splits")
         choices = search.Choices(None, None, args.micro_batch, args.recompute, args.sharding_stage,
                                  args.sequence_parallel, args.interleave)
         found, priced = search.ranked(shape, args.gpus, args.global_batch, cluster, choices)

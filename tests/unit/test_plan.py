@@ -153,6 +153,9 @@ def test_plan_searches_1024_gpus_in_under_5_seconds():
     (["--tp", "8", "--pp", "7", "--gpus", "56"], "layers 96 do not divide"),
     (["--tp", "16", "--pp", "1", "--gpus", "64"], "spans more than a node"),
     (["--tp", "8", "--pp", "1", "--dp", "8", "--gpus", "64"], "--dp or --gpus"),
+    (["--dp", "8"], "expected --gpus N for a search"),
+    (["--gpus", "8", "--gpu", "K80"], "--precision bf16: expected one the K80 has (fp32)"),
+    (["--tp", "8", "--pp", "2", "--gpus", "40"], "--gpus 40: expected a multiple of tp x pp (16)"),
 ])
 def test_plan_refuses_a_split_in_one_line(args, words):
     out = plan(*SHAPE, *args)
