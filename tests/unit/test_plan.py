@@ -168,3 +168,19 @@ def test_validate_lists_every_cell():
     rows = sum(len(t["rows"]) for t in published.tables())
     assert sum(1 for line in out.stdout.splitlines() if line.split()[0].endswith(".yaml")) == rows
     assert cli.parser().prog == "fleetbench plan"
+
+
+class GptCfg:  # the keys hybrid.utilization reads (collective/gpt.GptConfig's)
+    num_layers, hidden_size, seq_len, vocab_size, ffn_hidden, mlp = 24, 2048, 2048, 50304, 0, "gelu"
+
+
+@pytest.mark.parametrize("device,precision,peak", [("NVIDIA A100-SXM4-80GB", "bf16", 312e12),
+                                                   ("Tesla V100-SXM2-32GB", "fp16", 125e12),
+                                                   ("NVIDIA H100 80GB HBM3", "fp32", 67e12), ("cpu", "fp32", None)])
+def test_the_gpt_record_mfu_is_model_flops_over_the_devices_peak(device, precision, peak):
+    from fleetbench.train import hybrid
+
+    got = hybrid.utilization(GptCfg(), device, precision)({"throughput_per_device": 1000.0})
+    per_token = flops.gpt_train_flops_per_token(24, 2048, 2048, 50304)
+    assert got["flops_per_token"] == per_token and got["model_tflops_per_device"] == pytest.approx(per_token * 1e-9)
+    assert got["mfu"] == (None if peak is None else pytest.approx(per_token * 1000 / peak))
