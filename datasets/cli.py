@@ -18,6 +18,7 @@ DATA_SETS = {
     "bert": ("gen",),
     "criteo": ("gen", "validate"),
     "mnist": ("gen", "validate"),
+    "text": ("gen",),
     "wmt16": ("gen",),
     "word2vec": ("gen",),
 }

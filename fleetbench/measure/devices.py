@@ -96,3 +96,20 @@ def peak_flops(name: str | None, precision: str = "fp32") -> float | None:
         raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
     device = lookup(name)
     return device.peak_tflops(precision) * 1e12 if device else None
+
+
+# Memory bandwidth a GPU, GB/s (vendors' datasheets), by TABLE name and memory size where the two
+# sizes differ (A100 40GB: HBM2 1555; 80GB: HBM2e 2039 SXM, 1935 PCIe). `fleetbench plan` prices
+# a layer's memory-bound work (norms, dropout, softmax, activations) with it.
+HBM_GBPS = {"H100-SXM": 3350.0, "H100-PCIe": 2000.0, "H800": 3350.0, "A100-SXM": {80: 2039.0, 40: 1555.0},
+            "A100-PCIe": {80: 1935.0, 40: 1555.0}, "A800": {80: 2039.0, 40: 1555.0}, "V100-SXM": 900.0,
+            "V100-PCIe": 900.0, "A10": 600.0, "T4": 320.0, "P100": 732.0, "K80": 240.0}
+
+
+def hbm_GBps(name: str) -> float | None:
+    """Memory bandwidth of the device a name means (its memory size's, 'A100-40GB'), or None."""
+    device = lookup(name)
+    if device is None:
+        return None
+    value = HBM_GBPS[device.name]
+    return value[int(memory_gib(name))] if isinstance(value, dict) else value

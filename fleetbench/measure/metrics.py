@@ -91,6 +91,14 @@ DEFINITIONS = {
     "analogy_accuracy": "ps: 3CosAdd analogy accuracy of the trained vectors (Word2Vec, optional)",
     "analogy_questions": "ps: analogy questions answered",
     "analogy_skipped": "ps: analogy questions skipped (a word outside the analogy vocabulary)",
+    # GPT (collective/gpt.py, fleetbench/train/hybrid.py; docs/gpt.md)
+    "flops_per_token": "gpt: training FLOPs a token, model FLOPs (measure/flops.py: matrix multiplications, "
+                       "attention scores counted whole, no recomputation)",
+    "model_tflops_per_device": "gpt: flops_per_token x throughput_per_device / 1e12",
+    "mfu": "gpt: model_tflops_per_device / the device's peak at the run's precision (measure/devices.py); "
+           "null on a CPU, whose peak the table does not hold",
+    "parallel": "gpt: the split: dp/mp/pp/sharding degrees Fleet was given, sharding_stage, sequence_parallel, "
+                "recompute, accumulate_steps (micro-batches a pipeline step)",
 }
 
 

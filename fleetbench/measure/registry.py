@@ -46,6 +46,7 @@ REGISTERED = (
     Benchmark("ctr", "collective/ctr.py", "collective", "examples/s"),
     Benchmark("resnet18", "collective/resnet18.py", "collective", "images/s"),
     Benchmark("resnet18", "parameter_server/resnet18.py", "ps", "images/s"),
+    Benchmark("gpt", "collective/gpt.py", "collective", "tokens/s"),
 )
 # name -> its first registered script (what a sweep cell runs unless it names `script:`)
 BENCHMARKS = {}

@@ -35,6 +35,11 @@ class Workload(run.Workload):
     steps: Optional[int] = None
     # more metrics for the record, computed by every rank together after training (e.g. CTR's AUC)
     finish: Optional[Callable[[metrics.Communicator], dict]] = None
+    # a model that brings its own Fleet wrapping and step (GPT's hybrid parallelism: train/hybrid.py):
+    # (cfg, workload, ctx) -> (model, step_fn), in place of the gradient method's
+    parallel: Optional[Callable] = None
+    # more metrics from the standard ones (GPT: FLOPs a token and MFU from throughput_per_device)
+    utilization: Optional[Callable[[dict], dict]] = None
 
     def counts(self, batch: Any) -> tuple:
         if self.count is not None:
@@ -138,11 +143,14 @@ class PaddleCommunicator:
         return [t.numpy().tolist() for t in gathered]
 
 
-def main(script: str, cls: type, build: Callable[[Any], Workload], argv: list[str] | None = None) -> None:
-    """`script` is the calling script's path (`__file__`): its registry entry names the run."""
+def main(script: str, cls: type, build: Callable[[Any], Workload], argv: list[str] | None = None,
+         checks: tuple = (), before_setup: Optional[Callable[[Any], bool]] = None) -> None:
+    """`script` is the calling script's path (`__file__`): its registry entry names the run.
+    `checks`: the script's own checks of its config (run under --check too); `before_setup(cfg)`
+    runs before fleet.init, and the run ends there when it returns True (GPT's dry topology)."""
     init_start_ms, init_start = time.time() * 1000, time.perf_counter()
-    bench = run.start(script, cls, "collective", argv, checks=[check_runtime])
-    if bench.check_only:
+    bench = run.start(script, cls, "collective", argv, checks=[check_runtime, *checks])
+    if bench.check_only or (before_setup and before_setup(bench.cfg)):
         return
     ctx = setup(bench.cfg)
     if ctx.world_size > 1:
@@ -161,6 +169,8 @@ def main(script: str, cls: type, build: Callable[[Any], Workload], argv: list[st
     figures = dict(metrics.standard(totals, unit, ctx.world_size, bench.cfg.warmup_steps,
                                     threads=fleetbench.threads_info()), **ctx.comm,
                    **convergence, **extra)
+    if work.utilization:
+        figures.update(work.utilization(figures))
     code = bench.store_result(ctx.placement, figures)
     sys.stdout.flush()
     if code:

@@ -81,8 +81,10 @@ def check(cfg: CollectiveConfig) -> None:
 
 
 def strategy(cfg: CollectiveConfig) -> fleet.DistributedStrategy:
-    """The Fleet strategy: pure data parallelism; bucket sizes are set on DataParallel (see above)."""
-    return fleet.DistributedStrategy()
+    """The Fleet strategy: pure data parallelism; bucket sizes are set on DataParallel (see above).
+    A config with its own (GPT's hybrid degrees: train/hybrid.py) gives it."""
+    own = getattr(cfg, "fleet_strategy", None)
+    return own() if own else fleet.DistributedStrategy()
 
 
 def bucket_mb(cfg: CollectiveConfig) -> tuple[float, float] | None:
@@ -171,8 +173,10 @@ def prepare(cfg: CollectiveConfig, work: Workload,
     """Wrap the workload's model for the method; return (model, step_fn).
 
     `work.loss_fn(model, batch)` must call `model(...)` exactly once: DataParallel arms or skips
-    the all-reduce in that call.
+    the all-reduce in that call. A workload with its own `parallel` (GPT) wraps and steps itself.
     """
+    if getattr(work, "parallel", None):
+        return work.parallel(cfg, work, ctx)
     amp = ctx.precision = Precision(cfg.amp, cfg.amp_level)  # GPU: auto_cast, fp16 loss scaling, O2 weights
     work.model, work.optimizer = amp.decorate(work.model, work.optimizer)
     model = wrap(work.model, cfg, ctx)

@@ -1,0 +1,190 @@
+"""A decoder-only, pre-LN GPT for collective/gpt.py, with LLaMA's options (RMSNorm, SwiGLU, rotary
+positions) and Fleet's model parallelism: tensor-parallel layers from fleet.meta_parallel when
+tp > 1 (ColumnParallelLinear / RowParallelLinear / VocabParallelEmbedding / ParallelCrossEntropy;
+their sequence-parallel forms with sequence_parallel), a PipelineLayer of LayerDescs when pp > 1,
+and recomputation (full: a block; selective: attention's scores, softmax and context, the part
+Korthikanti et al. 2022 recompute).
+
+Tested for real on CPU: tp = pp = 1 (data parallel and sharding stage 1). The tp, sp and pp paths
+run only on GPU builds (a CPU build refuses them before launch: train/hybrid.check) and are
+untested in kernels here (docs/gpt.md).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import paddle
+import paddle.nn.functional as F
+from paddle import nn
+from paddle.distributed import fleet
+from paddle.distributed.fleet.utils import recompute as recompute_fn
+
+Cfg = Any  # collective/gpt.GptConfig (the script declares it; this module reads its keys)
+Tensor = paddle.Tensor
+
+
+class RMSNorm(nn.Layer):
+    def __init__(self, hidden: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = self.create_parameter([hidden], default_initializer=nn.initializer.Constant(1.0))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x * paddle.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def _norm(cfg: Cfg) -> nn.Layer:
+    return RMSNorm(cfg.hidden_size) if cfg.norm == "rmsnorm" else nn.LayerNorm(cfg.hidden_size)
+
+
+def _column(cfg: Cfg, fan_in: int, fan_out: int) -> nn.Layer:
+    if cfg.tp == 1:
+        return nn.Linear(fan_in, fan_out)
+    if cfg.sequence_parallel:
+        from paddle.distributed.fleet.utils import sequence_parallel_utils as spu
+        return spu.ColumnSequenceParallelLinear(fan_in, fan_out, has_bias=True, gather_output=False)
+    return fleet.meta_parallel.ColumnParallelLinear(fan_in, fan_out, has_bias=True, gather_output=False)
+
+
+def _row(cfg: Cfg, fan_in: int, fan_out: int) -> nn.Layer:
+    if cfg.tp == 1:
+        return nn.Linear(fan_in, fan_out)
+    if cfg.sequence_parallel:
+        from paddle.distributed.fleet.utils import sequence_parallel_utils as spu
+        return spu.RowSequenceParallelLinear(fan_in, fan_out, has_bias=True, input_is_parallel=True)
+    return fleet.meta_parallel.RowParallelLinear(fan_in, fan_out, has_bias=True, input_is_parallel=True)
+
+
+def rotate(x: Tensor, base: float = 10000.0) -> Tensor:
+    """Rotary position embedding (Su et al.) of x [batch, seq, heads, head_dim]."""
+    seq, dim = x.shape[1], x.shape[-1]
+    inv = 1.0 / base ** (paddle.arange(0, dim, 2, dtype="float32") / dim)
+    angles = paddle.outer(paddle.arange(seq, dtype="float32"), inv)  # [seq, dim/2]
+    cos = paddle.concat([angles.cos()] * 2, -1).unsqueeze([0, 2]).astype(x.dtype)
+    sin = paddle.concat([angles.sin()] * 2, -1).unsqueeze([0, 2]).astype(x.dtype)
+    half = dim // 2
+    rotated = paddle.concat([-x[..., half:], x[..., :half]], -1)
+    return x * cos + rotated * sin
+
+
+def core_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Causal softmax(q k^T / sqrt(d)) v over [batch, seq, heads, head_dim]."""
+    q, k, v = (t.transpose([0, 2, 1, 3]) for t in (q, k, v))
+    scores = paddle.matmul(q, k, transpose_y=True) / float(q.shape[-1]) ** 0.5
+    seq = scores.shape[-1]
+    mask = paddle.triu(paddle.full([seq, seq], float("-inf"), scores.dtype), 1)
+    context = paddle.matmul(F.softmax(scores + mask, axis=-1), v)
+    return context.transpose([0, 2, 1, 3])
+
+
+class Attention(nn.Layer):
+    def __init__(self, cfg: Cfg) -> None:
+        super().__init__()
+        self.cfg, self.heads = cfg, cfg.num_heads // cfg.tp  # this rank's heads
+        self.qkv, self.out = _column(cfg, cfg.hidden_size, 3 * cfg.hidden_size), _row(cfg, cfg.hidden_size, cfg.hidden_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        batch, seq = x.shape[0], x.shape[1]
+        q, k, v = self.qkv(x).reshape([batch, seq, self.heads, -1]).split(3, axis=-1)
+        if self.cfg.position == "rotary":
+            q, k = rotate(q), rotate(k)
+        if self.cfg.recompute == "selective" and self.training:
+            context = recompute_fn(core_attention, q, k, v)
+        else:
+            context = core_attention(q, k, v)
+        return self.out(context.reshape([batch, seq, -1]))
+
+
+class MLP(nn.Layer):
+    def __init__(self, cfg: Cfg) -> None:
+        super().__init__()
+        width = cfg.ffn_hidden or 4 * cfg.hidden_size
+        self.gated = cfg.mlp == "swiglu"
+        self.up = _column(cfg, cfg.hidden_size, (2 if self.gated else 1) * width)
+        self.down = _row(cfg, width, cfg.hidden_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.up(x)
+        if self.gated:
+            gate, up = h.chunk(2, axis=-1)
+            return self.down(F.silu(gate) * up)
+        return self.down(F.gelu(h))
+
+
+class Block(nn.Layer):
+    """Pre-LN: x + attention(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, cfg: Cfg) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.norm1, self.attn, self.norm2, self.mlp = _norm(cfg), Attention(cfg), _norm(cfg), MLP(cfg)
+
+    def inner(self, x: Tensor) -> Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.cfg.recompute == "full" and self.training:
+            return recompute_fn(self.inner, x)
+        return self.inner(x)
+
+
+class Embed(nn.Layer):
+    def __init__(self, cfg: Cfg) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.word = (fleet.meta_parallel.VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size) if cfg.tp > 1
+                     else nn.Embedding(cfg.vocab_size, cfg.hidden_size))
+        self.position = nn.Embedding(cfg.seq_len, cfg.hidden_size) if cfg.position == "learned" else None
+
+    def forward(self, ids: Tensor) -> Tensor:
+        x = self.word(ids)
+        if self.position is not None:
+            x = x + self.position(paddle.arange(ids.shape[1]).unsqueeze(0))
+        return x
+
+
+class Head(nn.Layer):
+    """Final norm and the logits (this rank's vocabulary shard when tp > 1)."""
+
+    def __init__(self, cfg: Cfg) -> None:
+        super().__init__()
+        self.norm = _norm(cfg)
+        self.logits = _column(cfg, cfg.hidden_size, cfg.vocab_size) if cfg.tp > 1 else \
+            nn.Linear(cfg.hidden_size, cfg.vocab_size, bias_attr=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.logits(self.norm(x))
+
+
+class LanguageModelLoss(nn.Layer):
+    def __init__(self, cfg: Cfg) -> None:
+        super().__init__()
+        self.parallel = fleet.meta_parallel.ParallelCrossEntropy() if cfg.tp > 1 else None
+
+    def forward(self, logits: Tensor, labels: Tensor) -> Tensor:
+        if self.parallel is not None:
+            return self.parallel(logits, labels.unsqueeze(-1)).mean()
+        return F.cross_entropy(logits.reshape([-1, logits.shape[-1]]), labels.reshape([-1, 1]))
+
+
+class GPT(nn.Layer):
+    def __init__(self, cfg: Cfg) -> None:
+        super().__init__()
+        self.embed, self.head = Embed(cfg), Head(cfg)
+        self.blocks = nn.LayerList([Block(cfg) for _ in range(cfg.num_layers)])
+
+    def forward(self, ids: Tensor) -> Tensor:
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def build(cfg: Cfg) -> nn.Layer:
+    """The model: GPT, or with pp > 1 a PipelineLayer of the same layers (its loss inside)."""
+    if cfg.pp == 1:
+        return GPT(cfg)
+    from paddle.distributed.fleet.meta_parallel import LayerDesc, PipelineLayer
+    descs = [LayerDesc(Embed, cfg)] + [LayerDesc(Block, cfg) for _ in range(cfg.num_layers)] + [LayerDesc(Head, cfg)]
+    return PipelineLayer(layers=descs, num_stages=cfg.pp, loss_fn=LanguageModelLoss(cfg), seg_method="layer:Block")

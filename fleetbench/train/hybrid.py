@@ -1,0 +1,164 @@
+"""Fleet's hybrid parallelism for the GPT benchmark: the strategy (dp / mp / pp / sharding degrees),
+what the installed Paddle can run (refused before launch), the groups Paddle will make (dry
+topology), the wrapped model and its step, and the record's utilization (MFU).
+
+    degrees      the data-parallel width W = world / (tp x pp) is `dp_degree` (sharding stage 0, and
+                 stages 2-3, which shard over the data-parallel group with
+                 paddle.distributed.sharding.group_sharded_parallel), or `sharding_degree` (stage 1:
+                 Fleet's DygraphShardingOptimizer, dp_degree 1)
+    check        sequence parallelism is not wired yet (refused on every build); a CPU build (or
+                 CPU ranks) cannot run tp, pp or stages 2-3
+                 (Paddle 2.6.2 and 3.3.1: ColumnParallelLinear "Only support xpu, gpu and
+                 custom_device"; PipelineLayer fails in ParallelEnv; group_sharded_parallel is a GPU
+                 path): one line naming the build, exit 2, before anything starts
+    dry topology  `--set dry_topology=true`: each rank prints `FLEETBENCH_TOPOLOGY {json}`: its
+                 device, the degrees and the ranks of each of its groups, computed by Paddle's own
+                 CommunicateTopology in the order of the strategy's hybrid_parallel_order (what
+                 fleet.init builds its groups from), and ends before fleet.init: no process group
+                 is made (gloo cannot make Paddle's hybrid subgroups on CPU), no kernel runs
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable
+
+from fleetbench.machine.device import gpu_ranks
+from fleetbench.measure import devices, flops
+from fleetbench.measure.config import ConfigError
+from fleetbench.train import capability
+
+Cfg = Any  # collective/gpt.GptConfig: the keys read here are its split (tp, pp, sharding_stage, ...)
+
+GPU_ONLY = ("tp", "pp", "sequence_parallel", "sharding_stage")
+AXES = {"dp": "data", "pp": "pipe", "sharding": "sharding", "mp": "model", "sep": "sep", "cp": "context",
+        "ep": "expert", "moe_sharding": "moe_sharding"}
+
+
+def width(cfg: Cfg, world: int) -> int:
+    return max(1, world // (cfg.tp * cfg.pp))
+
+
+def degrees(cfg: Cfg, world: int) -> dict:
+    w = width(cfg, world)
+    stage1 = cfg.sharding_stage == 1
+    return {"dp_degree": 1 if stage1 else w, "mp_degree": cfg.tp, "pp_degree": cfg.pp,
+            "sharding_degree": w if stage1 else 1}
+
+
+def strategy(cfg: Cfg) -> Any:
+    from paddle.distributed import fleet
+
+    world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
+    s = fleet.DistributedStrategy()
+    s.hybrid_configs = dict(degrees(cfg, world), pp_configs={
+        "micro_batch_size": cfg.micro_batch, "accumulate_steps": accumulation(cfg, world)})
+    return s
+
+
+def accumulation(cfg: Cfg, world: int) -> int:
+    """Micro-batches a pipeline runs a step (1 without a pipeline: global = micro x width)."""
+    return max(1, cfg.global_batch // (cfg.micro_batch * width(cfg, world))) if cfg.global_batch else 1
+
+
+def check(cfg: Cfg) -> None:
+    """ConfigError (one line) when this Paddle build and these ranks cannot run the split."""
+    if cfg.dry_topology:
+        return  # no kernel, no process group: orchestration only
+    if cfg.sequence_parallel:
+        # the layers are Paddle's sequence-parallel linears (gpt_model._column/_row), but the
+        # scatter of the embedding into the [s*b/t, h] layout, the final gather and the all-reduce
+        # hooks of the norms' weights are not wired: refused rather than run wrong (docs/gpt.md)
+        raise ConfigError("config key 'sequence_parallel' is true but collective/gpt.py does not wire the "
+                          "sequence-parallel layout yet (scatter, gather, norm-weight hooks); use "
+                          "sequence_parallel=false, or dry_topology=true for its groups")
+    asked = [k for k in GPU_ONLY if (getattr(cfg, k) > (1 if k in ("tp", "pp") else 0)
+                                     if k != "sequence_parallel" else getattr(cfg, k))]
+    asked = [k for k in asked if k != "sharding_stage" or cfg.sharding_stage >= 2]
+    if asked and not gpu_ranks():
+        key = asked[0]
+        raise ConfigError(
+            f"config key '{key}' is {getattr(cfg, key)!r} but {capability.paddle_build()} runs CPU ranks: tensor/"
+            "pipeline/sequence parallelism and sharding stages 2-3 run on GPU builds only (ColumnParallelLinear: "
+            "'Only support xpu, gpu and custom_device'); use a CUDA build of paddlepaddle-gpu 2.6.2 or 3.3.1 "
+            "where GPUs are visible, or tp=pp=1, sequence_parallel=false, sharding_stage 0 or 1 here")
+
+
+def topology(cfg: Cfg, world: int, rank: int) -> dict:
+    """This rank's place in the hybrid topology Paddle builds for `cfg` (module doc)."""
+    from paddle.distributed.fleet.base.topology import CommunicateTopology
+
+    s = strategy(cfg)
+    configs = s.hybrid_configs
+    order = list(s.hybrid_parallel_order)
+    dims = [max(1, int(configs.get(f"{axis}_degree", 1))) for axis in order]
+    names = [AXES.get(axis, axis) for axis in order]
+    topo = CommunicateTopology(hybrid_group_names=names, dims=dims)
+    groups = {name: next(g for g in topo.get_comm_list(name) if rank in g) for name in names}
+    return {"rank": rank, "world_size": world, "order": order, "degrees": dict(zip(order, dims)),
+            "groups": groups, "coord": dict(topo.get_coord(rank)._asdict()),
+            "device": os.environ.get("FLAGS_selected_gpus"), "local_rank": os.environ.get("PADDLE_LOCAL_RANK"),
+            "sharding_stage": cfg.sharding_stage, "sequence_parallel": cfg.sequence_parallel,
+            "recompute": cfg.recompute}
+
+
+def print_topology(cfg: Cfg) -> bool:
+    """With dry_topology: print this rank's topology line and say the run ends here."""
+    if not cfg.dry_topology:
+        return False
+    world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
+    rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
+    if world % (cfg.tp * cfg.pp):
+        raise ConfigError(f"config key 'tp' x 'pp' ({cfg.tp * cfg.pp}) must divide the job's {world} ranks")
+    print("FLEETBENCH_TOPOLOGY " + json.dumps(topology(cfg, world, rank)), flush=True)
+    return True
+
+
+def utilization(cfg: Cfg, device: str, precision: str) -> Callable[[dict], dict]:
+    """The record's FLOPs figures: training FLOPs a token (measure/flops.py, model FLOPs: no
+    recomputation counted) and, with the throughput, MFU against the device's peak
+    (measure/devices.py); on a CPU the peak is not in the table: mfu null (issue 45 measures it)."""
+    per_token = flops.gpt_train_flops_per_token(cfg.num_layers, cfg.hidden_size, cfg.seq_len, cfg.vocab_size,
+                                                cfg.ffn_hidden or None, cfg.mlp == "swiglu")
+    peak = devices.peak_flops(device, precision) if device and not device.startswith("cpu") else None
+
+    def figures(standard: dict) -> dict:
+        achieved = per_token * standard["throughput_per_device"]
+        return {"flops_per_token": per_token, "model_tflops_per_device": achieved / 1e12,
+                "mfu": achieved / peak if peak else None}
+    return figures
+
+
+def prepare(cfg: Cfg, work: Any, ctx: Any) -> tuple:
+    """(model, step_fn) of the split: Fleet's wrappers (DataParallel, ShardingParallel + the
+    sharding optimizer, TensorParallel, PipelineParallel) or group_sharded_parallel for stages
+    2-3 over the data-parallel group; the step is the loop's (methods.Steps: AMP, the optimizer,
+    the learning-rate schedule), or the pipeline's train_batch."""
+    import paddle
+    from paddle.distributed import fleet
+
+    from fleetbench.train import methods
+    from fleetbench.train.amp import Precision
+
+    amp = ctx.precision = Precision(cfg.amp, cfg.amp_level)
+    work.model, work.optimizer = amp.decorate(work.model, work.optimizer)
+    model, optimizer = work.model, work.optimizer
+    if ctx.world_size > 1 and cfg.sharding_stage >= 2:
+        from paddle.distributed.sharding import group_sharded_parallel
+        group = fleet.get_hybrid_communicate_group().get_data_parallel_group()
+        model, optimizer, _ = group_sharded_parallel(model, optimizer, "os_g" if cfg.sharding_stage == 2 else "p_g_os",
+                                                     group=group)
+    elif ctx.world_size > 1:
+        model, optimizer = fleet.distributed_model(model), fleet.distributed_optimizer(optimizer)
+    params = [p for p in work.model.parameters() if not p.stop_gradient]
+    ctx.comm = dict(methods.comm_plan(cfg, model, params), parallel=dict(
+        degrees(cfg, ctx.world_size), sharding_stage=cfg.sharding_stage, sequence_parallel=cfg.sequence_parallel,
+        recompute=cfg.recompute, accumulate_steps=accumulation(cfg, ctx.world_size)))
+    if not isinstance(model, paddle.DataParallel) and ctx.world_size > 1:
+        # sharding: each gradient reduced to its owner, each updated parameter broadcast from it
+        ctx.comm.update(comm_bytes_per_step=float(ctx.comm["grad_bytes"]), comm_buckets_per_step=float(len(params)))
+    if ctx.rank == 0:
+        print(f"gpt: {type(model).__name__}, {json.dumps(ctx.comm['parallel'])}", flush=True)
+    if cfg.pp > 1:
+        return model, lambda batch: model.train_batch([batch["input"], batch["labels"]], optimizer)
+    return model, methods.Steps(cfg, work, model, optimizer, amp, lambda: None).overlapped

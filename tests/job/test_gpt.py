@@ -1,0 +1,92 @@
+"""The GPT benchmark on 2 CPU ranks (gloo), on whichever Paddle runs the suite (2.6.2; 3.3.1 under
+`make test-paddle3`): data parallel and sharding stage 1 train for real, on a tokenised text file,
+give the same losses for the same seed, and record tokens/s, FLOPs and memory; what a CPU build
+cannot run (tp, pp, sequence parallelism, sharding stages 2-3) is refused in one line, exit 2,
+before any rank starts."""
+import pytest
+import util
+
+from fleetbench.measure import flops, metrics, results
+
+pytestmark = pytest.mark.job
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    out = tmp_path_factory.mktemp("text") / "docs.npy"
+    assert util.cli_code(__import__("datasets.cli", fromlist=["cli"]).cli, ["gen", "text", "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory, text_file):
+    """The records of data parallel and sharding stage 1, same seed, same data."""
+    got = {}
+    for stage in (0, 1):
+        tmp = tmp_path_factory.mktemp(f"gpt-stage{stage}")
+        proc = util.fleetrun(tmp / "log", "--nproc_per_node", 2, "collective/gpt.py", "--preset", "tiny", "--set",
+                             f"sharding_stage={stage}", "--set", f"data.path={text_file}", "--results", tmp / "r.jsonl",
+                             **util.CPU_RANKS)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        (got[stage],) = util.records(tmp / "r.jsonl")
+    return got
+
+
+def test_both_train_and_the_loss_falls(pair):
+    for record in pair.values():
+        m = record["metrics"]
+        assert record["benchmark"] == "gpt" and record["world_size"] == 2 and record["error"] is None
+        assert m["loss_last"] < 0.8 * m["loss_first"], (m["loss_first"], m["loss_last"])
+        assert set(m) <= set(metrics.DEFINITIONS)
+
+
+def test_sharding_stage_1_and_data_parallel_give_the_same_losses(pair):
+    dp, sharded = pair[0]["metrics"], pair[1]["metrics"]
+    assert (dp["loss_first"], dp["loss_last"]) == pytest.approx((sharded["loss_first"], sharded["loss_last"]), rel=1e-5)
+    assert dp["parallel"]["dp_degree"] == 2 and dp["parallel"]["sharding_degree"] == 1
+    assert sharded["parallel"]["dp_degree"] == 1 and sharded["parallel"]["sharding_degree"] == 2
+
+
+def test_the_record_has_tokens_flops_and_memory(pair):
+    for record in pair.values():
+        m, c = record["metrics"], record["config"]
+        assert m["unit"] == "tokens/s" and m["throughput_per_device"] == pytest.approx(m["throughput"] / 2)
+        per_token = flops.gpt_train_flops_per_token(c["num_layers"], c["hidden_size"], c["seq_len"], c["vocab_size"])
+        assert m["flops_per_token"] == per_token
+        assert m["model_tflops_per_device"] == pytest.approx(per_token * m["throughput_per_device"] / 1e12)
+        assert m["mfu"] is None  # a CPU's peak is not in measure/devices.py (docs/gpt.md)
+        assert m["peak_mem_mib"] > 0 and m["grad_bytes"] > 0
+        results.validate(record)
+
+
+@pytest.mark.parametrize("key", ["tp=2", "pp=2", "sharding_stage=2", "sharding_stage=3"])
+def test_a_cpu_build_refuses_model_parallelism_in_one_line(tmp_path, key):
+    proc = util._run([util.PYTHON, "-m", "fleetbench", "launch", "--nproc_per_node", "2", "--log_dir",
+                      str(tmp_path / "log"), "collective/gpt.py", "--preset", "tiny", "--set", key], 120, util.CPU_RANKS)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert f"config key '{key.split('=')[0]}'" in lines[0] and "CPU build" in lines[0] and "GPU builds only" in lines[0]
+    assert not (tmp_path / "log").exists() or not list((tmp_path / "log").glob("workerlog.*"))
+
+
+def test_sequence_parallelism_is_refused_until_its_layout_is_wired():
+    proc = util.run_script("collective/gpt.py", "--preset", "tiny", "--set", "tp=2", "--set", "sequence_parallel=true",
+                           "--check")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "config key 'sequence_parallel' is true" in proc.stderr and "not wire" in proc.stderr
+
+
+def test_llama_layers_train_and_recomputation_changes_no_loss(tmp_path):
+    """tiny_llama (RMSNorm, SwiGLU, rotary) in one process: recomputation (a block, or attention's
+    core) reruns the same forward, so the losses are those of no recomputation."""
+    losses = {}
+    for mode in ("none", "selective", "full"):
+        out = tmp_path / f"{mode}.jsonl"
+        proc = util.run_script("collective/gpt.py", "--preset", "tiny_llama", "--set", f"recompute={mode}",
+                               "--results", out)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        (record,) = util.records(out)
+        losses[mode] = (record["metrics"]["loss_first"], record["metrics"]["loss_last"])
+        assert record["metrics"]["parallel"]["recompute"] == mode
+    assert losses["selective"] == pytest.approx(losses["none"], rel=1e-5) == losses["full"]
+    assert losses["none"][1] < 0.8 * losses["none"][0]
