@@ -26,10 +26,11 @@ tokens without tokens a sample, no batch size) is refused in one line (Published
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
 
-from fleetbench.analysis import precision
+from fleetbench.analysis import modeldef, precision
 from fleetbench.measure import registry
 
 # Published model names -> (registered benchmark, preset) of the same network. BERT-Base is the
@@ -145,13 +146,36 @@ def _derive_bytes(out: dict, record: dict) -> list[str]:
     m, config = out["metrics"], out["config"]
     where = _where(record) if is_published(record) else f"record {record.get('id')}"
     element, _, _, why = precision.grad_bytes(config, where)
-    fp32_bytes, tensors, source = sizes_of(record)
+    fp32_bytes, tensors, source = sizes_of(out)
     k = sync_every(record)
     m["grad_bytes"], m["grad_tensors"] = fp32_bytes * element / 4, tensors
     m["comm_bytes_per_step"] = m["grad_bytes"] / k
     m["comm_buckets_per_step"] = calls_per_step(out["method"], m["grad_bytes"], tensors) / k
     per = f", once every {k} micro-steps" if k > 1 else ""
     return [f"comm_bytes_per_step, comm_buckets_per_step ({source}; {why}{per})"]
+
+
+def _from_definition(out: dict, where: str) -> list[str]:
+    """A model outside the registry given by its definition (config.model_def, analysis/modeldef)
+    or its parameter count (config.params): its gradient sizes and readiness, written into the
+    copy's metrics as a record that gives its own would carry them."""
+    m, config = out["metrics"], out.get("config") or {}
+    model = model_of(out)
+    if m.get("grad_tensor_bytes") or m.get("grad_bytes") or (model and registry.gradients(*model)):
+        return []
+    if config.get("model_def"):
+        try:
+            m["grad_tensor_bytes"], m["grad_ready"] = modeldef.gradients(config["model_def"], where)
+        except modeldef.ModelDefError as exc:
+            raise PublishedError(str(exc)) from None
+        return [f"grad_tensor_bytes, grad_ready (from config.model_def, kind {config['model_def'].get('kind')}: "
+                f"{sum(m['grad_tensor_bytes']) / 4e6:.1f} M parameters in {len(m['grad_tensor_bytes'])} tensors)"]
+    if config.get("params"):
+        m["grad_tensor_bytes"], m["grad_ready"] = modeldef.gradients({"kind": "params", "params": config["params"]},
+                                                                    where)
+        return [f"grad_tensor_bytes (config.params {config['params']}: 100 equal tensors, ready evenly through "
+                "backward: the order is not known)"]
+    return []
 
 
 def complete(record: dict) -> dict:
@@ -172,6 +196,7 @@ def complete(record: dict) -> dict:
     elif metrics.get("step_time_ms") is None:
         return record
     if metrics.get("comm_bytes_per_step") is None and out["method"] != "none" and record["mode"] == "collective":
+        derived += _from_definition(out, _where(record) if is_published(record) else f"record {record.get('id')}")
         try:
             derived += _derive_bytes(out, record)
         except PublishedError:
@@ -183,10 +208,43 @@ def complete(record: dict) -> dict:
     return out
 
 
+def _work_key(record: dict) -> tuple:
+    config = {k: v for k, v in (record.get("config") or {}).items() if k != "grad_merge_steps"}
+    return (record["source"].get("name"), record["benchmark"], json.dumps(config, sort_keys=True, default=str))
+
+
+def single_from_node(records: list[dict]) -> list[dict]:
+    """A derived 1-GPU record for every published work that has a 1-node run but no 1-GPU run (a
+    table that benchmarks one batch across nodes only): its step is the 1-node run's micro-step,
+    so the node's all-reduce and node sharing are taken as compute and the model starts from the
+    1-node cell (docs/explain.md, "Compute from the 1-node cell"). Said in `source.derived`."""
+    pub = [r for r in records if is_published(r) and r["mode"] == "collective" and r.get("error") is None]
+    singles = {_work_key(r) for r in pub if r["world_size"] == 1}
+    out, seen = [], set()
+    for record in sorted(pub, key=lambda r: r["world_size"]):
+        key = _work_key(record)
+        if record["nodes"] != 1 or record["world_size"] == 1 or key in singles or key in seen:
+            continue
+        seen.add(key)
+        single = copy.deepcopy(record)
+        single.update(devices_per_node=1, world_size=1, id=f"{record['id']}-1gpu")
+        single["metrics"]["throughput"] = record["metrics"]["throughput"] / record["world_size"]
+        single["metrics"].pop("throughput_std", None)
+        single["source"] = dict(record["source"], cell=f"{record['source'].get('cell')} (1 GPU from the node)",
+                                derived=list(record["source"].get("derived") or []) + [
+                                    "a 1-GPU step taken as the 1-node run's micro-step: no 1-GPU run of this work "
+                                    "is published, so the node's all-reduce and sharing are counted as compute"])
+        out.append(single)
+    return out
+
+
 def adopt(records: list[dict], published: bool) -> list[dict]:
     """Records completed for the model: published ones only when asked (`published`), GPU records
-    measured here always (a CPU record measured here has its own figures and is left alone)."""
+    measured here always (a CPU record measured here has its own figures and is left alone); with
+    a 1-GPU record derived for a published work that has only its 1-node run (single_from_node)."""
     out = []
+    if published:
+        records = records + single_from_node(records)
     for record in records:
         gpu = str(((record.get("config") or {}).get("runtime") or {}).get("device", "")).startswith("gpu")
         if record.get("error") is None and (published and is_published(record) or gpu and not is_published(record)):

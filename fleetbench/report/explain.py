@@ -150,13 +150,17 @@ def validation_text(rows: list[dict], selector: dict) -> str:
     for s in validate.summary(rows):
         median = "-" if s["median_error"] is None else f"{s['median_error']:.1%}"
         lines = [f"{s['source']}: {s['predicted']} of {s['cells']} cells predicted, {s['within']} within 15% of "
-                 f"the throughput, median error {median}; {len(s['not_predicted'])} not predicted (listed above, "
-                 "each with why)"]
+                 f"the throughput, median error {median}, {s['in_range']} of {s['ranged']} inside their 80% "
+                 f"range; {len(s['not_predicted'])} not predicted (listed above, each with why)"]
         for r in s["worst"]:
             lines.append(f"  worst: {r['cell']}: {_pct(r['throughput_error'])}"
                          f"{_range(r.get('predicted_throughput_range'), '{:.4g}')} against "
                          f"{r['measured_throughput']:.4g}  [{'; '.join(r['notes'])}]")
         parts.append("\n".join(lines))
+    parts.append("\n".join(f"{t['group']} tables: {t['within']} of {t['predicted']} predicted cells within 15% "
+                           f"({t['within'] / max(1, t['predicted']):.0%}), {t['in_range']} of {t['ranged']} inside "
+                           f"their 80% range ({t['in_range'] / max(1, t['ranged']):.0%}); {t['cells']} cells"
+                           for t in validate.totals(rows)))
     return "\n\n".join(parts)
 
 
