@@ -146,7 +146,8 @@ def _row(cell: Cell, fitted: list[Cell], comm: list, cal: dict) -> dict:
         row["not_predicted"] = "no fitted 1-device run or control of this work: no compute to start from"
         return row
     target = Target(cell.method, cell.network, cell.shape, sync_every=cell.sync_every,
-                    network_rate=(cell.rate_gbit, cell.transport, cell.nics) if cell.rate_gbit else None)
+                    network_rate=(cell.rate_gbit, cell.transport, cell.nics, cell.sockets) if cell.rate_gbit
+                    else None)
     prediction = predict_range(target, ref, fitted, comm, cal, emulated=cell.emulated)
     row.update(predicted_step_ms=prediction["predicted_step_ms"], from_cell=ref.label, notes=prediction["notes"],
                predicted_throughput=prediction["predicted_throughput"],

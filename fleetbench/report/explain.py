@@ -335,11 +335,12 @@ def parser() -> cmdline.Parser:
 
 def known_values(records: list[dict]) -> dict:
     """key -> the names a spec may use: the records' (network: its profile name), the registry's
-    benchmarks and the emulator's network profiles."""
+    benchmarks, the emulator's network profiles and the cloud instances (analysis/links.INSTANCES)."""
+    from fleetbench.analysis.links import INSTANCES  # pure table
     from fleetbench.emulate.netem_plan import PROFILES  # pure table
     from fleetbench.measure.registry import BENCHMARKS
 
-    known: dict = {"benchmark": set(BENCHMARKS), "network": set(PROFILES)}
+    known: dict = {"benchmark": set(BENCHMARKS), "network": set(PROFILES) | set(INSTANCES)}
     for record in records:
         for key, value in validate.record_values(record).items():
             if key in known:
