@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from fleetbench.analysis import alphabeta, nccl, node, ranges
+from fleetbench.analysis import alphabeta, nccl, node, published, ranges
 from fleetbench.analysis import cells as cellmod
 from fleetbench.analysis.cells import Cell, CommCell, Shape
 
@@ -34,6 +34,10 @@ DEFAULT_TRANSPORT = "tcp"  # a network that does not say runs over sockets (gloo
 # connection opens NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD streams (network.sockets): 1 x 1 by
 # default, 2 x 8 on AWS, 4 x 1 on GCP's gVNIC (NCCL's environment docs); the wire caps them all.
 SOCKET_STREAM_GBPS = 2.3
+# A synchronous parameter server over TCP (BytePS's ps-lite on ZeroMQ: one connection a server):
+# what one stream delivered in ddl-benchmarks' BSP-PS and WFBP-PS cells over 100GbE (fitted there;
+# the 10GbE cells are wire-bound, the IB cells RDMA).
+PS_STREAM_GBPS = 1.2
 # Cloud GPU instances without GPUDirect RDMA on their TCP network (the providers' instance pages):
 # 8 GPUs a node share one NIC; NCCL runs its socket transport with the provider's default streams.
 INSTANCES = {
@@ -65,7 +69,7 @@ class Found:
 
 
 def delivered(transport: str | None, efficiency: float | None, rate_gbit: float | None = None,
-              sockets: int = 0) -> tuple[float, str]:
+              sockets: int = 0, stream_gbps: float = SOCKET_STREAM_GBPS) -> tuple[float, str]:
     """(share of the rate delivered, where from). Over TCP the streams cap it: `sockets` streams a
     connection (default 1) of SOCKET_STREAM_GBPS each, when that is below the wire's share."""
     name = transport or DEFAULT_TRANSPORT
@@ -73,11 +77,13 @@ def delivered(transport: str | None, efficiency: float | None, rate_gbit: float 
         return efficiency, f"efficiency {efficiency:g} as given"
     share, source = TRANSPORTS[name]
     streams = max(1, int(sockets or 1))
-    if name == "tcp" and rate_gbit and streams * SOCKET_STREAM_GBPS < rate_gbit / 8 * share:
-        capped = streams * SOCKET_STREAM_GBPS / (rate_gbit / 8)
-        return capped, (f"tcp socket streams {capped:.3f} of the rate: {streams} stream(s) a connection "
-                        f"(NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD) x {SOCKET_STREAM_GBPS:g} GB/s each "
-                        f"(fitted on ddl-benchmarks' 100GbE cells), under the wire's {share:.3f}")
+    if name == "tcp" and rate_gbit and streams * stream_gbps < rate_gbit / 8 * share:
+        capped = streams * stream_gbps / (rate_gbit / 8)
+        who = ("a parameter server's connection (ps-lite over TCP)" if stream_gbps == PS_STREAM_GBPS else
+               "a connection (NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD)")
+        return capped, (f"tcp socket streams {capped:.3f} of the rate: {streams} stream(s) {who} x "
+                        f"{stream_gbps:g} GB/s each (fitted on ddl-benchmarks' 100GbE cells), under the wire's "
+                        f"{share:.3f}")
     return share, f"{name} ceiling {share:.3f}: {source}"
 
 
@@ -121,7 +127,8 @@ def _inter(network, shape: Shape, cells: list[Cell], comm: list, change: dict) -
         if not rate and change.get("network_rate"):  # the predicted cell's own record says it
             rate, transport, nics, sockets = (tuple(change["network_rate"]) + (0,))[:4]
         if rate:
-            share = delivered(change.get("transport") or transport, change.get("efficiency"), rate, sockets)
+            share = delivered(change.get("transport") or transport, change.get("efficiency"), rate, sockets,
+                              change.get("stream_gbps") or SOCKET_STREAM_GBPS)
             return network, [rate_cell(network, rate, share, comm, nics)], [
                 f"no comm record of network {network or 'local'}: its rate {rate:g} Gbit/s"
                 f"{f' x {nics} NICs' if nics > 1 else ''} x {share[1]}; a comm record "
@@ -146,6 +153,8 @@ def completed(cell: Cell, network: str | None, shape: Shape, cells: list[Cell], 
             extra.append(CommCell(None, Shape(1, the_node.per_node), the_node.link, None))
         found.notes += the_node.notes
         found.sharing, found.sharing_per_node = the_node.sharing, the_node.per_node
+    if cell.method in published.SYNC_PS:  # a PS's ps-lite streams, not NCCL's sockets
+        change = dict(change, stream_gbps=PS_STREAM_GBPS)
     network, more, notes = _inter(network, shape, cells, comm, change)
     found.notes += notes
     return network, list(comm) + extra + more, found

@@ -44,7 +44,17 @@ ALIASES = {"resnet50": "ResNet-50", "rn50": "ResNet-50", "resnet50v15": "ResNet-
            "bertbaseuncased": "BERT-Base"}
 # ddl-benchmarks' all-reduce methods are fleetbench's methods of the same definition (train/methods.py);
 # others (ByteScheduler, the PS rows) keep their published names and are listed as not predicted.
-METHODS = {"BSP-A2A": "bsp", "WFBP-A2A": "wfbp", "MG-WFBP": "mgwfbp"}
+METHODS = {"BSP-A2A": "bsp", "WFBP-A2A": "wfbp", "MG-WFBP": "mgwfbp", "BSP-PS": "bsp-ps", "WFBP-PS": "wfbp-ps",
+           "ByteScheduler-PS": "bytescheduler-ps"}
+# A synchronous parameter server with one server a node, beside its workers (BytePS, MXNet's
+# dist_sync_device: the workers of a node aggregate first): each node pushes S (N-1)/N to the
+# other nodes' servers and serves as much, then pulls and serves the same back, on a full-duplex
+# NIC: 2 (N-1)/N S each way, a ring all-reduce's bus traffic. So a published synchronous PS cell
+# is predicted as the all-reduce of its method (post-backward, or one call a tensor overlapped),
+# from its own 1-node run (the node's aggregation through its server). docs/explain.md, PS.
+# ByteScheduler over the PS sends a tensor's partitions by priority as backward makes them: at
+# least what one call a tensor hides (its priority scheduling into the next forward is not modelled).
+SYNC_PS = ("bsp-ps", "wfbp-ps", "bytescheduler-ps")
 COUNTED_BY_BATCH = ("images/s", "samples/s", "examples/s", "sequences/s")
 COUNTED_IN_TOKENS = ("tokens/s", "words/s")
 MIB = 2 ** 20
@@ -84,7 +94,7 @@ def model_of(record: dict) -> tuple[str, str | None] | None:
 
 
 def calls_per_step(method: str, grad_bytes: float, tensors: int) -> int:
-    if method == "wfbp":
+    if method in ("wfbp", "wfbp-ps", "bytescheduler-ps"):
         return tensors
     return max(1, math.ceil(grad_bytes / (BUCKET_MIB.get(method, OVERLAPPED_BUCKET_MIB) * MIB)))
 
@@ -190,12 +200,16 @@ def complete(record: dict) -> dict:
         device = str(out["config"].get("device") or "GPU").upper()
         if device.startswith("GPU"):  # a published table that does not say ran on GPUs (they all do)
             out["config"].setdefault("runtime", {})["device"] = "gpu"
-        if metrics.get("step_time_ms") is None and record["mode"] == "collective":
+        if record["mode"] == "ps" and out["method"] in SYNC_PS:
+            out["mode"] = "collective"
+            derived.append(f"mode collective: synchronous parameter server {record['method']} with a server a node, "
+                           "predicted as its all-reduce's bus traffic (2(N-1)/N S each way a node)")
+        if metrics.get("step_time_ms") is None and out["mode"] == "collective":
             m["step_time_ms"] = _step_ms(record)
             derived.append("step_time_ms (batch x world size / throughput)")
     elif metrics.get("step_time_ms") is None:
         return record
-    if metrics.get("comm_bytes_per_step") is None and out["method"] != "none" and record["mode"] == "collective":
+    if metrics.get("comm_bytes_per_step") is None and out["method"] != "none" and out["mode"] == "collective":
         derived += _from_definition(out, _where(record) if is_published(record) else f"record {record.get('id')}")
         try:
             derived += _derive_bytes(out, record)
@@ -259,7 +273,8 @@ def not_modelled(record: dict) -> str | None:
     if record.get("error") is not None:
         return f"failed run: {str(record['error']).splitlines()[0][:80]}"
     if record["mode"] == "ps":
-        return "parameter-server training: fleetbench predicts all-reduce (collective) training only"
+        return ("parameter-server training of a published table other than a synchronous PS with a server a node "
+                f"({', '.join(k for k, v in METHODS.items() if v in SYNC_PS)}): not modelled")
     if record["mode"] != "collective":
         return None
     if (record.get("metrics") or {}).get("step_time_ms") is None:

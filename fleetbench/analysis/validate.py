@@ -13,7 +13,7 @@ import statistics
 
 from fleetbench.analysis import breakdown as bd
 from fleetbench.analysis import cells as cellmod
-from fleetbench.analysis import published, specs
+from fleetbench.analysis import psmodel, published, specs
 from fleetbench.analysis.cells import Cell, Shape
 from fleetbench.analysis.predict import Target, calibrate, predict_range, work_values
 from fleetbench.measure import experiment
@@ -194,7 +194,9 @@ def validate(records: list[dict], selector: dict) -> list[dict]:
     held_out, _ = cellmod.pool(rest)
     cal = calibrate([bd.breakdown(c, fitted, comm) for c in bd.training_cells(fitted)])
     rows = [_row(cell, fitted, comm, cal) for cell in bd.training_cells(held_out)]
-    return rows + _dropped(rest, bd.training_cells(held_out))
+    ps_rows = psmodel.predict(fit_records, rest)  # parameter-server cells measured here
+    rest = [r for r in rest if not (r["mode"] == "ps" and r["nodes"] > 1 and not published.is_published(r))]
+    return rows + ps_rows + _dropped(rest, bd.training_cells(held_out))
 
 
 def in_range(row: dict) -> bool | None:
