@@ -165,3 +165,37 @@ def gradients(defn: dict, where: str) -> tuple[list[float], list[float]]:
 def parameters(defn: dict, where: str = "model_def") -> int:
     """Trainable parameters of the definition."""
     return sum(p for _, p, _ in _forward(defn, where))
+
+
+def read_table(path: str) -> dict:
+    """`--model-def FILE`: model name -> definition, YAML or JSON, every one checked (ValueError,
+    one line naming the flag, the file and the model)."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            table = yaml.safe_load(handle.read())
+    except yaml.YAMLError as err:
+        raise ValueError(f"--model-def {path}: not YAML or JSON ({str(err).splitlines()[0]}); expected a "
+                         "mapping of model name to definition") from None
+    if not isinstance(table, dict) or not table:
+        raise ValueError(f"--model-def {path}: expected a mapping of model name to definition")
+    for name, defn in table.items():
+        try:
+            gradients(defn, f"--model-def {path} [{name}]")
+        except ModelDefError as err:
+            raise ValueError(str(err)) from None
+    return {str(k): v for k, v in table.items()}
+
+
+def apply(records: list[dict], table: dict) -> list[dict]:
+    """Records whose config.model (else benchmark) a definition names, given it; a record's own
+    definition or gradient bytes win."""
+    out = []
+    for record in records:
+        config = record.get("config") or {}
+        name = str(config.get("model") or record.get("benchmark"))
+        if name in table and not config.get("model_def") and not (record.get("metrics") or {}).get("grad_bytes"):
+            record = dict(record, config=dict(config, model=name, model_def=table[name]))
+        out.append(record)
+    return out

@@ -139,6 +139,7 @@ def sizes_of(record: dict) -> tuple[float, int, str]:
     if sizes is None:
         raise PublishedError(f"{_where(record)}: config.model {record['config'].get('model', record['benchmark'])!r}: "
                              f"no gradient sizes known (known models: {known_models()}); give "
+                             "its definition (config.model_def, or --model-def FILE), config.params or "
                              "metrics.grad_bytes (float32 bytes of its trainable parameters)")
     return float(sizes[0]), sizes[1], f"registry gradients of {' '.join(p for p in model if p)}"
 

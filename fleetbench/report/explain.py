@@ -328,6 +328,10 @@ def parser() -> cmdline.Parser:
     p.add_argument("--published", action="store_true",
                    help="read published reference records too, deriving step time and gradient sizes "
                         "(docs/explain.md)")
+    p.add_argument("--model-def", type=cmdline.INPUT_FILE, metavar="FILE",
+                   help="YAML or JSON mapping a model name (a record's config.model) to its definition "
+                        "(analysis/modeldef: gpt, bert, vit, transformer_xl, layers, params), for models "
+                        "outside the registry")
     p.add_argument("--straggler-pct", type=cmdline.number(0.0), default=stragglers.DEFAULT_THRESHOLD_PCT,
                    help="name ranks this much slower than their peers' median (default 10)")
     return p
@@ -392,7 +396,12 @@ def run(args) -> str:
     from fleetbench.measure import results
 
     specs, selectors = _specs(args)
-    records = published.adopt(load(args.results, results.load), args.published)
+    records = load(args.results, results.load)
+    if args.model_def:
+        from fleetbench.analysis import modeldef
+
+        records = modeldef.apply(records, modeldef.read_table(args.model_def))
+    records = published.adopt(records, args.published)
     known = known_values(records)
     for spec in specs:
         spec_checks.unknown(spec, known, "--predict")

@@ -91,3 +91,28 @@ def test_a_parameter_count_alone_is_predicted_and_a_bad_definition_refused():
     bad = _pub(16, 200000.0, {"kind": "gpt", "n_layer": 2})
     with pytest.raises(published.PublishedError, match=r"published record t \[16\]: model_def.d_model"):
         published.complete(bad)
+
+
+def test_model_def_file_gives_a_table_its_models(tmp_path, capsys):
+    import json as _json
+    from pathlib import Path
+
+    from fleetbench.report import explain
+
+    reference = Path(__file__).resolve().parents[2] / "results" / "reference" / "dle-pytorch-txl.jsonl"
+    records = [_json.loads(line) for line in reference.read_text().splitlines()]
+    table = {}
+    for record in records:
+        table[record["config"]["model"]] = record["config"].pop("model_def")
+    stripped, defs = tmp_path / "txl.jsonl", tmp_path / "defs.json"
+    stripped.write_text("".join(_json.dumps(r) + "\n" for r in records))
+    defs.write_text(_json.dumps(table))
+    assert explain.cli([str(stripped), "--published", "--validate", "nodes=1"]) == 2
+    assert "config.model_def, or --model-def FILE" in capsys.readouterr().err
+    assert explain.cli([str(stripped), "--published", "--validate", "nodes=1", "--model-def", str(defs)]) == 0
+    assert "dle-pytorch-txl: 6 of 6 cells predicted" in capsys.readouterr().out
+    bad = tmp_path / "bad.json"
+    bad.write_text(_json.dumps({"Transformer-XL large (WikiText-103)": {"kind": "gpt", "n_layer": 2}}))
+    assert explain.cli([str(stripped), "--published", "--validate", "nodes=1", "--model-def", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--model-def" in err and "model_def.d_model" in err
