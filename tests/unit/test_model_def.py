@@ -116,3 +116,26 @@ def test_model_def_file_gives_a_table_its_models(tmp_path, capsys):
     assert explain.cli([str(stripped), "--published", "--validate", "nodes=1", "--model-def", str(bad)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--model-def" in err and "model_def.d_model" in err
+
+
+def test_mixed_precision_shrinks_the_overlap_window_and_latency_counts_more():
+    """Issue 47, item 1: AMP cuts compute about 3x while fp16 gradients halve the bytes, so less of
+    the all-reduce hides behind a shorter backward and the per-call latency is a larger part."""
+    from fleetbench.analysis import overlap
+
+    order = overlap.registered("bert_large", "full")
+    alpha_ms, gbps = 0.05, 10.0
+
+    def call(nbytes):
+        return alpha_ms + nbytes / (gbps * 1e6)
+
+    def exposed_share(compute_ms, scale):
+        calls = overlap.buckets(order, scale, overlap.bucket_caps("mgwfbp", {}))
+        backward = overlap.BACKWARD_SHARE[0] * compute_ms
+        return overlap.exposed_ms(calls, backward, call) / compute_ms, len(calls) * alpha_ms / sum(
+            call(b) for b, _ in calls)
+
+    fp32, fp32_latency = exposed_share(600.0, 1.0)
+    amp, amp_latency = exposed_share(200.0, 0.5)
+    assert amp > fp32 > 0
+    assert amp_latency > fp32_latency
