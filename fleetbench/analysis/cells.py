@@ -69,6 +69,7 @@ class Cell:
     order: object = None  # overlap.Order of its gradients when known (registry or the record)
     grad_tensors: int | None = None  # trainable gradient tensors (metrics.grad_tensors)
     files: tuple = ()  # the results files its runs came from (a record's "_file", set by the reader)
+    sockets: int = 0  # TCP streams a connection (network.sockets: NCCL_SOCKET_NTHREADS x NSOCKS_PERTHREAD)
 
     @property
     def control(self) -> bool:
@@ -163,7 +164,7 @@ def _cell(runs: list[dict]) -> Cell:
                 int(net.get("nics") or 1), first["config"], first.get("topology"), _gpu_model(first),
                 published.sync_every(first), exp.source, _order(first),
                 (first.get("metrics") or {}).get("grad_tensors"),
-                tuple(sorted({r["_file"] for r in members if r.get("_file")})))
+                tuple(sorted({r["_file"] for r in members if r.get("_file")})), int(net.get("sockets") or 0))
 
 
 def _gpu_model(record: dict) -> str | None:

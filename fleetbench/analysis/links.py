@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from fleetbench.analysis import alphabeta, nccl, node, ranges
+from fleetbench.analysis import alphabeta, nccl, node, published, ranges
 from fleetbench.analysis import cells as cellmod
 from fleetbench.analysis.cells import Cell, CommCell, Shape
 
@@ -29,6 +29,31 @@ TRANSPORTS = {
                           "12 BTH, 4 ICRC, 2 VCRC); the 64b/66b line code is outside the 100 Gb/s data rate"),
 }
 DEFAULT_TRANSPORT = "tcp"  # a network that does not say runs over sockets (gloo, NCCL's socket transport)
+# What one TCP stream of NCCL's socket transport delivers, GB/s: fitted on ddl-benchmarks' 100GbE
+# cells (the one fitted table over sockets; 2.0-2.8 GB/s there, docs/explain.md "Clouds"). A
+# connection opens NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD streams (network.sockets): 1 x 1 by
+# default, 2 x 8 on AWS, 4 x 1 on GCP's gVNIC (NCCL's environment docs); the wire caps them all.
+SOCKET_STREAM_GBPS = 2.3
+# A synchronous parameter server over TCP (BytePS's ps-lite on ZeroMQ: one connection a server):
+# what one stream delivered in ddl-benchmarks' BSP-PS and WFBP-PS cells over 100GbE (fitted there;
+# the 10GbE cells are wire-bound, the IB cells RDMA).
+PS_STREAM_GBPS = 1.2
+# Cloud GPU instances without GPUDirect RDMA on their TCP network (the providers' instance pages):
+# 8 GPUs a node share one NIC; NCCL runs its socket transport with the provider's default streams.
+INSTANCES = {
+    "aws-p3.16xlarge": {"rate_gbit": 25, "transport": "tcp", "nics": 1, "sockets": 16, "gpus": 8,
+                        "gpu": "V100-SXM2-16GB", "intra_node": "nvlink"},
+    "aws-p3dn.24xlarge": {"rate_gbit": 100, "transport": "tcp", "nics": 1, "sockets": 16, "gpus": 8,
+                          "gpu": "V100-SXM2-32GB", "intra_node": "nvlink"},
+    "gcp-a2-highgpu-8g": {"rate_gbit": 100, "transport": "tcp", "nics": 1, "sockets": 4, "gpus": 8,
+                          "gpu": "A100-SXM4-40GB", "intra_node": "nvswitch"},
+    "gcp-n1-8xv100": {"rate_gbit": 32, "transport": "tcp", "nics": 1, "sockets": 4, "gpus": 8,
+                      "gpu": "V100-SXM2-16GB", "intra_node": "nvlink"},
+    "generic-25gbe": {"rate_gbit": 25, "transport": "tcp", "nics": 1, "sockets": 1, "gpus": 8,
+                      "gpu": None, "intra_node": None},
+    "generic-100gbe": {"rate_gbit": 100, "transport": "tcp", "nics": 1, "sockets": 1, "gpus": 8,
+                       "gpu": None, "intra_node": None},
+}
 
 
 @dataclasses.dataclass
@@ -43,12 +68,22 @@ class Found:
     node_link: object = None  # the ring inside a GPU node (analysis/node.py), when one was found
 
 
-def delivered(transport: str | None, efficiency: float | None) -> tuple[float, str]:
-    """(share of the rate delivered, where from)."""
+def delivered(transport: str | None, efficiency: float | None, rate_gbit: float | None = None,
+              sockets: int = 0, stream_gbps: float = SOCKET_STREAM_GBPS) -> tuple[float, str]:
+    """(share of the rate delivered, where from). Over TCP the streams cap it: `sockets` streams a
+    connection (default 1) of SOCKET_STREAM_GBPS each, when that is below the wire's share."""
     name = transport or DEFAULT_TRANSPORT
     if efficiency is not None:
         return efficiency, f"efficiency {efficiency:g} as given"
     share, source = TRANSPORTS[name]
+    streams = max(1, int(sockets or 1))
+    if name == "tcp" and rate_gbit and streams * stream_gbps < rate_gbit / 8 * share:
+        capped = streams * stream_gbps / (rate_gbit / 8)
+        who = ("a parameter server's connection (ps-lite over TCP)" if stream_gbps == PS_STREAM_GBPS else
+               "a connection (NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD)")
+        return capped, (f"tcp socket streams {capped:.3f} of the rate: {streams} stream(s) {who} x "
+                        f"{stream_gbps:g} GB/s each (fitted on ddl-benchmarks' 100GbE cells), under the wire's "
+                        f"{share:.3f}")
     return share, f"{name} ceiling {share:.3f}: {source}"
 
 
@@ -67,34 +102,36 @@ def rate_cell(network: str | None, rate_gbit: float, share: tuple[float, str], c
     return CommCell(network, Shape(2, 1), link, rate_gbit)
 
 
-def _share_note(change: dict, transport: str | None) -> str:
-    return delivered(change.get("transport") or transport, change.get("efficiency"))[1]
-
-
-def _network_rate(network: str | None, cells: list[Cell], comm: list) -> tuple[float | None, str | None, int]:
+def _network_rate(network: str | None, cells: list[Cell], comm: list) -> tuple:
+    """(rate, transport, NICs, sockets) of a network: as a record gives it, else a cloud instance's."""
     for cell in cells:
         if cell.network == network and cell.rate_gbit:
-            return cell.rate_gbit, cell.transport, cell.nics
-    return cellmod.known_rate(network, comm), None, 1
+            return cell.rate_gbit, cell.transport, cell.nics, cell.sockets
+    if network in INSTANCES:
+        spec = INSTANCES[network]
+        return spec["rate_gbit"], spec["transport"], spec["nics"], spec["sockets"]
+    return cellmod.known_rate(network, comm), None, 1, 0
 
 
 def _inter(network, shape: Shape, cells: list[Cell], comm: list, change: dict) -> tuple[str | None, list, list]:
     """(network name, comm cells to add, notes) for the link between nodes."""
     if change.get("rate_gbit"):
         network = f"{change['rate_gbit']:g}gbit-{change.get('transport') or DEFAULT_TRANSPORT}"
-        share = delivered(change.get("transport"), change.get("efficiency"))
+        share = delivered(change.get("transport"), change.get("efficiency"), change["rate_gbit"],
+                          change.get("sockets") or 0)
         nics = int(change.get("nics") or 1)
         return network, [rate_cell(network, change["rate_gbit"], share, comm, nics)], [
-            f"inter-node link by rate: {_share_note(change, None)}" + (f", {nics} NICs a node" if nics > 1 else "")]
+            f"inter-node link by rate: {share[1]}" + (f", {nics} NICs a node" if nics > 1 else "")]
     if shape.nodes > 1 and not any(c.network == network and c.shape.nodes > 1 for c in comm):
-        rate, transport, nics = _network_rate(network, cells, comm)
+        rate, transport, nics, sockets = _network_rate(network, cells, comm)
         if not rate and change.get("network_rate"):  # the predicted cell's own record says it
-            rate, transport, nics = change["network_rate"]
+            rate, transport, nics, sockets = (tuple(change["network_rate"]) + (0,))[:4]
         if rate:
-            share = delivered(change.get("transport") or transport, change.get("efficiency"))
+            share = delivered(change.get("transport") or transport, change.get("efficiency"), rate, sockets,
+                              change.get("stream_gbps") or SOCKET_STREAM_GBPS)
             return network, [rate_cell(network, rate, share, comm, nics)], [
                 f"no comm record of network {network or 'local'}: its rate {rate:g} Gbit/s"
-                f"{f' x {nics} NICs' if nics > 1 else ''} x {_share_note(change, transport)}; a comm record "
+                f"{f' x {nics} NICs' if nics > 1 else ''} x {share[1]}; a comm record "
                 "of it (collective/comm.py across 2 nodes) would replace this"]
     elif shape.nodes > 1 and (change.get("transport") or change.get("efficiency")):
         return network, [], [f"transport/efficiency not used: a comm record of network {network} exists"]
@@ -116,6 +153,8 @@ def completed(cell: Cell, network: str | None, shape: Shape, cells: list[Cell], 
             extra.append(CommCell(None, Shape(1, the_node.per_node), the_node.link, None))
         found.notes += the_node.notes
         found.sharing, found.sharing_per_node = the_node.sharing, the_node.per_node
+    if cell.method in published.SYNC_PS:  # a PS's ps-lite streams, not NCCL's sockets
+        change = dict(change, stream_gbps=PS_STREAM_GBPS)
     network, more, notes = _inter(network, shape, cells, comm, change)
     found.notes += notes
     return network, list(comm) + extra + more, found

@@ -34,7 +34,7 @@ MIB = 2 ** 20
 # (backward computes the input and the weight gradient, each about a forward), less the optimizer
 # update and the input pipeline, put at 10% of the step (0 to 25%).
 BACKWARD_SHARE = (0.6, 0.5, 2 / 3)
-BUCKET = {"wfbp": (0, 0), "mgwfbp": (25, 1), "grad_merge": (25, 1)}  # (cap MiB, first bucket MiB)
+BUCKET = {"wfbp": (0, 0), "wfbp-ps": (0, 0), "bytescheduler-ps": (0, 0), "mgwfbp": (25, 1), "grad_merge": (25, 1)}  # (cap MiB, first bucket MiB)
 FRAMEWORK_BUCKET = {"horovod": (64, 64)}  # tensor fusion: HOROVOD_FUSION_THRESHOLD's default
 OVERLAPPED = tuple(BUCKET)
 

@@ -250,6 +250,9 @@ def predict_range(target: Target, ref: Cell, cells: list[Cell], comm: list, cal:
             for bound in (ranges.FAST, ranges.SLOW)]
     low, high = min(ends + [out["predicted_step_ms"]]), max(ends + [out["predicted_step_ms"]])
     per_step = out["predicted_throughput"] * out["predicted_step_ms"]
+    out["inputs_step_range"] = [low, high]
+    if ref.gpu:  # the model's own error, calibrated on the fitted GPU tables (ranges.MODEL_ERROR)
+        low, high = ranges.widened(out["predicted_step_ms"], low, high, target.shape.nodes)
     out["predicted_step_range"] = [low, high]
     out["predicted_throughput_range"] = [per_step / high, per_step / low]
     return out

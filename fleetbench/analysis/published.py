@@ -26,10 +26,11 @@ tokens without tokens a sample, no batch size) is refused in one line (Published
 from __future__ import annotations
 
 import copy
+import json
 import math
 import re
 
-from fleetbench.analysis import precision
+from fleetbench.analysis import modeldef, precision
 from fleetbench.measure import registry
 
 # Published model names -> (registered benchmark, preset) of the same network. BERT-Base is the
@@ -43,7 +44,17 @@ ALIASES = {"resnet50": "ResNet-50", "rn50": "ResNet-50", "resnet50v15": "ResNet-
            "bertbaseuncased": "BERT-Base"}
 # ddl-benchmarks' all-reduce methods are fleetbench's methods of the same definition (train/methods.py);
 # others (ByteScheduler, the PS rows) keep their published names and are listed as not predicted.
-METHODS = {"BSP-A2A": "bsp", "WFBP-A2A": "wfbp", "MG-WFBP": "mgwfbp"}
+METHODS = {"BSP-A2A": "bsp", "WFBP-A2A": "wfbp", "MG-WFBP": "mgwfbp", "BSP-PS": "bsp-ps", "WFBP-PS": "wfbp-ps",
+           "ByteScheduler-PS": "bytescheduler-ps"}
+# A synchronous parameter server with one server a node, beside its workers (BytePS, MXNet's
+# dist_sync_device: the workers of a node aggregate first): each node pushes S (N-1)/N to the
+# other nodes' servers and serves as much, then pulls and serves the same back, on a full-duplex
+# NIC: 2 (N-1)/N S each way, a ring all-reduce's bus traffic. So a published synchronous PS cell
+# is predicted as the all-reduce of its method (post-backward, or one call a tensor overlapped),
+# from its own 1-node run (the node's aggregation through its server). docs/explain.md, PS.
+# ByteScheduler over the PS sends a tensor's partitions by priority as backward makes them: at
+# least what one call a tensor hides (its priority scheduling into the next forward is not modelled).
+SYNC_PS = ("bsp-ps", "wfbp-ps", "bytescheduler-ps")
 COUNTED_BY_BATCH = ("images/s", "samples/s", "examples/s", "sequences/s")
 COUNTED_IN_TOKENS = ("tokens/s", "words/s")
 MIB = 2 ** 20
@@ -83,7 +94,7 @@ def model_of(record: dict) -> tuple[str, str | None] | None:
 
 
 def calls_per_step(method: str, grad_bytes: float, tensors: int) -> int:
-    if method == "wfbp":
+    if method in ("wfbp", "wfbp-ps", "bytescheduler-ps"):
         return tensors
     return max(1, math.ceil(grad_bytes / (BUCKET_MIB.get(method, OVERLAPPED_BUCKET_MIB) * MIB)))
 
@@ -128,6 +139,7 @@ def sizes_of(record: dict) -> tuple[float, int, str]:
     if sizes is None:
         raise PublishedError(f"{_where(record)}: config.model {record['config'].get('model', record['benchmark'])!r}: "
                              f"no gradient sizes known (known models: {known_models()}); give "
+                             "its definition (config.model_def, or --model-def FILE), config.params or "
                              "metrics.grad_bytes (float32 bytes of its trainable parameters)")
     return float(sizes[0]), sizes[1], f"registry gradients of {' '.join(p for p in model if p)}"
 
@@ -145,13 +157,36 @@ def _derive_bytes(out: dict, record: dict) -> list[str]:
     m, config = out["metrics"], out["config"]
     where = _where(record) if is_published(record) else f"record {record.get('id')}"
     element, _, _, why = precision.grad_bytes(config, where)
-    fp32_bytes, tensors, source = sizes_of(record)
+    fp32_bytes, tensors, source = sizes_of(out)
     k = sync_every(record)
     m["grad_bytes"], m["grad_tensors"] = fp32_bytes * element / 4, tensors
     m["comm_bytes_per_step"] = m["grad_bytes"] / k
     m["comm_buckets_per_step"] = calls_per_step(out["method"], m["grad_bytes"], tensors) / k
     per = f", once every {k} micro-steps" if k > 1 else ""
     return [f"comm_bytes_per_step, comm_buckets_per_step ({source}; {why}{per})"]
+
+
+def _from_definition(out: dict, where: str) -> list[str]:
+    """A model outside the registry given by its definition (config.model_def, analysis/modeldef)
+    or its parameter count (config.params): its gradient sizes and readiness, written into the
+    copy's metrics as a record that gives its own would carry them."""
+    m, config = out["metrics"], out.get("config") or {}
+    model = model_of(out)
+    if m.get("grad_tensor_bytes") or m.get("grad_bytes") or (model and registry.gradients(*model)):
+        return []
+    if config.get("model_def"):
+        try:
+            m["grad_tensor_bytes"], m["grad_ready"] = modeldef.gradients(config["model_def"], where)
+        except modeldef.ModelDefError as exc:
+            raise PublishedError(str(exc)) from None
+        return [f"grad_tensor_bytes, grad_ready (from config.model_def, kind {config['model_def'].get('kind')}: "
+                f"{sum(m['grad_tensor_bytes']) / 4e6:.1f} M parameters in {len(m['grad_tensor_bytes'])} tensors)"]
+    if config.get("params"):
+        m["grad_tensor_bytes"], m["grad_ready"] = modeldef.gradients({"kind": "params", "params": config["params"]},
+                                                                    where)
+        return [f"grad_tensor_bytes (config.params {config['params']}: 100 equal tensors, ready evenly through "
+                "backward: the order is not known)"]
+    return []
 
 
 def complete(record: dict) -> dict:
@@ -166,12 +201,17 @@ def complete(record: dict) -> dict:
         device = str(out["config"].get("device") or "GPU").upper()
         if device.startswith("GPU"):  # a published table that does not say ran on GPUs (they all do)
             out["config"].setdefault("runtime", {})["device"] = "gpu"
-        if metrics.get("step_time_ms") is None and record["mode"] == "collective":
+        if record["mode"] == "ps" and out["method"] in SYNC_PS:
+            out["mode"] = "collective"
+            derived.append(f"mode collective: synchronous parameter server {record['method']} with a server a node, "
+                           "predicted as its all-reduce's bus traffic (2(N-1)/N S each way a node)")
+        if metrics.get("step_time_ms") is None and out["mode"] == "collective":
             m["step_time_ms"] = _step_ms(record)
             derived.append("step_time_ms (batch x world size / throughput)")
     elif metrics.get("step_time_ms") is None:
         return record
-    if metrics.get("comm_bytes_per_step") is None and out["method"] != "none" and record["mode"] == "collective":
+    if metrics.get("comm_bytes_per_step") is None and out["method"] != "none" and out["mode"] == "collective":
+        derived += _from_definition(out, _where(record) if is_published(record) else f"record {record.get('id')}")
         try:
             derived += _derive_bytes(out, record)
         except PublishedError:
@@ -183,10 +223,43 @@ def complete(record: dict) -> dict:
     return out
 
 
+def _work_key(record: dict) -> tuple:
+    config = {k: v for k, v in (record.get("config") or {}).items() if k != "grad_merge_steps"}
+    return (record["source"].get("name"), record["benchmark"], json.dumps(config, sort_keys=True, default=str))
+
+
+def single_from_node(records: list[dict]) -> list[dict]:
+    """A derived 1-GPU record for every published work that has a 1-node run but no 1-GPU run (a
+    table that benchmarks one batch across nodes only): its step is the 1-node run's micro-step,
+    so the node's all-reduce and node sharing are taken as compute and the model starts from the
+    1-node cell (docs/explain.md, "Compute from the 1-node cell"). Said in `source.derived`."""
+    pub = [r for r in records if is_published(r) and r["mode"] == "collective" and r.get("error") is None]
+    singles = {_work_key(r) for r in pub if r["world_size"] == 1}
+    out, seen = [], set()
+    for record in sorted(pub, key=lambda r: r["world_size"]):
+        key = _work_key(record)
+        if record["nodes"] != 1 or record["world_size"] == 1 or key in singles or key in seen:
+            continue
+        seen.add(key)
+        single = copy.deepcopy(record)
+        single.update(devices_per_node=1, world_size=1, id=f"{record['id']}-1gpu")
+        single["metrics"]["throughput"] = record["metrics"]["throughput"] / record["world_size"]
+        single["metrics"].pop("throughput_std", None)
+        single["source"] = dict(record["source"], cell=f"{record['source'].get('cell')} (1 GPU from the node)",
+                                derived=list(record["source"].get("derived") or []) + [
+                                    "a 1-GPU step taken as the 1-node run's micro-step: no 1-GPU run of this work "
+                                    "is published, so the node's all-reduce and sharing are counted as compute"])
+        out.append(single)
+    return out
+
+
 def adopt(records: list[dict], published: bool) -> list[dict]:
     """Records completed for the model: published ones only when asked (`published`), GPU records
-    measured here always (a CPU record measured here has its own figures and is left alone)."""
+    measured here always (a CPU record measured here has its own figures and is left alone); with
+    a 1-GPU record derived for a published work that has only its 1-node run (single_from_node)."""
     out = []
+    if published:
+        records = records + single_from_node(records)
     for record in records:
         gpu = str(((record.get("config") or {}).get("runtime") or {}).get("device", "")).startswith("gpu")
         if record.get("error") is None and (published and is_published(record) or gpu and not is_published(record)):
@@ -201,7 +274,8 @@ def not_modelled(record: dict) -> str | None:
     if record.get("error") is not None:
         return f"failed run: {str(record['error']).splitlines()[0][:80]}"
     if record["mode"] == "ps":
-        return "parameter-server training: fleetbench predicts all-reduce (collective) training only"
+        return ("parameter-server training of a published table other than a synchronous PS with a server a node "
+                f"({', '.join(k for k, v in METHODS.items() if v in SYNC_PS)}): not modelled")
     if record["mode"] != "collective":
         return None
     if (record.get("metrics") or {}).get("step_time_ms") is None:

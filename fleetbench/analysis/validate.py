@@ -13,7 +13,7 @@ import statistics
 
 from fleetbench.analysis import breakdown as bd
 from fleetbench.analysis import cells as cellmod
-from fleetbench.analysis import published, specs
+from fleetbench.analysis import psmodel, published, specs
 from fleetbench.analysis.cells import Cell, Shape
 from fleetbench.analysis.predict import Target, calibrate, predict_range, work_values
 from fleetbench.measure import experiment
@@ -23,6 +23,10 @@ CHANGE_KEYS = ("nodes", "devices_per_node", "network", "rate_gbit", "transport",
 SELECT_KEYS = FILTER_KEYS + ("network", "nodes", "devices_per_node", "world_size")
 LISTS = ("nodes", "rate_gbit", "devices_per_node")  # keys a what-if grid may give several values of
 WITHIN = 0.15
+# Tables whose cells informed a constant of the model (docs/explain.md, "Which tables informed
+# which constants"); every other table is held out: converted and reported before any change.
+FITTED_TABLES = frozenset({"ddl-benchmarks-2020-05-29", "dle-paddle-bert-dgxa100", "dle-pytorch-bert-dgxa100",
+                           "dle-mxnet-rn50", "dle-paddle-rn50"})
 SpecError = specs.SpecError
 
 
@@ -142,7 +146,8 @@ def _row(cell: Cell, fitted: list[Cell], comm: list, cal: dict) -> dict:
         row["not_predicted"] = "no fitted 1-device run or control of this work: no compute to start from"
         return row
     target = Target(cell.method, cell.network, cell.shape, sync_every=cell.sync_every,
-                    network_rate=(cell.rate_gbit, cell.transport, cell.nics) if cell.rate_gbit else None)
+                    network_rate=(cell.rate_gbit, cell.transport, cell.nics, cell.sockets) if cell.rate_gbit
+                    else None)
     prediction = predict_range(target, ref, fitted, comm, cal, emulated=cell.emulated)
     row.update(predicted_step_ms=prediction["predicted_step_ms"], from_cell=ref.label, notes=prediction["notes"],
                predicted_throughput=prediction["predicted_throughput"],
@@ -189,12 +194,43 @@ def validate(records: list[dict], selector: dict) -> list[dict]:
     held_out, _ = cellmod.pool(rest)
     cal = calibrate([bd.breakdown(c, fitted, comm) for c in bd.training_cells(fitted)])
     rows = [_row(cell, fitted, comm, cal) for cell in bd.training_cells(held_out)]
-    return rows + _dropped(rest, bd.training_cells(held_out))
+    ps_rows = psmodel.predict(fit_records, rest)  # parameter-server cells measured here
+    rest = [r for r in rest if not (r["mode"] == "ps" and r["nodes"] > 1 and not published.is_published(r))]
+    return rows + ps_rows + _dropped(rest, bd.training_cells(held_out))
+
+
+def in_range(row: dict) -> bool | None:
+    """Whether the measured throughput fell inside the prediction's range (None: no range)."""
+    bounds = row.get("predicted_throughput_range")
+    if row.get("throughput_error") is None or not bounds:
+        return None
+    return min(bounds) <= row["measured_throughput"] <= max(bounds)
+
+
+def totals(rows: list[dict]) -> list[dict]:
+    """Cells, predicted, within 15% and inside their range, over the tables that informed the
+    model's constants (`fitted`) and over the rest (`held out`); measured-here cells apart."""
+    out = []
+    for group in ("fitted", "held out", "measured here"):
+        members = [r for r in rows if _group(r.get("source")) == group]
+        scored = [r for r in members if r.get("throughput_error") is not None]
+        ranged = [in_range(r) for r in scored if in_range(r) is not None]
+        if members:
+            out.append({"group": group, "cells": len(members), "predicted": len(scored),
+                        "within": sum(abs(r["throughput_error"]) <= WITHIN for r in scored),
+                        "ranged": len(ranged), "in_range": sum(ranged)})
+    return out
+
+
+def _group(source: str | None) -> str:
+    if not source:
+        return "measured here"
+    return "fitted" if source in FITTED_TABLES else "held out"
 
 
 def summary(rows: list[dict]) -> list[dict]:
     """Per source table: cells, predicted, within 15% of the measured or published throughput,
-    median |error| of the throughput, the worst cells."""
+    inside the predicted range, median |error| of the throughput, the worst cells."""
     out = []
     for source, group in itertools.groupby(sorted(rows, key=lambda r: r.get("source") or ""),
                                            key=lambda r: r.get("source") or ""):
@@ -203,6 +239,8 @@ def summary(rows: list[dict]) -> list[dict]:
         errors = [abs(r["throughput_error"]) for r in scored]
         out.append({"source": source or "measured here", "cells": len(group), "predicted": len(scored),
                     "within": sum(e <= WITHIN for e in errors),
+                    "in_range": sum(bool(in_range(r)) for r in scored),
+                    "ranged": sum(in_range(r) is not None for r in scored),
                     "median_error": statistics.median(errors) if errors else None,
                     "worst": sorted(scored, key=lambda r: -abs(r["throughput_error"]))[:3],
                     "not_predicted": [r for r in group if r.get("throughput_error") is None]})

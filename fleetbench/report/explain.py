@@ -150,13 +150,17 @@ def validation_text(rows: list[dict], selector: dict) -> str:
     for s in validate.summary(rows):
         median = "-" if s["median_error"] is None else f"{s['median_error']:.1%}"
         lines = [f"{s['source']}: {s['predicted']} of {s['cells']} cells predicted, {s['within']} within 15% of "
-                 f"the throughput, median error {median}; {len(s['not_predicted'])} not predicted (listed above, "
-                 "each with why)"]
+                 f"the throughput, median error {median}, {s['in_range']} of {s['ranged']} inside their 80% "
+                 f"range; {len(s['not_predicted'])} not predicted (listed above, each with why)"]
         for r in s["worst"]:
             lines.append(f"  worst: {r['cell']}: {_pct(r['throughput_error'])}"
                          f"{_range(r.get('predicted_throughput_range'), '{:.4g}')} against "
                          f"{r['measured_throughput']:.4g}  [{'; '.join(r['notes'])}]")
         parts.append("\n".join(lines))
+    parts.append("\n".join(f"{t['group']} tables: {t['within']} of {t['predicted']} predicted cells within 15% "
+                           f"({t['within'] / max(1, t['predicted']):.0%}), {t['in_range']} of {t['ranged']} inside "
+                           f"their 80% range ({t['in_range'] / max(1, t['ranged']):.0%}); {t['cells']} cells"
+                           for t in validate.totals(rows)))
     return "\n\n".join(parts)
 
 
@@ -324,6 +328,10 @@ def parser() -> cmdline.Parser:
     p.add_argument("--published", action="store_true",
                    help="read published reference records too, deriving step time and gradient sizes "
                         "(docs/explain.md)")
+    p.add_argument("--model-def", type=cmdline.INPUT_FILE, metavar="FILE",
+                   help="YAML or JSON mapping a model name (a record's config.model) to its definition "
+                        "(analysis/modeldef: gpt, bert, vit, transformer_xl, layers, params), for models "
+                        "outside the registry")
     p.add_argument("--straggler-pct", type=cmdline.number(0.0), default=stragglers.DEFAULT_THRESHOLD_PCT,
                    help="name ranks this much slower than their peers' median (default 10)")
     return p
@@ -331,11 +339,12 @@ def parser() -> cmdline.Parser:
 
 def known_values(records: list[dict]) -> dict:
     """key -> the names a spec may use: the records' (network: its profile name), the registry's
-    benchmarks and the emulator's network profiles."""
+    benchmarks, the emulator's network profiles and the cloud instances (analysis/links.INSTANCES)."""
+    from fleetbench.analysis.links import INSTANCES  # pure table
     from fleetbench.emulate.netem_plan import PROFILES  # pure table
     from fleetbench.measure.registry import BENCHMARKS
 
-    known: dict = {"benchmark": set(BENCHMARKS), "network": set(PROFILES)}
+    known: dict = {"benchmark": set(BENCHMARKS), "network": set(PROFILES) | set(INSTANCES)}
     for record in records:
         for key, value in validate.record_values(record).items():
             if key in known:
@@ -387,7 +396,12 @@ def run(args) -> str:
     from fleetbench.measure import results
 
     specs, selectors = _specs(args)
-    records = published.adopt(load(args.results, results.load), args.published)
+    records = load(args.results, results.load)
+    if args.model_def:
+        from fleetbench.analysis import modeldef
+
+        records = modeldef.apply(records, modeldef.read_table(args.model_def))
+    records = published.adopt(records, args.published)
     known = known_values(records)
     for spec in specs:
         spec_checks.unknown(spec, known, "--predict")

@@ -1,0 +1,103 @@
+"""The published tables added by issue 47 (held out: converted and reported before any constant was
+changed) and the validation's totals: every cell loaded, predicted or listed with why; the figures
+docs/explain.md reports; the share of measured values inside their 80% range."""
+import json
+from pathlib import Path
+
+import pytest
+
+from fleetbench.analysis import published, validate
+from fleetbench.measure import results
+
+REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
+# table: (records, held-out multi-node cells, predicted) as docs/explain.md reports them
+NEW = {"dle-tf1-bert": (60, 24, 24), "dle-tf2-bert": (56, 24, 24), "dle-pytorch-txl": (28, 6, 6)}
+
+
+def _load(name: str) -> list[dict]:
+    return [json.loads(line) for line in (REFERENCE / f"{name}.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("name", sorted(NEW))
+def test_new_table_loads_and_every_cell_is_predicted_or_says_why(name):
+    records = _load(name)
+    assert len(records) == NEW[name][0]
+    for record in records:
+        results.validate(record, name)
+        assert record["source"]["kind"] == "published" and record["source"]["url"].startswith("https://github.com/")
+        assert record["source"]["name"] == name and name not in validate.FITTED_TABLES
+    rows = validate.validate(published.adopt(records, True), {"nodes": 1})
+    assert len(rows) == NEW[name][1]
+    predicted = [r for r in rows if r.get("throughput_error") is not None]
+    assert len(predicted) == NEW[name][2]
+    for row in rows:
+        assert row.get("throughput_error") is not None or row["not_predicted"]
+
+
+def test_transformer_xl_is_predicted_from_its_configuration():
+    rows = validate.validate(published.adopt(_load("dle-pytorch-txl"), True), {"nodes": 1})
+    assert rows and all(r.get("not_predicted") is None for r in rows)
+    assert all("config.model_def" in " ".join(r["notes"]) or r["predicted_step_ms"] for r in rows)
+
+
+def _row(source, error, low, high, measured=100.0):
+    return {"source": source, "throughput_error": error, "measured_throughput": measured,
+            "predicted_throughput_range": [low, high]}
+
+
+def test_totals_split_fitted_and_held_out_and_count_the_range():
+    rows = [_row("dle-paddle-bert-dgxa100", 0.05, 90, 110), _row("dle-paddle-bert-dgxa100", 0.30, 120, 140),
+            _row("dle-tf1-bert", -0.10, 85, 95), _row("dle-tf1-bert", 0.0, 95, 105),
+            {"source": "dle-tf1-bert", "throughput_error": None, "not_predicted": "why"}]
+    totals = {t["group"]: t for t in validate.totals(rows)}
+    assert totals["fitted"] == {"group": "fitted", "cells": 2, "predicted": 2, "within": 1, "ranged": 2,
+                                "in_range": 1}
+    assert totals["held out"] == {"group": "held out", "cells": 3, "predicted": 2, "within": 2, "ranged": 2,
+                                  "in_range": 1}
+    assert validate.in_range(rows[-1]) is None
+
+
+def test_a_work_with_only_its_one_node_run_gets_a_one_gpu_record_from_it():
+    records = [r for r in _load("dle-pytorch-txl") if r["config"]["batch_size"] == 4]
+    singles = published.single_from_node(records)
+    assert len(singles) == 2  # the two precisions of the multi-node table's batch
+    for single in singles:
+        node = next(r for r in records if r["id"] == single["id"].removesuffix("-1gpu"))
+        assert single["world_size"] == 1 and single["nodes"] == 1
+        assert single["metrics"]["throughput"] == pytest.approx(node["metrics"]["throughput"] / 16)
+        assert "1-node run's micro-step" in single["source"]["derived"][-1]
+    assert published.single_from_node(_load("dle-tf1-bert")) == []  # every work has its 1-GPU run
+
+
+def _all_rows() -> list[dict]:
+    records = [r for path in sorted(REFERENCE.glob("*.jsonl")) for r in _load(path.stem)]
+    return validate.validate(published.adopt(records, True), {"nodes": 1})
+
+
+def test_model_error_constants_are_what_the_fitted_tables_give_and_ranges_hold_70_to_90_percent():
+    from fleetbench.analysis import ranges
+
+    rows = _all_rows()
+    fitted = [r for r in rows if r.get("source") in validate.FITTED_TABLES and r.get("throughput_error") is not None]
+    low, high = ranges.model_error(fitted)
+    assert (low, high) == pytest.approx(ranges.MODEL_ERROR, abs=6e-4)
+    totals = {t["group"]: t for t in validate.totals(rows)}
+    for group in ("fitted", "held out"):
+        share = totals[group]["in_range"] / totals[group]["ranged"]
+        assert 0.70 <= share <= 0.90, (group, share)
+    # the acceptance figures docs/explain.md reports: the fitted tables' all-reduce cells >= 90%; with
+    # ddl-benchmarks' 81 parameter-server cells, predicted since issue 47, 88%; held out 43 of 54
+    assert (totals["fitted"]["within"], totals["fitted"]["predicted"]) == (201, 228)
+    collective = [r for r in fitted if not r["method"].endswith("-ps")]
+    assert sum(abs(r["throughput_error"]) <= 0.15 for r in collective) / len(collective) >= 0.90
+    assert (totals["held out"]["within"], totals["held out"]["predicted"]) == (43, 54)
+
+
+def test_the_80_percent_range_contains_the_inputs_range_and_grows_with_nodes():
+    from fleetbench.analysis import ranges
+
+    assert ranges.widened(100.0, 99.0, 101.0, 1) == pytest.approx((100 * (1 + ranges.MODEL_ERROR[0]),
+                                                                   100 * (1 + ranges.MODEL_ERROR[1])))
+    assert ranges.widened(100.0, 50.0, 150.0, 1) == (50.0, 150.0)
+    narrow, wide = ranges.widened(100.0, 100.0, 100.0, 2), ranges.widened(100.0, 100.0, 100.0, 32)
+    assert wide[0] < narrow[0] < 100.0 < narrow[1] < wide[1]
