@@ -277,7 +277,7 @@ class Sweep:
         if outcome.ok and len(after) > before:
             m = after[-1]["metrics"]
             self.say(f"  -> ok: {m['throughput']:.2f} {m['unit']} in {outcome.elapsed_s:.0f} s"
-                     + adaptive.disturbed_text(m))
+                     + adaptive.disturbed_text(after))
             return
         if outcome.ok:  # finished, but the run stored nothing that matches the cell
             outcome = dataclasses.replace(outcome, status="failed",
