@@ -94,7 +94,7 @@ class WindowTimer:
         self.window_steps += 1
         self.window_units += units
         self.window_reader_s += reader_s
-        if step > self.warmup_steps:
+        if self.measure_start is not None:  # after end_warmup (however late warm-up ended)
             self.measured_samples += samples
             self.measured_units += units
             self.measured_reader_s += reader_s
