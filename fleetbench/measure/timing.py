@@ -110,7 +110,9 @@ class WindowTimer:
             self.probe_before, now = self.probe(), None
         barrier()
         self.cpu_start = interference.sample()
-        self._open_window(now)
+        # the window opens after the counters' read (2-15 ms of /proc): a caller's earlier `now`
+        # would put it inside (the PS meter's window of 1-3 s at tiny: up to 1 %)
+        self._open_window(now if self.cpu_start is None else None)
         self.measure_start = self.last_step_end = self.window_start
 
     def close_window(self, now: Optional[float] = None) -> dict:

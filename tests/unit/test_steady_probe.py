@@ -1,10 +1,9 @@
 """Issue 44: warm-up until the step time settles, a window calibrated in seconds, per-step times,
 and the machine-speed probe's judgement (synthetic figures), its record fields and schema."""
-import concurrent.futures
 import math
-import threading
 
 import pytest
+from util import reduced
 
 from fleetbench.machine import speed
 from fleetbench.measure import aggregate, metrics, schema, stability, timing
@@ -167,42 +166,6 @@ def figures(rank, steps, probe):
                                loss_last=0.5, probe=probe, step_s=steps, warmup_steps=10 + rank)
 
 
-class Group:
-    """A communicator per rank for ranks run as threads: every call is a real collective (each rank
-    puts its values, all wait, all read every rank's), so `reduce` runs as in a job."""
-
-    def __init__(self, size):
-        self.barrier, self.slots = threading.Barrier(size, timeout=30), [None] * size
-
-    def of(self, rank):
-        group = self
-
-        class Comm:
-            def _all(self, values):
-                group.slots[rank] = list(values)
-                group.barrier.wait()
-                rows = [list(r) for r in group.slots]
-                group.barrier.wait()
-                return rows
-
-            def sum(self, values):
-                return [sum(col) for col in zip(*self._all(values))]
-
-            def max(self, values):
-                return [max(col) for col in zip(*self._all(values))]
-
-            def gather(self, values):
-                return self._all(values)
-        return Comm()
-
-
-def reduced(*ranks):
-    group = Group(len(ranks))
-    with concurrent.futures.ThreadPoolExecutor(len(ranks)) as pool:
-        done = [pool.submit(metrics.reduce, mine, group.of(i)) for i, mine in enumerate(ranks)]
-        return [d.result(timeout=60) for d in done]
-
-
 def test_reduce_keeps_the_slowest_probe_and_every_ranks_steps():
     mine = figures(0, [0.1, 0.1, 0.2], [80.0, 70.0, 50.0, math.nan])
     other = figures(1, [0.1, 0.3], [75.0, 72.0, 55.0, math.nan])
@@ -252,7 +215,9 @@ def test_the_probe_measures_both_figures_and_settles():
     probe = speed.Probe()
     gemm, triad = probe.measure()
     assert gemm > 0 and triad > 0
-    seen = speed.settle(probe, tolerance_pct=1000.0, max_tries=5)
-    assert len(seen) == 2  # any two agree within 1000 %
-    assert len(speed.settle(probe, tolerance_pct=-1.0, max_tries=3)) == 3  # never agree: the cap
+    seen, settled = speed.settle(probe, tolerance_pct=1000.0, max_tries=9)
+    assert len(seen) == 6 and settled  # two blocks of 3 (timing.settled) agree within 1000 %
+    seen, settled = speed.settle(probe, tolerance_pct=-1.0, max_tries=3)  # never agree: the cap
+    assert len(seen) == 3 and not settled
+    assert speed.settle_text(seen, settled).startswith("sweep: machine warm-up NOT settled, stopped after 3 probes")
     assert set(speed.DEFINITION) == {"gemm", "triad"} and timing.SETTLE_BLOCK >= 2
