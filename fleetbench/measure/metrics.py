@@ -61,7 +61,7 @@ DEFINITIONS = {
     "probe_triad_gbps_after": "the same triad just after the window, the slowest rank's",
     "probe": "the probe's workload: {gemm, triad}, each its definition (sizes, repeats, trials, unit)",
     "step_times_ms": "every rank's wall time of each step of its measured window (ms, step end to step end; "
-                     "host time: on a GPU the device runs behind), by rank",
+                     "host time: on a GPU the device runs behind), by rank; empty for epoch runs",
     "warmup_settled": "true: warm-up ended when the step time settled (timing.settled), false: at "
                       "measure.settle_steps without settling; null: a fixed warmup_steps",
     # collective
@@ -221,6 +221,8 @@ def gather_ragged(comm: Communicator, values: List[float]) -> List[List[float]]:
     """Every rank's list, by rank, when their lengths may differ (PS workers run their own step
     counts): padded with NaN to the longest for the gather, the padding dropped after."""
     longest = int(comm.max([float(len(values))])[0])
+    if longest == 0:  # nothing to gather (epoch runs keep no step times); every rank knows it
+        return []
     rows = comm.gather(list(values) + [math.nan] * (longest - len(values)))
     return [[v for v in row if v == v] for row in rows]
 

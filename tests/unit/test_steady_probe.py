@@ -179,6 +179,12 @@ def test_reduce_keeps_the_slowest_probe_and_every_ranks_steps():
     assert set(metrics.PROBE_KEYS) <= set(out) <= set(metrics.DEFINITIONS)
 
 
+def test_ranks_without_step_times_gather_none():
+    """An epoch run keeps no step times: no gather of empty lists (Paddle refuses a 0-size tensor)."""
+    totals = reduced(figures(0, [], [math.nan] * 4), figures(1, [], [math.nan] * 4))
+    assert [t.step_times_ms for t in totals] == [[], []]
+
+
 def test_alone_without_a_probe_has_null_figures_and_no_definition():
     mine = figures(0, [0.1, 0.2], [math.nan] * 4)
     out = metrics.standard(metrics.reduce(mine, metrics.Alone()), "images/s", 1, 2,
@@ -221,3 +227,29 @@ def test_the_probe_measures_both_figures_and_settles():
     assert len(seen) == 3 and not settled
     assert speed.settle_text(seen, settled).startswith("sweep: machine warm-up NOT settled, stopped after 3 probes")
     assert set(speed.DEFINITION) == {"gemm", "triad"} and timing.SETTLE_BLOCK >= 2
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"window_s": -1.0}, "config key 'measure.window_s' must be >= 0 seconds (got -1.0)"),
+    ({"settle_steps": -2}, "config key 'measure.settle_steps' must be >= 0 (got -2)"),
+])
+def test_bad_measure_keys_are_refused_by_name(values, message):
+    from fleetbench.measure import config
+
+    with pytest.raises(config.ConfigError) as err:
+        config.CollectiveConfig(measure=config.MeasureConfig(**values)).validate()
+    assert str(err.value) == message
+
+
+def test_the_measure_keys_are_not_part_of_the_experiment():
+    """Records timed with or without the probe, warm-up until settled or a calibrated window are one
+    cell with the records before them (the work a step does is the same)."""
+    from test_cell_key import record
+
+    from fleetbench.measure import experiment
+
+    old = record()
+    for measure in ({"probe": True, "settle_steps": 10, "window_s": 5.0}, {"probe": False, "settle_steps": 0,
+                                                                           "window_s": 0.0}):
+        new = record(config=dict(old["config"], measure=measure))
+        assert experiment.cell_key(new) == experiment.cell_key(old) and experiment.of(new) == experiment.of(old)
