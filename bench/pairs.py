@@ -12,6 +12,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+# scipy before anything imports paddle: the other order crashed in zlib (inflateReset2) with
+# Paddle 2.6.2 here
 from scipy import stats  # noqa: E402
 
 from fleetbench.measure import timing  # noqa: E402
