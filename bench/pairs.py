@@ -1,13 +1,20 @@
 """What the overhead benchmarks share: run a job under Paddle's launcher, alternate a fleetbench
 job with its bare hand-written twin R times, and print both throughputs and their ratio."""
+import math
 import os
+import random
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+# scipy before anything imports paddle: the other order crashed in zlib (inflateReset2) with
+# Paddle 2.6.2 here
+from scipy import stats  # noqa: E402
 
 from fleetbench.measure import timing  # noqa: E402
 
@@ -34,19 +41,41 @@ def bare_figure(text: str) -> float:
     return float(re.search(r"BARE_RESULT ([\d.]+)", text)[1])
 
 
-def alternate(repeats: int, label: str, unit: str, fleetbench_run, bare_run) -> tuple:
-    """R runs of each, alternating (a drift of the machine hits both); (fleetbench, bare) lists."""
+def alternate(repeats: int, label: str, unit: str, fleetbench_run, bare_run, seed: int = 0) -> tuple:
+    """R pairs, each a fleetbench run and a bare run in a random order (a drift of the machine, or
+    a cost the first run of a pair pays, falls on either alike; issue 44 found the fixed order
+    unexplained); (fleetbench, bare) lists, pair by pair. `seed` makes the order reproducible."""
+    order = random.Random(seed)
     fleet, bare = [], []
     for i in range(repeats):
+        first_bare = order.random() < 0.5
+        if first_bare:
+            b = bare_run(i)
         fleet.append(fleetbench_run(i))
-        bare.append(bare_run(i))
-        print(f"{label} repeat {i + 1}/{repeats}: fleetbench {fleet[-1]:.2f} bare {bare[-1]:.2f} {unit}", flush=True)
+        bare.append(b if first_bare else bare_run(i))
+        print(f"{label} pair {i + 1}/{repeats} ({'bare first' if first_bare else 'fleetbench first'}): "
+              f"fleetbench {fleet[-1]:.2f} bare {bare[-1]:.2f} {unit}, ratio {fleet[-1] / bare[-1]:.4f}", flush=True)
     return fleet, bare
 
 
-def report(label: str, unit: str, fleet: list, bare: list) -> float:
+def ratio_ci(fleet: list, bare: list, confidence: float = 0.95) -> tuple:
+    """(ratio, low, high): the geometric mean of the pairs' ratios fleetbench/bare and its
+    `confidence` interval, Student's t on the log ratios (pairs are paired: each shares its
+    moment's machine); low = high = ratio for one pair."""
+    logs = [math.log(f / b) for f, b in zip(fleet, bare)]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(mean), math.exp(mean), math.exp(mean)
+    low, high = stats.t.interval(confidence, len(logs) - 1, loc=mean, scale=stats.sem(logs))
+    return math.exp(mean), math.exp(low), math.exp(high)
+
+
+def report(label: str, unit: str, fleet: list, bare: list) -> tuple:
+    """Print both figures and the ratio with its 95 % interval; return (ratio, low, high)."""
     f, b = timing.summarize(fleet), timing.summarize(bare)
-    ratio = f["mean"] / b["mean"]
+    ratio, low, high = ratio_ci(fleet, bare)
+    slower = sum(x < y for x, y in zip(fleet, bare))
     print(f"{label}: fleetbench {f['mean']:.2f} ± {f['std']:.2f} {unit}, bare {b['mean']:.2f} ± {b['std']:.2f} "
-          f"{unit}, ratio fleetbench/bare = {ratio:.4f} (target >= {TARGET})", flush=True)
-    return ratio
+          f"{unit}, ratio fleetbench/bare = {ratio:.4f} (95% CI {low:.4f} to {high:.4f}; fleetbench slower in "
+          f"{slower} of {len(fleet)} pairs; target >= {TARGET})", flush=True)
+    return ratio, low, high

@@ -25,7 +25,15 @@ import pairs
 LAUNCHER = ["--server_num", 1, "--trainer_num", 1]
 
 
-def measure(preset: str, sets: list, repeats: int) -> float:
+def measure(preset: str, sets: list, repeats: int, seed: int = 0) -> tuple:
+    """(ratio, low, high) of `repeats` pairs (bench/pairs.py: each in a random order)."""
+    threads = {}
+
+    def same_threads(job: str, omp: str) -> None:
+        threads[job] = omp
+        if len(set(threads.values())) > 1:
+            raise SystemExit(f"the jobs differ in threads: {threads}")
+
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "r.jsonl"
 
@@ -33,17 +41,15 @@ def measure(preset: str, sets: list, repeats: int) -> float:
             text = pairs.fleetrun(LAUNCHER, [pairs.REPO / "parameter_server/ctr.py", "--preset", preset,
                                              *[a for kv in sets for a in ("--set", kv)], "--results", store],
                                   Path(tmp) / f"f{i}")
-            fleetbench_run.omp = re.search(r"^worker 0/1 .* omp (\d+)", text, re.M)[1]
+            same_threads("fleetbench", re.search(r"^worker 0/1 .* omp (\d+)", text, re.M)[1])
             return json.loads(store.read_text().splitlines()[-1])["metrics"]["throughput"]
 
         def bare_run(i):
             text = pairs.fleetrun(LAUNCHER, [pairs.REPO / "bench/bare_ctr.py", preset, *sets], Path(tmp) / f"b{i}")
-            omp = re.search(r"BARE_RESULT [\d.]+ omp (\d+)", text)[1]
-            if omp != fleetbench_run.omp:
-                raise SystemExit(f"the jobs differ in threads: fleetbench omp {fleetbench_run.omp}, bare omp {omp}")
+            same_threads("bare", re.search(r"BARE_RESULT [\d.]+ omp (\d+)", text)[1])
             return pairs.bare_figure(text)
 
-        fleet, bare = pairs.alternate(repeats, f"ctr {preset}", "examples/s", fleetbench_run, bare_run)
+        fleet, bare = pairs.alternate(repeats, f"ctr {preset}", "examples/s", fleetbench_run, bare_run, seed)
     return pairs.report(f"ps ctr preset={preset} {' '.join(sets)} repeats={repeats}", "examples/s", fleet, bare)
 
 

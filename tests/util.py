@@ -1,10 +1,12 @@
 """Helpers for tests that run real benchmark jobs."""
+import concurrent.futures
 import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
+import threading
 import sys
 import time
 import uuid
@@ -281,3 +283,43 @@ def kept_store(path) -> str:
     text = results.dumps(record) + "\n"
     Path(path).write_text(text)
     return text
+
+
+class Group:
+    """A communicator (measure/metrics.Communicator) per rank for ranks run as threads: every call is
+    a real collective (each rank puts its values, all wait, all read every rank's), so
+    metrics.reduce runs as in a job, whatever it asks of its communicator."""
+
+    def __init__(self, size: int):
+        self.barrier, self.slots = threading.Barrier(size, timeout=30), [None] * size
+
+    def of(self, rank: int):
+        group = self
+
+        class Comm:
+            def _all(self, values):
+                group.slots[rank] = list(values)
+                group.barrier.wait()
+                rows = [list(r) for r in group.slots]
+                group.barrier.wait()
+                return rows
+
+            def sum(self, values):
+                return [sum(col) for col in zip(*self._all(values))]
+
+            def max(self, values):
+                return [max(col) for col in zip(*self._all(values))]
+
+            def gather(self, values):
+                return self._all(values)
+        return Comm()
+
+
+def reduced(*ranks) -> list:
+    """metrics.reduce of each rank's figures (RankFigures, by rank), the ranks run together."""
+    from fleetbench.measure import metrics
+
+    group = Group(len(ranks))
+    with concurrent.futures.ThreadPoolExecutor(len(ranks)) as pool:
+        done = [pool.submit(metrics.reduce, mine, group.of(i)) for i, mine in enumerate(ranks)]
+        return [d.result(timeout=60) for d in done]

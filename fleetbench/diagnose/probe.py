@@ -18,9 +18,9 @@ import json
 import sys
 import time
 
-import numpy as np
 
 from fleetbench.comm import linkprobe
+from fleetbench.machine import speed
 from fleetbench.measure import interference
 
 MATMUL_N = 512  # fp32 512x512x512: 0.27 GFLOP a product, in cache-friendly blocks on any CPU
@@ -30,18 +30,9 @@ TRAIN_BATCH = 64  # 28x28 one-channel images a step: LeNet, paddle.vision's, as 
 
 
 def _best_rate(work: float, run, seconds: float) -> float:
-    """Work per second of the fastest of TRIALS trials, each repeating `run` for ~seconds/TRIALS."""
-    best = 0.0
-    for _ in range(TRIALS):
-        count, start = 0, time.perf_counter()
-        while True:
-            run()
-            count += 1
-            took = time.perf_counter() - start
-            if took >= seconds / TRIALS:
-                break
-        best = max(best, work * count / took)
-    return best
+    """Work per second of the fastest of TRIALS trials, each repeating `run` for ~seconds/TRIALS
+    (machine/speed.best_rate: the run's speed probe times its workload by the same rule)."""
+    return speed.best_rate(work, run, seconds, TRIALS)
 
 
 def on_cpu():
@@ -65,17 +56,12 @@ def matmul_gflops(seconds: float) -> float:
 
 def triad_gbps(seconds: float) -> float:
     """STREAM's triad a = b + s*c, in numpy (one thread: memory bandwidth of one stream, what one
-    rank's data loading and optimizer step see), counted as STREAM counts it: 3 arrays moved."""
-    b = np.ones(TRIAD_ELEMENTS)
-    c = np.ones(TRIAD_ELEMENTS)
-    a = np.empty(TRIAD_ELEMENTS)
-
-    def triad() -> None:
-        np.multiply(c, 3.0, out=a)
-        np.add(a, b, out=a)
-
+    rank's data loading and optimizer step see), counted as STREAM counts it: 3 arrays moved.
+    The kernel is the run's speed probe's (machine/speed.triad_kernel), here on float64 arrays of
+    64 MiB: far beyond any cache."""
+    triad, moved = speed.triad_kernel(TRIAD_ELEMENTS, "float64")
     # two passes over a (multiply, then add) and one each over b and c: 4 arrays' bytes per triad
-    return _best_rate(4 * 8 * TRIAD_ELEMENTS / 1e9, triad, seconds)
+    return _best_rate(moved / 1e9, triad, seconds)
 
 
 def train_images_per_s(seconds: float) -> float:

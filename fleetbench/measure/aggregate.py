@@ -41,7 +41,7 @@ def stability_fields(ok: list[dict], cv_threshold: float, disturbed_pct: float =
 
     The figure (n, mean, std, median, min, max; so ci95_pct, speedup and efficiency too) is over
     the runs not `disturbed` (more than `disturbed_pct` % of the machine's CPU to other processes
-    in their timed window: stability.is_disturbed) and not flagged by the MAD rule among those
+    in their timed window, or a speed probe that moved: stability.disturbed_reasons) and not flagged by the MAD rule among those
     (stability.kept): a disturbed or far-off run is shown and excluded, never silently: `disturbed`
     and `excluded` hold the ids left out (stability.excluded: at most a quarter of the runs, so
     some `outliers` may be flagged and kept) and `mean_all` the mean over every run, and
@@ -55,19 +55,21 @@ def stability_fields(ok: list[dict], cv_threshold: float, disturbed_pct: float =
     `figure_disturbed`), and `agreement` says so. Also: runs (id, throughput, interference,
     disturbed, in store order) and outliers (ids flagged among the undisturbed runs)."""
     values = [r["metrics"]["throughput"] for r in ok]
-    quiet = [not stability.is_disturbed(r["metrics"], disturbed_pct) for r in ok]
+    why = stability.disturbed_reasons([r["metrics"] for r in ok], disturbed_pct)  # CPU, GPUs, speed probe
+    quiet = [reason is None for reason in why]
     judged = [v for v, q in zip(values, quiet) if q]
     pool = stability.figure_quiet([r["metrics"] for r in ok], disturbed_pct)  # None: all disturbed, says so
     figure = stability.kept(values, pool)
     runs = [{"id": r["id"], "throughput": v, "disturbed": not q,
              "interference_cpu_pct": r["metrics"].get("interference_cpu_pct"),
-             "interference_gpu_procs": r["metrics"].get("interference_gpu_procs")}
+             "interference_gpu_procs": r["metrics"].get("interference_gpu_procs"),
+             "probe_gemm_gflops": stability.probe_figure(r["metrics"], "probe_gemm_gflops")}
             for r, v, q in zip(ok, values, quiet)]
     return dict(summarize(figure), runs=runs,
                 cv=stability.cv(judged), unstable=stability.is_unstable(judged, cv_threshold),
                 cv_threshold=cv_threshold, outliers=[ok[i]["id"] for i in stability.flagged(values, pool)],
                 excluded=[ok[i]["id"] for i in stability.excluded(values, pool)],
-                disturbed={r["id"]: stability.disturbance_text(r["metrics"]) for r, q in zip(ok, quiet) if not q},
+                disturbed={r["id"]: reason for r, reason in zip(ok, why) if reason},
                 disturbed_pct=disturbed_pct, figure_disturbed=bool(ok) and pool is None,
                 mean_all=summarize(values)["mean"], ci95_pct=stability.ci_pct(figure),
                 until_stable=stability.verdict(_policy(ok), values, quiet))

@@ -47,6 +47,20 @@ class DebugConfig:
 
 
 @dataclasses.dataclass
+class MeasureConfig:
+    """How a run is timed (docs/metrics.md#steady-state-and-the-machine-probe); not part of the
+    experiment (measure/experiment.NOISE_KEYS): the work a step does is the same."""
+
+    probe: bool = True  # time machine/speed's fixed workload at the measured window's edges
+    # warm-up goes on past warmup_steps until the step time settles (timing.settled), at most this
+    # many steps in all; 0 (or <= warmup_steps): exactly warmup_steps
+    settle_steps: int = 0
+    # > 0: the measured window is calibrated from the settled step time to last this many seconds
+    # (timing.calibrated_steps; collective loops by steps only); 0: the preset's fixed step count
+    window_s: float = 0.0
+
+
+@dataclasses.dataclass
 class BenchConfig:
     """What every benchmark has; a family adds how long a run is (collective: steps, PS: passes)."""
 
@@ -57,6 +71,7 @@ class BenchConfig:
     lr: float = 0.1
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     debug: DebugConfig = dataclasses.field(default_factory=DebugConfig)
+    measure: MeasureConfig = dataclasses.field(default_factory=MeasureConfig)
 
     def validate(self) -> None:
         require(self.batch_size > 0, "batch_size", "must be > 0", self.batch_size)
@@ -65,6 +80,8 @@ class BenchConfig:
         require(self.lr > 0, "lr", "must be > 0", self.lr)
         require(self.data.num_workers >= 0, "data.num_workers", "must be >= 0", self.data.num_workers)
         require(self.debug.delay_ms >= 0, "debug.delay_ms", "must be >= 0", self.debug.delay_ms)
+        require(self.measure.settle_steps >= 0, "measure.settle_steps", "must be >= 0", self.measure.settle_steps)
+        require(self.measure.window_s >= 0, "measure.window_s", "must be >= 0 seconds", self.measure.window_s)
 
 
 @dataclasses.dataclass

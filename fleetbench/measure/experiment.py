@@ -15,7 +15,9 @@ Repeats are pooled (averaged) only when everything that defines the experiment i
 NOISE_KEYS are what may differ between repeats of one experiment: the seed (a repeat with another
 seed is still a repeat), who chose the thread count (the count itself is part of the config) and
 the sweep's until-stable policy (runtime.repeats: how many runs were asked for, not how they ran)
-and a parameter-server worker's start-up bound (init_timeout_s: when to give up, not what ran).
+and a parameter-server worker's start-up bound (init_timeout_s: when to give up, not what ran),
+and how a run is timed (measure.*: the speed probe, warm-up until settled, a window calibrated in
+seconds; a step's work is the same, the record's warmup_steps and measured_steps say how it ran).
 Run-time values such as ports and addresses are not in the config at all.
 
 The cell key is declared here once (WORK, CIRCUMSTANCES): what defines a cell of work, and what
@@ -31,7 +33,8 @@ import json
 
 # Config keys (dotted) that differ between repeats of one experiment; see the module docstring.
 NOISE_KEYS = ("seed", "runtime.threads.source", "runtime.repeats.until_stable", "runtime.repeats.target_ci_pct",
-              "runtime.repeats.min_repeats", "runtime.repeats.max_repeats", "init_timeout_s")
+              "runtime.repeats.min_repeats", "runtime.repeats.max_repeats", "init_timeout_s",
+              "measure.probe", "measure.settle_steps", "measure.window_s")
 # Config keys some stored records predate (or outlived), by family (the record's `mode`), with the
 # value that means what a record without the key ran: absent and at this value are the same work,
 # so neither makes another experiment, nor a table column (the demo's ResNet50 runs from before the

@@ -14,6 +14,9 @@ from typing import List, Optional, Protocol
 from fleetbench.measure import interference
 
 NOT_MEASURED = [math.nan, math.nan, math.nan]  # a rank's interference row when it measured nothing
+# The machine-speed probe's figures (machine/speed.py) at the measured window's edges, in the order
+# of WindowTimer.probe_figures
+PROBE_KEYS = ("probe_gemm_gflops_before", "probe_gemm_gflops_after", "probe_triad_gbps_before", "probe_triad_gbps_after")
 
 # name -> definition. Family-specific names say which family reports them.
 DEFINITIONS = {
@@ -48,6 +51,19 @@ DEFINITIONS = {
     "interference_gpu_procs": "processes outside the job on the GPUs the job used (nvidia-smi), at the "
                               "window's edges, the most of any rank; null on CPU runs or where nvidia-smi "
                               "cannot tell; any makes the run disturbed",
+    "probe_gemm_gflops_before": "GFLOP/s of the machine-speed probe's fixed GEMM (machine/speed.py, `probe` "
+                                "defines it) just before the measured window, the slowest rank's; null when "
+                                "measure.probe is off. A run whose probe is far from its cell's median or from its "
+                                "own other edge is disturbed (stability.probe_reason)",
+    "probe_gemm_gflops_after": "the same GEMM just after the measured window, the slowest rank's",
+    "probe_triad_gbps_before": "GB/s of the probe's fixed triad (memory bandwidth) just before the window, the "
+                               "slowest rank's",
+    "probe_triad_gbps_after": "the same triad just after the window, the slowest rank's",
+    "probe": "the probe's workload: {gemm, triad}, each its definition (sizes, repeats, trials, unit)",
+    "step_times_ms": "every rank's wall time of each step of its measured window (ms, step end to step end; "
+                     "host time: on a GPU the device runs behind), by rank; empty for epoch runs",
+    "warmup_settled": "true: warm-up ended when the step time settled (timing.settled), false: at "
+                      "measure.settle_steps without settling; null: a fixed warmup_steps",
     # collective
     "grad_bytes": "collective: bytes of the gradients of the trainable parameters (one rank)",
     "grad_tensors": "collective: number of those gradient tensors",
@@ -116,6 +132,11 @@ class RankFigures:
     loss_last: float
     # [interference_cpu_pct, job_cpu_pct, interference_gpu_procs] of its window, NaN where not measured
     interference: List[float] = dataclasses.field(default_factory=lambda: list(NOT_MEASURED))
+    # the speed probe's figures at the window's edges (PROBE_KEYS' order), NaN where not probed
+    probe: List[float] = dataclasses.field(default_factory=lambda: [math.nan] * len(PROBE_KEYS))
+    step_s: List[float] = dataclasses.field(default_factory=list)  # the measured window's step times
+    warmup_steps: Optional[int] = None  # the warm-up it ran (None: the config's warmup_steps)
+    warmup_settled: Optional[bool] = None  # timing.Steady.was_settled
 
 
 def interference_row(cpu_start, cpu_end, gpu_procs: Optional[int] = None) -> List[float]:
@@ -142,6 +163,10 @@ class Totals:
     rank_step_ms: List[float] = dataclasses.field(default_factory=list)
     rank_reader_ms: Optional[List[float]] = None  # None where the step reads (PS)
     interference: dict = dataclasses.field(default_factory=dict)  # interference.combine over ranks
+    probe: dict = dataclasses.field(default_factory=dict)  # PROBE_KEYS: the slowest rank's
+    step_times_ms: List[List[float]] = dataclasses.field(default_factory=list)  # by rank
+    warmup_steps: Optional[int] = None  # the most any rank ran
+    warmup_settled: Optional[bool] = None  # every rank's settled (rank 0's view: ranks agree)
 
 
 class Communicator(Protocol):
@@ -172,6 +197,9 @@ def reduce(mine: RankFigures, comm: Communicator) -> Totals:
     maxes = comm.max([mine.reader_s or 0.0, mine.peak_mem_mib])
     per_rank = comm.gather([mine.elapsed_s, mine.steps, mine.reader_s or 0.0])
     disturbed = interference.combine(comm.gather(list(mine.interference)))
+    probes = comm.gather(list(mine.probe))
+    step_lists = gather_ragged(comm, [1000 * t for t in mine.step_s])
+    warmup = comm.max([-1 if mine.warmup_steps is None else mine.warmup_steps])[0]
     slowest = max(range(len(per_rank)), key=lambda rank: per_rank[rank][0])
     ranks = len(per_rank)
     per_step = [(1000 * elapsed / max(1, steps), 1000 * reader / max(1, steps))
@@ -182,12 +210,36 @@ def reduce(mine: RankFigures, comm: Communicator) -> Totals:
                   peak_mem_mib=float(maxes[1]), loss_first=sums[2] / ranks, loss_last=sums[3] / ranks,
                   rank_step_ms=[step for step, _ in per_step],
                   rank_reader_ms=None if mine.reader_s is None else [reader for _, reader in per_step],
-                  interference=disturbed)
+                  interference=disturbed, probe=slowest_probe(probes),
+                  step_times_ms=[[round(t, 3) for t in row] for row in step_lists],
+                  warmup_steps=None if warmup < 0 else int(warmup), warmup_settled=mine.warmup_settled)
 
 
-def standard(totals: Totals, unit: str, world_size: int, warmup_steps: int, *, threads: dict) -> dict:
+def slowest_probe(per_rank: List[list]) -> dict:
+    """Each probe figure's lowest over the ranks that measured it (the slowest machine decides, as
+    throughput's slowest rank does); None where none did."""
+    out = {}
+    for i, key in enumerate(PROBE_KEYS):
+        measured = [row[i] for row in per_rank if row[i] == row[i]]
+        out[key] = min(measured) if measured else None
+    return out
+
+
+def gather_ragged(comm: Communicator, values: List[float]) -> List[List[float]]:
+    """Every rank's list, by rank, when their lengths may differ (PS workers run their own step
+    counts): padded with NaN to the longest for the gather, the padding dropped after."""
+    longest = int(comm.max([float(len(values))])[0])
+    if longest == 0:  # nothing to gather (epoch runs keep no step times); every rank knows it
+        return []
+    rows = comm.gather(list(values) + [math.nan] * (longest - len(values)))
+    return [[v for v in row if v == v] for row in rows]
+
+
+def standard(totals: Totals, unit: str, world_size: int, warmup_steps: int, *, threads: dict,
+             probe: Optional[dict] = None) -> dict:
     """The metrics every record has (see DEFINITIONS); a family adds its own names. `threads`: the
-    process's thread record (`fleetbench.threads_info()`), passed in: measure/ imports no room above it."""
+    process's thread record (`fleetbench.threads_info()`), `probe`: the speed probe's definition
+    (machine/speed.DEFINITION), both passed in: measure/ imports no room above it."""
     elapsed = totals.elapsed_s
     throughput = totals.units / elapsed
     reader_ms = None if totals.reader_s is None else 1000 * totals.reader_s / totals.steps
@@ -199,7 +251,11 @@ def standard(totals: Totals, unit: str, world_size: int, warmup_steps: int, *, t
         "loss_first": totals.loss_first, "loss_last": totals.loss_last,
         "elapsed_s": elapsed, "rank_elapsed_s": totals.rank_elapsed_s,
         "rank_step_ms": totals.rank_step_ms, "rank_reader_ms": totals.rank_reader_ms,
-        "measured_steps": totals.steps, "warmup_steps": warmup_steps,
+        "measured_steps": totals.steps,
+        "warmup_steps": warmup_steps if totals.warmup_steps is None else totals.warmup_steps,
+        "warmup_settled": totals.warmup_settled, "step_times_ms": totals.step_times_ms,
+        **{key: totals.probe.get(key) for key in PROBE_KEYS},
+        "probe": probe if any(totals.probe.get(key) is not None for key in PROBE_KEYS) else None,
         "omp_num_threads": threads["omp_num_threads"],
         **(totals.interference or interference.combine([NOT_MEASURED])),
     }

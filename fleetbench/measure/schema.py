@@ -109,6 +109,27 @@ def _metrics_problem(metrics, failed: bool) -> str | None:
     repeats = metrics.get("repeats")
     if repeats is not None and (not _is_int(repeats) or repeats < 1):
         return f"metrics.repeats: expected an integer >= 1 or null, got {repeats!r}"
+    return _timing_problem(metrics)
+
+
+# the machine-speed probe's figures (metrics.PROBE_KEYS; named here too: schema imports nothing)
+PROBE_FIGURES = ("probe_gemm_gflops_before", "probe_gemm_gflops_after", "probe_triad_gbps_before",
+                 "probe_triad_gbps_after")
+
+
+def _timing_problem(metrics: dict) -> str | None:
+    """The speed probe's figures (> 0 or null), its definition (an object or null) and the step
+    times (by rank, each a list of milliseconds >= 0), where a record has them (issue 44)."""
+    for key in PROBE_FIGURES:
+        value = metrics.get(key)
+        if value is not None and (not _is_number(value) or value <= 0):
+            return f"metrics.{key}: expected a number > 0 or null, got {value!r}"
+    if metrics.get("probe") is not None and not isinstance(metrics["probe"], dict):
+        return f"metrics.probe: expected an object (the probe's workload) or null, got {metrics['probe']!r}"
+    times = metrics.get("step_times_ms")
+    if times is not None and not (isinstance(times, list) and all(
+            isinstance(row, list) and all(_is_number(t) and t >= 0 for t in row) for row in times)):
+        return "metrics.step_times_ms: expected a list (by rank) of lists of milliseconds >= 0, or null"
     return None
 
 

@@ -8,7 +8,8 @@
   a figure leaves out, at most a quarter of the runs (one of 3 to 7), the farthest first; `kept`:
   the runs a figure is computed over (never silently: whoever prints the figure says so).
 - `is_disturbed`: a run during which processes outside the job used more than DISTURBED_PCT % of
-  the machine's CPU (or any of its GPUs): shown, never in a figure, not in the cv that judges
+  the machine's CPU (or any of its GPUs), or whose machine-speed probe moved (`probe_reason`,
+  `disturbed_reasons`: against its own other edge and its cell's median; PROBE_PCT): shown, never in a figure, not in the cv that judges
   whether a cell is stable, and not counted towards the until-stable stop (`quiet` flags, one per
   run, say which runs were not disturbed).
 - `ci_half_width`: the 95 % confidence interval half-width of the mean (Student t; scipy is not a
@@ -37,6 +38,13 @@ MAD_SCALE = 1.4826  # MAD x this estimates the std of normally distributed runs
 # process outside the job used one of its GPUs. 10 %: the machine's own daemons take ~1 %, a
 # neighbour on one of 2 cores takes ~50 %; a run slowed by a tenth is no figure of the job.
 DISTURBED_PCT = 10.0
+# A run is also `disturbed` when the machine-speed probe (machine/speed.py: a fixed GEMM and triad
+# timed at the window's edges; metrics.PROBE_KEYS) differs by more than this (%) between the run's
+# own two edges, or, at its slower edge, from the median of its cell's runs: the hypervisor slowed
+# this guest's vCPUs by 26-38 % with nothing in /proc/stat, and a halved CPU quota slows a
+# two-thread GEMM by half; a quiet machine's probe moves by a few % (docs/metrics.md gives its cv).
+PROBE_PCT = 15.0
+PROBES = (("gemm", "probe_gemm_gflops"), ("triad", "probe_triad_gbps"))
 
 # Two-sided 95 % Student t quantiles t(0.975, df) (standard tables). A df between entries takes
 # the entry below it: a slightly larger t, so the interval is never narrower than it should be.
@@ -135,17 +143,76 @@ def kept_indexes(values: Sequence[float], quiet: Sequence[bool] | None = None) -
 def figure_quiet(metrics: Sequence[dict], limit_pct: float = DISTURBED_PCT) -> list[bool] | None:
     """The `quiet` flags a figure of these runs (their metrics) uses: which runs were not disturbed;
     None (every run) when all of them were, so that such a cell still has a figure, which says so."""
-    quiet = [not is_disturbed(m, limit_pct) for m in metrics]
+    quiet = [reason is None for reason in disturbed_reasons(metrics, limit_pct)]
     return quiet if any(quiet) else None
 
 
 
 
 def is_disturbed(metrics: dict | None, limit_pct: float = DISTURBED_PCT) -> bool:
-    """Whether a run's measured interference (null: not measured, e.g. older records) exceeds the limit."""
+    """Whether a run's measured interference (null: not measured, e.g. older records) exceeds the
+    limit, or its speed probe moved between its own edges (`probe_reason`; a run alone: its cell's
+    median is `disturbed_reasons`')."""
+    return _interfered(metrics, limit_pct) or probe_reason(metrics) is not None
+
+
+def _interfered(metrics: dict | None, limit_pct: float) -> bool:
     cpu = (metrics or {}).get("interference_cpu_pct")
     gpu = (metrics or {}).get("interference_gpu_procs")
     return (cpu is not None and cpu > limit_pct) or bool(gpu)
+
+
+def probe_figure(metrics: dict | None, name: str) -> float | None:
+    """A run's probe figure `name` (probe_gemm_gflops, probe_triad_gbps): its slower edge's; None
+    when not probed (older records, measure.probe off)."""
+    edges = [(metrics or {}).get(f"{name}_{edge}") for edge in ("before", "after")]
+    edges = [v for v in edges if v is not None and v > 0]
+    return min(edges) if edges else None
+
+
+def probe_medians(metrics: Sequence[dict]) -> dict[str, float]:
+    """The cell's usual probe: each figure's median over the runs that have it."""
+    out = {}
+    for _, name in PROBES:
+        values = [v for v in (probe_figure(m, name) for m in metrics) if v is not None]
+        if values:
+            out[name] = statistics.median(values)
+    return out
+
+
+def _pct(value: float, base: float) -> str:
+    return f"{100 * (value / base - 1):+.0f}%".replace("-", "\u2212")
+
+
+def probe_reason(metrics: dict | None, medians: dict | None = None, limit_pct: float = PROBE_PCT) -> str | None:
+    """Why the machine, not the job, decided a run's figure (None: it did not): `machine slowed in
+    the run: probe gemm −31% after vs before` when the probe's two edges differ by more than
+    `limit_pct` %, `machine slow: probe gemm −31% vs the cell's median` (or `fast`) when its slower
+    edge is that far from `medians` (`probe_medians` of the run's cell)."""
+    reasons = []
+    for label, name in PROBES:
+        before, after = ((metrics or {}).get(f"{name}_{edge}") for edge in ("before", "after"))
+        if before and after and abs(after / before - 1) * 100 > limit_pct:
+            way = "slowed" if after < before else "sped up"
+            reasons.append(f"machine {way} in the run: probe {label} {_pct(after, before)} after vs before")
+        figure, usual = probe_figure(metrics, name), (medians or {}).get(name)
+        if figure is not None and usual and abs(figure / usual - 1) * 100 > limit_pct:
+            way = "slow" if figure < usual else "fast"
+            reasons.append(f"machine {way}: probe {label} {_pct(figure, usual)} vs the cell's median")
+    return "; ".join(reasons) or None
+
+
+def disturbed_reasons(metrics: Sequence[dict], limit_pct: float = DISTURBED_PCT,
+                      probe_pct: float = PROBE_PCT) -> list[str | None]:
+    """Per run of one cell, what disturbed it (None: nothing): other processes on its CPU or GPUs
+    (`disturbance_text`), its speed probe against its own edges and the cell's median (`probe_reason`)."""
+    medians = probe_medians(metrics)
+    out = []
+    for m in metrics:
+        parts = [interference_text(m)] if _interfered(m, limit_pct) else []
+        probe = probe_reason(m, medians, probe_pct)
+        out.append("; ".join(parts + ([probe] if probe else [])) or None)
+    return out
 
 
 def t975(df: int) -> float:
@@ -267,7 +334,15 @@ def run_mark(run_id: str, excluded_ids, outlier_ids, disturbed: dict | None = No
 
 
 def disturbance_text(metrics: dict) -> str:
-    """What disturbed a run, for a run list: `47% CPU to others`, `2 other GPU processes`."""
+    """What disturbed a run, for a run list: `47% CPU to others`, `2 other GPU processes`, `machine
+    slowed in the run: probe gemm −31% after vs before` (a run alone; with its cell:
+    `disturbed_reasons`)."""
+    probe = probe_reason(metrics)
+    return "; ".join(p for p in (interference_text(metrics), probe) if p)
+
+
+def interference_text(metrics: dict) -> str:
+    """`47% CPU to others`, `2 other GPU process(es)`: what measure/interference.py saw."""
     parts = []
     if metrics.get("interference_cpu_pct") is not None:
         parts.append(f"{metrics['interference_cpu_pct']:.0f}% CPU to others")

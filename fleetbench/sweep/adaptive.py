@@ -96,15 +96,16 @@ class Policy:
 
 
 def quiet_flags(runs: list[dict]) -> list[bool]:
-    """Per stored run (a record), whether it was not disturbed (stability.is_disturbed)."""
-    return [not stability.is_disturbed(r["metrics"]) for r in runs]
+    """Per stored run (a record) of one cell, whether it was not disturbed (stability.disturbed_reasons:
+    CPU or GPUs to others, or its speed probe against its own edges and the cell's median)."""
+    return [reason is None for reason in stability.disturbed_reasons([r["metrics"] for r in runs])]
 
 
-def disturbed_text(metrics: dict) -> str:
-    """`, disturbed (47% CPU to others): not in the figure` after a run's console line; "" if not."""
-    if not stability.is_disturbed(metrics):
-        return ""
-    return f", DISTURBED ({stability.disturbance_text(metrics)}): not in the figure"
+def disturbed_text(runs: list[dict], index: int = -1) -> str:
+    """`, DISTURBED (47% CPU to others): not in the figure` after the console line of run `index`
+    of a cell's stored runs (judged with its cell: the probe's median); "" if not disturbed."""
+    reason = stability.disturbed_reasons([r["metrics"] for r in runs])[index] if runs else None
+    return f", DISTURBED ({reason}): not in the figure" if reason else ""
 
 
 def verdict_text(block: dict | None, runs: list[dict]) -> str:
@@ -135,7 +136,8 @@ def _left_out_text(runs: list[dict], values: list[float], quiet: list[bool], uni
         return ", ".join(f"run {i + 1}: {stability.format_pm(values[i], None)}{' ' + unit if unit else ''}{why(i)}"
                          for i in indexes)
     shaken = [i for i, q in enumerate(quiet) if not q]
-    text = (f", {len(shaken)} disturbed not counted ({runs_text(shaken, lambda i: ', ' + stability.disturbance_text(runs[i]['metrics']))})"
+    why = stability.disturbed_reasons([r["metrics"] for r in runs])
+    text = (f", {len(shaken)} disturbed not counted ({runs_text(shaken, lambda i: ', ' + (why[i] or ''))})"
             if shaken else "")
     pool = quiet if any(quiet) else None
     left_out = stability.excluded(values, pool)

@@ -27,7 +27,8 @@ from fleetbench.hosts import executors, remote
 from fleetbench.hosts.hostlist import HostsError
 from fleetbench.job import failure, paddle_launch, preflight
 from fleetbench.machine import env as machine_env
-from fleetbench.measure import aggregate, contract, registry, results
+from fleetbench.machine import speed
+from fleetbench.measure import aggregate, contract, registry, results, timing
 from fleetbench.sweep import adaptive, order
 from fleetbench.sweep.summary import Tally, cell_extra, duration, progress_line, stability_lines, summary_table
 from fleetbench.sweep.sweepfile import (
@@ -179,6 +180,8 @@ class Sweep:
                  f"({sum(d for _, d in plan)} done earlier), results in {self.results_path}")
         if self.policy.interleave and len(plan) > 1:
             self.say(order.rounds_text([d for _, d in plan], [self.policy.limit(c) for c, _ in plan]))
+        if todo:  # no stored run on a machine that has not settled (issue 44: the demo's first 3 runs)
+            self.settle_machine()
         tally = Tally(started, todo)
         try:
             self.take_turns(plan, base_env, tally)
@@ -187,6 +190,10 @@ class Sweep:
         self.say(f"sweep finished in {duration(time.monotonic() - started)}: {tally.runs} runs, "
                  f"{self.failed_runs} failed")
         return self.summary()
+
+    def settle_machine(self) -> None:
+        """The sweep's warm-up: the speed probe until it settles (machine/speed.settle), said."""
+        self.say(speed.settle_text(*speed.settle(speed.Probe(), timing.SETTLE_PCT, MACHINE_WARMUP_TRIES)))
 
     def take_turns(self, plan: list[tuple[Cell, int]], base_env: dict, tally: Tally) -> None:
         """Run the cells' repeats in the order sweep/order.py gives (all of a cell's before the
@@ -277,7 +284,7 @@ class Sweep:
         if outcome.ok and len(after) > before:
             m = after[-1]["metrics"]
             self.say(f"  -> ok: {m['throughput']:.2f} {m['unit']} in {outcome.elapsed_s:.0f} s"
-                     + adaptive.disturbed_text(m))
+                     + adaptive.disturbed_text(after))
             return
         if outcome.ok:  # finished, but the run stored nothing that matches the cell
             outcome = dataclasses.replace(outcome, status="failed",
@@ -360,6 +367,9 @@ def parser() -> cmdline.Parser:
 # Emulated nodes share one machine's devices and are given none by number, so on a CUDA build every
 # node would take GPUs 0..K-1, and NCCL would bypass the shaped link (issue 26): such cells are
 # skipped with this reason, the others run (issue 33: `make demo` on a GPU host).
+# The sweep's warm-up: the speed probe (~0.1-0.3 s) until it settles, at most this many times (2-5 s),
+# on the machine the sweep runs on (remote nodes warm up in their first run)
+MACHINE_WARMUP_TRIES = 15
 EMULATED_ON_CUDA = ("emulated nodes on a CUDA build would share this machine's GPUs and NCCL would go around the "
                     "shaped link; run network cells with a CPU build of Paddle, docs/gpu.md")
 

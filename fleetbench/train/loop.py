@@ -16,8 +16,8 @@ import paddle.distributed as dist
 from paddle.distributed import fleet
 
 import fleetbench
-from fleetbench.machine import device
-from fleetbench.measure import config, metrics
+from fleetbench.machine import device, speed
+from fleetbench.measure import config, metrics, timing
 from fleetbench.measure.timing import WindowTimer, log_line
 from fleetbench.train import capability, methods, run
 from fleetbench.train.context import Context, RunClock
@@ -83,19 +83,24 @@ def endless(batches: Iterable) -> Iterator:
 
 # ---------------------------------------------------------------- the measured run
 def train(cfg: config.CollectiveConfig, work: Workload, ctx: Context, unit: str) -> metrics.RankFigures:
-    """Run warm-up + measured steps; return this rank's figures.
-
-    Losses stay on the device and are read once per logging window (a read is a device sync);
-    loss_first and loss_last are the mean losses of the first and last logging windows.
+    """Run warm-up + measured steps; return this rank's figures. Warm-up's end and the window's
+    length: timing.Steady (`steady_for`, `end_of_warmup`). Losses stay on the device and are read
+    once per logging window (a read is a device sync); loss_first and loss_last are the mean losses
+    of the first and last logging windows.
     """
     model, step_fn = methods.prepare(cfg, work, ctx)
     model.train()
-    timer = WindowTimer(cfg.warmup_steps, sync=device.sync_device)
+    barrier = dist.barrier if ctx.world_size > 1 else lambda: None
+    timer = WindowTimer(cfg.warmup_steps, sync=device.sync_device, probe=probe_for(cfg, ctx))
+    steps = work.steps or cfg.steps
+    steady = steady_for(cfg, work, steps)
+    comm = PaddleCommunicator() if ctx.world_size > 1 else metrics.Alone()
     batches = endless(work.batches)
     window_losses, loss_first, loss_last = [], None, None
     delay_s = cfg.debug.delay_ms / 1000 if cfg.debug.delay_rank == ctx.rank else 0.0
-    steps = work.steps or cfg.steps
-    for step in range(1, steps + 1):
+    step, warming = 0, cfg.warmup_steps > 0
+    while warming or step < steps:
+        step += 1
         tick = time.perf_counter()
         batch = next(batches)
         reader_s = time.perf_counter() - tick
@@ -110,16 +115,51 @@ def train(cfg: config.CollectiveConfig, work: Workload, ctx: Context, unit: str)
             window = timer.close_window()
             print(log_line(step, steps, loss_last, window["ips"], unit,
                            window["batch_cost_s"], window["reader_cost_s"]), flush=True)
-        if step == cfg.warmup_steps:
-            timer.end_warmup(barrier=dist.barrier if ctx.world_size > 1 else lambda: None)
-    elapsed_s = timer.finish()
-    mine = metrics.RankFigures(
-        elapsed_s=elapsed_s, steps=steps - cfg.warmup_steps, samples=timer.measured_samples,
-        units=timer.measured_units, reader_s=timer.measured_reader_s,
-        peak_mem_mib=run.peak_memory_mib(ctx.device), loss_first=loss_first, loss_last=loss_last,
-        interference=run.interference(timer.cpu_start, timer.cpu_end, ctx.device))
+        measured = end_of_warmup(steady, timer.step_s, comm) if warming else None
+        if measured is not None:
+            warming, steps = False, step + measured
+            timer.end_warmup(barrier=barrier, step=step)
+    elapsed_s = timer.finish(barrier=barrier)
+    mine = rank_figures(timer, elapsed_s, ctx, (loss_first, loss_last), steady.was_settled)
     print(metrics.rank_line(ctx.rank, mine), flush=True)
     return mine
+
+
+def rank_figures(timer: WindowTimer, elapsed_s: float, ctx: Context, losses: tuple,
+                 settled: Optional[bool]) -> metrics.RankFigures:
+    """This rank's measured window from its timer (losses: first and last logging windows')."""
+    return metrics.RankFigures(
+        elapsed_s=elapsed_s, steps=len(timer.measured_step_s), samples=timer.measured_samples,
+        units=timer.measured_units, reader_s=timer.measured_reader_s,
+        peak_mem_mib=run.peak_memory_mib(ctx.device), loss_first=losses[0], loss_last=losses[1],
+        interference=run.interference(timer.cpu_start, timer.cpu_end, ctx.device),
+        probe=timer.probe_figures, step_s=timer.measured_step_s, warmup_steps=timer.warmup_steps,
+        warmup_settled=settled)
+
+
+def steady_for(cfg: config.CollectiveConfig, work: Workload, steps: int) -> timing.Steady:
+    """Warm-up until settled and a window calibrated in seconds (`measure.settle_steps`,
+    `measure.window_s`), unless the data decides the run's length (`work.steps`): fixed counts."""
+    if work.steps:
+        return timing.Steady(cfg.warmup_steps, 0, 0.0, steps - cfg.warmup_steps)
+    return timing.Steady(cfg.warmup_steps, cfg.measure.settle_steps, cfg.measure.window_s, steps - cfg.warmup_steps)
+
+
+def probe_for(cfg: config.CollectiveConfig, ctx: Context) -> Optional[Callable[[], list]]:
+    """The machine-speed probe of this rank's device (machine/speed.py), or None with measure.probe off."""
+    return speed.Probe(ctx.device).measure if cfg.measure.probe else None
+
+
+def end_of_warmup(steady: timing.Steady, step_s: list, comm: metrics.Communicator) -> Optional[int]:
+    """The measured window's steps once every rank's warm-up is over, else None. Each rank judges
+    its own step times, so where warm-up is not fixed they must agree (one all-reduce a warm-up
+    step), and all run the most steps any calibrated: a collective never waits for a rank gone."""
+    over = steady.warmup_over(step_s)
+    if steady.max_warmup > steady.min_warmup:
+        over = comm.max([0.0 if over else 1.0])[0] == 0.0
+    if not over:
+        return None
+    return int(comm.max([float(steady.measured_steps(step_s))])[0])
 
 
 class PaddleCommunicator:
@@ -167,7 +207,8 @@ def main(script: str, cls: type, build: Callable[[Any], Workload], argv: list[st
         bench.store_failure(ctx.placement, err)
         raise
     figures = dict(metrics.standard(totals, unit, ctx.world_size, bench.cfg.warmup_steps,
-                                    threads=fleetbench.threads_info()), **ctx.comm,
+                                    threads=fleetbench.threads_info(),
+                                    probe=speed.DEFINITION if bench.cfg.measure.probe else None), **ctx.comm,
                    **convergence, **extra)
     if work.utilization:
         figures.update(work.utilization(figures))

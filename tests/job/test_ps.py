@@ -25,6 +25,7 @@ from datasets import criteo, word2vec
 from fleetbench.job import procs
 from fleetbench.job.paddle_launch import LAUNCHER_PORT_RANGE
 from fleetbench.job.procs import job_pids
+from fleetbench.machine import speed
 from fleetbench.measure import metrics
 from fleetbench.train.ps import scratch
 
@@ -179,6 +180,12 @@ def check_record(rec, benchmark, mode, workers, unit):
     assert m["job_cpu_pct"] > 0 and 0 <= m["interference_cpu_pct"] <= 100 - m["job_cpu_pct"] + 1e-3
     # the slowest worker's time per one of its own steps, as in the collective family
     assert m["step_time_ms"] == pytest.approx(1000 * m["elapsed_s"] / m["measured_steps"])
+    # the machine-speed probe beside the interference, every worker together outside the passes
+    # (machine/speed.py), and each worker's step times, which add up to its window (issue 44)
+    assert all(m[key] > 0 for key in metrics.PROBE_KEYS) and m["probe"] == speed.DEFINITION
+    assert len(m["step_times_ms"]) == workers
+    for times, elapsed in zip(m["step_times_ms"], m["rank_elapsed_s"]):
+        assert len(times) > 0 and sum(times) == pytest.approx(1000 * elapsed, abs=0.01 * len(times))
     return m
 
 
@@ -246,6 +253,19 @@ def test_ctr_geo_server_num_only(tmp_path, cache):
     out, recs, logs = job(tmp_path, cache, ["--server_num", "4"], "ctr.py", "mode=geo")
     m = check_record(recs[0], "ctr", "geo", 1, "examples/s")
     assert recs[0]["config"]["runtime"]["servers"] == 4 and m["auc"] > 0.5
+
+
+def test_ctr_two_servers_probe_and_warm_up_until_settled(tmp_path, cache):
+    """`fleetrun --server_num 2 ctr.py --preset tiny` with warm-up until the step time settles
+    (measure.settle_steps, timing.Steady): the record has its probe figures beside its
+    interference, and its warm-up ran from the preset's 10 steps up to the cap."""
+    out, recs, logs = job(tmp_path, cache, ["--server_num", "2"], "ctr.py", "measure.settle_steps=60")
+    m = check_record(recs[0], "ctr", "async", 1, "examples/s")
+    assert 10 <= m["warmup_steps"] <= 60 and isinstance(m["warmup_settled"], bool)
+    assert m["warmup_settled"] or m["warmup_steps"] == 60
+    (rank,) = rank_lines(logs).values()
+    assert m["measured_steps"] == rank[0] == len(m["step_times_ms"][0])
+    assert m["interference_cpu_pct"] is not None and m["probe_gemm_gflops_after"] > 0
 
 
 def test_ctr_geo_two_by_two(tmp_path, cache):

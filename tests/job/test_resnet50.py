@@ -6,6 +6,7 @@ import pytest
 import util
 from util import CPU_RANKS, REPO, fleetrun, rank_summaries, records, run_script
 
+from fleetbench.machine import speed
 from fleetbench.measure import metrics
 
 SCRIPT = "collective/resnet50.py"
@@ -29,6 +30,13 @@ def test_two_ranks_write_exactly_one_record(two_rank_run):
     m = rec["metrics"]
     assert m["job_cpu_pct"] > 0 and 0 <= m["interference_cpu_pct"] <= 100
     assert m["job_cpu_pct"] + m["interference_cpu_pct"] <= 100 + 1e-6 and m["interference_gpu_procs"] is None
+    # the machine-speed probe at both edges (machine/speed.py), with its definition; every rank's
+    # step times of the measured window, the fixed warm-up's (no measure.settle_steps)
+    assert all(m[key] > 0 for key in metrics.PROBE_KEYS) and m["probe"] == speed.DEFINITION
+    assert [len(times) for times in m["step_times_ms"]] == [m["measured_steps"]] * 2
+    assert m["warmup_settled"] is None and m["warmup_steps"] == rec["config"]["warmup_steps"]
+    for times, elapsed in zip(m["step_times_ms"], m["rank_elapsed_s"]):  # they fill the window
+        assert 0.9 * 1000 * elapsed <= sum(times) <= 1000 * elapsed + 0.01 * len(times)
 
 
 def test_each_rank_gets_an_equal_share_of_the_cores(two_rank_run):
@@ -71,6 +79,23 @@ def test_two_ranks_learn_the_synthetic_task(two_rank_run):
     (rec,) = records(two_rank_run / "r.jsonl")
     m = rec["metrics"]
     assert m["loss_last"] < 0.5 * m["loss_first"], m
+
+
+def test_two_ranks_agree_on_warm_up_and_a_window_calibrated_in_seconds(tmp_path):
+    """measure.settle_steps and measure.window_s (timing.Steady): each rank judges its own step
+    times, the ranks agree (loop.end_of_warmup), and the window runs long enough in seconds."""
+    proc = fleetrun(tmp_path / "log", "--nproc_per_node", 2, SCRIPT, "--preset", "tiny",
+                    "--set", "measure.settle_steps=12", "--set", "measure.window_s=6",
+                    "--results", tmp_path / "r.jsonl", **CPU_RANKS)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (rec,) = records(tmp_path / "r.jsonl")
+    m = rec["metrics"]
+    assert 2 <= m["warmup_steps"] <= 12 and (m["warmup_settled"] or m["warmup_steps"] == 12)
+    # at least the preset's 10 steps, and enough to fill 6 s at the settled step time (a step
+    # slower in the window than in warm-up can end it late, never short of the preset's count)
+    assert m["measured_steps"] >= 10 and [len(t) for t in m["step_times_ms"]] == [m["measured_steps"]] * 2
+    summaries = rank_summaries(tmp_path / "log")
+    assert {s[0] for s in summaries.values()} == {m["measured_steps"]}
 
 
 def test_slowest_rank_decides(tmp_path):

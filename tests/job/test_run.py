@@ -5,6 +5,7 @@ import json
 import re
 
 import pytest
+import util
 from util import REPO, records, run_script
 
 from fleetbench.measure import config, contract, metrics, registry, results
@@ -90,26 +91,6 @@ def test_check_prints_the_config_and_sets_check_only(tmp_path, capsys):
         run.start(REPO / "parameter_server/ctr.py", ctr.CTRConfig, "collective", ["--check"])
 
 
-class TwoRanks:
-    """A communicator over two ranks' figures given at once (what the ranks would exchange)."""
-
-    def __init__(self, other: metrics.RankFigures):
-        self.other = other
-
-    def sum(self, values):
-        return [a + b for a, b in zip(values, self._theirs(len(values), "sum"))]
-
-    def max(self, values):
-        return [max(a, b) for a, b in zip(values, self._theirs(len(values), "max"))]
-
-    def gather(self, values):
-        return [list(values), [self.other.elapsed_s, self.other.steps, self.other.reader_s or 0.0][:len(values)]]
-
-    def _theirs(self, n, op):
-        o = self.other
-        return ([o.samples, o.units, o.loss_first, o.loss_last] if op == "sum" else [o.reader_s or 0.0, o.peak_mem_mib])[:n]
-
-
 def test_step_time_is_the_slowest_ranks_own_step_in_both_families():
     """PS workers run different numbers of steps: the slowest worker's time per its own step,
     not the window times the worker count over all workers' steps (the old PS figure)."""
@@ -117,7 +98,7 @@ def test_step_time_is_the_slowest_ranks_own_step_in_both_families():
                                peak_mem_mib=100, loss_first=0.7, loss_last=0.5)
     slow = metrics.RankFigures(elapsed_s=3.0, steps=200, samples=2000, units=2000, reader_s=None,
                                peak_mem_mib=300, loss_first=0.9, loss_last=0.3)
-    totals = metrics.reduce(fast, TwoRanks(slow))
+    totals = util.reduced(fast, slow)[0]
     m = metrics.standard(totals, "examples/s", 2, 10, threads=THREADS)
     assert m["step_time_ms"] == pytest.approx(15.0) and m["measured_steps"] == 200
     assert m["elapsed_s"] == 3.0 and m["rank_elapsed_s"] == [2.0, 3.0] and m["throughput"] == pytest.approx(2000)

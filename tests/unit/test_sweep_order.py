@@ -5,6 +5,8 @@ throughputs (test_sweep_stable.Scripted: each run stores the next figure, so wha
 decided by the figures and counts alone, never by timing): rounds, until-stable cells that end
 early, resume in the middle of a round, warm-up, skipped and failing cells. The stored order of a
 real interleaved sweep is tests/unit/test_sweep.py's job test."""
+import re
+
 import pytest
 from test_sweep_stable import Scripted, _policy, cells, figures_of
 
@@ -62,7 +64,9 @@ def test_an_interleaved_sweep_runs_in_rounds_and_says_so(tmp_path):
     progress = [line.split(" | ")[0] for line in out.splitlines() if " | elapsed" in line]
     assert [p.split(" resnet50")[0] + " " + p.rsplit(" ", 1)[1] for p in progress] == [
         "cell 1/3 1/2", "cell 2/3 1/2", "cell 3/3 1/2", "cell 1/3 2/2", "cell 2/3 2/2", "cell 3/3 2/2"]
-    assert "ETA ?" in out.splitlines()[2] and "ETA ?" not in out.splitlines()[4]  # an ETA from the second run
+    lines = [line for line in out.splitlines() if " | elapsed" in line]
+    assert "ETA ?" in lines[0] and "ETA ?" not in lines[2]  # an ETA from the second run
+    assert out.splitlines()[2] == "sweep: machine warm-up (scripted)"  # before any run (issue 44)
     assert "sweep finished in" in out and ": 6 runs, 0 failed" in out
 
 
@@ -107,3 +111,15 @@ def test_warmup_before_the_first_measured_run_skipped_and_failing_cells(tmp_path
     out = sweep.out.getvalue()
     assert f"cell 2/3 resnet50 tiny collective 2x1 net=1gbe: skipped ({runner.EMULATED_ON_CUDA})" in out
     assert figures_of(tmp_path / "runs.jsonl") == [1.0, 2.0]  # cell 3 stored nothing: it failed twice
+
+
+def test_the_sweep_warms_the_machine_up_with_the_real_probe(tmp_path):
+    """runner.Sweep.settle_machine: machine/speed.settle's probes, then one line saying how it went."""
+    sweep = _three(tmp_path, [1.0], adaptive.Policy(), {"steps": 7}, repeats=1)
+    runner.Sweep.settle_machine(sweep)
+    line = sweep.out.getvalue().strip()
+    found = re.fullmatch(r"sweep: machine warm-up (settled|NOT settled, stopped) after (\d+) probes "
+                         r"\(machine/speed.py\): gemm [\d.]+ -> [\d.]+ GFLOP/s, triad [\d.]+ -> [\d.]+ GB/s", line)
+    assert found, line
+    assert 6 <= int(found[2]) <= runner.MACHINE_WARMUP_TRIES  # two blocks of 3 at least (timing.settled)
+    assert found[1] == "settled" or int(found[2]) == runner.MACHINE_WARMUP_TRIES

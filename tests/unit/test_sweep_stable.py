@@ -45,6 +45,9 @@ class Scripted(runner.Sweep):
             config.update(dict(s.split("=", 1) for s in cell.extra_sets()))
             self.configs[(cell.script, cell.preset, cell.sets)] = config
 
+    def settle_machine(self):  # the real one: tests/unit/test_steady_probe.py, and real sweeps
+        self.say("sweep: machine warm-up (scripted)")
+
     def run_one(self, i, cell, repeat, base_env):
         if not self.figures:
             raise runner.Interrupted("script ended")

@@ -14,6 +14,7 @@ import tempfile
 from typing import Any, Callable, Optional
 
 import fleetbench
+from fleetbench.machine import speed
 from fleetbench.measure import auc as auc_metric
 from fleetbench.measure import config, metrics
 from fleetbench.train import capability, run
@@ -107,14 +108,18 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
     meter.total_hint = cfg.passes * -(-rows_per_pass // cfg.batch_size)  # for the log lines only
     say(f"worker {job.index}/{job.workers} mode {cfg.mode} dataset {cfg.dataset} threads {cfg.data.num_workers} "
         f"omp {fleetbench.threads_info()['omp_num_threads']} files {' '.join(str(f) for f in mine)}")
+    probe = speed.Probe() if cfg.measure.probe else None
+    before = probed(job, probe)  # every worker together, before any trains
     job.gloo.barrier()  # every worker starts its first pass together
     meter.begin()
     with Quiet():
         for _ in range(cfg.passes):
             paddle26.train_pass(exe, main_program, dataset, cfg.data.num_workers, job.scratch.path)
     mine_figures, problem = attempt(meter.finish, run.peak_memory_mib("cpu"))
-    if job.fail_together(problem):
+    if job.fail_together(problem):  # a gather: every worker's passes are over
         return 1
+    after = probed(job, probe)
+    mine_figures.probe = [before[0], after[0], before[1], after[1]]
     extra, problem = attempt(work.after_training) if work.after_training and job.index == 0 else ({}, None)
     if job.fail_together(problem):
         return 1
@@ -123,6 +128,15 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
                                                    "load_s": load_s, "extra": extra})
     job.stop()
     return code
+
+
+def probed(job: WorkerJob, probe: Optional[speed.Probe]) -> list:
+    """The machine-speed probe (machine/speed.py) once every worker is here (NaN without one). The
+    servers are idle then (no worker trains), so the probe on a node they share sees the machine."""
+    if probe is None:
+        return [float("nan")] * 2
+    job.gloo.barrier()
+    return probe.measure()
 
 
 def report(job: WorkerJob, work: Workload, meter: StepMeter, mine: metrics.RankFigures, more: dict) -> int:
@@ -141,7 +155,8 @@ def report(job: WorkerJob, work: Workload, meter: StepMeter, mine: metrics.RankF
     if job.index != 0:
         return 0
     figures = metrics.standard(totals, meter.unit, job.workers, job.cfg.warmup_steps,
-                               threads=fleetbench.threads_info())
+                               threads=fleetbench.threads_info(),
+                               probe=speed.DEFINITION if job.cfg.measure.probe else None)
     figures.update(examples=int(totals.samples), valid_lines=int(valid), invalid_lines=int(invalid),
                    load_s=load_s, passes=job.cfg.passes, workers=job.workers, **more["extra"])
     if work.loss_is_logloss:

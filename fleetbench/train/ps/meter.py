@@ -3,7 +3,10 @@
 
 train_from_dataset runs whole passes inside C++, so the meter is where a worker sees its steps:
 it counts rows (examples), units and loss, logs every `log_every` batches, ends warm-up after
-`warmup_steps` batches, and takes the window's end at the last batch (not when the pass returns).
+`warmup_steps` batches (or, with `measure.settle_steps`, once the step time settled: timing.Steady,
+each worker on its own: an asynchronous job has nothing to agree on), and takes the window's end at
+the last batch (not when the pass returns). The speed probe runs outside the passes (driver.py):
+inside one, a worker's probe would share the CPU with the other workers' steps.
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from fleetbench.measure import metrics
-from fleetbench.measure.timing import WindowTimer, log_line
+from fleetbench.measure.timing import Steady, WindowTimer, log_line
 from fleetbench.train import run
 from fleetbench.train.ps.paddle26 import say
 
@@ -37,6 +40,9 @@ class StepMeter:
     def begin(self) -> None:
         """Training starts now (the first logging window, and the measured one without warm-up)."""
         self.timer = WindowTimer(self.cfg.warmup_steps)
+        # the window's length is the passes' (train_from_dataset cannot stop early): no calibration
+        self.steady = Steady(self.cfg.warmup_steps, self.cfg.measure.settle_steps, 0.0, 1)
+        self.warming = self.cfg.warmup_steps > 0
         self.last = self.timer.window_start
         self.window_loss = self.window_rows = 0.0
 
@@ -64,15 +70,17 @@ class StepMeter:
         with self.lock:
             self.last = now = time.perf_counter()
             self.step += 1
-            self.timer.step_done(self.step, rows, units)
+            self.timer.step_done(self.step, rows, units, now=now)
             self.window_loss += loss * rows
             self.window_rows += rows
-            if self.step > self.cfg.warmup_steps:
+            if not self.warming:
                 self.loss_sum += loss * rows
             if self.step % self.cfg.log_every == 0:
                 self._log(now)
-            if self.step == self.cfg.warmup_steps:
-                self.timer.end_warmup(now=now)
+            if self.warming and self.steady.warmup_over(self.timer.step_s):
+                self.warming = False
+                self.steady.measured_steps(self.timer.step_s)  # notes whether it settled
+                self.timer.end_warmup(now=now, step=self.step)
                 if self.auc_stats:
                     self.auc_start = self.snapshot_auc()
 
@@ -90,14 +98,16 @@ class StepMeter:
         with self.lock:
             if self.timer.window_steps:
                 self._log(self.last)
-            measured = self.step - self.cfg.warmup_steps
-            if measured <= 0:
-                raise ValueError(f"warm-up ({self.cfg.warmup_steps} steps) used all {self.step} steps; "
-                                 f"lower warmup_steps, add passes or data")
+            measured = self.step - self.timer.warmup_steps
+            if measured <= 0 or self.warming:
+                raise ValueError(f"warm-up ({self.timer.warmup_steps} steps) used all {self.step} steps; "
+                                 f"lower warmup_steps (or measure.settle_steps), add passes or data")
             elapsed_s = self.timer.finish(now=self.last)
             # the CPU counters' end is read now, when the pass returned, a few ms after the last batch
             return metrics.RankFigures(
                 elapsed_s=elapsed_s, steps=measured, samples=self.timer.measured_samples,
                 units=self.timer.measured_units, reader_s=None, peak_mem_mib=peak_mem_mib,
                 loss_first=self.loss_first, loss_last=self.loss_last,
-                interference=run.interference(self.timer.cpu_start, self.timer.cpu_end, "cpu"))
+                interference=run.interference(self.timer.cpu_start, self.timer.cpu_end, "cpu"),
+                step_s=self.timer.measured_step_s, warmup_steps=self.timer.warmup_steps,
+                warmup_settled=self.steady.was_settled)

@@ -1,0 +1,42 @@
+"""The machine-speed probe's own cost and cv (fleetbench/machine/speed.py; docs/metrics.md): R probes
+in a row, each timed, in one process whose threads are those a single rank gets. Measure on a quiet
+machine: the cv is what the probe's limit (measure/stability.PROBE_PCT) must stand well above.
+
+    python bench/probe_cv.py [--repeats 30]
+"""
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import fleetbench  # noqa: E402,F401  (before numpy: sets the thread count)
+from fleetbench.machine import speed  # noqa: E402
+from fleetbench.measure import stability, timing  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args()
+    start = time.perf_counter()
+    probe = speed.Probe()
+    setup_s = time.perf_counter() - start
+    figures, costs = [], []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        figures.append(probe.measure())
+        costs.append(time.perf_counter() - start)
+    print(f"threads {fleetbench.threads_info()['omp_num_threads']}; set-up (arrays, BLAS pool) {setup_s:.3f} s once")
+    cost = timing.summarize(costs)
+    print(f"cost per edge: {cost['mean']:.3f} ± {cost['std']:.3f} s (max {cost['max']:.3f} s) over {args.repeats}")
+    for i, (name, unit) in enumerate(((speed.NAMES[0], "GFLOP/s"), (speed.NAMES[1], "GB/s"))):
+        values = [row[i] for row in figures]
+        s = timing.summarize(values)
+        print(f"{name}: {s['mean']:.1f} ± {s['std']:.1f} {unit}, cv {100 * stability.cv(values):.1f}%, "
+              f"min {s['min']:.1f} max {s['max']:.1f} (limit for disturbed: {stability.PROBE_PCT:g}%)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""How fast this machine is right now: a short fixed reference workload timed just before and just
+after every run's timed window, on every rank (issue 44).
+
+Why: the hypervisor of a cloud guest can slow its vCPUs for seconds with nothing in /proc/stat
+(steal included): a matmul ran at 47-56 GFLOP/s where it ran at 76, both threads on-CPU the whole
+time, and a run timed then looked clean to measure/interference.py. The same fixed work timed at
+the window's edges tells a slow machine from a slow job; measure/stability.probe_reason judges it
+against the run's own other edge and the cell's usual figure.
+
+The workload (`DEFINITION`, stored in every record beside the figures):
+- gemm: C = A @ B, float32, GEMM_N x GEMM_N x GEMM_N, GEMM_REPS products a trial, in numpy (its
+  BLAS on the rank's threads: fleetbench/__init__ set them before numpy loaded); on a GPU rank
+  paddle.matmul of GPU_GEMM_N on the rank's device, synchronised (code path not tested here: CPU);
+- triad: STREAM's a = b + s*c on TRIAD_ELEMENTS float32 (3 arrays of 8 MiB), TRIAD_REPS a trial,
+  counted as diagnose's triad counts it (4 arrays' bytes: multiply then add).
+Each figure is the fastest of TRIALS trials (the trial least disturbed by a moment's noise; a
+slowdown that lasts, which is what is looked for, slows all of them; on a slow machine fewer, see
+BUDGET_S), after one untimed product that pays for the BLAS thread pool's start. The arrays are made once per process (`Probe`), so a
+probe adds 25 MiB once (arrays and matrices) to the rank's resident set, not per edge.
+
+`best_rate` is also the diagnose node probe's timing rule (fleetbench/diagnose/probe.py).
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from fleetbench.measure import timing
+
+GEMM_N = 384  # 113 MFLOP a product; x GEMM_REPS: ~10 ms a trial at 180 GFLOP/s, ~35 ms at 50
+GEMM_REPS = 16
+GPU_GEMM_N = 4096  # 137 GFLOP a product: ~10 ms on a datacentre GPU
+TRIAD_ELEMENTS = 1 << 21  # float32: 8 MiB an array, beyond most per-core caches
+TRIAD_REPS = 16  # 537 MB a trial: ~10 ms at 50 GB/s
+TRIALS = 4
+BUDGET_S = 0.12  # per figure: after 2 trials, no more once this has passed (a loaded machine's bound)
+_TRIALS_TEXT = f"best of {TRIALS} trials (at least 2; no more after {BUDGET_S} s)"
+DEFINITION = {
+    "gemm": f"float32 {GEMM_N}x{GEMM_N}x{GEMM_N} matmul x{GEMM_REPS} (numpy, the rank's threads); "
+            f"GPU: {GPU_GEMM_N}^3 paddle.matmul on the rank's device; {_TRIALS_TEXT}, GFLOP/s",
+    "triad": f"a = b + 3c, float32, {TRIAD_ELEMENTS} elements x{TRIAD_REPS} (numpy, one thread), "
+             f"4 arrays' bytes a pass; {_TRIALS_TEXT}, GB/s",
+}
+NAMES = ("probe_gemm_gflops", "probe_triad_gbps")  # a record has each with _before and _after
+
+
+def best_rate(work: float, run: Callable[[], None], seconds: float = 0.0, trials: int = TRIALS,
+              budget_s: float | None = None) -> float:
+    """Work per second of the fastest of `trials` trials; each repeats `run` until seconds/trials
+    passed (0: once, a fixed amount of work). With `budget_s`, no trial starts once that long has
+    passed after the second: a slow machine's probe costs a bounded time (its figure is then the
+    best of fewer trials, on a machine slow enough to be judged so anyway)."""
+    best, began = 0.0, time.perf_counter()
+    for trial in range(trials):
+        if budget_s is not None and trial >= 2 and time.perf_counter() - began > budget_s:
+            break
+        count, start = 0, time.perf_counter()
+        while True:
+            run()
+            count += 1
+            took = time.perf_counter() - start
+            if took >= seconds / trials:
+                break
+        best = max(best, work * count / max(took, 1e-9))
+    return best
+
+
+def triad_kernel(elements: int, dtype: str = "float32") -> tuple[Callable[[], None], float]:
+    """STREAM's triad over fresh arrays and the bytes one call moves (two passes over a, one each
+    over b and c)."""
+    import numpy as np
+
+    b, c, a = np.ones(elements, dtype), np.ones(elements, dtype), np.empty(elements, dtype)
+
+    def triad() -> None:
+        np.multiply(c, 3.0, out=a)
+        np.add(a, b, out=a)
+
+    return triad, 4.0 * a.itemsize * elements
+
+
+class Probe:
+    """The reference workload of one rank; `measure()` times it once (both figures)."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        import numpy as np
+
+        self.device = device
+        rng = np.random.default_rng(0)
+        self.a = rng.random((GEMM_N, GEMM_N), dtype=np.float32)
+        self.b = rng.random((GEMM_N, GEMM_N), dtype=np.float32)
+        self.out = np.empty_like(self.a)
+        self.triad, self.triad_bytes = triad_kernel(TRIAD_ELEMENTS)
+        self._gemm_once()  # the BLAS thread pool starts here, not in the first timed trial
+
+    def _gemm_once(self) -> None:
+        import numpy as np
+
+        for _ in range(GEMM_REPS):
+            np.matmul(self.a, self.b, out=self.out)
+
+    def gemm_gflops(self) -> float:
+        if self.device.startswith("gpu"):
+            return gpu_gemm_gflops()
+        return best_rate(GEMM_REPS * 2 * GEMM_N ** 3 / 1e9, self._gemm_once, budget_s=BUDGET_S)
+
+    def triad_gbps(self) -> float:
+        def passes() -> None:
+            for _ in range(TRIAD_REPS):
+                self.triad()
+        return best_rate(TRIAD_REPS * self.triad_bytes / 1e9, passes, budget_s=BUDGET_S)
+
+    def measure(self) -> list[float]:
+        """[GFLOP/s, GB/s] now (the order of NAMES)."""
+        return [self.gemm_gflops(), self.triad_gbps()]
+
+
+def gpu_gemm_gflops() -> float:
+    """The GPU's fixed GEMM, on the device the rank computes on (synchronised around each product).
+    Not exercised by the CPU test suite."""
+    from fleetbench.machine import device
+
+    paddle = device.quiet_import_paddle()
+    a = paddle.rand([GPU_GEMM_N, GPU_GEMM_N], dtype="float32")
+    b = paddle.rand([GPU_GEMM_N, GPU_GEMM_N], dtype="float32")
+    paddle.matmul(a, b)
+    device.sync_device()
+
+    def product() -> None:
+        paddle.matmul(a, b)
+        device.sync_device()
+
+    return best_rate(2 * GPU_GEMM_N ** 3 / 1e9, product, budget_s=BUDGET_S)
+
+
+def settle(probe: Probe, tolerance_pct: float, max_tries: int) -> tuple[list[list[float]], bool]:
+    """Repeat the probe until both its figures settled by the step-time rule (measure/timing.settled:
+    the median of the last 3 within `tolerance_pct` % of the median of the 3 before), at most
+    `max_tries` times: a sweep's warm-up, so that the machine's clocks, caches and the hypervisor's
+    mood settle before any stored run. Returns every probe's figures, in order, and whether they settled."""
+    seen: list[list[float]] = []
+    while len(seen) < max_tries:
+        seen.append(probe.measure())
+        if all(timing.settled([1.0 / row[i] for row in seen], tolerance_pct=tolerance_pct)
+               for i in range(len(NAMES))):
+            return seen, True
+    return seen, False
+
+
+def settle_text(seen: list[list[float]], settled: bool) -> str:
+    """The sweep's line about its warm-up: how many probes, first and last figures."""
+    first, last = seen[0], seen[-1]
+    how = "settled" if settled else "NOT settled, stopped"
+    return (f"sweep: machine warm-up {how} after {len(seen)} probes (machine/speed.py): gemm "
+            f"{first[0]:.1f} -> {last[0]:.1f} GFLOP/s, triad {first[1]:.1f} -> {last[1]:.1f} GB/s")

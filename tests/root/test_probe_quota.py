@@ -1,0 +1,139 @@
+"""Issue 44's acceptance: a run whose job is slowed with no process beside it (its cgroup's CPU
+quota cut: cgroup v1, as fleetbench/emulate/degrade.py cuts an emulated node's) is named disturbed
+by the machine-speed probe (machine/speed.py, measure/stability.probe_reason), whatever
+/proc/stat says; a run beside a CPU hog is named by interference, as before.
+
+The matrix: the quota for the whole run (the probe's both edges slow: judged against the cell's
+median) and the quota from inside the measured window on (its after edge slow: judged against its
+own before edge), each at two quotas. Why 0.3 and 0.1 of the machine rather than the issue's
+example of a half: this tier runs beside other tests, and a quota binds only below what the job
+would get anyway (tests/root/test_diagnose.py saw a quarter not bind on a machine 3 times
+oversubscribed); at a tenth and three tenths the probe's two-thread GEMM is slowed well past
+stability.PROBE_PCT on a machine shared with one more busy process.
+"""
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from util import PYTHON, REPO, env, records
+
+from fleetbench.emulate import degrade
+from fleetbench.measure import aggregate, stability
+
+PROBLEM = (None if os.geteuid() == 0 and os.path.isdir(degrade.CPU_CGROUP)
+           else f"needs root and a cgroup v1 cpu controller at {degrade.CPU_CGROUP}")
+pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
+SCRIPT = REPO / "collective" / "resnet50.py"
+# in the measured window: tiny warms up 2 steps and logs every 5 (fleetbench/presets/resnet50.yaml)
+IN_WINDOW = "step 5/"
+
+
+class Group:
+    """A cgroup v1 cpu group of its own, removed at the end (its processes have exited by then)."""
+
+    def __init__(self):
+        self.path = Path(degrade.CPU_CGROUP) / f"fleetbench-probe-test-{uuid.uuid4().hex[:8]}"
+        self.path.mkdir()
+        (self.path / "cpu.cfs_period_us").write_text(str(degrade.PERIOD_US))
+        self.unlimit()
+
+    def limit(self, fraction: float) -> None:
+        (self.path / "cpu.cfs_quota_us").write_text(str(degrade.quota_us(fraction, os.cpu_count() or 1)))
+
+    def unlimit(self) -> None:
+        (self.path / "cpu.cfs_quota_us").write_text("-1")
+
+    def join(self) -> None:  # in the child, before exec: its threads and children inherit the group
+        (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def remove(self) -> None:
+        for pid in (self.path / "cgroup.procs").read_text().split():
+            try:
+                Path(degrade.CPU_CGROUP, "cgroup.procs").write_text(pid)
+            except OSError:
+                pass
+        self.path.rmdir()
+
+
+@pytest.fixture(scope="module")
+def group():
+    made = Group()
+    yield made
+    made.remove()
+
+
+def run(group: Group, store: Path, quota: float | None = None, from_window: bool = False) -> dict:
+    """One ResNet50 tiny run (one process, every core's threads) in `group`: unlimited, or at
+    `quota` for the whole run, or from inside its measured window on. Returns its record."""
+    group.unlimit()
+    if quota is not None and not from_window:
+        group.limit(quota)
+    proc = subprocess.Popen([PYTHON, str(SCRIPT), "--preset", "tiny", "--results", str(store)], cwd=REPO,
+                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=group.join)
+    out = []
+    for line in proc.stdout:
+        out.append(line)
+        if quota is not None and from_window and line.startswith(IN_WINDOW):
+            group.limit(quota)
+    assert proc.wait(timeout=600) == 0, "".join(out[-40:])
+    group.unlimit()
+    return records(store)[-1]
+
+
+@pytest.fixture(scope="module")
+def quiet(group, tmp_path_factory):
+    """The cell's usual runs: three without a quota."""
+    store = tmp_path_factory.mktemp("probe") / "r.jsonl"
+    return store, [run(group, store) for _ in range(3)]
+
+
+def reason_of(cell: list, record: dict) -> str | None:
+    reasons = stability.disturbed_reasons([r["metrics"] for r in cell])
+    return reasons[[r["id"] for r in cell].index(record["id"])]
+
+
+@pytest.mark.parametrize("quota", [0.3, 0.1])
+def test_a_run_under_a_cpu_quota_is_named_by_the_probe_against_the_cells_median(group, quiet, quota):
+    store, usual = quiet
+    slowed = run(group, store, quota)
+    cell = usual + [slowed]
+    median = stability.probe_medians([r["metrics"] for r in usual])["probe_gemm_gflops"]
+    figure = stability.probe_figure(slowed["metrics"], "probe_gemm_gflops")
+    assert figure < (1 - stability.PROBE_PCT / 100) * median, (figure, median)
+    reason = reason_of(cell, slowed)
+    assert reason and "machine slow: probe gemm \u2212" in reason and "vs the cell's median" in reason
+    # the record's own figures say it: shown, left out of the cell's figure
+    fields = aggregate.stability_fields(cell, stability.CV_THRESHOLD)
+    assert slowed["id"] in fields["disturbed"] and fields["disturbed"][slowed["id"]] == reason
+
+
+@pytest.mark.parametrize("quota", [0.3, 0.1])
+def test_a_quota_from_inside_the_window_on_is_named_against_the_runs_own_edge(group, quiet, quota):
+    store, usual = quiet
+    slowed = run(group, store, quota, from_window=True)
+    m = slowed["metrics"]
+    assert m["probe_gemm_gflops_after"] < (1 - stability.PROBE_PCT / 100) * m["probe_gemm_gflops_before"], m
+    assert "machine slowed in the run: probe gemm \u2212" in stability.probe_reason(m)
+    assert stability.is_disturbed(m)  # a run alone, without its cell, is named too
+    assert "after vs before" in reason_of(usual + [slowed], slowed)
+
+
+def test_a_run_beside_a_cpu_hog_is_named_by_interference_as_before(group, quiet):
+    """Two busy processes outside the job, one per core of a 2-core machine (one per core
+    anywhere): interference_cpu_pct names them, whatever the probe says."""
+    store, usual = quiet
+    hog = "while True: pass"
+    hogs = [subprocess.Popen([sys.executable, "-c", hog]) for _ in range(os.cpu_count() or 1)]
+    try:
+        beside = run(group, store)
+    finally:
+        for h in hogs:
+            h.send_signal(signal.SIGKILL)
+            h.wait()
+    assert beside["metrics"]["interference_cpu_pct"] > stability.DISTURBED_PCT
+    assert "% CPU to others" in reason_of(usual + [beside], beside)
