@@ -11,7 +11,7 @@ device, commit, date); `--ignore KEY` leaves a key out (compare `bsp` with `mgwf
 method), `--match KEY` adds a circumstance (--match paddle). A side's runs are grouped as the
 report groups them (measure/aggregate.py: outliers and disturbed runs left out of a figure, and
 said); a side holding two experiments of one cell is not pooled, it is named. The statistics are
-analysis/compare.py's. Exit 0 when no cell is slower, 1 when one is, 2 on bad input (one line).
+history/compare.py's. Exit 0 when no cell is slower, 1 when one is, 2 on bad input (one line).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import json
 import sys
 
 from fleetbench import cmdline
-from fleetbench.analysis import compare
+from fleetbench.history import compare
 from fleetbench.measure import aggregate, experiment, results, stability
 from fleetbench.measure.schema import RecordError
 

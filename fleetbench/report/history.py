@@ -7,7 +7,7 @@
 Cells are keyed as `fleetbench compare` keys them (measure/experiment.cell_key); a cell's runs are
 put in order (time, Paddle version or commit), grouped into points (a sweep's repeats on one
 build, host, commit and day), and the change points between them found and judged by
-analysis/changepoints.py. Every cell with more than one point gets a chart, `DIR/history-<cell>.png`
+history/changepoints.py. Every cell with more than one point gets a chart, `DIR/history-<cell>.png`
 beside the CSV of exactly the runs it draws. Exit 0, or 2 on bad input (one line).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import json
 import sys
 
 from fleetbench import cmdline
-from fleetbench.analysis import changepoints, compare
+from fleetbench.history import changepoints, compare
 from fleetbench.measure import experiment, results, stability
 from fleetbench.measure.schema import RecordError
 from fleetbench.report import comparison

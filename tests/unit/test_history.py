@@ -3,7 +3,7 @@ judged by compare's tests, none in a flat series, a chart per cell with more tha
 import csv
 import json
 
-from fleetbench.analysis import changepoints
+from fleetbench.history import changepoints
 from fleetbench.report import history
 from test_compare import record, runs, store
 

@@ -8,7 +8,7 @@ found on the runs' throughputs by PELT (Killick, Fearnhead and Eckley 2012: the 
 segmentation under a penalty) with the l2 cost (a shift of the mean), from ruptures; the penalty
 is 3 log(n) x sigma^2 (the modified BIC of Zhang and Siegmund's order, stricter than BIC's
 log(n): with a few runs BIC split a flat series one time in two), sigma the runs' own noise
-estimated from successive differences (robust to the shifts themselves). Each candidate is then judged by analysis/compare.py between
+estimated from successive differences (robust to the shifts themselves). Each candidate is then judged by history/compare.py between
 the runs before it and after it (Holm across the changes of one cell, compare's minimum effect
 and bootstrap interval), in compare's
 verdicts: faster, slower, same, insufficient; the p-value is a permutation test of the best split
@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 
-from fleetbench.analysis import compare
+from fleetbench.history import compare
 from fleetbench.measure import experiment, stability
 from fleetbench.measure.timing import summarize
 
