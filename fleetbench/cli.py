@@ -22,7 +22,7 @@ SUBCOMMANDS = {
     "slurmd": ("fleetbench.emulate.slurmd", "a real Slurm (munged, slurmctld, slurmd) on the emulated cluster"),
     "slurm": ("fleetbench.engines.slurm", "write an sbatch script that runs a sweep on a Slurm allocation"),
     "k8s": ("fleetbench.engines.k8s", "write Kubeflow PaddleJob manifests for a benchmark or a sweep"),
-    "results": ("fleetbench.measure.result_logs", "results import LOG...: store FLEETBENCH_RESULT lines from logs"),
+    "results": ("fleetbench.history.records", "results import FILE... [--db URL]: store records from logs, or index them in a database"),
     "data": ("datasets.cli", "generate and validate data sets"),
 }
 

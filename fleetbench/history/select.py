@@ -1,0 +1,62 @@
+"""Which runs a reader reads from a database: `--db URL` and `--where KEY=VALUE` (repeatable, all
+must hold), shared by `report`, `compare`, `history`, `explain` and `gate`. Pure but for `records`,
+which reads the store.
+
+    benchmark=resnet50  preset=tiny  mode=collective  method=mgwfbp  network=10gbe  source=...
+    commit=03c1503      the fleetbench commit, a prefix
+    paddle=2.6          the Paddle version, a prefix
+    tag=main            the tag given at import (fleetbench results import --tag)
+    since=2026-11-22    runs at or after this date (or ISO time)
+    until=2026-11-23    runs before it
+    id=RUN_ID
+"""
+from __future__ import annotations
+
+import datetime
+
+from fleetbench import cmdline
+
+EQUAL = ("benchmark", "preset", "mode", "method", "network", "source", "tag", "id")
+PREFIX = {"commit": "git", "paddle": "paddle"}
+TIME = {"since": ">=", "until": "<"}
+KEYS = EQUAL + tuple(PREFIX) + tuple(TIME)
+
+
+def _filter(text: str) -> tuple[str, str, str]:
+    """`KEY=VALUE` as (column, op, value); ValueError (the Kind's message) otherwise."""
+    key, sep, value = str(text).partition("=")
+    key, value = key.strip(), value.strip()
+    if not sep or not value or key not in KEYS:
+        raise ValueError(text)
+    if key in TIME:
+        when = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return "time", TIME[key], when.isoformat() if "T" in value or " " in value else value
+    if key in PREFIX:
+        return PREFIX[key], "prefix", value
+    return key, "=", value
+
+
+FILTER = cmdline.Kind(f"KEY=VALUE with KEY one of {', '.join(KEYS)} (since/until: a date)", _filter,
+                      ("", "benchmark", "colour=red", "since=yesterday", "tag="))
+DB = cmdline.Kind("a database URL (sqlite:///PATH, postgresql://USER@HOST/DB) or a SQLite file",
+                  cmdline._nonempty, ("",))
+
+
+def add_db(p, required: bool = False) -> None:
+    """--db URL and --where KEY=VALUE on a reader's parser."""
+    p.add_argument("--db", type=DB, required=required, metavar="URL",
+                   help="read the runs from this database (fleetbench results import ... --db URL) instead of files")
+    p.add_argument("--where", type=FILTER, action="append", default=[], metavar="KEY=VALUE",
+                   help=f"with --db: only runs where KEY=VALUE ({', '.join(KEYS)}); repeat to narrow")
+
+
+def describe(url: str, where) -> str:
+    """`sqlite:///r.db [benchmark=resnet50, commit 03c1...]`: the side's name where files are named."""
+    words = {"=": "=", "prefix": "~", ">=": ">=", "<": "<"}
+    return url + (f" [{', '.join(f'{c}{words[o]}{v}' for c, o, v in where)}]" if where else "")
+
+
+def records(url: str, where=()) -> list[dict]:
+    """The store's records that pass `where` (store.load); StoreError names the URL."""
+    from fleetbench.history import store
+    return store.load(url, where)
