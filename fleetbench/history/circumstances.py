@@ -54,20 +54,38 @@ def of(record: dict) -> dict:
     return {name: _text(values[name]) for name, _ in FIELDS}
 
 
-def values(records) -> dict:
-    """{name: sorted distinct texts} over records ('?' for a record that does not say)."""
+def values(items, named: bool = False) -> dict:
+    """{name: sorted distinct texts} over records (or, `named`, over `of`'s dicts already made);
+    '?' for one that does not say."""
     seen: dict[str, set] = {name: set() for name, _ in FIELDS}
-    for record in records:
-        for name, value in of(record).items():
+    for item in items:
+        for name, value in (item if named else of(item)).items():
             seen[name].add(value if value is not None else "?")
     return {name: sorted(v) for name, v in seen.items()}
 
 
-def differences(base, new) -> dict:
+def differences(base, new, named: bool = False) -> dict:
     """{name: {"base": [texts], "new": [texts]}} for every circumstance whose values differ between
-    the two sides' records, in FIELDS order."""
-    a, b = values(base), values(new)
+    the two sides (records, or `of`'s dicts with `named`), in FIELDS order."""
+    a, b = values(base, named), values(new, named)
     return {name: {"base": a[name], "new": b[name]} for name, _ in FIELDS if a[name] != b[name]}
+
+
+def judge_cells(cells: list[dict], by_id: dict, across_hardware: bool = False) -> None:
+    """Each compared cell (compare.compare_pairs) gets `differs` (differences between its two
+    sides' runs, `by_id`: {run id: record}); a cell whose sides ran on other hardware gets the
+    verdict compare.HARDWARE instead of its own (kept as `verdict_withheld`) and a note saying
+    why and which flag compares across hardware on purpose, unless `across_hardware`."""
+    from fleetbench.history import compare
+    for cell in cells:
+        runs = [[by_id[i] for i in cell[side]["ids"] if i in by_id] for side in ("base", "new")]
+        cell["differs"] = differences(*runs)
+        other = hardware(cell["differs"])
+        if other and not across_hardware and cell["verdict"] != compare.INSUFFICIENT:
+            said = "; ".join(change_text(n, cell["differs"][n]) for n in other)
+            cell.update(verdict_withheld=cell["verdict"], verdict=compare.HARDWARE,
+                        note=f"hardware differs ({said}): two experiments, not a before and after; "
+                             f"no faster/slower verdict ({ACROSS_HARDWARE_FLAG} compares across hardware on purpose)")
 
 
 def hardware(diff: dict) -> list[str]:

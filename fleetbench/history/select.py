@@ -12,6 +12,7 @@ which reads the store.
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 
 from fleetbench import cmdline
@@ -60,3 +61,30 @@ def records(url: str, where=()) -> list[dict]:
     """The store's records that pass `where` (store.load); StoreError names the URL."""
     from fleetbench.history import store
     return store.load(url, where)
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """Where a reader's records come from: files, a database with filters, or records in hand
+    (the gate's baseline, already chosen)."""
+    files: tuple = ()
+    db: str | None = None
+    where: tuple = ()
+    given: tuple | None = None
+    label: str = ""
+
+    def records(self) -> list[dict]:
+        from fleetbench.measure import results
+        if self.given is not None:
+            return list(self.given)
+        return records(self.db, self.where) if self.db else results.load(list(self.files))
+
+    def names(self) -> list[str]:
+        if self.label:
+            return [self.label]
+        return list(self.files) if not self.db else [describe(self.db, self.where)]
+
+
+def side(source) -> Side:
+    """A Side from a Side or a list of files."""
+    return source if isinstance(source, Side) else Side(files=tuple(source))
