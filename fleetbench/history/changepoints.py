@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 
-from fleetbench.history import compare
+from fleetbench.history import circumstances, compare
 from fleetbench.measure import experiment, stability
 from fleetbench.measure.timing import summarize
 
@@ -94,7 +94,7 @@ def _series(key: dict, runs: list[dict], by: str, disturbed_pct: float) -> dict:
     items = [{"id": r["id"], "time": r.get("time"), "throughput": r["metrics"]["throughput"],
               "disturbed": stability.is_disturbed(r["metrics"], disturbed_pct),
               "interference_cpu_pct": r["metrics"].get("interference_cpu_pct"),
-              "point": point_label(run_point(r), by)} for r in runs]
+              "point": point_label(run_point(r), by), "named": circumstances.of(r)} for r in runs]
     points: list[dict] = []
     for index, item in enumerate(items):
         if not points or points[-1]["label"] != item["point"]:
@@ -176,7 +176,10 @@ def changes(all_series: list[dict], alpha: float = compare.ALPHA,
                          for a, b in zip(bounds, bounds[1:])]
         for a, cut, b in zip(bounds, bounds[1:-1], bounds[2:]):
             change = {"at": quiet[cut], "point": s["runs"][quiet[cut]]["point"],
-                      "before": values[a:cut], "after": values[cut:b]}
+                      "before": values[a:cut], "after": values[cut:b],
+                      "from": s["runs"][quiet[cut - 1]]["time"], "to": s["runs"][quiet[cut]]["time"],
+                      **circumstances.explain([s["runs"][i]["named"] for i in quiet[a:cut]],
+                                              [s["runs"][i]["named"] for i in quiet[cut:b]])}
             s["changes"].append(change)
             pending.append(change)
     for s in all_series:  # each cell's history is one question: its changes are corrected together
@@ -193,3 +196,30 @@ def changes(all_series: list[dict], alpha: float = compare.ALPHA,
                                      note="", p_value=p, p_adjusted=p_adj, min_effect_pct=effect,
                                      verdict=compare.verdict(change_pct, p_adj, effect, alpha)).as_dict())
     return all_series
+
+
+def together(cells: list[dict]) -> None:
+    """Each change gets `together`: the labels of the other cells with a called change (faster or
+    slower) in the same
+    interval of time (between the last run before it and the first run after it, overlapping),
+    so that one cause seen in several series is said once as one event."""
+    windows = [(sorted((compare.run_time(c.get("from")), compare.run_time(c.get("to")))), cell["label"], c)
+               for cell in cells for c in cell["changes"]
+               if c.get("from") and c.get("to") and c["verdict"] in (compare.FASTER, compare.SLOWER)]
+    items = sorted(((w[0], w[1], label, c) for w, label, c in windows if None not in w), key=lambda item: item[0])
+    for change in (c for cell in cells for c in cell["changes"]):
+        change["together"] = []
+    for i, (start, end, label, change) in enumerate(items):
+        for start2, end2, label2, change2 in items[i + 1:]:
+            if start2 > end:
+                break
+            if label2 != label and start2 <= end and start <= end2:
+                change["together"].append(label2)
+                change2["together"].append(label)
+
+
+def regressions(cells: list[dict]) -> list[dict]:
+    """Every cell whose latest change point is a slowdown, newest first: [{"label", "change"}]."""
+    found = [{"label": cell["label"], "unit": cell["unit"], "change": cell["changes"][-1]}
+             for cell in cells if cell["changes"] and cell["changes"][-1]["verdict"] == compare.SLOWER]
+    return sorted(found, key=lambda item: item["change"]["to"] or "", reverse=True)

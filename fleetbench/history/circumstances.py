@@ -98,13 +98,23 @@ def change_text(name: str, diff: dict) -> str:
     return f"{LABELS[name]} {', '.join(diff['base'])} → {', '.join(diff['new'])}"
 
 
-def summary(diff: dict, unchanged=ALWAYS_SAID) -> str:
+def summary(diff: dict, said=ALWAYS_SAID) -> str:
     """`NCCL 2.18.3 → 2.19.3; Paddle unchanged; driver unchanged`, or `nothing recorded changed`.
-    The unchanged names are said only where the records say them (a CPU run has no NCCL)."""
+    `said`: the names to call unchanged when they did not change (those the records say)."""
     parts = [change_text(name, d) for name, d in diff.items()]
     if not parts:
         return "nothing recorded changed (no difference in CPU, GPU, driver, CUDA, cuDNN, NCCL, Paddle, kernel, commit, network, threads)"
-    return "; ".join(parts + [f"{LABELS[n]} unchanged" for n in unchanged if n not in diff])
+    return "; ".join(parts + [f"{LABELS[n]} unchanged" for n in said if n not in diff])
+
+
+def explain(before: list[dict], after: list[dict]) -> dict:
+    """What changed between the runs before a change point and after it (`of`'s dicts):
+    {"changed": differences, "text": summary}; the software named unchanged only where the runs say
+    it (a CPU run has no NCCL or driver)."""
+    diff = differences(before, after, named=True)
+    known = values(before + after, named=True)
+    said = [n for n in ALWAYS_SAID if known[n] != ["?"]]
+    return {"changed": diff, "text": summary(diff, said)}
 
 
 def lines(diff: dict) -> list[str]:
