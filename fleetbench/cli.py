@@ -14,6 +14,7 @@ SUBCOMMANDS = {
     "explain": ("fleetbench.report.explain", "why not better: step-time breakdown, prediction, validation"),
     "compare": ("fleetbench.report.comparison", "did it get slower: cells of two sides of runs, tested"),
     "history": ("fleetbench.report.history", "each cell's figures through time, with change points"),
+    "gate": ("fleetbench.report.gate", "CI gate: new runs against a baseline in the results database"),
     "diagnose": ("fleetbench.diagnose.cli", "find the sick node and the slow link (per-node and pair-wise tests)"),
     "launch": ("fleetbench.hosts.launch", "run a script under Paddle's launcher with timeouts and fault reports"),
     "sweep": ("fleetbench.sweep.runner", "run a matrix of benchmark cells with repeats"),

@@ -88,3 +88,26 @@ class Side:
 def side(source) -> Side:
     """A Side from a Side or a list of files."""
     return source if isinstance(source, Side) else Side(files=tuple(source))
+
+
+def baseline(candidates: list[dict], new: list[dict], last: int | None) -> list[dict]:
+    """The gate's baseline: the successful runs of `candidates` (not themselves among `new`) of the
+    cells `new` has, on the same device and host class (experiment.cell_key matched on them), the
+    `last` newest of each cell (all with None), in time order."""
+    from fleetbench.measure import experiment
+
+    def key(record):
+        return experiment.cell_key(record, match=("device", "host"))
+    wanted = {key(r) for r in new if r.get("error") is None}
+    ids = {r["id"] for r in new}
+    cells: dict[tuple, list[dict]] = {}
+    for record in candidates:
+        if record.get("error") is None and record["id"] not in ids and (record.get("metrics") or {}).get("throughput"):
+            k = key(record)
+            if k in wanted:
+                cells.setdefault(k, []).append(record)
+    chosen = []
+    for runs in cells.values():
+        runs.sort(key=lambda r: r.get("time") or "")
+        chosen += runs[-last:] if last else runs
+    return sorted(chosen, key=lambda r: r.get("time") or "")

@@ -31,7 +31,7 @@ def test_history_orders_points_and_judges_the_change(tmp_path, capsys):
     assert out.index("2026-11-20 2.6.2 aaaaaaa") < out.index("2026-11-21 2.6.2 bbbbbbb")
     (line,) = [l for l in out.splitlines() if "change at run 7" in l]
     assert " -10." in line or " -9." in line or " -11." in line
-    assert line.endswith("SLOWER")
+    assert "  SLOWER; what changed: fleetbench commit aaaaaaaa → bbbbbbbb; Paddle unchanged" in line
     rows = list(csv.DictReader(open(tmp_path / "img" / "history-resnet50-tiny-mgwfbp-2x1-10gbe.csv")))
     assert [r["segment"] for r in rows] == ["0"] * 6 + ["1"] * 6
     assert (tmp_path / "img" / "history-resnet50-tiny-mgwfbp-2x1-10gbe.png").stat().st_size > 0
