@@ -205,18 +205,23 @@ def write(eng, batch: list[tuple[str, dict]], tag: str | None = None) -> list[st
 
 # ---- reading ----------------------------------------------------------------------------------------
 
-def load(url: str, where=()) -> list[dict]:
+def load(url: str, where=(), files: bool = False) -> list:
     """The records of the store at `url` that pass every filter of `where` ((column, op, value),
-    history/select.py), in the order they were imported."""
+    history/select.py), in the order they were imported; with `files`, (file imported from, record)."""
     import sqlalchemy as sa
     t = tables()
     eng = open_store(url, create=False)
-    query = (sa.select(t["runs"].c.rest, t["environments"].c.json)
+    query = (sa.select(t["runs"].c.rest, t["environments"].c.json, t["runs"].c.file)
              .join(t["environments"], t["runs"].c.env_hash == t["environments"].c.hash)
              .where(*[_condition(t["runs"], *w) for w in where]).order_by(t["runs"].c.seq))
-    with eng.connect() as conn:
-        out = [record_of(rest, env) for rest, env in conn.execute(query)]
-    eng.dispose()
+    try:
+        with eng.connect() as conn:
+            out = [(path, record_of(rest, env)) if files else record_of(rest, env)
+                   for rest, env, path in conn.execute(query)]
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError(f"--db {url}: {str(getattr(exc, 'orig', exc)).splitlines()[0]}") from None
+    finally:
+        eng.dispose()
     return out
 
 
