@@ -382,10 +382,7 @@ def load(paths: list[str], reader) -> list[dict]:
 def _marked(files: list[tuple[str, list[dict]]]) -> list[dict]:
     names = [os.path.splitext(os.path.basename(p))[0] for p, _ in files]
     start = len(os.path.commonprefix(names)) if len(set(names)) > 1 else 0
-    out = []
-    for (_, records), short in zip(files, names):
-        out += [dict(r, _file=short[start:] or short) for r in records]
-    return out
+    return [dict(r, _file=short[start:] or short) for (_, records), short in zip(files, names) for r in records]
 
 
 def load_db(url: str, where) -> list[dict]:
