@@ -24,6 +24,7 @@ results to it), so every reader prints the same from the database as from the fi
 from __future__ import annotations
 
 import json
+import os
 
 from fleetbench.history import circumstances
 from fleetbench.measure import experiment, results
@@ -107,6 +108,11 @@ def open_store(url: str, create: bool = True):
     """The engine of a store whose schema is this one's (made when `create` and absent);
     StoreError naming the URL otherwise."""
     import sqlalchemy as sa
+    where = sa.engine.make_url(normalize(url))
+    if not create and where.get_backend_name() == "sqlite" and where.database not in (None, "", ":memory:") \
+            and not os.path.exists(where.database):  # connecting would make an empty file
+        raise StoreError(f"--db {url}: no fleetbench store there (no such file; import records first: "
+                         f"fleetbench results import FILE... --db {url})")
     try:
         eng = engine(url)
         with eng.begin() as conn:

@@ -53,7 +53,7 @@ def _set(env: dict, name: str, value) -> dict:
     return env
 
 
-def series(seed: int, runs: int = 40, at: int | None = 20, step_pct: float = -12.0, changed: dict | None = None,
+def series(seed: int, runs: int = 40, at: int | None = 20, step_pct: float = -12.0, *, changed: dict | None = None,
            cv: float = 0.02, mean: float = 1000.0, start: datetime.datetime = START, **cell) -> list[dict]:
     """One cell's `runs` records an hour apart from `start`; from run index `at` (None: never) the
     throughput is `step_pct` % off and each circumstance of `changed` ({name: (before, after)})

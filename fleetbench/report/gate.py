@@ -78,6 +78,8 @@ def cli(argv: list[str]) -> int:
         new = compare.comparable_records(new)
         if not [r for r in new if r.get("error") is None]:
             raise comparison.InputError("the new side has no successful throughput run")
+        experiment.check_key_names(list(args.ignore), new, "--ignore")  # before the database is read
+        experiment.check_key_names(list(args.match), new, "--match")
         candidates = select.records(args.db, args.where + args.baseline)
         report = run(new, candidates, args.last, ignore=args.ignore, match=args.match, alpha=args.alpha,
                      threshold_pct=args.threshold, cv_threshold=args.cv_threshold / 100, disturbed_pct=args.disturbed)
