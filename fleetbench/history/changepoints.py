@@ -74,10 +74,11 @@ def series(records: list[dict], by: str = "time", ignore=(), match=(),
     if by not in ORDERS:
         raise ValueError(f"--by {by}: expected one of {', '.join(ORDERS)}")
     runs = [r for r in compare.comparable_records(records) if r.get("error") is None and not r.get("source")]
-    canonical = compare.unify(experiment.cell_key(r, ignore, match) for r in runs)
+    keys = compare.cell_keys(runs, ignore, match)
+    canonical = compare.unify(set(keys))
     cells: dict[tuple, list[dict]] = {}
-    for record in runs:
-        cells.setdefault(canonical[experiment.cell_key(record, ignore, match)], []).append(record)
+    for record, key in zip(runs, keys):
+        cells.setdefault(canonical[key], []).append(record)
     out = []
     for key in sorted(cells, key=compare.json_key):
         runs = sorted(cells[key], key=order_key(by))
@@ -126,7 +127,10 @@ def change_points(values: list[float]) -> list[int]:
     import ruptures
     signal = np.asarray(values, dtype=float).reshape(-1, 1)
     penalty = PENALTY * math.log(len(values)) * noise(values) ** 2
-    ends = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(signal).predict(pen=penalty)
+    # PELT on the l2 cost, in ruptures' C implementation: KernelCPD's linear kernel is the l2 cost
+    # (tests/unit/test_history.py holds it to ruptures.Pelt(model="l2")); the Python Pelt made
+    # `history` of 100,000 runs minutes long (bench/history_store.py)
+    ends = ruptures.KernelCPD(kernel="linear", min_size=MIN_SEGMENT, jump=1).fit(signal).predict(pen=penalty)
     return sorted(int(i) for i in ends if 0 < int(i) < len(values))
 
 

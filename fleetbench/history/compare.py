@@ -228,6 +228,29 @@ def unify(keys) -> dict[tuple, tuple]:
     return out
 
 
+# what a record's cell key (WORK) is made of; its circumstances only enter through --match
+WORK_INPUTS = ("source", "benchmark", "preset", "mode", "method", "network", "nodes", "devices_per_node",
+               "world_size", "config")
+
+
+def cell_keys(records: list[dict], ignore=(), match=()) -> list[tuple]:
+    """experiment.cell_key of each record, made once per distinct work: a store's 100,000 runs are
+    a few hundred cells, and a key costs the config flattened and hashed."""
+    import json
+
+    from fleetbench.measure import experiment
+    if match:
+        return [experiment.cell_key(r, ignore, match) for r in records]
+    made: dict[str, tuple] = {}
+    out = []
+    for record in records:
+        text = json.dumps([record.get(k) for k in WORK_INPUTS], sort_keys=True, default=str)
+        if text not in made:
+            made[text] = experiment.cell_key(record, ignore, match)
+        out.append(made[text])
+    return out
+
+
 def match_cells(base: list[dict], new: list[dict], ignore=(), match=()) -> dict:
     """Groups (aggregate.aggregate) of both sides matched on experiment.cell_key(ignore, match):
     {"pairs": [(key, base group, new group)], "only_base": [key], "only_new": [key],

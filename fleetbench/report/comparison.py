@@ -77,8 +77,9 @@ def run(base_paths, new_paths, *, ignore=(), match=(), alpha: float = compare.AL
     (one line) on bad input, before any output. A side is a list of files or a select.Side."""
     base, new = load_side(base_paths, "base"), load_side(new_paths, "new")
     base_paths, new_paths = select.side(base_paths).names(), select.side(new_paths).names()
-    experiment.check_key_names(list(ignore), base + new, "--ignore")
-    experiment.check_key_names(list(match), base + new, "--match")
+    for flag, names in (("--ignore", ignore), ("--match", match)):
+        if names:  # reads every record's keys: only when there are names to check
+            experiment.check_key_names(list(names), base + new, flag)
     groups = [aggregate.aggregate(side, cv_threshold, disturbed_pct) for side in (base, new)]
     matched = compare.match_cells(*groups, ignore=compare.widen(ignore), match=match)
     if not matched["pairs"]:

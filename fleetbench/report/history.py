@@ -35,8 +35,9 @@ def run(paths, by: str = "time", *, ignore=(), match=(), alpha: float = compare.
     records = compare.comparable_records(source.records())
     if not [r for r in records if r.get("error") is None and not r.get("source")]:
         raise comparison.InputError(f"{', '.join(paths)}: no successful measured throughput run")
-    experiment.check_key_names(list(ignore), records, "--ignore")
-    experiment.check_key_names(list(match), records, "--match")
+    for flag, names in (("--ignore", ignore), ("--match", match)):
+        if names:  # reads every record's keys: only when there are names to check
+            experiment.check_key_names(list(names), records, flag)
     cells = changepoints.changes(changepoints.series(records, by, compare.widen(ignore), match, disturbed_pct),
                                  alpha, threshold_pct)
     for cell, name in zip(cells, comparison.labels([c["key"] for c in cells])):
