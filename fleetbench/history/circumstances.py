@@ -149,8 +149,8 @@ def cluster(record: dict) -> dict:
     """The job's shape and fabric: nodes, devices per node, world size, device model, network,
     interconnect (InfiniBand devices, the topology matrix) and the hosts' executor."""
     env = record.get("env") or {}
-    named = of(record)
+    gpus = " + ".join(sorted({g.get("name") or "?" for g in env.get("gpus") or []}))
     return {"nodes": record.get("nodes"), "devices_per_node": record.get("devices_per_node"),
-            "world_size": record.get("world_size"), "device": named["gpu"] or named["cpu"],
+            "world_size": record.get("world_size"), "device": gpus or (env.get("cpu") or {}).get("model"),
             "network": record.get("network"), "infiniband": env.get("infiniband") or [],
             "topology": record.get("topology"), "executor": (record.get("launch") or {}).get("executor")}
