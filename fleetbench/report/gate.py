@@ -2,11 +2,11 @@
 with `fleetbench compare`'s statistics; exit 1 on a slowdown beyond the threshold, a Markdown
 summary fit for a pull request's comment.
 
-    fleetbench gate NEW.jsonl... --db URL [--baseline KEY=VALUE]... [--last N]
+    fleetbench gate NEW.jsonl... --db URL [--base KEY=VALUE]... [--last N]
         [--threshold PCT] [--alpha A] [--summary FILE] [--json]
-    fleetbench gate --db URL --new tag=pr-123 --baseline tag=main --last 10
+    fleetbench gate --db URL --new tag=pr-123 --base tag=main --last 10
 
-The baseline is the store's runs that pass every --baseline filter (a branch's tag, a commit, a
+The baseline is the store's runs that pass every --base filter (a branch's tag, a commit, a
 date range), of the cells the new runs have, on the same device and host class, the last N of each
 cell (default 10; 0: all). Cells are compared as `fleetbench compare` compares them (Mann–Whitney U,
 Holm across cells, the minimum effect: --threshold or the runs' own cv); a cell whose sides differ
@@ -34,7 +34,7 @@ def run(new: list[dict], candidates: list[dict], last: int = LAST, **options) ->
     chosen = select.baseline(candidates, new, last or None)
     if not chosen:
         raise comparison.InputError("the baseline is empty: no run in the store of the new runs' cells (same "
-                                    "device and host class) passes the --baseline filters")
+                                    "device and host class) passes the --base filters")
     report = comparison.run(select.Side(given=tuple(chosen), label="baseline"),
                             select.Side(given=tuple(new), label="new"), **options)
     report.update(passed=report["counts"][compare.SLOWER] == 0, last=last, baseline_runs=len(chosen))
@@ -57,7 +57,7 @@ def parser() -> cmdline.Parser:
     p = cmdline.Parser(prog="fleetbench gate", description="CI gate: new runs against a baseline in the results database.")
     p.add_argument("results", nargs="*", type=cmdline.INPUT_FILE, help="the new runs' results files (or --new KEY=VALUE)")
     select.add_db(p, required=True)
-    p.add_argument("--baseline", type=select.FILTER, action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--base", type=select.FILTER, action="append", default=[], metavar="KEY=VALUE",
                    help="which stored runs may be the baseline (e.g. tag=main); repeat to narrow")
     p.add_argument("--new", type=select.FILTER, action="append", default=[], metavar="KEY=VALUE",
                    help="the new runs from the database instead of files (e.g. tag=pr-123)")
@@ -80,7 +80,7 @@ def cli(argv: list[str]) -> int:
             raise comparison.InputError("the new side has no successful throughput run")
         experiment.check_key_names(list(args.ignore), new, "--ignore")  # before the database is read
         experiment.check_key_names(list(args.match), new, "--match")
-        candidates = select.records(args.db, args.where + args.baseline)
+        candidates = select.records(args.db, args.where + args.base)
         report = run(new, candidates, args.last, ignore=args.ignore, match=args.match, alpha=args.alpha,
                      threshold_pct=args.threshold, cv_threshold=args.cv_threshold / 100, disturbed_pct=args.disturbed)
     except (comparison.InputError, RecordError, experiment.KeyNameError, StoreError) as exc:

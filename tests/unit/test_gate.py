@@ -59,14 +59,14 @@ def test_the_cli_fails_a_slowdown_with_a_markdown_summary(tmp_path, capsys):
     for r in new:
         results.append(str(path), r)
     summary = tmp_path / "comment.md"
-    assert gate.cli([str(path), "--db", url, "--baseline", "tag=main", "--summary", str(summary)]) == 1
+    assert gate.cli([str(path), "--db", url, "--base", "tag=main", "--summary", str(summary)]) == 1
     out = capsys.readouterr().out
     assert out.startswith("### fleetbench gate: FAILED, 1 of 1 cell(s) slower")
     assert "Baseline: 10 run(s), the last 10 of each cell" in out and "| SLOWER |" in out
     assert summary.read_text() == out
     # the same runs from the database by their tag; all 15 baseline runs with --last 0
     importer.index([str(path)], url, tag="pr-1")
-    assert gate.cli(["--db", url, "--new", "tag=pr-1", "--baseline", "tag=main", "--last", "0", "--json"]) == 1
+    assert gate.cli(["--db", url, "--new", "tag=pr-1", "--base", "tag=main", "--last", "0", "--json"]) == 1
     assert '"baseline_runs": 15' in capsys.readouterr().out
 
 
@@ -76,17 +76,17 @@ def test_an_a_a_passes_and_other_hardware_is_no_baseline(tmp_path, capsys):
     path = tmp_path / "pr.jsonl"
     for r in new:
         results.append(str(path), r)
-    assert gate.cli([str(path), "--db", url, "--baseline", "tag=main"]) == 0
+    assert gate.cli([str(path), "--db", url, "--base", "tag=main"]) == 0
     assert capsys.readouterr().out.startswith("### fleetbench gate: passed")
     (tmp_path / "amd").mkdir()
     other, _ = _baseline_store(tmp_path / "amd", cpu="AMD EPYC 7B13")
-    assert gate.cli([str(path), "--db", other, "--baseline", "tag=main"]) == 2
+    assert gate.cli([str(path), "--db", other, "--base", "tag=main"]) == 2
     assert "the baseline is empty" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, says", [
     (["--db", "{url}"], "expected the new runs as results files or as --new KEY=VALUE"),
-    (["{pr}", "--db", "{url}", "--baseline", "tag=nothing"], "the baseline is empty"),
+    (["{pr}", "--db", "{url}", "--base", "tag=nothing"], "the baseline is empty"),
     (["{pr}", "--db", "sqlite:///{tmp}/none.db"], "no fleetbench store there"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, capsys, argv, says):
