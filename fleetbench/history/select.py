@@ -92,20 +92,25 @@ def side(source) -> Side:
 
 def baseline(candidates: list[dict], new: list[dict], last: int | None) -> list[dict]:
     """The gate's baseline: the successful runs of `candidates` (not themselves among `new`) of the
-    cells `new` has, on the same device and host class (experiment.cell_key matched on them), the
-    `last` newest of each cell (all with None), in time order."""
+    cells `new` has (compare's cell key), on the same device and host class, the `last` newest of
+    each cell (all with None), in time order."""
+    from fleetbench.history import compare
     from fleetbench.measure import experiment
 
-    def key(record):
-        return experiment.cell_key(record, match=("device", "host"))
-    wanted = {key(r) for r in new if r.get("error") is None}
+    def usable(record) -> bool:
+        return record.get("error") is None and bool((record.get("metrics") or {}).get("throughput"))
+    new = [r for r in new if usable(r)]
     ids = {r["id"] for r in new}
+    candidates = [r for r in candidates if usable(r) and r["id"] not in ids]
+
+    def keys(records):  # the work's key made once per distinct work; the machine's beside it
+        return [(work, experiment.device_model(r), experiment.host_class(r))
+                for work, r in zip(compare.cell_keys(records), records)]
+    wanted = set(keys(new))
     cells: dict[tuple, list[dict]] = {}
-    for record in candidates:
-        if record.get("error") is None and record["id"] not in ids and (record.get("metrics") or {}).get("throughput"):
-            k = key(record)
-            if k in wanted:
-                cells.setdefault(k, []).append(record)
+    for key, record in zip(keys(candidates), candidates):
+        if key in wanted:
+            cells.setdefault(key, []).append(record)
     chosen = []
     for runs in cells.values():
         runs.sort(key=lambda r: r.get("time") or "")

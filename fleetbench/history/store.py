@@ -30,7 +30,6 @@ from fleetbench.history import circumstances
 from fleetbench.measure import experiment, results
 
 SCHEMA_VERSION = 1
-DEFAULT_URL = "sqlite:///results/fleetbench.db"
 BUSY_TIMEOUT_S = 60  # a writer waits this long for another's transaction (SQLite)
 BATCH = 500  # records a transaction
 
