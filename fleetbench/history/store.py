@@ -195,10 +195,15 @@ def _insert(conn, table, values: list[dict], returning=None):
 
 
 def write(eng, batch: list[tuple[str, dict]], tag: str | None = None) -> list[str]:
-    """Index (where, record) pairs in one transaction; the ids that were new."""
+    """Index (where, record) pairs in one transaction; the ids that were new. Records already
+    there are not made into rows (importing a file again costs a lookup); whichever of two
+    importers inserts an id first wins, the other's insert of it does nothing."""
+    import sqlalchemy as sa
     t = tables()
-    made = [rows(record, where, tag) for where, record in batch]
     with eng.begin() as conn:
+        ids = [record["id"] for _, record in batch]
+        have = set(conn.execute(sa.select(t["runs"].c.id).where(t["runs"].c.id.in_(ids))).scalars())
+        made = [rows(record, where, tag) for where, record in batch if record["id"] not in have]
         for name in ("environments", "clusters"):
             unique = {m[name]["hash"]: m[name] for m in made}
             _insert(conn, t[name], sorted(unique.values(), key=lambda r: r["hash"]))
