@@ -59,7 +59,8 @@ def timed(argv: list[str]) -> tuple[float, str]:
                           env=dict(os.environ, PYTHONPATH=REPO), check=False)
     took = time.perf_counter() - start
     if done.returncode not in (0, 1):
-        sys.exit(f"bench/history_store.py: {' '.join(argv[:2])} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+        sys.exit(f"bench/history_store.py: {' '.join(argv[:2])} failed ({done.returncode}): "
+                 f"{done.stderr.strip()[-500:]}")
     return took, done.stdout
 
 

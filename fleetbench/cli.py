@@ -23,7 +23,8 @@ SUBCOMMANDS = {
     "slurmd": ("fleetbench.emulate.slurmd", "a real Slurm (munged, slurmctld, slurmd) on the emulated cluster"),
     "slurm": ("fleetbench.engines.slurm", "write an sbatch script that runs a sweep on a Slurm allocation"),
     "k8s": ("fleetbench.engines.k8s", "write Kubeflow PaddleJob manifests for a benchmark or a sweep"),
-    "results": ("fleetbench.history.records", "results import FILE... [--db URL]: store records from logs, or index them in a database"),
+    "results": ("fleetbench.history.records",
+                "results import FILE... [--db URL]: store records from logs, or index them in a database"),
     "data": ("datasets.cli", "generate and validate data sets"),
 }
 

@@ -8,13 +8,18 @@ found on the runs' throughputs by PELT (Killick, Fearnhead and Eckley 2012: the 
 segmentation under a penalty) with the l2 cost (a shift of the mean), from ruptures; the penalty
 is 3 log(n) x sigma^2 (the modified BIC of Zhang and Siegmund's order, stricter than BIC's
 log(n): with a few runs BIC split a flat series one time in two), sigma the runs' own noise
-estimated from successive differences (robust to the shifts themselves). Each candidate is then judged by history/compare.py between
-the runs before it and after it (Holm across the changes of one cell, compare's minimum effect
-and bootstrap interval), in compare's
-verdicts: faster, slower, same, insufficient; the p-value is a permutation test of the best split
+estimated from successive differences (robust to the shifts themselves). Each candidate is then
+judged by history/compare.py between the runs before it and after it (Holm across the changes of
+one cell, compare's minimum effect and bootstrap interval), in compare's verdicts: faster,
+slower, same, insufficient; the p-value is a permutation test of the best split
 (E-Divisive's way: the split was chosen as the strongest, so a plain two-sample test between its
 sides would be optimistic). Disturbed runs are shown and left out of the detection, as they
 are left out of figures. Why not E-Divisive's own libraries: docs/compare.md.
+
+At each change, what changed in the runs' circumstances between its two segments
+(history/circumstances.explain: `NCCL 2.18.3 → 2.19.3; Paddle unchanged`); `together` links the
+called changes of several cells in one interval of time; `regressions` lists the cells whose latest
+change is a slowdown.
 """
 from __future__ import annotations
 

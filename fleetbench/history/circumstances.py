@@ -103,7 +103,8 @@ def summary(diff: dict, said=ALWAYS_SAID) -> str:
     `said`: the names to call unchanged when they did not change (those the records say)."""
     parts = [change_text(name, d) for name, d in diff.items()]
     if not parts:
-        return "nothing recorded changed (no difference in CPU, GPU, driver, CUDA, cuDNN, NCCL, Paddle, kernel, commit, network, threads)"
+        return ("nothing recorded changed (no difference in CPU, GPU, driver, CUDA, cuDNN, NCCL, Paddle, kernel, "
+                "commit, network, threads)")
     return "; ".join(parts + [f"{LABELS[n]} unchanged" for n in said if n not in diff])
 
 

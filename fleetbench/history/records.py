@@ -43,7 +43,7 @@ def read(path: str) -> tuple[list[tuple[str, dict]], list[str]]:
     found, problems = [], []
     for number, raw in enumerate(data.split(b"\n"), start=1):
         at = raw.find(marker)
-        if log and at < 0 or not raw.strip():
+        if (log and at < 0) or not raw.strip():  # a log's other lines; blank lines
             continue
         where = f"{path}:{number}"
         try:

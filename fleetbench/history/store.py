@@ -146,7 +146,8 @@ def rows(record: dict, where: str, tag: str | None) -> dict:
     path, _, line = where.rpartition(":")
     run = {"id": record["id"], "time": record.get("time"), "benchmark": record.get("benchmark"),
            "preset": record.get("preset"), "mode": record.get("mode"), "method": record.get("method"),
-           "source": record.get("source"), "network": experiment.network_name(record.get("network")), "git": record.get("git"),
+           "source": record.get("source"), "network": experiment.network_name(record.get("network")),
+           "git": record.get("git"),
            "paddle": ((env or {}).get("paddle") or {}).get("version"), "tag": tag, "unit": metrics.get("unit"),
            "file": path, "line": int(line) if line.isdigit() else None, "nodes": record.get("nodes"),
            "devices_per_node": record.get("devices_per_node"), "world_size": record.get("world_size"),

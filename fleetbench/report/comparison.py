@@ -372,7 +372,8 @@ def db_sides(args, paths: list[str]) -> tuple:
             raise InputError("--base/--new/--where KEY=VALUE: expected with --db URL (files are given as BASE -- NEW)")
         return split_sides(paths)
     if paths or not (args.base and args.new):
-        raise InputError(f"--db {args.db}: expected --base KEY=VALUE... and --new KEY=VALUE... (which runs each side is) "
+        raise InputError(f"--db {args.db}: expected --base KEY=VALUE... and --new KEY=VALUE... "
+                         "(which runs each side is) "
                          f"and no results files{f', got {len(paths)}' if paths else ''}")
     return tuple(select.Side(db=args.db, where=tuple(args.where + getattr(args, name))) for name in ("base", "new"))
 

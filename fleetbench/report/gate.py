@@ -54,8 +54,10 @@ def summary(report: dict) -> str:
 
 
 def parser() -> cmdline.Parser:
-    p = cmdline.Parser(prog="fleetbench gate", description="CI gate: new runs against a baseline in the results database.")
-    p.add_argument("results", nargs="*", type=cmdline.INPUT_FILE, help="the new runs' results files (or --new KEY=VALUE)")
+    p = cmdline.Parser(prog="fleetbench gate",
+                       description="CI gate: new runs against a baseline in the results database.")
+    p.add_argument("results", nargs="*", type=cmdline.INPUT_FILE,
+                   help="the new runs' results files (or --new KEY=VALUE)")
     select.add_db(p, required=True)
     p.add_argument("--base", type=select.FILTER, action="append", default=[], metavar="KEY=VALUE",
                    help="which stored runs may be the baseline (e.g. tag=main); repeat to narrow")

@@ -184,7 +184,8 @@ def write_html(args, base: list[str], new: list[str] | None) -> list[str]:
 
     def link(png: str) -> str:
         return os.path.relpath(os.path.abspath(png), os.path.abspath(args.html)).replace(os.sep, "/")
-    section, written = build(base + new if new else base, images, os.path.abspath(args.html), args.title, args.cv_threshold / 100)
+    section, written = build(base + new if new else base, images, os.path.abspath(args.html), args.title,
+                             args.cv_threshold / 100)
     more, files = extra_sections(base, new, images, link)
     return written + files + [html.write(args.html, args.title, section + more)]
 

@@ -82,5 +82,6 @@ def test_the_c_pelt_finds_what_ruptures_python_pelt_finds():
         for _ in range(int(rng.integers(0, 3))):
             x[int(rng.integers(1, n)):] *= 1 + rng.normal(0, 0.08)
         penalty = changepoints.PENALTY * math.log(n) * changepoints.noise(list(x)) ** 2
-        ends = ruptures.Pelt(model="l2", min_size=changepoints.MIN_SEGMENT, jump=1).fit(x.reshape(-1, 1)).predict(pen=penalty)
+        pelt = ruptures.Pelt(model="l2", min_size=changepoints.MIN_SEGMENT, jump=1)
+        ends = pelt.fit(x.reshape(-1, 1)).predict(pen=penalty)
         assert changepoints.change_points(list(x)) == [e for e in ends if e < n]

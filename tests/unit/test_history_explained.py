@@ -41,10 +41,12 @@ def test_an_nccl_change_with_a_slowdown_is_found_where_it_is_and_named(at, runs)
 
 
 @pytest.mark.parametrize("changed, text", [
-    ({"driver": ("535.104.05", "550.54.14")}, "driver 535.104.05 → 550.54.14; Paddle unchanged; NCCL unchanged; CUDA unchanged"),
+    ({"driver": ("535.104.05", "550.54.14")},
+     "driver 535.104.05 → 550.54.14; Paddle unchanged; NCCL unchanged; CUDA unchanged"),
     ({"paddle": ("2.6.2", "3.0.0")}, "Paddle 2.6.2 → 3.0.0; NCCL unchanged; CUDA unchanged; driver unchanged"),
     ({"kernel": ("5.15.0-91-generic", "6.1.0-18-amd64"), "cuda": ("12.0", "12.3")},
-     "CUDA 12.0 → 12.3; kernel 5.15.0-91-generic → 6.1.0-18-amd64; Paddle unchanged; NCCL unchanged; driver unchanged"),
+     "CUDA 12.0 → 12.3; kernel 5.15.0-91-generic → 6.1.0-18-amd64; Paddle unchanged; NCCL unchanged; "
+     "driver unchanged"),
     ({}, "nothing recorded changed"),
 ])
 def test_other_circumstances_and_none_are_named_as_they_are(changed, text):
@@ -67,11 +69,13 @@ def test_cells_that_change_at_one_time_are_said_together_and_regressions_come_ne
     report = trail(recs)
     changes = {cell["label"]: cell["changes"] for cell in report["cells"]}
     one, two = changes["resnet50 full mgwfbp 1x8 local"][0], changes["resnet50 full mgwfbp 2x8 local"][0]
-    assert one["together"] == ["resnet50 full mgwfbp 2x8 local"] and two["together"] == ["resnet50 full mgwfbp 1x8 local"]
+    assert one["together"] == ["resnet50 full mgwfbp 2x8 local"]
+    assert two["together"] == ["resnet50 full mgwfbp 1x8 local"]
     assert changes["resnet50 full mgwfbp 4x8 local"][0]["together"] == []
     # newest first: the two November changes (one event, either order), then October's
     assert [r["label"] for r in report["regressions"]][2] == "resnet50 full mgwfbp 4x8 local"
-    assert {r["label"] for r in report["regressions"][:2]} == {"resnet50 full mgwfbp 1x8 local", "resnet50 full mgwfbp 2x8 local"}
+    assert {r["label"] for r in report["regressions"][:2]} == {"resnet50 full mgwfbp 1x8 local",
+                                                               "resnet50 full mgwfbp 2x8 local"}
     assert report["regressions"][-1]["change"]["text"].startswith("driver 535.104.05 → 550.54.14")
     # the same from a database, as the command line prints it
     path = tmp_path / "runs.jsonl"

@@ -143,7 +143,8 @@ def test_report_compare_history_explain_read_the_database_as_the_files(tmp_path,
     text_files = _out(capsys, generate.cli, [str(only), "--images", str(tmp_path / "i")])
     text_db = _out(capsys, generate.cli, ["--db", db, "--where", "benchmark=resnet50", "--where", "tag=old",
                                           "--images", str(tmp_path / "i")])
-    assert text_files.replace(f"`{only}`", "SOURCE") == text_db.replace(f"`{db} [benchmark=resnet50, tag=old]`", "SOURCE")
+    source = f"`{db} [benchmark=resnet50, tag=old]`"
+    assert text_files.replace(f"`{only}`", "SOURCE") == text_db.replace(source, "SOURCE")
     # compare: every figure, test and verdict (the sides' names aside)
     a = json.loads(_out(capsys, comparison.cli, [DEMO_OLD, DEMO, "--json"]))
     b = json.loads(_out(capsys, comparison.cli, ["--db", db, "--base", "tag=old", "--new", "tag=new", "--json"]))
@@ -155,4 +156,5 @@ def test_report_compare_history_explain_read_the_database_as_the_files(tmp_path,
     b = json.loads(_out(capsys, history.cli, ["--db", db, "--json"]))
     assert a.pop("files") != b.pop("files") and a == b
     # explain: its cells, named by the file each record came from
-    assert _out(capsys, explain.cli, [EXPLAIN, "--json"]) == _out(capsys, explain.cli, ["--db", db, "--where", "tag=explain", "--json"])
+    assert _out(capsys, explain.cli, [EXPLAIN, "--json"]) == \
+        _out(capsys, explain.cli, ["--db", db, "--where", "tag=explain", "--json"])
