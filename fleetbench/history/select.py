@@ -9,6 +9,7 @@ which reads the store.
     since=2026-11-22    runs at or after this date (or ISO time)
     until=2026-11-23    runs before it
     id=RUN_ID
+    nodes=2  devices_per_node=8  world_size=16
 """
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ import datetime
 from fleetbench import cmdline
 
 EQUAL = ("benchmark", "preset", "mode", "method", "network", "source", "tag", "id")
+SHAPE = ("nodes", "devices_per_node", "world_size")  # integers
 PREFIX = {"commit": "git", "paddle": "paddle"}
 TIME = {"since": ">=", "until": "<"}
-KEYS = EQUAL + tuple(PREFIX) + tuple(TIME)
+KEYS = EQUAL + SHAPE + tuple(PREFIX) + tuple(TIME)
 
 
 def _filter(text: str) -> tuple[str, str, str]:
@@ -34,11 +36,16 @@ def _filter(text: str) -> tuple[str, str, str]:
         return "time", TIME[key], when.isoformat() if "T" in value or " " in value else value
     if key in PREFIX:
         return PREFIX[key], "prefix", value
+    if key in SHAPE:
+        number = int(value)
+        if number < 1:
+            raise ValueError(text)
+        return key, "=", number
     return key, "=", value
 
 
 FILTER = cmdline.Kind(f"KEY=VALUE with KEY one of {', '.join(KEYS)} (since/until: a date)", _filter,
-                      ("", "benchmark", "colour=red", "since=yesterday", "tag="))
+                      ("", "benchmark", "colour=red", "since=yesterday", "tag=", "nodes=two", "nodes=0"))
 DB = cmdline.Kind("a database URL (sqlite:///PATH, postgresql://USER@HOST/DB) or a SQLite file",
                   cmdline._nonempty, ("",))
 

@@ -236,7 +236,7 @@ def load(url: str, where=(), files: bool = False) -> list:
     return out
 
 
-def _condition(runs, column: str, op: str, value: str):
+def _condition(runs, column: str, op: str, value):
     col = runs.c[column]
     if op == "prefix":
         return col.startswith(value, autoescape=True)

@@ -155,6 +155,11 @@ def test_report_compare_history_explain_read_the_database_as_the_files(tmp_path,
     a = json.loads(_out(capsys, history.cli, [DEMO_OLD, DEMO, EXPLAIN, "--json"]))
     b = json.loads(_out(capsys, history.cli, ["--db", db, "--json"]))
     assert a.pop("files") != b.pop("files") and a == b
+    # the shape's filters are numbers: the two-node cells of both demos, as a file of them reads
+    two = tmp_path / "two.jsonl"
+    two.write_text("".join(results.dumps(r) + "\n" for r in results.load([DEMO_OLD, DEMO]) if r["nodes"] == 2))
+    assert _out(capsys, generate.cli, [str(two), "--json"]) == \
+        _out(capsys, generate.cli, ["--db", db, "--where", "nodes=2", "--where", "until=2026-11-23", "--json"])
     # explain: its cells, named by the file each record came from
     assert _out(capsys, explain.cli, [EXPLAIN, "--json"]) == \
         _out(capsys, explain.cli, ["--db", db, "--where", "tag=explain", "--json"])
