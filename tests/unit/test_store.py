@@ -43,7 +43,7 @@ def db(request, tmp_path):
     return pgserver.fresh_database(server, "t" + os.urandom(6).hex())
 
 
-def test_every_committed_record_reads_back_exactly_and_twice_adds_nothing(db):
+def test_every_committed_record_reads_back_exactly_and_twice_adds_nothing(db, capsys):
     first = importer.index(COMMITTED, db)
     assert first["problems"] == [] and len(first["new"]) == first["seen"] == len(results.load(COMMITTED))
     again = importer.index(COMMITTED[::-1], db)  # another order: still nothing new
@@ -53,6 +53,10 @@ def test_every_committed_record_reads_back_exactly_and_twice_adds_nothing(db):
     assert counts["runs"] == first["seen"]
     # environments and clusters kept once each: far fewer than runs, but more than one of each
     assert 1 < counts["environments"] < counts["runs"] and 1 < counts["clusters"] < counts["runs"]
+    # and history of every committed cell prints the same from the database as from the files
+    files = json.loads(_out(capsys, history.cli, [*COMMITTED, "--json"]))
+    stored = json.loads(_out(capsys, history.cli, ["--db", db, "--json"]))
+    assert files.pop("files") == COMMITTED and stored.pop("files") == [db] and files == stored
     assert counts["figures"] == sum(len(v) for r in results.load(COMMITTED) for k, v in (r["metrics"] or {}).items()
                                     if k.startswith("rank_") and isinstance(v, list))
 
