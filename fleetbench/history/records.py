@@ -30,18 +30,26 @@ def _tag(text: str) -> str:
 TAG = cmdline.Kind("a tag without spaces (a branch or release name), at most 200 characters", _tag, ("", "two words"))
 
 
-def read(path: str) -> tuple[list[tuple[str, dict]], list[str]]:
-    """([(where, record)], [problems]) of one file: every line that is a valid record, and a
-    `file:line: why` for every line that is not (a torn last line of a JSONL file included)."""
+def chunks(path: str) -> tuple[list[tuple], list[str]]:
+    """([(path, first line number, lines, is a log)] of store.BATCH lines each, [problems]) of one
+    file: the pieces `prepare` reads, in worker processes when there are several."""
     try:
         with open(path, "rb") as handle:
             data = handle.read()
     except OSError as exc:
         return [], [f"{path}: cannot read ({exc.strerror})"]
+    log = results.RESULT_PREFIX.encode() in data
+    lines = data.split(b"\n")
+    return [(path, first + 1, lines[first:first + store.BATCH], log)
+            for first in range(0, len(lines), store.BATCH)], []
+
+
+def parse(path: str, first: int, lines: list[bytes], log: bool) -> tuple[list[tuple[str, dict]], list[str]]:
+    """([(where, record)], [problems]) of lines of a file numbered from `first`: every line that is
+    a valid record, and a `file:line: why` for every line that is not (a torn last line included)."""
     marker = results.RESULT_PREFIX.encode()
-    log = marker in data
     found, problems = [], []
-    for number, raw in enumerate(data.split(b"\n"), start=1):
+    for number, raw in enumerate(lines, start=first):
         at = raw.find(marker)
         if (log and at < 0) or not raw.strip():  # a log's other lines; blank lines
             continue
@@ -61,19 +69,41 @@ def read(path: str) -> tuple[list[tuple[str, dict]], list[str]]:
     return found, problems
 
 
-def index(paths: list[str], url: str, tag: str | None = None) -> dict:
-    """Index every file into the database at `url`: {"new": ids, "seen": n, "problems": [...]}."""
+def prepare(piece: tuple, tag: str | None) -> tuple[dict, list[str]]:
+    """The database rows of one piece (`chunks`) and its problems: the CPU's share of an import
+    (JSON read, validated, the environment and cluster made canonical and hashed)."""
+    found, problems = parse(*piece)
+    return store.batch_rows(found, tag), problems
+
+
+def index(paths: list[str], url: str, tag: str | None = None, jobs: int | None = None) -> dict:
+    """Index every file into the database at `url`: {"new": ids, "seen": n, "problems": [...]}.
+    With several pieces, `jobs` worker processes (default: the CPUs, at most 4) prepare them while
+    this one writes, in order."""
+    import concurrent.futures
+    import functools
+    import os
+
+    import sqlalchemy
+    pieces, problems = [], []
+    for path in paths:
+        more, bad = chunks(path)
+        pieces += more
+        problems += bad
+    jobs = min(4, os.cpu_count() or 1) if jobs is None else jobs
     eng = store.open_store(url)
-    new, seen, problems = [], 0, []
+    new, seen = [], 0
+    pool = concurrent.futures.ProcessPoolExecutor(jobs) if jobs > 1 and len(pieces) > 1 else None
     try:
-        for path in paths:
-            found, bad = read(path)
+        for made, bad in (pool.map if pool else map)(functools.partial(prepare, tag=tag), pieces):
             problems += bad
-            for start in range(0, len(found), store.BATCH):
-                batch = found[start:start + store.BATCH]
-                new += store.write(eng, batch, tag)
-                seen += len(batch)
+            new += store.write(eng, made)
+            seen += len(made["runs"])
+    except sqlalchemy.exc.SQLAlchemyError as exc:  # the server went away, a disk filled: one line
+        raise store.StoreError(f"--db {url}: {str(getattr(exc, 'orig', exc)).splitlines()[0]}") from None
     finally:
+        if pool:
+            pool.shutdown(cancel_futures=True)
         eng.dispose()
     return {"new": new, "seen": seen, "problems": problems}
 

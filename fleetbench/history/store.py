@@ -195,23 +195,52 @@ def _insert(conn, table, values: list[dict], returning=None):
     return [row[0] for row in conn.execute(stmt.returning(table.c[returning]), values)]
 
 
-def write(eng, batch: list[tuple[str, dict]], tag: str | None = None) -> list[str]:
-    """Index (where, record) pairs in one transaction; the ids that were new. Records already
-    there are not made into rows (importing a file again costs a lookup); whichever of two
-    importers inserts an id first wins, the other's insert of it does nothing."""
+def batch_rows(batch: list[tuple[str, dict]], tag: str | None = None) -> dict:
+    """The rows of (where, record) pairs, each environment and cluster once: {"environments":
+    {hash: row}, "clusters": {hash: row}, "runs": [row], "figures": [row]}."""
+    out: dict = {"environments": {}, "clusters": {}, "runs": [], "figures": []}
+    for where, record in batch:
+        made = rows(record, where, tag)
+        for name in ("environments", "clusters"):
+            out[name].setdefault(made[name]["hash"], made[name])
+        out["runs"].append(made["runs"])
+        out["figures"] += made["figures"]
+    return out
+
+
+DEADLOCK = ("40P01", "40001")  # PostgreSQL: deadlock detected, serialization failure
+RETRIES = 5
+
+
+def write(eng, made: dict) -> list[str]:
+    """Index one `batch_rows` in one transaction; the ids that were new. Whichever of two
+    importers inserts an id first wins; the other's insert of it does nothing. Two PostgreSQL
+    importers inserting the same ids in other orders can deadlock: the server aborts one, which
+    runs its transaction again (the rows stay in file order, the order they are read back in)."""
+    import sqlalchemy as sa
+    for attempt in range(RETRIES):
+        try:
+            return _write(eng, made)
+        except sa.exc.OperationalError as exc:
+            if getattr(exc.orig, "sqlstate", None) not in DEADLOCK or attempt == RETRIES - 1:
+                raise
+    return []
+
+
+def _write(eng, made: dict) -> list[str]:
     import sqlalchemy as sa
     t = tables()
     with eng.begin() as conn:
-        ids = [record["id"] for _, record in batch]
+        ids = [run["id"] for run in made["runs"]]
         have = set(conn.execute(sa.select(t["runs"].c.id).where(t["runs"].c.id.in_(ids))).scalars())
-        made = [rows(record, where, tag) for where, record in batch if record["id"] not in have]
+        runs = [run for run in made["runs"] if run["id"] not in have]  # in file order: read back so
+        if not runs:  # imported before: nothing to write
+            return []
         for name in ("environments", "clusters"):
-            unique = {m[name]["hash"]: m[name] for m in made}
-            _insert(conn, t[name], sorted(unique.values(), key=lambda r: r["hash"]))
-        new = _insert(conn, t["runs"], [m["runs"] for m in made], returning="id")
-        fresh = set(new)
-        _insert(conn, t["figures"], [f for m in made if m["runs"]["id"] in fresh for f in m["figures"]])
-    return new
+            _insert(conn, t[name], sorted(made[name].values(), key=lambda r: r["hash"]))
+        fresh = set(_insert(conn, t["runs"], runs, returning="id"))
+        _insert(conn, t["figures"], [f for f in made["figures"] if f["run_id"] in fresh])
+    return [run["id"] for run in runs if run["id"] in fresh]
 
 
 # ---- reading ----------------------------------------------------------------------------------------
