@@ -91,17 +91,21 @@ def test_a_log_is_read_for_its_result_lines_only(tmp_path, db):
 
 def test_four_importers_at_once_lose_and_double_nothing(tmp_path, db):
     """Two emulated machines, two importers each; each importer indexes its machine's file and a
-    file both machines share, so every record is offered two to four times, at once."""
+    file both machines share (one machine's copy in the other order: their inserts of the same
+    ids cross), so every record is offered two to four times, at once."""
     files = {}
     for name, seed in (("m1", 1), ("m2", 2), ("shared", 3)):
         files[name] = str(tmp_path / f"{name}.jsonl")
         for cell in range(3):
             for record in synthetic.series(seed * 10 + cell, runs=150, at=None, nodes=cell + 1):
                 results.append(files[name], record)
+    files["shared-reversed"] = str(tmp_path / "shared-reversed.jsonl")
+    for record in results.load(files["shared"])[::-1]:
+        results.append(files["shared-reversed"], record)
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    jobs = [subprocess.Popen([sys.executable, "-m", "fleetbench", "results", "import", files[m], files["shared"],
+    jobs = [subprocess.Popen([sys.executable, "-m", "fleetbench", "results", "import", files[m], files[shared],
                               "--db", db], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for m in ("m1", "m1", "m2", "m2")]
+            for m in ("m1", "m2") for shared in ("shared", "shared-reversed")]
     outs = [job.communicate(timeout=300) for job in jobs]
     assert [job.returncode for job in jobs] == [0] * 4, outs
     stored = [r["id"] for r in store.load(db)]
