@@ -15,6 +15,7 @@ SUBCOMMANDS = {
     "plan": ("fleetbench.plan.cli", "predict hybrid-parallel GPT training (TP x PP x DP x sharding): step, MFU, memory"),
     "compare": ("fleetbench.report.comparison", "did it get slower: cells of two sides of runs, tested"),
     "history": ("fleetbench.report.history", "each cell's figures through time, with change points"),
+    "gate": ("fleetbench.report.gate", "CI gate: new runs against a baseline in the results database"),
     "diagnose": ("fleetbench.diagnose.cli", "find the sick node and the slow link (per-node and pair-wise tests)"),
     "launch": ("fleetbench.hosts.launch", "run a script under Paddle's launcher with timeouts and fault reports"),
     "sweep": ("fleetbench.sweep.runner", "run a matrix of benchmark cells with repeats"),
@@ -23,7 +24,8 @@ SUBCOMMANDS = {
     "slurmd": ("fleetbench.emulate.slurmd", "a real Slurm (munged, slurmctld, slurmd) on the emulated cluster"),
     "slurm": ("fleetbench.engines.slurm", "write an sbatch script that runs a sweep on a Slurm allocation"),
     "k8s": ("fleetbench.engines.k8s", "write Kubeflow PaddleJob manifests for a benchmark or a sweep"),
-    "results": ("fleetbench.measure.result_logs", "results import LOG...: store FLEETBENCH_RESULT lines from logs"),
+    "results": ("fleetbench.history.records",
+                "results import FILE... [--db URL]: store records from logs, or index them in a database"),
     "data": ("datasets.cli", "generate and validate data sets"),
 }
 

@@ -32,7 +32,9 @@ TIERS = {"job": "job", "root": "root", "gpu_sim": "gpu_sim"}
 # A file belongs here only if what its tests check is fleetbench's, not Paddle's: a sweep test may
 # train a tiny cell to test resume, but what it asserts is the sweep's bookkeeping.
 BUILD_NEUTRAL = {"test_k8s_crd.py", "test_k8s.py", "test_k8s_shape.py", "test_docs.py", "test_sweep.py",
-                 "test_plot.py", "test_html_report.py", "test_bad_input.py"}
+                 "test_plot.py", "test_html_report.py", "test_bad_input.py",
+                 # the results database, its gate and explained changes: records in, text out
+                 "test_store.py", "test_gate.py", "test_history_explained.py", "test_circumstances.py"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -2,11 +2,12 @@
 # Installs the Debian packages the suite drives, when missing: sshd and ssh for the SSH executor and
 # the emulated cluster's nodes, Slurm and munge for the Slurm executor, iperf3 for raw link rates,
 # iproute2 (ip, tc) for the emulated network, Chromium and its driver for the HTML report's test in a
-# real browser (tests/unit/test_html_report.py). Called by `make deps` (and so by `make test`/`demo`).
+# real browser (tests/unit/test_html_report.py), PostgreSQL for the results database's tests (a throwaway
+# server each session, tests/pgserver.py). Called by `make deps` (and so by `make test`/`demo`).
 # Nothing already installed is reinstalled, and no system service is started or enabled: fleetbench
 # starts its own sshd/slurmd/munged per emulated node and never uses the system's.
 set -euo pipefail
-PACKAGES=(openssh-server openssh-client slurm-wlm slurm-client munge iperf3 iproute2 chromium chromium-driver)
+PACKAGES=(openssh-server openssh-client slurm-wlm slurm-client munge iperf3 iproute2 chromium chromium-driver postgresql)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -11,7 +11,7 @@ device, commit, date); `--ignore KEY` leaves a key out (compare `bsp` with `mgwf
 method), `--match KEY` adds a circumstance (--match paddle). A side's runs are grouped as the
 report groups them (measure/aggregate.py: outliers and disturbed runs left out of a figure, and
 said); a side holding two experiments of one cell is not pooled, it is named. The statistics are
-analysis/compare.py's. Exit 0 when no cell is slower, 1 when one is, 2 on bad input (one line).
+history/compare.py's. Exit 0 when no cell is slower, 1 when one is, 2 on bad input (one line).
 """
 from __future__ import annotations
 
@@ -20,11 +20,14 @@ import json
 import sys
 
 from fleetbench import cmdline
-from fleetbench.analysis import compare
+from fleetbench.history import circumstances as circ
+from fleetbench.history import compare, select
+from fleetbench.history.store import StoreError
 from fleetbench.measure import aggregate, experiment, results, stability
 from fleetbench.measure.schema import RecordError
 
-MARK = {compare.FASTER: "faster", compare.SLOWER: "SLOWER", compare.SAME: "~", compare.INSUFFICIENT: "?"}
+MARK = {compare.FASTER: "faster", compare.SLOWER: "SLOWER", compare.SAME: "~", compare.INSUFFICIENT: "?",
+        compare.HARDWARE: "not judged"}
 
 
 class InputError(ValueError):
@@ -47,11 +50,12 @@ def split_sides(paths: list[str], flag_sep: str = "--") -> tuple[list[str], list
     return paths[:1], paths[1:]
 
 
-def load_side(paths: list[str], name: str) -> list[dict]:
-    """The side's throughput records; InputError when it has none."""
-    records = compare.comparable_records(results.load(paths))
+def load_side(source, name: str) -> list[dict]:
+    """The side's throughput records (`source`: files or a select.Side); InputError when it has none."""
+    source = select.side(source)
+    records = compare.comparable_records(source.records())
     if not [r for r in records if r.get("error") is None]:
-        raise InputError(f"the {name} side ({', '.join(paths)}) has no successful throughput run to compare")
+        raise InputError(f"the {name} side ({', '.join(source.names())}) has no successful throughput run to compare")
     return records
 
 
@@ -66,20 +70,23 @@ def circumstances(records: list[dict]) -> dict:
             "from": times[0] if times else None, "to": times[-1] if times else None}
 
 
-def run(base_paths: list[str], new_paths: list[str], *, ignore=(), match=(), alpha: float = compare.ALPHA,
+def run(base_paths, new_paths, *, ignore=(), match=(), alpha: float = compare.ALPHA,
         threshold_pct: float = compare.THRESHOLD_PCT, cv_threshold: float = stability.CV_THRESHOLD,
-        disturbed_pct: float = stability.DISTURBED_PCT) -> dict:
+        disturbed_pct: float = stability.DISTURBED_PCT, across_hardware: bool = False) -> dict:
     """The comparison as one object (the --json output); InputError / RecordError / KeyNameError
-    (one line) on bad input, before any output."""
+    (one line) on bad input, before any output. A side is a list of files or a select.Side."""
     base, new = load_side(base_paths, "base"), load_side(new_paths, "new")
-    experiment.check_key_names(list(ignore), base + new, "--ignore")
-    experiment.check_key_names(list(match), base + new, "--match")
+    base_paths, new_paths = select.side(base_paths).names(), select.side(new_paths).names()
+    for flag, names in (("--ignore", ignore), ("--match", match)):
+        if names:  # reads every record's keys: only when there are names to check
+            experiment.check_key_names(list(names), base + new, flag)
     groups = [aggregate.aggregate(side, cv_threshold, disturbed_pct) for side in (base, new)]
     matched = compare.match_cells(*groups, ignore=compare.widen(ignore), match=match)
     if not matched["pairs"]:
         raise InputError(no_common_cell(matched, groups))
     cells = compare.compare_pairs(matched["pairs"], alpha, threshold_pct,
                                   times={r["id"]: r.get("time") for r in base + new})
+    circ.judge_cells(cells, {r["id"]: r for r in base + new}, across_hardware)
     every = [c["key"] for c in cells] + [dict(k) for k in matched["only_base"] + matched["only_new"]]
     every += [dict(k) for k, _, _ in matched["unlike"]]
     names = dict(zip(map(compare.json_key, map(lambda k: tuple(sorted(k.items())), every)), labels(every)))
@@ -92,6 +99,8 @@ def run(base_paths: list[str], new_paths: list[str], *, ignore=(), match=(), alp
     return {"base": {"files": base_paths, **circumstances(base)}, "new": {"files": new_paths, **circumstances(new)},
             "alpha": alpha, "threshold_pct": threshold_pct, "disturbed_pct": disturbed_pct,
             "ignore": list(ignore), "match": list(match), "cells": cells, "counts": counts,
+            "across_hardware": across_hardware,
+            "differences": circ.differences(*[[r for r in side if r.get("error") is None] for side in (base, new)]),
             "only_base": [name(k) for k in matched["only_base"]],
             "only_new": [name(k) for k in matched["only_new"]],
             "unlike": [{"cell": name(k), "side": side,
@@ -171,6 +180,9 @@ def change_text(cell: dict) -> str:
     n = f"n={cell['base']['n'] or 0}+{cell['new']['n'] or 0}"
     if cell["verdict"] == compare.INSUFFICIENT:
         return f"? ({n}: {cell['note']})"
+    if cell["verdict"] == compare.HARDWARE:
+        change = f"{cell['change_pct']:+.1f}% " if cell["change_pct"] is not None else ""
+        return f"{change}(not judged: hardware differs; {n})"
     p = f"p={_p(cell['p_adjusted'])} {n}"
     if cell["verdict"] == compare.SAME:
         return f"~ ({p})"
@@ -187,7 +199,8 @@ def notes(cell: dict) -> list[str]:
     """What a reader must know about a cell beyond its line: the test when not the rank test, runs
     left out of a side's figure, a change below the minimum effect."""
     out = []
-    if cell["test"] == compare.WELCH or (cell["verdict"] != compare.INSUFFICIENT and cell["note"]):
+    if cell["verdict"] != compare.HARDWARE and (cell["test"] == compare.WELCH
+                                                or (cell["verdict"] != compare.INSUFFICIENT and cell["note"])):
         out.append(cell["note"])
     for name in ("base", "new"):
         side = cell[name]
@@ -276,9 +289,18 @@ def footer(report: dict) -> list[str]:
              + f". Mann–Whitney U (Welch's t where the runs are too few, said), p adjusted by Holm over {tested} test(s); "
              f"a change is called when p < {report['alpha']:g} and it is at least the larger of "
              f"{report['threshold_pct']:g}% (--threshold) and the cell's run-to-run cv. Intervals: bootstrap of both sides."]
+    unjudged = [c for c in report["cells"] if c["verdict"] == compare.HARDWARE]
+    if len({c["note"] for c in unjudged}) == 1:  # one reason for all: said once
+        lines.append(f"{len(unjudged)} cell(s) not judged: {unjudged[0]['note']}")
+    else:
+        lines += [f"{c['label']}: {c['note']}" for c in unjudged]
     for cell in report["cells"]:
         lines += [f"{cell['label']}: {text}" for text in notes(cell)]
     lines += sequential_lines(report["cells"])
+    differ = circ.lines(report.get("differences") or {})
+    lines += ([f"circumstances that differ between the sides ({len(differ)}): " + " | ".join(differ)] if differ
+              else ["circumstances: the sides ran on the same CPU, GPU, driver, CUDA, cuDNN, NCCL, Paddle, kernel, "
+                    "commit, network and threads (as recorded)"])
     if report["only_base"]:
         lines.append(f"only in base ({len(report['only_base'])}): {'; '.join(report['only_base'])}")
     if report["only_new"]:
@@ -320,6 +342,12 @@ def parser(prog: str = "fleetbench compare", nargs: str = "+") -> cmdline.Parser
                        "or BASE... -- NEW...")
     p.add_argument("results", nargs=nargs, type=cmdline.INPUT_FILE, help="results files: BASE NEW, or BASE... -- NEW...")
     add_common(p)
+    p.add_argument(circ.ACROSS_HARDWARE_FLAG, action="store_true",
+                   help="judge cells whose sides ran on other CPUs or GPUs too (by default: not judged, said)")
+    select.add_db(p)
+    for name in ("base", "new"):
+        p.add_argument(f"--{name}", type=select.FILTER, action="append", default=[], metavar="KEY=VALUE",
+                       help=f"with --db: the {name} side's runs (e.g. tag=main, commit=03c1503, since=2026-11-22)")
     return p
 
 
@@ -337,13 +365,27 @@ def parse_sides(argv: list[str], make_parser) -> tuple[argparse.Namespace, list[
     return args, args.results[:before] + ["--"] + args.results[before:]
 
 
+def db_sides(args, paths: list[str]) -> tuple:
+    """(base, new) from the files, or from --db with --base/--new filters (and --where for both)."""
+    if not args.db:
+        if args.base or args.new or args.where:
+            raise InputError("--base/--new/--where KEY=VALUE: expected with --db URL (files are given as BASE -- NEW)")
+        return split_sides(paths)
+    if paths or not (args.base and args.new):
+        raise InputError(f"--db {args.db}: expected --base KEY=VALUE... and --new KEY=VALUE... "
+                         "(which runs each side is) "
+                         f"and no results files{f', got {len(paths)}' if paths else ''}")
+    return tuple(select.Side(db=args.db, where=tuple(args.where + getattr(args, name))) for name in ("base", "new"))
+
+
 def cli(argv: list[str]) -> int:
-    args, paths = parse_sides(argv, lambda nargs: parser(nargs=nargs))
+    args, paths = parse_sides(argv, lambda nargs: parser(nargs="*"))
     try:
-        base, new = split_sides(paths)
+        base, new = db_sides(args, paths)
         report = run(base, new, ignore=args.ignore, match=args.match, alpha=args.alpha,
-                     threshold_pct=args.threshold, cv_threshold=args.cv_threshold / 100, disturbed_pct=args.disturbed)
-    except (InputError, RecordError, experiment.KeyNameError) as exc:
+                     threshold_pct=args.threshold, cv_threshold=args.cv_threshold / 100, disturbed_pct=args.disturbed,
+                     across_hardware=args.across_hardware)
+    except (InputError, RecordError, experiment.KeyNameError, StoreError) as exc:
         print(f"fleetbench compare: error: {exc}", file=sys.stderr)
         return 2
     if args.json:

@@ -25,6 +25,7 @@ from fleetbench import cmdline
 from fleetbench.analysis import predict, published, stragglers, validate, whatif
 from fleetbench.analysis import specs as spec_checks
 from fleetbench.analysis.breakdown import ACCOUNTING_TOLERANCE, LOSSES
+from fleetbench.history import select, store
 from fleetbench.measure import experiment, stability
 from fleetbench.report import explain_scaling as scaling
 
@@ -311,7 +312,7 @@ def section(records: list[dict], images_dir: str, link) -> tuple[str, list[str]]
 
 def parser() -> cmdline.Parser:
     p = cmdline.Parser(prog="fleetbench explain", description=__doc__.split("\n\n")[0])
-    p.add_argument("results", nargs="+", type=cmdline.INPUT_FILE,
+    p.add_argument("results", nargs="*", type=cmdline.INPUT_FILE,
                    help="JSONL result files (training, method=none and comm records)")
     p.add_argument("--json", action="store_true", help="print a JSON list of cells")
     p.add_argument("--predict", action="append", default=[], metavar="SPEC",
@@ -334,6 +335,7 @@ def parser() -> cmdline.Parser:
                         "outside the registry")
     p.add_argument("--straggler-pct", type=cmdline.number(0.0), default=stragglers.DEFAULT_THRESHOLD_PCT,
                    help="name ranks this much slower than their peers' median (default 10)")
+    select.add_db(p)
     return p
 
 
@@ -383,12 +385,21 @@ def _text(args, records, cells, predicted, validation, selectors) -> str:
 def load(paths: list[str], reader) -> list[dict]:
     """Records of every file, each marked with its file's name (less the names' common start), so
     that cells of one name from different files can be told apart."""
-    names = [os.path.splitext(os.path.basename(p))[0] for p in paths]
+    return _marked([(path, reader([path])) for path in paths])
+
+
+def _marked(files: list[tuple[str, list[dict]]]) -> list[dict]:
+    names = [os.path.splitext(os.path.basename(p))[0] for p, _ in files]
     start = len(os.path.commonprefix(names)) if len(set(names)) > 1 else 0
-    out = []
-    for path, short in zip(paths, names):
-        out += [dict(r, _file=short[start:] or short) for r in reader([path])]
-    return out
+    return [dict(r, _file=short[start:] or short) for (_, records), short in zip(files, names) for r in records]
+
+
+def load_db(url: str, where) -> list[dict]:
+    """The records of --db, marked with the file each was imported from as `load` marks them."""
+    files: dict[str, list[dict]] = {}
+    for path, record in store.load(url, where, files=True):
+        files.setdefault(path, []).append(record)
+    return _marked(list(files.items()))
 
 
 def run(args) -> str:
@@ -396,7 +407,9 @@ def run(args) -> str:
     from fleetbench.measure import results
 
     specs, selectors = _specs(args)
-    records = load(args.results, results.load)
+    if bool(args.db) == bool(args.results) or (args.where and not args.db):
+        raise ValueError("expected results files or --db URL (with --where KEY=VALUE), one of them")
+    records = load(args.results, results.load) if not args.db else load_db(args.db, args.where)
     if args.model_def:
         from fleetbench.analysis import modeldef
 

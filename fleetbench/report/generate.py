@@ -17,6 +17,7 @@ import os
 import sys
 
 from fleetbench import cmdline
+from fleetbench.history import select
 from fleetbench.measure import aggregate, results, stability
 from fleetbench.report import (
     allreduce_vs_ps,
@@ -80,6 +81,7 @@ def parser(nargs: str = "+") -> cmdline.Parser:
     p.add_argument("--html", metavar="DIR", type=cmdline.OUTPUT_DIR, help="also write the report as one "
                    "self-contained page, DIR/index.html (charts inlined, their PNG/CSV in DIR/images); with "
                    "BASE... -- NEW... it holds the comparison too")
+    select.add_db(p)
     return p
 
 
@@ -124,7 +126,7 @@ def build(paths, images_dir: str, base: str, title: str = "Results", cv_threshol
         png = save_chart(images_dir, chart["name"], charts.chart_rows(chart), charts.draw(chart))
         written += [png, png[:-4] + ".csv"]
         links[chart["name"]] = link(png)
-    section = tables.report_markdown(title, planned, links, list(paths), len(records))
+    section = tables.report_markdown(title, planned, links, select.side(paths).names(), len(records))
     # sections of their own: comm records, models trained both ways (AllReduce vs PS), accuracy
     # against time, why multi-device cells are not N times faster, and the cluster's health
     # (stored diagnoses, stragglers) the results were measured on
@@ -136,9 +138,11 @@ def build(paths, images_dir: str, base: str, title: str = "Results", cv_threshol
 
 
 def _load(paths) -> list[dict]:
-    records = results.load(paths)
+    """The records of files or of a select.Side (--db URL --where ...)."""
+    source = select.side(paths)
+    records = source.records()
     if not records:  # failed runs alone still make a table: failures are results
-        raise ValueError(f"{', '.join(paths)}: no records to report")
+        raise ValueError(f"{', '.join(source.names())}: no records to report")
     return records
 
 
@@ -180,19 +184,24 @@ def write_html(args, base: list[str], new: list[str] | None) -> list[str]:
 
     def link(png: str) -> str:
         return os.path.relpath(os.path.abspath(png), os.path.abspath(args.html)).replace(os.sep, "/")
-    section, written = build(base + (new or []), images, os.path.abspath(args.html), args.title, args.cv_threshold / 100)
+    section, written = build(base + new if new else base, images, os.path.abspath(args.html), args.title,
+                             args.cv_threshold / 100)
     more, files = extra_sections(base, new, images, link)
     return written + files + [html.write(args.html, args.title, section + more)]
 
 
 def cli(argv: list[str]) -> int:
     from fleetbench.report import comparison
-    args, paths = comparison.parse_sides(argv, parser)
+    args, paths = comparison.parse_sides(argv, lambda nargs: parser("*"))
     if args.json and args.images:
         parser().error("--images: not read with --json (expected one of them)")
+    if bool(args.db) == bool(paths) or (args.where and not args.db):
+        parser().error("expected results files or --db URL (with --where KEY=VALUE), one of them")
+    if args.db:
+        paths = args.results = select.Side(db=args.db, where=tuple(args.where))
     args.images = args.images or "images"
     try:
-        base, new = comparison.split_sides(paths) if "--" in paths else (paths, None)
+        base, new = comparison.split_sides(paths) if not args.db and "--" in paths else (paths, None)
         if args.html:
             check_dir(args.html, "--html")
         if args.json:
@@ -200,7 +209,7 @@ def cli(argv: list[str]) -> int:
                 raise ValueError("--json prints the groups of one set of files: drop the -- (or use fleetbench compare --json)")
             sys.stdout.write(groups_json(args.results, args.cv_threshold / 100))
             return 0
-        written = run(base + (new or []), args.images, args.readme, args.title, args.cv_threshold / 100) \
+        written = run(base + new if new else base, args.images, args.readme, args.title, args.cv_threshold / 100) \
             if args.readme or not args.html else []
         if args.html:
             written += write_html(args, base, new)

@@ -7,7 +7,7 @@
 Cells are keyed as `fleetbench compare` keys them (measure/experiment.cell_key); a cell's runs are
 put in order (time, Paddle version or commit), grouped into points (a sweep's repeats on one
 build, host, commit and day), and the change points between them found and judged by
-analysis/changepoints.py. Every cell with more than one point gets a chart, `DIR/history-<cell>.png`
+history/changepoints.py. Every cell with more than one point gets a chart, `DIR/history-<cell>.png`
 beside the CSV of exactly the runs it draws. Exit 0, or 2 on bad input (one line).
 """
 from __future__ import annotations
@@ -16,7 +16,8 @@ import json
 import sys
 
 from fleetbench import cmdline
-from fleetbench.analysis import changepoints, compare
+from fleetbench.history import changepoints, compare, select
+from fleetbench.history.store import StoreError
 from fleetbench.measure import experiment, results, stability
 from fleetbench.measure.schema import RecordError
 from fleetbench.report import comparison
@@ -24,21 +25,29 @@ from fleetbench.report.output import save_chart
 from fleetbench.report.style import COLORS, DPI, FIGSIZE, MARGINS, STYLE, Figure, matplotlib, slug
 
 
-def run(paths: list[str], by: str = "time", *, ignore=(), match=(), alpha: float = compare.ALPHA,
+def run(paths, by: str = "time", *, ignore=(), match=(), alpha: float = compare.ALPHA,
         threshold_pct: float = compare.THRESHOLD_PCT, disturbed_pct: float = stability.DISTURBED_PCT) -> dict:
-    """Every cell's series with its points, segments and changes (the --json output)."""
-    records = compare.comparable_records(results.load(paths))
+    """Every cell's series with its points, segments and changes, what changed in the
+    circumstances at each, the changes at one time together, and the regressions (the --json
+    output). `paths`: results files or a select.Side (a database with filters)."""
+    source = select.side(paths)
+    paths = source.names()
+    records = compare.comparable_records(source.records())
     if not [r for r in records if r.get("error") is None and not r.get("source")]:
         raise comparison.InputError(f"{', '.join(paths)}: no successful measured throughput run")
-    experiment.check_key_names(list(ignore), records, "--ignore")
-    experiment.check_key_names(list(match), records, "--match")
+    for flag, names in (("--ignore", ignore), ("--match", match)):
+        if names:  # reads every record's keys: only when there are names to check
+            experiment.check_key_names(list(names), records, flag)
     cells = changepoints.changes(changepoints.series(records, by, compare.widen(ignore), match, disturbed_pct),
                                  alpha, threshold_pct)
     for cell, name in zip(cells, comparison.labels([c["key"] for c in cells])):
         cell["label"] = name
         cell["name"] = chart_name(name)
+        for item in cell["runs"]:
+            item.pop("named")
+    changepoints.together(cells)
     return {"files": list(paths), "by": by, "alpha": alpha, "threshold_pct": threshold_pct,
-            "disturbed_pct": disturbed_pct, "cells": cells}
+            "disturbed_pct": disturbed_pct, "cells": cells, "regressions": changepoints.regressions(cells)}
 
 
 # ---- text ----------------------------------------------------------------------------------------
@@ -55,8 +64,24 @@ def change_line(cell: dict, change: dict) -> str:
     fake = {"verdict": change["verdict"], "note": change["note"], "p_adjusted": change["p_adjusted"],
             "change_pct": change["change_pct"], "ci95_pct": change["ci95_pct"],
             "base": {"n": len(change["before"])}, "new": {"n": len(change["after"])}}
+    together = (f"; changed together with {len(change['together'])} other cell(s): {'; '.join(change['together'])}"
+                if change.get("together") else "")
     return (f"change at run {change['at'] + 1} ({change['point']}): {before} -> {after}  "
-            f"{comparison.change_text(fake)}  {comparison.MARK[change['verdict']]}")
+            f"{comparison.change_text(fake)}  {comparison.MARK[change['verdict']]}; what changed: "
+            f"{change['text']}{together}")
+
+
+def regression_lines(report: dict) -> list[str]:
+    """The regressions listing: every cell whose latest change is a slowdown, newest first."""
+    found = report["regressions"]
+    lines = [f"{len(found)} regression(s) in {', '.join(report['files'])} (cells whose latest change point is "
+             f"a slowdown, newest first; {len(report['cells'])} cell(s) looked at)"]
+    for item in found:
+        c = item["change"]
+        lines.append(f"  {item['label']}: {c['change_pct']:+.1f}% at run {c['at'] + 1} ({(c['to'] or '?')[:19]}, "
+                     f"{c['point']}), p={c['p_adjusted']:.3g}; what changed: {c['text']}"
+                     + (f"; together with {'; '.join(c['together'])}" if c.get("together") else ""))
+    return lines
 
 
 def changepoints_summary(values: list[float]) -> dict:
@@ -173,21 +198,40 @@ def write_charts(report: dict, images_dir: str, link) -> tuple[dict, list[str]]:
 
 def parser() -> cmdline.Parser:
     p = cmdline.Parser(prog="fleetbench history", description="Each cell's figures through time, with change points.")
-    p.add_argument("results", nargs="+", type=cmdline.INPUT_FILE, help="results files (JSONL)")
+    p.add_argument("results", nargs="*", type=cmdline.INPUT_FILE, help="results files (JSONL), or --db URL")
     p.add_argument("--by", choices=changepoints.ORDERS, default="time", help="order of the runs (default time)")
     p.add_argument("--images", default="images", type=cmdline.OUTPUT_DIR, help="directory for the charts (default images)")
+    p.add_argument("--regressions", action="store_true",
+                   help="list only the cells whose latest change point is a slowdown, newest first")
     comparison.add_common(p)
+    select.add_db(p)
     return p
+
+
+def source(args) -> select.Side:
+    """The records to read: the files, or --db with --where; InputError for neither or both."""
+    if args.db and args.results:
+        raise_text = f"--db {args.db}: expected no results files beside it, got {len(args.results)}"
+    elif not args.db and not args.results:
+        raise_text = "expected results files (JSONL) or --db URL"
+    elif args.where and not args.db:
+        raise_text = "--where KEY=VALUE: expected with --db URL"
+    else:
+        return select.Side(files=tuple(args.results), db=args.db, where=tuple(args.where))
+    raise comparison.InputError(raise_text)
 
 
 def cli(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     try:
-        report = run(args.results, args.by, ignore=args.ignore, match=args.match, alpha=args.alpha,
+        report = run(source(args), args.by, ignore=args.ignore, match=args.match, alpha=args.alpha,
                      threshold_pct=args.threshold, disturbed_pct=args.disturbed)
-    except (comparison.InputError, RecordError, experiment.KeyNameError) as exc:
+    except (comparison.InputError, RecordError, experiment.KeyNameError, StoreError) as exc:
         print(f"fleetbench history: error: {exc}", file=sys.stderr)
         return 2
+    if args.regressions and not args.json:
+        sys.stdout.write("\n".join(regression_lines(report)) + "\n")
+        return 0
     if args.json:
         for cell in report["cells"]:
             for change in cell["changes"]:

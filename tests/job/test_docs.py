@@ -50,7 +50,8 @@ cells:
 # A small committed results file for globs like results/*.jsonl: report and explain stay fast.
 SMALL_RESULTS = REPO / "results" / f"{ENV_NAME}-cluster-ssh.jsonl"
 OUTPUT_FLAGS = ("--out", "--images", "--results", "--log-dir", "--readme")
-INPUT_FLAGS = ("--hostfile", "--ssh-config", "--input", "--text", "--wheel", "--csv", "--dict", "--baseline", "--rules")
+INPUT_FLAGS = ("--hostfile", "--ssh-config", "--input", "--text", "--wheel", "--csv", "--dict", "--baseline", "--rules",
+               "--db")
 # Data-set sizes scaled to seconds: the format and the flags are what is checked, not the size.
 SMALL_SIZES = {"--rows": "200", "--sentences": "300", "--vocabulary": "300", "--examples": "64",
                "--pairs": "100", "--train": "50", "--test": "20", "--files": "2"}
@@ -313,6 +314,11 @@ MADE_HERE = {
     "sweep.log": lambda tmp: (tmp / "sweep.log").write_text(
         "cell 1/1 ...\nFLEETBENCH_RESULT " + SMALL_RESULTS.read_text().splitlines()[0] + "\n"),
     "topo.txt": lambda tmp: shutil.copy(REPO / "tests" / "fixtures" / "topo" / "fleetx_8xv100.txt", tmp / "topo.txt"),
+    # docs/history.md's results database: the two committed demos (two commits of the same cells)
+    "history.db": lambda tmp: subprocess.run(
+        [sys.executable, "-m", "fleetbench", "results", "import", "--db", str(tmp / "history.db"),
+         *sorted(glob.glob(str(REPO / "results" / f"{ENV_NAME}-demo*.jsonl")))],
+        check=True, capture_output=True, env=env(), timeout=120),
 }
 
 
@@ -443,7 +449,10 @@ def stand_ins(command: DocCommand, tmp: Path) -> list:
     """The command's argv (without its program) with a stand-in for each input the user brings
     (parsers check that inputs exist and, for a hostfile, read it): made in tmp, globs expanded."""
     argv = []
-    for token in (a.replace("<env>", ENV_NAME) for a in command.argv[1:]):
+    for i, token in enumerate(a.replace("<env>", ENV_NAME) for a in command.argv[1:]):
+        if i == 0 and command.program != "python":  # the subcommand is a word (`results`), not the folder
+            argv.append(token)
+            continue
         if token not in input_paths(command.argv) or map_input(token) or glob.glob(str(REPO / token)):
             argv.append(map_input(token) or token)
             continue

@@ -69,6 +69,7 @@ BASE = {
     ("explain",): (["{store}"], []),
     ("compare",): (["{store}", "{store}"], []),
     ("history",): (["{store}"], []),
+    ("gate",): (["{store}"], ["--db", "sqlite:///no-store.db"]),
     ("sweep",): (["{sweep}"], ["--dry-run"]),
     ("results", "import"): (["{log}"], []),
     ("topo",): ([], ["--input", "{topo}"]),
@@ -113,6 +114,8 @@ ROWS = {
     ("history", "results"): ["{corrupt}"],
     ("history", "--ignore"): ["nosuch"],
     ("history", "--match"): ["nosuch"],
+    ("gate", "--ignore"): ["nosuch"],
+    ("gate", "--match"): ["nosuch"],
     (*RUN_LAYER, "--preset"): ["nosuch"],
     (*RUN_LAYER, "--set"): ["nosuch=1", "batch_size=0"],
     # diagnose (its parser declares no kinds)

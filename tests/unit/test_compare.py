@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from fleetbench.analysis import compare
+from fleetbench.history import compare
 from fleetbench.measure import results
 from fleetbench.report import comparison
 

@@ -8,20 +8,25 @@ found on the runs' throughputs by PELT (Killick, Fearnhead and Eckley 2012: the 
 segmentation under a penalty) with the l2 cost (a shift of the mean), from ruptures; the penalty
 is 3 log(n) x sigma^2 (the modified BIC of Zhang and Siegmund's order, stricter than BIC's
 log(n): with a few runs BIC split a flat series one time in two), sigma the runs' own noise
-estimated from successive differences (robust to the shifts themselves). Each candidate is then judged by analysis/compare.py between
-the runs before it and after it (Holm across the changes of one cell, compare's minimum effect
-and bootstrap interval), in compare's
-verdicts: faster, slower, same, insufficient; the p-value is a permutation test of the best split
+estimated from successive differences (robust to the shifts themselves). Each candidate is then
+judged by history/compare.py between the runs before it and after it (Holm across the changes of
+one cell, compare's minimum effect and bootstrap interval), in compare's verdicts: faster,
+slower, same, insufficient; the p-value is a permutation test of the best split
 (E-Divisive's way: the split was chosen as the strongest, so a plain two-sample test between its
 sides would be optimistic). Disturbed runs are shown and left out of the detection, as they
 are left out of figures. Why not E-Divisive's own libraries: docs/compare.md.
+
+At each change, what changed in the runs' circumstances between its two segments
+(history/circumstances.explain: `NCCL 2.18.3 → 2.19.3; Paddle unchanged`); `together` links the
+called changes of several cells in one interval of time; `regressions` lists the cells whose latest
+change is a slowdown.
 """
 from __future__ import annotations
 
 import math
 import re
 
-from fleetbench.analysis import compare
+from fleetbench.history import circumstances, compare
 from fleetbench.measure import experiment, stability
 from fleetbench.measure.timing import summarize
 
@@ -74,10 +79,11 @@ def series(records: list[dict], by: str = "time", ignore=(), match=(),
     if by not in ORDERS:
         raise ValueError(f"--by {by}: expected one of {', '.join(ORDERS)}")
     runs = [r for r in compare.comparable_records(records) if r.get("error") is None and not r.get("source")]
-    canonical = compare.unify(experiment.cell_key(r, ignore, match) for r in runs)
+    keys = compare.cell_keys(runs, ignore, match)
+    canonical = compare.unify(set(keys))
     cells: dict[tuple, list[dict]] = {}
-    for record in runs:
-        cells.setdefault(canonical[experiment.cell_key(record, ignore, match)], []).append(record)
+    for record, key in zip(runs, keys):
+        cells.setdefault(canonical[key], []).append(record)
     out = []
     for key in sorted(cells, key=compare.json_key):
         runs = sorted(cells[key], key=order_key(by))
@@ -94,7 +100,7 @@ def _series(key: dict, runs: list[dict], by: str, disturbed_pct: float) -> dict:
     items = [{"id": r["id"], "time": r.get("time"), "throughput": r["metrics"]["throughput"],
               "disturbed": stability.is_disturbed(r["metrics"], disturbed_pct),
               "interference_cpu_pct": r["metrics"].get("interference_cpu_pct"),
-              "point": point_label(run_point(r), by)} for r in runs]
+              "point": point_label(run_point(r), by), "named": circumstances.of(r)} for r in runs]
     points: list[dict] = []
     for index, item in enumerate(items):
         if not points or points[-1]["label"] != item["point"]:
@@ -126,7 +132,10 @@ def change_points(values: list[float]) -> list[int]:
     import ruptures
     signal = np.asarray(values, dtype=float).reshape(-1, 1)
     penalty = PENALTY * math.log(len(values)) * noise(values) ** 2
-    ends = ruptures.Pelt(model="l2", min_size=MIN_SEGMENT, jump=1).fit(signal).predict(pen=penalty)
+    # PELT on the l2 cost, in ruptures' C implementation: KernelCPD's linear kernel is the l2 cost
+    # (tests/unit/test_history.py holds it to ruptures.Pelt(model="l2")); the Python Pelt made
+    # `history` of 100,000 runs minutes long (bench/history_store.py)
+    ends = ruptures.KernelCPD(kernel="linear", min_size=MIN_SEGMENT, jump=1).fit(signal).predict(pen=penalty)
     return sorted(int(i) for i in ends if 0 < int(i) < len(values))
 
 
@@ -176,7 +185,10 @@ def changes(all_series: list[dict], alpha: float = compare.ALPHA,
                          for a, b in zip(bounds, bounds[1:])]
         for a, cut, b in zip(bounds, bounds[1:-1], bounds[2:]):
             change = {"at": quiet[cut], "point": s["runs"][quiet[cut]]["point"],
-                      "before": values[a:cut], "after": values[cut:b]}
+                      "before": values[a:cut], "after": values[cut:b],
+                      "from": s["runs"][quiet[cut - 1]]["time"], "to": s["runs"][quiet[cut]]["time"],
+                      **circumstances.explain([s["runs"][i]["named"] for i in quiet[a:cut]],
+                                              [s["runs"][i]["named"] for i in quiet[cut:b]])}
             s["changes"].append(change)
             pending.append(change)
     for s in all_series:  # each cell's history is one question: its changes are corrected together
@@ -193,3 +205,30 @@ def changes(all_series: list[dict], alpha: float = compare.ALPHA,
                                      note="", p_value=p, p_adjusted=p_adj, min_effect_pct=effect,
                                      verdict=compare.verdict(change_pct, p_adj, effect, alpha)).as_dict())
     return all_series
+
+
+def together(cells: list[dict]) -> None:
+    """Each change gets `together`: the labels of the other cells with a called change (faster or
+    slower) in the same
+    interval of time (between the last run before it and the first run after it, overlapping),
+    so that one cause seen in several series is said once as one event."""
+    windows = [(sorted((compare.run_time(c.get("from")), compare.run_time(c.get("to")))), cell["label"], c)
+               for cell in cells for c in cell["changes"]
+               if c.get("from") and c.get("to") and c["verdict"] in (compare.FASTER, compare.SLOWER)]
+    items = sorted(((w[0], w[1], label, c) for w, label, c in windows if None not in w), key=lambda item: item[0])
+    for change in (c for cell in cells for c in cell["changes"]):
+        change["together"] = []
+    for i, (start, end, label, change) in enumerate(items):
+        for start2, end2, label2, change2 in items[i + 1:]:
+            if start2 > end:
+                break
+            if label2 != label and start2 <= end and start <= end2:
+                change["together"].append(label2)
+                change2["together"].append(label)
+
+
+def regressions(cells: list[dict]) -> list[dict]:
+    """Every cell whose latest change point is a slowdown, newest first: [{"label", "change"}]."""
+    found = [{"label": cell["label"], "unit": cell["unit"], "change": cell["changes"][-1]}
+             for cell in cells if cell["changes"] and cell["changes"][-1]["verdict"] == compare.SLOWER]
+    return sorted(found, key=lambda item: item["change"]["to"] or "", reverse=True)

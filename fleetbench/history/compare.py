@@ -11,7 +11,8 @@ statsmodels would bring pandas and patsy for one function); and a minimum effect
 usual noise does not page anyone, however many runs made it significant.
 
 Verdicts: FASTER / SLOWER (adjusted p below alpha and the change at least the minimum effect),
-SAME (`~`), INSUFFICIENT (fewer runs than a test needs, with how many more).
+SAME (`~`), INSUFFICIENT (fewer runs than a test needs, with how many more), HARDWARE (the sides
+ran on other CPUs or GPUs: two experiments; `compare --across-hardware` judges them anyway).
 
 How a cell's sides were measured (`design`, from its runs' times): INTERLEAVED when the two sides'
 time spans overlap, SEQUENTIAL when every run of one side came before every run of the other.
@@ -31,7 +32,8 @@ ALPHA = 0.05
 THRESHOLD_PCT = 2.0  # --threshold: the least change worth a verdict, whatever the noise
 MIN_RUNS = 2  # a side needs a spread: Welch's test needs 2 runs, the rank test more (mwu_min_p)
 FASTER, SLOWER, SAME, INSUFFICIENT = "faster", "slower", "same", "insufficient"
-VERDICTS = (FASTER, SLOWER, SAME, INSUFFICIENT)
+HARDWARE = "hardware differs"  # sides on other CPUs/GPUs: no verdict unless asked (history/circumstances.py)
+VERDICTS = (FASTER, SLOWER, SAME, INSUFFICIENT, HARDWARE)
 MWU, WELCH = "mann-whitney-u", "welch"
 INTERLEAVED, SEQUENTIAL = "interleaved", "sequential"
 RESAMPLES = 9999
@@ -223,6 +225,29 @@ def unify(keys) -> dict[tuple, tuple]:
         widest = [o for o in wider if not any(set(o) < set(p) for p in wider)]
         if len(widest) == 1:
             out[key] = widest[0]
+    return out
+
+
+# what a record's cell key (WORK) is made of; its circumstances only enter through --match
+WORK_INPUTS = ("source", "benchmark", "preset", "mode", "method", "network", "nodes", "devices_per_node",
+               "world_size", "config")
+
+
+def cell_keys(records: list[dict], ignore=(), match=()) -> list[tuple]:
+    """experiment.cell_key of each record, made once per distinct work: a store's 100,000 runs are
+    a few hundred cells, and a key costs the config flattened and hashed."""
+    import json
+
+    from fleetbench.measure import experiment
+    if match:
+        return [experiment.cell_key(r, ignore, match) for r in records]
+    made: dict[str, tuple] = {}
+    out = []
+    for record in records:
+        text = json.dumps([record.get(k) for k in WORK_INPUTS], sort_keys=True, default=str)
+        if text not in made:
+            made[text] = experiment.cell_key(record, ignore, match)
+        out.append(made[text])
     return out
 
 

@@ -1,0 +1,94 @@
+"""The results database at scale (issue 48): constructed records (history/synthetic.py, seeded)
+written as JSONL, imported into a database, then `history` and `history --regressions` read it;
+each command's wall time printed. Run it on a quiet machine:
+
+    python bench/history_store.py                          # 100,000 records, a SQLite file
+    python bench/history_store.py --records 2000           # a quick check that it runs
+    python bench/history_store.py --db postgresql://USER@HOST/DB
+
+Records: `--cells` cells (a cell: one benchmark shape) of equal length, every `--every`-th with a
+slowdown of 12 % at a seeded position where NCCL changes 2.18.3 → 2.19.3; the regressions listing
+must name exactly those cells, which the script checks (exit 1 otherwise).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from fleetbench.history import synthetic  # noqa: E402
+from fleetbench.measure import results  # noqa: E402
+
+BENCHMARKS = ("resnet50", "bert", "ctr", "word2vec", "transformer")
+METHODS = ("bsp", "mgwfbp", "dgc", "localsgd", "asp")
+
+
+def write(directory: str, records: int, cells: int, every: int, files: int) -> tuple[list[str], int]:
+    """JSONL files holding `records` constructed records; (paths, cells with a slowdown)."""
+    import numpy as np
+    rng = np.random.default_rng(48)
+    per_cell = max(8, records // cells)
+    paths = [os.path.join(directory, f"runs-{i}.jsonl") for i in range(files)]
+    handles = [open(p, "w", encoding="utf-8") for p in paths]
+    slowed = 0
+    try:
+        for c in range(cells):
+            shape = {"benchmark": BENCHMARKS[c % len(BENCHMARKS)], "method": METHODS[(c // 5) % len(METHODS)],
+                     "nodes": 1 + c // 25}
+            slow = c % every == 0
+            at = int(rng.integers(per_cell // 4, 3 * per_cell // 4)) if slow else None
+            slowed += slow
+            for i, record in enumerate(synthetic.series(c, per_cell, at, -12.0, cv=0.02, **shape,
+                                                        changed={"nccl": ("2.18.3", "2.19.3")} if slow else None)):
+                handles[i % files].write(results.dumps(record) + "\n")
+    finally:
+        for handle in handles:
+            handle.close()
+    return paths, slowed
+
+
+def timed(argv: list[str]) -> tuple[float, str]:
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "fleetbench", *argv], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=REPO), check=False)
+    took = time.perf_counter() - start
+    if done.returncode not in (0, 1):
+        sys.exit(f"bench/history_store.py: {' '.join(argv[:2])} failed ({done.returncode}): "
+                 f"{done.stderr.strip()[-500:]}")
+    return took, done.stdout
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--records", type=int, default=100_000)
+    p.add_argument("--cells", type=int, default=250)
+    p.add_argument("--every", type=int, default=10, help="every Nth cell has a slowdown (default 10)")
+    p.add_argument("--files", type=int, default=10, help="JSONL files the records are spread over")
+    p.add_argument("--db", help="database URL (default: a SQLite file in a temporary directory)")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="fbhist.") as tmp:
+        db = args.db or f"sqlite:///{os.path.join(tmp, 'store.db')}"
+        paths, slowed = write(tmp, args.records, args.cells, args.every, args.files)
+        steps = [("import", ["results", "import", *paths, "--db", db]),
+                 ("import again (nothing new)", ["results", "import", *paths, "--db", db]),
+                 ("history --json", ["history", "--db", db, "--json"]),
+                 ("history (text and charts)", ["history", "--db", db, "--images", os.path.join(tmp, "img")]),
+                 ("history --regressions", ["history", "--db", db, "--regressions"])]
+        print(f"{args.records} records requested, {args.cells} cells, {slowed} with a 12 % slowdown; {db}")
+        out = ""
+        for name, argv in steps:
+            took, out = timed(argv)
+            print(f"  {name:<28} {took:8.2f} s")
+        found = int(out.split(" regression(s)", 1)[0])
+        print(f"regressions listed: {found} (constructed: {slowed})")
+        return 0 if found == slowed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,287 @@
+"""The database index of result records: SQLite by default, PostgreSQL for a team, one schema
+(SQLAlchemy Core; psycopg 3 is the PostgreSQL driver). docs/history.md argues the choice.
+
+The JSONL files stay the source that runs append to; the database is an index of them that can
+always be rebuilt by importing them again: a record's `id` is unique, so importing a file twice adds
+nothing, and four importers at once lose and double nothing (the unique constraint decides; SQLite
+runs in WAL mode, every write transaction `BEGIN IMMEDIATE` with a busy timeout, so writers queue
+rather than fail; PostgreSQL's own locking does the same).
+
+Tables:
+  schema_version  one row: the schema this store was made with (SCHEMA_VERSION; a newer store is
+                  refused by name rather than misread)
+  environments    hash → canonical JSON of a run's software and machine (history/circumstances.py)
+  clusters        hash → canonical JSON of the job's shape and fabric
+  runs            one row per record: its id, the columns a filter reads (time, benchmark, preset,
+                  mode, method, shape, network, commit, Paddle version, tag, throughput, unit,
+                  error), where it came from (file, line), its two hashes, and the rest of the
+                  record as JSON (the env's per-run part: launcher variables, free memory)
+  figures         the ranks' figures of a run: (run, name, rank, value) from its `rank_*` lists
+
+A record read back is the record imported, exactly (tests/unit/test_store.py holds the committed
+results to it), so every reader prints the same from the database as from the files.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from fleetbench.history import circumstances
+from fleetbench.measure import experiment, results
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 60  # a writer waits this long for another's transaction (SQLite)
+BATCH = 500  # records a transaction
+
+
+class StoreError(ValueError):
+    """A database that cannot be used, named with its URL (one line)."""
+
+
+def _tables():
+    import sqlalchemy as sa
+    meta = sa.MetaData()
+    sa.Table("schema_version", meta, sa.Column("version", sa.Integer, nullable=False))
+    for name in ("environments", "clusters"):
+        sa.Table(name, meta, sa.Column("hash", sa.String(64), primary_key=True),
+                 sa.Column("json", sa.Text, nullable=False))
+    sa.Table("runs", meta,
+             sa.Column("seq", sa.Integer, sa.Identity(), primary_key=True),
+             sa.Column("id", sa.String(64), nullable=False, unique=True),
+             *(sa.Column(n, sa.String(200), index=n in ("benchmark", "time", "git", "tag"))
+               for n in ("time", "benchmark", "preset", "mode", "method", "source", "network", "git",
+                         "paddle", "tag", "unit", "file")),
+             *(sa.Column(n, sa.Integer) for n in ("line", "nodes", "devices_per_node", "world_size")),
+             sa.Column("throughput", sa.Float), sa.Column("error", sa.Text),
+             sa.Column("env_hash", sa.String(64), sa.ForeignKey("environments.hash"), nullable=False),
+             sa.Column("cluster_hash", sa.String(64), sa.ForeignKey("clusters.hash"), nullable=False),
+             sa.Column("rest", sa.Text, nullable=False))
+    sa.Table("figures", meta,
+             sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.id"), nullable=False, index=True),
+             sa.Column("name", sa.String(100), nullable=False), sa.Column("rank", sa.Integer, nullable=False),
+             sa.Column("value", sa.Float), sa.UniqueConstraint("run_id", "name", "rank"))
+    return meta
+
+
+_META = None
+
+
+def tables():
+    global _META
+    if _META is None:
+        _META = _tables()
+    return _META.tables
+
+
+def engine(url: str):
+    """An Engine for `url` (sqlite:///PATH or postgresql://...; a bare path is SQLite's), with
+    SQLite set for several writers: WAL, a busy timeout, write transactions taken at BEGIN."""
+    import sqlalchemy as sa
+    url = normalize(url)
+    if url.startswith("sqlite"):
+        eng = sa.create_engine(url, connect_args={"timeout": BUSY_TIMEOUT_S, "isolation_level": None})
+
+        @sa.event.listens_for(eng, "connect")
+        def _pragmas(dbapi_conn, _record):
+            dbapi_conn.execute("PRAGMA journal_mode=WAL")
+            dbapi_conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
+            dbapi_conn.execute("PRAGMA foreign_keys=ON")
+
+        @sa.event.listens_for(eng, "begin")
+        def _begin(conn):  # pysqlite's own BEGIN is deferred: two readers upgrading to write deadlock
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        return eng
+    return sa.create_engine(url)
+
+
+def normalize(url: str) -> str:
+    """`sqlite:///…` and `postgresql://…` as given (postgresql:// uses psycopg 3); a path is SQLite."""
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    if "://" not in url:
+        return f"sqlite:///{url}"
+    return url
+
+
+def open_store(url: str, create: bool = True):
+    """The engine of a store whose schema is this one's (made when `create` and absent);
+    StoreError naming the URL otherwise."""
+    import sqlalchemy as sa
+    where = sa.engine.make_url(normalize(url))
+    if not create and where.get_backend_name() == "sqlite" and where.database not in (None, "", ":memory:") \
+            and not os.path.exists(where.database):  # connecting would make an empty file
+        raise StoreError(f"--db {url}: no fleetbench store there (no such file; import records first: "
+                         f"fleetbench results import FILE... --db {url})")
+    try:
+        eng = engine(url)
+        with eng.begin() as conn:
+            if conn.dialect.name == "postgresql":  # two importers creating the schema at once
+                conn.exec_driver_sql("SELECT pg_advisory_xact_lock(48048)")
+            have = sa.inspect(conn).has_table("schema_version")
+            if not have and not create:
+                raise StoreError(f"--db {url}: no fleetbench store there (import records first: "
+                                 f"fleetbench results import FILE... --db {url})")
+            if not have:
+                _tables().create_all(conn)
+                conn.execute(tables()["schema_version"].insert().values(version=SCHEMA_VERSION))
+            version = conn.execute(sa.select(tables()["schema_version"].c.version)).scalar()
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError(f"--db {url}: {str(exc.orig if hasattr(exc, 'orig') else exc).splitlines()[0]}") from None
+    if version != SCHEMA_VERSION:
+        raise StoreError(f"--db {url}: store schema {version}, this fleetbench reads {SCHEMA_VERSION}: "
+                         "rebuild it from the JSONL files (fleetbench results import FILE... --db NEW_URL)")
+    return eng
+
+
+# ---- a record in rows, and back ---------------------------------------------------------------------
+
+def rows(record: dict, where: str, tag: str | None) -> dict:
+    """{"environments": row, "clusters": row, "runs": row, "figures": [rows]} of one record."""
+    env_text = circumstances.canonical(circumstances.environment(record))
+    cluster_text = circumstances.canonical(circumstances.cluster(record))
+    env = record.get("env")
+    rest = {k: v for k, v in record.items() if k != "env"}
+    rest["env"] = None if env is None else {k: v for k, v in env.items() if k in circumstances._RUN_OWN}
+    metrics = record.get("metrics") or {}
+    path, _, line = where.rpartition(":")
+    run = {"id": record["id"], "time": record.get("time"), "benchmark": record.get("benchmark"),
+           "preset": record.get("preset"), "mode": record.get("mode"), "method": record.get("method"),
+           "source": record.get("source"), "network": experiment.network_name(record.get("network")),
+           "git": record.get("git"),
+           "paddle": ((env or {}).get("paddle") or {}).get("version"), "tag": tag, "unit": metrics.get("unit"),
+           "file": path, "line": int(line) if line.isdigit() else None, "nodes": record.get("nodes"),
+           "devices_per_node": record.get("devices_per_node"), "world_size": record.get("world_size"),
+           "throughput": _number(metrics.get("throughput")), "error": record.get("error"),
+           "env_hash": circumstances.digest(env_text), "cluster_hash": circumstances.digest(cluster_text),
+           "rest": results.dumps(rest)}
+    figures = [{"run_id": record["id"], "name": name, "rank": rank, "value": _number(value)}
+               for name, per_rank in sorted(metrics.items())
+               if name.startswith("rank_") and isinstance(per_rank, list)
+               for rank, value in enumerate(per_rank)]
+    return {"environments": {"hash": run["env_hash"], "json": env_text},
+            "clusters": {"hash": run["cluster_hash"], "json": cluster_text}, "runs": run, "figures": figures}
+
+
+def _number(value):
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def record_of(rest_text: str, env_text: str) -> dict:
+    """The record a row was made from (`rows` inverted)."""
+    record = json.loads(rest_text)
+    own = record.pop("env")
+    if own is not None:
+        record["env"] = {**json.loads(env_text)["env"], **own}
+    else:
+        record["env"] = None
+    return record
+
+
+# ---- writing ----------------------------------------------------------------------------------------
+
+def _insert(conn, table, values: list[dict], returning=None):
+    """INSERT … ON CONFLICT DO NOTHING of `values` (SQLite and PostgreSQL say it alike); the
+    `returning` column of the rows that went in."""
+    if not values:
+        return []
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    stmt = insert(table).on_conflict_do_nothing()
+    if returning is None:
+        conn.execute(stmt, values)
+        return []
+    return [row[0] for row in conn.execute(stmt.returning(table.c[returning]), values)]
+
+
+def batch_rows(batch: list[tuple[str, dict]], tag: str | None = None) -> dict:
+    """The rows of (where, record) pairs, each environment and cluster once: {"environments":
+    {hash: row}, "clusters": {hash: row}, "runs": [row], "figures": [row]}."""
+    out: dict = {"environments": {}, "clusters": {}, "runs": [], "figures": []}
+    for where, record in batch:
+        made = rows(record, where, tag)
+        for name in ("environments", "clusters"):
+            out[name].setdefault(made[name]["hash"], made[name])
+        out["runs"].append(made["runs"])
+        out["figures"] += made["figures"]
+    return out
+
+
+DEADLOCK = ("40P01", "40001")  # PostgreSQL: deadlock detected, serialization failure
+RETRIES = 5
+
+
+def write(eng, made: dict) -> list[str]:
+    """Index one `batch_rows` in one transaction; the ids that were new. Whichever of two
+    importers inserts an id first wins; the other's insert of it does nothing. Two PostgreSQL
+    importers inserting the same ids in other orders can deadlock: the server aborts one, which
+    runs its transaction again (the rows stay in file order, the order they are read back in)."""
+    import sqlalchemy as sa
+    for attempt in range(RETRIES):
+        try:
+            return _write(eng, made)
+        except sa.exc.OperationalError as exc:
+            if getattr(exc.orig, "sqlstate", None) not in DEADLOCK or attempt == RETRIES - 1:
+                raise
+    return []
+
+
+def _write(eng, made: dict) -> list[str]:
+    import sqlalchemy as sa
+    t = tables()
+    with eng.begin() as conn:
+        ids = [run["id"] for run in made["runs"]]
+        have = set(conn.execute(sa.select(t["runs"].c.id).where(t["runs"].c.id.in_(ids))).scalars())
+        runs = [run for run in made["runs"] if run["id"] not in have]  # in file order: read back so
+        if not runs:  # imported before: nothing to write
+            return []
+        for name in ("environments", "clusters"):
+            _insert(conn, t[name], sorted(made[name].values(), key=lambda r: r["hash"]))
+        fresh = set(_insert(conn, t["runs"], runs, returning="id"))
+        _insert(conn, t["figures"], [f for f in made["figures"] if f["run_id"] in fresh])
+    return [run["id"] for run in runs if run["id"] in fresh]
+
+
+# ---- reading ----------------------------------------------------------------------------------------
+
+def load(url: str, where=(), files: bool = False) -> list:
+    """The records of the store at `url` that pass every filter of `where` ((column, op, value),
+    history/select.py), in the order they were imported; with `files`, (file imported from, record)."""
+    import sqlalchemy as sa
+    t = tables()
+    eng = open_store(url, create=False)
+    query = (sa.select(t["runs"].c.rest, t["environments"].c.json, t["runs"].c.file)
+             .join(t["environments"], t["runs"].c.env_hash == t["environments"].c.hash)
+             .where(*[_condition(t["runs"], *w) for w in where]).order_by(t["runs"].c.seq))
+    try:
+        with eng.connect() as conn:
+            out = [(path, record_of(rest, env)) if files else record_of(rest, env)
+                   for rest, env, path in conn.execute(query)]
+    except sa.exc.SQLAlchemyError as exc:
+        raise StoreError(f"--db {url}: {str(getattr(exc, 'orig', exc)).splitlines()[0]}") from None
+    finally:
+        eng.dispose()
+    return out
+
+
+def _condition(runs, column: str, op: str, value):
+    col = runs.c[column]
+    if op == "prefix":
+        return col.startswith(value, autoescape=True)
+    if op == ">=":
+        return col >= value
+    if op == "<":
+        return col < value
+    return col == value
+
+
+def count(url: str) -> dict:
+    """{table: rows} of the store (tests, `fleetbench results import`'s summary)."""
+    import sqlalchemy as sa
+    eng = open_store(url, create=False)
+    with eng.connect() as conn:
+        out = {name: conn.execute(sa.select(sa.func.count()).select_from(table)).scalar()
+               for name, table in tables().items() if name != "schema_version"}
+    eng.dispose()
+    return out
