@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from fleetbench.analysis import links
+from fleetbench.model import links
 
 NAMED = ("benchmark", "network")
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import itertools
 import statistics
 
-from fleetbench.analysis import breakdown as bd
-from fleetbench.analysis import cells as cellmod
-from fleetbench.analysis import psmodel, published, specs
-from fleetbench.analysis.cells import Cell, Shape
-from fleetbench.analysis.predict import Target, calibrate, predict_range, work_values
+from fleetbench.model import breakdown as bd
+from fleetbench.model import cells as cellmod
+from fleetbench.analysis import specs
+from fleetbench.model import psmodel, published
+from fleetbench.model.cells import Cell, Shape
+from fleetbench.model.predict import Target, calibrate, predict_range, work_values
 from fleetbench.measure import experiment
 
 FILTER_KEYS = ("benchmark", "preset", "method")

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
+from collections.abc import Callable
 
 from fleetbench import cmdline
 
@@ -123,3 +125,26 @@ def baseline(candidates: list[dict], new: list[dict], last: int | None) -> list[
         runs.sort(key=lambda r: r.get("time") or "")
         chosen += runs[-last:] if last else runs
     return sorted(chosen, key=lambda r: r.get("time") or "")
+
+
+def marked(paths: list[str], reader: Callable[[list[str]], list[dict]], url: str | None = None,
+           where=()) -> list[dict]:
+    """Records of every results file, or of --db URL (never both), each marked with its file's name
+    less the names' common start (`_file`), so that cells of one name from different files can be
+    told apart; ValueError (one line) when neither or both are given."""
+    if bool(url) == bool(paths) or (where and not url):
+        raise ValueError("expected results files or --db URL (with --where KEY=VALUE), one of them")
+    if not url:
+        return _marked([(path, reader([path])) for path in paths])
+    from fleetbench.history import store
+
+    files: dict[str, list[dict]] = {}
+    for path, record in store.load(url, where, files=True):
+        files.setdefault(path, []).append(record)
+    return _marked(list(files.items()))
+
+
+def _marked(files: list[tuple[str, list[dict]]]) -> list[dict]:
+    names = [os.path.splitext(os.path.basename(p))[0] for p, _ in files]
+    start = len(os.path.commonprefix(names)) if len(set(names)) > 1 else 0
+    return [dict(r, _file=short[start:] or short) for (_, records), short in zip(files, names) for r in records]

@@ -8,7 +8,7 @@
     fleetbench plan --validate [--json]   (every published cell: predicted, published, error)
 
 The model is plan/model.py (docs/plan.md); GPUs are measure/devices.py's, the network is NICs x a
-rate (`8x200gbit`, or a profile of `fleetbench cluster`: `100gbe`), all-reduces analysis/nccl.py's.
+rate (`8x200gbit`, or a profile of `fleetbench cluster`: `100gbe`), all-reduces model/nccl.py's.
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ Step (one global batch), for m = global_batch / (dp x micro_batch) micro-batches
     pipeline      (m + (pp - 1) / v) micro-batches: 1F1B's bubble is (pp - 1) micro-batch times,
                   the interleaved schedule's (v model chunks a GPU) (pp - 1) / v (Narayanan, sec. 2.2)
     DP/sharding   the gradients a GPU holds (bf16/fp16: 2 bytes a parameter) all-reduced over the dp
-                  group with analysis/nccl.py (ring or tree, NVLink inside a node, the NICs across);
+                  group with model/nccl.py (ring or tree, NVLink inside a node, the NICs across);
                   sharding stage 1 reduce-scatters + all-gathers the same bytes once a step; stages 2-3
                   every micro-batch (a rank keeps only its gradient shard, so accumulation cannot wait),
                   stage 3 gathering the weights once more for backward (x1.5); exposed (after
@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from fleetbench.analysis import alphabeta, nccl
+from fleetbench.model import alphabeta, nccl
 from fleetbench.measure import devices, flops
 
 GIB = 2 ** 30

@@ -22,10 +22,11 @@ import os
 import sys
 
 from fleetbench import cmdline
-from fleetbench.analysis import predict, published, stragglers, validate, whatif
+from fleetbench.analysis import stragglers, validate, whatif
+from fleetbench.model import predict, published
 from fleetbench.analysis import specs as spec_checks
-from fleetbench.analysis.breakdown import ACCOUNTING_TOLERANCE, LOSSES
-from fleetbench.history import select, store
+from fleetbench.model.breakdown import ACCOUNTING_TOLERANCE, LOSSES
+from fleetbench.history import select
 from fleetbench.measure import experiment, stability
 from fleetbench.report import explain_scaling as scaling
 
@@ -331,7 +332,7 @@ def parser() -> cmdline.Parser:
                         "(docs/explain.md)")
     p.add_argument("--model-def", type=cmdline.INPUT_FILE, metavar="FILE",
                    help="YAML or JSON mapping a model name (a record's config.model) to its definition "
-                        "(analysis/modeldef: gpt, bert, vit, transformer_xl, layers, params), for models "
+                        "(model/modeldef: gpt, bert, vit, transformer_xl, layers, params), for models "
                         "outside the registry")
     p.add_argument("--straggler-pct", type=cmdline.number(0.0), default=stragglers.DEFAULT_THRESHOLD_PCT,
                    help="name ranks this much slower than their peers' median (default 10)")
@@ -342,7 +343,7 @@ def parser() -> cmdline.Parser:
 def known_values(records: list[dict]) -> dict:
     """key -> the names a spec may use: the records' (network: its profile name), the registry's
     benchmarks, the emulator's network profiles and the cloud instances (analysis/links.INSTANCES)."""
-    from fleetbench.analysis.links import INSTANCES  # pure table
+    from fleetbench.model.links import INSTANCES  # pure table
     from fleetbench.emulate.netem_plan import PROFILES  # pure table
     from fleetbench.measure.registry import BENCHMARKS
 
@@ -382,36 +383,14 @@ def _text(args, records, cells, predicted, validation, selectors) -> str:
     return "\n\n".join(parts)
 
 
-def load(paths: list[str], reader) -> list[dict]:
-    """Records of every file, each marked with its file's name (less the names' common start), so
-    that cells of one name from different files can be told apart."""
-    return _marked([(path, reader([path])) for path in paths])
-
-
-def _marked(files: list[tuple[str, list[dict]]]) -> list[dict]:
-    names = [os.path.splitext(os.path.basename(p))[0] for p, _ in files]
-    start = len(os.path.commonprefix(names)) if len(set(names)) > 1 else 0
-    return [dict(r, _file=short[start:] or short) for (_, records), short in zip(files, names) for r in records]
-
-
-def load_db(url: str, where) -> list[dict]:
-    """The records of --db, marked with the file each was imported from as `load` marks them."""
-    files: dict[str, list[dict]] = {}
-    for path, record in store.load(url, where, files=True):
-        files.setdefault(path, []).append(record)
-    return _marked(list(files.items()))
-
-
 def run(args) -> str:
     """The output text; raises ValueError (one line) on bad input, before writing anything."""
     from fleetbench.measure import results
 
     specs, selectors = _specs(args)
-    if bool(args.db) == bool(args.results) or (args.where and not args.db):
-        raise ValueError("expected results files or --db URL (with --where KEY=VALUE), one of them")
-    records = load(args.results, results.load) if not args.db else load_db(args.db, args.where)
+    records = select.marked(args.results, results.load, args.db, args.where)
     if args.model_def:
-        from fleetbench.analysis import modeldef
+        from fleetbench.model import modeldef
 
         records = modeldef.apply(records, modeldef.read_table(args.model_def))
     records = published.adopt(records, args.published)

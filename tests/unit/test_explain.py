@@ -7,9 +7,11 @@ import uuid
 import pytest
 from util import cli_code
 
-from fleetbench.analysis import alphabeta, breakdown, cells, predict, scaling, validate
-from fleetbench.analysis.alphabeta import Hierarchical, Link
-from fleetbench.analysis.cells import Shape
+from fleetbench.analysis import validate
+
+from fleetbench.model import alphabeta, breakdown, cells, predict, scaling
+from fleetbench.model.alphabeta import Hierarchical, Link
+from fleetbench.model.cells import Shape
 from fleetbench.measure import aggregate, results
 from fleetbench.report import explain
 

@@ -5,7 +5,9 @@ import json
 
 import pytest
 
-from fleetbench.analysis import cells, precision, published, validate
+from fleetbench.analysis import validate
+
+from fleetbench.model import cells, gradbytes, published
 from fleetbench.measure import registry
 from fleetbench.report import explain
 
@@ -35,7 +37,7 @@ def pub(gpus=8, throughput=2000.0, unit="images/s", method="BSP-A2A", **config):
     ({"precision": "amp", "grad_dtype": "float16"}, (2, 2, 2)),  # Horovod's fp16 compression, say
 ])
 def test_gradient_bytes_follow_the_precision(config, expected):
-    assert precision.grad_bytes(config, "r")[:3] == expected
+    assert gradbytes.precision_bytes(config, "r")[:3] == expected
 
 
 def test_published_gradient_bytes_scale_with_precision_and_accumulation():

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from fleetbench.analysis import alphabeta, cells, links, nccl, node, published, validate
+from fleetbench.analysis import validate
+
+from fleetbench.model import alphabeta, cells, links, nccl, node, published
 from fleetbench.measure import registry
 from fleetbench.report import explain
 

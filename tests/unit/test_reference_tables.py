@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetbench.analysis import published, validate
+from fleetbench.analysis import validate
+
+from fleetbench.model import published
 from fleetbench.measure import results
 
 REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
@@ -75,7 +77,7 @@ def _all_rows() -> list[dict]:
 
 
 def test_model_error_constants_are_what_the_fitted_tables_give_and_ranges_hold_70_to_90_percent():
-    from fleetbench.analysis import ranges
+    from fleetbench.model import ranges
 
     rows = _all_rows()
     fitted = [r for r in rows if r.get("source") in validate.FITTED_TABLES and r.get("throughput_error") is not None]
@@ -94,7 +96,7 @@ def test_model_error_constants_are_what_the_fitted_tables_give_and_ranges_hold_7
 
 
 def test_the_80_percent_range_contains_the_inputs_range_and_grows_with_nodes():
-    from fleetbench.analysis import ranges
+    from fleetbench.model import ranges
 
     assert ranges.widened(100.0, 99.0, 101.0, 1) == pytest.approx((100 * (1 + ranges.MODEL_ERROR[0]),
                                                                    100 * (1 + ranges.MODEL_ERROR[1])))

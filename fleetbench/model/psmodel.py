@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import statistics
 
-from fleetbench.analysis import links
+from fleetbench.model import links
 from fleetbench.measure import experiment
 
 CONFIG_NOISE = ("runtime",)  # who ran it (threads, servers), not the work

@@ -9,7 +9,7 @@ reference records (`fleetbench explain --published`) and GPU records without gra
                      parameters, or metrics.grad_tensor_bytes), else measure/registry.GRADIENTS of
                      the model: config.model matched by name or alias (MODELS, ALIASES) to the
                      registered benchmark and preset that define the same network; then scaled to
-                     the bytes a gradient element travels in (analysis/precision: config.precision,
+                     the bytes a gradient element travels in (model/gradbytes: config.precision,
                      config.grad_dtype)
     sync             config.grad_merge_steps micro-batches a device between all-reduces (gradient
                      accumulation, default 1): the bytes and calls a step sends are divided by it
@@ -30,7 +30,7 @@ import json
 import math
 import re
 
-from fleetbench.analysis import modeldef, precision
+from fleetbench.model import modeldef, gradbytes
 from fleetbench.measure import registry
 
 # Published model names -> (registered benchmark, preset) of the same network. BERT-Base is the
@@ -156,7 +156,7 @@ def sync_every(record: dict) -> int:
 def _derive_bytes(out: dict, record: dict) -> list[str]:
     m, config = out["metrics"], out["config"]
     where = _where(record) if is_published(record) else f"record {record.get('id')}"
-    element, _, _, why = precision.grad_bytes(config, where)
+    element, _, _, why = gradbytes.precision_bytes(config, where)
     fp32_bytes, tensors, source = sizes_of(out)
     k = sync_every(record)
     m["grad_bytes"], m["grad_tensors"] = fp32_bytes * element / 4, tensors
@@ -167,7 +167,7 @@ def _derive_bytes(out: dict, record: dict) -> list[str]:
 
 
 def _from_definition(out: dict, where: str) -> list[str]:
-    """A model outside the registry given by its definition (config.model_def, analysis/modeldef)
+    """A model outside the registry given by its definition (config.model_def, model/modeldef)
     or its parameter count (config.params): its gradient sizes and readiness, written into the
     copy's metrics as a record that gives its own would carry them."""
     m, config = out["metrics"], out.get("config") or {}
@@ -197,7 +197,7 @@ def complete(record: dict) -> dict:
     m, derived = out["metrics"], []
     if is_published(record):
         out["method"] = METHODS.get(record["method"], record["method"])
-        precision.name(out["config"].get("precision"), _where(record))
+        gradbytes.precision_name(out["config"].get("precision"), _where(record))
         device = str(out["config"].get("device") or "GPU").upper()
         if device.startswith("GPU"):  # a published table that does not say ran on GPUs (they all do)
             out["config"].setdefault("runtime", {})["device"] = "gpu"

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from fleetbench.analysis import alphabeta, nccl, overlap, ranges
-from fleetbench.analysis import cells as cellmod
-from fleetbench.analysis.cells import Cell
+from fleetbench.model import alphabeta, nccl, overlap, ranges
+from fleetbench.model import cells as cellmod
+from fleetbench.model.cells import Cell
 
 TOPOLOGY_SHARE = (0.85, 0.7, 1.0)  # (point, slow end, fast end) of a link's data rate NCCL reaches
 DERIVED = "derived from the 1-node run"

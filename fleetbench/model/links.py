@@ -1,5 +1,5 @@
 """Links the records do not measure, stated as such: a network known only by its rate, and the
-link inside a GPU node when no comm record of it exists (analysis/node.py: from the topology or
+link inside a GPU node when no comm record of it exists (model/node.py: from the topology or
 the 1-node run). A comm record (collective/comm.py run on the cluster) always wins: what is
 derived here only fills a gap cells.link_for would otherwise report, and every prediction that
 uses it says so in its notes.
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from fleetbench.analysis import alphabeta, nccl, node, published, ranges
-from fleetbench.analysis import cells as cellmod
-from fleetbench.analysis.cells import Cell, CommCell, Shape
+from fleetbench.model import alphabeta, nccl, node, published, ranges
+from fleetbench.model import cells as cellmod
+from fleetbench.model.cells import Cell, CommCell, Shape
 
 # transport -> (share of the nominal rate that carries data, how that share is derived)
 TRANSPORTS = {
@@ -59,13 +59,13 @@ INSTANCES = {
 @dataclasses.dataclass
 class Found:
     """What link_for found: the link (None: `problem` says why), notes, and node sharing (a factor
-    on a micro-step of GPU cells of `sharing_per_node` GPUs a node; analysis/node.py)."""
+    on a micro-step of GPU cells of `sharing_per_node` GPUs a node; model/node.py)."""
     link: object
     problem: str
     notes: list
     sharing: float = 1.0
     sharing_per_node: int = 0
-    node_link: object = None  # the ring inside a GPU node (analysis/node.py), when one was found
+    node_link: object = None  # the ring inside a GPU node (model/node.py), when one was found
 
 
 def delivered(transport: str | None, efficiency: float | None, rate_gbit: float | None = None,

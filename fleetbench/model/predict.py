@@ -7,27 +7,27 @@ A prediction of a training cell (work, method, network, nodes x devices per node
 base: the method=none control's step time of that shape (compute + imbalance + reader), else the
 nearest control (or the 1-device run) scaled by core sharing (analysis.scaling: from a measured
 thread-scaling curve), for GPU work by node sharing (analysis.node); else nothing. The link:
-links.link_for (NCCL's ring or tree for GPUs, analysis/nccl.py); the bytes and calls a step
+links.link_for (NCCL's ring or tree for GPUs, model/nccl.py); the bytes and calls a step
 really sends: analysis.gradbytes, scaled to the target's accumulation (a sync every k micro-steps
 sends bytes/k a micro-step). Exposed: the whole all-reduce for post-backward methods; for
-overlapped ones, on GPUs the overlap model (analysis/overlap: the gradients' order and sizes
+overlapped ones, on GPUs the overlap model (model/overlap: the gradients' order and sizes
 against backward), on CPUs the window the work's other cells of the method hid (gloo computes on
 the cores that train, which no model of backward alone captures), else nothing hidden (an upper
 bound). Calibration (`calibrate`), from measured cells other than the one predicted: the host cost
 per byte is what a post-backward method's exposed communication takes beyond the link model,
 measured on the same work's cells, else on the same framework's (never another framework's).
 
-Every prediction is made three times (analysis/ranges): every uncertain input at its fast end, as
+Every prediction is made three times (model/ranges): every uncertain input at its fast end, as
 it is, at its slow end; `predicted_step_range` and `predicted_throughput_range` carry the ends.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from fleetbench.analysis import breakdown as bd
-from fleetbench.analysis import cells as cellmod
-from fleetbench.analysis import gradbytes, links, node, overlap, precision, published, ranges, scaling
-from fleetbench.analysis.cells import Cell, Shape
+from fleetbench.model import breakdown as bd
+from fleetbench.model import cells as cellmod
+from fleetbench.model import gradbytes, links, node, overlap, published, ranges, scaling
+from fleetbench.model.cells import Cell, Shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +146,7 @@ def _traffic(ref: Cell, target: Target, bound: str) -> tuple[gradbytes.Traffic, 
     interval and method (its calls: published.calls_per_step), and to the fewest or most bytes an
     ambiguous precision sends at the bound."""
     k = target.sync_every or ref.sync_every
-    point, low, high, _ = precision.grad_bytes(ref.config, ref.label)
+    point, low, high, _ = gradbytes.precision_bytes(ref.config, ref.label)
     scale = ref.sync_every / k * ranges.pick(bound, low / point, 1.0, high / point)
     t = ref.traffic
     calls = t.allreduce_calls * ref.sync_every

@@ -1,0 +1,18 @@
+"""The performance model behind `fleetbench explain`, read in the order its stages run:
+
+    published, modeldef   records completed: what published and GPU records lack; a model outside
+                          the registry from its definition
+    gradbytes             the bytes and calls a step really sends, at the precision it trained in
+    cells                 result records pooled into cells, matched with their controls, 1-device
+                          runs and comm records
+    alphabeta, nccl       links: the alpha-beta fit of comm records; NCCL's ring and tree
+    links, node           the link of a cell no record measured; what a node's run says of its link
+    scaling               compute: core sharing from thread scaling
+    overlap               how much communication hides behind backward
+    breakdown             compute, exposed communication, overlap, imbalance, reader, measured
+    predict               the step of a cell not measured; psmodel, the parameter server's
+    ranges                the range each prediction carries
+
+Pure: records in, numbers out; nothing here imports paddle or draws. What reads the model's output
+(validation, what-if grids, --predict values, stragglers) is `fleetbench/analysis/`.
+"""
