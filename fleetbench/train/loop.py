@@ -19,7 +19,7 @@ import fleetbench
 from fleetbench.machine import device
 from fleetbench.measure import config, metrics
 from fleetbench.measure.timing import WindowTimer, log_line
-from fleetbench.train import capability, methods, run
+from fleetbench.train import capability, methods, phases, run, trace
 from fleetbench.train.context import Context, RunClock
 
 
@@ -92,9 +92,12 @@ def train(cfg: config.CollectiveConfig, work: Workload, ctx: Context, unit: str)
     steps = work.steps or cfg.steps
     for step in range(1, steps + 1):
         tick = time.perf_counter()
+        ctx.phases.begin(step, tick)
         batch = next(batches)
         reader_s = time.perf_counter() - tick
+        ctx.phases.add("reader", tick, tick + reader_s)
         window_losses.append(step_fn(batch).detach())
+        ctx.phases.end()
         if delay_s:
             time.sleep(delay_s)  # test-only: makes this rank the slow one
         timer.step_done(step, *work.counts(batch), reader_s)
@@ -148,6 +151,7 @@ def main(script: str, cls: type, build: Callable[[Any], Workload], argv: list[st
     if ctx.world_size > 1:
         dist.barrier()  # one run_start for the job: every rank's clock starts together
     ctx.clock = RunClock.started(init_start_ms, init_start)
+    ctx.phases = phases.Phases(bench.cfg.warmup_steps, sync=device.sync_device if bench.trace else lambda: None)
     try:
         work = build(bench.cfg)
         unit = bench.unit_for(work)
@@ -155,6 +159,7 @@ def main(script: str, cls: type, build: Callable[[Any], Workload], argv: list[st
         mine, convergence = work.schedule(bench.cfg, ctx, unit, comm)
         totals = metrics.reduce(mine, comm)
         extra = work.finish(comm) if work.finish else {}
+        extra.update(trace.finish(bench, ctx, comm))  # the step's parts by rank; --trace: one file per rank
     except Exception as err:  # a failed run is a result too: store it, then fail loudly
         bench.store_failure(ctx.placement, err)
         raise

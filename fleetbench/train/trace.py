@@ -1,0 +1,88 @@
+"""A collective rank's steps as a Chrome trace (`--trace DIR`), and the record's step breakdown.
+
+The file is Chrome's Trace Event Format, JSON object form (`{"traceEvents": [...]}`), which
+Perfetto and chrome://tracing open: complete events (`"ph": "X"`) for every step and every part of
+it (train/phases.py), the rank as process id, one track per thread that ran a part. Time stamps
+are microseconds since the barrier every rank passes before training (loop.main, RunClock's
+run_start): each rank's zero is its own clock read just after that barrier returned, so the ranks'
+tracks line up to within the barrier's release skew (one message between the ranks).
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from typing import TYPE_CHECKING
+
+from fleetbench.train import phases as step_phases
+
+if TYPE_CHECKING:
+    from fleetbench.measure import metrics
+    from fleetbench.train.context import Context
+    from fleetbench.train.run import Run
+
+DISPLAY_UNIT = "ms"
+
+
+def _complete(name: str, cat: str, start: float, end: float, pid: int, tid: int, args: dict) -> dict:
+    return {"name": name, "cat": cat, "ph": "X", "ts": round(start * 1e6, 3),
+            "dur": round(max(0.0, end - start) * 1e6, 3), "pid": pid, "tid": tid, "args": args}
+
+
+def events(steps: list, spans: list, rank: int, zero: float, main_thread: int, warmup_steps: int) -> list[dict]:
+    """Trace events of one rank: metadata, then its steps and their parts in time order.
+    `steps`: (step, start, end); `spans`: (name, start, end, step, thread), perf_counter seconds."""
+    tids = {main_thread: 0}
+    for span in spans:
+        tids.setdefault(span[4], len(tids))
+    meta = [{"name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": f"rank {rank}"}},
+            {"name": "process_sort_index", "ph": "M", "pid": rank, "tid": 0, "args": {"sort_index": rank}}]
+    meta += [{"name": "thread_name", "ph": "M", "pid": rank, "tid": tid,
+              "args": {"name": "steps" if tid == 0 else f"thread {tid}"}} for tid in tids.values()]
+    timed = [_complete(f"step {step}", "warmup" if step <= warmup_steps else "step", start - zero, end - zero,
+                       rank, 0, {"step": step}) for step, start, end in steps]
+    timed += [_complete(name, "phase", start - zero, end - zero, rank, tids[thread], {"step": step})
+              for name, start, end, step, thread in spans]
+    timed.sort(key=lambda e: (e["ts"], -e["dur"]))  # a step before the parts it holds
+    return meta + timed
+
+
+def document(trace_events: list[dict], about: dict) -> dict:
+    return {"traceEvents": trace_events, "displayTimeUnit": DISPLAY_UNIT, "otherData": about}
+
+
+def file_name(benchmark: str, zero_wall_ms: float, rank: int) -> str:
+    """One name per rank of one run: the benchmark and rank 0's wall clock at the barrier (UTC)."""
+    stamp = datetime.datetime.fromtimestamp(zero_wall_ms / 1000, datetime.timezone.utc)
+    return f"{benchmark}-{stamp.strftime('%Y%m%dT%H%M%S')}-{int(zero_wall_ms) % 1000:03d}-rank{rank}.trace.json"
+
+
+def write(path: str, doc: dict) -> None:
+    """Written whole to a temporary name, then renamed: a reader never sees half a trace."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    os.replace(tmp, path)
+
+
+def finish(bench: Run, ctx: Context, comm: metrics.Communicator) -> dict:
+    """The record's `step_breakdown` and, with --trace, every rank's trace file (`trace_files`).
+    Every rank calls it together (its gathers are collectives)."""
+    ph = ctx.phases
+    if not ph.measured()[0]:  # a schedule that does not feed the phases (the epoch loop)
+        return {}
+    out = {"step_breakdown": step_phases.breakdown(ph, comm, ctx.rank)}
+    if not bench.trace:
+        return out
+    zero_wall_ms = comm.gather([ctx.clock.run_start_ms])[0][0]  # rank 0's: one name for the run
+    names = [os.path.abspath(os.path.join(bench.trace, file_name(bench.name, zero_wall_ms, r)))
+             for r in range(ctx.world_size)]
+    about = {"benchmark": bench.name, "method": getattr(bench.cfg, "method", None), "rank": ctx.rank,
+             "world_size": ctx.world_size, "zero_wall_ms": ctx.clock.run_start_ms,
+             "clock": "microseconds since this rank passed the barrier before training",
+             "breakdown": out["step_breakdown"]["ranks"][ctx.rank]}
+    write(names[ctx.rank], document(events(ph.steps, ph.spans, ctx.rank, ctx.clock.run_start, ph.thread,
+                                           ph.warmup_steps), about))
+    out["trace_files"] = names
+    return out
