@@ -6,6 +6,8 @@ Paddle is imported on first use, quietly: a refusal built on these answers must 
 import contextlib
 import io
 import os
+import time
+from typing import Callable
 from types import ModuleType
 
 
@@ -43,3 +45,33 @@ def sync_device() -> None:
     """Wait for the device's queued work: every timed window ends here (a GPU runs asynchronously)."""
     if gpu_ranks():
         quiet_import_paddle().device.cuda.synchronize()
+
+
+# fp32 512x512x512: 0.27 GFLOP a product, in cache-friendly blocks on any CPU
+MATMUL_N = 512
+TRIALS = 3
+
+
+def best_rate(work: float, run: Callable[[], object], seconds: float) -> float:
+    """Work per second of the fastest of TRIALS trials, each repeating `run` for ~seconds/TRIALS."""
+    best = 0.0
+    for _ in range(TRIALS):
+        count, start = 0, time.perf_counter()
+        while True:
+            run()
+            count += 1
+            took = time.perf_counter() - start
+            if took >= seconds / TRIALS:
+                break
+        best = max(best, work * count / took)
+    return best
+
+
+def gemm_gflops(seconds: float) -> float:
+    """GFLOP/s of an fp32 matmul on Paddle's current device and this process's threads: the CPU
+    roofline of the diagnose probe (diagnose/probe.py) and of a CPU rank's MFU (train/trace.py)."""
+    paddle = quiet_import_paddle()
+    a = paddle.rand([MATMUL_N, MATMUL_N], dtype="float32")
+    b = paddle.rand([MATMUL_N, MATMUL_N], dtype="float32")
+    paddle.matmul(a, b).numpy()  # first call pays for kernel selection and allocation
+    return best_rate(2 * MATMUL_N ** 3 / 1e9, lambda: paddle.matmul(a, b).numpy(), seconds)

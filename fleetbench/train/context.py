@@ -24,6 +24,7 @@ class Context:
     precision: Optional[object] = None  # methods.prepare's amp.Precision: evaluation runs under it too
     # the step's parts, timed (train/phases.py): the loop and the methods' steps feed it
     phases: Phases = dataclasses.field(default_factory=lambda: Phases(0))
+    macs: Optional[object] = None  # trace.MacCounter: the model's forward MACs, for MFU
 
     @property
     def placement(self) -> run.Placement:

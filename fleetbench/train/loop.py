@@ -154,12 +154,14 @@ def main(script: str, cls: type, build: Callable[[Any], Workload], argv: list[st
     ctx.phases = phases.Phases(bench.cfg.warmup_steps, sync=device.sync_device if bench.trace else lambda: None)
     try:
         work = build(bench.cfg)
+        ctx.macs = trace.count_forward_macs(work.model)  # on the first forward: MFU's FLOPs
         unit = bench.unit_for(work)
         comm = PaddleCommunicator() if ctx.world_size > 1 else metrics.Alone()
         mine, convergence = work.schedule(bench.cfg, ctx, unit, comm)
         totals = metrics.reduce(mine, comm)
         extra = work.finish(comm) if work.finish else {}
-        extra.update(trace.finish(bench, ctx, comm))  # the step's parts by rank; --trace: one file per rank
+        # MFU, the step's parts by rank; --trace: one file per rank
+        extra.update(trace.finish(bench, ctx, comm, totals.samples / totals.elapsed_s))
     except Exception as err:  # a failed run is a result too: store it, then fail loudly
         bench.store_failure(ctx.placement, err)
         raise

@@ -1,4 +1,6 @@
-"""A collective rank's steps as a Chrome trace (`--trace DIR`), and the record's step breakdown.
+"""What a collective run writes about its steps beyond its throughput: the record's step
+breakdown (train/phases.py), MFU (the model's forward MACs, counted here on its first forward,
+and the devices' peak; measure/flops.py's arithmetic) and, with `--trace DIR`, a Chrome trace per rank.
 
 The file is Chrome's Trace Event Format, JSON object form (`{"traceEvents": [...]}`), which
 Perfetto and chrome://tracing open: complete events (`"ph": "X"`) for every step and every part of
@@ -14,6 +16,10 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+import paddle
+
+from fleetbench.machine import device
+from fleetbench.measure import flops
 from fleetbench.train import phases as step_phases
 
 if TYPE_CHECKING:
@@ -22,6 +28,43 @@ if TYPE_CHECKING:
     from fleetbench.train.run import Run
 
 DISPLAY_UNIT = "ms"
+GEMM_SECONDS = 0.6  # a CPU rank's GEMM probe for its peak, after training (3 trials of 0.2 s)
+CONV = (paddle.nn.Conv1D, paddle.nn.Conv2D, paddle.nn.Conv3D)
+CONV_T = (paddle.nn.Conv1DTranspose, paddle.nn.Conv2DTranspose, paddle.nn.Conv3DTranspose)
+
+
+class MacCounter:
+    """The model's forward MACs in its first forward (the loop's first step), by forward
+    post-hooks on its layers, removed once that forward ends: nothing is run for the count."""
+
+    def __init__(self, model: paddle.nn.Layer) -> None:
+        self.macs, self.batch, self.forward_macs = 0.0, None, None
+        self.handles = [layer.register_forward_post_hook(self._count) for layer in model.sublayers()
+                        if isinstance(layer, (*CONV, *CONV_T, paddle.nn.Linear, paddle.nn.MultiHeadAttention))]
+        self.handles.append(model.register_forward_post_hook(self._done))
+
+    def _count(self, layer: paddle.nn.Layer, inputs: tuple, output) -> None:
+        out = output[0] if isinstance(output, (tuple, list)) else output
+        if isinstance(layer, CONV):
+            self.macs += flops.conv_macs(int(out.numel()), layer.weight.shape)
+        elif isinstance(layer, CONV_T):  # each input element meets out_channels/groups x kernel weights
+            self.macs += flops.conv_macs(int(inputs[0].numel()), layer.weight.shape)
+        elif isinstance(layer, paddle.nn.Linear):
+            self.macs += flops.linear_macs(int(out.numel()), layer.weight.shape)
+        else:  # MultiHeadAttention(query, key=None, value=None, ...): batch-first [B, L, E]
+            query = inputs[0]
+            key = inputs[1] if len(inputs) > 1 and inputs[1] is not None else query
+            self.macs += flops.attention_macs(query.shape[0], query.shape[1], key.shape[1], layer.embed_dim)
+        self.batch = self.batch or int(out.shape[0])
+
+    def _done(self, *_args) -> None:
+        self.forward_macs = self.macs
+        for handle in self.handles:
+            handle.remove()
+
+
+def count_forward_macs(model: paddle.nn.Layer) -> MacCounter:
+    return MacCounter(model)
 
 
 def _complete(name: str, cat: str, start: float, end: float, pid: int, tid: int, args: dict) -> dict:
@@ -66,13 +109,14 @@ def write(path: str, doc: dict) -> None:
     os.replace(tmp, path)
 
 
-def finish(bench: Run, ctx: Context, comm: metrics.Communicator) -> dict:
-    """The record's `step_breakdown` and, with --trace, every rank's trace file (`trace_files`).
-    Every rank calls it together (its gathers are collectives)."""
+def finish(bench: Run, ctx: Context, comm: metrics.Communicator, samples_per_s: float) -> dict:
+    """The record's MFU figures, `step_breakdown` and, with --trace, every rank's trace file
+    (`trace_files`). Every rank calls it together (its gathers are collectives)."""
     ph = ctx.phases
+    out = model_flops(bench, ctx, comm, samples_per_s)
     if not ph.measured()[0]:  # a schedule that does not feed the phases (the epoch loop)
-        return {}
-    out = {"step_breakdown": step_phases.breakdown(ph, comm, ctx.rank)}
+        return out
+    out["step_breakdown"] = step_phases.breakdown(ph, comm, ctx.rank)
     if not bench.trace:
         return out
     zero_wall_ms = comm.gather([ctx.clock.run_start_ms])[0][0]  # rank 0's: one name for the run
@@ -86,3 +130,22 @@ def finish(bench: Run, ctx: Context, comm: metrics.Communicator) -> dict:
                                            ph.warmup_steps), about))
     out["trace_files"] = names
     return out
+
+
+def model_flops(bench: Run, ctx: Context, comm: metrics.Communicator, samples_per_s: float) -> dict:
+    """model_flops_per_sample, peak_flops and mfu (measure/flops.py's convention). A GPU's peak is
+    the accelerator table's at the run's precision; a CPU rank's is its GEMM rate, measured here on
+    every rank at once after training. Every rank calls it together."""
+    counter = ctx.macs
+    per_sample = None
+    if counter is not None and counter.forward_macs and counter.batch:
+        per_sample = flops.training_flops(counter.forward_macs / counter.batch)
+    if device.gpu_ranks():
+        name = paddle.device.cuda.get_device_name()
+        precision = flops.gpu_precision(getattr(bench.cfg, "amp", "off"), name)
+        peak, source = flops.gpu_peak_flops(name, precision, ctx.world_size), f"devices.py: {name}, {precision}"
+    else:
+        rates = [r[0] for r in comm.gather([device.gemm_gflops(GEMM_SECONDS)])]
+        peak, source = flops.cpu_peak_flops(rates), "fp32 GEMM measured on each rank's threads after training"
+    return {"model_flops_per_sample": per_sample, "peak_flops": peak, "peak_flops_source": source,
+            "mfu": flops.mfu(per_sample, samples_per_s, peak)}

@@ -1,0 +1,82 @@
+"""Model FLOPs and MFU: pure arithmetic (no Paddle), one convention (docs/metrics.md#mfu).
+
+MFU (model FLOPs utilisation, PaLM's Appendix B) is the model's training FLOPs per second over
+the peak the devices could do: what the model needs, not what the kernels ran (no recomputation,
+no padding, no optimizer), so it compares across implementations.
+
+Training FLOPs per sample = forward multiply-accumulates (MACs) per sample x 2 (a MAC is a multiply
+and an add) x 3 (backward costs twice the forward: the gradients of the inputs and of the weights).
+Forward MACs count what dominates: convolutions, fully connected layers and attention's two batched
+products; normalisation, activations, pooling, embeddings' lookups and the loss are left out (a
+percent or less of a ResNet's or a Transformer's). ResNet-50 at 224x224 is 4.09 GMAC forward by
+this count, the figure its papers and torchvision cite as ~4.1 G.
+
+Peak: a GPU's from the one accelerator table (measure/devices.py) at the precision the run used;
+a CPU's has no datasheet worth trusting (turbo, AVX clocks, shared cores), so it is measured: the
+GEMM rate (fp32 matmul, the diagnose probe's) each rank reaches on its own threads, all ranks at once.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from fleetbench.measure import devices
+
+CONVENTION = ("training FLOPs per sample = forward multiply-accumulates of convolutions, fully connected "
+              "layers and attention products x 2 (multiply and add) x 3 (forward + backward of inputs "
+              "and weights); peak: devices.py's dense peak at the run's precision (GPU) or the GEMM "
+              "rate measured on each rank's threads (CPU), summed over ranks")
+MACS_TO_TRAINING_FLOPS = 2 * 3
+
+
+def conv_macs(output_numel: int, weight_shape: Sequence[int]) -> float:
+    """A convolution's MACs: every output element sums in_channels/groups x kernel products
+    (Paddle's weight is [out_channels, in_channels / groups, *kernel])."""
+    return float(output_numel) * math.prod(weight_shape[1:])
+
+
+def linear_macs(output_numel: int, weight_shape: Sequence[int]) -> float:
+    """A fully connected layer's MACs (Paddle's weight is [in_features, out_features])."""
+    return float(output_numel) * weight_shape[0]
+
+
+def attention_macs(batch: int, query_len: int, key_len: int, embed_dim: int) -> float:
+    """Attention's two batched products, Q K^T and (softmax) V, over all heads: 2 x B x Lq x Lk x E
+    (the projections are linear layers, counted as such)."""
+    return 2.0 * batch * query_len * key_len * embed_dim
+
+
+def training_flops(forward_macs: float) -> float:
+    return forward_macs * MACS_TO_TRAINING_FLOPS
+
+
+def gpu_precision(amp: str, device_name: str | None) -> str:
+    """The precision whose peak a run is held to: AMP's half type, else TF32 where the GPU has it
+    (Paddle lets cuBLAS and cuDNN use TF32 for fp32 by default: FLAGS_allow_tf32_cublas and
+    FLAGS_allow_tf32_cudnn), else fp32."""
+    if amp in ("fp16", "bf16"):
+        return amp
+    device = devices.lookup(device_name)
+    return "tf32" if device is not None and "tf32" in device.tflops else "fp32"
+
+
+def gpu_peak_flops(device_name: str | None, precision: str, count: int) -> float | None:
+    """The peak FLOP/s of `count` GPUs of this name at `precision`; None for a GPU the table lacks."""
+    one = devices.peak_flops(device_name, precision)
+    return None if one is None else one * count
+
+
+def cpu_peak_flops(gemm_gflops_by_rank: Sequence[float]) -> float | None:
+    """The CPU ranks' peak FLOP/s: the sum of the GEMM GFLOP/s each measured on its own threads
+    while the others measured theirs (so ranks sharing cores share them here too)."""
+    rates = [float(r) for r in gemm_gflops_by_rank]
+    if not rates or any(not math.isfinite(r) or r <= 0 for r in rates):
+        return None
+    return sum(rates) * 1e9
+
+
+def mfu(flops_per_sample: float | None, samples_per_s: float | None, peak: float | None) -> float | None:
+    """Model FLOPs per second over the peak; None where a figure is missing."""
+    if not flops_per_sample or samples_per_s is None or not peak:
+        return None
+    return flops_per_sample * samples_per_s / peak
