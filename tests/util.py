@@ -280,3 +280,13 @@ def kept_store(path) -> str:
     text = results.dumps(record) + "\n"
     Path(path).write_text(text)
     return text
+
+
+def chrome_trace_problems(doc: dict) -> list[str]:
+    """What breaks the Chrome Trace Event Format schema (tests/fixtures/chrome_trace.schema.json)
+    in a trace document, one line each; [] when it is a valid trace."""
+    import jsonschema
+
+    schema = json.loads((REPO / "tests" / "fixtures" / "chrome_trace.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]

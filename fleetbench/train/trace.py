@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 from typing import TYPE_CHECKING
 
@@ -39,18 +40,18 @@ class MacCounter:
 
     def __init__(self, model: paddle.nn.Layer) -> None:
         self.macs, self.batch, self.forward_macs = 0.0, None, None
-        self.handles = [layer.register_forward_post_hook(self._count) for layer in model.sublayers()
+        self.handles = [layer.register_forward_post_hook(self._count) for layer in model.sublayers(include_self=True)
                         if isinstance(layer, (*CONV, *CONV_T, paddle.nn.Linear, paddle.nn.MultiHeadAttention))]
         self.handles.append(model.register_forward_post_hook(self._done))
 
     def _count(self, layer: paddle.nn.Layer, inputs: tuple, output) -> None:
         out = output[0] if isinstance(output, (tuple, list)) else output
         if isinstance(layer, CONV):
-            self.macs += flops.conv_macs(int(out.numel()), layer.weight.shape)
+            self.macs += flops.conv_macs(math.prod(out.shape), layer.weight.shape)
         elif isinstance(layer, CONV_T):  # each input element meets out_channels/groups x kernel weights
-            self.macs += flops.conv_macs(int(inputs[0].numel()), layer.weight.shape)
+            self.macs += flops.conv_macs(math.prod(inputs[0].shape), layer.weight.shape)
         elif isinstance(layer, paddle.nn.Linear):
-            self.macs += flops.linear_macs(int(out.numel()), layer.weight.shape)
+            self.macs += flops.linear_macs(math.prod(out.shape), layer.weight.shape)
         else:  # MultiHeadAttention(query, key=None, value=None, ...): batch-first [B, L, E]
             query = inputs[0]
             key = inputs[1] if len(inputs) > 1 and inputs[1] is not None else query
