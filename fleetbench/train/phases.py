@@ -32,7 +32,10 @@ import functools
 import math
 import threading
 import time
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+
+if TYPE_CHECKING:
+    from fleetbench.measure import metrics
 
 # the parts of a step, in the order they run; "other" is the step time no part covers
 PARTS = ("reader", "forward", "backward", "comm", "optimizer")
@@ -140,7 +143,7 @@ def waits(durations_by_rank: list[list[float]]) -> list[float]:
 ROW = ("step", *PARTS, "comm_wait", "comm_in_backward", "comm_blocking", "other")
 
 
-def breakdown(phases: Phases, comm, rank: int) -> dict:
+def breakdown(phases: Phases, comm: metrics.Communicator, rank: int) -> dict:
     """The record's `step_breakdown` (every rank calls it together; `comm`: metrics.Communicator):
     ms per measured step of each part on every rank, and whether they add up."""
     steps, spans = phases.measured()

@@ -44,7 +44,7 @@ class MacCounter:
                         if isinstance(layer, (*CONV, *CONV_T, paddle.nn.Linear, paddle.nn.MultiHeadAttention))]
         self.handles.append(model.register_forward_post_hook(self._done))
 
-    def _count(self, layer: paddle.nn.Layer, inputs: tuple, output) -> None:
+    def _count(self, layer: paddle.nn.Layer, inputs: tuple, output: object) -> None:
         out = output[0] if isinstance(output, (tuple, list)) else output
         if isinstance(layer, CONV):
             self.macs += flops.conv_macs(math.prod(out.shape), layer.weight.shape)
@@ -58,7 +58,7 @@ class MacCounter:
             self.macs += flops.attention_macs(query.shape[0], query.shape[1], key.shape[1], layer.embed_dim)
         self.batch = self.batch or int(out.shape[0])
 
-    def _done(self, *_args) -> None:
+    def _done(self, *_args: object) -> None:
         self.forward_macs = self.macs
         for handle in self.handles:
             handle.remove()

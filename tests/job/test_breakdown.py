@@ -84,3 +84,25 @@ def test_every_method_is_taken_apart(tmp_path, method, sets):
             assert row["comm_in_backward"] == pytest.approx(row["comm"])
             assert row["comm_blocking"] == pytest.approx(row["comm"])
     assert 0 < m["mfu"] <= 1
+
+
+def test_sweep_with_trace_gives_each_run_its_own_directory(tmp_path):
+    import yaml
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"repeats": 2, "cells": [
+        {"benchmark": "resnet50", "preset": "tiny", "devices_per_node": 2, "set": {"steps": 6, "log_every": 3}}]}))
+    store, traces = tmp_path / "r.jsonl", tmp_path / "T"
+    proc = subprocess.run([PYTHON, "-m", "fleetbench", "sweep", str(spec), "--results", str(store), "--log-dir",
+                           str(tmp_path / "log"), "--trace", str(traces)], cwd=tmp_path, env=env(**CPU_RANKS),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    recs = records(store)
+    assert len(recs) == 2
+    dirs = sorted(p.name for p in traces.iterdir())
+    assert len(dirs) == 2 and all(d.startswith("cell01-r") for d in dirs)  # one per run, named as its logs
+    for rec in recs:
+        files = rec["metrics"]["trace_files"]
+        assert len(files) == 2 and all(json.loads(open(f).read())["traceEvents"] for f in files)
+        # the traces are not part of what the run was: both repeats are one cell
+        assert "--trace" not in json.dumps(rec["config"])
