@@ -61,7 +61,8 @@ def stability_fields(ok: list[dict], cv_threshold: float, disturbed_pct: float =
     figure = stability.kept(values, pool)
     runs = [{"id": r["id"], "throughput": v, "disturbed": not q,
              "interference_cpu_pct": r["metrics"].get("interference_cpu_pct"),
-             "interference_gpu_procs": r["metrics"].get("interference_gpu_procs")}
+             "interference_gpu_procs": r["metrics"].get("interference_gpu_procs"),
+             "mfu": r["metrics"].get("mfu")}  # model FLOPs utilisation (measure/flops.py), shown beside it
             for r, v, q in zip(ok, values, quiet)]
     return dict(summarize(figure), runs=runs,
                 cv=stability.cv(judged), unstable=stability.is_unstable(judged, cv_threshold),
