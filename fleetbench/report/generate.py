@@ -182,6 +182,7 @@ def write_html(args, base: list[str], new: list[str] | None) -> list[str]:
         return os.path.relpath(os.path.abspath(png), os.path.abspath(args.html)).replace(os.sep, "/")
     section, written = build(base + (new or []), images, os.path.abspath(args.html), args.title, args.cv_threshold / 100)
     more, files = extra_sections(base, new, images, link)
+    more += html.traces_section(_load(base + (new or [])), link)
     return written + files + [html.write(args.html, args.title, section + more)]
 
 

@@ -123,3 +123,21 @@ def test_write_is_whole_and_named_per_rank(tmp_path):
     trace.write(str(path), trace.document([{"name": "s", "ph": "X", "pid": 0, "tid": 0, "ts": 0, "dur": 1}], {}))
     assert json.loads(path.read_text())["displayTimeUnit"] == "ms"
     assert [p.name for p in path.parent.iterdir()] == [names[0]]  # no temporary left
+
+
+def test_the_html_page_links_each_runs_traces(tmp_path):
+    from fleetbench.report import html
+
+    kept = tmp_path / "T" / "resnet50-x-rank0.trace.json"
+    kept.parent.mkdir()
+    kept.write_text("{}")
+    gone = str(tmp_path / "T" / "resnet50-x-rank1.trace.json")
+    traced = {"id": "abcdef0123456789", "benchmark": "resnet50", "preset": "tiny", "method": "mgwfbp", "world_size": 2,
+              "time": "2026-11-27T19:39:17.022+00:00", "metrics": {"trace_files": [str(kept), gone]}}
+    untraced = dict(traced, id="0" * 16, metrics={"throughput": 1.0})
+    text = html.traces_section([untraced, traced], lambda p: f"../{p.rsplit('/', 1)[-1]}")
+    assert text.count("| abcdef01 |") == 1 and "0000000" not in text
+    assert "[rank 0](../resnet50-x-rank0.trace.json)" in text and f"rank 1 (gone: `{gone}`)" in text
+    page = html.page("t", text, str(tmp_path))
+    assert '<a href="../resnet50-x-rank0.trace.json">rank 0</a>' in page
+    assert html.traces_section([untraced], str) == ""
