@@ -164,6 +164,8 @@ def exposed_for(ref: Cell, method: str, comm_ms: float, sim: dict, cal: dict) ->
         return comm_ms, f"{method} all-reduces after backward: no overlap"
     if method not in overlap.OVERLAPPED:
         return comm_ms, f"method {method} not modelled: taken as post-backward (an upper bound)"
+    if not ref.gpu:
+        return comm_ms, overlap.GLOO_SERIAL
     if ref.gpu and ref.order is not None:
         k, bound, link = sim["k"], sim["bound"], sim["link"]
         share, share_note = node.backward_share(ref, method, sim["cells"], sim["node_link"], bound)
@@ -287,4 +289,5 @@ def explain(records: list[dict]) -> list[dict]:
         b["prediction_error"] = (None if prediction["predicted_step_ms"] is None
                                  else prediction["predicted_step_ms"] / cell.step_ms - 1)
         b["prediction_notes"] = prediction["notes"]
+        b["parts_check"] = bd.parts_check(b)  # predicted beside measured, part by part
     return breakdowns
