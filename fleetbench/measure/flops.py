@@ -46,6 +46,23 @@ def attention_macs(batch: int, query_len: int, key_len: int, embed_dim: int) -> 
     return 2.0 * batch * query_len * key_len * embed_dim
 
 
+def transformer_forward_macs(layers: int, hidden: int, seq_len: int) -> float:
+    """A Transformer encoder's forward MACs a sequence, as the layer count gives them: per layer
+    and token the Q, K, V and output projections (4 h^2) and the 4h feed-forward (8 h^2), plus
+    attention's two products (2 L h a token); embeddings and the output head left out."""
+    return float(layers) * (12 * hidden * hidden * seq_len + 2 * seq_len * seq_len * hidden)
+
+
+# Published networks' forward MACs a sample, for records that carry no count of their own (a
+# published table's): config -> MACs. ResNet-50 at 224x224 as counted here (4.09 G; 4.1 G in its
+# paper); image_size scales it by area (exact at multiples of 32). BERT by its layers and width.
+PUBLISHED_FORWARD_MACS = {
+    "ResNet-50": lambda config: 4.089e9 * (float(config.get("image_size") or 224) / 224) ** 2,
+    "BERT-Large": lambda config: transformer_forward_macs(24, 1024, int(config.get("seq_len") or 128)),
+    "BERT-Base": lambda config: transformer_forward_macs(12, 768, int(config.get("seq_len") or 128)),
+}
+
+
 def training_flops(forward_macs: float) -> float:
     return forward_macs * MACS_TO_TRAINING_FLOPS
 

@@ -88,3 +88,35 @@ def test_attention_and_transposed_convolutions_are_counted():
     counter = trace.count_forward_macs(up)
     up(paddle.rand([1, 4, 8, 8]))
     assert counter.forward_macs == 4 * 8 * 8 * 6 * 9
+
+
+def test_transformer_macs_by_layers_and_width():
+    # BERT-Large at 128 tokens: 24 x (12 x 1024^2 x 128 + 2 x 128^2 x 1024) = 39.5 GMAC a sequence
+    assert flops.transformer_forward_macs(24, 1024, 128) == pytest.approx(39.46e9, rel=1e-3)
+
+
+def test_published_records_naming_a_gpu_get_mfu():
+    from util import REPO
+
+    from fleetbench.analysis import published
+    from fleetbench.measure import results
+
+    seen = 0
+    for path in sorted((REPO / "results" / "reference").glob("*.jsonl")):
+        for record in results.load(str(path)):
+            m = published.complete(record)["metrics"]
+            if not record["config"].get("gpu"):  # ddl-benchmarks' table names no GPU: no peak to hold it to
+                assert m.get("mfu") is None
+                continue
+            seen += 1
+            gpu = record["config"]["gpu"]  # fp32 is held to TF32 where the GPU has it (Paddle's and PyTorch's default)
+            precision = {"tf32": "tf32", "amp": "fp16", "amp_o2": "fp16",
+                         "fp32": flops.gpu_precision("off", gpu)}[record["config"]["precision"]]
+            peak = devices.peak_flops(record["config"]["gpu"], precision) * record["world_size"]
+            assert m["peak_flops"] == pytest.approx(peak)
+            assert m["mfu"] == pytest.approx(m["model_flops_per_sample"] * record["metrics"]["throughput"] / peak)
+            # (NVIDIA's BERT runs unpad their sequences, so MFU counted on seq_len tokens reads high: up to 0.85)
+            assert 0.05 < m["mfu"] <= 1 and any(d.startswith("mfu (") for d in m["derived"])
+    assert seen >= 10
+    rn50 = published.complete(results.load(str(REPO / "results/reference/dle-paddle-rn50.jsonl"))[0])["metrics"]
+    assert rn50["model_flops_per_sample"] == pytest.approx(6 * 4.089e9)
