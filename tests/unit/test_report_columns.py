@@ -88,3 +88,15 @@ def test_mfu_is_shown_beside_the_throughput_of_the_runs_kept():
     assert "MFU: model FLOPs utilisation" in text
     old = markdown([record(1, 8, i) for i in range(3)])  # records from before MFU: nothing added
     assert "MFU" not in old
+
+
+def test_charts_carry_mfu_in_their_numbers_and_labels():
+    from fleetbench.report import charts
+
+    runs = [record(1, 8, i) for i in range(2)]
+    for run in runs:
+        run["metrics"]["mfu"] = 0.05
+    (table,) = tables.plan(runs)
+    (chart,) = charts.plan(table)
+    assert [row["mfu"] for row in charts.chart_rows(chart)] == [0.05]
+    assert charts.draw(chart)[:8] == b"\x89PNG\r\n\x1a\n"  # a baseline bar labelled with its MFU alone
