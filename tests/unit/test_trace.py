@@ -141,3 +141,16 @@ def test_the_html_page_links_each_runs_traces(tmp_path):
     page = html.page("t", text, str(tmp_path))
     assert '<a href="../resnet50-x-rank0.trace.json">rank 0</a>' in page
     assert html.traces_section([untraced], str) == ""
+
+
+def test_launch_hands_its_trace_flag_to_the_script(tmp_path):
+    from fleetbench.hosts import launch
+
+    args = launch.parse_argv(["--nproc_per_node", "2", "--trace", str(tmp_path / "T"), "s.py", "--preset", "tiny"])
+    assert args.script_args == ["--preset", "tiny", "--trace", str(tmp_path / "T")]
+    assert launch.parse_argv(["s.py", "--trace", "T"]).script_args == ["--trace", "T"]  # the script's own, untouched
+    with pytest.raises(launch.LaunchError, match="--trace: given both"):
+        launch.parse_argv(["--trace", str(tmp_path), "s.py", "--trace", "T"])
+    (tmp_path / "file").write_text("")
+    with pytest.raises(launch.LaunchError, match="--trace"):
+        launch.parse_argv(["--trace", str(tmp_path / "file"), "s.py"])
