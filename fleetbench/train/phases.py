@@ -61,7 +61,8 @@ class Phases:
         self.step, self._start = step, start
 
     def add(self, name: str, start: float, end: float) -> None:
-        self.spans.append((name, start, end, self.step, threading.get_ident()))
+        if self.step:  # step 0: a loop that does not feed the phases (the epoch schedule) keeps nothing
+            self.spans.append((name, start, end, self.step, threading.get_ident()))
 
     def end(self) -> None:
         self.sync()

@@ -154,3 +154,11 @@ def test_launch_hands_its_trace_flag_to_the_script(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(launch.LaunchError, match="--trace"):
         launch.parse_argv(["--trace", str(tmp_path / "file"), "s.py"])
+
+
+def test_a_loop_that_does_not_feed_the_phases_keeps_nothing():
+    ph = phases.Phases(0)
+    with ph.span("forward"):
+        pass
+    ph.add("comm", 1.0, 2.0)
+    assert ph.spans == [] and ph.measured() == ([], [])
