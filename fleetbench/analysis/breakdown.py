@@ -50,7 +50,8 @@ def identity(cell: Cell) -> dict:
             "framework": cell.framework, "precision": cell.precision, "batch": cell.config.get("batch_size"),
             "model": cell.config.get("model"), "sync_every": cell.sync_every, "work_key": work_key(cell),
             "circumstances": {"paddle": cell.work[4], "device": cell.work[5], "host": cell.work[6]},
-            "config": cell.config, "files": list(cell.files), "mfu": cell.mfu, "measured_parts": cell.measured_parts}
+            "config": cell.config, "files": list(cell.files), "mfu": cell.mfu, "measured_parts": cell.measured_parts,
+            "gpu": cell.gpu}
 
 
 def _base_parts(cell: Cell, control: Cell | None, single: Cell | None, sharing: float) -> dict:
