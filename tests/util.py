@@ -323,3 +323,13 @@ def reduced(*ranks) -> list:
     with concurrent.futures.ThreadPoolExecutor(len(ranks)) as pool:
         done = [pool.submit(metrics.reduce, mine, group.of(i)) for i, mine in enumerate(ranks)]
         return [d.result(timeout=60) for d in done]
+
+
+def chrome_trace_problems(doc: dict) -> list[str]:
+    """What breaks the Chrome Trace Event Format schema (tests/fixtures/chrome_trace.schema.json)
+    in a trace document, one line each; [] when it is a valid trace."""
+    import jsonschema
+
+    schema = json.loads((REPO / "tests" / "fixtures" / "chrome_trace.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]

@@ -23,16 +23,14 @@ from fleetbench.comm import linkprobe
 from fleetbench.machine import speed
 from fleetbench.measure import interference
 
-MATMUL_N = 512  # fp32 512x512x512: 0.27 GFLOP a product, in cache-friendly blocks on any CPU
 TRIAD_ELEMENTS = 1 << 23  # 3 float64 arrays of 64 MiB: far beyond any cache, so memory is what is timed
-TRIALS = 3
 TRAIN_BATCH = 64  # 28x28 one-channel images a step: LeNet, paddle.vision's, as the MNIST benchmark's tiny model
 
 
 def _best_rate(work: float, run, seconds: float) -> float:
-    """Work per second of the fastest of TRIALS trials, each repeating `run` for ~seconds/TRIALS
+    """Work per second of the fastest of 3 trials, each repeating `run` for ~seconds/3
     (machine/speed.best_rate: the run's speed probe times its workload by the same rule)."""
-    return speed.best_rate(work, run, seconds, TRIALS)
+    return speed.best_rate(work, run, seconds, speed.PADDLE_GEMM_TRIALS)
 
 
 def on_cpu():
@@ -46,12 +44,10 @@ def on_cpu():
 
 
 def matmul_gflops(seconds: float) -> float:
-    """fp32 matmul through Paddle on this node's CPU (the GPUs: diagnose/gpu.py)."""
-    paddle = on_cpu()
-    a = paddle.rand([MATMUL_N, MATMUL_N], dtype="float32")
-    b = paddle.rand([MATMUL_N, MATMUL_N], dtype="float32")
-    paddle.matmul(a, b).numpy()  # first call pays for kernel selection and allocation
-    return _best_rate(2 * MATMUL_N ** 3 / 1e9, lambda: paddle.matmul(a, b).numpy(), seconds)
+    """fp32 matmul through Paddle on this node's CPU (the GPUs: diagnose/gpu.py); the same GEMM
+    a CPU rank times for its MFU's peak (machine/speed.paddle_gemm_gflops)."""
+    on_cpu()
+    return speed.paddle_gemm_gflops(seconds)
 
 
 def triad_gbps(seconds: float) -> float:

@@ -100,7 +100,7 @@ PADDLE_KINDS = {
     "--http_port": cmdline.PORT,
 }
 OWN_KINDS = {"--timeout": cmdline.SECONDS, "--stall": cmdline.SECONDS, "--startup": cmdline.SECONDS,
-             "--tail": cmdline.COUNT}
+             "--tail": cmdline.COUNT, "--trace": cmdline.OUTPUT_DIR}
 PADDLE_FLAGS = set(PADDLE_KINDS)
 OWN_FLAGS = set(OWN_KINDS)
 
@@ -122,6 +122,7 @@ class LaunchArgs:
     stall: float = None
     startup: float = None
     tail: int = 20
+    trace: str = None  # handed to the script as its own --trace DIR (train/trace.py)
     quiet: bool = False
     check: bool = True
     hosts: remote.HostOptions = dataclasses.field(default_factory=remote.HostOptions)
@@ -166,7 +167,7 @@ def parse_argv(argv: Sequence[str]) -> LaunchArgs:
             raise LaunchError(f"{name} {value!r}: expected no value ({name} is a switch)")
         if name not in PADDLE_FLAGS and name not in OWN_FLAGS and name not in remote.FLAGS:
             raise LaunchError(f"unknown launcher flag {name} (expected, before SCRIPT: Paddle launcher flags, "
-                              f"--timeout S, --stall S, --startup S, --tail N, --quiet, --no-check, "
+                              f"--timeout S, --stall S, --startup S, --tail N, --trace DIR, --quiet, --no-check, "
                               f"--hostfile F, --hosts L, --executor E, --ssh-config F, --forward-env A,B)")
         if not eq:
             if i >= len(argv):
@@ -175,6 +176,10 @@ def parse_argv(argv: Sequence[str]) -> LaunchArgs:
         _take_flag(out, name, value)
     if out.script is None:
         raise LaunchError("missing SCRIPT (expected: fleetbench launch [launcher flags] SCRIPT [script args])")
+    if out.trace is not None:  # the benchmark writes the traces: the flag is its
+        if out.script_flag("--trace") is not None:
+            raise LaunchError("--trace: given both before and after SCRIPT (expected once)")
+        out.script_args = [*out.script_args, "--trace", out.trace]
     return out
 
 
@@ -290,6 +295,7 @@ launcher flags: any flag of `python -m paddle.distributed.launch` (device lists 
   --stall S     stop the job when no rank logs a progress line for S seconds
   --startup S   ... and when none has logged one S seconds after the start (default: --stall)
   --tail N      log lines shown per rank in a report (default 20)
+  --trace DIR   the benchmark writes one Chrome trace per rank into DIR (its own --trace)
   --quiet       do not echo rank 0's log
   --no-check    skip the benchmark's `--check` before launching
   --hostfile F | --hosts a:2,b:2   one launcher per host over ssh (docs/clusters.md); also

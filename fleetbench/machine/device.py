@@ -6,6 +6,8 @@ Paddle is imported on first use, quietly: a refusal built on these answers must 
 import contextlib
 import io
 import os
+import time
+from typing import Callable
 from types import ModuleType
 
 

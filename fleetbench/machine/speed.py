@@ -153,3 +153,21 @@ def settle_text(seen: list[list[float]], settled: bool) -> str:
     how = "settled" if settled else "NOT settled, stopped"
     return (f"sweep: machine warm-up {how} after {len(seen)} probes (machine/speed.py): gemm "
             f"{first[0]:.1f} -> {last[0]:.1f} GFLOP/s, triad {first[1]:.1f} -> {last[1]:.1f} GB/s")
+
+
+PADDLE_GEMM_N = 512  # fp32 512x512x512: 0.27 GFLOP a product, in cache-friendly blocks on any CPU
+PADDLE_GEMM_TRIALS = 3
+
+
+def paddle_gemm_gflops(seconds: float) -> float:
+    """GFLOP/s of an fp32 paddle.matmul on Paddle's current device and this process's threads, the
+    fastest of 3 trials of ~seconds/3: the kernel a model's layers run, so the CPU roofline of a
+    rank's MFU (train/trace.py) and the diagnose node probe's matmul (diagnose/probe.py)."""
+    from fleetbench.machine import device
+
+    paddle = device.quiet_import_paddle()
+    a = paddle.rand([PADDLE_GEMM_N, PADDLE_GEMM_N], dtype="float32")
+    b = paddle.rand([PADDLE_GEMM_N, PADDLE_GEMM_N], dtype="float32")
+    paddle.matmul(a, b).numpy()  # first call pays for kernel selection and allocation
+    return best_rate(2 * PADDLE_GEMM_N ** 3 / 1e9, lambda: paddle.matmul(a, b).numpy(), seconds,
+                     PADDLE_GEMM_TRIALS)

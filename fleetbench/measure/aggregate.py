@@ -63,7 +63,8 @@ def stability_fields(ok: list[dict], cv_threshold: float, disturbed_pct: float =
     runs = [{"id": r["id"], "throughput": v, "disturbed": not q,
              "interference_cpu_pct": r["metrics"].get("interference_cpu_pct"),
              "interference_gpu_procs": r["metrics"].get("interference_gpu_procs"),
-             "probe_gemm_gflops": stability.probe_figure(r["metrics"], "probe_gemm_gflops")}
+             "probe_gemm_gflops": stability.probe_figure(r["metrics"], "probe_gemm_gflops"),
+             "mfu": r["metrics"].get("mfu")}  # model FLOPs utilisation (measure/flops.py), shown beside it
             for r, v, q in zip(ok, values, quiet)]
     return dict(summarize(figure), runs=runs,
                 cv=stability.cv(judged), unstable=stability.is_unstable(judged, cv_threshold),

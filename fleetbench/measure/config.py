@@ -253,6 +253,9 @@ def arg_parser(benchmark: str) -> cmdline.Parser:
                         help="override a config key, e.g. --set batch_size=64 --set data.path=/data")
     parser.add_argument("--results", default=DEFAULT_RESULTS, type=results.STORE,
                         help=f"JSONL store (default {DEFAULT_RESULTS})")
+    parser.add_argument("--trace", type=cmdline.OUTPUT_DIR, metavar="DIR",
+                        help="write one Chrome trace (JSON) per rank into DIR: steps and their parts "
+                             "(collective benchmarks; docs/traces.md)")
     parser.add_argument("--check", action="store_true",
                         help="validate the configuration, print it as JSON and exit (launches nothing)")
     return parser

@@ -72,6 +72,20 @@ DEFINITIONS = {
     "comm_buckets_per_step": "collective: all-reduce calls per step (the method's buckets)",
     "control": "collective: true for method=none, a measurement control (no gradient "
                "synchronisation), never a training result nor an efficiency baseline",
+    "step_breakdown": "collective: where each rank's measured step goes (train/phases.py), in ms per "
+                      "measured step by rank: step, reader, forward, backward (less the communication "
+                      "inside it), comm (time inside gradient-communication calls), comm_wait (of comm, "
+                      "the wait for the last rank), comm_in_backward, comm_blocking (on the step's "
+                      "thread), optimizer, other (what no part covers), covered (1 - |other|/step); "
+                      "adds_up: every rank covered to within tolerance (0.05)",
+    "trace_files": "collective with --trace: the Chrome trace of each rank, by rank (absolute paths)",
+    "model_flops_per_sample": "collective: training FLOPs per sample = forward MACs x 2 x 3 "
+                              "(measure/flops.py), FLOP",
+    "peak_flops": "collective: the job's peak FLOP/s: devices.py's dense peak at the run's precision x "
+                  "GPUs, or the sum of every CPU rank's measured fp32 GEMM rate, FLOP/s",
+    "peak_flops_source": "collective: where peak_flops came from (the GPU and precision, or the GEMM probe)",
+    "mfu": "collective: model FLOPs utilisation, model_flops_per_sample x samples_per_s / peak_flops "
+           "(a fraction, 0-1)",
     # collective runs with a held-out split (fleetbench.train.epochs; docs/convergence.md)
     "epochs": "epoch runs: one object per epoch (epoch, epoch_time_s, test_time_s, test_accuracy, "
               "test_top5, test_loss, test_examples, throughput, train_loss, elapsed_s, run_elapsed_s)",

@@ -50,7 +50,8 @@ def identity(cell: Cell) -> dict:
             "framework": cell.framework, "precision": cell.precision, "batch": cell.config.get("batch_size"),
             "model": cell.config.get("model"), "sync_every": cell.sync_every, "work_key": work_key(cell),
             "circumstances": {"paddle": cell.work[4], "device": cell.work[5], "host": cell.work[6]},
-            "config": cell.config, "files": list(cell.files)}
+            "config": cell.config, "files": list(cell.files), "mfu": cell.mfu, "measured_parts": cell.measured_parts,
+            "gpu": cell.gpu}
 
 
 def _base_parts(cell: Cell, control: Cell | None, single: Cell | None, sharing: float) -> dict:
@@ -148,3 +149,33 @@ def breakdown(cell: Cell, cells: list[Cell], comm: list) -> dict:
 def training_cells(cells: list[Cell]) -> list[Cell]:
     """The cells a breakdown is made for: several devices, a real training method."""
     return [c for c in cells if c.shape.world_size > 1 and not c.control]
+
+
+# A part whose prediction is off by more than this share of the measured step is named as missing.
+PART_TOLERANCE = 0.15
+
+
+def parts_check(b: dict) -> dict | None:
+    """For a cell whose runs took their steps apart: each part predicted beside measured (ms a
+    step) and the part that misses most, named when it is off by more than PART_TOLERANCE of the
+    measured step. Predicted parts: the control's compute, imbalance and reader (the model's base)
+    and, for exposed communication, what the predicted step holds beyond them."""
+    measured = b.get("measured_parts")
+    if not measured or b.get("predicted_step_ms") is None or b.get("compute_ms") is None:
+        return None
+    predicted = {p: b.get(p) or 0.0 for p in ("compute_ms", "imbalance_ms", "reader_ms")}
+    predicted["exposed_comm_ms"] = b["predicted_step_ms"] - sum(predicted.values())
+    off = {p: predicted[p] - measured[p] for p in cellmod.MEASURED_PARTS}
+    worst = max(off, key=lambda p: abs(off[p]))
+    missing = worst if abs(off[worst]) > PART_TOLERANCE * b["measured_step_ms"] else None
+    return {"predicted": predicted, "measured": dict(measured), "off_ms": off, "misses": missing}
+
+
+def parts_text(check: dict) -> str:
+    """`compute 120/118, exposed comm 40/61 (misses), imbalance 3/5, reader 0/0` (predicted /
+    measured ms a step), or what the miss is when none is beyond the tolerance."""
+    names = {"compute_ms": "compute", "exposed_comm_ms": "exposed comm", "imbalance_ms": "imbalance",
+             "reader_ms": "reader"}
+    text = ", ".join(f"{names[p]} {check['predicted'][p]:.0f}/{check['measured'][p]:.0f}"
+                     + (" (misses)" if check["misses"] == p else "") for p in cellmod.MEASURED_PARTS)
+    return text + ("" if check["misses"] else f"; every part within {PART_TOLERANCE:.0%} of the step")

@@ -70,6 +70,8 @@ class Cell:
     grad_tensors: int | None = None  # trainable gradient tensors (metrics.grad_tensors)
     files: tuple = ()  # the results files its runs came from (a record's "_file", set by the reader)
     sockets: int = 0  # TCP streams a connection (network.sockets: NCCL_SOCKET_NTHREADS x NSOCKS_PERTHREAD)
+    measured_parts: dict | None = None  # the runs' own step breakdown as the model's parts (measured_parts)
+    mfu: float | None = None  # mean model FLOPs utilisation of its runs (metrics.mfu)
 
     @property
     def control(self) -> bool:
@@ -125,6 +127,25 @@ def _rank_steps(metrics: dict) -> list[float]:
     return [1000.0 * e / steps for e in elapsed] if steps else [metrics["step_time_ms"]]
 
 
+MEASURED_PARTS = ("compute_ms", "exposed_comm_ms", "imbalance_ms", "reader_ms")
+
+
+def measured_parts(metrics: dict) -> dict:
+    """A run's step breakdown (metrics.step_breakdown, train/phases.py) as the model's parts, ms a
+    step: compute (forward, backward, optimizer and what no part covers) and reader of the median
+    rank; exposed communication, the median rank's time inside gradient communication on its
+    step's thread less its wait for peers; imbalance, the ranks' mean wait for the last to arrive
+    (in a synchronised job the slowest rank waits for none, the others for it). Nones without one."""
+    rows = (metrics.get("step_breakdown") or {}).get("ranks") or []
+    if not rows:
+        return dict.fromkeys(MEASURED_PARTS)
+    compute = [r["forward"] + r["backward"] + r["optimizer"] + r["other"] for r in rows]
+    exposed = [max(0.0, r["comm_blocking"] - min(r["comm_wait"], r["comm_blocking"])) for r in rows]
+    return {"compute_ms": statistics.median(compute), "exposed_comm_ms": statistics.median(exposed),
+            "imbalance_ms": statistics.fmean(r["comm_wait"] for r in rows),
+            "reader_ms": statistics.median(r["reader"] for r in rows)}
+
+
 def _run_figures(record: dict) -> dict:
     m = record["metrics"]
     ranks = _rank_steps(m)
@@ -138,7 +159,8 @@ def _run_figures(record: dict) -> dict:
             "comm_bytes": m.get("comm_bytes_per_step"), "comm_buckets": m.get("comm_buckets_per_step"),
             "threads": m.get("omp_num_threads"),
             "cores": ((record.get("env") or {}).get("cpu") or {}).get("usable_threads"),
-            "gpu": str(runtime.get("device", "cpu")).startswith("gpu")}
+            "gpu": str(runtime.get("device", "cpu")).startswith("gpu"), "mfu": m.get("mfu"),
+            **{f"measured_{p}": v for p, v in measured_parts(m).items()}}
 
 
 def _cell(runs: list[dict]) -> Cell:
@@ -164,7 +186,9 @@ def _cell(runs: list[dict]) -> Cell:
                 int(net.get("nics") or 1), first["config"], first.get("topology"), _gpu_model(first),
                 published.sync_every(first), exp.source, _order(first),
                 (first.get("metrics") or {}).get("grad_tensors"),
-                tuple(sorted({r["_file"] for r in members if r.get("_file")})), int(net.get("sockets") or 0))
+                tuple(sorted({r["_file"] for r in members if r.get("_file")})), int(net.get("sockets") or 0),
+                measured_parts=None if mean["measured_compute_ms"] is None else
+                {p: mean[f"measured_{p}"] for p in MEASURED_PARTS}, mfu=mean["mfu"])
 
 
 def _gpu_model(record: dict) -> str | None:

@@ -62,8 +62,9 @@ def _framework(b: dict) -> tuple:
 
 
 def calibrate(breakdowns: list[dict]) -> dict:
-    """Host cost per byte of the post-backward methods, by work and method and by framework and
-    method, and the overlap window (ms hidden) of the others, by work and method only: how much a
+    """Host cost per byte of the post-backward methods (on CPU, of every method: gloo hides nothing),
+    by work and method and by framework and method, and the overlap window (ms hidden) of the GPU
+    cells of the others, by work and method only: how much a
     backward hides depends on its length and on the order its gradients come in, which another work
     does not tell. Latency-bound cells teach neither (gradbytes.LATENCY_BOUND), nor do cells that
     accumulate gradients (a sync every k > 1 micro-steps): their residual cannot be told per byte
@@ -72,15 +73,15 @@ def calibrate(breakdowns: list[dict]) -> dict:
               and b.get("latency_share", 0.0) < gradbytes.LATENCY_BOUND and (b.get("sync_every") or 1) == 1]
     host: dict = {}
     works: dict = {}  # key -> the works whose cells gave its host cost
-    for b in usable:
-        if b["method"] in cellmod.POST_BACKWARD:
+    for b in usable:  # on CPU nothing hides (overlap.GLOO_SERIAL): every method's cells price its host cost
+        if b["method"] in cellmod.POST_BACKWARD or not b.get("gpu"):
             per_byte = (b["exposed_comm_ms"] - b["predicted_comm_ms"]) / b["comm_bytes"]
             for key in ((b.get("work_key"), b["method"]), (_framework(b), b["method"])):
                 host.setdefault(key, []).append(per_byte)
                 works.setdefault(key, set()).add(f"{b['benchmark']} {b['preset'] or ''}".strip())
     cal = {"host": {key: _mean(v) for key, v in host.items()}, "window": {}, "host_works": works}
     for b in usable:
-        if b["method"] not in cellmod.POST_BACKWARD:
+        if b["method"] not in cellmod.POST_BACKWARD and b.get("gpu"):
             per_byte, _ = host_for(b, b["method"], cal)
             hidden = b["predicted_comm_ms"] + per_byte * b["comm_bytes"] - b["exposed_comm_ms"]
             hidden = min(b["predicted_comm_ms"], max(0.0, hidden))
@@ -164,6 +165,8 @@ def exposed_for(ref: Cell, method: str, comm_ms: float, sim: dict, cal: dict) ->
         return comm_ms, f"{method} all-reduces after backward: no overlap"
     if method not in overlap.OVERLAPPED:
         return comm_ms, f"method {method} not modelled: taken as post-backward (an upper bound)"
+    if not ref.gpu:
+        return comm_ms, overlap.GLOO_SERIAL
     if ref.gpu and ref.order is not None:
         k, bound, link = sim["k"], sim["bound"], sim["link"]
         share, share_note = node.backward_share(ref, method, sim["cells"], sim["node_link"], bound)
@@ -290,4 +293,5 @@ def explain(records: list[dict]) -> list[dict]:
         b["prediction_error"] = (None if prediction["predicted_step_ms"] is None
                                  else prediction["predicted_step_ms"] / cell.step_ms - 1)
         b["prediction_notes"] = prediction["notes"]
+        b["parts_check"] = bd.parts_check(b)  # predicted beside measured, part by part
     return breakdowns

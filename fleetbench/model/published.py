@@ -30,8 +30,8 @@ import json
 import math
 import re
 
-from fleetbench.model import modeldef, gradbytes
-from fleetbench.measure import registry
+from fleetbench.measure import flops, registry
+from fleetbench.model import gradbytes, modeldef
 
 # Published model names -> (registered benchmark, preset) of the same network. BERT-Base is the
 # bert_large script at preset `base` (12 layers, hidden 768: its presets file).
@@ -217,6 +217,8 @@ def complete(record: dict) -> dict:
         except PublishedError:
             if is_published(record):
                 raise
+    if is_published(record) and m.get("mfu") is None:
+        derived += _derive_mfu(out, record)
     if not derived:
         return record if not is_published(record) else out
     m["derived"] = derived
@@ -251,6 +253,29 @@ def single_from_node(records: list[dict]) -> list[dict]:
                                     "is published, so the node's all-reduce and sharing are counted as compute"])
         out.append(single)
     return out
+
+
+# a published precision (gradbytes.precision_name's) -> the peak it is held to; fp32: TF32 where the GPU has it
+PEAK_PRECISION = {"tf32": "tf32", "amp": "fp16", "amp_o2": "fp16", "bf16": "bf16"}
+
+
+def _derive_mfu(out: dict, record: dict) -> list[str]:
+    """MFU of a published record that names its GPU (config.gpu) and a network of known size
+    (flops.PUBLISHED_FORWARD_MACS); nothing for one that does not."""
+    config, m = out["config"], out["metrics"]
+    model, gpu = model_of(record), config.get("gpu")
+    name = next((n for n, target in MODELS.items() if model == target and n in flops.PUBLISHED_FORWARD_MACS), None)
+    if not gpu or name is None or m.get("unit") not in COUNTED_BY_BATCH:
+        return []
+    canonical = gradbytes.precision_name(config.get("precision"), _where(record))
+    at = PEAK_PRECISION.get(canonical) or flops.gpu_precision("off", gpu)
+    peak = flops.gpu_peak_flops(gpu, at, record["world_size"])
+    per_sample = flops.training_flops(flops.PUBLISHED_FORWARD_MACS[name](config))
+    if peak is None:
+        return []
+    m.update(model_flops_per_sample=per_sample, peak_flops=peak, peak_flops_source=f"devices.py: {gpu}, {at}",
+             mfu=flops.mfu(per_sample, m["throughput"], peak))
+    return [f"mfu ({name} forward MACs x 6; {gpu} {at} peak x {record['world_size']})"]
 
 
 def adopt(records: list[dict], published: bool) -> list[dict]:

@@ -9,8 +9,8 @@ from fleetbench.measure import stability
 from fleetbench.measure.schema import SINGLE
 from fleetbench.report.style import (COLORS, DPI, FIGSIZE, MARGINS, PS_HATCH, SAVE, STYLE, Figure, Patch,
                                      matplotlib, slug)
-from fleetbench.report.tables import (columns, eff_label, layout, line_key, row_key, size_noun, variant,
-                                      variant_text)
+from fleetbench.report.tables import (columns, eff_label, layout, line_key, mfu_of, mfu_text, row_key, size_noun,
+                                      variant, variant_text)
 
 LABEL_ROTATE_OVER = 3  # more series than this: efficiency labels are written vertically
 LABEL_BARS_HORIZONTAL = 12  # ... and so are they when a chart has more bars than this
@@ -124,7 +124,8 @@ def chart_rows(chart: dict) -> list[dict]:
                         "std": g["std"], "n": g["n"], "ideal": g["ideal"],
                         "speedup": g["speedup"], "efficiency": g["efficiency"],
                         "efficiency_err": g.get("efficiency_err"), "cv": g.get("cv"),
-                        "unstable": g.get("unstable"), "excluded": len(g.get("excluded", ()))})
+                        "unstable": g.get("unstable"), "excluded": len(g.get("excluded", ())),
+                        "mfu": mfu_of(g)})
             rows.append(row)
     return rows
 
@@ -248,12 +249,15 @@ def _vertical_labels(chart: dict) -> bool:
 def _label_bars(ax, chart, width, vertical) -> None:
     for i, series in enumerate(chart["series"]):
         for g in series["groups"]:
-            if g["efficiency"] is None or g["scale"] == 1:  # the baseline itself: 1.00x
+            scaled = not (g["efficiency"] is None or g["scale"] == 1)  # the baseline itself: 1.00x
+            parts = ([eff_label(g, sep=" " if vertical else "\n")] if scaled else []) + \
+                ([mfu_text(g).strip()] if mfu_text(g) else [])  # MFU beside every throughput
+            if not parts or g["mean"] is None:
                 continue
             x = _bar_x(chart, g, i, width)
             # above the ideal mark too, so a label never hides the mark it is measured against
-            y = max(g["mean"] + (g["std"] or 0.0), g["ideal"])
-            text = eff_label(g, sep=" " if vertical else "\n")
+            y = max(g["mean"] + (g["std"] or 0.0), g["ideal"] or 0.0)
+            text = (" " if vertical else "\n").join(parts)
             ax.annotate(text, (x, y), xytext=(0, 2), textcoords="offset points", ha="center",
                         va="bottom", fontsize=6.5 if vertical else 7,
                         rotation=90 if vertical else 0)

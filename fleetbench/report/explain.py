@@ -25,7 +25,7 @@ from fleetbench import cmdline
 from fleetbench.analysis import stragglers, validate, whatif
 from fleetbench.model import predict, published
 from fleetbench.analysis import specs as spec_checks
-from fleetbench.model.breakdown import ACCOUNTING_TOLERANCE, LOSSES
+from fleetbench.model.breakdown import ACCOUNTING_TOLERANCE, LOSSES, parts_text
 from fleetbench.history import select
 from fleetbench.measure import experiment, stability
 from fleetbench.report import explain_scaling as scaling
@@ -277,7 +277,7 @@ def markdown(cells: list[dict], images: dict, link) -> str:
            "15% the last column says why.", ""]
     head = ["Cell", "Measured", "Compute (source)", "Exposed comm", "Predicted comm", "Imbalance",
             "Reader", "Predicted step", "Error", "Efficiency",
-            "Lost to sharing / comm / imbalance / reader / unexplained", "Why off"]
+            "Lost to sharing / comm / imbalance / reader / unexplained", "Why off", "MFU"]
     for key in dict.fromkeys((c["benchmark"], c["preset"]) for c in cells):
         group = [c for c in cells if (c["benchmark"], c["preset"]) == key]
         out += [f"#### {key[0]}" + (f" [{key[1]}]" if key[1] else ""), "",
@@ -291,7 +291,10 @@ def markdown(cells: list[dict], images: dict, link) -> str:
                 _ms(c.get("exposed_comm_ms")), _ms(c.get("predicted_comm_ms")), _ms(c.get("imbalance_ms")),
                 _ms(c.get("reader_ms")), _ms(c.get("predicted_step_ms")), _pct(c.get("prediction_error")),
                 "—" if c.get("efficiency") is None else f"{c['efficiency']:.0%}", _lost(c),
-                _why_off(c) or "—"]) + " |")
+                _why_off(c) or "—", "—" if c.get("mfu") is None else f"{100 * c['mfu']:.2g}%"]) + " |")
+        checks = [f"- {cell_name(c)}, part by part (predicted/measured ms): {parts_text(c['parts_check'])}"
+                  for c in group if c.get("parts_check")]
+        out += [""] + checks if checks else []
         if key in images:
             out += ["", f"![explain {key[0]} {key[1] or ''}]({link(images[key])})"]
         out.append("")
@@ -342,7 +345,7 @@ def parser() -> cmdline.Parser:
 
 def known_values(records: list[dict]) -> dict:
     """key -> the names a spec may use: the records' (network: its profile name), the registry's
-    benchmarks, the emulator's network profiles and the cloud instances (analysis/links.INSTANCES)."""
+    benchmarks, the emulator's network profiles and the cloud instances (model/links.INSTANCES)."""
     from fleetbench.model.links import INSTANCES  # pure table
     from fleetbench.emulate.netem_plan import PROFILES  # pure table
     from fleetbench.measure.registry import BENCHMARKS

@@ -187,6 +187,7 @@ def write_html(args, base: list[str], new: list[str] | None) -> list[str]:
     section, written = build(base + new if new else base, images, os.path.abspath(args.html), args.title,
                              args.cv_threshold / 100)
     more, files = extra_sections(base, new, images, link)
+    more += html.traces_section(_load(base + (new or [])), link)
     return written + files + [html.write(args.html, args.title, section + more)]
 
 

@@ -13,6 +13,7 @@ import base64
 import html
 import os
 import re
+from typing import Callable
 
 from fleetbench.report.output import write_if_changed
 
@@ -101,6 +102,25 @@ def page(title: str, text: str, base: str) -> str:
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{html.escape(title)}</title><style>{CSS}</style></head>\n<body>"
             f"{toc(body)}<main><h1>fleetbench report</h1>\n{sectioned(body)}</main></body></html>\n")
+
+
+def traces_section(records: list[dict], link: Callable[[str], str]) -> str:
+    """The page's `Traces` section: every run that wrote Chrome traces (`--trace`, the record's
+    metrics.trace_files), a link per rank (`link`: a path as the page reaches it); a trace moved
+    or deleted since is named, not linked. Empty when no run traced."""
+    traced = [r for r in records if (r.get("metrics") or {}).get("trace_files")]
+    if not traced:
+        return ""
+    lines = ["", "## Traces", "", "Chrome traces of the runs that wrote them (`--trace DIR`; docs/traces.md), "
+             "one per rank: open one in Perfetto (ui.perfetto.dev, *Open trace file*) or Chromium's "
+             "chrome://tracing (*Load*). Time runs from the barrier every rank passes before training.", "",
+             "| run | benchmark | method | world size | stored | traces |", "|---|---|---|---|---|---|"]
+    for r in traced:
+        files = [f"[rank {i}]({link(path)})" if os.path.exists(path) else f"rank {i} (gone: `{path}`)"
+                 for i, path in enumerate(r["metrics"]["trace_files"])]
+        lines.append(f"| {r['id'][:8]} | {r['benchmark']} {r.get('preset') or ''} | {r['method']} | "
+                     f"{r['world_size']} | {r['time'][:19]} | {' · '.join(files)} |")
+    return "\n".join(lines) + "\n"
 
 
 def write(out_dir: str, title: str, text: str) -> str:

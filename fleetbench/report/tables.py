@@ -51,6 +51,21 @@ def mean_text(group: dict) -> str:
     return text + f" {UNSTABLE_MARK}" if group.get("unstable") else text
 
 
+def mfu_of(group: dict) -> float | None:
+    """Mean MFU of the runs a group's figure keeps (records before MFU have none: None)."""
+    left_out = set(group.get("excluded") or ()) | (set() if group.get("figure_disturbed") else
+                                                   set(group.get("disturbed") or ()))
+    values = [r["mfu"] for r in group.get("runs") or () if r.get("mfu") is not None and r["id"] not in left_out]
+    return sum(values) / len(values) if values else None
+
+
+def mfu_text(group: dict) -> str:
+    """` MFU 7.1%` beside a figure (two significant digits: it is a ratio of two measurements),
+    or nothing when its runs have none."""
+    value = mfu_of(group)
+    return "" if value is None else f" MFU {100 * value:.2g}%"
+
+
 def run_text(group: dict, run: dict) -> str:
     mark = stability.run_mark(run["id"], group.get("excluded", ()), group.get("outliers", ()), group.get("disturbed"))
     return f"{stability.format_pm(run['throughput'], None)} [{run['id'][:8]}]{mark}"
@@ -293,6 +308,7 @@ def _cell_text(group, per_group_n: bool) -> str:
     text = mean_text(group)
     if group["efficiency"] is not None and group["world_size"] > 1:
         text += f" ({eff_label(group, sep=', ')})"
+    text += mfu_text(group)
     if per_group_n and not aggregate.figure_note(group):  # mean_text already said n
         text += f" n={group['n'] if group['n'] is not None else '?'}"
     if group["failed"]:
@@ -321,6 +337,9 @@ def _caption(table: dict) -> str:
         origin = (f"Measured by fleetbench: mean ± sample std over repeats, {spread}, printed to the "
                   "digits the std supports.")
     text = f"Throughput in {', '.join(units)}. {origin}{simulated_note(groups)}"
+    if any(mfu_of(g) is not None for g in groups):
+        text += (" MFU: model FLOPs utilisation, the model's training FLOPs a second over the devices' "
+                 "peak (a CPU's: its measured GEMM rate; docs/metrics.md#mfu), mean of the runs kept.")
     if table["dims"]:
         text += (f" Rows differ in {', '.join(table['dims'])}: different experiments, shown "
                  "side by side, never averaged.")

@@ -130,6 +130,7 @@ class Sweep:
         self.policy = policy or adaptive.Policy()  # until-stable repeats, warm-up runs
         self.warmed: set[tuple] = set()
         self.cuda_build = False  # the local Paddle is a CUDA build: emulated-network cells are skipped
+        self.trace_root: str | None = None  # --trace: each measured run's traces in a directory of their own
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -272,8 +273,10 @@ class Sweep:
         log_dir = os.path.join(self.log_root, f"cell{i:02d}-r{repeat}-{time.strftime('%H%M%S')}")
         before = len(self.runs_of(cell))
         limits = paddle_launch.Limits(timeout=cell.timeout, stall=cell.stall, startup=cell.startup)
+        traced = dataclasses.replace(cell, trace=os.path.join(self.trace_root, os.path.basename(log_dir))) \
+            if self.trace_root and cell.mode == "collective" else cell  # what traces hold: the collective loop
         try:
-            outcome, network, launch = self.execute(cell, log_dir, base_env, limits)
+            outcome, network, launch = self.execute(traced, log_dir, base_env, limits)
         except (netem.ClusterError, HostsError) as e:
             self.failed_runs += 1
             self.say(f"  -> FAILED to set up the cluster: {e}")
@@ -360,6 +363,8 @@ def parser() -> cmdline.Parser:
                    help="its subnet (default: the first 10.77.N.0/24 no route or namespace here uses)")
     remote.add_arguments(p)
     adaptive.add_arguments(p)
+    p.add_argument("--trace", type=cmdline.OUTPUT_DIR, metavar="DIR",
+                   help="each collective run writes a Chrome trace per rank into DIR/<its log directory's name>")
     p.add_argument("--dry-run", action="store_true", help="resolve and list the cells, run nothing")
     return p
 
@@ -406,6 +411,7 @@ def prepare(args: argparse.Namespace) -> Sweep:
                   cluster_prefix=args.cluster_name, hosts=hosts, cluster_subnet=args.cluster_subnet,
                   paddle=None if hosts.python else local_paddle(), policy=adaptive.policy(spec, args, path, cells))
     sweep.cuda_build = any(c.network for c in cells) and not hosts.python and local_build_is_cuda()
+    sweep.trace_root = os.path.abspath(args.trace) if args.trace else None
     sweep.resolve_configs(paddle_launch.child_env())
     return sweep
 

@@ -80,6 +80,7 @@ class Cell:
     until_stable: bool = None  # these three: sweep/adaptive.py; None: the sweep's choice
     target_ci: float = None
     max_repeats: int = None
+    trace: str = None  # one run's --trace DIR (a sweep's --trace gives each run its own directory)
 
     @property
     def world_size(self) -> int:
@@ -104,6 +105,8 @@ class Cell:
         args = ["--preset", self.preset]
         for s in self.sets:
             args += ["--set", s]
+        if self.trace:
+            args += ["--trace", self.trace]
         return args + ["--results", results_path]
 
 

@@ -7,6 +7,7 @@ from typing import Optional
 
 from fleetbench.measure import contract
 from fleetbench.train import run
+from fleetbench.train.phases import Phases
 
 
 @dataclasses.dataclass
@@ -21,6 +22,9 @@ class Context:
     comm: dict = dataclasses.field(default_factory=dict)
     clock: Optional["RunClock"] = None  # set by main once the ranks are lined up
     precision: Optional[object] = None  # methods.prepare's amp.Precision: evaluation runs under it too
+    # the step's parts, timed (train/phases.py): the loop and the methods' steps feed it
+    phases: Phases = dataclasses.field(default_factory=lambda: Phases(0))
+    macs: Optional[object] = None  # trace.MacCounter: the model's forward MACs, for MFU
 
     @property
     def placement(self) -> run.Placement:

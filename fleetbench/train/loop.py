@@ -19,7 +19,7 @@ import fleetbench
 from fleetbench.machine import device, speed
 from fleetbench.measure import config, metrics, timing
 from fleetbench.measure.timing import WindowTimer, log_line
-from fleetbench.train import capability, methods, run
+from fleetbench.train import capability, methods, phases, run, trace
 from fleetbench.train.context import Context, RunClock
 
 
@@ -102,9 +102,12 @@ def train(cfg: config.CollectiveConfig, work: Workload, ctx: Context, unit: str)
     while warming or step < steps:
         step += 1
         tick = time.perf_counter()
+        ctx.phases.begin(step, tick)
         batch = next(batches)
         reader_s = time.perf_counter() - tick
+        ctx.phases.add("reader", tick, tick + reader_s)
         window_losses.append(step_fn(batch).detach())
+        ctx.phases.end()
         if delay_s:
             time.sleep(delay_s)  # test-only: makes this rank the slow one
         timer.step_done(step, *work.counts(batch), reader_s)
@@ -196,13 +199,17 @@ def main(script: str, cls: type, build: Callable[[Any], Workload], argv: list[st
     if ctx.world_size > 1:
         dist.barrier()  # one run_start for the job: every rank's clock starts together
     ctx.clock = RunClock.started(init_start_ms, init_start)
+    ctx.phases = phases.Phases(bench.cfg.warmup_steps, sync=device.sync_device if bench.trace else lambda: None)
     try:
         work = build(bench.cfg)
+        ctx.macs = trace.count_forward_macs(work.model)  # on the first forward: MFU's FLOPs
         unit = bench.unit_for(work)
         comm = PaddleCommunicator() if ctx.world_size > 1 else metrics.Alone()
         mine, convergence = work.schedule(bench.cfg, ctx, unit, comm)
         totals = metrics.reduce(mine, comm)
         extra = work.finish(comm) if work.finish else {}
+        # MFU, the step's parts by rank; --trace: one file per rank
+        extra.update(trace.finish(bench, ctx, comm, totals.samples / totals.elapsed_s))
     except Exception as err:  # a failed run is a result too: store it, then fail loudly
         bench.store_failure(ctx.placement, err)
         raise

@@ -30,6 +30,7 @@ from fleetbench.train import capability
 from fleetbench.train.amp import Precision
 
 from fleetbench.train.context import Context
+from fleetbench.train.phases import Phases
 
 
 class Workload(Protocol):
@@ -179,10 +180,16 @@ def prepare(cfg: CollectiveConfig, work: Workload,
         return work.parallel(cfg, work, ctx)
     amp = ctx.precision = Precision(cfg.amp, cfg.amp_level)  # GPU: auto_cast, fp16 loss scaling, O2 weights
     work.model, work.optimizer = amp.decorate(work.model, work.optimizer)
-    model = wrap(work.model, cfg, ctx)
-    optimizer = fleet.distributed_optimizer(work.optimizer) if ctx.world_size > 1 else work.optimizer
     params = [p for p in work.model.parameters() if not p.stop_gradient]
+    reducer = ctx.world_size > 1 and bucket_mb(cfg) is not None  # DataParallel's reducer all-reduces
+    if reducer:  # hooks on both sides of the reducer's own: the time inside it (train/phases.py)
+        ctx.phases.watch_before(params)
+    model = wrap(work.model, cfg, ctx)
+    if reducer:
+        ctx.phases.watch_after(params)
+    optimizer = fleet.distributed_optimizer(work.optimizer) if ctx.world_size > 1 else work.optimizer
     steps = Steps(cfg, work, model, optimizer, amp, post_backward_sync(cfg, ctx, params))
+    steps.phases = ctx.phases
     by_method = {"bsp": steps.after_backward, "wfbp": steps.overlapped, "mgwfbp": steps.overlapped,
                  "grad_merge": steps.grad_merge, "fp16_allreduce": steps.after_backward,
                  CONTROL: steps.after_backward}  # none: its post-backward sync is a no-op
@@ -202,18 +209,21 @@ class Steps:
         self.sync_after_backward = sync_after_backward
         self.schedule = work.optimizer._learning_rate  # Paddle keeps an LRScheduler here; stepped by hand
         self.micro_steps = 0
+        self.phases = Phases(cfg.warmup_steps)  # where the parts' time goes; prepare hands in the rank's
 
     def _forward_backward(self, batch: Any, merged: int | None = None) -> paddle.Tensor:
-        with self.amp.forward():
+        with self.phases.span("forward"), self.amp.forward():
             loss = self.work.loss_fn(self.model, batch)
-        self.amp.backward(loss if merged is None else loss / merged)  # k micro-batches average like one
+        with self.phases.span("backward"):
+            self.amp.backward(loss if merged is None else loss / merged)  # k micro-batches average like one
         return loss
 
     def _apply(self) -> None:
-        self.amp.step(self.optimizer)
-        self.optimizer.clear_grad()
-        if isinstance(self.schedule, paddle.optimizer.lr.LRScheduler):
-            self.schedule.step()  # once per optimizer step (grad_merge: per k micro-steps)
+        with self.phases.span("optimizer"):
+            self.amp.step(self.optimizer)
+            self.optimizer.clear_grad()
+            if isinstance(self.schedule, paddle.optimizer.lr.LRScheduler):
+                self.schedule.step()  # once per optimizer step (grad_merge: per k micro-steps)
 
     def overlapped(self, batch: Any) -> paddle.Tensor:  # wfbp, mgwfbp: the reducer all-reduces during backward
         loss = self._forward_backward(batch)
@@ -223,7 +233,8 @@ class Steps:
     def after_backward(self, batch: Any) -> paddle.Tensor:  # bsp, fp16_allreduce, none: the reducer never runs
         with no_sync(self.model):
             loss = self._forward_backward(batch)
-        self.sync_after_backward()
+        with self.phases.span("comm"):
+            self.sync_after_backward()
         self._apply()
         return loss
 

@@ -71,6 +71,7 @@ class Run:
     results_path: str
     check_only: bool = False
     unit: Optional[str] = None  # the registry's, for this script (None: a script outside it)
+    trace: Optional[str] = None  # --trace DIR: one Chrome trace per rank (train/trace.py)
 
     def unit_for(self, workload: Workload) -> str:
         return self.unit or workload.unit or "samples/s"
@@ -129,11 +130,14 @@ def start(script: str, cls: type, family: str, argv: list[str] | None = None,
         config.exit_config_error(name, err)
     except OSError as err:
         config.exit_config_error(name, f"{err.filename}: {err.strerror}")
+    if args.trace and family != "collective":  # what a trace holds is the collective loop's steps
+        config.exit_config_error(name, f"--trace {args.trace}: the {family} family writes no trace "
+                                       "(expected a collective benchmark)")
     if args.check:
         check_gpu_ready(name)
         print(json.dumps(config.to_dict(cfg), sort_keys=True), flush=True)
     return Run(name=name, family=family, cfg=cfg, preset=args.preset, results_path=args.results,
-               check_only=args.check, unit=bench.unit if bench else None)
+               check_only=args.check, unit=bench.unit if bench else None, trace=args.trace)
 
 
 def check_gpu_ready(name: str) -> None:

@@ -40,7 +40,7 @@ def test_the_demo_sweep_skips_its_network_cells_in_one_line_each_and_runs_the_re
     sim = simhost.install(tmp_path / "host", "dgx-a100", "2.6.2-cu118")
     spec, store = tmp_path / "demo.yaml", tmp_path / "demo.jsonl"
     spec.write_text(yaml.safe_dump(reduced_demo()))
-    assert [bool(c.get("network")) for c in reduced_demo()["cells"]] == [False, True, True]
+    assert [bool(c.get("network")) for c in reduced_demo()["cells"]] == [False, True, True, True]
     neighbour = subprocess.Popen([PYTHON, "-c", NEIGHBOUR], env=env(**sim.env()), stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, text=True)
     try:
@@ -52,7 +52,7 @@ def test_the_demo_sweep_skips_its_network_cells_in_one_line_each_and_runs_the_re
         neighbour.communicate(timeout=60)  # stdin closed: it ends
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     skipped = [line for line in p.stdout.splitlines() if "skipped" in line]
-    assert len(skipped) == 2 and all(line.endswith(f": skipped ({runner.EMULATED_ON_CUDA})") for line in skipped)
+    assert len(skipped) == 3 and all(line.endswith(f": skipped ({runner.EMULATED_ON_CUDA})") for line in skipped)
     assert all("net=" in line for line in skipped)
     (rec,) = records(store)
     assert rec["error"] is None and rec["benchmark"] == "resnet50" and rec["network"] is None

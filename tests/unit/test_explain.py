@@ -9,7 +9,7 @@ from util import cli_code
 
 from fleetbench.analysis import validate
 
-from fleetbench.model import alphabeta, breakdown, cells, predict, scaling
+from fleetbench.model import alphabeta, breakdown, cells, overlap, predict, scaling
 from fleetbench.model.alphabeta import Hierarchical, Link
 from fleetbench.model.cells import Shape
 from fleetbench.measure import aggregate, results
@@ -189,6 +189,15 @@ def test_host_cost_per_byte_of_post_backward_cells_is_calibrated_on_the_other_ce
     assert only_one[0]["predicted_step_ms"] == pytest.approx(200.0)  # no other bsp cell: host cost 0
 
 
+def on_gpu_of_unknown_order(rec):
+    """The record as a GPU run of a model whose gradient order nobody computed: the overlap window
+    measured on other cells is what the model has (a CPU cell's is GLOO_SERIAL: nothing hides)."""
+    if rec["mode"] == "collective":
+        rec["config"]["runtime"]["device"] = "gpu:0"
+        rec["benchmark"] = "mystery"
+    return rec
+
+
 def test_overlap_is_the_time_backward_hides_measured_on_the_other_cells():
     # mgwfbp hides 50 ms of a 100 ms link at 1gbe and all 10 ms of its link at 10gbe. Backward
     # hides at most its own length whatever the link, so what is carried over is a time, not a share
@@ -197,7 +206,15 @@ def test_overlap_is_the_time_backward_hides_measured_on_the_other_cells():
                record("mgwfbp", 2, 1, "10gbe", (100.0, 100.0), comm_bytes=6e6),
                comm_record("1gbe", 2, 1, alpha_us=0.0, bandwidth=0.06, with_fit=True),
                comm_record("10gbe", 2, 1, alpha_us=0.0, bandwidth=0.6, with_fit=True)]
-    out = predict.explain(records)
+    # gloo: the reducer's all-reduce blocks backward, nothing hides; what the other cell exposes
+    # beyond its link is a host cost per byte (negative here: its link was cheaper than modelled)
+    cpu = {c["network"]: c for c in predict.explain(records)}
+    assert cpu["1gbe"]["predicted_step_ms"] == pytest.approx(100.0 + 100.0 + (0.0 - 10.0))
+    assert cpu["10gbe"]["predicted_step_ms"] == pytest.approx(100.0 + 10.0 + (50.0 - 100.0))
+    for cell in cpu.values():
+        assert overlap.GLOO_SERIAL in cell["prediction_notes"]
+        assert any("measured on other resnet50 tiny mgwfbp cells" in n for n in cell["prediction_notes"])
+    out = predict.explain([on_gpu_of_unknown_order(r) for r in records])
     slow, fast = only(out, network="1gbe"), only(out, network="10gbe")
     assert slow["overlap_fraction"] == pytest.approx(0.5) and fast["overlap_fraction"] == pytest.approx(1.0)
     # 10gbe shows only a lower bound of the window (10 ms, all it had); a share (100%) would
@@ -393,3 +410,41 @@ def test_real_control_and_bsp_records_explain_a_slow_rank(tmp_path):
     (out,) = predict.explain([control, bsp])
     assert out["imbalance_ms"] == pytest.approx((slow - fast) / 2)  # slowest - median of 2 ranks
     assert out["accounting_ok"] and "method=none control" in out["compute_source"]
+
+
+def breakdown_rows(compute_ms, comm_ms, waits):
+    """step_breakdown rows of ranks whose waits for peers differ (train/phases.py's fields)."""
+    rows = []
+    for wait in waits:
+        row = {"reader": 0.0, "forward": compute_ms / 3, "backward": compute_ms / 2, "optimizer": compute_ms / 6,
+               "other": 0.0, "comm": comm_ms, "comm_blocking": comm_ms, "comm_in_backward": comm_ms,
+               "comm_wait": wait}
+        row["step"] = compute_ms + comm_ms
+        rows.append(row)
+    return {"units": "ms per measured step", "ranks": rows, "adds_up": True, "steps": 10, "tolerance": 0.05}
+
+
+def test_measured_parts_from_the_step_breakdown():
+    parts = cells.measured_parts({"step_breakdown": breakdown_rows(90.0, 60.0, (20.0, 0.0))})
+    assert parts == pytest.approx({"compute_ms": 90.0, "exposed_comm_ms": 50.0, "imbalance_ms": 10.0,
+                                   "reader_ms": 0.0})
+    assert cells.measured_parts({}) == dict.fromkeys(cells.MEASURED_PARTS)
+
+
+@pytest.mark.parametrize("comm_ms, misses", [(100.0, None), (40.0, "exposed_comm_ms")])
+def test_explain_puts_each_part_predicted_beside_measured(comm_ms, misses):
+    # the control says compute 100; the 1gbe link predicts 100 ms of all-reduce, all exposed (gloo)
+    cell = record("mgwfbp", 2, 1, "1gbe", (200.0, 200.0), comm_bytes=6e6)
+    cell["metrics"]["step_breakdown"] = breakdown_rows(100.0, comm_ms, (0.0, 0.0))
+    cell["metrics"]["mfu"] = 0.07
+    records = [record("none", 2, 1, "1gbe", (100.0, 100.0)), cell,
+               comm_record("1gbe", 2, 1, alpha_us=0.0, bandwidth=0.06, with_fit=True)]
+    (b,) = predict.explain(records)
+    check = b["parts_check"]
+    assert check["predicted"]["exposed_comm_ms"] == pytest.approx(100.0)
+    assert check["measured"]["exposed_comm_ms"] == pytest.approx(comm_ms) and check["misses"] == misses
+    text = explain.markdown(explain.label_cells([b]), {}, str)
+    assert "| 7% |" in text  # MFU beside the row
+    line = next(t for t in text.splitlines() if "part by part" in t)
+    assert ("exposed comm 100/40 (misses)" in line) == (misses is not None)
+    assert ("every part within 15%" in line) == (misses is None)

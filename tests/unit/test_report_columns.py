@@ -76,3 +76,27 @@ def test_a_failed_run_beside_runs_that_differ_names_only_their_difference():
     text = markdown(runs + [failed])
     assert "| Network | Method | threads | 2 devices |" in text, text
     assert [line.split(" | ")[2] for line in text.splitlines() if line.startswith("| — | mgwfbp |")] == ["1", "2", "—"]
+
+
+def test_mfu_is_shown_beside_the_throughput_of_the_runs_kept():
+    runs = [record(1, 8, i) for i in range(3)]
+    for run, mfu in zip(runs, (0.070, 0.072, 0.074)):
+        run["metrics"]["mfu"] = mfu
+    text = markdown(runs)
+    (row,) = [line for line in text.splitlines() if line.startswith("| — | mgwfbp |")]
+    assert row.endswith("MFU 7.2% |")
+    assert "MFU: model FLOPs utilisation" in text
+    old = markdown([record(1, 8, i) for i in range(3)])  # records from before MFU: nothing added
+    assert "MFU" not in old
+
+
+def test_charts_carry_mfu_in_their_numbers_and_labels():
+    from fleetbench.report import charts
+
+    runs = [record(1, 8, i) for i in range(2)]
+    for run in runs:
+        run["metrics"]["mfu"] = 0.05
+    (table,) = tables.plan(runs)
+    (chart,) = charts.plan(table)
+    assert [row["mfu"] for row in charts.chart_rows(chart)] == [0.05]
+    assert charts.draw(chart)[:8] == b"\x89PNG\r\n\x1a\n"  # a baseline bar labelled with its MFU alone

@@ -1,0 +1,108 @@
+"""Every collective rank's step taken apart, a trace per rank, MFU: real 2-rank ResNet50 jobs on
+gloo through `fleetbench launch`, one per gradient method (each has its own step)."""
+import json
+import subprocess
+
+import pytest
+from util import CPU_RANKS, PYTHON, REPO, chrome_trace_problems, env, records
+
+from fleetbench.measure import flops
+from fleetbench.train import phases
+
+SCRIPT = str(REPO / "collective" / "resnet50.py")
+PARTS = ("reader", "forward", "backward", "comm", "optimizer")
+
+
+def launch(tmp_path, *script_args, timeout=300) -> dict:
+    """The record of `fleetbench launch --nproc_per_node 2 resnet50.py --preset tiny ARGS`."""
+    store = tmp_path / "r.jsonl"
+    cmd = [PYTHON, "-m", "fleetbench", "launch", "--quiet", "--log_dir", str(tmp_path / "log"),
+           "--nproc_per_node", "2", SCRIPT, "--preset", "tiny", "--results", str(store), *script_args]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env(**CPU_RANKS), capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (record,) = records(store)
+    return record
+
+
+def check_adds_up(m: dict) -> list[dict]:
+    block = m["step_breakdown"]
+    assert block["units"] == "ms per measured step" and block["steps"] == m["measured_steps"]
+    assert block["adds_up"] and len(block["ranks"]) == 2
+    for rank, row in enumerate(block["ranks"]):
+        parts = sum(row[p] for p in PARTS)
+        assert parts + row["other"] == pytest.approx(row["step"])
+        assert abs(row["other"]) <= phases.TOLERANCE * row["step"], row
+        # and against the loop's own timer, which also holds the loop's bookkeeping between steps
+        assert parts == pytest.approx(m["rank_step_ms"][rank], rel=phases.TOLERANCE)
+        assert 0 <= row["comm_wait"] <= row["comm"] + 1e-6
+        assert min(row[p] for p in ("forward", "backward", "optimizer")) > 0
+    return block["ranks"]
+
+
+def test_launch_with_trace_writes_a_trace_per_rank_whose_parts_add_up(tmp_path):
+    rec = launch(tmp_path, "--trace", str(tmp_path / "T"))
+    m = rec["metrics"]
+    rows = check_adds_up(m)
+    files = m["trace_files"]
+    assert [p.rsplit("-", 1)[-1] for p in files] == ["rank0.trace.json", "rank1.trace.json"]
+    assert sorted(p.name for p in (tmp_path / "T").iterdir()) == sorted(f.rsplit("/", 1)[-1] for f in files)
+    steps_by_rank = []
+    for rank, path in enumerate(files):
+        doc = json.loads(open(path).read())
+        assert chrome_trace_problems(doc) == []
+        assert {e["pid"] for e in doc["traceEvents"]} == {rank}
+        assert doc["otherData"]["breakdown"] == rows[rank]
+        timed = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+        assert {e["name"] for e in timed} >= {"step 1", "step 12", *PARTS}
+        assert min(e["ts"] for e in timed) >= 0  # zero: the barrier before training
+        steps_by_rank.append({e["name"]: (e["ts"], e["ts"] + e["dur"]) for e in timed if e["name"].startswith("step")})
+    # every step all-reduces, so step k of both ranks overlaps in time: their clocks line up
+    for name, (start, end) in steps_by_rank[0].items():
+        other = steps_by_rank[1][name]
+        assert start < other[1] and other[0] < end, name
+    # MFU: ResNet-50 at 32x32 is 4.09 GMAC x (32/224)^2 forward, x 6 to train
+    assert m["model_flops_per_sample"] == pytest.approx(flops.training_flops(4.09e9 * (32 / 224) ** 2), rel=0.02)
+    assert 0 < m["mfu"] <= 1 and m["peak_flops"] > 0
+    assert m["mfu"] == pytest.approx(m["model_flops_per_sample"] * m["samples_per_s"] / m["peak_flops"])
+
+
+@pytest.mark.parametrize("method, sets", [
+    ("bsp", ()), ("fp16_allreduce", ()), ("none", ()), ("wfbp", ()), ("mgwfbp", ()),
+    ("grad_merge", ("warmup_steps=4", "steps=12", "grad_merge_steps=2")),
+])
+def test_every_method_is_taken_apart(tmp_path, method, sets):
+    args = [x for s in (f"method={method}", *sets) for x in ("--set", s)]
+    m = launch(tmp_path, *args)["metrics"]
+    assert "trace_files" not in m  # no trace unless asked
+    for row in check_adds_up(m):
+        if method == "none":  # the control sends nothing
+            assert row["comm"] < 1.0
+        elif method in ("bsp", "fp16_allreduce"):  # the average after backward
+            assert row["comm"] > 1.0 and row["comm_in_backward"] < 0.05 * row["comm"]
+        else:  # the reducer, in backward: on gloo, on the backward thread, all of it
+            assert row["comm"] > 1.0
+            assert row["comm_in_backward"] == pytest.approx(row["comm"])
+            assert row["comm_blocking"] == pytest.approx(row["comm"])
+    assert 0 < m["mfu"] <= 1
+
+
+def test_sweep_with_trace_gives_each_run_its_own_directory(tmp_path):
+    import yaml
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump({"repeats": 2, "cells": [
+        {"benchmark": "resnet50", "preset": "tiny", "devices_per_node": 2, "set": {"steps": 6, "log_every": 3}}]}))
+    store, traces = tmp_path / "r.jsonl", tmp_path / "T"
+    proc = subprocess.run([PYTHON, "-m", "fleetbench", "sweep", str(spec), "--results", str(store), "--log-dir",
+                           str(tmp_path / "log"), "--trace", str(traces)], cwd=tmp_path, env=env(**CPU_RANKS),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    recs = records(store)
+    assert len(recs) == 2
+    dirs = sorted(p.name for p in traces.iterdir())
+    assert len(dirs) == 2 and all(d.startswith("cell01-r") for d in dirs)  # one per run, named as its logs
+    for rec in recs:
+        files = rec["metrics"]["trace_files"]
+        assert len(files) == 2 and all(json.loads(open(f).read())["traceEvents"] for f in files)
+        # the traces are not part of what the run was: both repeats are one cell
+        assert "--trace" not in json.dumps(rec["config"])
