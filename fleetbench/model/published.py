@@ -265,6 +265,9 @@ def _derive_mfu(out: dict, record: dict) -> list[str]:
     config, m = out["config"], out["metrics"]
     model, gpu = model_of(record), config.get("gpu")
     name = next((n for n, target in MODELS.items() if model == target and n in flops.PUBLISHED_FORWARD_MACS), None)
+    if gpu and name is None:  # a model whose FLOPs no count here gives (Transformer-XL): said, not guessed
+        return [f"no mfu: no forward FLOPs count for {config.get('model', record['benchmark'])!r} "
+                f"(measure/flops.PUBLISHED_FORWARD_MACS)"]
     if not gpu or name is None or m.get("unit") not in COUNTED_BY_BATCH:
         return []
     canonical = gradbytes.precision_name(config.get("precision"), _where(record))

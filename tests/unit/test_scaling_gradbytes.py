@@ -131,16 +131,19 @@ def test_small_calls_are_priced_as_measured_at_their_sizes_and_large_ones_by_the
     assert "calls up to 64 KiB as measured" in link.describe()
 
 
-def breakdown_of(benchmark, method, hidden_ms, latency_share, comm_ms=10.0):
+def breakdown_of(benchmark, method, hidden_ms, latency_share, comm_ms=10.0, gpu=True):
     return {"benchmark": benchmark, "preset": "tiny", "method": method, "predicted_comm_ms": comm_ms,
             "comm_bytes": 1e5, "exposed_comm_ms": comm_ms - hidden_ms,
-            "latency_share": latency_share, "work_key": benchmark}
+            "latency_share": latency_share, "work_key": benchmark, "gpu": gpu}
 
 
 def test_overlap_is_learned_per_work_and_never_from_a_latency_bound_cell():
     cal = predict.calibrate([breakdown_of("resnet50", "mgwfbp", 6.0, 0.1),
                              breakdown_of("ctr", "mgwfbp", 5.0, 0.95)])
     assert cal["window"] == {("resnet50", "mgwfbp"): pytest.approx(6.0)}
+    # on CPU gloo hides nothing (overlap.GLOO_SERIAL): no window, the cell prices a host cost instead
+    cpu = predict.calibrate([breakdown_of("resnet50", "mgwfbp", 6.0, 0.1, gpu=False)])
+    assert cpu["window"] == {} and ("resnet50", "mgwfbp") in cpu["host"]
     window, note = predict.window_for({"work_key": "resnet50"}, "mgwfbp", cal)
     assert window == pytest.approx(6.0) and "of this work" in note
     # CTR's own cell was latency-bound and ResNet50's backward says nothing of CTR's: none hidden
