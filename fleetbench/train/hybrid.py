@@ -115,17 +115,20 @@ def print_topology(cfg: Cfg) -> bool:
 
 
 def utilization(cfg: Cfg, device: str, precision: str) -> Callable[[dict], dict]:
-    """The record's FLOPs figures: training FLOPs a token (measure/flops.py, model FLOPs: no
-    recomputation counted) and, with the throughput, MFU against the device's peak
-    (measure/devices.py); on a CPU the peak is not in the table: mfu null (issue 45 measures it)."""
+    """The record's FLOPs figures from the GPT formula (measure/flops.py, model FLOPs: attention's
+    products counted, no recomputation), in place of the layer-hook count of train/trace.py (which
+    misses the attention products a custom layer computes with paddle.matmul); MFU against the one
+    peak every benchmark is held to (train/trace.model_flops: devices.py on a GPU, the GEMM the
+    ranks measure on a CPU), so one MFU definition for every benchmark. `device` and `precision`
+    are kept for the signature's callers."""
     per_token = flops.gpt_train_flops_per_token(cfg.num_layers, cfg.hidden_size, cfg.seq_len, cfg.vocab_size,
                                                 cfg.ffn_hidden or None, cfg.mlp == "swiglu")
-    peak = devices.peak_flops(device, precision) if device and not device.startswith("cpu") else None
 
     def figures(standard: dict) -> dict:
-        achieved = per_token * standard["throughput_per_device"]
-        return {"flops_per_token": per_token, "model_tflops_per_device": achieved / 1e12,
-                "mfu": achieved / peak if peak else None}
+        per_sample = per_token * cfg.seq_len
+        return {"flops_per_token": per_token, "model_flops_per_sample": per_sample,
+                "model_tflops_per_device": per_token * standard["throughput_per_device"] / 1e12,
+                "mfu": flops.mfu(per_sample, standard.get("samples_per_s"), standard.get("peak_flops"))}
     return figures
 
 
@@ -149,7 +152,10 @@ def prepare(cfg: Cfg, work: Any, ctx: Any) -> tuple:
         model, optimizer, _ = group_sharded_parallel(model, optimizer, "os_g" if cfg.sharding_stage == 2 else "p_g_os",
                                                      group=group)
     elif ctx.world_size > 1:
+        params = [p for p in model.parameters() if not p.stop_gradient]
+        ctx.phases.watch_before(params)  # as methods.prepare: the time inside Fleet's reducer (train/phases.py)
         model, optimizer = fleet.distributed_model(model), fleet.distributed_optimizer(optimizer)
+        ctx.phases.watch_after(params)
     params = [p for p in work.model.parameters() if not p.stop_gradient]
     ctx.comm = dict(methods.comm_plan(cfg, model, params), parallel=dict(
         degrees(cfg, ctx.world_size), sharding_stage=cfg.sharding_stage, sequence_parallel=cfg.sequence_parallel,
@@ -161,4 +167,6 @@ def prepare(cfg: Cfg, work: Any, ctx: Any) -> tuple:
         print(f"gpt: {type(model).__name__}, {json.dumps(ctx.comm['parallel'])}", flush=True)
     if cfg.pp > 1:
         return model, lambda batch: model.train_batch([batch["input"], batch["labels"]], optimizer)
-    return model, methods.Steps(cfg, work, model, optimizer, amp, lambda: None).overlapped
+    steps = methods.Steps(cfg, work, model, optimizer, amp, lambda: None)
+    steps.phases = ctx.phases  # the rank's: the loop and trace read the parts from it
+    return model, steps.overlapped

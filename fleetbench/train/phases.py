@@ -149,8 +149,12 @@ def breakdown(phases: Phases, comm: metrics.Communicator, rank: int) -> dict:
     ms per measured step of each part on every rank, and whether they add up."""
     steps, spans = phases.measured()
     parts = step_parts(steps, spans, phases.thread)
-    durations = comm.gather(phases.comm_durations())
-    parts["comm_wait"] = waits(durations)[rank]
+    # Every rank gathers as many calls as the rank with most (a step of its own making, e.g. the GPT
+    # benchmark's sharded step, has none in the reducer; Paddle refuses a 0-size all_gather).
+    own = phases.comm_durations()
+    longest = int(comm.max([float(len(own))])[0])
+    durations = comm.gather(list(own) + [0.0] * (longest - len(own))) if longest else []
+    parts["comm_wait"] = waits(durations)[rank] if durations else 0.0
     count = max(1, len(steps))
     mine = [1000 * parts[name] / count for name in ROW]
     rows = [dict(zip(ROW, row)) for row in comm.gather(mine)]

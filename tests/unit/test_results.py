@@ -1,4 +1,5 @@
 """Result records: validation, the append-only store, loading, aggregation and efficiency."""
+import copy
 import json
 import multiprocessing
 import os
@@ -263,6 +264,14 @@ def test_published_aggregate_passes_through_as_published():
     record.update(env=None, source={"kind": "published", "name": "ddl", "citation": "table"})
     (only,) = aggregate.aggregate([record])
     assert (only["mean"], only["std"], only["n"], only["source"]) == (925.02, 4.42, None, "ddl")
+    # one configuration printed in two of the publisher's tables (NVIDIA repeats a 1-node row in its
+    # multi-node table): the figures pooled, their spread the std, and said how many
+    again = copy.deepcopy(record)
+    again.update(id="other-table-row")
+    again["metrics"]["throughput"] = 1025.02
+    (pooled,) = aggregate.aggregate([record, again])
+    assert (pooled["mean"], pooled["n"], pooled["published_figures"]) == (975.02, 2, 2)
+    assert pooled["std"] == pytest.approx(70.71, abs=0.01) and pooled["published_aggregate"]
 
 
 def with_paddle(record, version, commit="0" * 40):
