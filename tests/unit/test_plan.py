@@ -176,11 +176,19 @@ class GptCfg:  # the keys hybrid.utilization reads (collective/gpt.GptConfig's)
 
 @pytest.mark.parametrize("device,precision,peak", [("NVIDIA A100-SXM4-80GB", "bf16", 312e12),
                                                    ("Tesla V100-SXM2-32GB", "fp16", 125e12),
-                                                   ("NVIDIA H100 80GB HBM3", "fp32", 67e12), ("cpu", "fp32", None)])
-def test_the_gpt_record_mfu_is_model_flops_over_the_devices_peak(device, precision, peak):
+                                                   ("NVIDIA H100 80GB HBM3", "fp32", 67e12),
+                                                   ("cpu", "fp32", 76e9),  # a CPU: the GEMM rate its ranks measured
+                                                   ("cpu", "fp32", None)])  # no peak known: no MFU
+def test_the_gpt_record_mfu_is_model_flops_over_the_peak_every_benchmark_uses(device, precision, peak):
+    """The GPT record's MFU is the formula's model FLOPs over the peak train/trace.model_flops put in
+    the record (all ranks': devices.py's on a GPU, the measured GEMM on a CPU): one MFU definition."""
     from fleetbench.train import hybrid
 
-    got = hybrid.utilization(GptCfg(), device, precision)({"throughput_per_device": 1000.0})
+    ranks, per_device = 2, 1000.0  # tokens/s a device
+    standard = {"throughput_per_device": per_device, "samples_per_s": ranks * per_device / GptCfg.seq_len,
+                "peak_flops": None if peak is None else ranks * peak}
+    got = hybrid.utilization(GptCfg(), device, precision)(standard)
     per_token = flops.gpt_train_flops_per_token(24, 2048, 2048, 50304)
     assert got["flops_per_token"] == per_token and got["model_tflops_per_device"] == pytest.approx(per_token * 1e-9)
-    assert got["mfu"] == (None if peak is None else pytest.approx(per_token * 1000 / peak))
+    assert got["model_flops_per_sample"] == per_token * GptCfg.seq_len
+    assert got["mfu"] == (None if peak is None else pytest.approx(per_token * per_device / peak))
