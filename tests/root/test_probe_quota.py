@@ -97,7 +97,10 @@ def reason_of(cell: list, record: dict) -> str | None:
     return reasons[[r["id"] for r in cell].index(record["id"])]
 
 
-@pytest.mark.parametrize("quota", [0.3, 0.1])
+# 0.3 is not asserted: in the third fresh clone the whole-run 0.3 probe read 98.0 against the cell's
+# median 98.2 GFLOP/s (caught in the first). A 0.3 quota is 30 ms of CPU every 100 ms period, and a
+# probe trial (best of 4, ~30 ms each) fits in one: the probe cannot promise to see it (docs/metrics.md).
+@pytest.mark.parametrize("quota", [0.1])
 def test_a_run_under_a_cpu_quota_is_named_by_the_probe_against_the_cells_median(group, quiet, quota):
     store, usual = quiet
     slowed = run(group, store, quota)
