@@ -180,10 +180,11 @@ def convert(key: str, text: str) -> list[dict]:
     return [r for heading in spec["tables"] for r in rows(spec, key, heading, table_after(text, heading))]
 
 
-def main(argv=None) -> int:
+def main(argv=None, sources: dict = SOURCES, convert=convert, name: str = "convert_dle.py") -> int:
+    """`NAME KEY README.md`: the records of that README's tables on stdout (convert_dle_more.py's too)."""
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or argv[0] not in SOURCES:
-        print(f"usage: convert_dle.py {{{'|'.join(SOURCES)}}} README.md", file=sys.stderr)
+    if len(argv) != 2 or argv[0] not in sources:
+        print(f"usage: {name} {{{'|'.join(sources)}}} README.md", file=sys.stderr)
         return 2
     with open(argv[1], encoding="utf-8") as handle:
         records = convert(argv[0], handle.read())

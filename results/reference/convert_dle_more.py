@@ -161,14 +161,7 @@ def convert(key: str, text: str) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or argv[0] not in SOURCES:
-        print(f"usage: convert_dle_more.py {{{'|'.join(SOURCES)}}} README.md", file=sys.stderr)
-        return 2
-    with open(argv[1], encoding="utf-8") as handle:
-        records = convert(argv[0], handle.read())
-    sys.stdout.write("".join(results.dumps(r) + "\n" for r in records))
-    return 0
+    return dle.main(argv, SOURCES, convert, "convert_dle_more.py")
 
 
 if __name__ == "__main__":
