@@ -63,12 +63,13 @@ def evidence(rank: Rank, tail: list[str]) -> Evidence | None:
     t = rank.exit["t"]
     if rank.asked_to_stop:
         return Evidence(EFFECT, "it was asked to stop", t)
-    said = messages.victim_line(tail)
+    found = messages.meanings(tail)  # one reading of the log serves every rule below
+    said = next(((m, found[m]) for m in messages.VICTIM if m in found), None)
     if said is not None:
-        return Evidence(VICTIM, f"its log says {messages.family(said).meaning}: {said[:160]}", t)
+        return Evidence(VICTIM, f"its log says {said[0]}: {said[1][:160]}", t)
     if rank.exit.get("signal"):
         return Evidence(KILLED, f"killed by {procs.signal_name(rank.exit['signal'])}, which nobody asked for", t)
-    own = next(((m, line) for m, line in messages.meanings(tail).items() if m not in messages.VICTIM), None)
+    own = next(((m, line) for m, line in found.items() if m not in messages.VICTIM), None)
     if own is not None:  # a failed rendezvous, out of memory: its own, and the log says which
         return Evidence(OWN, f"it exited with code {rank.exit['code']}; its log says {own[0]}: {own[1][:160]}", t)
     return Evidence(OWN, f"it exited with code {rank.exit['code']} and its log names no lost peer "
