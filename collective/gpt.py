@@ -85,11 +85,10 @@ def build(cfg: GptConfig) -> loop.Workload:
     model = gpt_model.build(cfg)
     criterion = gpt_model.LanguageModelLoss(cfg)
     optimizer = paddle.optimizer.AdamW(cfg.lr, parameters=model.parameters(), weight_decay=cfg.weight_decay)
-    device = paddle.device.cuda.get_device_name() if paddle.get_device().startswith("gpu") else "cpu"
     return loop.Workload(model=model, optimizer=optimizer, batches=batches,
                          loss_fn=lambda m, b: criterion(m(b["input"]), b["labels"]),
                          count=lambda b: (per_step, per_step * cfg.seq_len), parallel=hybrid.prepare,
-                         utilization=hybrid.utilization(cfg, device, "fp32" if cfg.amp == "off" else cfg.amp))
+                         utilization=hybrid.utilization(cfg))
 
 
 if __name__ == "__main__":

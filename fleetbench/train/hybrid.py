@@ -24,7 +24,7 @@ import os
 from typing import Any, Callable
 
 from fleetbench.machine.device import gpu_ranks
-from fleetbench.measure import devices, flops
+from fleetbench.measure import flops
 from fleetbench.measure.config import ConfigError
 from fleetbench.train import capability
 
@@ -114,13 +114,12 @@ def print_topology(cfg: Cfg) -> bool:
     return True
 
 
-def utilization(cfg: Cfg, device: str, precision: str) -> Callable[[dict], dict]:
+def utilization(cfg: Cfg) -> Callable[[dict], dict]:
     """The record's FLOPs figures from the GPT formula (measure/flops.py, model FLOPs: attention's
     products counted, no recomputation), in place of the layer-hook count of train/trace.py (which
     misses the attention products a custom layer computes with paddle.matmul); MFU against the one
     peak every benchmark is held to (train/trace.model_flops: devices.py on a GPU, the GEMM the
-    ranks measure on a CPU), so one MFU definition for every benchmark. `device` and `precision`
-    are kept for the signature's callers."""
+    ranks measure on a CPU), so one MFU definition for every benchmark."""
     per_token = flops.gpt_train_flops_per_token(cfg.num_layers, cfg.hidden_size, cfg.seq_len, cfg.vocab_size,
                                                 cfg.ffn_hidden or None, cfg.mlp == "swiglu")
 

@@ -187,7 +187,7 @@ def test_the_gpt_record_mfu_is_model_flops_over_the_peak_every_benchmark_uses(de
     ranks, per_device = 2, 1000.0  # tokens/s a device
     standard = {"throughput_per_device": per_device, "samples_per_s": ranks * per_device / GptCfg.seq_len,
                 "peak_flops": None if peak is None else ranks * peak}
-    got = hybrid.utilization(GptCfg(), device, precision)(standard)
+    got = hybrid.utilization(GptCfg())(standard)  # the device's peak is in the record's peak_flops
     per_token = flops.gpt_train_flops_per_token(24, 2048, 2048, 50304)
     assert got["flops_per_token"] == per_token and got["model_tflops_per_device"] == pytest.approx(per_token * 1e-9)
     assert got["model_flops_per_sample"] == per_token * GptCfg.seq_len
