@@ -14,7 +14,8 @@
 #       own, so it shares no port with the 3.x jobs on the host.
 # Not done: the job tiers of both builds side by side (a 2.6.2 parameter-server job hung once there,
 # and the 2.6.2 tier slowed from 14 to 18 minutes). Each background session's output is kept in a
-# file and shown once the foreground one ends, so two progress lines never interleave.
+# file and shown once the foreground one ends, so two progress lines never interleave. Every session
+# leaves a JUnit XML file in log/ (each test's time: tools/test_times.py sums them by file).
 set -u
 py2=$1 py3=$2
 shift 2
@@ -31,7 +32,7 @@ trap 'kill -TERM "${pids[@]}" 2>/dev/null; wait; exit 130' INT TERM
 background() {
     local name=$1 dir=$2 py=$3
     shift 3
-    "$py" -m pytest -q --durations=20 -p no:cacheprovider --basetemp "$tmp/$dir" "$@" >"log/$name.log" 2>&1 &
+    "$py" -m pytest -q --durations=20 -p no:cacheprovider --junitxml "log/$name.xml" --basetemp "$tmp/$dir" "$@" >"log/$name.log" 2>&1 &
     pids+=($!)
 }
 show() {
@@ -45,7 +46,7 @@ ignore=()
 for f in $slow_jobs; do ignore+=("--ignore=$f"); done
 echo "tools/test.sh: pass 1, Paddle 2.6.2 unit and job tiers; $slow_jobs run beside, their output follows"
 background test-launch-ps-arch a "$py2" -m "not root and not gpu_sim" $slow_jobs
-FLEETBENCH_TEST_PADDLE3=$py3 "$py2" -m pytest -q --durations=20 --basetemp "$tmp/b" -m "not root and not gpu_sim" "${ignore[@]}" tests
+FLEETBENCH_TEST_PADDLE3=$py3 "$py2" -m pytest -q --durations=20 --junitxml log/test-rest.xml --basetemp "$tmp/b" -m "not root and not gpu_sim" "${ignore[@]}" tests
 rc_rest=$?
 wait "${pids[0]}"
 rc_slow=$?
@@ -56,7 +57,7 @@ show test-launch-ps-arch
 # given, not resolved: a virtualenv's python is a symlink whose target has no Paddle)
 echo "tools/test.sh: pass 2, the root tier and the simulated GPU host; the Paddle 3.x tests run beside, their output follows"
 background test-paddle3 3 "$py3" "$@"
-FLEETBENCH_TEST_PADDLE3=$py3 "$py2" -m pytest -q --durations=20 --basetemp "$tmp/r" -m "root or gpu_sim" tests
+FLEETBENCH_TEST_PADDLE3=$py3 "$py2" -m pytest -q --durations=20 --junitxml log/test-root-gpu-sim.xml --basetemp "$tmp/r" -m "root or gpu_sim" tests
 rc_root=$?
 wait "${pids[1]}"
 rc3=$?

@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""Where `make test`'s time goes: sums the JUnit XML files tools/test.sh leaves in log/ by test file.
+
+    python3 tools/test_times.py [log/*.xml]     # one line per file, slowest first, per session
+Why: the 20-minute budget is kept by moving and trimming whole files between tools/test.sh's
+sessions, and pytest's --durations lists only single tests.
+"""
+from __future__ import annotations
+
+import collections
+import glob
+import sys
+import xml.etree.ElementTree as ET
+
+
+def file_times(path: str) -> tuple[float, dict[str, tuple[float, int]]]:
+    """(the session's wall time, {test file: (seconds, tests)}) from one JUnit XML file."""
+    root = ET.parse(path).getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    by_file: dict[str, list[float]] = collections.defaultdict(list)
+    for case in suite.iter("testcase"):
+        # classname is the dotted module path (tests.job.test_launch), then any class
+        module = case.get("classname", "").split(".")
+        while module and module[-1][:1].isupper():
+            module.pop()
+        by_file["/".join(module) + ".py"].append(float(case.get("time", 0)))
+    return float(suite.get("time", 0)), {f: (sum(t), len(t)) for f, t in by_file.items()}
+
+
+def main(paths: list[str]) -> int:
+    for path in paths or sorted(glob.glob("log/*.xml")):
+        wall, files = file_times(path)
+        print(f"{path}: {wall:.0f} s wall, {sum(s for s, _ in files.values()):.0f} s in tests")
+        for name, (secs, n) in sorted(files.items(), key=lambda kv: -kv[1][0])[:25]:
+            print(f"  {secs:7.1f} s {n:4d} tests  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
