@@ -10,7 +10,8 @@
     scaling               compute: core sharing from thread scaling
     overlap               how much communication hides behind backward
     breakdown             compute, exposed communication, overlap, imbalance, reader, measured
-    predict               the step of a cell not measured; psmodel, the parameter server's
+    predict               the step of a cell not measured: all-reduce cells, and (predict_ps)
+                          parameter-server cells
     ranges                the range each prediction carries
 
 Pure: records in, numbers out; nothing here imports paddle or draws. What reads the model's output

@@ -9,7 +9,7 @@ import pytest
 
 from fleetbench.analysis import validate
 
-from fleetbench.model import psmodel, published
+from fleetbench.model import predict, published
 
 ROOT = Path(__file__).resolve().parents[2] / "results"
 OWN = ["kvm-2vcpu-paddle2.6.2-arch.jsonl", "kvm-2vcpu-paddle2.6.2-demo.jsonl", "kvm-2vcpu-paddle2.6.2-network.jsonl"]
@@ -47,13 +47,13 @@ def _ps(nodes, step, method="async", rate=1.0, nbytes=None, k=10):
     ("geo", 50e6, 100.0),                       # GEO sends the change once every 10 steps: hidden
 ])
 def test_the_wire_shows_only_when_it_is_longer_than_a_step(method, nbytes, expect):
-    (row,) = psmodel.predict([_ps(1, 100.0, method)], [_ps(2, 120.0, method, nbytes=nbytes)])
+    (row,) = predict.predict_ps([_ps(1, 100.0, method)], [_ps(2, 120.0, method, nbytes=nbytes)])
     assert row["predicted_step_ms"] == pytest.approx(expect, rel=1e-6)
     assert ("wire not priced" in " ".join(row["notes"])) == (nbytes is None)
 
 
 def test_a_ps_cell_without_a_one_node_run_says_why():
-    (row,) = psmodel.predict([], [_ps(2, 120.0)])
+    (row,) = predict.predict_ps([], [_ps(2, 120.0)])
     assert row["predicted_step_ms"] is None and "no fitted 1-node run" in row["not_predicted"]
 
 
