@@ -34,10 +34,13 @@ DEFAULT_TRANSPORT = "tcp"  # a network that does not say runs over sockets (gloo
 # connection opens NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD streams (network.sockets): 1 x 1 by
 # default, 2 x 8 on AWS, 4 x 1 on GCP's gVNIC (NCCL's environment docs); the wire caps them all.
 SOCKET_STREAM_GBPS = 2.3
-# A synchronous parameter server over TCP (BytePS's ps-lite on ZeroMQ: one connection a server):
-# what one stream delivered in ddl-benchmarks' BSP-PS and WFBP-PS cells over 100GbE (fitted there;
-# the 10GbE cells are wire-bound, the IB cells RDMA).
-PS_STREAM_GBPS = 1.2
+# A synchronous parameter server over TCP (BytePS's ps-lite on ZeroMQ): what a worker node's push
+# and pull of S deliver, GB/s, with the servers on hosts of their own (servers_apart). Fitted on
+# ddl-benchmarks' PS cells (a fitted table): its ResNet-50 and BERT-Large BSP-PS steps are the same
+# over 10GbE and 100GbE, so ps-lite, not the wire, sets it (0.65: 203 of 228 fitted cells within
+# 15%, 0.7: 205, 0.75: 203, 0.8: 188; 1.2 GB/s while the servers were taken to share the workers'
+# nodes). The IB cells run ps-lite's RDMA van: no cap.
+PS_STREAM_GBPS = 0.7
 # Cloud GPU instances without GPUDirect RDMA on their TCP network (the providers' instance pages):
 # 8 GPUs a node share one NIC; NCCL runs its socket transport with the provider's default streams.
 INSTANCES = {
@@ -87,6 +90,16 @@ def delivered(transport: str | None, efficiency: float | None, rate_gbit: float 
     return share, f"{name} ceiling {share:.3f}: {source}"
 
 
+def servers_apart(share: tuple[float, str], ranks: int) -> tuple[float, str]:
+    """The delivered share as the all-reduce model must see it when the parameter servers run on
+    hosts of their own (ddl-benchmarks' byteps/launch.sh: as many servers as worker nodes, started
+    from gpu9 on): a worker node pushes S and pulls S a step whatever the nodes, where NCCL's ring
+    sends 2(n-1)/n S over n ranks (model/nccl.py); so the same time at 2(n-1)/n x the rate."""
+    factor = 2 * (ranks - 1) / ranks if ranks > 1 else 1.0
+    return share[0] * factor, (f"{share[1]}; servers on hosts of their own: a worker node pushes and pulls "
+                               f"S a step at any size, the ring's 2(n-1)/n S at x{factor:.3g} the rate")
+
+
 def rate_cell(network: str | None, rate_gbit: float, share: tuple[float, str], comm: list,
               nics: int = 1) -> CommCell:
     """A two-node ring of one device each on `nics` links of `rate_gbit`, delivering share[0] of
@@ -129,6 +142,8 @@ def _inter(network, shape: Shape, cells: list[Cell], comm: list, change: dict) -
         if rate:
             share = delivered(change.get("transport") or transport, change.get("efficiency"), rate, sockets,
                               change.get("stream_gbps") or SOCKET_STREAM_GBPS)
+            if change.get("ps_servers_apart"):
+                share = servers_apart(share, shape.world_size)
             return network, [rate_cell(network, rate, share, comm, nics)], [
                 f"no comm record of network {network or 'local'}: its rate {rate:g} Gbit/s"
                 f"{f' x {nics} NICs' if nics > 1 else ''} x {share[1]}; a comm record "
@@ -153,8 +168,8 @@ def completed(cell: Cell, network: str | None, shape: Shape, cells: list[Cell], 
             extra.append(CommCell(None, Shape(1, the_node.per_node), the_node.link, None))
         found.notes += the_node.notes
         found.sharing, found.sharing_per_node = the_node.sharing, the_node.per_node
-    if cell.method in published.SYNC_PS:  # a PS's ps-lite streams, not NCCL's sockets
-        change = dict(change, stream_gbps=PS_STREAM_GBPS)
+    if cell.method in published.SYNC_PS:  # a PS's ps-lite streams, not NCCL's sockets; servers apart
+        change = dict(change, stream_gbps=PS_STREAM_GBPS, ps_servers_apart=True)
     network, more, notes = _inter(network, shape, cells, comm, change)
     found.notes += notes
     return network, list(comm) + extra + more, found

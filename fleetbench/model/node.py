@@ -205,3 +205,27 @@ def backward_share(ref: Cell, method: str, cells: list[Cell], node_link, bound: 
     return share, (f"backward's share {share:.2f} of the step learned from the 1-node {method} run {run.label} "
                    f"({measured:.1f} ms exposed a micro-step on the node's link, the model says "
                    f"{exposure(default):.1f} at {default:.2f})")
+
+
+def method_cost(ref: Cell, method: str, cells: list[Cell], node_link, bound: str) -> tuple[float, str]:
+    """(ms a sync, note) `method` costs of its own on `ref`'s work: what its 1-node run loses beyond
+    its whole all-reduce on a node link derived from another method's 1-node run (past the noise, as
+    backward_share), else 0. No overlap exposes more than everything, so the rest is work the method
+    does each step that no link explains (ByteScheduler's: its 1-node runs are slower than bsp's,
+    which hides nothing). Carried to every cell of the method, once a sync."""
+    runs = [c for c in _runs(ref, cells) if c.method == method]
+    single = cellmod.find_single(ref, cells)
+    derived = node_link is not None and node_link.source.startswith(DERIVED)
+    if not runs or single is None or not derived or runs[0].label in node_link.source:
+        return 0.0, ""
+    run = runs[0]
+    node_ms, single_ms = _steps(run, single, bound)
+    link = node_link.at(run.shape.devices_per_node)
+    whole = link.allreduce_ms(run.comm_bytes * run.sync_every, run.comm_buckets * run.sync_every) / run.sync_every
+    excess = node_ms - single_ms - whole
+    if excess <= max(NOISE_SHARE * single_ms, run.step_std_ms + single.step_std_ms):
+        return 0.0, ""
+    per_sync = excess * run.sync_every
+    return per_sync, (f"the 1-node {method} run {run.label} loses {excess:.1f} ms a micro-step beyond its whole "
+                      f"all-reduce on the node's link: {per_sync:.1f} ms a sync of the method's own, on its cells")
+

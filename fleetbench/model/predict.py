@@ -163,6 +163,14 @@ def _traffic(ref: Cell, target: Target, bound: str) -> tuple[gradbytes.Traffic, 
 def exposed_for(ref: Cell, method: str, comm_ms: float, sim: dict, cal: dict) -> tuple[float, str]:
     """(ms a micro-step the all-reduce adds to the step, why): module doc. `sim` holds the link,
     traffic, sync interval, base and bound the overlap model needs."""
+    own_ms, own_note = node.method_cost(ref, method, sim["cells"], sim["node_link"], sim["bound"]) if ref.gpu \
+        else (0.0, "")
+    exposed, why = _exposed(ref, method, comm_ms, sim, cal)
+    return max(exposed, own_ms / sim["k"]), why + (f"; {own_note}" if own_note else "")
+
+
+def _exposed(ref: Cell, method: str, comm_ms: float, sim: dict, cal: dict) -> tuple[float, str]:
+    """exposed_for without the method's own cost."""
     if method in cellmod.POST_BACKWARD:
         return comm_ms, f"{method} all-reduces after backward: no overlap"
     if method not in overlap.OVERLAPPED:

@@ -46,12 +46,12 @@ ALIASES = {"resnet50": "ResNet-50", "rn50": "ResNet-50", "resnet50v15": "ResNet-
 # others (ByteScheduler, the PS rows) keep their published names and are listed as not predicted.
 METHODS = {"BSP-A2A": "bsp", "WFBP-A2A": "wfbp", "MG-WFBP": "mgwfbp", "BSP-PS": "bsp-ps", "WFBP-PS": "wfbp-ps",
            "ByteScheduler-PS": "bytescheduler-ps"}
-# A synchronous parameter server with one server a node, beside its workers (BytePS, MXNet's
-# dist_sync_device: the workers of a node aggregate first): each node pushes S (N-1)/N to the
-# other nodes' servers and serves as much, then pulls and serves the same back, on a full-duplex
-# NIC: 2 (N-1)/N S each way, a ring all-reduce's bus traffic. So a published synchronous PS cell
-# is predicted as the all-reduce of its method (post-backward, or one call a tensor overlapped),
-# from its own 1-node run (the node's aggregation through its server). docs/explain.md, PS.
+# A synchronous parameter server (BytePS as ddl-benchmarks runs it: the workers of a node aggregate
+# first; as many servers as worker nodes, on hosts of their own, byteps/launch.sh): each worker node
+# pushes S to the servers and pulls S back a step, whatever the nodes. A published synchronous PS
+# cell is predicted as the all-reduce of its method (post-backward, or one call a tensor
+# overlapped), from its own 1-node run (the node's aggregation), with the inter-node rate scaled so
+# the ring's 2(n-1)/n S takes S's time (links.servers_apart). docs/explain.md, PS.
 # ByteScheduler over the PS sends a tensor's partitions by priority as backward makes them: at
 # least what one call a tensor hides (its priority scheduling into the next forward is not modelled).
 SYNC_PS = ("bsp-ps", "wfbp-ps", "bytescheduler-ps")
@@ -203,8 +203,9 @@ def complete(record: dict) -> dict:
             out["config"].setdefault("runtime", {})["device"] = "gpu"
         if record["mode"] == "ps" and out["method"] in SYNC_PS:
             out["mode"] = "collective"
-            derived.append(f"mode collective: synchronous parameter server {record['method']} with a server a node, "
-                           "predicted as its all-reduce's bus traffic (2(N-1)/N S each way a node)")
+            derived.append(f"mode collective: synchronous parameter server {record['method']} with as many servers "
+                           "as worker nodes on hosts of their own, predicted through the all-reduce model with a "
+                           "worker node's S each way a step (links.servers_apart)")
         if metrics.get("step_time_ms") is None and out["mode"] == "collective":
             m["step_time_ms"] = _step_ms(record)
             derived.append("step_time_ms (batch x world size / throughput)")
@@ -302,7 +303,7 @@ def not_modelled(record: dict) -> str | None:
     if record.get("error") is not None:
         return f"failed run: {str(record['error']).splitlines()[0][:80]}"
     if record["mode"] == "ps":
-        return ("parameter-server training of a published table other than a synchronous PS with a server a node "
+        return ("parameter-server training of a published table other than a synchronous PS (BytePS's) "
                 f"({', '.join(k for k, v in METHODS.items() if v in SYNC_PS)}): not modelled")
     if record["mode"] != "collective":
         return None

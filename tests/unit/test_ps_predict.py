@@ -9,7 +9,7 @@ import pytest
 
 from fleetbench.analysis import validate
 
-from fleetbench.model import predict, published
+from fleetbench.model import links, predict, published
 
 ROOT = Path(__file__).resolve().parents[2] / "results"
 OWN = ["kvm-2vcpu-paddle2.6.2-arch.jsonl", "kvm-2vcpu-paddle2.6.2-demo.jsonl", "kvm-2vcpu-paddle2.6.2-network.jsonl"]
@@ -67,6 +67,22 @@ def test_published_synchronous_ps_cells_are_all_predicted():
     assert len(ps) == 81 and all(r.get("throughput_error") is not None for r in ps)
     within = {m: sum(abs(r["throughput_error"]) <= 0.15 for r in ps if r["method"] == m)
               for m in ("bsp-ps", "wfbp-ps", "bytescheduler-ps")}
-    assert within == {"bsp-ps": 24, "wfbp-ps": 22, "bytescheduler-ps": 18}
+    # 66 of 81 (64 when the servers shared the workers' nodes): BERT-Base's 100GbE cells still miss
+    assert within == {"bsp-ps": 22, "wfbp-ps": 24, "bytescheduler-ps": 20}
     untouched = copy.deepcopy(records[0])
     assert published.complete(untouched)["mode"] == records[0]["mode"]
+
+
+def test_published_ps_servers_on_their_own_hosts_carry_s_a_step_at_any_size():
+    # ddl-benchmarks' byteps/launch.sh starts its servers on hosts of their own (gpu9 on): a worker
+    # node pushes and pulls S whatever the nodes, so the ring's 2(n-1)/n S goes at 2(n-1)/n the rate
+    share, note = links.servers_apart((0.5, "tcp"), 32)
+    assert share == pytest.approx(0.5 * 2 * 31 / 32) and "hosts of their own" in note
+    assert links.servers_apart((0.5, "tcp"), 1)[0] == 0.5
+    records = _load(ROOT / "reference" / "ddl-benchmarks-2020-05-29.jsonl")
+    rows = validate.validate(published.adopt(records, True), {"nodes": 1})
+    steps = {r["nodes"]: r["predicted_step_ms"] for r in rows
+             if r["method"] == "bsp-ps" and r["benchmark"] == "bert_large" and r["network"] == "10gbe"}
+    # the table's own BSP-PS steps are flat from 2 to 8 nodes (2256, 2161, 2170 ms); so is the model
+    assert steps[8] == pytest.approx(steps[2], rel=0.03)
+

@@ -87,9 +87,10 @@ def test_model_error_constants_are_what_the_fitted_tables_give_and_ranges_hold_7
     for group in ("fitted", "held out"):
         share = totals[group]["in_range"] / totals[group]["ranged"]
         assert 0.70 <= share <= 0.90, (group, share)
-    # the acceptance figures docs/explain.md reports: the fitted tables' all-reduce cells >= 90%; with
-    # ddl-benchmarks' 81 parameter-server cells, predicted since issue 47, 88%; held out 43 of 54
-    assert (totals["fitted"]["within"], totals["fitted"]["predicted"]) == (201, 228)
+    # the acceptance figures docs/explain.md reports: the fitted tables 205 of 228 (89.9%: the PS
+    # servers on hosts of their own and ByteScheduler's own cost, issue 47; 201 before), their
+    # all-reduce cells >= 90%; held out 43 of 54, unchanged by either (neither touches their cells)
+    assert (totals["fitted"]["within"], totals["fitted"]["predicted"]) == (205, 228)
     collective = [r for r in fitted if not r["method"].endswith("-ps")]
     assert sum(abs(r["throughput_error"]) <= 0.15 for r in collective) / len(collective) >= 0.90
     assert (totals["held out"]["within"], totals["held out"]["predicted"]) == (43, 54)
@@ -103,3 +104,14 @@ def test_the_80_percent_range_contains_the_inputs_range_and_grows_with_nodes():
     assert ranges.widened(100.0, 50.0, 150.0, 1) == (50.0, 150.0)
     narrow, wide = ranges.widened(100.0, 100.0, 100.0, 2), ranges.widened(100.0, 100.0, 100.0, 32)
     assert wide[0] < narrow[0] < 100.0 < narrow[1] < wide[1]
+
+
+def test_a_method_slower_on_one_node_than_bsp_pays_its_own_cost_beside_the_wire():
+    # ByteScheduler-A2A's ResNet-50 1-node runs are ~110 ms slower than bsp's, which hides nothing;
+    # its multi-node steps stay near that (380-430 ms) over 10GbE, IB and 100GbE alike
+    cells = [r for r in _all_rows() if r["method"].lower() == "bytescheduler-a2a" and r["benchmark"] == "resnet50"
+             and r.get("throughput_error") is not None]
+    assert len(cells) == 9
+    assert all(any("of the method's own" in n for n in r["notes"]) for r in cells)
+    # 6 of 9 within 15% (4 before the rule): misses 8x4 over IB (+17%) and 100GbE (+18%), 100GbE 2x4 (+15.1%)
+    assert sum(abs(r["throughput_error"]) <= 0.15 for r in cells) == 6
