@@ -382,7 +382,7 @@ def test_real_control_and_bsp_records_explain_a_slow_rank(tmp_path):
     free, so its per-rank step times show the slow rank; bsp carries its gradient bytes. The delay is
     large beside a tiny step (about 0.5 s here) so that the promise, rank 1 slower by about the delay,
     holds with room on 2 loaded cores (with 300 ms it failed once for each of two engineers working
-    beside it; which assertion was not kept)."""
+    beside it; which assertion was not kept). Four measured steps: the delay is on every one."""
     import subprocess
 
     from util import PYTHON, REPO, env
@@ -395,7 +395,7 @@ def test_real_control_and_bsp_records_explain_a_slow_rank(tmp_path):
         proc = subprocess.run([PYTHON, "-m", "fleetbench", "launch", "--log_dir", str(tmp_path / f"log-{method}"),
                                "--nproc_per_node", "2", "--timeout", "240", "collective/resnet50.py",
                                "--preset", "tiny", "--set", f"method={method}", "--set", "debug.delay_rank=1",
-                               "--set", "debug.delay_ms=600", "--results", str(store)],
+                               "--set", "debug.delay_ms=600", "--set", "steps=6", "--results", str(store)],
                               cwd=REPO, env=env(), capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
     control, bsp = (json.loads(line) for line in store.read_text().splitlines())
