@@ -46,7 +46,7 @@ PS_STREAM_GBPS = 0.7
 # TCP stack and NCCL's proxy thread on both hosts. Fitted on ddl-benchmarks' all-reduce cells over
 # TCP (10GbE and 100GbE, a fitted table; docs/explain.md "Why each kind misses"): its ResNet-50 `wfbp`
 # (161 calls a step) lost 0.28 and 0.66 ms a call beyond the 14 us model at 16 and 32 GPUs. Not a
-# parameter server's (ps-lite is not NCCL: applied there, 8 more PS cells miss).
+# parameter server's (ps-lite is not NCCL: applied there, 12 more PS cells miss, 197 of 228).
 SOCKET_HOP_US = 100.0
 # Cloud GPU instances without GPUDirect RDMA on their TCP network (the providers' instance pages):
 # 8 GPUs a node share one NIC; NCCL runs its socket transport with the provider's default streams.
