@@ -134,7 +134,8 @@ def _network_rate(network: str | None, cells: list[Cell], comm: list) -> tuple:
     return cellmod.known_rate(network, comm), None, 1, 0
 
 
-def _inter(network, shape: Shape, cells: list[Cell], comm: list, change: dict) -> tuple[str | None, list, list, str | None]:
+def _inter(network, shape: Shape, cells: list[Cell], comm: list,
+           change: dict) -> tuple[str | None, list, list, str | None]:
     """(network name, comm cells to add, notes, transport of a link known by its rate alone) for the
     link between nodes."""
     if change.get("rate_gbit"):
