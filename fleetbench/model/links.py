@@ -41,6 +41,13 @@ SOCKET_STREAM_GBPS = 2.3
 # 15%, 0.7: 205, 0.75: 203, 0.8: 188; 1.2 GB/s while the servers were taken to share the workers'
 # nodes). The IB cells run ps-lite's RDMA van: no cap.
 PS_STREAM_GBPS = 0.7
+# The latency of one network step of NCCL's socket transport, us: NCCL's own figure (DEFAULT_HOP_US
+# "net", 14 us, tuning.cc) is one for every network; over sockets each step also crosses the kernel's
+# TCP stack and NCCL's proxy thread on both hosts. Fitted on ddl-benchmarks' all-reduce cells over
+# TCP (10GbE and 100GbE, a fitted table; docs/explain.md "Why each kind misses"): its ResNet-50 `wfbp`
+# (161 calls a step) lost 0.28 and 0.66 ms a call beyond the 14 us model at 16 and 32 GPUs. Not a
+# parameter server's (ps-lite is not NCCL: applied there, 12 more PS cells miss, 197 of 228).
+SOCKET_HOP_US = 100.0
 # Cloud GPU instances without GPUDirect RDMA on their TCP network (the providers' instance pages):
 # 8 GPUs a node share one NIC; NCCL runs its socket transport with the provider's default streams.
 INSTANCES = {
@@ -69,6 +76,7 @@ class Found:
     sharing: float = 1.0
     sharing_per_node: int = 0
     node_link: object = None  # the ring inside a GPU node (model/node.py), when one was found
+    net_transport: str | None = None  # of a network known by its rate alone (no comm record)
 
 
 def delivered(transport: str | None, efficiency: float | None, rate_gbit: float | None = None,
@@ -126,15 +134,18 @@ def _network_rate(network: str | None, cells: list[Cell], comm: list) -> tuple:
     return cellmod.known_rate(network, comm), None, 1, 0
 
 
-def _inter(network, shape: Shape, cells: list[Cell], comm: list, change: dict) -> tuple[str | None, list, list]:
-    """(network name, comm cells to add, notes) for the link between nodes."""
+def _inter(network, shape: Shape, cells: list[Cell], comm: list,
+           change: dict) -> tuple[str | None, list, list, str | None]:
+    """(network name, comm cells to add, notes, transport of a link known by its rate alone) for the
+    link between nodes."""
     if change.get("rate_gbit"):
         network = f"{change['rate_gbit']:g}gbit-{change.get('transport') or DEFAULT_TRANSPORT}"
         share = delivered(change.get("transport"), change.get("efficiency"), change["rate_gbit"],
                           change.get("sockets") or 0)
         nics = int(change.get("nics") or 1)
         return network, [rate_cell(network, change["rate_gbit"], share, comm, nics)], [
-            f"inter-node link by rate: {share[1]}" + (f", {nics} NICs a node" if nics > 1 else "")]
+            f"inter-node link by rate: {share[1]}" + (f", {nics} NICs a node" if nics > 1 else "")], (
+            change.get("transport") or DEFAULT_TRANSPORT)
     if shape.nodes > 1 and not any(c.network == network and c.shape.nodes > 1 for c in comm):
         rate, transport, nics, sockets = _network_rate(network, cells, comm)
         if not rate and change.get("network_rate"):  # the predicted cell's own record says it
@@ -147,10 +158,11 @@ def _inter(network, shape: Shape, cells: list[Cell], comm: list, change: dict) -
             return network, [rate_cell(network, rate, share, comm, nics)], [
                 f"no comm record of network {network or 'local'}: its rate {rate:g} Gbit/s"
                 f"{f' x {nics} NICs' if nics > 1 else ''} x {share[1]}; a comm record "
-                "of it (collective/comm.py across 2 nodes) would replace this"]
+                "of it (collective/comm.py across 2 nodes) would replace this"], (
+                change.get("transport") or transport or DEFAULT_TRANSPORT)
     elif shape.nodes > 1 and (change.get("transport") or change.get("efficiency")):
-        return network, [], [f"transport/efficiency not used: a comm record of network {network} exists"]
-    return network, [], []
+        return network, [], [f"transport/efficiency not used: a comm record of network {network} exists"], None
+    return network, [], [], None
 
 
 def completed(cell: Cell, network: str | None, shape: Shape, cells: list[Cell], comm: list,
@@ -168,20 +180,27 @@ def completed(cell: Cell, network: str | None, shape: Shape, cells: list[Cell], 
             extra.append(CommCell(None, Shape(1, the_node.per_node), the_node.link, None))
         found.notes += the_node.notes
         found.sharing, found.sharing_per_node = the_node.sharing, the_node.per_node
-    if cell.method in published.SYNC_PS:  # a PS's ps-lite streams, not NCCL's sockets; servers apart
+    ps = cell.method in published.SYNC_PS
+    if ps:  # a PS's ps-lite streams, not NCCL's sockets; servers apart
         change = dict(change, stream_gbps=PS_STREAM_GBPS, ps_servers_apart=True)
-    network, more, notes = _inter(network, shape, cells, comm, change)
+    network, more, notes, transport = _inter(network, shape, cells, comm, change)
+    found.net_transport = None if ps else transport  # NCCL's transport only: ps-lite has its own latency
     found.notes += notes
     return network, list(comm) + extra + more, found
 
 
-def _default_latency(link, bound: str):
-    """GPU links: NCCL's per-step latencies where no comm record measured one, at the bound."""
+def _default_latency(link, bound: str, net_transport: str | None = None):
+    """GPU links: NCCL's per-step latencies where no comm record measured one, at the bound; a
+    network step of NCCL's socket transport (a link over `tcp` known by its rate) SOCKET_HOP_US."""
     scale = ranges.LATENCY_SCALE[bound]
 
     def fill(part: alphabeta.Link, kind: str) -> alphabeta.Link:
         if part.latency_known or part.ranks < 2:
             return part
+        if kind == "net" and net_transport == "tcp":
+            hop = SOCKET_HOP_US * scale
+            return part.with_hop_us(hop, f"hop latency {hop:g} us (NCCL's socket transport, fitted on "
+                                         f"ddl-benchmarks' TCP cells, x{scale:g}: not measured)")
         hop = nccl.DEFAULT_HOP_US[kind] * scale
         return part.with_hop_us(hop, f"hop latency {hop:g} us (NCCL's default x{scale:g}: not measured)")
 
@@ -196,5 +215,5 @@ def link_for(cell: Cell, network: str | None, shape: Shape, cells: list[Cell], c
     what `completed` derives; the backend is NCCL for GPU work, gloo for CPU."""
     network, comm, found = completed(cell, network, shape, cells, comm, change, bound)
     link, found.problem = cellmod.link_for(network, shape, comm, None, "nccl" if cell.gpu else "gloo")
-    found.link = _default_latency(link, bound) if link is not None and cell.gpu else link
+    found.link = _default_latency(link, bound, found.net_transport) if link is not None and cell.gpu else link
     return found

@@ -105,9 +105,10 @@ def test_validate_on_published_predicts_two_nodes_from_one():
     (row,) = validate.validate(published.adopt(table(), True), {"nodes": 1})
     intra_bw, inter_bw = 1.5 * RESNET_BYTES / 30e6, 10 / 8 * TCP
     wire_ms = 2 * 7 / 8 * RESNET_BYTES / (min(intra_bw, inter_bw) * 1e6)  # the NIC hop is the slowest
-    # one call (102 MB < a 128 MiB bucket): 12 intra-node ring steps and 2 across, at NCCL's defaults;
-    # the 1-node run's 6 steps of default latency, inside its 30 ms, come back as a host cost below 0
-    latency_ms = (12 * nccl.DEFAULT_HOP_US["nvlink"] + 2 * nccl.DEFAULT_HOP_US["net"]) / 1e3
+    # one call (102 MB < a 128 MiB bucket): 12 intra-node ring steps at NCCL's default and 2 across
+    # 10 GbE, a TCP network, at its socket transport's; the 1-node run's 6 steps of default latency,
+    # inside its 30 ms, come back as a host cost below 0
+    latency_ms = (12 * nccl.DEFAULT_HOP_US["nvlink"] + 2 * links.SOCKET_HOP_US) / 1e3
     comm_ms = wire_ms + latency_ms - 6 * nccl.DEFAULT_HOP_US["nvlink"] / 1e3
     assert row["predicted_step_ms"] == pytest.approx(250.0 + comm_ms)
     assert row["predicted_throughput"] == pytest.approx(8 * 64 / (250.0 + comm_ms) * 1e3)

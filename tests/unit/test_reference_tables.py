@@ -87,10 +87,11 @@ def test_model_error_constants_are_what_the_fitted_tables_give_and_ranges_hold_7
     for group in ("fitted", "held out"):
         share = totals[group]["in_range"] / totals[group]["ranged"]
         assert 0.70 <= share <= 0.90, (group, share)
-    # the acceptance figures docs/explain.md reports: the fitted tables 205 of 228 (89.9%: the PS
-    # servers on hosts of their own and ByteScheduler's own cost, issue 47; 201 before), their
-    # all-reduce cells >= 90%; held out 43 of 54, unchanged by either (neither touches their cells)
-    assert (totals["fitted"]["within"], totals["fitted"]["predicted"]) == (205, 228)
+    # the acceptance figures docs/explain.md reports: the fitted tables 209 of 228 (91.7%: NCCL's
+    # socket hop, issue 47; 205 with the PS servers on hosts of their own and ByteScheduler's own
+    # cost, 201 before them), their all-reduce cells >= 90%; held out 43 of 54, unchanged by all
+    # three (none touches their cells: every held-out network is InfiniBand)
+    assert (totals["fitted"]["within"], totals["fitted"]["predicted"]) == (209, 228)
     collective = [r for r in fitted if not r["method"].endswith("-ps")]
     assert sum(abs(r["throughput_error"]) <= 0.15 for r in collective) / len(collective) >= 0.90
     assert (totals["held out"]["within"], totals["held out"]["predicted"]) == (43, 54)
@@ -113,5 +114,6 @@ def test_a_method_slower_on_one_node_than_bsp_pays_its_own_cost_beside_the_wire(
              and r.get("throughput_error") is not None]
     assert len(cells) == 9
     assert all(any("of the method's own" in n for n in r["notes"]) for r in cells)
-    # 6 of 9 within 15% (4 before the rule): misses 8x4 over IB (+17%) and 100GbE (+18%), 100GbE 2x4 (+15.1%)
-    assert sum(abs(r["throughput_error"]) <= 0.15 for r in cells) == 6
+    # 7 of 9 within 15% (4 before the rule, 6 before NCCL's socket hop moved 100GbE 2x4 from +15.1% to
+    # +14.9%): misses 8x4 over IB (+17%) and 100GbE (+16%)
+    assert sum(abs(r["throughput_error"]) <= 0.15 for r in cells) == 7
