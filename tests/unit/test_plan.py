@@ -98,6 +98,15 @@ def test_published_tables_reach_the_issues_accuracy():
     assert {t["role"] for t in published.tables()} == {"fit", "check"}
 
 
+def test_korthikantis_iteration_times_convert_to_the_mfu_megatrons_readme_prints():
+    # two sources of Table 5 (Calculon's times and splits, Megatron-LM's MFU) agree under the
+    # stated FLOPs formula: a mistyped time, split or shape would show here
+    table = published.load(published.TABLES_DIR / "korthikanti-2022-table5.yaml")
+    readme = {r[0]: r[-1] for r in table["rows"] if r[-1] is not None}
+    found = {c.name: c.published * 1e12 / model.Cluster(**table["cluster"]).peak_flops for c in published.cells(table)}
+    assert len(readme) == 4 and all(abs(found[name] - mfu) < 0.005 for name, mfu in readme.items()), found
+
+
 def test_fit_finds_the_constants_the_model_carries():
     best = published.fit()
     assert (best["EFF_MAX"], best["EFF_HALF_WIDTH"], best["MEM_TRAFFIC"]) == pytest.approx(
