@@ -94,7 +94,7 @@ def test_published_tables_reach_the_issues_accuracy():
     check = published.summary([c for c in every if c.role == "check"])
     assert fit["within_15pct"] >= 0.85 and fit["median_abs_error"] <= 0.07
     # the tables never fitted on reach the same (docs/gpt.md lists every cell)
-    assert check["within_15pct"] >= 0.85 and check["median_abs_error"] <= 0.07 and check["cells"] >= 7
+    assert check["within_15pct"] >= 0.85 and check["median_abs_error"] <= 0.07 and check["cells"] >= 17
     assert {t["role"] for t in published.tables()} == {"fit", "check"}
 
 
