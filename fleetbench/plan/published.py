@@ -5,8 +5,8 @@ A table file names its cluster, the defaults of its cells, which keys were assum
 read (listed in every cell's note), the FLOPs its TFLOP/s counts (`flops`: the recomputation whose
 forward it includes: Megatron's Table 1 counts full recomputation's, MFU tables none), and its
 `role`: `fit` (the model's constants were fitted on it) or `check` (never used for fitting). A
-published figure in tokens/s a GPU (`unit: tokens/s/gpu`) is converted to TFLOP/s with
-measure/flops.py. Every row becomes a cell; a row the model cannot price (a split check() refuses)
+published figure in tokens/s a GPU (`unit: tokens/s/gpu`) or seconds an iteration (`unit:
+s/iteration`) is converted to TFLOP/s with measure/flops.py. Every row becomes a cell; a row the model cannot price (a split check() refuses)
 is listed with its reason, never dropped.
 
 Fit (FIT, run by `fit()`; its result is written into plan/model.py's EFF_MAX, EFF_HALF_WIDTH by
@@ -63,14 +63,25 @@ def _cell_inputs(table: dict, row: list) -> tuple:
     return values, shape, split, model.Cluster(**table["cluster"])
 
 
+def tflops_per_gpu(table: dict, values: dict, shape: model.Shape, figure: float) -> float:
+    """A published figure as TFLOP/s a GPU, counted by the table's FLOPs convention (`flops`):
+    tokens/s a GPU x FLOPs a token, or an iteration's FLOPs (global batch x seq tokens) / (seconds
+    x GPUs); a table in TFLOP/s is taken as printed."""
+    per_token = shape.flops_per_token(table["flops"])
+    if table.get("unit") == "tokens/s/gpu":
+        return figure * per_token / 1e12
+    if table.get("unit") == "s/iteration":
+        return int(values["global_batch"]) * shape.seq * per_token / (figure * int(values["gpus"])) / 1e12
+    return figure
+
+
 def cells(table: dict) -> list[Cell]:
     out = []
     assumed = ", ".join(table.get("assumed") or []) or "nothing"
     for row in table["rows"]:
         values, shape, split, cluster = _cell_inputs(table, row)
         published = float(values["published"])
-        if table.get("unit") == "tokens/s/gpu":  # to TFLOP/s a GPU, by the table's FLOPs convention
-            published = published * shape.flops_per_token(table["flops"]) / 1e12
+        published = tflops_per_gpu(table, values, shape, published)
         why = model.check(shape, split, cluster)
         found = None if why else model.predict(shape, split, cluster)
         predicted = found.tflops_per_gpu(table["flops"]) if found else None

@@ -12,10 +12,11 @@ topology), the wrapped model and its step, and the record's utilization (MFU).
                  custom_device"; PipelineLayer fails in ParallelEnv; group_sharded_parallel is a GPU
                  path): one line naming the build, exit 2, before anything starts
     dry topology  `--set dry_topology=true`: each rank prints `FLEETBENCH_TOPOLOGY {json}`: its
-                 device, the degrees and the ranks of each of its groups, computed by Paddle's own
-                 CommunicateTopology in the order of the strategy's hybrid_parallel_order (what
-                 fleet.init builds its groups from), and ends before fleet.init: no process group
-                 is made (gloo cannot make Paddle's hybrid subgroups on CPU), no kernel runs
+                 device and endpoint (its node), the degrees and the ranks of each of its groups,
+                 computed by Paddle's own CommunicateTopology in the order of the strategy's
+                 hybrid_parallel_order (what fleet.init builds its groups from), and ends before
+                 fleet.init: no process group is made (gloo cannot make Paddle's hybrid subgroups
+                 on CPU), no kernel runs
 """
 from __future__ import annotations
 
@@ -98,6 +99,8 @@ def topology(cfg: Cfg, world: int, rank: int) -> dict:
     return {"rank": rank, "world_size": world, "order": order, "degrees": dict(zip(order, dims)),
             "groups": groups, "coord": dict(topo.get_coord(rank)._asdict()),
             "device": os.environ.get("FLAGS_selected_gpus"), "local_rank": os.environ.get("PADDLE_LOCAL_RANK"),
+            # which node: the address Paddle's launcher gave this rank (its node's --host), of how many
+            "endpoint": os.environ.get("PADDLE_CURRENT_ENDPOINT"), "nnodes": os.environ.get("PADDLE_NNODES"),
             "sharding_stage": cfg.sharding_stage, "sequence_parallel": cfg.sequence_parallel,
             "recompute": cfg.recompute}
 
