@@ -34,7 +34,10 @@ TIERS = {"job": "job", "root": "root", "gpu_sim": "gpu_sim"}
 BUILD_NEUTRAL = {"test_k8s_crd.py", "test_k8s.py", "test_k8s_shape.py", "test_docs.py", "test_sweep.py",
                  "test_plot.py", "test_html_report.py", "test_bad_input.py",
                  # the results database, its gate and explained changes: records in, text out
-                 "test_store.py", "test_gate.py", "test_history_explained.py", "test_circumstances.py"}
+                 "test_store.py", "test_gate.py", "test_history_explained.py", "test_circumstances.py",
+                 # the loss breakdown over records (its one job makes two records to explain) and the
+                 # sweep's stability policy: the collective family's records on 3.x are tested elsewhere
+                 "test_explain.py", "test_sweep_stable.py"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -104,6 +104,7 @@ def test_slowest_rank_decides(tmp_path):
     delay_ms = 400
     proc = fleetrun(tmp_path / "log", "--nproc_per_node", 2, SCRIPT, "--preset", "tiny",
                     "--set", "debug.delay_rank=1", "--set", f"debug.delay_ms={delay_ms}",
+                    "--set", "steps=6",  # the last step's delay is what shows: 4 measured steps do
                     "--results", tmp_path / "r.jsonl")
     assert proc.returncode == 0, proc.stderr[-3000:]
     (rec,) = records(tmp_path / "r.jsonl")
