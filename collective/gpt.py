@@ -51,6 +51,8 @@ class GptConfig(config.CollectiveConfig):
         require(self.pp >= 1 and self.num_layers % self.pp == 0, "pp", f"must divide num_layers ({self.num_layers})", self.pp)
         require(self.hidden_size % self.num_heads == 0, "hidden_size", "must be a multiple of num_heads", self.hidden_size)
         require(not self.sequence_parallel or self.tp > 1, "sequence_parallel", "needs tp > 1", self.sequence_parallel)
+        if self.sequence_parallel:  # activations [seq_len/tp, b, h] between the TP layers: seq_len must divide
+            hybrid.sequence_layout(self.seq_len, self.micro_batch, self.hidden_size, self.tp)
         require(self.micro_batch >= 1, "micro_batch", "must be >= 1", self.micro_batch)
         require(self.global_batch % self.micro_batch == 0, "global_batch", "must be a multiple of micro_batch",
                 self.global_batch)

@@ -5,6 +5,15 @@ their sequence-parallel forms with sequence_parallel), a PipelineLayer of LayerD
 and recomputation (full: a block; selective: attention's scores, softmax and context, the part
 Korthikanti et al. 2022 recompute).
 
+Sequence parallelism (Korthikanti et al. 2022), wired as Paddle's fleet/utils/sequence_parallel_utils
+expects it and as PaddleNLP's GPT uses it: the embedding's [b, s, h] is turned to [s, b, h] and cut
+along s (ScatterOp: each TP rank keeps s/tp positions, hybrid.sequence_layout); norms and residuals
+run on that cut; each column linear all-gathers s before its GEMM and each row linear
+reduce-scatters after its own; attention runs on whole sequences between the two (turned back to
+batch-first); the logits' column linear is the final gather, turned back to [b, s, vocab/tp] for
+the parallel cross-entropy. The norms' weights and biases are marked (mark_sequence_parallel) so
+that hybrid.prepare's all-reduce hooks sum their partial gradients over the TP group.
+
 Tested for real on CPU: tp = pp = 1 (data parallel and sharding stage 1). The tp, sp and pp paths
 run only on GPU builds (a CPU build refuses them before launch: train/hybrid.check) and are
 untested in kernels here (docs/gpt.md).
@@ -84,15 +93,21 @@ class Attention(nn.Layer):
         self.qkv, self.out = _column(cfg, cfg.hidden_size, 3 * cfg.hidden_size), _row(cfg, cfg.hidden_size, cfg.hidden_size)
 
     def forward(self, x: Tensor) -> Tensor:
-        batch, seq = x.shape[0], x.shape[1]
-        q, k, v = self.qkv(x).reshape([batch, seq, self.heads, -1]).split(3, axis=-1)
+        qkv = self.qkv(x)  # with SP: [s, b, 3h/tp], the all-gather inside restored the whole sequence
+        if self.cfg.sequence_parallel:
+            qkv = qkv.transpose([1, 0, 2])
+        batch, seq = qkv.shape[0], qkv.shape[1]
+        q, k, v = qkv.reshape([batch, seq, self.heads, -1]).split(3, axis=-1)
         if self.cfg.position == "rotary":
             q, k = rotate(q), rotate(k)
         if self.cfg.recompute == "selective" and self.training:
             context = recompute_fn(core_attention, q, k, v)
         else:
             context = core_attention(q, k, v)
-        return self.out(context.reshape([batch, seq, -1]))
+        context = context.reshape([batch, seq, -1])
+        if self.cfg.sequence_parallel:  # sequence-first again: the row linear reduce-scatters along s
+            context = context.transpose([1, 0, 2])
+        return self.out(context)
 
 
 class MLP(nn.Layer):
@@ -141,6 +156,9 @@ class Embed(nn.Layer):
         x = self.word(ids)
         if self.position is not None:
             x = x + self.position(paddle.arange(ids.shape[1]).unsqueeze(0))
+        if self.cfg.sequence_parallel:  # [b, s, h] -> this rank's [s/tp, b, h]; backward all-gathers
+            from paddle.distributed.fleet.utils.sequence_parallel_utils import ScatterOp
+            x = ScatterOp.apply(x.transpose([1, 0, 2]))
         return x
 
 
@@ -149,12 +167,14 @@ class Head(nn.Layer):
 
     def __init__(self, cfg: Cfg) -> None:
         super().__init__()
+        self.sequence_parallel = cfg.sequence_parallel
         self.norm = _norm(cfg)
         self.logits = _column(cfg, cfg.hidden_size, cfg.vocab_size) if cfg.tp > 1 else \
             nn.Linear(cfg.hidden_size, cfg.vocab_size, bias_attr=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.logits(self.norm(x))
+        logits = self.logits(self.norm(x))  # with SP the column linear gathered s: [s, b, vocab/tp]
+        return logits.transpose([1, 0, 2]) if self.sequence_parallel else logits
 
 
 class LanguageModelLoss(nn.Layer):
@@ -181,10 +201,32 @@ class GPT(nn.Layer):
         return self.head(x)
 
 
+def sequence_parallel_names(model: nn.Layer) -> list[str]:
+    """Names of the parameters whose gradient is partial on each TP rank under SP because their
+    layer runs on the rank's s/tp positions only and holds the whole parameter: the norms' weights
+    and biases (the row linears' biases are the other such, and Paddle marks those itself)."""
+    return [f"{prefix}.{name}" for prefix, layer in model.named_sublayers()
+            if isinstance(layer, (nn.LayerNorm, RMSNorm))
+            for name, _ in layer.named_parameters(include_sublayers=False)]
+
+
+def mark_sequence_parallel(model: nn.Layer) -> None:
+    """Mark the norms' parameters for Paddle's sequence-parallel all-reduce hooks (hybrid.prepare)."""
+    from paddle.distributed.fleet.utils.sequence_parallel_utils import mark_as_sequence_parallel_parameter
+    params = dict(model.named_parameters())
+    for name in sequence_parallel_names(model):
+        mark_as_sequence_parallel_parameter(params[name])
+
+
 def build(cfg: Cfg) -> nn.Layer:
     """The model: GPT, or with pp > 1 a PipelineLayer of the same layers (its loss inside)."""
     if cfg.pp == 1:
-        return GPT(cfg)
-    from paddle.distributed.fleet.meta_parallel import LayerDesc, PipelineLayer
-    descs = [LayerDesc(Embed, cfg)] + [LayerDesc(Block, cfg) for _ in range(cfg.num_layers)] + [LayerDesc(Head, cfg)]
-    return PipelineLayer(layers=descs, num_stages=cfg.pp, loss_fn=LanguageModelLoss(cfg), seg_method="layer:Block")
+        model = GPT(cfg)
+    else:
+        from paddle.distributed.fleet.meta_parallel import LayerDesc, PipelineLayer
+        blocks = [LayerDesc(Block, cfg) for _ in range(cfg.num_layers)]
+        descs = [LayerDesc(Embed, cfg)] + blocks + [LayerDesc(Head, cfg)]
+        model = PipelineLayer(layers=descs, num_stages=cfg.pp, loss_fn=LanguageModelLoss(cfg), seg_method="layer:Block")
+    if cfg.sequence_parallel:
+        mark_sequence_parallel(model)
+    return model

@@ -6,15 +6,16 @@ topology), the wrapped model and its step, and the record's utilization (MFU).
                  stages 2-3, which shard over the data-parallel group with
                  paddle.distributed.sharding.group_sharded_parallel), or `sharding_degree` (stage 1:
                  Fleet's DygraphShardingOptimizer, dp_degree 1)
-    check        sequence parallelism is not wired yet (refused on every build); a CPU build (or
-                 CPU ranks) cannot run tp, pp or stages 2-3
+    check        a CPU build (or CPU ranks) cannot run tp, pp, sequence parallelism or stages 2-3
                  (Paddle 2.6.2 and 3.3.1: ColumnParallelLinear "Only support xpu, gpu and
                  custom_device"; PipelineLayer fails in ParallelEnv; group_sharded_parallel is a GPU
                  path): one line naming the build, exit 2, before anything starts
     dry topology  `--set dry_topology=true`: each rank prints `FLEETBENCH_TOPOLOGY {json}`: its
                  device and endpoint (its node), the degrees and the ranks of each of its groups,
                  computed by Paddle's own CommunicateTopology in the order of the strategy's
-                 hybrid_parallel_order (what fleet.init builds its groups from), and ends before
+                 hybrid_parallel_order (what fleet.init builds its groups from), with
+                 sequence_parallel the [s/tp, b, h] shape of the activations between the TP
+                 layers (sequence_layout), and ends before
                  fleet.init: no process group is made (gloo cannot make Paddle's hybrid subgroups
                  on CPU), no kernel runs
 """
@@ -66,23 +67,28 @@ def check(cfg: Cfg) -> None:
     """ConfigError (one line) when this Paddle build and these ranks cannot run the split."""
     if cfg.dry_topology:
         return  # no kernel, no process group: orchestration only
-    if cfg.sequence_parallel:
-        # the layers are Paddle's sequence-parallel linears (gpt_model._column/_row), but the
-        # scatter of the embedding into the [s*b/t, h] layout, the final gather and the all-reduce
-        # hooks of the norms' weights are not wired: refused rather than run wrong (docs/gpt.md)
-        raise ConfigError("config key 'sequence_parallel' is true but collective/gpt.py does not wire the "
-                          "sequence-parallel layout yet (scatter, gather, norm-weight hooks); use "
-                          "sequence_parallel=false, or dry_topology=true for its groups")
     asked = [k for k in GPU_ONLY if (getattr(cfg, k) > (1 if k in ("tp", "pp") else 0)
                                      if k != "sequence_parallel" else getattr(cfg, k))]
     asked = [k for k in asked if k != "sharding_stage" or cfg.sharding_stage >= 2]
     if asked and not gpu_ranks():
-        key = asked[0]
+        # sequence parallelism needs tp > 1 too: name the key the user asked for, not its prerequisite
+        key = "sequence_parallel" if "sequence_parallel" in asked else asked[0]
         raise ConfigError(
             f"config key '{key}' is {getattr(cfg, key)!r} but {capability.paddle_build()} runs CPU ranks: tensor/"
             "pipeline/sequence parallelism and sharding stages 2-3 run on GPU builds only (ColumnParallelLinear: "
             "'Only support xpu, gpu and custom_device'); use a CUDA build of paddlepaddle-gpu 2.6.2 or 3.3.1 "
             "where GPUs are visible, or tp=pp=1, sequence_parallel=false, sharding_stage 0 or 1 here")
+
+
+def sequence_layout(seq_len: int, micro_batch: int, hidden: int, tp: int) -> list[int]:
+    """[s/tp, b, h]: a TP rank's share of the activations between the TP layers under sequence
+    parallelism. The embedding's [b, s, h] is turned sequence-first so each rank's cut of s is
+    contiguous, then cut along s into tp pieces (Paddle's ScatterOp / ReduceScatterOp assert that
+    s divides; refused here in one line instead, before launch)."""
+    if tp < 1 or seq_len % tp:
+        raise ConfigError(f"config key 'seq_len' must be a multiple of tp ({tp}) with sequence_parallel=true: "
+                          f"each TP rank holds seq_len / tp positions (got {seq_len})")
+    return [seq_len // tp, micro_batch, hidden]
 
 
 def topology(cfg: Cfg, world: int, rank: int) -> dict:
@@ -102,7 +108,8 @@ def topology(cfg: Cfg, world: int, rank: int) -> dict:
             # which node: the address Paddle's launcher gave this rank (its node's --host), of how many
             "endpoint": os.environ.get("PADDLE_CURRENT_ENDPOINT"), "nnodes": os.environ.get("PADDLE_NNODES"),
             "sharding_stage": cfg.sharding_stage, "sequence_parallel": cfg.sequence_parallel,
-            "recompute": cfg.recompute}
+            "sequence_layout": (sequence_layout(cfg.seq_len, cfg.micro_batch, cfg.hidden_size, cfg.tp)
+                                if cfg.sequence_parallel else None), "recompute": cfg.recompute}
 
 
 def print_topology(cfg: Cfg) -> bool:
@@ -145,6 +152,13 @@ def prepare(cfg: Cfg, work: Any, ctx: Any) -> tuple:
     from fleetbench.train import methods
     from fleetbench.train.amp import Precision
 
+    if cfg.sequence_parallel and ctx.world_size > 1:
+        from paddle.distributed.fleet.utils import sequence_parallel_utils as spu
+        # the parameters marked sequence-parallel (the norms', gpt_model.mark_sequence_parallel, and
+        # the row linears' biases, which Paddle marks) get a partial gradient on each TP rank: the
+        # hooks sum them over the TP group once a step, after the last micro-batch; unfused, as
+        # PaddleNLP's default. On the model before AMP's decoration, as PaddleNLP's trainer does.
+        spu.register_sequence_parallel_allreduce_hooks(work.model, accumulation(cfg, ctx.world_size), False)
     amp = ctx.precision = Precision(cfg.amp, cfg.amp_level)
     work.model, work.optimizer = amp.decorate(work.model, work.optimizer)
     model, optimizer = work.model, work.optimizer

@@ -5,7 +5,7 @@ at node 0's master; node i's address is ADDRESSES[i], so its ranks' endpoints sa
 are on. With `dry_topology=true` each of the 16 ranks prints the groups Paddle's CommunicateTopology
 gives it for the strategy the run would pass to fleet.init, its device and endpoint, then stops
 before fleet.init: the orchestration (ranks, devices, nodes, hybrid groups) is tested, no kernel
-runs (tensor/pipeline parallelism and sharding stage 2 are untested in kernels here: docs/gpt.md).
+runs (tensor/pipeline/sequence parallelism and sharding stage 2 are untested in kernels here: docs/gpt.md).
 Both nodes share the machine and its simulated GPUs 0-7 (no namespaces: no root needed)."""
 import json
 import random
@@ -105,10 +105,14 @@ def nodes_of(ranks: dict, members: list) -> set:
     return {ranks[m]["endpoint"].split(":")[0] for m in members}
 
 
-def test_tp4_pp2_on_two_by_eight_keeps_tensor_and_pipeline_groups_in_a_node(dgx, tmp_path):
-    ranks = two_nodes(dgx, tmp_path, "tp=4", "pp=2")
+def test_tp4_pp2_sequence_parallel_on_two_by_eight_keeps_tensor_and_pipeline_groups_in_a_node(dgx, tmp_path):
+    # sequence parallelism runs over the TP (model) group and adds no axis ("sep" is Paddle's
+    # segment parallelism, another thing): the groups are tp=4 pp=2's; each rank's activations
+    # between the TP layers are tiny's 32 positions / 4, micro-batch 4, hidden 64
+    ranks = two_nodes(dgx, tmp_path, "tp=4", "pp=2", "sequence_parallel=true")
     assert_placed(ranks, {"dp": 2, "pp": 2, "sharding": 1, "sep": 1, "mp": 4}, 0)
     for r, got in ranks.items():
+        assert got["sequence_parallel"] is True and got["sequence_layout"] == [8, 4, 64]
         assert got["groups"]["model"] == list(range(r // 4 * 4, r // 4 * 4 + 4))
         assert got["groups"]["pipe"] == [r // 8 * 8 + r % 4, r // 8 * 8 + r % 4 + 4]
         assert got["groups"]["data"] == [r % 8, r % 8 + 8]  # the gradients' all-reduce crosses the nodes
@@ -144,6 +148,7 @@ def test_without_dry_topology_cpu_ranks_refuse_tp_in_one_line(dgx, tmp_path):
 
 class Cfg:  # the keys hybrid.topology reads
     tp, pp, sharding_stage, sequence_parallel, recompute, micro_batch, global_batch = 4, 2, 0, True, "selective", 1, 0
+    seq_len, hidden_size = 2048, 2048
 
 
 @pytest.mark.parametrize("tp,pp,stage", [(8, 1, 1), (8, 2, 2), (2, 2, 3)])

@@ -73,11 +73,23 @@ def test_a_cpu_build_refuses_model_parallelism_in_one_line(tmp_path, key):
     assert not (tmp_path / "log").exists() or not list((tmp_path / "log").glob("workerlog.*"))
 
 
-def test_sequence_parallelism_is_refused_until_its_layout_is_wired():
-    proc = util.run_script("collective/gpt.py", "--preset", "tiny", "--set", "tp=2", "--set", "sequence_parallel=true",
-                           "--check")
-    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
-    assert "config key 'sequence_parallel' is true" in proc.stderr and "not wire" in proc.stderr
+def test_a_cpu_build_refuses_sequence_parallelism_in_one_line_naming_it(tmp_path):
+    # wired (gpt_model, hybrid.prepare) but Paddle's sequence-parallel linears are its TP layers,
+    # which a CPU build refuses: named as the key asked for, not as its prerequisite tp
+    proc = util._run([util.PYTHON, "-m", "fleetbench", "launch", "--nproc_per_node", "2", "--log_dir",
+                      str(tmp_path / "log"), "collective/gpt.py", "--preset", "tiny", "--set", "tp=2", "--set",
+                      "sequence_parallel=true"], 120, util.CPU_RANKS)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "config key 'sequence_parallel' is True" in lines[0] and "GPU builds only" in lines[0]
+    assert not (tmp_path / "log").exists() or not list((tmp_path / "log").glob("workerlog.*"))
+
+
+def test_a_sequence_tp_does_not_divide_is_refused_in_one_line():
+    proc = util.run_script("collective/gpt.py", "--preset", "tiny", "--set", "tp=4", "--set", "sequence_parallel=true",
+                           "--set", "seq_len=30", "--check")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "config key 'seq_len' must be a multiple of tp (4)" in proc.stderr
 
 
 def test_llama_layers_train_and_recomputation_changes_no_loss(tmp_path):
