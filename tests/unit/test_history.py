@@ -85,3 +85,23 @@ def test_the_c_pelt_finds_what_ruptures_python_pelt_finds():
         pelt = ruptures.Pelt(model="l2", min_size=changepoints.MIN_SEGMENT, jump=1)
         ends = pelt.fit(x.reshape(-1, 1)).predict(pen=penalty)
         assert changepoints.change_points(list(x)) == [e for e in ends if e < n]
+
+
+def test_the_permutation_test_in_blocks_is_the_test_one_order_at_a_time(monkeypatch):
+    """split_p draws its random orders a block of rows at a time (Generator.permuted) for speed: on
+    seeded series, flat and shifted, short and long, and with blocks cut mid-way, its p is exactly
+    the p of drawing one order at a time with Generator.permutation."""
+    import numpy as np
+
+    def one_at_a_time(values, permutations=changepoints.PERMUTATIONS, seed=changepoints.SEED):
+        rng = np.random.default_rng(seed)
+        observed = changepoints.split_statistic(values)
+        stronger = sum(changepoints.split_statistic(rng.permutation(values)) >= observed
+                       for _ in range(permutations))
+        return (stronger + 1) / (permutations + 1)
+    rng = np.random.default_rng(48)
+    for n, shift in ((4, 0.0), (7, 0.05), (40, 0.0), (40, 0.02), (300, 0.01)):
+        x = list(1000 * (1 + 0.02 * rng.standard_normal(n)) * np.where(np.arange(n) < n // 2, 1, 1 - shift))
+        assert changepoints.split_p(x) == one_at_a_time(x)
+    monkeypatch.setattr(changepoints, "PERMUTED_BLOCK", 1000)  # 3 orders of 300 a block
+    assert changepoints.split_p(x) == one_at_a_time(x)
