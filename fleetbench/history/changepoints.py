@@ -74,7 +74,8 @@ def order_key(by: str):
 def series(records: list[dict], by: str = "time", ignore=(), match=(),
            disturbed_pct: float = stability.DISTURBED_PCT) -> list[dict]:
     """One series per cell with a successful run: {"key", "unit", "runs": [{id, time, throughput,
-    disturbed, point}], "points": [{label, n, mean, std, ids, first}]}. With `by="commit"` runs are
+    disturbed, point, record}], "points": [{label, n, mean, std, ids, first}]} (`record`: the run's
+    record, for `changes` to read the circumstances of the runs beside a change; not output). With `by="commit"` runs are
     ordered by the first time their commit was seen, then by time."""
     if by not in ORDERS:
         raise ValueError(f"--by {by}: expected one of {', '.join(ORDERS)}")
@@ -100,7 +101,7 @@ def _series(key: dict, runs: list[dict], by: str, disturbed_pct: float) -> dict:
     items = [{"id": r["id"], "time": r.get("time"), "throughput": r["metrics"]["throughput"],
               "disturbed": stability.is_disturbed(r["metrics"], disturbed_pct),
               "interference_cpu_pct": r["metrics"].get("interference_cpu_pct"),
-              "point": point_label(run_point(r), by), "named": circumstances.of(r)} for r in runs]
+              "point": point_label(run_point(r), by), "record": r} for r in runs]
     points: list[dict] = []
     for index, item in enumerate(items):
         if not points or points[-1]["label"] != item["point"]:
@@ -189,6 +190,12 @@ def changes(all_series: list[dict], alpha: float = compare.ALPHA,
     false change, docs/compare.md)."""
     pending = []
     for s in all_series:
+        named: dict[int, dict] = {}  # a run's circumstances, made only for the runs beside a change
+
+        def of(i: int, runs=s["runs"], named=named) -> dict:
+            if i not in named:
+                named[i] = circumstances.of(runs[i]["record"])
+            return named[i]
         quiet = [i for i, run in enumerate(s["runs"]) if not run["disturbed"]]
         values = [s["runs"][i]["throughput"] for i in quiet]
         s["segments"], s["changes"] = [], []
@@ -202,8 +209,7 @@ def changes(all_series: list[dict], alpha: float = compare.ALPHA,
             change = {"at": quiet[cut], "point": s["runs"][quiet[cut]]["point"],
                       "before": values[a:cut], "after": values[cut:b],
                       "from": s["runs"][quiet[cut - 1]]["time"], "to": s["runs"][quiet[cut]]["time"],
-                      **circumstances.explain([s["runs"][i]["named"] for i in quiet[a:cut]],
-                                              [s["runs"][i]["named"] for i in quiet[cut:b]])}
+                      **circumstances.explain([of(i) for i in quiet[a:cut]], [of(i) for i in quiet[cut:b]])}
             s["changes"].append(change)
             pending.append(change)
     for s in all_series:  # each cell's history is one question: its changes are corrected together

@@ -44,7 +44,7 @@ def run(paths, by: str = "time", *, ignore=(), match=(), alpha: float = compare.
         cell["label"] = name
         cell["name"] = chart_name(name)
         for item in cell["runs"]:
-            item.pop("named")
+            item.pop("record")
     changepoints.together(cells)
     return {"files": list(paths), "by": by, "alpha": alpha, "threshold_pct": threshold_pct,
             "disturbed_pct": disturbed_pct, "cells": cells, "regressions": changepoints.regressions(cells)}
