@@ -105,3 +105,17 @@ def test_the_permutation_test_in_blocks_is_the_test_one_order_at_a_time(monkeypa
         assert changepoints.split_p(x) == one_at_a_time(x)
     monkeypatch.setattr(changepoints, "PERMUTED_BLOCK", 1000)  # 3 orders of 300 a block
     assert changepoints.split_p(x) == one_at_a_time(x)
+
+
+def test_charts_drawn_by_worker_processes_are_the_charts_drawn_here(tmp_path, monkeypatch):
+    """Many charts are drawn by worker processes (write_charts): the same PNG and CSV bytes, and the
+    same links, as drawing them in this process."""
+    recs = steps(20.0, 18.0)
+    recs += [dict(r, id=r["id"] + "-bert", benchmark="bert") for r in steps(30.0, 30.0)]
+    report = history.run([store(tmp_path / "two.jsonl", recs)])
+    monkeypatch.setattr(history, "CHARTS_A_WORKER", 1)  # two charts are enough for two workers
+    here = history.write_charts(report, str(tmp_path / "here"), lambda p: p.split("/")[-1], jobs=1)
+    there = history.write_charts(report, str(tmp_path / "there"), lambda p: p.split("/")[-1], jobs=2)
+    assert here[0] == there[0] and len(here[0]) == 2
+    for name in sorted(p.name for p in (tmp_path / "here").iterdir()):
+        assert (tmp_path / "here" / name).read_bytes() == (tmp_path / "there" / name).read_bytes(), name
