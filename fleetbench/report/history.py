@@ -21,8 +21,7 @@ from fleetbench.history.store import StoreError
 from fleetbench.measure import experiment, results, stability
 from fleetbench.measure.schema import RecordError
 from fleetbench.report import comparison
-from fleetbench.report.output import save_chart
-from fleetbench.report.style import COLORS, DPI, FIGSIZE, MARGINS, STYLE, Figure, matplotlib, slug
+from fleetbench.report.style import slug
 
 
 def run(paths, by: str = "time", *, ignore=(), match=(), alpha: float = compare.ALPHA,
@@ -150,6 +149,8 @@ def chart_rows(cell: dict) -> list[dict]:
 def draw(cell: dict) -> bytes:
     """Runs in order, coloured by point (disturbed ones hollow), segment means as lines, change
     points as dashed verticals labelled with their change and verdict."""
+    # matplotlib only for the commands that draw (style.py): --json and --regressions draw nothing
+    from fleetbench.report.style import COLORS, DPI, FIGSIZE, MARGINS, STYLE, Figure, finish, matplotlib
     with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=FIGSIZE, dpi=DPI)
         fig.subplots_adjust(**MARGINS)
@@ -175,7 +176,6 @@ def draw(cell: dict) -> bytes:
         ax.set_ylim(0, top * 1.15)
         ax.set_xlabel(f"run, in order of {cell.get('by', 'time')}")
         ax.set_ylabel(cell["unit"])
-        from fleetbench.report.style import finish
         png = finish(fig, ax, cell["label"], "dots: runs (hollow: disturbed, not in figures); lines: segment means; "
                      "dashed: change points (PELT), each tested by a permutation test (docs/compare.md)")
     return png
@@ -185,6 +185,7 @@ CHARTS_A_WORKER = 8  # charts a worker process draws at once; fewer charts than 
 
 
 def _chart(images_dir: str, cell: dict) -> str:
+    from fleetbench.report.output import save_chart
     return save_chart(images_dir, cell["name"], chart_rows(cell), draw(cell))
 
 
