@@ -94,7 +94,7 @@ def engine(url: str):
             dbapi_conn.execute("PRAGMA journal_mode=WAL")
             # the store is an index of files that stay the source: a commit need not wait for the disk
             # (WAL's NORMAL survives a crash of the program; a power loss can undo the last imports,
-            # which importing the files again redoes); FULL's flush a transaction was most of an import
+            # which importing the files again redoes); FULL's flush a transaction was a tenth of an import
             dbapi_conn.execute("PRAGMA synchronous=NORMAL")
             dbapi_conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
             # the WAL is copied into the database (and that flushed to disk) every CHECKPOINT_PAGES
