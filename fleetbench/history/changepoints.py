@@ -74,7 +74,8 @@ def order_key(by: str):
 def series(records: list[dict], by: str = "time", ignore=(), match=(),
            disturbed_pct: float = stability.DISTURBED_PCT) -> list[dict]:
     """One series per cell with a successful run: {"key", "unit", "runs": [{id, time, throughput,
-    disturbed, point}], "points": [{label, n, mean, std, ids, first}]}. With `by="commit"` runs are
+    disturbed, point, record}], "points": [{label, n, mean, std, ids, first}]} (`record`: the run's
+    record, for `changes` to read the circumstances of the runs beside a change; not output). With `by="commit"` runs are
     ordered by the first time their commit was seen, then by time."""
     if by not in ORDERS:
         raise ValueError(f"--by {by}: expected one of {', '.join(ORDERS)}")
@@ -100,7 +101,7 @@ def _series(key: dict, runs: list[dict], by: str, disturbed_pct: float) -> dict:
     items = [{"id": r["id"], "time": r.get("time"), "throughput": r["metrics"]["throughput"],
               "disturbed": stability.is_disturbed(r["metrics"], disturbed_pct),
               "interference_cpu_pct": r["metrics"].get("interference_cpu_pct"),
-              "point": point_label(run_point(r), by), "named": circumstances.of(r)} for r in runs]
+              "point": point_label(run_point(r), by), "record": r} for r in runs]
     points: list[dict] = []
     for index, item in enumerate(items):
         if not points or points[-1]["label"] != item["point"]:
@@ -139,27 +140,42 @@ def change_points(values: list[float]) -> list[int]:
     return sorted(int(i) for i in ends if 0 < int(i) < len(values))
 
 
-def split_statistic(values) -> float:
+def split_statistic(values):
     """The largest drop of the l2 cost one split of `values` can make: max over k of
-    k (n - k) / n x (mean of the first k - mean of the rest)^2 (a CUSUM statistic)."""
+    k (n - k) / n x (mean of the first k - mean of the rest)^2 (a CUSUM statistic). Of each row,
+    as an array, when `values` is a matrix (one series a row)."""
     import numpy as np
     x = np.asarray(values, dtype=float)
-    n = len(x)
+    n = x.shape[-1]
+    if n < 2:
+        return float(0.0) if x.ndim == 1 else np.zeros(x.shape[:-1])
     k = np.arange(1, n)
-    left = np.cumsum(x)[:-1] / k
-    right = (x.sum() - np.cumsum(x)[:-1]) / (n - k)
-    return float(np.max(k * (n - k) / n * (left - right) ** 2)) if n > 1 else 0.0
+    before = np.cumsum(x, axis=-1)[..., :-1]
+    left = before / k
+    right = (x.sum(axis=-1, keepdims=True) - before) / (n - k)
+    best = np.max(k * (n - k) / n * (left - right) ** 2, axis=-1)
+    return float(best) if x.ndim == 1 else best
+
+
+PERMUTED_BLOCK = 1 << 22  # values of permuted series held at once (32 MiB)
 
 
 def split_p(values, permutations: int = PERMUTATIONS, seed: int = SEED) -> float:
     """p of the best split of `values` against the same runs in random orders (a permutation test,
     E-Divisive's way): the share of orders whose best split is at least as strong. The split was
     chosen as the strongest, so a two-sample test between its sides would be optimistic; this one
-    pays for the choice."""
+    pays for the choice. The orders are drawn a block of rows at a time (Generator.permuted shuffles
+    each row as Generator.permutation would, in turn: the p-values of one order at a time, a test
+    holds it) and their statistics computed together."""
     import numpy as np
     rng = np.random.default_rng(seed)
-    observed = split_statistic(values)
-    stronger = sum(split_statistic(rng.permutation(values)) >= observed for _ in range(permutations))
+    x = np.asarray(values, dtype=float)
+    observed = split_statistic(x)
+    rows = max(1, PERMUTED_BLOCK // max(1, len(x)))
+    stronger = 0
+    for start in range(0, permutations, rows):
+        block = rng.permuted(np.tile(x, (min(rows, permutations - start), 1)), axis=1)
+        stronger += int(np.count_nonzero(split_statistic(block) >= observed))
     return (stronger + 1) / (permutations + 1)
 
 
@@ -174,6 +190,12 @@ def changes(all_series: list[dict], alpha: float = compare.ALPHA,
     false change, docs/compare.md)."""
     pending = []
     for s in all_series:
+        named: dict[int, dict] = {}  # a run's circumstances, made only for the runs beside a change
+
+        def of(i: int, runs=s["runs"], named=named) -> dict:
+            if i not in named:
+                named[i] = circumstances.of(runs[i]["record"])
+            return named[i]
         quiet = [i for i, run in enumerate(s["runs"]) if not run["disturbed"]]
         values = [s["runs"][i]["throughput"] for i in quiet]
         s["segments"], s["changes"] = [], []
@@ -187,8 +209,7 @@ def changes(all_series: list[dict], alpha: float = compare.ALPHA,
             change = {"at": quiet[cut], "point": s["runs"][quiet[cut]]["point"],
                       "before": values[a:cut], "after": values[cut:b],
                       "from": s["runs"][quiet[cut - 1]]["time"], "to": s["runs"][quiet[cut]]["time"],
-                      **circumstances.explain([s["runs"][i]["named"] for i in quiet[a:cut]],
-                                              [s["runs"][i]["named"] for i in quiet[cut:b]])}
+                      **circumstances.explain([of(i) for i in quiet[a:cut]], [of(i) for i in quiet[cut:b]])}
             s["changes"].append(change)
             pending.append(change)
     for s in all_series:  # each cell's history is one question: its changes are corrected together

@@ -40,6 +40,8 @@ def chunks(path: str) -> tuple[list[tuple], list[str]]:
         return [], [f"{path}: cannot read ({exc.strerror})"]
     log = results.RESULT_PREFIX.encode() in data
     lines = data.split(b"\n")
+    if lines and not lines[-1]:  # the newline that ends the last line starts no line
+        lines.pop()
     return [(path, first + 1, lines[first:first + store.BATCH], log)
             for first in range(0, len(lines), store.BATCH)], []
 

@@ -24,6 +24,7 @@ results to it), so every reader prints the same from the database as from the fi
 from __future__ import annotations
 
 import json
+import operator
 import os
 
 from fleetbench.history import circumstances
@@ -31,7 +32,10 @@ from fleetbench.measure import experiment, results
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 60  # a writer waits this long for another's transaction (SQLite)
-BATCH = 500  # records a transaction
+BATCH = 2000  # lines a worker prepares at once, and records a transaction: few commits, a short lock
+LOOKUP = 1000  # values of one IN (...) list
+CHECKPOINT_PAGES = 25_600  # 100 MiB of 4 KiB pages
+CACHE_KIB = 64 * 1024  # SQLite's page cache: the id indices of 100,000 runs stay in memory while importing
 
 
 class StoreError(ValueError):
@@ -56,10 +60,14 @@ def _tables():
              sa.Column("env_hash", sa.String(64), sa.ForeignKey("environments.hash"), nullable=False),
              sa.Column("cluster_hash", sa.String(64), sa.ForeignKey("clusters.hash"), nullable=False),
              sa.Column("rest", sa.Text, nullable=False))
+    # a run has a figure per rank and name (5 a run at 100,000 runs of 1 to 10 nodes): one B-tree keyed
+    # by (run, name, rank), which serves the lookups by run too, rather than a table, its key and an
+    # index of run ids (three B-trees to write a row into; bench/history_store.py)
     sa.Table("figures", meta,
-             sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.id"), nullable=False, index=True),
+             sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.id"), nullable=False),
              sa.Column("name", sa.String(100), nullable=False), sa.Column("rank", sa.Integer, nullable=False),
-             sa.Column("value", sa.Float), sa.UniqueConstraint("run_id", "name", "rank"))
+             sa.Column("value", sa.Float), sa.PrimaryKeyConstraint("run_id", "name", "rank"),
+             sqlite_with_rowid=False)
     return meta
 
 
@@ -84,6 +92,14 @@ def engine(url: str):
         @sa.event.listens_for(eng, "connect")
         def _pragmas(dbapi_conn, _record):
             dbapi_conn.execute("PRAGMA journal_mode=WAL")
+            # the store is an index of files that stay the source: a commit need not wait for the disk
+            # (WAL's NORMAL survives a crash of the program; a power loss can undo the last imports,
+            # which importing the files again redoes); FULL's flush a transaction was a tenth of an import
+            dbapi_conn.execute("PRAGMA synchronous=NORMAL")
+            dbapi_conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            # the WAL is copied into the database (and that flushed to disk) every CHECKPOINT_PAGES
+            # written rather than SQLite's 1000 (4 MB: after every transaction of an import)
+            dbapi_conn.execute(f"PRAGMA wal_autocheckpoint={CHECKPOINT_PAGES}")
             dbapi_conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_S * 1000}")
             dbapi_conn.execute("PRAGMA foreign_keys=ON")
 
@@ -166,14 +182,12 @@ def _number(value):
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def record_of(rest_text: str, env_text: str) -> dict:
-    """The record a row was made from (`rows` inverted)."""
+def record_of(rest_text: str, env: dict | None) -> dict:
+    """The record a row was made from (`rows` inverted), given its environment's block (`env` of
+    the environments row's JSON)."""
     record = json.loads(rest_text)
     own = record.pop("env")
-    if own is not None:
-        record["env"] = {**json.loads(env_text)["env"], **own}
-    else:
-        record["env"] = None
+    record["env"] = None if own is None else {**env, **own}
     return record
 
 
@@ -189,8 +203,14 @@ def _insert(conn, table, values: list[dict], returning=None):
     else:
         from sqlalchemy.dialects.sqlite import insert
     stmt = insert(table).on_conflict_do_nothing()
-    if returning is None:
-        conn.execute(stmt, values)
+    if returning is None:  # the statement compiled once, the rows handed to the driver's executemany:
+        # SQLAlchemy's own executemany builds each row's parameters anew (most of writing the figures)
+        compiled = stmt.compile(dialect=conn.dialect, column_keys=list(values[0]))
+        if compiled.positional:
+            params = list(map(operator.itemgetter(*compiled.positiontup), values))
+        else:
+            params = values
+        conn.exec_driver_sql(str(compiled), params)
         return []
     return [row[0] for row in conn.execute(stmt.returning(table.c[returning]), values)]
 
@@ -233,12 +253,20 @@ def _write(eng, made: dict) -> list[str]:
     with eng.begin() as conn:
         ids = [run["id"] for run in made["runs"]]
         have = set(conn.execute(sa.select(t["runs"].c.id).where(t["runs"].c.id.in_(ids))).scalars())
-        runs = [run for run in made["runs"] if run["id"] not in have]  # in file order: read back so
+        runs = []  # in file order (read back so), an id offered twice taken the first time, as the insert would
+        for run in made["runs"]:
+            if run["id"] not in have:
+                have.add(run["id"])
+                runs.append(run)
         if not runs:  # imported before: nothing to write
             return []
         for name in ("environments", "clusters"):
             _insert(conn, t[name], sorted(made[name].values(), key=lambda r: r["hash"]))
-        fresh = set(_insert(conn, t["runs"], runs, returning="id"))
+        if conn.dialect.name == "sqlite":  # BEGIN IMMEDIATE took the write lock before the lookup: no other
+            _insert(conn, t["runs"], runs)  # writer can have added one of these since, so all of them are new
+            fresh = {run["id"] for run in runs}
+        else:  # another importer may have committed some of them since the lookup: the insert says which went in
+            fresh = set(_insert(conn, t["runs"], runs, returning="id"))
         _insert(conn, t["figures"], [f for f in made["figures"] if f["run_id"] in fresh])
     return [run["id"] for run in runs if run["id"] in fresh]
 
@@ -247,17 +275,27 @@ def _write(eng, made: dict) -> list[str]:
 
 def load(url: str, where=(), files: bool = False) -> list:
     """The records of the store at `url` that pass every filter of `where` ((column, op, value),
-    history/select.py), in the order they were imported; with `files`, (file imported from, record)."""
+    history/select.py), in the order they were imported; with `files`, (file imported from, record).
+    Each environment is read and parsed once (the runs name it by hash), not once a run: most of
+    reading a store was parsing the same environments again. The records of one environment share
+    its blocks, which no reader changes."""
     import sqlalchemy as sa
     t = tables()
     eng = open_store(url, create=False)
-    query = (sa.select(t["runs"].c.rest, t["environments"].c.json, t["runs"].c.file)
-             .join(t["environments"], t["runs"].c.env_hash == t["environments"].c.hash)
-             .where(*[_condition(t["runs"], *w) for w in where]).order_by(t["runs"].c.seq))
+    runs = t["runs"]
+    query = (sa.select(runs.c.rest, runs.c.env_hash, runs.c.file)
+             .where(*[_condition(runs, *w) for w in where]).order_by(runs.c.seq))
     try:
         with eng.connect() as conn:
-            out = [(path, record_of(rest, env)) if files else record_of(rest, env)
-                   for rest, env, path in conn.execute(query)]
+            found = conn.execute(query).all()
+            hashes = sorted({env for _, env, _ in found})
+            envs = {}
+            for at in range(0, len(hashes), LOOKUP):  # a statement's parameters are limited (SQLite: 32766)
+                envs.update((h, json.loads(text)["env"]) for h, text in conn.execute(
+                    sa.select(t["environments"].c.hash, t["environments"].c.json)
+                    .where(t["environments"].c.hash.in_(hashes[at:at + LOOKUP]))))
+        out = [(path, record_of(rest, envs[env])) if files else record_of(rest, envs[env])
+               for rest, env, path in found]
     except sa.exc.SQLAlchemyError as exc:
         raise StoreError(f"--db {url}: {str(getattr(exc, 'orig', exc)).splitlines()[0]}") from None
     finally:

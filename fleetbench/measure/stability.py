@@ -153,7 +153,15 @@ def is_disturbed(metrics: dict | None, limit_pct: float = DISTURBED_PCT) -> bool
     """Whether a run's measured interference (null: not measured, e.g. older records) exceeds the
     limit, or its speed probe moved between its own edges (`probe_reason`; a run alone: its cell's
     median is `disturbed_reasons`')."""
-    return _interfered(metrics, limit_pct) or probe_reason(metrics) is not None
+    return _interfered(metrics, limit_pct) or (_probed(metrics) and probe_reason(metrics) is not None)
+
+
+_PROBE_EDGES = frozenset(f"{name}_{edge}" for _, name in PROBES for edge in ("before", "after"))
+
+
+def _probed(metrics: dict | None) -> bool:
+    """Whether a run has any probe figure: most have none, and `history` asks of 100,000 runs."""
+    return bool(metrics) and not _PROBE_EDGES.isdisjoint(metrics)
 
 
 def _interfered(metrics: dict | None, limit_pct: float) -> bool:

@@ -21,8 +21,7 @@ from fleetbench.history.store import StoreError
 from fleetbench.measure import experiment, results, stability
 from fleetbench.measure.schema import RecordError
 from fleetbench.report import comparison
-from fleetbench.report.output import save_chart
-from fleetbench.report.style import COLORS, DPI, FIGSIZE, MARGINS, STYLE, Figure, matplotlib, slug
+from fleetbench.report.style import slug
 
 
 def run(paths, by: str = "time", *, ignore=(), match=(), alpha: float = compare.ALPHA,
@@ -44,7 +43,7 @@ def run(paths, by: str = "time", *, ignore=(), match=(), alpha: float = compare.
         cell["label"] = name
         cell["name"] = chart_name(name)
         for item in cell["runs"]:
-            item.pop("named")
+            item.pop("record")
     changepoints.together(cells)
     return {"files": list(paths), "by": by, "alpha": alpha, "threshold_pct": threshold_pct,
             "disturbed_pct": disturbed_pct, "cells": cells, "regressions": changepoints.regressions(cells)}
@@ -150,6 +149,8 @@ def chart_rows(cell: dict) -> list[dict]:
 def draw(cell: dict) -> bytes:
     """Runs in order, coloured by point (disturbed ones hollow), segment means as lines, change
     points as dashed verticals labelled with their change and verdict."""
+    # matplotlib only for the commands that draw (style.py): --json and --regressions draw nothing
+    from fleetbench.report.style import COLORS, DPI, FIGSIZE, MARGINS, STYLE, Figure, finish, matplotlib
     with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=FIGSIZE, dpi=DPI)
         fig.subplots_adjust(**MARGINS)
@@ -175,20 +176,38 @@ def draw(cell: dict) -> bytes:
         ax.set_ylim(0, top * 1.15)
         ax.set_xlabel(f"run, in order of {cell.get('by', 'time')}")
         ax.set_ylabel(cell["unit"])
-        from fleetbench.report.style import finish
         png = finish(fig, ax, cell["label"], "dots: runs (hollow: disturbed, not in figures); lines: segment means; "
                      "dashed: change points (PELT), each tested by a permutation test (docs/compare.md)")
     return png
 
 
-def write_charts(report: dict, images_dir: str, link) -> tuple[dict, list[str]]:
-    """Charts of the cells with more than one point: ({name: link}, files written)."""
-    links, written = {}, []
-    for cell in report["cells"]:
-        if len(cell["points"]) < 2:
-            continue
+CHARTS_A_WORKER = 8  # charts a worker process draws at once; fewer charts than two workers' are drawn here
+
+
+def _chart(images_dir: str, cell: dict) -> str:
+    from fleetbench.report.output import save_chart
+    return save_chart(images_dir, cell["name"], chart_rows(cell), draw(cell))
+
+
+def write_charts(report: dict, images_dir: str, link, jobs: int | None = None) -> tuple[dict, list[str]]:
+    """Charts of the cells with more than one point: ({name: link}, files written). A chart costs
+    matplotlib about 0.15 s whatever is in it (its text: ticks, legend, labels): many are drawn by
+    `jobs` worker processes (default: the CPUs, at most 4), each the same PNG as drawn here."""
+    import concurrent.futures
+    import functools
+    import os
+    charted = [cell for cell in report["cells"] if len(cell["points"]) >= 2]
+    for cell in charted:
         cell["by"] = report["by"]
-        png = save_chart(images_dir, cell["name"], chart_rows(cell), draw(cell))
+    jobs = min(4, os.cpu_count() or 1) if jobs is None else jobs
+    draw_one = functools.partial(_chart, images_dir)
+    if jobs > 1 and len(charted) >= 2 * CHARTS_A_WORKER:
+        with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
+            pngs = list(pool.map(draw_one, charted, chunksize=CHARTS_A_WORKER))
+    else:
+        pngs = [draw_one(cell) for cell in charted]
+    links, written = {}, []
+    for cell, png in zip(charted, pngs):
         links[cell["name"]] = link(png)
         written += [png, png[:-4] + ".csv"]
     return links, written

@@ -7,11 +7,18 @@ from __future__ import annotations
 import io
 import re
 
-import matplotlib
 
-matplotlib.use("Agg")  # before anything imports pyplot: no display, deterministic raster output
-from matplotlib.figure import Figure  # noqa: E402,F401  (after use(); the figure class to draw on)
-from matplotlib.patches import Patch  # noqa: E402,F401
+def __getattr__(name: str):
+    """`matplotlib`, `Figure` and `Patch`, imported on first use: matplotlib takes 0.4 s to import,
+    which a command that draws nothing (`history --json`, `history --regressions`) need not pay."""
+    if name not in ("matplotlib", "Figure", "Patch"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import matplotlib
+    matplotlib.use("Agg")  # before anything imports pyplot: no display, deterministic raster output
+    from matplotlib.figure import Figure  # after use(); the figure class to draw on
+    from matplotlib.patches import Patch
+    globals().update(matplotlib=matplotlib, Figure=Figure, Patch=Patch)
+    return globals()[name]
 
 STYLE = {
     "font.family": "DejaVu Sans",  # shipped with matplotlib: same glyphs on every machine

@@ -85,3 +85,37 @@ def test_the_c_pelt_finds_what_ruptures_python_pelt_finds():
         pelt = ruptures.Pelt(model="l2", min_size=changepoints.MIN_SEGMENT, jump=1)
         ends = pelt.fit(x.reshape(-1, 1)).predict(pen=penalty)
         assert changepoints.change_points(list(x)) == [e for e in ends if e < n]
+
+
+def test_the_permutation_test_in_blocks_is_the_test_one_order_at_a_time(monkeypatch):
+    """split_p draws its random orders a block of rows at a time (Generator.permuted) for speed: on
+    seeded series, flat and shifted, short and long, and with blocks cut mid-way, its p is exactly
+    the p of drawing one order at a time with Generator.permutation."""
+    import numpy as np
+
+    def one_at_a_time(values, permutations=changepoints.PERMUTATIONS, seed=changepoints.SEED):
+        rng = np.random.default_rng(seed)
+        observed = changepoints.split_statistic(values)
+        stronger = sum(changepoints.split_statistic(rng.permutation(values)) >= observed
+                       for _ in range(permutations))
+        return (stronger + 1) / (permutations + 1)
+    rng = np.random.default_rng(48)
+    for n, shift in ((4, 0.0), (7, 0.05), (40, 0.0), (40, 0.02), (300, 0.01)):
+        x = list(1000 * (1 + 0.02 * rng.standard_normal(n)) * np.where(np.arange(n) < n // 2, 1, 1 - shift))
+        assert changepoints.split_p(x) == one_at_a_time(x)
+    monkeypatch.setattr(changepoints, "PERMUTED_BLOCK", 1000)  # 3 orders of 300 a block
+    assert changepoints.split_p(x) == one_at_a_time(x)
+
+
+def test_charts_drawn_by_worker_processes_are_the_charts_drawn_here(tmp_path, monkeypatch):
+    """Many charts are drawn by worker processes (write_charts): the same PNG and CSV bytes, and the
+    same links, as drawing them in this process."""
+    recs = steps(20.0, 18.0)
+    recs += [dict(r, id=r["id"] + "-bert", benchmark="bert") for r in steps(30.0, 30.0)]
+    report = history.run([store(tmp_path / "two.jsonl", recs)])
+    monkeypatch.setattr(history, "CHARTS_A_WORKER", 1)  # two charts are enough for two workers
+    here = history.write_charts(report, str(tmp_path / "here"), lambda p: p.split("/")[-1], jobs=1)
+    there = history.write_charts(report, str(tmp_path / "there"), lambda p: p.split("/")[-1], jobs=2)
+    assert here[0] == there[0] and len(here[0]) == 2
+    for name in sorted(p.name for p in (tmp_path / "here").iterdir()):
+        assert (tmp_path / "here" / name).read_bytes() == (tmp_path / "there" / name).read_bytes(), name

@@ -115,6 +115,9 @@ def test_four_importers_at_once_lose_and_double_nothing(tmp_path, db):
     # each record went in once: the importers' "new" counts add up to the whole
     new = sum(int(out.split(" record(s) read, ")[1].split(" new")[0]) for out, _ in outs)
     assert new == len(expected)
+    # and each run's rank figures once, with it
+    ranks = {r["id"]: len(r["metrics"]["rank_elapsed_s"]) for f in files.values() for r in results.load(f)}
+    assert store.count(db)["figures"] == sum(ranks.values())
 
 
 def test_a_store_of_another_schema_is_refused_by_name(tmp_path):
