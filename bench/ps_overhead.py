@@ -13,6 +13,10 @@ meter (a py_func), its log lines and the scratch working directory.
 minutes per run on 2 cores).
 
     python bench/ps_overhead.py [--repeats 3] [--presets tiny full] [--passes 2] [--full-rows 100000]
+
+fleetbench's side includes its step breakdown (train/ps/marks.py: a py_func mark at each boundary
+between a batch's pull, compute and push ops); `--set KEY=VALUE` passes a config override to
+fleetbench's job only.
 """
 import argparse
 import json
@@ -25,7 +29,7 @@ import pairs
 LAUNCHER = ["--server_num", 1, "--trainer_num", 1]
 
 
-def measure(preset: str, sets: list, repeats: int, seed: int = 0) -> tuple:
+def measure(preset: str, sets: list, repeats: int, seed: int = 0, own: tuple = ()) -> tuple:
     """(ratio, low, high) of `repeats` pairs (bench/pairs.py: each in a random order)."""
     threads = {}
 
@@ -39,7 +43,7 @@ def measure(preset: str, sets: list, repeats: int, seed: int = 0) -> tuple:
 
         def fleetbench_run(i):
             text = pairs.fleetrun(LAUNCHER, [pairs.REPO / "parameter_server/ctr.py", "--preset", preset,
-                                             *[a for kv in sets for a in ("--set", kv)], "--results", store],
+                                             *[a for kv in [*sets, *own] for a in ("--set", kv)], "--results", store],
                                   Path(tmp) / f"f{i}")
             same_threads("fleetbench", re.search(r"^worker 0/1 .* omp (\d+)", text, re.M)[1])
             return json.loads(store.read_text().splitlines()[-1])["metrics"]["throughput"]
@@ -50,7 +54,7 @@ def measure(preset: str, sets: list, repeats: int, seed: int = 0) -> tuple:
             return pairs.bare_figure(text)
 
         fleet, bare = pairs.alternate(repeats, f"ctr {preset}", "examples/s", fleetbench_run, bare_run, seed)
-    return pairs.report(f"ps ctr preset={preset} {' '.join(sets)} repeats={repeats}", "examples/s", fleet, bare)
+    return pairs.report(f"ps ctr preset={preset} {' '.join([*sets, *own])} repeats={repeats}", "examples/s", fleet, bare)
 
 
 def preset_sets(preset: str, passes: int, full_rows: int) -> list:
@@ -64,9 +68,11 @@ def main():
     parser.add_argument("--presets", nargs="+", default=["tiny", "full"])
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--full-rows", type=int, default=100000)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override of fleetbench's job only (e.g. measure.probe=false)")
     args = parser.parse_args()
     for preset in args.presets:
-        measure(preset, preset_sets(preset, args.passes, args.full_rows), args.repeats)
+        measure(preset, preset_sets(preset, args.passes, args.full_rows), args.repeats, own=tuple(args.set))
 
 
 if __name__ == "__main__":

@@ -72,13 +72,19 @@ DEFINITIONS = {
     "comm_buckets_per_step": "collective: all-reduce calls per step (the method's buckets)",
     "control": "collective: true for method=none, a measurement control (no gradient "
                "synchronisation), never a training result nor an efficiency baseline",
-    "step_breakdown": "collective: where each rank's measured step goes (train/phases.py), in ms per "
-                      "measured step by rank: step, reader, forward, backward (less the communication "
+    "step_breakdown": "where each rank's measured step goes, in ms per measured step by rank; collective "
+                      "(train/phases.py): step, reader, forward, backward (less the communication "
                       "inside it), comm (time inside gradient-communication calls), comm_wait (of comm, "
                       "the wait for the last rank), comm_in_backward, comm_blocking (on the step's "
                       "thread), optimizer, other (what no part covers), covered (1 - |other|/step); "
-                      "adds_up: every rank covered to within tolerance (0.05)",
-    "trace_files": "collective with --trace: the Chrome trace of each rank, by rank (absolute paths)",
+                      "adds_up: every rank covered to within tolerance (0.05). ps (family: ps; "
+                      "train/ps/marks.py): by worker step, reader, pull, compute, push, meter, "
+                      "client_cpu (CPU ms a step of the PS client's own threads: communicator, brpc; "
+                      "null where /proc cannot say), other, covered; servers: each "
+                      "server's cpu_s over the slowest worker's window, window_s, busy (cpu_s / window_s)",
+    "trace_files": "with --trace (collective and ps): the Chrome trace of each rank, by rank (absolute paths)",
+    "ps_probe": "ps: the machine-speed probe's figures (the probe_* keys) of every worker, by worker, and "
+                "of every server, by server (endpoint; null where its machine has no worker)",
     "model_flops_per_sample": "collective: training FLOPs per sample = forward MACs x 2 x 3 "
                               "(measure/flops.py), FLOP",
     "peak_flops": "collective: the job's peak FLOP/s: devices.py's dense peak at the run's precision x "

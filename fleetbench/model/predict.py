@@ -346,6 +346,9 @@ def _ps_cells(records: list[dict]) -> dict:
         cell = out.setdefault(key, {"runs": [], "throughput": [], "record": r})
         cell["runs"].append(r["metrics"]["step_time_ms"])
         cell["throughput"].append(r["metrics"]["throughput"])
+        parts = cellmod.ps_measured_parts(r["metrics"])
+        if parts:  # the run's own step breakdown (train/ps/marks.py), shown beside the prediction
+            cell.setdefault("parts", []).append(parts)
     return out
 
 
@@ -377,7 +380,8 @@ def predict_ps(fit: list[dict], held_out: list[dict]) -> list[dict]:
                "benchmark": record["benchmark"], "preset": record.get("preset"), "method": record["method"],
                "network": network, "nodes": nodes, "devices_per_node": record["devices_per_node"],
                "world_size": world, "measured_step_ms": measured, "source": experiment.source_name(record),
-               "notes": [], "error": None, "predicted_step_ms": None}
+               "notes": [cellmod.ps_parts_note(cell["parts"])] if cell.get("parts") else [],
+               "error": None, "predicted_step_ms": None}
         ref = refs.get((work, world))
         if ref is None:
             row["not_predicted"] = "parameter server: no fitted 1-node run of this work with as many workers"
@@ -390,6 +394,6 @@ def predict_ps(fit: list[dict], held_out: list[dict]) -> list[dict]:
         row.update(predicted_step_ms=step, error=step / measured - 1, measured_throughput=throughput,
                    predicted_throughput=throughput * measured / step, throughput_error=measured / step - 1,
                    notes=[f"base: the 1-node run of {world} workers, {base:.1f} ms a step", note,
-                          "the communicator hides the wire behind a step"])
+                          "the communicator hides the wire behind a step", *row["notes"]])
         rows.append(row)
     return rows

@@ -130,9 +130,9 @@ def start(script: str, cls: type, family: str, argv: list[str] | None = None,
         config.exit_config_error(name, err)
     except OSError as err:
         config.exit_config_error(name, f"{err.filename}: {err.strerror}")
-    if args.trace and family != "collective":  # what a trace holds is the collective loop's steps
+    if args.trace and family not in ("collective", "ps"):  # a trace holds training steps and their parts
         config.exit_config_error(name, f"--trace {args.trace}: the {family} family writes no trace "
-                                       "(expected a collective benchmark)")
+                                       "(expected a collective or parameter-server benchmark)")
     if args.check:
         check_gpu_ready(name)
         print(json.dumps(config.to_dict(cfg), sort_keys=True), flush=True)

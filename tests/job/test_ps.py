@@ -6,6 +6,7 @@ carrying the job's id, in any session), and write one record. Together they cove
 learning (AUC), sharding, skipped and strict invalid lines, and the refused sync mode.
 """
 import fcntl
+import json
 import os
 import random
 import re
@@ -28,6 +29,7 @@ from fleetbench.job.procs import job_pids
 from fleetbench.machine import speed
 from fleetbench.measure import metrics
 from fleetbench.train.ps import scratch
+from fleetbench.train.ps.marks import PARTS as PS_PARTS
 
 # Paddle 3.1+ has no parameter server: `make test` runs this file on 3.x too, where it skips, saying why.
 pytestmark = util.NEEDS_PS
@@ -112,7 +114,7 @@ LAUNCH = {"paddle": [PYTHON, "-m", "paddle.distributed.launch"],
 FAILED = "failed"  # `expect`: any non-zero exit (whose code is the launcher's, see the strict test)
 
 
-def job(tmp_path, cache, launcher, script, *sets, timeout=240, expect=0, extra_env=None, via="paddle"):
+def job(tmp_path, cache, launcher, script, *sets, timeout=240, expect=0, extra_env=None, via="paddle", script_args=()):
     """Run `fleetrun LAUNCHER SCRIPT --preset tiny --set ...` (`via` LAUNCH); return (output,
     records, logs). A job that failed starting up (util.start_up_failed: gloo's handshake, or
     Paddle 2.6.2's start-up barrier deadlock, bounded here at 60 s) runs once more, as `fleetbench
@@ -123,6 +125,7 @@ def job(tmp_path, cache, launcher, script, *sets, timeout=240, expect=0, extra_e
     job; the processes carrying the id are, whatever their session."""
     # the tiny jobs start in seconds: a start-up barrier that never released is given up at 60 s
     sets = ("init_timeout_s=60", *sets)
+    sets = (*sets, *script_args)  # --set values, then the script's own flags (each one --flag=VALUE)
     out, code, log_dir = _job_once(tmp_path, cache, launcher, script, sets, timeout, extra_env, via)
     if code != 0 and expect == 0 and start_up_failed(log_dir):
         kept = log_dir.rename(tmp_path / "log.attempt1")
@@ -141,7 +144,7 @@ def _job_once(tmp_path, cache, launcher, script, sets, timeout, extra_env, via):
     """One launch of the job, to its end: (output, exit code, log directory). Fails the test when
     the job hangs (with every process's stack) or leaves a process running."""
     log_dir, store, job_id = tmp_path / "log", tmp_path / "runs.jsonl", uuid.uuid4().hex
-    args = [a for kv in sets for a in ("--set", kv)]
+    args = [a for kv in sets for a in ((kv,) if kv.startswith("--") else ("--set", kv))]
     cmd = [*LAUNCH[via], "--log_dir", str(log_dir), *launcher,
            str(REPO / "parameter_server" / script), "--preset", "tiny", *args, "--results", str(store)]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env(FLEETBENCH_DATA_CACHE=cache, FLEETBENCH_TEST_JOB=job_id,
@@ -186,7 +189,35 @@ def check_record(rec, benchmark, mode, workers, unit):
     assert len(m["step_times_ms"]) == workers
     for times, elapsed in zip(m["step_times_ms"], m["rank_elapsed_s"]):
         assert len(times) > 0 and sum(times) == pytest.approx(1000 * elapsed, abs=0.01 * len(times))
+    check_breakdown(rec)
     return m
+
+
+def check_breakdown(rec):
+    """Every PS record's step breakdown (train/ps/marks.py, issue 45) and its servers' and workers'
+    probe figures (issue 44): identities and orderings that hold whatever the machine's load."""
+    m, servers = rec["metrics"], rec["config"]["runtime"]["servers"]
+    block = m["step_breakdown"]
+    assert block["family"] == "ps" and block["units"] == "ms per measured step" and len(block["ranks"]) == rec["world_size"]
+    for worker, row in enumerate(block["ranks"]):
+        # the parts and what they leave make the step, which is the worker's own (rank_step_ms)
+        assert sum(row[p] for p in PS_PARTS) + row["other"] == pytest.approx(row["step"])
+        assert row["step"] == pytest.approx(m["rank_step_ms"][worker], rel=1e-6)
+        assert row["compute"] > 0 and row["meter"] > 0 and row["push"] > 0 and row["reader"] >= 0
+        # async pulls its sparse rows on the step's thread; GEO looks them up locally (compute)
+        assert row["pull"] > 0 if rec["method"] == "async" else row["pull"] == 0
+        # the communicator's own threads send every step's (async) or every k_steps' (geo) changes
+        assert row["client_cpu"] > 0
+    # every server shares this machine with the workers: seen, with the CPU it used in the window
+    assert [s["endpoint"] for s in block["servers"]] == [s["endpoint"] for s in m["ps_probe"]["servers"]]
+    assert len(block["servers"]) == servers
+    for server in block["servers"]:
+        assert server["cpu_s"] >= 0 and server["window_s"] == pytest.approx(m["elapsed_s"])
+        assert server["busy"] == pytest.approx(server["cpu_s"] / server["window_s"])
+    # the probe of every process: workers by worker, servers by server, before and after
+    assert len(m["ps_probe"]["workers"]) == rec["world_size"]
+    for figures in m["ps_probe"]["workers"] + m["ps_probe"]["servers"]:
+        assert all(figures[key] > 0 for key in metrics.PROBE_KEYS), m["ps_probe"]
 
 
 def rank_lines(logs):
@@ -266,6 +297,31 @@ def test_ctr_two_servers_probe_and_warm_up_until_settled(tmp_path, cache):
     (rank,) = rank_lines(logs).values()
     assert m["measured_steps"] == rank[0] == len(m["step_times_ms"][0])
     assert m["interference_cpu_pct"] is not None and m["probe_gemm_gflops_after"] > 0
+
+
+def test_ctr_two_by_two_breakdown_adds_up_with_servers_busy_probes_and_traces(tmp_path, cache):
+    """`fleetbench launch --server_num 2 --trainer_num 2 parameter_server/ctr.py --preset tiny
+    --trace T` (issues 44 and 45): each worker's parts make its step (one dataset thread: the
+    marks tile it, so `other` is the clock's difference and the row covers it to 5 %), async's
+    communicator sent on its own threads in the window, each server was busy in it and probed at
+    both its edges, and each worker wrote a Chrome trace whose steps hold their parts."""
+    traces = tmp_path / "T"
+    out, recs, logs = job(tmp_path, cache, ["--server_num", "2", "--trainer_num", "2"], "ctr.py",
+                          via="fleetbench", script_args=(f"--trace={traces}",))
+    m = check_record(recs[0], "ctr", "async", 2, "examples/s")
+    block = m["step_breakdown"]
+    assert block["adds_up"] and block["dataset_threads"] == 1
+    assert all(server["cpu_s"] > 0 for server in block["servers"]), block["servers"]
+    assert [Path(p).parent for p in m["trace_files"]] == [traces, traces]
+    for worker, path in enumerate(m["trace_files"]):
+        doc = json.loads(Path(path).read_text())
+        assert util.chrome_trace_problems(doc) == [] and {e["pid"] for e in doc["traceEvents"]} == {worker}
+        assert doc["otherData"]["breakdown"] == block["ranks"][worker]
+        steps = [e for e in doc["traceEvents"] if e.get("cat") == "step"]
+        parts = [e for e in doc["traceEvents"] if e.get("cat") == "phase"]
+        assert {e["name"] for e in parts} <= set(PS_PARTS) and len(steps) == len(m["step_times_ms"][worker])
+        assert steps and all(any(s["ts"] <= p["ts"] and p["ts"] + p["dur"] <= s["ts"] + s["dur"] + 1e-3 for s in steps)
+                             for p in parts)
 
 
 def test_ctr_geo_two_by_two(tmp_path, cache):

@@ -9,7 +9,7 @@ import pytest
 
 from fleetbench.analysis import validate
 
-from fleetbench.model import links, predict, published
+from fleetbench.model import cells, links, predict, published
 
 ROOT = Path(__file__).resolve().parents[2] / "results"
 OWN = ["kvm-2vcpu-paddle2.6.2-arch.jsonl", "kvm-2vcpu-paddle2.6.2-demo.jsonl", "kvm-2vcpu-paddle2.6.2-network.jsonl"]
@@ -86,3 +86,24 @@ def test_published_ps_servers_on_their_own_hosts_carry_s_a_step_at_any_size():
     # the table's own BSP-PS steps are flat from 2 to 8 nodes (2256, 2161, 2170 ms); so is the model
     assert steps[8] == pytest.approx(steps[2], rel=0.03)
 
+
+def _ps_breakdown(steps, busy):
+    rows = [{"step": s, "reader": 0.1, "pull": 0.3 * s, "compute": 0.5 * s, "push": 0.1 * s, "meter": 0.05,
+             "client_cpu": 2.0, "other": 0.0, "covered": 1.0} for s in steps]
+    return {"family": "ps", "units": "ms per measured step", "ranks": rows,
+            "servers": [{"endpoint": f"h:{i}", "busy": b} for i, b in enumerate(busy)]}
+
+
+def test_a_ps_cells_measured_parts_stand_beside_its_prediction():
+    """PS records carrying their step breakdown (train/ps/marks.py): the row names the median
+    worker's parts and the servers' busy share, and the collective model reads none of it."""
+    fit, held = _ps(1, 100.0), _ps(2, 120.0, nbytes=1e6)
+    held["metrics"]["step_breakdown"] = _ps_breakdown([110.0, 120.0, 130.0], [0.5, None, 0.3])
+    (row,) = predict.predict_ps([fit], [held])
+    assert row["notes"][0].startswith("base:") and row["predicted_step_ms"] == pytest.approx(100.0)
+    assert row["notes"][-1] == ("measured a step (median worker): compute 60.0, pull 36.0, push 12.0, reader 0.1, "
+                                "client_cpu 2.0 ms; servers busy 0.40 cores")
+    assert cells.ps_measured_parts({"step_breakdown": {"ranks": [{"step": 1.0}]}}) is None  # a collective block
+    assert cells.measured_parts(held["metrics"]) == dict.fromkeys(cells.MEASURED_PARTS)
+    # and the whole validation, as explain runs it, takes such records
+    assert any("measured a step" in n for r in validate.validate([fit, held], {"nodes": 1}) for n in r["notes"])

@@ -21,7 +21,10 @@ A script declares its config (a PSConfig) and `build(cfg) -> Workload` and calls
 Modules: config (PSConfig, Workload), driver (main, the worker's job, reporting), meter (the
 per-batch meter), data (sharding, the pipe, synthetic caches, loading), roles (role, placement,
 threads), gloo (the workers' collectives, server ports), paddle26 (Paddle 2.6.2 workarounds and
-private calls), scratch (the per-process scratch directory). No module imports paddle at import.
+private calls), scratch (the per-process scratch directory), marks (the step's parts: py_func marks
+in the worker's program), commthread (the CPU time of the PS client's own threads: communicator, brpc), servers
+(the servers' CPU time and probe, as the workers see them), stepparts (the record's step_breakdown).
+No module imports paddle at import.
 """
 from fleetbench.train.ps.config import PSConfig, Workload
 from fleetbench.train.ps.data import pipe_command, synthetic_dir

@@ -11,6 +11,7 @@ import io
 import os
 import sys
 import tempfile
+import time
 from typing import Any, Callable, Optional
 
 import fleetbench
@@ -18,10 +19,17 @@ from fleetbench.machine import speed
 from fleetbench.measure import auc as auc_metric
 from fleetbench.measure import config, metrics
 from fleetbench.train import capability, run
-from fleetbench.train.ps import data, gloo, paddle26, roles, scratch
+from fleetbench.train.ps import commthread, data, gloo, paddle26, roles, scratch, servers, stepparts
 from fleetbench.train.ps.config import PSConfig, Workload
+from fleetbench.train.ps.marks import Marks, instrument
 from fleetbench.train.ps.meter import StepMeter
 from fleetbench.train.ps.paddle26 import Quiet, say
+
+
+# how long a worker waits for a stopped server's after-probe (its figures come within a second),
+# and a stopped server for the workers to read it (a server with no worker on its machine waits it out)
+SERVER_PROBE_WAIT_S = 15.0
+SERVER_PROBE_HOLD_S = 5.0
 
 
 def build_programs(cfg: PSConfig, build: Callable, meter: StepMeter) -> tuple[Workload, Any, Any]:
@@ -59,6 +67,7 @@ class WorkerJob:
         self.gloo = gloo.Gloo(self.index, self.workers)
         self.placement = role.placement(self.index)
         self.scratch = scratch.for_process()
+        self.zero = (0.0, 0.0)  # (perf_counter, wall ms) just after the barrier before training (traces)
 
     def fail_together(self, problem: Optional[str]) -> bool:
         """Share this worker's problem (None: none) with all workers. When any worker has one, all
@@ -96,10 +105,14 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
     meter = StepMeter(cfg, job.index)
     work, main_program, startup = build_programs(cfg, build, meter)
     meter.unit = bench.unit_for(work)
+    marks = Marks(keep_spans=bench.trace is not None)
+    instrument(main_program, marks, work.inputs[-1])  # the step's parts (ps/marks.py)
     exe = paddle.static.Executor(paddle.CPUPlace())
     with Quiet(), paddle26.init_deadline(cfg.init_timeout_s):
         exe.run(startup)
+        before = commthread.threads()
         fleet.init_worker()
+        client_tids = commthread.threads() - before  # the communicator's and brpc's (ps/commthread.py)
     mine, counts_path = data.shard(files, job.index, job.workers), job.scratch / "counts.jsonl"
     loaded, problem = attempt(data.load, cfg, work, mine, first_error, counts_path)
     if job.fail_together(problem):
@@ -108,13 +121,11 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
     meter.total_hint = cfg.passes * -(-rows_per_pass // cfg.batch_size)  # for the log lines only
     say(f"worker {job.index}/{job.workers} mode {cfg.mode} dataset {cfg.dataset} threads {cfg.data.num_workers} "
         f"omp {fleetbench.threads_info()['omp_num_threads']} files {' '.join(str(f) for f in mine)}")
+    server_pids = servers.find(role.servers, dict(os.environ))
     probe = speed.Probe() if cfg.measure.probe else None
     before = probed(job, probe)  # every worker together, before any trains
-    job.gloo.barrier()  # every worker starts its first pass together
-    meter.begin()
-    with Quiet():
-        for _ in range(cfg.passes):
-            paddle26.train_pass(exe, main_program, dataset, cfg.data.num_workers, job.scratch.path)
+    meter.attach(marks, [server_pids.get(e) for e in role.servers], client_tids)
+    train(job, meter, lambda: paddle26.train_pass(exe, main_program, dataset, cfg.data.num_workers, job.scratch.path))
     mine_figures, problem = attempt(meter.finish, run.peak_memory_mib("cpu"))
     if job.fail_together(problem):  # a gather: every worker's passes are over
         return 1
@@ -124,10 +135,21 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
     if job.fail_together(problem):
         return 1
     say(metrics.rank_line(job.index, mine_figures))
-    code = report(job, work, meter, mine_figures, {"pipe": data.read_pipe_counts(counts_path),
-                                                   "load_s": load_s, "extra": extra})
-    job.stop()
-    return code
+    job.stop()  # before the record: a stopped server's probe is its after-edge
+    server_probes = servers.collect_probes(server_pids, SERVER_PROBE_WAIT_S) if probe is not None else {}
+    return report(job, work, meter, mine_figures, {"pipe": data.read_pipe_counts(counts_path), "load_s": load_s,
+                                                   "extra": extra, "marks": marks,
+                                                   "server_probes": server_probes, "server_pids": server_pids})
+
+
+def train(job: WorkerJob, meter: StepMeter, one_pass: Callable[[], None]) -> None:
+    """Every pass, all workers starting together."""
+    job.gloo.barrier()  # every worker starts its first pass together
+    meter.begin()
+    job.zero = (meter.timer.window_start, time.time() * 1000)
+    with Quiet():
+        for _ in range(job.cfg.passes):
+            one_pass()
 
 
 def probed(job: WorkerJob, probe: Optional[speed.Probe]) -> list:
@@ -147,6 +169,7 @@ def report(job: WorkerJob, work: Workload, meter: StepMeter, mine: metrics.RankF
     valid, invalid, loss_sum = job.gloo.sum([more["pipe"].get("valid", 0), more["pipe"].get("invalid", 0),
                                              meter.loss_sum])
     (load_s,) = job.gloo.max([more["load_s"]])
+    ps_figures = ps_extra(job, meter, mine, more)
     auc = None
     if work.auc_stats:  # the AUC buckets' change over the measured window, summed over workers
         end = meter.snapshot_auc()
@@ -158,7 +181,7 @@ def report(job: WorkerJob, work: Workload, meter: StepMeter, mine: metrics.RankF
                                threads=fleetbench.threads_info(),
                                probe=speed.DEFINITION if job.cfg.measure.probe else None)
     figures.update(examples=int(totals.samples), valid_lines=int(valid), invalid_lines=int(invalid),
-                   load_s=load_s, passes=job.cfg.passes, workers=job.workers, **more["extra"])
+                   load_s=load_s, passes=job.cfg.passes, workers=job.workers, **ps_figures, **more["extra"])
     if work.loss_is_logloss:
         figures["logloss"] = loss_sum / max(totals.samples, 1)
     if auc is not None:
@@ -169,13 +192,61 @@ def report(job: WorkerJob, work: Workload, meter: StepMeter, mine: metrics.RankF
     return code
 
 
+def ps_extra(job: WorkerJob, meter: StepMeter, mine: metrics.RankFigures, more: dict) -> dict:
+    """The PS record's step_breakdown, its workers' and servers' probe figures (ps_probe) and, with
+    --trace, the trace files (every worker calls it together)."""
+    marks, endpoints = more["marks"], job.role.servers
+    threads = job.cfg.data.num_workers
+    row = stepparts.row(marks.totals, threads, mine.steps, mine.elapsed_s, meter.client_cpu)
+    out = {"step_breakdown": stepparts.block(row, meter.server_cpu, mine.elapsed_s, job.gloo, endpoints, threads)}
+    if job.cfg.measure.probe:  # (a gather: every worker has read the servers' files once it returns)
+        out["ps_probe"] = stepparts.probes(job.gloo, mine.probe, endpoints, more["server_probes"])
+        servers.forget(more["server_pids"])
+    if job.bench.trace:
+        warmup = job.cfg.warmup_steps if mine.warmup_steps is None else mine.warmup_steps
+        out["trace_files"] = write_trace(job, marks, out["step_breakdown"]["ranks"][job.index], warmup)
+    return out
+
+
+def write_trace(job: WorkerJob, marks: Marks, breakdown: dict, warmup_steps: int) -> list[str]:
+    """This worker's Chrome trace (train/trace.py's format): its measured steps and their parts,
+    one track per trainer thread; zero is its clock just after the barrier before the first pass.
+    Every worker calls it together (rank 0's wall clock names the run's files)."""
+    from fleetbench.train import trace
+    zero, zero_wall_ms = job.zero
+    first = job.gloo.gather([zero_wall_ms])[0][0]
+    names = [os.path.abspath(os.path.join(job.bench.trace, trace.file_name(job.bench.name, first, w)))
+             for w in range(job.workers)]
+    steps: dict = {}
+    for _, start, end, step, _ in marks.spans:
+        low, high = steps.get(step, (start, end))
+        steps[step] = (min(low, start), max(high, end))
+    main = marks.spans[0][4] if marks.spans else 0
+    about = {"benchmark": job.bench.name, "mode": job.cfg.mode, "rank": job.index, "world_size": job.workers,
+             "zero_wall_ms": zero_wall_ms, "clock": "microseconds since this worker passed the barrier "
+             "before its first pass", "breakdown": breakdown}
+    doc = trace.document(trace.events([(s, a, b) for s, (a, b) in sorted(steps.items())], marks.spans, job.index,
+                                      zero, main, warmup_steps), about)
+    trace.write(names[job.index], doc)
+    return names
+
+
 def serve(cfg: PSConfig, build: Callable) -> None:
-    """A server: the same program (its tables come from it), served until worker 0 says stop."""
+    """A server: the same program (its tables come from it), served until worker 0 says stop. The
+    speed probe just before serving and just after (ps/servers.py hands its figures over)."""
     from paddle.distributed import fleet
     build_programs(cfg, build, StepMeter(cfg, -1))
+    probe = speed.Probe() if cfg.measure.probe else None
+    held = servers.hand_over() if probe is not None else None
     with Quiet():
         fleet.init_server()
+    if probe is not None:
+        servers.write_probe("before", probe.measure())
     fleet.run_server()  # returns when worker 0 sends the stop command
+    if probe is not None:
+        servers.write_probe("after", probe.measure())
+        servers.wait_read(SERVER_PROBE_HOLD_S)
+        held.close()
     # Leave at once: the legacy launcher terminates servers as soon as the workers are gone, and a
     # slow interpreter teardown would be cut short by its SIGTERM. (The scratch reaper cleans up.)
     sys.stdout.flush()

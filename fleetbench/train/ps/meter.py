@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from fleetbench.measure import metrics
 from fleetbench.measure.timing import Steady, WindowTimer, log_line
 from fleetbench.train import run
+from fleetbench.train.ps import commthread, servers
 from fleetbench.train.ps.paddle26 import say
 
 if TYPE_CHECKING:
@@ -35,6 +36,13 @@ class StepMeter:
         self.step = 0
         self.loss_sum = 0.0  # loss x rows over the measured window (the mean log loss for CTR)
         self.loss_first = self.loss_last = None
+        self.marks = None  # ps/marks.Marks: the parts of each step, when attached
+        self.server_pids: list = []  # the servers on this machine (ps/servers.py), sampled at the window's edges
+        self.server_cpu_start: list = []
+        self.server_cpu: list = []  # CPU seconds of each server in the window (NaN: not seen)
+        self.client_tids: set = set()  # the PS client's own threads (ps/commthread.py)
+        self.client_cpu_start = self.client_cpu = float("nan")
+        self.window_ns = [0, 0]  # the window's edges on time.time_ns (the communicator's events' clock)
         self.begin()
 
     def begin(self) -> None:
@@ -45,6 +53,20 @@ class StepMeter:
         self.warming = self.cfg.warmup_steps > 0
         self.last = self.timer.window_start
         self.window_loss = self.window_rows = 0.0
+        if not self.warming:
+            self._window_opens()
+
+    def attach(self, marks: Any, server_pids: list, client_tids: set) -> None:
+        """Feed `marks` (ps/marks.Marks) at every batch and sample the servers' and the PS client's
+        threads' CPU time at the window's edges; call before `begin`."""
+        self.marks, self.server_pids, self.client_tids = marks, server_pids, client_tids
+
+    def _window_opens(self) -> None:
+        self.window_ns[0] = time.time_ns()
+        self.server_cpu_start = servers.cpu_seconds(self.server_pids)
+        self.client_cpu_start = commthread.cpu_seconds(self.client_tids)
+        if self.marks is not None and not self.marks.open:  # warmup_steps 0: open from the start
+            self.marks.open, self.marks.since = True, self.timer.window_start
 
     def snapshot_auc(self) -> list[np.ndarray]:
         import numpy as np
@@ -81,8 +103,12 @@ class StepMeter:
                 self.warming = False
                 self.steady.measured_steps(self.timer.step_s)  # notes whether it settled
                 self.timer.end_warmup(now=now, step=self.step)
+                self._window_opens()
                 if self.auc_stats:
                     self.auc_start = self.snapshot_auc()
+            self.window_ns[1] = time.time_ns()
+            if self.marks is not None:  # the step's parts since this thread's last batch
+                self.marks.meter_called(self.step, not self.warming, self.timer.window_start)
 
     def _log(self, now: float) -> None:
         loss = self.window_loss / max(self.window_rows, 1)
@@ -103,6 +129,9 @@ class StepMeter:
                 raise ValueError(f"warm-up ({self.timer.warmup_steps} steps) used all {self.step} steps; "
                                  f"lower warmup_steps (or measure.settle_steps), add passes or data")
             elapsed_s = self.timer.finish(now=self.last)
+            end = servers.cpu_seconds(self.server_pids)
+            self.server_cpu = [e - s for e, s in zip(end, self.server_cpu_start)]
+            self.client_cpu = commthread.cpu_seconds(self.client_tids) - self.client_cpu_start
             # the CPU counters' end is read now, when the pass returned, a few ms after the last batch
             return metrics.RankFigures(
                 elapsed_s=elapsed_s, steps=measured, samples=self.timer.measured_samples,

@@ -23,8 +23,11 @@ REAPER = 'cat >/dev/null; rm -rf -- "$0"'
 
 
 class Scratch:
-    def __init__(self) -> None:
-        self.path = Path(tempfile.mkdtemp(prefix=PREFIX))
+    def __init__(self, path: Path | None = None) -> None:
+        """A fresh directory, or `path` (made if missing) where another process must find it."""
+        if path is not None:
+            path.mkdir(exist_ok=True)
+        self.path = Path(tempfile.mkdtemp(prefix=PREFIX)) if path is None else path
         self._reaper = subprocess.Popen(
             ["/bin/sh", "-c", REAPER, str(self.path)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, start_new_session=True, env={"PATH": os.defpath}, close_fds=True)
