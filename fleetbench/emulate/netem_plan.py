@@ -15,6 +15,7 @@ from fleetbench import cmdline
 
 PROFILES = {  # name -> rate in bit/s (None = no shaping)
     "unshaped": None,
+    "100mbe": 100e6,  # Fast Ethernet: a link slow enough that a small job's wire time stands out of CPU noise
     "1gbe": 1e9,
     "10gbe": 10e9,
     "25gbe": 25e9,
