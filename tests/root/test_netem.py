@@ -86,7 +86,7 @@ def test_shaping_from_flags():
     assert plan.shaping_from() == plan.Shaping("unshaped")
     with pytest.raises(ValueError, match="alternatives"):
         plan.shaping_from("1gbe", "1gbit")
-    with pytest.raises(ValueError, match="expected one of unshaped, 1gbe"):
+    with pytest.raises(ValueError, match="expected one of unshaped, 100mbe, 1gbe"):
         plan.shaping_from("40gbe")
 
 
