@@ -1,13 +1,13 @@
 """Rules and judgement (pure): figures in, verdicts out.
 
-A rule names a metric (one of fleetbench.diagnose.metrics), a criterion and a category. A
+A rule names a metric (one of fleetbench.diagnose.judging.metrics), a criterion and a category. A
 criterion is one function registered by name (as SuperBench's RuleOp registers its rule
 functions); a rules file names it as a key with its threshold:
 
     - {metric: matmul_gflops, below_reference_pct: 25, category: compute}
     - {metric: gpu_temperature_c, max_value: 85, category: compute}
 
-A reference-based criterion judges a figure against its reference (fleetbench.diagnose.judge
+A reference-based criterion judges a figure against its reference (fleetbench.diagnose.judging.judge
 makes them: the peers' or the baseline's), which carries its own spread: `below_reference_pct`
 breaks only when the figure is more than the percentage below the reference AND more than
 SPREADS times the reference's spread below it, so a threshold tighter than the figures' own
@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import yaml
 
-from fleetbench.diagnose import metrics
+from fleetbench.diagnose.judging import metrics
 from fleetbench.measure.stability import MAD_SCALE
 
 CATEGORIES = ("compute", "memory", "network", "unreachable", "failed")
