@@ -160,7 +160,7 @@ def extra_sections(base: list[str], new: list[str] | None, images_dir: str, link
     with change points (`fleetbench history`'s), for a page given two sides."""
     if not new:
         return "", []
-    from fleetbench.report import comparison, history
+    from fleetbench.report.regression import comparison, history
     report = comparison.run(base, new)
     trail = history.run(base + new)
     links, written = history.write_charts(trail, images_dir, link)
@@ -192,7 +192,7 @@ def write_html(args, base: list[str], new: list[str] | None) -> list[str]:
 
 
 def cli(argv: list[str]) -> int:
-    from fleetbench.report import comparison
+    from fleetbench.report.regression import comparison
     args, paths = comparison.parse_sides(argv, lambda nargs: parser("*"))
     if args.json and args.images:
         parser().error("--images: not read with --json (expected one of them)")

@@ -20,7 +20,7 @@ from fleetbench.history import changepoints, compare, select
 from fleetbench.history.store import StoreError
 from fleetbench.measure import experiment, results, stability
 from fleetbench.measure.schema import RecordError
-from fleetbench.report import comparison
+from fleetbench.report.regression import comparison
 from fleetbench.report.style import slug
 
 

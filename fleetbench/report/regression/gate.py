@@ -22,7 +22,7 @@ from fleetbench.history import compare, select
 from fleetbench.history.store import StoreError
 from fleetbench.measure import experiment, results
 from fleetbench.measure.schema import RecordError
-from fleetbench.report import comparison
+from fleetbench.report.regression import comparison
 
 LAST = 10
 LAST_KIND = cmdline.integer(0)
