@@ -285,6 +285,19 @@ def rooms_too_big(sizes: dict, over: dict) -> list:
                     for name in sorted(over) if sizes.get(name, 0) <= MAX_ROOM_MODULES]
 
 
+# Sub-rooms that stand apart from the rest of their room: they import none of its other modules
+# (diagnose/judging/: figures and rules in, verdicts out; the part that runs tests hands it figures).
+APART = ("fleetbench.diagnose.judging",)
+
+
+def test_a_sub_room_kept_apart_imports_nothing_else_of_its_room():
+    graph = import_graph(modules())
+    found = [f"{source} -> {target}" for sub in APART for source, targets in sorted(graph.items())
+             if source.startswith(sub + ".") or source == sub for target in sorted(targets)
+             if room(target) == room(source) and not (target.startswith(sub + ".") or target == sub)]
+    assert found == []
+
+
 def test_rooms_hold_at_most_14_modules():
     assert rooms_too_big(room_sizes(), ROOMS_OVER) == []
 
