@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from fleetbench.diagnose.judging import resolution, verdicts
 from fleetbench.diagnose.judging.metrics import OTHERS
-from fleetbench.measure.stability import DISTURBED_PCT
+from fleetbench.measure.repeats.stability import DISTURBED_PCT
 
 
 def _one(v: dict) -> str:

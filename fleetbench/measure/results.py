@@ -1,7 +1,7 @@
 """Result records (schema 1, measure/schema.py): building, an append-only JSONL store, loading,
 and storing the records ranks printed in their logs.
 Every rank imports this module to store its record; grouping repeats and scaling efficiency, which
-only reports and sweeps need, are in measure/aggregate.py.
+only reports and sweeps need, are in measure/repeats/aggregate.py.
 
 One record per run, one JSON object per line. Appends are one write of one line, flushed and
 fsynced, under an exclusive lock, so a crash can at worst leave a torn *last* line; `load` reports
@@ -313,7 +313,7 @@ def import_logs(paths, store):
 def config_hash(record_or_config: dict) -> str:
     """Stable hash of a run's identity as a sweep sees it (to skip runs already done): benchmark,
     preset, resolved config, mode/method, nodes/devices and network. A bare config dict is hashed
-    as the config. Aggregation groups runs by `experiment.of` (measure/aggregate.py), which also compares the build,
+    as the config. Aggregation groups runs by `experiment.of` (measure/repeats/aggregate.py), which also compares the build,
     device and host the runs had."""
     if "config" in record_or_config:
         keys = ("benchmark", "preset", "config", "mode", "method", "nodes", "devices_per_node",

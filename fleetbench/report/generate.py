@@ -18,7 +18,8 @@ import sys
 
 from fleetbench import cmdline
 from fleetbench.history import select
-from fleetbench.measure import aggregate, results, stability
+from fleetbench.measure import results
+from fleetbench.measure.repeats import aggregate, stability
 from fleetbench.report import (
     allreduce_vs_ps,
     bandwidth,
@@ -148,7 +149,7 @@ def _load(paths) -> list[dict]:
 
 def groups_json(paths, cv_threshold=stability.CV_THRESHOLD) -> str:
     """One JSON object per aggregation group, one per line: the fields that define the experiment
-    (see fleetbench.measure.experiment), then n, mean, std, median, min, max, unit, failed runs,
+    (see fleetbench.measure.repeats.experiment), then n, mean, std, median, min, max, unit, failed runs,
     and speedup/efficiency against the baseline the report uses, with their errors; cv, unstable,
     outliers (record ids), runs and ci95_pct (aggregate.stability_fields)."""
     return "".join(json.dumps(group, sort_keys=True, ensure_ascii=False) + "\n"

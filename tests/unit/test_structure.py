@@ -19,8 +19,6 @@ MAX_ROOM_MODULES = 14
 # entry is dropped with it.
 ROOMS_OVER = {
     "fleetbench/train": (17, "its modules moved to where their concepts belong once the work editing train/ now lands"),
-    "fleetbench/measure": (15, "experiment, stability and aggregate into measure/repeats/ (which runs are repeats, "
-                               "how far they agree, their groups), which needs model/'s imports of them changed"),
 }
 # Rooms whose every function has its parameters and return annotated (the others as they are
 # brought there)

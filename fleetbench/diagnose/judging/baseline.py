@@ -20,7 +20,7 @@ import statistics
 
 from fleetbench.diagnose.judging import metrics
 from fleetbench.diagnose.judging.rules import DiagnoseError, Reference, robust_spread
-from fleetbench.measure.stability import DISTURBED_PCT
+from fleetbench.measure.repeats.stability import DISTURBED_PCT
 
 KIND = "fleetbench-diagnose-baseline"
 VERSION = 2

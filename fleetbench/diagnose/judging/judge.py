@@ -31,7 +31,7 @@ import statistics
 from fleetbench.diagnose.judging import baseline as baselines
 from fleetbench.diagnose.judging.metrics import OTHERS
 from fleetbench.diagnose.judging.rules import Reference, Rule, robust_spread
-from fleetbench.measure.stability import DISTURBED_PCT
+from fleetbench.measure.repeats.stability import DISTURBED_PCT
 
 NO_PEERS = Reference(None, kind="no peers")
 

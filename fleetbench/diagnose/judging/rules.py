@@ -30,7 +30,7 @@ from collections.abc import Callable
 import yaml
 
 from fleetbench.diagnose.judging import metrics
-from fleetbench.measure.stability import MAD_SCALE
+from fleetbench.measure.repeats.stability import MAD_SCALE
 
 CATEGORIES = ("compute", "memory", "network", "unreachable", "failed")
 SCOPES = ("node", "link", "cluster")  # cluster: the all-node job's figures, judged against a baseline only
@@ -67,7 +67,7 @@ class Reference:
 
 def robust_spread(values: list[float]) -> float:
     """A spread one odd figure does not inflate: the scaled MAD (a standard deviation for normal
-    figures; fleetbench.measure.stability's rule for repeats); 0 for one figure."""
+    figures; fleetbench.measure.repeats.stability's rule for repeats); 0 for one figure."""
     if len(values) < 2:
         return 0.0
     middle = statistics.median(values)

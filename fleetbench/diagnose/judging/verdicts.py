@@ -6,7 +6,7 @@ from __future__ import annotations
 from fleetbench.diagnose.judging import blame, judge, resolution
 from fleetbench.diagnose.judging.rules import Rule
 from fleetbench.hosts.hostlist import Host
-from fleetbench.measure.stability import DISTURBED_PCT
+from fleetbench.measure.repeats.stability import DISTURBED_PCT
 
 
 def _remeasured(item: dict, key: str, m: dict) -> dict:

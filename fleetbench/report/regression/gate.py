@@ -20,7 +20,8 @@ import sys
 from fleetbench import cmdline
 from fleetbench.history import compare, select
 from fleetbench.history.store import StoreError
-from fleetbench.measure import experiment, results
+from fleetbench.measure import results
+from fleetbench.measure.repeats import experiment
 from fleetbench.measure.schema import RecordError
 from fleetbench.report.regression import comparison
 
