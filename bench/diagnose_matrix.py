@@ -35,8 +35,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fleetbench.diagnose import baseline as baselines  # noqa: E402
-from fleetbench.diagnose import measure, rules, verdicts  # noqa: E402
+from fleetbench.diagnose import measure  # noqa: E402
+from fleetbench.diagnose.judging import baseline as baselines  # noqa: E402
+from fleetbench.diagnose.judging import rules, verdicts  # noqa: E402
 from fleetbench.diagnose.cli import DEFAULT_RULES, emulated_hosts, machine  # noqa: E402
 
 MODES = ("peers", "baseline")

@@ -1,6 +1,6 @@
 """The machine-speed probe's own cost and cv (fleetbench/machine/speed.py; docs/metrics.md): R probes
 in a row, each timed, in one process whose threads are those a single rank gets. Measure on a quiet
-machine: the cv is what the probe's limit (measure/stability.PROBE_PCT) must stand well above.
+machine: the cv is what the probe's limit (measure/repeats/stability.PROBE_PCT) must stand well above.
 
     python bench/probe_cv.py [--repeats 30]
 """
@@ -13,7 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fleetbench  # noqa: E402,F401  (before numpy: sets the thread count)
 from fleetbench.machine import speed  # noqa: E402
-from fleetbench.measure import stability, timing  # noqa: E402
+from fleetbench.measure import timing  # noqa: E402
+from fleetbench.measure.repeats import stability  # noqa: E402
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from fleetbench.measure import stability
+from fleetbench.measure.repeats import stability
 
 DEFAULT_THRESHOLD_PCT = 10.0
 
@@ -36,7 +36,7 @@ def host_of(record: dict, rank: int) -> str:
 def stragglers(record: dict, threshold_pct: float = DEFAULT_THRESHOLD_PCT) -> list[dict]:
     """Ranks whose own step time is more than threshold_pct above the median of all ranks' and,
     with 3 ranks or more, also beyond the robust spread of their peers (the outlier rule of
-    measure/stability: 3 scaled MADs). Why both: free-running ranks sharing cores differ by far
+    measure/repeats/stability: 3 scaled MADs). Why both: free-running ranks sharing cores differ by far
     more than 10% when all are healthy (4 emulated nodes on 2 cores: 470 to 1000 ms a step), and a
     fixed threshold alone named a healthy rank there."""
     if can_show(record) is None:

@@ -17,7 +17,7 @@ from fleetbench.analysis import specs
 from fleetbench.model import published
 from fleetbench.model.cells import Cell, Shape
 from fleetbench.model.predict import Target, calibrate, predict_ps, predict_range, work_values
-from fleetbench.measure import experiment
+from fleetbench.measure.repeats import experiment
 
 FILTER_KEYS = ("benchmark", "preset", "method")
 CHANGE_KEYS = ("nodes", "devices_per_node", "network", "rate_gbit", "transport", "efficiency", "nics")

@@ -21,11 +21,12 @@ from pathlib import Path
 
 from fleetbench import cmdline
 from fleetbench.emulate.netem_plan import NAME
-from fleetbench.diagnose import baseline as baselines
-from fleetbench.diagnose import measure, rules, verdicts
+from fleetbench.diagnose import measure
+from fleetbench.diagnose.judging import baseline as baselines
+from fleetbench.diagnose.judging import rules, verdicts
 from fleetbench.hosts.hostlist import Host
 from fleetbench.measure.registry import REPO_ROOT
-from fleetbench.measure.stability import DISTURBED_PCT
+from fleetbench.measure.repeats.stability import DISTURBED_PCT
 
 DEFAULT_RULES = Path(__file__).resolve().parents[1] / "presets" / "diagnose" / "rules.yaml"
 DEFAULT_RUNS = 5  # --save-baseline: healthy runs a baseline is made of

@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 
-from fleetbench.diagnose import metrics
+from fleetbench.diagnose.judging import metrics
 from fleetbench.machine import nvsmi
 
 MATMUL_N = (1024, 2048, 4096, 8192)
@@ -76,7 +76,7 @@ class Sampler:
         self._thread.join(timeout=35)
 
     def worst(self) -> dict:
-        """The loaded device's figures over its samples, each as fleetbench.diagnose.metrics
+        """The loaded device's figures over its samples, each as fleetbench.diagnose.judging.metrics
         combines a node's devices: lowest clock ratio, highest temperature (error counts only
         grow: their largest is the last)."""
         figures = [nvsmi.figures(r) for r in self.rows]
@@ -148,7 +148,7 @@ def _copy(nbytes: int):
 def device_figures(device: int, seconds: float) -> dict:
     """matmul fp32/tf32/fp16 TFLOPS and copy GB/s of GPU `device`, and its nvidia-smi figures
     sampled while those loads run (the first runs until one sample is in); the metric names of
-    fleetbench.diagnose.metrics."""
+    fleetbench.diagnose.judging.metrics."""
     import paddle
 
     paddle.set_device(f"gpu:{device}")
@@ -192,7 +192,7 @@ def node_figures(seconds: float) -> dict:
 
 
 def worst(per_device: list[dict]) -> dict:
-    """The node's figures from its devices' (pure), combined as fleetbench.diagnose.metrics says:
+    """The node's figures from its devices' (pure), combined as fleetbench.diagnose.judging.metrics says:
     lowest rates and clock ratio, highest temperature, ECC errors summed; a figure no device
     reported is left out."""
     return metrics.node_of_devices(per_device)

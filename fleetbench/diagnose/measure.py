@@ -14,11 +14,12 @@ import dataclasses
 import functools
 import time
 
-from fleetbench.diagnose import judge, metrics, plan
-from fleetbench.diagnose.rules import Rule
+from fleetbench.diagnose import plan
+from fleetbench.diagnose.judging import judge, metrics
+from fleetbench.diagnose.judging.rules import Rule
 from fleetbench.diagnose.run import ProbeFailed, each, iperf3_probe, link_probe, node_probe, timed
 from fleetbench.hosts.hostlist import Host
-from fleetbench.measure.stability import DISTURBED_PCT
+from fleetbench.measure.repeats.stability import DISTURBED_PCT
 
 OTHERS = metrics.OTHERS
 

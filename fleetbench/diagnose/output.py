@@ -1,9 +1,9 @@
 """The verdict as text: a console table and a markdown table (pure)."""
 from __future__ import annotations
 
-from fleetbench.diagnose import resolution, verdicts
-from fleetbench.diagnose.metrics import OTHERS
-from fleetbench.measure.stability import DISTURBED_PCT
+from fleetbench.diagnose.judging import resolution, verdicts
+from fleetbench.diagnose.judging.metrics import OTHERS
+from fleetbench.measure.repeats.stability import DISTURBED_PCT
 
 
 def _one(v: dict) -> str:

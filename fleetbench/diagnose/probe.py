@@ -85,7 +85,7 @@ def train_images_per_s(seconds: float) -> float:
 def cpu_waited() -> float:
     """Seconds this process has waited for a CPU while runnable (/proc/self/schedstat's run delay;
     a CPU quota's throttling counts there): a link end that waits much of the test is short of CPU,
-    and its slow link is explained by that (fleetbench.diagnose.blame). NaN where Linux does not say."""
+    and its slow link is explained by that (fleetbench.diagnose.judging.blame). NaN where Linux does not say."""
     try:
         with open("/proc/self/schedstat") as f:
             return int(f.read().split()[1]) / 1e9

@@ -1,7 +1,7 @@
 """A cell's figures through time and the change points in them: the statistics of `fleetbench
 history` (pure: records in, series out).
 
-A series is one cell's successful runs (cells keyed by measure/experiment.cell_key, as `compare`
+A series is one cell's successful runs (cells keyed by measure/repeats/experiment.cell_key, as `compare`
 keys them), in order of time, of Paddle version or of commit; consecutive runs of one Paddle
 build, host, commit and day are one *point* of it (a sweep's repeats). Candidate change points are
 found on the runs' throughputs by PELT (Killick, Fearnhead and Eckley 2012: the exact optimal
@@ -27,7 +27,7 @@ import math
 import re
 
 from fleetbench.history import circumstances, compare
-from fleetbench.measure import experiment, stability
+from fleetbench.measure.repeats import experiment, stability
 from fleetbench.measure.timing import summarize
 
 ORDERS = ("time", "paddle", "commit")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from fleetbench.measure import experiment
+from fleetbench.measure.repeats import experiment
 
 # (name, label): the order in which differences are printed
 FIELDS = (("cpu", "CPU"), ("cpu_threads", "CPU threads"), ("gpu", "GPU"), ("gpu_count", "GPUs"),

@@ -175,7 +175,7 @@ def verdict(change_pct: float | None, p_adjusted: float | None, min_effect_pct: 
     return SAME
 
 
-# ---- cells of two sides, matched on the declared key (measure/experiment.py) ----------------------
+# ---- cells of two sides, matched on the declared key (measure/repeats/experiment.py) ----------------------
 
 def comparable_records(records: list[dict]) -> list[dict]:
     """The records a comparison reads: throughput runs (comm and diagnose records have none)."""
@@ -207,7 +207,7 @@ def side_of(group: dict, times: dict | None = None) -> dict:
 def widen(ignore) -> tuple:
     """`ignore` with the config's copy of each ignored cell-key field (a run's config repeats its
     method: --ignore method must leave config.method out too, or bsp never meets mgwfbp)."""
-    from fleetbench.measure import experiment
+    from fleetbench.measure.repeats import experiment
     names = tuple(ignore)
     return names + tuple(f"config.{n}" for n in names if n in experiment.WORK and f"config.{n}" not in names)
 
@@ -238,7 +238,7 @@ def cell_keys(records: list[dict], ignore=(), match=()) -> list[tuple]:
     a few hundred cells, and a key costs the config flattened and hashed."""
     import json
 
-    from fleetbench.measure import experiment
+    from fleetbench.measure.repeats import experiment
     if match:
         return [experiment.cell_key(r, ignore, match) for r in records]
     made: dict[str, tuple] = {}
@@ -257,7 +257,7 @@ def match_cells(base: list[dict], new: list[dict], ignore=(), match=()) -> dict:
      "unlike": [(key, side, [groups])]}: a side holding several experiments of one cell (two Paddle
     builds, two hosts) is not pooled; it is named, and `--match` the circumstance that tells them
     apart compares them apart."""
-    from fleetbench.measure import experiment
+    from fleetbench.measure.repeats import experiment
     by_side = []
     usable = [[g for g in groups if g.get("mean") is not None] for groups in (base, new)]
     canonical = unify(experiment.cell_key(g, ignore, match) for side in usable for g in side)

@@ -17,7 +17,7 @@ import sys
 
 from fleetbench import cmdline
 from fleetbench.history import select, store
-from fleetbench.measure import registry, result_logs, results
+from fleetbench.measure import registry, results
 
 
 
@@ -110,6 +110,35 @@ def index(paths: list[str], url: str, tag: str | None = None, jobs: int | None =
     return {"new": new, "seen": seen, "problems": problems}
 
 
+def store_parser() -> cmdline.Parser:
+    """`results import` into a JSONL store (no --db): its own parser, so that the default store is
+    checked as a --results value is (argparse applies the type to a string default)."""
+    p = cmdline.Parser(prog="fleetbench results", description="Work with stored results.")
+    sub = p.add_subparsers(dest="action", required=True)
+    imp = sub.add_parser("import", help="store the FLEETBENCH_RESULT records printed in logs (pod logs)")
+    imp.add_argument("logs", nargs="+", metavar="LOG", type=cmdline.INPUT_FILE)
+    imp.add_argument("--results", default=registry.DEFAULT_RESULTS, type=results.STORE,
+                     help=f"the store (default {registry.DEFAULT_RESULTS})")
+    return p
+
+
+def import_into_store(argv) -> int:
+    """The records printed in logs into a JSONL store (measure/results.import_logs). Exit status:
+    0 every record stored, 1 some refused as duplicates, 2 bad input."""
+    args = store_parser().parse_args(argv)
+    try:
+        stored, refused = results.import_logs(args.logs, args.results)
+    except results.RecordError as e:
+        print(f"fleetbench results import: error: {e}", file=sys.stderr)
+        return 2
+    for where, rid in refused:
+        print(f"fleetbench results import: refused {where}: record {rid} is already in {args.results}",
+              file=sys.stderr)
+    print(f"fleetbench results import: stored {len(stored)} record(s) in {args.results}"
+          + (f", refused {len(refused)} duplicate(s)" if refused else ""))
+    return 1 if refused else 0
+
+
 def parser() -> cmdline.Parser:
     p = cmdline.Parser(prog="fleetbench results", description="Work with stored results.")
     sub = p.add_subparsers(dest="action", required=True)
@@ -132,7 +161,7 @@ def cli(argv) -> int:
               file=sys.stderr)
         return 2
     if not args.db:
-        return result_logs.cli(["import", *args.logs] + (["--results", args.results] if args.results else []))
+        return import_into_store(["import", *args.logs] + (["--results", args.results] if args.results else []))
     try:
         done = index(args.logs, args.db, args.tag)
     except store.StoreError as exc:

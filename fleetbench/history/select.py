@@ -104,7 +104,7 @@ def baseline(candidates: list[dict], new: list[dict], last: int | None) -> list[
     cells `new` has (compare's cell key), on the same device and host class, the `last` newest of
     each cell (all with None), in time order."""
     from fleetbench.history import compare
-    from fleetbench.measure import experiment
+    from fleetbench.measure.repeats import experiment
 
     def usable(record) -> bool:
         return record.get("error") is None and bool((record.get("metrics") or {}).get("throughput"))

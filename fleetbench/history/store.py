@@ -28,7 +28,8 @@ import operator
 import os
 
 from fleetbench.history import circumstances
-from fleetbench.measure import experiment, results
+from fleetbench.measure import results
+from fleetbench.measure.repeats import experiment
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 60  # a writer waits this long for another's transaction (SQLite)

@@ -30,7 +30,7 @@ from fleetbench.hosts.hostlist import Host
 from fleetbench.job.failure import Outcome
 from fleetbench.job.paddle_launch import supervise
 from fleetbench.job.supervisor import Limits
-from fleetbench.measure import registry, result_logs
+from fleetbench.measure import registry, results
 
 CHOICES = ("auto",) + executors.EXECUTORS
 FLAGS = {"--hostfile": "hostfile", "--hosts": "hosts", "--executor": "executor", "--ssh-config": "ssh_config",
@@ -268,5 +268,5 @@ def run_job(executor: executors.Executor, job: Job, log_dir: str, base_env: dict
                         log_dir, limits, echo=echo, say=say, job_id=job_id)
     if executor.remote and outcome.status == "ok":
         # a failed job's record is the supervisor's; a line printed while it was being stopped is not one
-        result_logs.import_logs(result_logs.rank_logs(log_dir), results_path)
+        results.import_logs(results.rank_logs(log_dir), results_path)
     return outcome

@@ -45,7 +45,7 @@ def parse(text: str, fields: tuple[str, ...] = FIELDS) -> list[dict]:
 
 
 def figures(row: dict) -> dict:
-    """A GPU's diagnosis figures from its parsed row, named as fleetbench.diagnose.metrics names
+    """A GPU's diagnosis figures from its parsed row, named as fleetbench.diagnose.judging.metrics names
     them: clocks (MHz) and their share of the maximum, temperature (°C), ECC error counts since
     the driver loaded (volatile)."""
     sm, sm_max = row.get("clocks.sm"), row.get("clocks.max.sm")

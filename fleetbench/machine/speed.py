@@ -4,7 +4,7 @@ after every run's timed window, on every rank (issue 44).
 Why: the hypervisor of a cloud guest can slow its vCPUs for seconds with nothing in /proc/stat
 (steal included): a matmul ran at 47-56 GFLOP/s where it ran at 76, both threads on-CPU the whole
 time, and a run timed then looked clean to measure/interference.py. The same fixed work timed at
-the window's edges tells a slow machine from a slow job; measure/stability.probe_reason judges it
+the window's edges tells a slow machine from a slow job; measure/repeats/stability.probe_reason judges it
 against the run's own other edge and the cell's usual figure.
 
 The workload (`DEFINITION`, stored in every record beside the figures):

@@ -49,7 +49,7 @@ class DebugConfig:
 @dataclasses.dataclass
 class MeasureConfig:
     """How a run is timed (docs/metrics.md#steady-state-and-the-machine-probe); not part of the
-    experiment (measure/experiment.NOISE_KEYS): the work a step does is the same."""
+    experiment (measure/repeats/experiment.NOISE_KEYS): the work a step does is the same."""
 
     probe: bool = True  # time machine/speed's fixed workload at the measured window's edges
     # warm-up goes on past warmup_steps until the step time settles (timing.settled), at most this

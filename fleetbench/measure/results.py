@@ -1,6 +1,7 @@
-"""Result records (schema 1, measure/schema.py): building, an append-only JSONL store, loading.
+"""Result records (schema 1, measure/schema.py): building, an append-only JSONL store, loading,
+and storing the records ranks printed in their logs.
 Every rank imports this module to store its record; grouping repeats and scaling efficiency, which
-only reports and sweeps need, are in measure/aggregate.py.
+only reports and sweeps need, are in measure/repeats/aggregate.py.
 
 One record per run, one JSON object per line. Appends are one write of one line, flushed and
 fsynced, under an exclusive lock, so a crash can at worst leave a torn *last* line; `load` reports
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import fcntl
+import glob
 import hashlib
 import json
 import os
@@ -240,10 +242,78 @@ def _read(path: str, warn: bool = True) -> list[dict]:
     return records
 
 
+# ---------------------------------------------------------------------------------------------
+# records printed in logs (`fleetbench results import LOG...`, the ssh and Slurm executors)
+#
+# Rank 0 of every benchmark prints its record as one line `FLEETBENCH_RESULT {json}` (emit). Where
+# the rank's own results file is out of reach (a Kubernetes pod, a node's scratch disk) its log
+# still carries the record: `kubectl logs POD > pod.log; fleetbench results import pod.log`. The
+# ssh and Slurm executors use the same import on the logs they bring back from the nodes. Each
+# record is validated (schema 1) and stored once: a record id already in the store is refused and
+# named; the same record seen twice in the input (a launcher echoes rank 0's log) is stored once.
+# Nothing is stored when any input line is malformed (RecordError naming file:line).
+
+RANK_LOG_GLOBS = ("workerlog.*", "serverlog.*")
+
+
+def records_in(path):
+    """[(where, record)] of the FLEETBENCH_RESULT lines of one log, validated (RecordError)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise RecordError(f"{path}: cannot read log ({e.strerror})") from None
+    found = []
+    marker = RESULT_PREFIX.encode()
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        at = raw.find(marker)  # `kubectl logs --timestamps` and srun --label put text before it
+        if at < 0:
+            continue
+        where = f"{path}:{number}"
+        try:
+            record = json.loads(raw[at + len(marker):].decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise RecordError(f"{where}: FLEETBENCH_RESULT line is not a JSON record "
+                              f"({getattr(e, 'msg', e)}); expected `FLEETBENCH_RESULT {{json}}`") from None
+        validate(record, where)
+        found.append((where, record))
+    return found
+
+
+def rank_logs(log_dir):
+    """Rank logs under a job's log directory (every node's), in a stable order."""
+    paths = []
+    for pattern in RANK_LOG_GLOBS:
+        paths += glob.glob(os.path.join(log_dir, "**", pattern), recursive=True)
+    return sorted(set(paths))
+
+
+def stored_ids(store):
+    return {r["id"] for r in load(store)} if os.path.exists(store) else set()
+
+
+def import_logs(paths, store):
+    """Store each new record of `paths` once. Returns (stored [ids], refused [(where, id)])."""
+    unique = {}
+    for where, record in (item for path in paths for item in records_in(path)):
+        first = unique.setdefault(record["id"], (where, record))[1]
+        if dumps(first) != dumps(record):
+            raise RecordError(f"{where}: record id {record['id']} appears twice with different content")
+    have = stored_ids(store)
+    stored, refused = [], []
+    for rid, (where, record) in unique.items():
+        if rid in have:
+            refused.append((where, rid))
+            continue
+        append(store, record)
+        stored.append(rid)
+    return stored, refused
+
+
 def config_hash(record_or_config: dict) -> str:
     """Stable hash of a run's identity as a sweep sees it (to skip runs already done): benchmark,
     preset, resolved config, mode/method, nodes/devices and network. A bare config dict is hashed
-    as the config. Aggregation groups runs by `experiment.of` (measure/aggregate.py), which also compares the build,
+    as the config. Aggregation groups runs by `experiment.of` (measure/repeats/aggregate.py), which also compares the build,
     device and host the runs had."""
     if "config" in record_or_config:
         keys = ("benchmark", "preset", "config", "mode", "method", "nodes", "devices_per_node",

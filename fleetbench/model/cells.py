@@ -1,8 +1,8 @@
 """Result records pooled into cells, and the matching the breakdown needs: a training cell's
 method=none control, its 1-device run, and the all-reduce link of its shape and network.
 
-A cell is every successful run of one experiment (measure.experiment: the same pooling as every
-report). Its figures are means over those runs but the throughput outliers (measure.stability.kept,
+A cell is every successful run of one experiment (measure.repeats.experiment: the same pooling as every
+report). Its figures are means over those runs but the throughput outliers (measure.repeats.stability.kept,
 as a report group's figure leaves them out; `excluded` counts them). Parameter-server records are
 not explained (no all-reduce) and are skipped.
 """
@@ -13,7 +13,7 @@ import statistics
 
 from fleetbench.model import alphabeta, gradbytes, nccl, overlap, published
 from fleetbench.emulate.netem_plan import PROFILES  # the link profiles: the pure plan's table, no tools
-from fleetbench.measure import experiment, stability
+from fleetbench.measure.repeats import experiment, stability
 from fleetbench.measure.schema import CONTROL  # the no-synchronisation control's method
 
 POST_BACKWARD = ("bsp", "fp16_allreduce")  # methods that all-reduce after backward: no overlap

@@ -29,7 +29,7 @@ from fleetbench.model import breakdown as bd
 from fleetbench.model import cells as cellmod
 from fleetbench.model import gradbytes, links, node, overlap, published, ranges, scaling
 from fleetbench.model.cells import Cell, Shape
-from fleetbench.measure import experiment
+from fleetbench.measure.repeats import experiment
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 Reads the records of every benchmark that has runs in both families in the input (a model
 registered with a collective and a parameter-server script under one name: ctr, resnet18).
-Repeats pool as everywhere (aggregate.summarize_records, fleetbench.measure.experiment). For each
+Repeats pool as everywhere (aggregate.summarize_records, fleetbench.measure.repeats.experiment). For each
 (benchmark, preset, network) it makes
 - one chart, two panels: throughput against the number of training processes (collective ranks,
   PS workers), one bar per scheme (AllReduce with its method, PS async, PS geo; PS hatched), the
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import io
 
-from fleetbench.measure import aggregate, experiment, timing
+from fleetbench.measure import timing
+from fleetbench.measure.repeats import aggregate, experiment
 from fleetbench.report import output
 from fleetbench.report.style import (COLORS, DPI, FIGSIZE, PS_HATCH, SAVE, STYLE, Figure, Patch, matplotlib,
                                      slug)

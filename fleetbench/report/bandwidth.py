@@ -1,7 +1,7 @@
 """Communication charts: bus bandwidth against message size, per network, beside the wire's limit.
 
 Reads comm records (mode `comm`, fleetbench.comm.opmath). Repeats of one experiment
-(fleetbench.measure.experiment) are pooled per size. For every op and job shape (benchmark,
+(fleetbench.measure.repeats.experiment) are pooled per size. For every op and job shape (benchmark,
 preset, config, nodes x devices, build, host: everything but the network) it makes
 - one chart: busbw (GB/s, log axis) against message size (bytes, log axis), one line per network (mean
   over the repeats, std as error bars); each shaped network's rate (rate_gbit / 8 GB/s) as a
@@ -20,7 +20,7 @@ import io
 import statistics
 
 from fleetbench.comm import opmath
-from fleetbench.measure import experiment
+from fleetbench.measure.repeats import experiment
 from fleetbench.report import output
 from fleetbench.report.style import (
     COLORS,

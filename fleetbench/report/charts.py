@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from fleetbench.measure import stability
+from fleetbench.measure.repeats import stability
 from fleetbench.measure.schema import SINGLE
 from fleetbench.report.style import (COLORS, DPI, FIGSIZE, MARGINS, PS_HATCH, SAVE, STYLE, Figure, Patch,
                                      matplotlib, slug)

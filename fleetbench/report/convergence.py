@@ -8,7 +8,7 @@ image benchmarks with data.val_path). For each (source, benchmark, preset) it ma
 - one markdown table: throughput (mean ± std, speedup against the 1-device cell of the same
   results), final accuracy, epochs and time to target (mean ± std and range over the runs that
   reached it), how many runs reached it, the seeds, and MLPerf's score (the olympic mean of the
-  times to target: measure.stability.olympic_score; "—" with the reason when the runs allow none).
+  times to target: measure.repeats.stability.olympic_score; "—" with the reason when the runs allow none).
 
 Time is counted from MLPerf's run_start (`run_elapsed_s`, before the data is touched) where a
 record has it; older records counted from the start of training (`elapsed_s`).
@@ -22,7 +22,8 @@ from __future__ import annotations
 import io
 import re
 
-from fleetbench.measure import aggregate, experiment, stability, timing
+from fleetbench.measure import timing
+from fleetbench.measure.repeats import aggregate, experiment, stability
 from fleetbench.report import output, style
 from fleetbench.report.style import slug
 from fleetbench.report.tables import fmt

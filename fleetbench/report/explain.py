@@ -27,7 +27,7 @@ from fleetbench.model import predict, published
 from fleetbench.analysis import specs as spec_checks
 from fleetbench.model.breakdown import ACCOUNTING_TOLERANCE, LOSSES, parts_text
 from fleetbench.history import select
-from fleetbench.measure import experiment, stability
+from fleetbench.measure.repeats import experiment, stability
 from fleetbench.report import explain_scaling as scaling
 
 # The stacks of a breakdown bar, bottom to top: (CSV column, legend label).

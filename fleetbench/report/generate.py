@@ -18,7 +18,8 @@ import sys
 
 from fleetbench import cmdline
 from fleetbench.history import select
-from fleetbench.measure import aggregate, results, stability
+from fleetbench.measure import results
+from fleetbench.measure.repeats import aggregate, stability
 from fleetbench.report import (
     allreduce_vs_ps,
     bandwidth,
@@ -148,7 +149,7 @@ def _load(paths) -> list[dict]:
 
 def groups_json(paths, cv_threshold=stability.CV_THRESHOLD) -> str:
     """One JSON object per aggregation group, one per line: the fields that define the experiment
-    (see fleetbench.measure.experiment), then n, mean, std, median, min, max, unit, failed runs,
+    (see fleetbench.measure.repeats.experiment), then n, mean, std, median, min, max, unit, failed runs,
     and speedup/efficiency against the baseline the report uses, with their errors; cv, unstable,
     outliers (record ids), runs and ci95_pct (aggregate.stability_fields)."""
     return "".join(json.dumps(group, sort_keys=True, ensure_ascii=False) + "\n"
@@ -160,7 +161,7 @@ def extra_sections(base: list[str], new: list[str] | None, images_dir: str, link
     with change points (`fleetbench history`'s), for a page given two sides."""
     if not new:
         return "", []
-    from fleetbench.report import comparison, history
+    from fleetbench.report.regression import comparison, history
     report = comparison.run(base, new)
     trail = history.run(base + new)
     links, written = history.write_charts(trail, images_dir, link)
@@ -192,7 +193,7 @@ def write_html(args, base: list[str], new: list[str] | None) -> list[str]:
 
 
 def cli(argv: list[str]) -> int:
-    from fleetbench.report import comparison
+    from fleetbench.report.regression import comparison
     args, paths = comparison.parse_sides(argv, lambda nargs: parser("*"))
     if args.json and args.images:
         parser().error("--images: not read with --json (expected one of them)")

@@ -21,7 +21,7 @@ def _broken(entry: dict) -> str:
 
 
 # Link verdicts that are no finding, as `fleetbench diagnose` judges them (its exit code is 0 on
-# them: diagnose/verdicts.NOT_FINDINGS, which this room may not import; a test holds the two
+# them: diagnose/judging/verdicts.NOT_FINDINGS, which this room may not import; a test holds the two
 # equal). A cpu-bound link's test measured the machine's CPUs, not the link: listed under the
 # table as such, never as a link that is not healthy; a disturbed one was not judged (others took
 # the machine while it was measured): listed under the table.

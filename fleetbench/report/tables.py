@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from fleetbench.measure import aggregate, experiment, stability
+from fleetbench.measure.repeats import aggregate, experiment, stability
 from fleetbench.measure.schema import SINGLE
 
 # Experiment fields shown by name when they distinguish groups, before any config key.

@@ -7,13 +7,13 @@ or the same as top-level sweep keys (`until_stable: true`, `target_ci: 2`, `max_
 `warmup_run: true`, `vary_seed: true`, `interleave: true`; a flag wins over its key; the first three may also be keys of a cell group,
 which win for its cells). With until-stable a cell runs its `repeats` (the
 minimum), then more until the 95 % confidence interval half-width of its throughput mean is within
-`target_ci` % of the mean or it has `max_repeats` successful runs (fleetbench.measure.stability.
+`target_ci` % of the mean or it has `max_repeats` successful runs (fleetbench.measure.repeats.stability.
 stop_reason), and the console says which. The CI is that of the group's figure: over the runs not
 flagged as outliers (at least `repeats` of them), so one disturbed run costs one more run, and
 the console names it. The policy goes into every run's record as
 `config.runtime.repeats` (through the launcher contract), so the report can tell from the records
 alone whether a cell ended stable or at its maximum (stability.verdict on the stored throughputs); it is
-not part of the experiment (measure.experiment.NOISE_KEYS), so runs with and without it pool, and
+not part of the experiment (measure.repeats.experiment.NOISE_KEYS), so runs with and without it pool, and
 resume finds them (sweepfile.run_key leaves `runtime` out).
 
 A warm-up run is one unrecorded run of a cell (its own config, stored in a scratch file in the log
@@ -24,7 +24,7 @@ With vary_seed, repeat k of a cell runs with seed = the cell's configured seed +
 the launcher contract, FLEETBENCH_SEED), so its repeats differ in initialisation and data order,
 as MLPerf's do: without it the repeats of a convergence run are bit-identical and measure time only.
 The numbering is the repeat's, so a resumed sweep goes on with the next seed; the seed is not
-part of the experiment (measure.experiment.NOISE_KEYS), so the runs stay one cell.
+part of the experiment (measure.repeats.experiment.NOISE_KEYS), so the runs stay one cell.
 
 With interleave the cells run in rounds, one repeat of each cell not yet over a round
 (fleetbench.sweep.order), so that a drift of the machine's speed falls on every cell alike.
@@ -35,7 +35,8 @@ import argparse
 import dataclasses
 
 from fleetbench import cmdline
-from fleetbench.measure import contract, stability
+from fleetbench.measure import contract
+from fleetbench.measure.repeats import stability
 from fleetbench.sweep.sweepfile import (
     STABILITY_KEYS,
     Cell,

@@ -28,7 +28,8 @@ from fleetbench.hosts.hostlist import HostsError
 from fleetbench.job import failure, paddle_launch, preflight
 from fleetbench.machine import env as machine_env
 from fleetbench.machine import speed
-from fleetbench.measure import aggregate, contract, registry, results, timing
+from fleetbench.measure import contract, registry, results, timing
+from fleetbench.measure.repeats import aggregate
 from fleetbench.sweep import adaptive, order
 from fleetbench.sweep.summary import Tally, cell_extra, duration, progress_line, stability_lines, summary_table
 from fleetbench.sweep.sweepfile import (

@@ -1,11 +1,11 @@
 """What a sweep prints: a progress line before each run (with its ETA) and, once it is done, the
-summary table (mean ± std, cv, efficiency per cell; fleetbench.measure.aggregate's groups) and the
+summary table (mean ± std, cv, efficiency per cell; fleetbench.measure.repeats.aggregate's groups) and the
 stability lines under it."""
 from __future__ import annotations
 
 import dataclasses
 
-from fleetbench.measure import aggregate, stability
+from fleetbench.measure.repeats import aggregate, stability
 from fleetbench.sweep.sweepfile import Cell
 
 

@@ -261,7 +261,7 @@ def network_key(network: dict | None) -> dict | None:
 def run_key(benchmark: str, preset: str | None, config: dict, mode: str, nodes: int, world_size: int,
             network: dict | None) -> str:
     """results.config_hash of a run's identity; `runtime` (device, threads, versions the loop
-    adds to the stored config), the seed (repeats may differ by seed: measure.experiment) and what
+    adds to the stored config), the seed (repeats may differ by seed: measure.repeats.experiment) and what
     the network could not apply are not part of it."""
     config = {k: v for k, v in config.items() if k not in ("runtime", "seed")}
     return results.config_hash({"benchmark": benchmark, "preset": preset, "config": config, "mode": mode,

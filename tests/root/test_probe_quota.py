@@ -1,6 +1,6 @@
 """Issue 44's acceptance: a run whose job is slowed with no process beside it (its cgroup's CPU
 quota cut: cgroup v1, as fleetbench/emulate/degrade.py cuts an emulated node's) is named disturbed
-by the machine-speed probe (machine/speed.py, measure/stability.probe_reason), whatever
+by the machine-speed probe (machine/speed.py, measure/repeats/stability.probe_reason), whatever
 /proc/stat says; a run beside a CPU hog is named by interference, as before.
 
 The matrix: the quota from before the first step (the probe's both edges slow: judged against the
@@ -22,7 +22,7 @@ import pytest
 from util import PYTHON, REPO, env, records
 
 from fleetbench.emulate import degrade
-from fleetbench.measure import aggregate, stability
+from fleetbench.measure.repeats import aggregate, stability
 
 PROBLEM = (None if os.geteuid() == 0 and os.path.isdir(degrade.CPU_CGROUP)
            else f"needs root and a cgroup v1 cpu controller at {degrade.CPU_CGROUP}")

@@ -1,8 +1,8 @@
-"""The declared cell key (measure/experiment.py: WORK, CIRCUMSTANCES): what defines a cell of work
+"""The declared cell key (measure/repeats/experiment.py: WORK, CIRCUMSTANCES): what defines a cell of work
 is matched across files; the Paddle build, host, device, time and commit are circumstances."""
 import pytest
 
-from fleetbench.measure import aggregate, experiment
+from fleetbench.measure.repeats import aggregate, experiment
 
 
 def record(**over):

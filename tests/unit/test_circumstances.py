@@ -10,7 +10,7 @@ import pytest
 
 from fleetbench.history import circumstances
 from fleetbench.measure import results
-from fleetbench.report import comparison
+from fleetbench.report.regression import comparison
 
 DEMO = str(Path(__file__).resolve().parents[2] / "results" / "kvm-2vcpu-paddle2.6.2-demo.jsonl")
 

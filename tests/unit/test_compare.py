@@ -8,7 +8,7 @@ import pytest
 
 from fleetbench.history import compare
 from fleetbench.measure import results
-from fleetbench.report import comparison
+from fleetbench.report.regression import comparison
 
 BASE10 = [float(v) for v in range(1, 11)]
 

@@ -51,7 +51,7 @@ def test_a_node_is_its_worst_device():
 def test_every_figure_a_gpu_node_reports_is_a_declared_metric():
     # one name from nvidia-smi's field to the rule: temperature.gpu is read as gpu_temperature_c
     # and nothing else (it was temperature_c in between)
-    from fleetbench.diagnose import metrics
+    from fleetbench.diagnose.judging import metrics
 
     smi = nvsmi.figures(nvsmi.parse(TWO_GPUS)[1])
     combined = {m.name for m in metrics.TABLE if m.combine}

@@ -81,7 +81,7 @@ def test_each_bad_option_is_named_on_its_own(tmp_path, capsys, argv, message):
 
 
 def test_a_baseline_of_other_hosts_is_refused_before_any_test(tmp_path, capsys, monkeypatch):
-    from fleetbench.diagnose import baseline
+    from fleetbench.diagnose.judging import baseline
 
     monkeypatch.setattr(cli, "machine", lambda: {"cpu": "X", "cpus": 2, "paddle": "2.6.2"})
     made = baseline.make_baseline([{"nodes": {0: {"matmul_gflops": 1.0}}, "links": {}, "cluster": None}],

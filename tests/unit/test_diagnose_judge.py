@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from fleetbench.diagnose import baseline as baselines
-from fleetbench.diagnose import judge, measure, output, resolution, rules, verdicts
+from fleetbench.diagnose import measure, output
+from fleetbench.diagnose.judging import baseline as baselines
+from fleetbench.diagnose.judging import judge, resolution, rules, verdicts
 from fleetbench.diagnose.cli import DEFAULT_RULES
 from fleetbench.hosts.hostlist import Host
 

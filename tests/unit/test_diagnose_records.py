@@ -2,7 +2,8 @@
 `fleetbench report` accept (a diagnose record has figures with units in their names, no throughput)."""
 import json
 
-from fleetbench.diagnose import records, rules, verdicts
+from fleetbench.diagnose import records
+from fleetbench.diagnose.judging import rules, verdicts
 from fleetbench.diagnose.cli import DEFAULT_RULES
 from fleetbench.hosts.hostlist import Host
 from fleetbench.measure import results

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from fleetbench.diagnose import judge, plan, rules, verdicts
+from fleetbench.diagnose import plan
+from fleetbench.diagnose.judging import judge, rules, verdicts
 from fleetbench.diagnose.cli import DEFAULT_RULES
 
 RULES = rules.parse_rules(DEFAULT_RULES.read_text(), "shipped")
@@ -79,7 +80,7 @@ def test_bad_rules_are_one_line_naming_the_file(text, message):
 
 
 def test_every_metric_is_named_once_and_every_shipped_rule_names_one():
-    from fleetbench.diagnose import metrics
+    from fleetbench.diagnose.judging import metrics
 
     assert len(metrics.METRICS) == len(metrics.TABLE)
     assert {r.metric for r in RULES} <= set(metrics.METRICS)

@@ -10,7 +10,7 @@ from scipy import stats
 from fleetbench.history import records as importer
 from fleetbench.history import synthetic
 from fleetbench.measure import results
-from fleetbench.report import gate
+from fleetbench.report.regression import gate
 
 A_A_SEEDS = range(100)
 

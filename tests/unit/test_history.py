@@ -4,7 +4,7 @@ import csv
 import json
 
 from fleetbench.history import changepoints
-from fleetbench.report import history
+from fleetbench.report.regression import history
 from test_compare import record, runs, store
 
 

@@ -9,7 +9,7 @@ import pytest
 from fleetbench.history import records as importer
 from fleetbench.history import select, synthetic
 from fleetbench.measure import results
-from fleetbench.report import history
+from fleetbench.report.regression import history
 
 NCCL = {"nccl": ("2.18.3", "2.19.3")}
 

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from fleetbench.machine import gpu_procs
-from fleetbench.measure import aggregate, interference, metrics, stability
+from fleetbench.measure import interference, metrics
+from fleetbench.measure.repeats import aggregate, stability
 from fleetbench.measure.contract import JOB_ID
 from fleetbench.report import tables
 

@@ -210,7 +210,7 @@ def test_convergence_table_and_chart(tmp_path):
     markdown, written = convergence.section(runs, str(tmp_path), link=lambda png: png)
     rows = [line for line in markdown.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
     # 1 process, times to target 21, 31, 21, 11, 31 s: the olympic mean drops one 11 and one 31
-    # every mean to the digits its spread supports (fleetbench.measure.stability.format_pm)
+    # every mean to the digits its spread supports (fleetbench.measure.repeats.stability.format_pm)
     assert rows[0] == ("| 1 | mgwfbp | 100 ± 8 images/s | 1.00x | 0.962 ± 0.008 | 2.2 ± 0.8 (1–3) "
                        "| 23 ± 8 (11–31) | 5/5 | 1–5 | 24 |"), rows
     assert rows[1] == ("| 2 | mgwfbp | 200 ± 20 images/s | 2.00x | 0.96 ± 0.02 | 2 | 11 | 2/3 | 1–3 "

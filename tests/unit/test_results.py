@@ -7,7 +7,8 @@ import os
 import pytest
 
 from fleetbench.machine import stamp
-from fleetbench.measure import aggregate, contract, experiment, results
+from fleetbench.measure import contract, results
+from fleetbench.measure.repeats import aggregate, experiment
 from fleetbench.measure.results import RecordError
 
 

@@ -1,11 +1,11 @@
-"""fleetbench.measure.stability on constructed runs: CV flag, outlier rule, the runs a figure
+"""fleetbench.measure.repeats.stability on constructed runs: CV flag, outlier rule, the runs a figure
 keeps, CI stopping (with an outlier), digits, ratio error, MLPerf's olympic score of time to target."""
 import math
 import statistics
 
 import pytest
 
-from fleetbench.measure import stability as st
+from fleetbench.measure.repeats import stability as st
 
 # issue 23: the first demo baseline, one run disturbed by other work on the machine
 DEMO = [16.58, 42.08, 42.39]

@@ -6,7 +6,8 @@ import pytest
 from util import reduced
 
 from fleetbench.machine import speed
-from fleetbench.measure import aggregate, metrics, schema, stability, timing
+from fleetbench.measure import metrics, schema, timing
+from fleetbench.measure.repeats import aggregate, stability
 from fleetbench.measure.timing import Steady, WindowTimer, calibrated_steps, settled
 
 
@@ -246,7 +247,7 @@ def test_the_measure_keys_are_not_part_of_the_experiment():
     cell with the records before them (the work a step does is the same)."""
     from test_cell_key import record
 
-    from fleetbench.measure import experiment
+    from fleetbench.measure.repeats import experiment
 
     old = record()
     for measure in ({"probe": True, "settle_steps": 10, "window_s": 5.0}, {"probe": False, "settle_steps": 0,

@@ -16,7 +16,8 @@ import pytest
 from fleetbench.history import records as importer
 from fleetbench.history import store, synthetic
 from fleetbench.measure import results
-from fleetbench.report import comparison, explain, generate, history
+from fleetbench.report import explain, generate
+from fleetbench.report.regression import comparison, history
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = sorted(glob.glob(str(REPO / "results" / "*.jsonl")))

@@ -332,7 +332,7 @@ def test_interrupted_sweep_resumes_and_a_failing_cell_does_not_stop_the_others(t
     table = [line for line in p.stdout[p.stdout.index("benchmark  preset"):].splitlines()
              if not line.startswith(("UNSTABLE: ", "outlier: ", "disturbed: "))]
     assert len(table) == 4 and "log_every=2" in table[2] and table[2].split()[8] == "0"
-    # one run each: its mean alone, no spread to show (not "± 0.00"; digits: fleetbench.measure.stability)
+    # one run each: its mean alone, no spread to show (not "± 0.00"; digits: fleetbench.measure.repeats.stability)
     assert " ± " not in table[1] + table[3] and float(table[1].split()[9]) > 0
 
 

@@ -16,7 +16,8 @@ import pytest
 from util import records, run_script
 
 from fleetbench.job import failure
-from fleetbench.measure import aggregate, contract, results, stability
+from fleetbench.measure import contract, results
+from fleetbench.measure.repeats import aggregate, stability
 from fleetbench.report import generate
 from fleetbench.sweep import adaptive, runner, sweepfile
 

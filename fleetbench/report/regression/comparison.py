@@ -5,11 +5,11 @@
         [--ignore KEY]... [--match KEY]... [--threshold PCT] [--alpha A]
         [--cv-threshold PCT] [--disturbed PCT] [--markdown | --json]
 
-Cells are matched on measure/experiment.cell_key (WORK: benchmark, preset, method, shape, network,
+Cells are matched on measure/repeats/experiment.cell_key (WORK: benchmark, preset, method, shape, network,
 the config that defines the work), across what the comparison is about (the Paddle build, host,
 device, commit, date); `--ignore KEY` leaves a key out (compare `bsp` with `mgwfbp`: --ignore
 method), `--match KEY` adds a circumstance (--match paddle). A side's runs are grouped as the
-report groups them (measure/aggregate.py: outliers and disturbed runs left out of a figure, and
+report groups them (measure/repeats/aggregate.py: outliers and disturbed runs left out of a figure, and
 said); a side holding two experiments of one cell is not pooled, it is named. The statistics are
 history/compare.py's. Exit 0 when no cell is slower, 1 when one is, 2 on bad input (one line).
 """
@@ -23,7 +23,8 @@ from fleetbench import cmdline
 from fleetbench.history import circumstances as circ
 from fleetbench.history import compare, select
 from fleetbench.history.store import StoreError
-from fleetbench.measure import aggregate, experiment, results, stability
+from fleetbench.measure import results
+from fleetbench.measure.repeats import aggregate, experiment, stability
 from fleetbench.measure.schema import RecordError
 
 MARK = {compare.FASTER: "faster", compare.SLOWER: "SLOWER", compare.SAME: "~", compare.INSUFFICIENT: "?",

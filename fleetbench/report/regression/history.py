@@ -4,7 +4,7 @@
         [--ignore KEY]... [--match KEY]... [--threshold PCT] [--alpha A] [--disturbed PCT]
         [--markdown | --json]
 
-Cells are keyed as `fleetbench compare` keys them (measure/experiment.cell_key); a cell's runs are
+Cells are keyed as `fleetbench compare` keys them (measure/repeats/experiment.cell_key); a cell's runs are
 put in order (time, Paddle version or commit), grouped into points (a sweep's repeats on one
 build, host, commit and day), and the change points between them found and judged by
 history/changepoints.py. Every cell with more than one point gets a chart, `DIR/history-<cell>.png`
@@ -18,9 +18,10 @@ import sys
 from fleetbench import cmdline
 from fleetbench.history import changepoints, compare, select
 from fleetbench.history.store import StoreError
-from fleetbench.measure import experiment, results, stability
+from fleetbench.measure import results
+from fleetbench.measure.repeats import experiment, stability
 from fleetbench.measure.schema import RecordError
-from fleetbench.report import comparison
+from fleetbench.report.regression import comparison
 from fleetbench.report.style import slug
 
 

@@ -1,13 +1,13 @@
 """Rules and judgement (pure): figures in, verdicts out.
 
-A rule names a metric (one of fleetbench.diagnose.metrics), a criterion and a category. A
+A rule names a metric (one of fleetbench.diagnose.judging.metrics), a criterion and a category. A
 criterion is one function registered by name (as SuperBench's RuleOp registers its rule
 functions); a rules file names it as a key with its threshold:
 
     - {metric: matmul_gflops, below_reference_pct: 25, category: compute}
     - {metric: gpu_temperature_c, max_value: 85, category: compute}
 
-A reference-based criterion judges a figure against its reference (fleetbench.diagnose.judge
+A reference-based criterion judges a figure against its reference (fleetbench.diagnose.judging.judge
 makes them: the peers' or the baseline's), which carries its own spread: `below_reference_pct`
 breaks only when the figure is more than the percentage below the reference AND more than
 SPREADS times the reference's spread below it, so a threshold tighter than the figures' own
@@ -29,8 +29,8 @@ from collections.abc import Callable
 
 import yaml
 
-from fleetbench.diagnose import metrics
-from fleetbench.measure.stability import MAD_SCALE
+from fleetbench.diagnose.judging import metrics
+from fleetbench.measure.repeats.stability import MAD_SCALE
 
 CATEGORIES = ("compute", "memory", "network", "unreachable", "failed")
 SCOPES = ("node", "link", "cluster")  # cluster: the all-node job's figures, judged against a baseline only
@@ -67,7 +67,7 @@ class Reference:
 
 def robust_spread(values: list[float]) -> float:
     """A spread one odd figure does not inflate: the scaled MAD (a standard deviation for normal
-    figures; fleetbench.measure.stability's rule for repeats); 0 for one figure."""
+    figures; fleetbench.measure.repeats.stability's rule for repeats); 0 for one figure."""
     if len(values) < 2:
         return 0.0
     middle = statistics.median(values)

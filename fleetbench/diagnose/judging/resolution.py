@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import statistics
 
-from fleetbench.diagnose import judge, metrics, rules as rulebook
-from fleetbench.diagnose.rules import Rule
+from fleetbench.diagnose.judging import judge, metrics, rules as rulebook
+from fleetbench.diagnose.judging.rules import Rule
 
 
 def _figures(rule: Rule, m: dict) -> dict:

@@ -20,9 +20,10 @@ import sys
 from fleetbench import cmdline
 from fleetbench.history import compare, select
 from fleetbench.history.store import StoreError
-from fleetbench.measure import experiment, results
+from fleetbench.measure import results
+from fleetbench.measure.repeats import experiment
 from fleetbench.measure.schema import RecordError
-from fleetbench.report import comparison
+from fleetbench.report.regression import comparison
 
 LAST = 10
 LAST_KIND = cmdline.integer(0)

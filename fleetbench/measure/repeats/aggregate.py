@@ -1,12 +1,12 @@
 """Aggregation of result records (measure/results.py loads them): one group of repeats per
 experiment (`experiment.of`), the figure each group keeps and how far its runs agree
-(measure/stability.py), and scaling efficiency against a measured baseline. Reports and sweeps
+(measure/repeats/stability.py), and scaling efficiency against a measured baseline. Reports and sweeps
 import this; ranks never do.
 """
 from __future__ import annotations
 
-from fleetbench.measure import experiment, stability
-from fleetbench.measure.experiment import Experiment
+from fleetbench.measure.repeats import experiment, stability
+from fleetbench.measure.repeats.experiment import Experiment
 from fleetbench.measure.schema import CONTROL, SINGLE, RecordError
 from fleetbench.measure.timing import summarize
 
@@ -37,7 +37,7 @@ def aggregate(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD,
 
 
 def stability_fields(ok: list[dict], cv_threshold: float, disturbed_pct: float = stability.DISTURBED_PCT) -> dict:
-    """A measured group's figure and how far its runs agree (fleetbench.measure.stability).
+    """A measured group's figure and how far its runs agree (fleetbench.measure.repeats.stability).
 
     The figure (n, mean, std, median, min, max; so ci95_pct, speedup and efficiency too) is over
     the runs not `disturbed` (more than `disturbed_pct` % of the machine's CPU to other processes

@@ -1,7 +1,7 @@
 """Every figure `fleetbench diagnose` produces, declared once: its name (units in the name, as
 timm's), what it describes (a node, a link, the all-node job), the test that produces it, its
 unit, which way is better, and, for a GPU node, how the node's devices combine into its figure.
-A rule naming a metric not in this table is refused before any test runs (fleetbench.diagnose.rules),
+A rule naming a metric not in this table is refused before any test runs (fleetbench.diagnose.judging.rules),
 and a rule whose metric no test produced is reported `not measured`.
 """
 from __future__ import annotations

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import statistics
 
-from fleetbench.diagnose import metrics
-from fleetbench.diagnose.rules import DiagnoseError, Reference, robust_spread
-from fleetbench.measure.stability import DISTURBED_PCT
+from fleetbench.diagnose.judging import metrics
+from fleetbench.diagnose.judging.rules import DiagnoseError, Reference, robust_spread
+from fleetbench.measure.repeats.stability import DISTURBED_PCT
 
 KIND = "fleetbench-diagnose-baseline"
 VERSION = 2

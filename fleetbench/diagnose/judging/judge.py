@@ -1,5 +1,5 @@
 """Judgement (pure): one diagnosis's figures and the rules in, verdicts out, against the peers
-or against a baseline (fleetbench.diagnose.baseline).
+or against a baseline (fleetbench.diagnose.judging.baseline).
 
 References, each with its spread (rules.Reference):
 - a node's figure: the median of the *other* nodes' (a healthy node is never judged against a
@@ -28,10 +28,10 @@ import dataclasses
 import math
 import statistics
 
-from fleetbench.diagnose import baseline as baselines
-from fleetbench.diagnose.metrics import OTHERS
-from fleetbench.diagnose.rules import Reference, Rule, robust_spread
-from fleetbench.measure.stability import DISTURBED_PCT
+from fleetbench.diagnose.judging import baseline as baselines
+from fleetbench.diagnose.judging.metrics import OTHERS
+from fleetbench.diagnose.judging.rules import Reference, Rule, robust_spread
+from fleetbench.measure.repeats.stability import DISTURBED_PCT
 
 NO_PEERS = Reference(None, kind="no peers")
 

@@ -3,10 +3,10 @@ peers or against a baseline. The same measurement can be judged both ways (bench
 """
 from __future__ import annotations
 
-from fleetbench.diagnose import blame, judge, resolution
-from fleetbench.diagnose.rules import Rule
+from fleetbench.diagnose.judging import blame, judge, resolution
+from fleetbench.diagnose.judging.rules import Rule
 from fleetbench.hosts.hostlist import Host
-from fleetbench.measure.stability import DISTURBED_PCT
+from fleetbench.measure.repeats.stability import DISTURBED_PCT
 
 
 def _remeasured(item: dict, key: str, m: dict) -> dict:
@@ -22,7 +22,7 @@ def _remeasured(item: dict, key: str, m: dict) -> dict:
 def not_measured(rules: list[Rule], m: dict) -> list[dict]:
     """The rules whose metric no test produced (on no node, link or all-node job), each with the
     test that would have: reported, never passed."""
-    from fleetbench.diagnose import metrics
+    from fleetbench.diagnose.judging import metrics
 
     produced = {metric for part in (m["nodes"], m["links"], {"all": m.get("cluster") or {}})
                 for f in part.values() for metric, value in f.items() if value is not None}
@@ -53,7 +53,7 @@ def report(m: dict, rules: list[Rule], baseline: dict | None, hosts: list[Host])
 
 
 # Link verdicts that are no finding: a healthy link, a cpu-bound one (its test measured the CPUs,
-# not the link: diagnose/blame.py) and a disturbed one (not judged: others took the machine while
+# not the link: diagnose/judging/blame.py) and a disturbed one (not judged: others took the machine while
 # it was measured, judge.py). The report's health section reads the same words (report/health.py
 # NOT_FINDINGS, which may not import this room; a test holds them equal).
 NOT_FINDINGS = ("healthy", "cpu-bound", "disturbed")
