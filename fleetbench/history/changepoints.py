@@ -188,35 +188,13 @@ def changes(all_series: list[dict], alpha: float = compare.ALPHA,
     permutation test's (`split_p`) over the two segments, Holm-adjusted across the changes of the
     same cell (as MongoDB judges each series apart: across cells, about one flat cell in 20 shows a
     false change, docs/compare.md)."""
-    pending = []
     for s in all_series:
-        named: dict[int, dict] = {}  # a run's circumstances, made only for the runs beside a change
-
-        def of(i: int, runs=s["runs"], named=named) -> dict:
-            if i not in named:
-                named[i] = circumstances.of(runs[i]["record"])
-            return named[i]
-        quiet = [i for i, run in enumerate(s["runs"]) if not run["disturbed"]]
-        values = [s["runs"][i]["throughput"] for i in quiet]
-        s["segments"], s["changes"] = [], []
-        if not values:
-            continue
-        cuts = change_points(values)
-        bounds = [0] + cuts + [len(values)]
-        s["segments"] = [dict(summarize(values[a:b]), start=quiet[a], end=quiet[b - 1])
-                         for a, b in zip(bounds, bounds[1:])]
-        for a, cut, b in zip(bounds, bounds[1:-1], bounds[2:]):
-            change = {"at": quiet[cut], "point": s["runs"][quiet[cut]]["point"],
-                      "before": values[a:cut], "after": values[cut:b],
-                      "from": s["runs"][quiet[cut - 1]]["time"], "to": s["runs"][quiet[cut]]["time"],
-                      **circumstances.explain([of(i) for i in quiet[a:cut]], [of(i) for i in quiet[cut:b]])}
-            s["changes"].append(change)
-            pending.append(change)
+        segment(s)
     for s in all_series:  # each cell's history is one question: its changes are corrected together
         raw = [split_p(c["before"] + c["after"]) for c in s["changes"]]
         for change, p, p_adj in zip(s["changes"], raw, compare.holm(raw)):
             change.update(p_value=p, p_adjusted=p_adj)
-    for change in pending:
+    for change in (c for s in all_series for c in s["changes"]):
         p, p_adj = change["p_value"], change["p_adjusted"]
         base, new = change["before"], change["after"]
         change_pct = 100.0 * (sum(new) / len(new)) / (sum(base) / len(base)) - 100.0
@@ -226,6 +204,31 @@ def changes(all_series: list[dict], alpha: float = compare.ALPHA,
                                      note="", p_value=p, p_adjusted=p_adj, min_effect_pct=effect,
                                      verdict=compare.verdict(change_pct, p_adj, effect, alpha)).as_dict())
     return all_series
+
+
+def segment(s: dict) -> None:
+    """One series' `segments` and `changes` (without their statistics) from its undisturbed runs.
+    What a run ran on is worked out only for the runs beside a change: at 100,000 records doing it
+    for every run was most of `history`'s time."""
+    named: dict[int, dict] = {}
+
+    def of(i: int) -> dict:
+        if i not in named:
+            named[i] = circumstances.of(s["runs"][i]["record"])
+        return named[i]
+    quiet = [i for i, run in enumerate(s["runs"]) if not run["disturbed"]]
+    values = [s["runs"][i]["throughput"] for i in quiet]
+    s["segments"], s["changes"] = [], []
+    if not values:
+        return
+    bounds = [0] + change_points(values) + [len(values)]
+    s["segments"] = [dict(summarize(values[a:b]), start=quiet[a], end=quiet[b - 1])
+                     for a, b in zip(bounds, bounds[1:])]
+    for a, cut, b in zip(bounds, bounds[1:-1], bounds[2:]):
+        s["changes"].append({"at": quiet[cut], "point": s["runs"][quiet[cut]]["point"],
+                             "before": values[a:cut], "after": values[cut:b],
+                             "from": s["runs"][quiet[cut - 1]]["time"], "to": s["runs"][quiet[cut]]["time"],
+                             **circumstances.explain([of(i) for i in quiet[a:cut]], [of(i) for i in quiet[cut:b]])})
 
 
 def together(cells: list[dict]) -> None:

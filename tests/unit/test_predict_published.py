@@ -119,7 +119,7 @@ def test_validate_on_published_predicts_two_nodes_from_one():
     ("nodes=2,rate_gbit=-5", "rate_gbit must be a number of Gbit/s above 0"),
     ("rate_gbit=100,efficiency=1.5", "efficiency must be a share of the rate in (0, 1]"),
     ("rate_gbit=100,transport=udp", "transport must be one of tcp, rdma"),
-    ("nodes=2,network=10gbee", "--predict network=10gbee: unknown (known: 100gbe, 10gbe, 1gbe"),
+    ("nodes=2,network=10gbee", "--predict network=10gbee: unknown (known: 100gbe, 100mbe, 10gbe, 1gbe"),
     ("nodes=2,benchmark=resnet5", "--predict benchmark=resnet5: unknown"),
 ])
 def test_bad_predict_values_exit_2_with_one_line(tmp_path, capsys, spec, message):
