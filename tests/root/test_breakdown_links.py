@@ -18,24 +18,11 @@ pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
 
 
 def test_communication_grows_as_the_link_slows_and_the_parts_add_up(tmp_path, monkeypatch):
-    name = cluster_name("fbb")
-    state_dir = tmp_path / "state"
-    spec = tmp_path / "net.yaml"
-    spec.write_text(yaml.safe_dump({"repeats": 1, "timeout": 600, "stall": 300, "cells": [
-        {"benchmark": "resnet50", "preset": "tiny", "method": ["bsp", "mgwfbp"], "set": {"batch_size": 2},
-         "nodes": 2, "network": ["10gbe", "1gbe"]}]}))
-    store, traces = tmp_path / "runs.jsonl", tmp_path / "T"
-    try:
-        p = subprocess.run([PYTHON, "-m", "fleetbench", "sweep", str(spec), "--results", str(store), "--log-dir",
-                            str(tmp_path / "log"), "--cluster-name", name, "--trace", str(traces)],
-                           cwd=REPO, env=env(FLEETBENCH_CLUSTER_STATE_DIR=state_dir), capture_output=True,
-                           text=True, timeout=1800)
-    finally:
-        monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(state_dir))
-        netem.down(name)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    cell = {"benchmark": "resnet50", "preset": "tiny", "method": ["bsp", "mgwfbp"], "set": {"batch_size": 2},
+            "nodes": 2, "network": ["10gbe", "1gbe"]}
+    recs = sweep_on_cluster(tmp_path, monkeypatch, "fbb", cell, "--trace", str(tmp_path / "T"), timeout=1800)
     comm = {}
-    for rec in records(store):
+    for rec in recs:
         m = rec["metrics"]
         block = m["step_breakdown"]
         # the parts make the step (whether within 5 % is measured quiet, bench/trace_overhead.py)
@@ -52,7 +39,7 @@ def test_communication_grows_as_the_link_slows_and_the_parts_add_up(tmp_path, mo
         assert comm[(method, "1gbe")] > comm[(method, "10gbe")], comm
     # bsp's comm carries the whole gradient (94 MB for resnet50 tiny) once each way: at 1 Gbit/s
     # that is at least 0.75 s, whatever the machine's load
-    grad_bytes = next(r for r in records(store) if r["method"] == "bsp")["metrics"]["grad_bytes"]
+    grad_bytes = next(r for r in recs if r["method"] == "bsp")["metrics"]["grad_bytes"]
     assert comm[("bsp", "1gbe")] >= 0.95 * grad_bytes * 8 / 1e9 * 1e3
 
 
@@ -67,25 +54,11 @@ def test_parameter_server_pull_grows_as_the_link_slows_and_each_worker_adds_up(t
     nor did 32 examples of 1024 floats: 20 vs 25 ms). Measured beside other jobs: 25 ms at 10 Gbit/s
     against 40 ms at 1 Gbit/s, a margin of 1.6x that a 2x swing of the CPU could close: so the slow
     side is 100 Mbit/s, ten times the wire time of 1 Gbit/s's."""
-    name = cluster_name("fbp")
-    state_dir = tmp_path / "state"
-    spec = tmp_path / "net.yaml"
-    spec.write_text(yaml.safe_dump({"repeats": 1, "timeout": 600, "stall": 300, "cells": [
-        {"benchmark": "ctr", "preset": "tiny", "method": "async", "servers_workers": "2/2", "nodes": 2,
-         "network": ["10gbe", "100mbe"], "set": {"batch_size": 128, "embedding_dim": 512, "fc_sizes": "8",
-                                                "synthetic_rows": 8000, "warmup_steps": 4}}]}))
-    store = tmp_path / "runs.jsonl"
-    try:
-        p = subprocess.run([PYTHON, "-m", "fleetbench", "sweep", str(spec), "--results", str(store), "--log-dir",
-                            str(tmp_path / "log"), "--cluster-name", name],
-                           cwd=REPO, env=env(FLEETBENCH_CLUSTER_STATE_DIR=state_dir), capture_output=True,
-                           text=True, timeout=1200)
-    finally:
-        monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(state_dir))
-        netem.down(name)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    cell = {"benchmark": "ctr", "preset": "tiny", "method": "async", "servers_workers": "2/2", "nodes": 2,
+            "network": ["10gbe", "100mbe"], "set": {"batch_size": 128, "embedding_dim": 512, "fc_sizes": "8",
+                                                   "synthetic_rows": 8000, "warmup_steps": 4}}
     pull = {}
-    for rec in records(store):
+    for rec in sweep_on_cluster(tmp_path, monkeypatch, "fbp", cell, timeout=1200):
         block = rec["metrics"]["step_breakdown"]
         for row in block["ranks"]:
             assert sum(row[part] for part in PS_PARTS) + row["other"] == pytest.approx(row["step"])
@@ -93,3 +66,20 @@ def test_parameter_server_pull_grows_as_the_link_slows_and_each_worker_adds_up(t
         pull[rec["network"]["profile"]] = sum(row["pull"] for row in block["ranks"]) / len(block["ranks"])
     print(f"mean pull a step, ms: {pull}")  # shown with -rP: the figures behind the ordering
     assert pull["100mbe"] > pull["10gbe"], pull
+
+
+def sweep_on_cluster(tmp_path, monkeypatch, prefix: str, cell: dict, *flags: str, timeout: int) -> list[dict]:
+    """The records of a one-repeat sweep of `cell` on an emulated cluster of its own, torn down after."""
+    name, state_dir, spec = cluster_name(prefix), tmp_path / "state", tmp_path / "net.yaml"
+    spec.write_text(yaml.safe_dump({"repeats": 1, "timeout": 600, "stall": 300, "cells": [cell]}))
+    store = tmp_path / "runs.jsonl"
+    try:
+        p = subprocess.run([PYTHON, "-m", "fleetbench", "sweep", str(spec), "--results", str(store), "--log-dir",
+                            str(tmp_path / "log"), "--cluster-name", name, *flags],
+                           cwd=REPO, env=env(FLEETBENCH_CLUSTER_STATE_DIR=state_dir), capture_output=True,
+                           text=True, timeout=timeout)
+    finally:
+        monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(state_dir))
+        netem.down(name)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return records(store)
