@@ -13,6 +13,7 @@ import signal
 import time
 from collections.abc import Callable, Collection, Iterable
 
+from fleetbench.machine.env import boot_id
 from fleetbench.measure.contract import JOB_ID
 
 PR_SET_PDEATHSIG = 1
@@ -89,15 +90,6 @@ def job_pids(job_id: str, variable: str = JOB_ID) -> list[int]:
         if alive(int(entry)):
             found.append(int(entry))
     return found
-
-
-def boot_id() -> str:
-    """This machine's boot id: pids and start times mean something only on the same boot."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return "unknown"
 
 
 def token(pid: int | None = None) -> str | None:

@@ -8,15 +8,22 @@ the window's edges tells a slow machine from a slow job; measure/repeats/stabili
 against the run's own other edge and the cell's usual figure.
 
 The workload (`DEFINITION`, stored in every record beside the figures):
-- gemm: C = A @ B, float32, GEMM_N x GEMM_N x GEMM_N, GEMM_REPS products a trial, in numpy (its
-  BLAS on the rank's threads: fleetbench/__init__ set them before numpy loaded); on a GPU rank
-  paddle.matmul of GPU_GEMM_N on the rank's device, synchronised (code path not tested here: CPU);
-- triad: STREAM's a = b + s*c on TRIAD_ELEMENTS float32 (3 arrays of 8 MiB), TRIAD_REPS a trial,
+- gemm: C = A @ B, float32, GEMM_N x GEMM_N x GEMM_N, repeated for a trial, in numpy on ONE
+  thread (its BLAS limited by threadpoolctl while the probe runs); on a GPU rank paddle.matmul of
+  GPU_GEMM_N on the rank's device, synchronised (code path not tested here: CPU);
+- triad: STREAM's a = b + s*c on TRIAD_ELEMENTS float32 (3 arrays of 8 MiB), repeated for a trial,
   counted as diagnose's triad counts it (4 arrays' bytes: multiply then add).
-Each figure is the fastest of TRIALS trials (the trial least disturbed by a moment's noise; a
-slowdown that lasts, which is what is looked for, slows all of them; on a slow machine fewer, see
-BUDGET_S), after one untimed product that pays for the BLAS thread pool's start. The arrays are made once per process (`Probe`), so a
-probe adds 25 MiB once (arrays and matrices) to the rank's resident set, not per edge.
+Each figure is the faster of TRIALS trials of at least TRIAL_S (why: at TRIAL_S), after one untimed product. The arrays are made once per process (`Probe`), so a probe
+adds 25 MiB once (arrays and matrices) to the rank's resident set, not per edge.
+
+Why one thread, and the ranks of one machine in turn (`Turns`): the probe must see the machine,
+not the job around it. Run on the rank's threads it shared the cores with the job's own: Paddle's
+OpenMP workers spin after each parallel region (Intel OpenMP's KMP_BLOCKTIME, 200 ms by default)
+and numpy's BLAS pool is a second pool beside them, so one quiet 1-rank ResNet50 run read 171-183
+GFLOP/s at its before edge and 101-108 at its after edge, every run (2026-11-28); and two ranks
+probing at once shared the memory bus, their triads 12-54 GB/s. One probing thread at a time on a
+machine, beside at most (threads - 1) spinning workers per rank, is never more busy threads than
+cores, whatever the job's thread count.
 
 `best_rate` is also the diagnose node probe's timing rule (fleetbench/diagnose/probe.py).
 """
@@ -27,33 +34,33 @@ from typing import Callable
 
 from fleetbench.measure import timing
 
-GEMM_N = 384  # 113 MFLOP a product; x GEMM_REPS: ~10 ms a trial at 180 GFLOP/s, ~35 ms at 50
-GEMM_REPS = 16
+GEMM_N = 384  # 113 MFLOP a product: ~1.1 ms on one core at 100 GFLOP/s
 GPU_GEMM_N = 4096  # 137 GFLOP a product: ~10 ms on a datacentre GPU
 TRIAD_ELEMENTS = 1 << 21  # float32: 8 MiB an array, beyond most per-core caches
-TRIAD_REPS = 16  # 537 MB a trial: ~10 ms at 50 GB/s
-TRIALS = 4
-BUDGET_S = 0.12  # per figure: after 2 trials, no more once this has passed (a loaded machine's bound)
-_TRIALS_TEXT = f"best of {TRIALS} trials (at least 2; no more after {BUDGET_S} s)"
+# Each figure is the faster of TRIALS trials of at least TRIAL_S: a trial outlasts the half of a
+# CFS period (100 ms) that a CPU quota of a third leaves, so a quota slows every trial (trials of
+# 10 ms, best of 4, fitted in a tenth's 20 ms and read 99.6 GFLOP/s under it against 101.5 alone;
+# 50 ms trials read 22.0 and 53.8 under a tenth and three tenths of 2 cores, 2026-11-28).
+TRIAL_S = 0.05
+TRIALS = 2
+_TRIALS_TEXT = f"the faster of {TRIALS} trials of at least {TRIAL_S} s"
 DEFINITION = {
-    "gemm": f"float32 {GEMM_N}x{GEMM_N}x{GEMM_N} matmul x{GEMM_REPS} (numpy, the rank's threads); "
+    "gemm": f"float32 {GEMM_N}x{GEMM_N}x{GEMM_N} matmul (numpy, one thread; the ranks of a "
+            f"machine in turn); "
             f"GPU: {GPU_GEMM_N}^3 paddle.matmul on the rank's device; {_TRIALS_TEXT}, GFLOP/s",
-    "triad": f"a = b + 3c, float32, {TRIAD_ELEMENTS} elements x{TRIAD_REPS} (numpy, one thread), "
+    "triad": f"a = b + 3c, float32, {TRIAD_ELEMENTS} elements (numpy, one thread; the ranks "
+             f"of a machine in turn), "
              f"4 arrays' bytes a pass; {_TRIALS_TEXT}, GB/s",
 }
 NAMES = ("probe_gemm_gflops", "probe_triad_gbps")  # a record has each with _before and _after
 
 
-def best_rate(work: float, run: Callable[[], None], seconds: float = 0.0, trials: int = TRIALS,
-              budget_s: float | None = None) -> float:
-    """Work per second of the fastest of `trials` trials; each repeats `run` until seconds/trials
-    passed (0: once, a fixed amount of work). With `budget_s`, no trial starts once that long has
-    passed after the second: a slow machine's probe costs a bounded time (its figure is then the
-    best of fewer trials, on a machine slow enough to be judged so anyway)."""
-    best, began = 0.0, time.perf_counter()
-    for trial in range(trials):
-        if budget_s is not None and trial >= 2 and time.perf_counter() - began > budget_s:
-            break
+def best_rate(work: float, run: Callable[[], None], seconds: float = TRIALS * TRIAL_S,
+              trials: int = TRIALS) -> float:
+    """Work per second of the fastest of `trials` trials; each repeats `run` (`work` a call) until
+    seconds/trials passed (0: once, a fixed amount of work)."""
+    best = 0.0
+    for _ in range(trials):
         count, start = 0, time.perf_counter()
         while True:
             run()
@@ -91,28 +98,55 @@ class Probe:
         self.b = rng.random((GEMM_N, GEMM_N), dtype=np.float32)
         self.out = np.empty_like(self.a)
         self.triad, self.triad_bytes = triad_kernel(TRIAD_ELEMENTS)
-        self._gemm_once()  # the BLAS thread pool starts here, not in the first timed trial
+        self._gemm_once()  # untimed: the pages touched and the BLAS loaded before the first edge
+        self.triad()
 
     def _gemm_once(self) -> None:
         import numpy as np
 
-        for _ in range(GEMM_REPS):
-            np.matmul(self.a, self.b, out=self.out)
+        np.matmul(self.a, self.b, out=self.out)
 
     def gemm_gflops(self) -> float:
         if self.device.startswith("gpu"):
             return gpu_gemm_gflops()
-        return best_rate(GEMM_REPS * 2 * GEMM_N ** 3 / 1e9, self._gemm_once, budget_s=BUDGET_S)
+        return best_rate(2 * GEMM_N ** 3 / 1e9, self._gemm_once)
 
     def triad_gbps(self) -> float:
-        def passes() -> None:
-            for _ in range(TRIAD_REPS):
-                self.triad()
-        return best_rate(TRIAD_REPS * self.triad_bytes / 1e9, passes, budget_s=BUDGET_S)
+        return best_rate(self.triad_bytes / 1e9, self.triad)
 
     def measure(self) -> list[float]:
-        """[GFLOP/s, GB/s] now (the order of NAMES)."""
-        return [self.gemm_gflops(), self.triad_gbps()]
+        """[GFLOP/s, GB/s] now (the order of NAMES), numpy's BLAS on one thread meanwhile."""
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1, user_api="blas"):
+            return [self.gemm_gflops(), self.triad_gbps()]
+
+
+class Turns:
+    """The ranks that share a machine (its kernel's boot id: emulated nodes in network namespaces
+    share it) probe one after the other, machines at once: `rounds` barriers an edge, this rank
+    probing in round `turn`. Built from every rank's `machine_key()`, gathered."""
+
+    def __init__(self, keys: list[float], rank: int, barrier: Callable[[], None]) -> None:
+        self.turn = keys[:rank].count(keys[rank])
+        self.rounds = max(keys.count(k) for k in keys)
+        self.barrier = barrier
+
+    def __call__(self, measure: Callable[[], list[float]]) -> list[float]:
+        figures: list[float] = []
+        for round_ in range(self.rounds):
+            if round_ == self.turn:
+                figures = measure()
+            self.barrier()
+        return figures
+
+
+def machine_key() -> float:
+    """This machine as a number a float64 all-gather carries exactly: its boot id's first 48 bits."""
+    from fleetbench.machine import env
+
+    digits = env.boot_id().replace("-", "")[:12]
+    return float(int(digits, 16)) if len(digits) == 12 and all(c in "0123456789abcdef" for c in digits) else 0.0
 
 
 def gpu_gemm_gflops() -> float:
@@ -130,7 +164,7 @@ def gpu_gemm_gflops() -> float:
         paddle.matmul(a, b)
         device.sync_device()
 
-    return best_rate(2 * GPU_GEMM_N ** 3 / 1e9, product, budget_s=BUDGET_S)
+    return best_rate(2 * GPU_GEMM_N ** 3 / 1e9, product)
 
 
 def settle(probe: Probe, tolerance_pct: float, max_tries: int) -> tuple[list[list[float]], bool]:

@@ -91,10 +91,10 @@ def train(cfg: config.CollectiveConfig, work: Workload, ctx: Context, unit: str)
     model, step_fn = methods.prepare(cfg, work, ctx)
     model.train()
     barrier = dist.barrier if ctx.world_size > 1 else lambda: None
-    timer = WindowTimer(cfg.warmup_steps, sync=device.sync_device, probe=probe_for(cfg, ctx))
+    comm = PaddleCommunicator() if ctx.world_size > 1 else metrics.Alone()
+    timer = WindowTimer(cfg.warmup_steps, sync=device.sync_device, probe=probe_for(cfg, ctx, comm, barrier))
     steps = work.steps or cfg.steps
     steady = steady_for(cfg, work, steps)
-    comm = PaddleCommunicator() if ctx.world_size > 1 else metrics.Alone()
     batches = endless(work.batches)
     window_losses, loss_first, loss_last = [], None, None
     delay_s = cfg.debug.delay_ms / 1000 if cfg.debug.delay_rank == ctx.rank else 0.0
@@ -148,9 +148,15 @@ def steady_for(cfg: config.CollectiveConfig, work: Workload, steps: int) -> timi
     return timing.Steady(cfg.warmup_steps, cfg.measure.settle_steps, cfg.measure.window_s, steps - cfg.warmup_steps)
 
 
-def probe_for(cfg: config.CollectiveConfig, ctx: Context) -> Optional[Callable[[], list]]:
-    """The machine-speed probe of this rank's device (machine/speed.py), or None with measure.probe off."""
-    return speed.Probe(ctx.device).measure if cfg.measure.probe else None
+def probe_for(cfg: config.CollectiveConfig, ctx: Context, comm: metrics.Communicator,
+              barrier: Callable[[], None]) -> Optional[Callable[[], list]]:
+    """The machine-speed probe of this rank's device (machine/speed.py), the ranks of a machine in
+    turn, or None with measure.probe off."""
+    if not cfg.measure.probe:
+        return None
+    probe = speed.Probe(ctx.device)
+    turns = speed.Turns([k[0] for k in comm.gather([speed.machine_key()])], ctx.rank, barrier)
+    return lambda: turns(probe.measure)
 
 
 def end_of_warmup(steady: timing.Steady, step_s: list, comm: metrics.Communicator) -> Optional[int]:

@@ -133,10 +133,24 @@ def test_probe_against_the_cells_median_names_the_run_and_the_amount():
 
 
 def test_probe_triad_and_interference_reasons_add_up():
-    cell = [run(76, 76), run(76, 76, triad=(50, 30), cpu=40.0), run(76, 76), run(76, 76)]
+    cell = [run(76, 76), run(76, 76, triad=(50, 25), cpu=40.0), run(76, 76), run(76, 76)]
     (reason,) = [r for r in stability.disturbed_reasons(cell) if r]
-    assert reason.startswith("40% CPU to others; machine slowed in the run: probe triad \u221240%")
-    assert "vs the cell's median" in reason  # 30 against the others' 50
+    assert reason.startswith("40% CPU to others; machine slowed in the run: probe triad \u221250%")
+    assert "vs the cell's median" in reason  # 25 against the others' 50
+
+
+@pytest.mark.parametrize("fall, named", [(0.30, False), (0.39, False), (0.41, True), (0.60, True)])
+def test_the_triad_has_a_wider_limit_than_the_gemm(fall, named):
+    """The triad's quiet cv is 10-15 % on a shared guest (stability.TRIAD_PCT says why): a fall the
+    GEMM's limit would name is the triad's noise; past 40 % it is named, by its own edge and the cell."""
+    low = 50 * (1 - fall)
+    cell = [run(76, 76, triad=(50, 50)), run(76, 76, triad=(50, low)), run(76, 76, triad=(50, 50))]
+    reason = stability.disturbed_reasons(cell)[1]
+    assert (reason is not None) is named
+    if named:
+        assert "probe triad" in reason and "after vs before" in reason and "vs the cell's median" in reason
+    gemm = [run(76, 76), run(76, 76 * (1 - fall)), run(76, 76)]
+    assert stability.disturbed_reasons(gemm)[1] is not None  # every fall here is past the GEMM's 15 %
 
 
 def test_runs_without_a_probe_are_judged_as_before():
@@ -254,3 +268,43 @@ def test_the_measure_keys_are_not_part_of_the_experiment():
                                                                            "window_s": 0.0}):
         new = record(config=dict(old["config"], measure=measure))
         assert experiment.cell_key(new) == experiment.cell_key(old) and experiment.of(new) == experiment.of(old)
+
+
+# ---------------------------------------------------------------- the ranks of a machine in turn
+@pytest.mark.parametrize("keys", [[7.0, 7.0, 9.0, 7.0], [7.0, 7.0], [1.0, 2.0, 3.0], [5.0] * 5, [3.0, 4.0, 4.0, 3.0]])
+def test_ranks_of_one_machine_probe_one_after_the_other_and_machines_at_once(keys):
+    """speed.Turns over real threads and a real barrier, one per rank: two ranks of a machine never
+    probe at once, every rank probes once, and an edge costs as many rounds as the fullest machine."""
+    import threading
+    import time
+
+    barrier, lock, spans = threading.Barrier(len(keys)), threading.Lock(), []
+
+    def rank(index: int) -> None:
+        turns = speed.Turns(keys, index, barrier.wait)
+        assert turns.rounds == max(keys.count(k) for k in keys)
+
+        def measure() -> list:
+            start = time.perf_counter()
+            sum(range(50_000))  # a probe's span (work, not a wait): the barrier orders the ranks
+            with lock:
+                spans.append((keys[index], start, time.perf_counter()))
+            return [float(index)]
+        assert turns(measure) == [float(index)]
+
+    threads = [threading.Thread(target=rank, args=(i,)) for i in range(len(keys))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(spans) == len(keys)
+    for i, (key, start, end) in enumerate(spans):
+        for other, (key2, start2, end2) in enumerate(spans):
+            if other != i and key2 == key:
+                assert end <= start2 or end2 <= start  # no overlap on one machine
+
+
+def test_the_machine_key_is_the_boot_id_and_exact_in_a_float64():
+    key = speed.machine_key()
+    assert key > 0 and key == int(key) and key < 2 ** 53
+    assert int(key) == int(open("/proc/sys/kernel/random/boot_id").read().replace("-", "")[:12], 16)

@@ -9,7 +9,7 @@
   the runs a figure is computed over (never silently: whoever prints the figure says so).
 - `is_disturbed`: a run during which processes outside the job used more than DISTURBED_PCT % of
   the machine's CPU (or any of its GPUs), or whose machine-speed probe moved (`probe_reason`,
-  `disturbed_reasons`: against its own other edge and its cell's median; PROBE_PCT): shown, never in a figure, not in the cv that judges
+  `disturbed_reasons`: against its own other edge and its cell's median; LIMITS): shown, never in a figure, not in the cv that judges
   whether a cell is stable, and not counted towards the until-stable stop (`quiet` flags, one per
   run, say which runs were not disturbed).
 - `ci_half_width`: the 95 % confidence interval half-width of the mean (Student t; scipy is not a
@@ -39,12 +39,17 @@ MAD_SCALE = 1.4826  # MAD x this estimates the std of normally distributed runs
 # neighbour on one of 2 cores takes ~50 %; a run slowed by a tenth is no figure of the job.
 DISTURBED_PCT = 10.0
 # A run is also `disturbed` when the machine-speed probe (machine/speed.py: a fixed GEMM and triad
-# timed at the window's edges; metrics.PROBE_KEYS) differs by more than this (%) between the run's
-# own two edges, or, at its slower edge, from the median of its cell's runs: the hypervisor slowed
-# this guest's vCPUs by 26-38 % with nothing in /proc/stat, and a halved CPU quota slows a
-# two-thread GEMM by half; a quiet machine's probe moves by a few % (docs/metrics.md gives its cv).
-PROBE_PCT = 15.0
+# timed at the window's edges; metrics.PROBE_KEYS) differs by more than its limit (%) between the
+# run's own two edges, or, at its slower edge, from the median of its cell's runs: the hypervisor
+# slowed this guest's vCPUs by 26-38 % with nothing in /proc/stat, and a CPU quota of a tenth
+# slows the probe's GEMM five-fold. Each limit stands well above its probe's own noise on a quiet
+# machine (bench/probe_cv.py; docs/metrics.md): the one-thread GEMM's cv is 1.3-1.7 % here, the
+# triad's 10-15 % (its arrays live in a memory shared with the host's other guests: p10 at 75-90 %
+# of the median, 2026-11-28), so the triad names only a large fall.
+PROBE_PCT = 15.0  # the GEMM's limit
+TRIAD_PCT = 40.0  # the triad's
 PROBES = (("gemm", "probe_gemm_gflops"), ("triad", "probe_triad_gbps"))
+LIMITS = {"gemm": PROBE_PCT, "triad": TRIAD_PCT}  # by probe label: what `probe_reason` judges by
 
 # Two-sided 95 % Student t quantiles t(0.975, df) (standard tables). A df between entries takes
 # the entry below it: a slightly larger t, so the interval is never narrower than it should be.
@@ -192,26 +197,28 @@ def _pct(value: float, base: float) -> str:
     return f"{100 * (value / base - 1):+.0f}%".replace("-", "\u2212")
 
 
-def probe_reason(metrics: dict | None, medians: dict | None = None, limit_pct: float = PROBE_PCT) -> str | None:
+def probe_reason(metrics: dict | None, medians: dict | None = None, limit_pct: float | None = None) -> str | None:
     """Why the machine, not the job, decided a run's figure (None: it did not): `machine slowed in
-    the run: probe gemm −31% after vs before` when the probe's two edges differ by more than
-    `limit_pct` %, `machine slow: probe gemm −31% vs the cell's median` (or `fast`) when its slower
-    edge is that far from `medians` (`probe_medians` of the run's cell)."""
+    the run: probe gemm −31% after vs before` when the probe's two edges differ by more than its
+    limit (`LIMITS`, or `limit_pct` for every probe), `machine slow: probe gemm −31% vs the cell's
+    median` (or `fast`) when its slower edge is that far from `medians` (`probe_medians` of the
+    run's cell)."""
     reasons = []
     for label, name in PROBES:
+        limit = LIMITS[label] if limit_pct is None else limit_pct
         before, after = ((metrics or {}).get(f"{name}_{edge}") for edge in ("before", "after"))
-        if before and after and abs(after / before - 1) * 100 > limit_pct:
+        if before and after and abs(after / before - 1) * 100 > limit:
             way = "slowed" if after < before else "sped up"
             reasons.append(f"machine {way} in the run: probe {label} {_pct(after, before)} after vs before")
         figure, usual = probe_figure(metrics, name), (medians or {}).get(name)
-        if figure is not None and usual and abs(figure / usual - 1) * 100 > limit_pct:
+        if figure is not None and usual and abs(figure / usual - 1) * 100 > limit:
             way = "slow" if figure < usual else "fast"
             reasons.append(f"machine {way}: probe {label} {_pct(figure, usual)} vs the cell's median")
     return "; ".join(reasons) or None
 
 
 def disturbed_reasons(metrics: Sequence[dict], limit_pct: float = DISTURBED_PCT,
-                      probe_pct: float = PROBE_PCT) -> list[str | None]:
+                      probe_pct: float | None = None) -> list[str | None]:
     """Per run of one cell, what disturbed it (None: nothing): other processes on its CPU or GPUs
     (`disturbance_text`), its speed probe against its own edges and the cell's median (`probe_reason`)."""
     medians = probe_medians(metrics)

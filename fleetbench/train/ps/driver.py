@@ -122,8 +122,8 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
     say(f"worker {job.index}/{job.workers} mode {cfg.mode} dataset {cfg.dataset} threads {cfg.data.num_workers} "
         f"omp {fleetbench.threads_info()['omp_num_threads']} files {' '.join(str(f) for f in mine)}")
     server_pids = servers.find(role.servers, dict(os.environ))
-    probe = speed.Probe() if cfg.measure.probe else None
-    before = probed(job, probe)  # every worker together, before any trains
+    probe = prober(job)
+    before = probed(job, probe)  # every worker, before any trains
     meter.attach(marks, [server_pids.get(e) for e in role.servers], client_tids)
     train(job, meter, lambda: paddle26.train_pass(exe, main_program, dataset, cfg.data.num_workers, job.scratch.path))
     mine_figures, problem = attempt(meter.finish, run.peak_memory_mib("cpu"))
@@ -152,13 +152,22 @@ def train(job: WorkerJob, meter: StepMeter, one_pass: Callable[[], None]) -> Non
             one_pass()
 
 
-def probed(job: WorkerJob, probe: Optional[speed.Probe]) -> list:
-    """The machine-speed probe (machine/speed.py) once every worker is here (NaN without one). The
-    servers are idle then (no worker trains), so the probe on a node they share sees the machine."""
+def prober(job: WorkerJob) -> Optional[Callable[[], list]]:
+    """The machine-speed probe (machine/speed.py), the workers of a machine in turn; None when off."""
+    if not job.cfg.measure.probe:
+        return None
+    probe = speed.Probe()
+    turns = speed.Turns([k[0] for k in job.gloo.gather([speed.machine_key()])], job.index, job.gloo.barrier)
+    return lambda: turns(probe.measure)
+
+
+def probed(job: WorkerJob, probe: Optional[Callable[[], list]]) -> list:
+    """The probe's figures once every worker is here (NaN without one). The servers are idle then
+    (no worker trains), so the probe on a node they share sees the machine."""
     if probe is None:
         return [float("nan")] * 2
     job.gloo.barrier()
-    return probe.measure()
+    return probe()
 
 
 def report(job: WorkerJob, work: Workload, meter: StepMeter, mine: metrics.RankFigures, more: dict) -> int:
