@@ -1,6 +1,7 @@
 """The machine-speed probe's own cost and cv (fleetbench/machine/speed.py; docs/metrics.md): R probes
 in a row, each timed, in one process whose threads are those a single rank gets. Measure on a quiet
-machine: the cv is what the probe's limit (measure/repeats/stability.PROBE_PCT) must stand well above.
+machine: the cv is what the probe's limits (measure/repeats/stability.LIMITS) must stand well above.
+bench/probe_in_job.py measures it inside real runs.
 
     python bench/probe_cv.py [--repeats 30]
 """
@@ -29,14 +30,14 @@ def main() -> None:
         start = time.perf_counter()
         figures.append(probe.measure())
         costs.append(time.perf_counter() - start)
-    print(f"threads {fleetbench.threads_info()['omp_num_threads']}; set-up (arrays, BLAS pool) {setup_s:.3f} s once")
+    print(f"one thread (the rank's: {fleetbench.threads_info()['omp_num_threads']}); set-up (arrays) {setup_s:.3f} s once")
     cost = timing.summarize(costs)
     print(f"cost per edge: {cost['mean']:.3f} ± {cost['std']:.3f} s (max {cost['max']:.3f} s) over {args.repeats}")
-    for i, (name, unit) in enumerate(((speed.NAMES[0], "GFLOP/s"), (speed.NAMES[1], "GB/s"))):
+    for i, ((label, name), unit) in enumerate(zip(stability.PROBES, ("GFLOP/s", "GB/s"))):
         values = [row[i] for row in figures]
         s = timing.summarize(values)
         print(f"{name}: {s['mean']:.1f} ± {s['std']:.1f} {unit}, cv {100 * stability.cv(values):.1f}%, "
-              f"min {s['min']:.1f} max {s['max']:.1f} (limit for disturbed: {stability.PROBE_PCT:g}%)")
+              f"min {s['min']:.1f} max {s['max']:.1f} (limit for disturbed: {stability.LIMITS[label]:g}%)")
 
 
 if __name__ == "__main__":

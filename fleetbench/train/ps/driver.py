@@ -78,18 +78,23 @@ class WorkerJob:
         for line in errors:
             say(f"error: {line}")
         self.bench.store_failure(self.placement, "; ".join(errors))
+        self.stop_client()
         self.stop()
         return True
 
-    def stop(self) -> None:
-        """End the job: every worker finalizes its client, all meet, then worker 0 sends the stop
-        command to every server (fleet.stop_worker alone never does, so servers would serve forever
-        under the new launcher) and waits for them to leave, so the legacy launcher, which kills
-        servers once workers exit, finds them already gone."""
+    def stop_client(self) -> None:
+        """Every worker finalizes its client (the async communicator's threads flush and end), and
+        all meet: the servers are idle from here on."""
         from paddle.distributed import fleet
         with Quiet():
             fleet.stop_worker()
         self.gloo.barrier()
+
+    def stop(self) -> None:
+        """End the job once the clients are stopped: worker 0 sends the stop command to every
+        server (fleet.stop_worker alone never does, so servers would serve forever under the new
+        launcher) and waits for them to leave, so the legacy launcher, which kills servers once
+        workers exit, finds them already gone."""
         if self.index == 0:
             paddle26.stop_servers()
             if not gloo.wait_ports(self.role.servers, up=False, deadline_s=30):
@@ -129,11 +134,14 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
     mine_figures, problem = attempt(meter.finish, run.peak_memory_mib("cpu"))
     if job.fail_together(problem):  # a gather: every worker's passes are over
         return 1
-    after = probed(job, probe)
-    mine_figures.probe = [before[0], after[0], before[1], after[1]]
     extra, problem = attempt(work.after_training) if work.after_training and job.index == 0 else ({}, None)
     if job.fail_together(problem):
         return 1
+    # The after edge once every client has stopped: an async worker's communicator kept sending
+    # (and its server serving) after the last pass, and read 21-26 % slower there (2026-11-28).
+    job.stop_client()
+    after = probed(job, probe)
+    mine_figures.probe = [before[0], after[0], before[1], after[1]]
     say(metrics.rank_line(job.index, mine_figures))
     job.stop()  # before the record: a stopped server's probe is its after-edge
     server_probes = servers.collect_probes(server_pids, SERVER_PROBE_WAIT_S) if probe is not None else {}
