@@ -12,6 +12,7 @@ a line was skipped, 0 otherwise). A file is read as a log when any of its lines 
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -110,31 +111,18 @@ def index(paths: list[str], url: str, tag: str | None = None, jobs: int | None =
     return {"new": new, "seen": seen, "problems": problems}
 
 
-def store_parser() -> cmdline.Parser:
-    """`results import` into a JSONL store (no --db): its own parser, so that the default store is
-    checked as a --results value is (argparse applies the type to a string default)."""
-    p = cmdline.Parser(prog="fleetbench results", description="Work with stored results.")
-    sub = p.add_subparsers(dest="action", required=True)
-    imp = sub.add_parser("import", help="store the FLEETBENCH_RESULT records printed in logs (pod logs)")
-    imp.add_argument("logs", nargs="+", metavar="LOG", type=cmdline.INPUT_FILE)
-    imp.add_argument("--results", default=registry.DEFAULT_RESULTS, type=results.STORE,
-                     help=f"the store (default {registry.DEFAULT_RESULTS})")
-    return p
-
-
-def import_into_store(argv) -> int:
+def import_into_store(logs: list[str], store: str) -> int:
     """The records printed in logs into a JSONL store (measure/results.import_logs). Exit status:
     0 every record stored, 1 some refused as duplicates, 2 bad input."""
-    args = store_parser().parse_args(argv)
     try:
-        stored, refused = results.import_logs(args.logs, args.results)
+        stored, refused = results.import_logs(logs, store)
     except results.RecordError as e:
         print(f"fleetbench results import: error: {e}", file=sys.stderr)
         return 2
     for where, rid in refused:
-        print(f"fleetbench results import: refused {where}: record {rid} is already in {args.results}",
+        print(f"fleetbench results import: refused {where}: record {rid} is already in {store}",
               file=sys.stderr)
-    print(f"fleetbench results import: stored {len(stored)} record(s) in {args.results}"
+    print(f"fleetbench results import: stored {len(stored)} record(s) in {store}"
           + (f", refused {len(refused)} duplicate(s)" if refused else ""))
     return 1 if refused else 0
 
@@ -155,13 +143,19 @@ def parser() -> cmdline.Parser:
 
 
 def cli(argv) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     if args.tag and not args.db:
         print("fleetbench results import: error: --tag TAG: expected with --db URL (a JSONL store has no tags)",
               file=sys.stderr)
         return 2
     if not args.db:
-        return import_into_store(["import", *args.logs] + (["--results", args.results] if args.results else []))
+        # the default store is checked as a given --results is (argparse types no None default)
+        try:
+            store_path = args.results or results.STORE(registry.DEFAULT_RESULTS)
+        except argparse.ArgumentTypeError as exc:
+            p.error(f"argument --results: {exc}")
+        return import_into_store(args.logs, store_path)
     try:
         done = index(args.logs, args.db, args.tag)
     except store.StoreError as exc:

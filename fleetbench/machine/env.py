@@ -26,16 +26,6 @@ ENV_PREFIXES = ("FLAGS_", "NCCL_", "GLOG_", "PADDLE_", "GLOO_", "FLEETBENCH_")
 ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def boot_id() -> str:
-    """This kernel's boot id: pids and start times mean something only on the same boot, and ranks
-    that share it share the machine's cores (network namespaces of one kernel included)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return "unknown"
-
-
 # The simulated GPU host of the test suite (tests/gpu_sim/simhost.py) names its description here:
 # every record made under it says so (`simulated_gpu`), and its Paddle build is a simulated one.
 SIMULATED_GPU = "SIMULATED_GPU_HOST"
@@ -113,6 +103,11 @@ def _read_or_none(path: str) -> str | None:
         return _read(path).strip()
     except OSError:
         return None
+
+
+def boot_id() -> str:
+    """This kernel's boot id: a pid means something on its boot only; ranks that share it share the cores."""
+    return _read_or_none("/proc/sys/kernel/random/boot_id") or "unknown"
 
 
 def read_paddle() -> tuple[dict | None, dict]:

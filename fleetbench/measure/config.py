@@ -52,6 +52,9 @@ class MeasureConfig:
     experiment (measure/repeats/experiment.NOISE_KEYS): the work a step does is the same."""
 
     probe: bool = True  # time machine/speed's fixed workload at the measured window's edges
+    # a parameter-server worker's step taken apart by py_func marks in its program (train/ps/marks.py);
+    # off: no marks, no step_breakdown in the record (bench/ps_overhead.py measures what they cost)
+    breakdown: bool = True
     # warm-up goes on past warmup_steps until the step time settles (timing.settled), at most this
     # many steps in all; 0 (or <= warmup_steps): exactly warmup_steps
     settle_steps: int = 0

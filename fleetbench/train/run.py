@@ -133,6 +133,9 @@ def start(script: str, cls: type, family: str, argv: list[str] | None = None,
     if args.trace and family not in ("collective", "ps"):  # a trace holds training steps and their parts
         config.exit_config_error(name, f"--trace {args.trace}: the {family} family writes no trace "
                                        "(expected a collective or parameter-server benchmark)")
+    if args.trace and family == "ps" and not cfg.measure.breakdown:  # its spans are the marks'
+        config.exit_config_error(name, f"--trace {args.trace}: a parameter-server trace is its step breakdown's "
+                                       "marks (expected measure.breakdown true)")
     if args.check:
         check_gpu_ready(name)
         print(json.dumps(config.to_dict(cfg), sort_keys=True), flush=True)

@@ -180,3 +180,25 @@ def test_the_until_stable_verdict_counts_only_undisturbed_runs():
     assert aggregate.aggregate(noisy)[0]["until_stable"] == stability.AT_MAX
     mixed = quiet[:2] + noisy[2:]  # two undisturbed runs: fewer than the minimum of 3
     assert aggregate.aggregate(mixed)[0]["until_stable"] == stability.AT_MAX
+
+
+def test_a_cell_repeated_until_stable_is_judged_by_its_own_rule_in_words_too():
+    """The report and the sweep say one thing of an adaptive cell: eight runs whose cv is 6 % have
+    a mean known to ±4.8 %, stable by the ±5 % it repeated for; the same runs without the policy
+    are unstable by the cv rule; at ±2 % they are unstable by the CI rule, both said with figures."""
+    values = (24.08, 25.02, 25.93, 27.73, 28.29, 27.78, 27.79, 26.4)
+
+    def cell(target):
+        recs = [run(v, 1.0, i) for i, v in enumerate(values)]
+        for rec in recs:
+            if target is not None:
+                rec["config"]["runtime"]["repeats"] = {"until_stable": True, "target_ci_pct": target,
+                                                       "min_repeats": 3, "max_repeats": 8}
+        return aggregate.aggregate(recs)[0]
+    met, plain, missed = cell(5.0), cell(None), cell(2.0)
+    assert met["until_stable"] == stability.STABLE and met["unstable"] is False
+    assert aggregate.agreement(met, "! ") == "stable: the mean's 95% CI ±4.8% within the ±5% it repeated for (runs' cv 6%)"
+    assert plain["until_stable"] is None and plain["unstable"] is True
+    assert aggregate.agreement(plain, "! ") == "! unstable: cv 6% > 5%"
+    assert missed["until_stable"] == stability.AT_MAX and missed["unstable"] is True
+    assert aggregate.agreement(missed, "! ").startswith("! unstable: the mean's 95% CI ±4.8% > the ±2% it repeated for")

@@ -162,3 +162,23 @@ def test_a_loop_that_does_not_feed_the_phases_keeps_nothing():
         pass
     ph.add("comm", 1.0, 2.0)
     assert ph.spans == [] and ph.measured() == ([], [])
+
+
+@pytest.mark.parametrize("script, sets, refused", [
+    ("parameter_server/ctr.py", ["--set", "measure.breakdown=false"], "expected measure.breakdown true"),
+    ("parameter_server/word2vec.py", ["--set", "measure.breakdown=false"], "expected measure.breakdown true"),
+    ("parameter_server/ctr.py", [], None),
+])
+def test_a_ps_trace_without_its_marks_is_one_line_before_anything_runs(tmp_path, script, sets, refused):
+    """--check is what `fleetbench launch` and sweeps run first: a PS trace is the marks' spans."""
+    import subprocess
+    from util import PYTHON, REPO, env
+
+    p = subprocess.run([PYTHON, str(REPO / script), "--preset", "tiny", *sets, "--trace", str(tmp_path / "T"),
+                        "--check"], cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120)
+    if refused is None:
+        assert p.returncode == 0, p.stderr
+        return
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and refused in lines[0] and "--trace" in lines[0], p.stderr
+    assert not (tmp_path / "T").exists()

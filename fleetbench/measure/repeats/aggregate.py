@@ -66,14 +66,21 @@ def stability_fields(ok: list[dict], cv_threshold: float, disturbed_pct: float =
              "probe_gemm_gflops": stability.probe_figure(r["metrics"], "probe_gemm_gflops"),
              "mfu": r["metrics"].get("mfu")}  # model FLOPs utilisation (measure/flops.py), shown beside it
             for r, v, q in zip(ok, values, quiet)]
+    # A cell repeated until stable is judged by the rule it was repeated under (its mean's 95 % CI
+    # within its target), as the sweep judged it: the README marked ResNet50's 8-run cell unstable
+    # (cv 6 %) where the sweep had stopped it stable at ±4.8 % (2026-11-28), one word, two meanings.
+    policy = _policy(ok)
+    until = stability.verdict(policy, values, quiet)
+    unstable = stability.is_unstable(judged, cv_threshold) if until is None else until != stability.STABLE
     return dict(summarize(figure), runs=runs,
-                cv=stability.cv(judged), unstable=stability.is_unstable(judged, cv_threshold),
+                cv=stability.cv(judged), unstable=unstable,
+                target_ci_pct=policy.get("target_ci_pct") if until is not None else None,
                 cv_threshold=cv_threshold, outliers=[ok[i]["id"] for i in stability.flagged(values, pool)],
                 excluded=[ok[i]["id"] for i in stability.excluded(values, pool)],
                 disturbed={r["id"]: reason for r, reason in zip(ok, why) if reason},
                 disturbed_pct=disturbed_pct, figure_disturbed=bool(ok) and pool is None,
                 mean_all=summarize(values)["mean"], ci95_pct=stability.ci_pct(figure),
-                until_stable=stability.verdict(_policy(ok), values, quiet))
+                until_stable=until)
 
 
 def disturbed_out(group: dict) -> int:
@@ -84,7 +91,9 @@ def disturbed_out(group: dict) -> int:
 
 def agreement(group: dict, unstable_mark: str = "") -> str:
     """How far a measured group's runs agree, in words (`stability_fields`: over its undisturbed
-    runs): `stable (cv 3%)`, `! unstable: cv 12% > 5%` (with `unstable_mark` "! "), `cv undefined:
+    runs): `stable (cv 3%)`, `! unstable: cv 12% > 5%` (with `unstable_mark` "! "); a cell repeated
+    until stable by its rule: `stable: the mean's 95% CI ±4.8% within the ±5% it repeated for (runs'
+    cv 6%)`; `cv undefined:
     one run`; with disturbed runs left out, how many, `stable (cv 2%) over 3 undisturbed runs; 2
     disturbed runs left out`; and `no stability verdict: all 3 runs were disturbed`."""
     runs, out = len(group.get("runs") or ()), disturbed_out(group)
@@ -92,6 +101,12 @@ def agreement(group: dict, unstable_mark: str = "") -> str:
         return f"no stability verdict: {'its one run was' if runs == 1 else f'all {runs} runs were'} disturbed"
     if group["cv"] is None:
         state = f"cv undefined: one {'undisturbed ' if out else ''}run"
+    elif group.get("until_stable") and group.get("ci95_pct") is not None:
+        ci, target = group["ci95_pct"], group["target_ci_pct"]
+        state = (f"{unstable_mark}unstable: the mean's 95% CI ±{ci:.1f}% > the ±{target:g}% it repeated for"
+                 if group.get("unstable") else
+                 f"stable: the mean's 95% CI ±{ci:.1f}% within the ±{target:g}% it repeated for") \
+            + f" (runs' cv {group['cv']:.0%})"
     elif group.get("unstable"):
         state = f"{unstable_mark}unstable: cv {group['cv']:.0%} > {group['cv_threshold']:.0%}"
     else:
@@ -145,7 +160,7 @@ def _group(exp: Experiment, members: list[dict], cv_threshold: float, disturbed_
         published_cv = group["std"] / group["mean"] if group["std"] is not None and group["mean"] else None
         group.update(runs=[], cv=published_cv, cv_threshold=cv_threshold, outliers=[], excluded=[], disturbed={},
                      disturbed_pct=None, figure_disturbed=False,
-                     mean_all=group["mean"], ci95_pct=None, until_stable=None,
+                     mean_all=group["mean"], ci95_pct=None, until_stable=None, target_ci_pct=None,
                      unstable=published_cv is not None and published_cv > cv_threshold)
     else:
         group.update(stability_fields(ok, cv_threshold, disturbed_pct), published_aggregate=False)

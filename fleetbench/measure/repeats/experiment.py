@@ -34,7 +34,7 @@ import json
 # Config keys (dotted) that differ between repeats of one experiment; see the module docstring.
 NOISE_KEYS = ("seed", "runtime.threads.source", "runtime.repeats.until_stable", "runtime.repeats.target_ci_pct",
               "runtime.repeats.min_repeats", "runtime.repeats.max_repeats", "init_timeout_s",
-              "measure.probe", "measure.settle_steps", "measure.window_s")
+              "measure.probe", "measure.breakdown", "measure.settle_steps", "measure.window_s")
 # Config keys some stored records predate (or outlived), by family (the record's `mode`), with the
 # value that means what a record without the key ran: absent and at this value are the same work,
 # so neither makes another experiment, nor a table column (the demo's ResNet50 runs from before the

@@ -101,9 +101,20 @@ class WorkerJob:
                 say("warning: servers still accept connections 30 s after the stop request")
 
 
-def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, first_error: Callable) -> int:
+def start_client(cfg: PSConfig, startup: Any) -> tuple[Any, set]:
+    """The executor, the startup program run and this worker's PS client started; the client's threads
+    (the communicator's and brpc's: ps/commthread.py)."""
     import paddle
     from paddle.distributed import fleet
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    with Quiet(), paddle26.init_deadline(cfg.init_timeout_s):
+        exe.run(startup)
+        before = commthread.threads()
+        fleet.init_worker()
+        return exe, commthread.threads() - before
+
+
+def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, first_error: Callable) -> int:
     job = WorkerJob(bench, role)
     cfg = bench.cfg
     gloo.wait_ports(role.servers, up=True, deadline_s=600)  # then Paddle's own wait passes at once
@@ -111,13 +122,9 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
     work, main_program, startup = build_programs(cfg, build, meter)
     meter.unit = bench.unit_for(work)
     marks = Marks(keep_spans=bench.trace is not None)
-    instrument(main_program, marks, work.inputs[-1])  # the step's parts (ps/marks.py)
-    exe = paddle.static.Executor(paddle.CPUPlace())
-    with Quiet(), paddle26.init_deadline(cfg.init_timeout_s):
-        exe.run(startup)
-        before = commthread.threads()
-        fleet.init_worker()
-        client_tids = commthread.threads() - before  # the communicator's and brpc's (ps/commthread.py)
+    if cfg.measure.breakdown:
+        instrument(main_program, marks, work.inputs[-1])  # the step's parts (ps/marks.py)
+    exe, client_tids = start_client(cfg, startup)
     mine, counts_path = data.shard(files, job.index, job.workers), job.scratch / "counts.jsonl"
     loaded, problem = attempt(data.load, cfg, work, mine, first_error, counts_path)
     if job.fail_together(problem):
@@ -214,8 +221,10 @@ def ps_extra(job: WorkerJob, meter: StepMeter, mine: metrics.RankFigures, more: 
     --trace, the trace files (every worker calls it together)."""
     marks, endpoints = more["marks"], job.role.servers
     threads = job.cfg.data.num_workers
-    row = stepparts.row(marks.totals, threads, mine.steps, mine.elapsed_s, meter.client_cpu)
-    out = {"step_breakdown": stepparts.block(row, meter.server_cpu, mine.elapsed_s, job.gloo, endpoints, threads)}
+    out = {}
+    if job.cfg.measure.breakdown:  # (a gather too)
+        row = stepparts.row(marks.totals, threads, mine.steps, mine.elapsed_s, meter.client_cpu)
+        out["step_breakdown"] = stepparts.block(row, meter.server_cpu, mine.elapsed_s, job.gloo, endpoints, threads)
     if job.cfg.measure.probe:  # (a gather: every worker has read the servers' files once it returns)
         out["ps_probe"] = stepparts.probes(job.gloo, mine.probe, endpoints, more["server_probes"])
         servers.forget(more["server_pids"])
