@@ -27,6 +27,7 @@ import math
 import re
 
 from fleetbench.history import circumstances, compare
+from fleetbench.measure import results
 from fleetbench.measure.repeats import experiment, stability
 from fleetbench.measure.timing import summarize
 
@@ -50,7 +51,7 @@ def version_key(text: str | None) -> tuple:
 def run_point(record: dict) -> dict:
     """What a run ran on, its point's label parts: date, Paddle build, host, commit."""
     return {"date": (record.get("time") or "")[:10], "paddle": experiment.paddle_build(record.get("env")),
-            "host": experiment.host_class(record), "git": (record.get("git") or "")[:7]}
+            "host": experiment.host_class(record), "git": results.short_commit(record.get("git"), 7)}
 
 
 def point_label(point: dict, by: str) -> str:

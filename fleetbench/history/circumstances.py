@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from fleetbench.measure import results
 from fleetbench.measure.repeats import experiment
 
 # (name, label): the order in which differences are printed
@@ -49,7 +50,7 @@ def of(record: dict) -> dict:
               "gpu_count": env.get("gpu_count") if gpus else None, "driver": env.get("nvidia_driver"),
               "cuda": paddle.get("cuda"), "cudnn": paddle.get("cudnn"), "nccl": paddle.get("nccl"),
               "paddle": paddle.get("version"), "paddle_commit": (paddle.get("commit") or "")[:8] or None,
-              "kernel": osys.get("kernel"), "fleetbench": (record.get("git") or "")[:8] or None,
+              "kernel": osys.get("kernel"), "fleetbench": results.short_commit(record.get("git")) or None,
               "network": experiment.network_name(record.get("network")) or "local", "threads": threads}
     return {name: _text(values[name]) for name, _ in FIELDS}
 

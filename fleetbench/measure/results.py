@@ -40,16 +40,28 @@ RESULT_PREFIX = "FLEETBENCH_RESULT "
 # ---------------------------------------------------------------------------------------------
 # building records
 
-def git_sha() -> str | None:
-    """Commit of the checkout this code runs from; None outside a git work tree."""
-    here = os.path.dirname(os.path.abspath(__file__))
+def git_sha(here: str = os.path.dirname(os.path.abspath(__file__))) -> str | None:
+    """Commit of the checkout `here` (this code's) is in, with `-dirty` when a tracked file differs
+    from it (as `git describe --dirty` marks it: the run's code is not that commit's); None outside
+    a git work tree."""
     try:
         out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True,
                              text=True, timeout=2)
+        changed = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return None
     sha = out.stdout.strip()
-    return sha if out.returncode == 0 and sha else None
+    if out.returncode != 0 or not sha:
+        return None
+    return sha + ("-dirty" if changed.returncode == 0 and changed.stdout.strip() else "")
+
+
+def short_commit(git: str | None, digits: int = 8) -> str:
+    """A record's `git` for people: its first `digits` hex digits, `-dirty` kept ("" for none)."""
+    if not git:
+        return ""
+    return git[:digits] + ("-dirty" if git.endswith("-dirty") else "")
 
 
 def make_record(identity: RunIdentity, metrics: dict | None, error: str | None = None, *,

@@ -35,7 +35,7 @@ def test_make_record_fills_identity_env_and_network_from_environment(monkeypatch
     assert record["time"].endswith("+00:00")
     assert isinstance(record["env"], dict) and record["env"]  # every measured record has env
     assert record["network"] == {"profile": "10gbe", "rate_gbit": 10}
-    assert record["git"] is None or len(record["git"]) == 40
+    assert record["git"] is None or len(record["git"].removesuffix("-dirty")) == 40
     monkeypatch.setenv("FLEETBENCH_NETWORK", "10gbe")
     with pytest.raises(RecordError, match="FLEETBENCH_NETWORK: expected a JSON object"):
         run()
@@ -350,3 +350,28 @@ def test_reference_file_loads_and_every_record_names_its_source():
     records = results.load([path])
     assert len(records) == 3 * 3 * 7 * 4 + 3
     assert all(r["source"]["kind"] == "published" and r["env"] is None for r in records)
+
+
+def test_a_records_commit_says_when_its_code_was_not_that_commit(tmp_path):
+    """git_sha: `-dirty` after the sha when a tracked file differs (git describe --dirty's mark), in
+    a real repository; short_commit keeps the mark where people read a commit."""
+    import subprocess
+
+    from fleetbench.measure import results as res
+
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg" / "mod.py").write_text("x = 1\n")
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "."], check=True)
+    subprocess.run(git + ["commit", "-qm", "one"], check=True)
+    here = str(repo / "pkg")
+    clean = res.git_sha(here)
+    assert clean and len(clean) == 40 and not clean.endswith("-dirty")
+    (repo / "pkg" / "new.py").write_text("")  # untracked: the commit's code is still what runs
+    assert res.git_sha(here) == clean
+    (repo / "pkg" / "mod.py").write_text("x = 2\n")
+    assert res.git_sha(here) == clean + "-dirty"
+    assert res.short_commit(clean + "-dirty") == clean[:8] + "-dirty" and res.short_commit(clean, 7) == clean[:7]
+    assert res.short_commit(None) == ""

@@ -67,7 +67,7 @@ def circumstances(records: list[dict]) -> dict:
     times = values(lambda r: r.get("time"))
     return {"paddle": values(lambda r: experiment.paddle_build(r.get("env"))),
             "host": values(experiment.host_class), "device": values(experiment.device_model),
-            "git": [g[:8] for g in values(lambda r: r.get("git"))],
+            "git": [results.short_commit(g) for g in values(lambda r: r.get("git"))],
             "from": times[0] if times else None, "to": times[-1] if times else None}
 
 
