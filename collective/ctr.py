@@ -8,7 +8,7 @@ and batch with the embedding table replicated on every rank instead of held by s
 fc 400-400-400, softmax over click/no click, Adam. The presets are the PS script's (one
 fleetbench/presets/ctr.yaml): the same data files, read whole by rank r as PS worker r reads them
 (every world_size-th file), in file order, in batches of batch_size per rank, for `passes`
-passes. Figures: examples/s, and AUC and log loss defined as the PS run's (fleetbench.train.ctr).
+passes. Figures: examples/s, and AUC and log loss defined as the PS run's (fleetbench.train.workloads.ctr).
 
 sparse_grad=true (default): nn.Embedding(sparse=True); Paddle's DataParallel then all-gathers the
 rows each rank touched and their gradients (verified on 2.6.2 to equal the dense all-reduce's
@@ -25,7 +25,8 @@ from paddle import nn
 
 from datasets import criteo
 from fleetbench.measure import config
-from fleetbench.train import ctr, loop
+from fleetbench.train import loop
+from fleetbench.train.workloads import ctr
 from fleetbench.train.ps.data import shard
 
 # Methods that all-reduce dense buckets after backward: Paddle's bucketing refuses a sparse

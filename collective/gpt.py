@@ -2,7 +2,7 @@
 hybrid parallelism: tensor (tp), pipeline (pp), sharding stages 0-3, sequence parallelism, recompute.
 
     fleetbench launch --nproc_per_node 2 collective/gpt.py --preset tiny [--set sharding_stage=1]
-Model: fleetbench/train/gpt_model.py; the split: fleetbench/train/hybrid.py; data: datasets/text.py
+Model: fleetbench/train/workloads/gpt_model.py; the split: fleetbench/train/hybrid.py; data: datasets/text.py
 (`fleetbench data gen text` writes a token file; without data.path, a learnable synthetic stream).
 """
 import fleetbench  # noqa: F401  (first: sets OpenMP threads before paddle starts)
@@ -14,7 +14,8 @@ import paddle
 from datasets import text
 from fleetbench.measure import config
 from fleetbench.measure.config import require
-from fleetbench.train import gpt_model, hybrid, loop
+from fleetbench.train import hybrid, loop
+from fleetbench.train.workloads import gpt_model
 
 
 @dataclasses.dataclass

@@ -1,6 +1,6 @@
 """ResNet18 (or a small CNN) on the synthetic image task, data-parallel through Fleet collective
 mode: the collective half of the ResNet18 pair whose other half is parameter_server/resnet18.py
-(same presets file, data, batch, optimizer; fleetbench.train.resnet18).
+(same presets file, data, batch, optimizer; fleetbench.train.workloads.resnet18).
 
     fleetrun --nproc_per_node 2 collective/resnet18.py --preset tiny     # CPU, gloo (small CNN)
     fleetrun --gpus 0,1,2,3 collective/resnet18.py                       # GPUs, NCCL, 224 px
@@ -13,7 +13,8 @@ import paddle
 
 from datasets import images
 from fleetbench.measure import config
-from fleetbench.train import loop, resnet18
+from fleetbench.train import loop
+from fleetbench.train.workloads import resnet18
 
 
 @dataclasses.dataclass

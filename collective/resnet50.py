@@ -10,7 +10,8 @@ import dataclasses
 
 import paddle
 
-from fleetbench.train import images, loop
+from fleetbench.train import loop
+from fleetbench.train.workloads import images
 
 
 @dataclasses.dataclass

@@ -8,7 +8,7 @@ Two sources, the same batches for the loop:
   `paddle.io.DataLoader` worker processes and sharded across ranks by DistributedBatchSampler;
   an evaluation folder of the same classes (`data.val_path`) is read by `eval_dataset`.
 
-The CNN scripts' shared config and workload live with the training code (fleetbench.train.images).
+The CNN scripts' shared config and workload live with the training code (fleetbench.train.workloads.images).
 `write_image_folder` writes a small folder of real JPEG files in that layout for tests and demos.
 """
 from __future__ import annotations

@@ -13,12 +13,13 @@ import dataclasses
 
 from datasets import criteo
 from fleetbench.measure import auc
-from fleetbench.train import ctr, ps
+from fleetbench.train import ps
+from fleetbench.train.workloads import ctr
 
 
 @dataclasses.dataclass
 class CTRConfig(ctr.CTRSettings, ps.PSConfig):
-    pass  # the model, data and batch collective/ctr.py trains too (fleetbench.train.ctr)
+    pass  # the model, data and batch collective/ctr.py trains too (fleetbench.train.workloads.ctr)
 
 
 def build(cfg: CTRConfig) -> ps.Workload:

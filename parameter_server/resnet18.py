@@ -1,7 +1,7 @@
 """ResNet18 (or a small CNN) on the synthetic image task through Fleet's parameter server: every
 dense parameter lives on the servers; workers pull parameters and push gradients, async or GEO.
 The parameter-server half of the ResNet18 pair whose other half is collective/resnet18.py (same
-presets file, data, batch, optimizer; fleetbench.train.resnet18).
+presets file, data, batch, optimizer; fleetbench.train.workloads.resnet18).
 
     fleetrun --server_num 1 --trainer_num 2 parameter_server/resnet18.py --preset tiny
     fleetrun --server_num 2 --trainer_num 2 parameter_server/resnet18.py --preset small --set mode=geo
@@ -19,7 +19,8 @@ import os
 
 from datasets import image_slots
 from fleetbench.measure import config
-from fleetbench.train import ps, resnet18
+from fleetbench.train import ps
+from fleetbench.train.workloads import resnet18
 
 
 @dataclasses.dataclass

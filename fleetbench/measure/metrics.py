@@ -116,7 +116,7 @@ DEFINITIONS = {
                    "workers, warm-up included (resnet18 ps: examples the image pipe wrote)",
     "invalid_lines": "ps and collective ctr: lines the data pipes (the rank's reader) skipped as malformed, all workers",
     "load_s": "ps: the slowest worker's InMemoryDataset load time (0 for QueueDataset), not in elapsed_s",
-    # CTR, both families (fleetbench.train.ctr; docs/allreduce_vs_ps.md)
+    # CTR, both families (fleetbench.train.workloads.ctr; docs/allreduce_vs_ps.md)
     "logloss": "ctr: mean log loss per example over the measured window, each batch scored before its update",
     "auc": "ctr: AUC (fleetbench.measure.auc) of the measured window's predictions, each scored before "
            "its update, all ranks' buckets together",

@@ -35,7 +35,7 @@ def test_collective_ctr_counts_quality_like_the_ps_meter():
     """Warm-up batches are not counted; buckets and the example-weighted log loss of the rest are."""
     import paddle
 
-    from fleetbench.train import ctr
+    from fleetbench.train.workloads import ctr
     progressive = ctr.Progressive(warmup_steps=1)
     rng = np.random.default_rng(1)
     batches = [(rng.standard_normal((8, 2)).astype("float32"), rng.integers(0, 2, (8, 1)), 0.5 + i) for i in range(3)]

@@ -38,7 +38,7 @@ def tiny(**keys) -> types.SimpleNamespace:
 
 @pytest.mark.parametrize("norm,per_norm", [("layernorm", ("weight", "bias")), ("rmsnorm", ("weight",))])
 def test_the_hooks_parameters_are_exactly_the_norms(norm, per_norm):
-    from fleetbench.train import gpt_model
+    from fleetbench.train.workloads import gpt_model
 
     model = gpt_model.build(tiny(norm=norm, mlp="swiglu" if norm == "rmsnorm" else "gelu"))
     norms = [f"blocks.{i}.{n}" for i in range(2) for n in ("norm1", "norm2")] + ["head.norm"]
@@ -51,7 +51,7 @@ def test_building_with_sequence_parallel_marks_those_and_no_other():
     parameter of a model built with sequence_parallel (tp=1 here: the same norms, plain linears)."""
     from paddle.distributed.fleet.utils.sequence_parallel_utils import is_sequence_parallel_parameter
 
-    from fleetbench.train import gpt_model
+    from fleetbench.train.workloads import gpt_model
 
     plain, marked = gpt_model.build(tiny()), gpt_model.build(tiny(sequence_parallel=True))
     assert not any(is_sequence_parallel_parameter(p) for p in plain.parameters())
@@ -67,7 +67,7 @@ def test_the_sequence_first_layers_compute_what_the_batch_first_ones_do(llama):
     embedding's ScatterOp need a TP group, untested here), so this checks the layout only."""
     import paddle
 
-    from fleetbench.train import gpt_model
+    from fleetbench.train.workloads import gpt_model
 
     keys = dict(norm="rmsnorm", mlp="swiglu", position="rotary") if llama else {}
     paddle.seed(7)
