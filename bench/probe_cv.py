@@ -33,7 +33,7 @@ def main() -> None:
     print(f"one thread (the rank's: {fleetbench.threads_info()['omp_num_threads']}); set-up (arrays) {setup_s:.3f} s once")
     cost = timing.summarize(costs)
     print(f"cost per edge: {cost['mean']:.3f} ± {cost['std']:.3f} s (max {cost['max']:.3f} s) over {args.repeats}")
-    for i, ((label, name), unit) in enumerate(zip(stability.PROBES, ("GFLOP/s", "GB/s"))):
+    for i, ((label, name), unit) in enumerate(zip(stability.PROBES, ("GFLOP/s", "GB/s", "M iterations/s"))):
         values = [row[i] for row in figures]
         s = timing.summarize(values)
         print(f"{name}: {s['mean']:.1f} ± {s['std']:.1f} {unit}, cv {100 * stability.cv(values):.1f}%, "

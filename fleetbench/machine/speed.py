@@ -32,7 +32,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from fleetbench.measure import timing
+from fleetbench.measure import metrics, timing
 
 GEMM_N = 384  # 113 MFLOP a product: ~1.1 ms on one core at 100 GFLOP/s
 GPU_GEMM_N = 4096  # 137 GFLOP a product: ~10 ms on a datacentre GPU
@@ -46,14 +46,22 @@ TRIALS = 2
 # The triad's trials are shorter: the GEMM already sees a quota, and the triad's noise (cv 10-15 %
 # here, stability.TRIAD_PCT) was the same with trials of 10 ms and of 50 ms.
 TRIAD_TRIAL_S = 0.02
+# scalar: the interpreter's integer arithmetic, one thread. Why a third figure: a CTR run's every
+# part of the step (its meter, pure Python, 0.13 -> 0.17-0.20 ms) ran 15-50 % slower for a minute
+# while both one-thread GEMM edges read 100-102 GFLOP/s; sampled idle, such a loop moved by a cv of
+# 6.5 % (min -36 %) where the GEMM moved 1.4 % (2026-11-28): the guest's scalar speed drifts apart.
+SCALAR_N = 20_000  # iterations a call: ~1 ms on this guest
+SCALAR_TRIAL_S = 0.03
 DEFINITION = {
     "gemm": f"float32 {GEMM_N}x{GEMM_N}x{GEMM_N} matmul (numpy, one thread; the ranks of a machine in turn); "
             f"GPU: {GPU_GEMM_N}^3 paddle.matmul on the rank's device; the faster of {TRIALS} trials of at "
             f"least {TRIAL_S} s, GFLOP/s",
     "triad": f"a = b + 3c, float32, {TRIAD_ELEMENTS} elements (numpy, one thread; the ranks of a machine in "
              f"turn), 4 arrays' bytes a pass; the faster of {TRIALS} trials of at least {TRIAD_TRIAL_S} s, GB/s",
+    "scalar": f"for i in range({SCALAR_N}): total += i * i % 7 (CPython, one thread; the ranks of a machine in turn); "
+              f"the faster of {TRIALS} trials of at least {SCALAR_TRIAL_S} s, million iterations/s",
 }
-NAMES = ("probe_gemm_gflops", "probe_triad_gbps")  # a record has each with _before and _after
+NAMES = metrics.PROBE_NAMES  # a record has each with _before and _after
 
 
 def best_rate(work: float, run: Callable[[], None], seconds: float = TRIALS * TRIAL_S,
@@ -115,12 +123,23 @@ class Probe:
     def triad_gbps(self) -> float:
         return best_rate(self.triad_bytes / 1e9, self.triad, TRIALS * TRIAD_TRIAL_S)
 
+    def scalar_mops(self) -> float:
+        return best_rate(SCALAR_N / 1e6, scalar_loop, TRIALS * SCALAR_TRIAL_S)
+
     def measure(self) -> list[float]:
-        """[GFLOP/s, GB/s] now (the order of NAMES), numpy's BLAS on one thread meanwhile."""
+        """[GFLOP/s, GB/s, M iterations/s] now (the order of NAMES), numpy's BLAS on one thread meanwhile."""
         from threadpoolctl import threadpool_limits
 
         with threadpool_limits(limits=1, user_api="blas"):
-            return [self.gemm_gflops(), self.triad_gbps()]
+            return [self.gemm_gflops(), self.triad_gbps(), self.scalar_mops()]
+
+
+def scalar_loop() -> int:
+    """The scalar figure's fixed work: SCALAR_N iterations of integer arithmetic in the interpreter."""
+    total = 0
+    for i in range(SCALAR_N):
+        total += i * i % 7
+    return total
 
 
 class Turns:
@@ -187,7 +206,8 @@ def settle_text(seen: list[list[float]], settled: bool) -> str:
     first, last = seen[0], seen[-1]
     how = "settled" if settled else "NOT settled, stopped"
     return (f"sweep: machine warm-up {how} after {len(seen)} probes (machine/speed.py): gemm "
-            f"{first[0]:.1f} -> {last[0]:.1f} GFLOP/s, triad {first[1]:.1f} -> {last[1]:.1f} GB/s")
+            f"{first[0]:.1f} -> {last[0]:.1f} GFLOP/s, triad {first[1]:.1f} -> {last[1]:.1f} GB/s, "
+            f"scalar {first[2]:.2f} -> {last[2]:.2f} M iterations/s")
 
 
 PADDLE_GEMM_N = 512  # fp32 512x512x512: 0.27 GFLOP a product, in cache-friendly blocks on any CPU

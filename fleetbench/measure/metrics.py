@@ -14,9 +14,17 @@ from typing import List, Optional, Protocol
 from fleetbench.measure import interference
 
 NOT_MEASURED = [math.nan, math.nan, math.nan]  # a rank's interference row when it measured nothing
-# The machine-speed probe's figures (machine/speed.py) at the measured window's edges, in the order
-# of WindowTimer.probe_figures
-PROBE_KEYS = ("probe_gemm_gflops_before", "probe_gemm_gflops_after", "probe_triad_gbps_before", "probe_triad_gbps_after")
+# The machine-speed probe's figures (machine/speed.py), each at both edges of the measured window:
+# PROBE_KEYS in the order of `probe_row` (WindowTimer.probe_figures, a PS process's figures)
+PROBE_NAMES = ("probe_gemm_gflops", "probe_triad_gbps", "probe_scalar_mops")
+PROBE_KEYS = tuple(f"{name}_{edge}" for name in PROBE_NAMES for edge in ("before", "after"))
+
+
+def probe_row(before: Optional[List[float]], after: Optional[List[float]]) -> List[float]:
+    """A process's probe figures at both edges (each in PROBE_NAMES' order, None: not probed) in
+    PROBE_KEYS' order, NaN where an edge was not probed."""
+    nan = [math.nan] * len(PROBE_NAMES)
+    return [x for pair in zip(before or nan, after or nan) for x in pair]
 
 # name -> definition. Family-specific names say which family reports them.
 DEFINITIONS = {
@@ -59,6 +67,9 @@ DEFINITIONS = {
     "probe_triad_gbps_before": "GB/s of the probe's fixed triad (memory bandwidth) just before the window, the "
                                "slowest rank's",
     "probe_triad_gbps_after": "the same triad just after the window, the slowest rank's",
+    "probe_scalar_mops_before": "million iterations a second of the probe's fixed interpreter loop (scalar code: "
+                                "what the one-thread GEMM does not see) just before the window, the slowest rank's",
+    "probe_scalar_mops_after": "the same loop just after the window, the slowest rank's",
     "probe": "the probe's workload: {gemm, triad}, each its definition (sizes, repeats, trials, unit)",
     "step_times_ms": "every rank's wall time of each step of its measured window (ms, step end to step end; "
                      "host time: on a GPU the device runs behind), by rank; empty for epoch runs",

@@ -114,7 +114,7 @@ def _metrics_problem(metrics, failed: bool) -> str | None:
 
 # the machine-speed probe's figures (metrics.PROBE_KEYS; named here too: schema imports nothing)
 PROBE_FIGURES = ("probe_gemm_gflops_before", "probe_gemm_gflops_after", "probe_triad_gbps_before",
-                 "probe_triad_gbps_after")
+                 "probe_triad_gbps_after", "probe_scalar_mops_before", "probe_scalar_mops_after")
 
 
 def _timing_problem(metrics: dict) -> str | None:

@@ -11,7 +11,7 @@ import statistics
 import time
 from typing import Callable, List, Optional, Sequence
 
-from fleetbench.measure import interference
+from fleetbench.measure import interference, metrics
 
 
 def summarize(values: Sequence[float]) -> dict:
@@ -142,10 +142,9 @@ class WindowTimer:
 
     @property
     def probe_figures(self) -> List[float]:
-        """[gemm before, gemm after, triad before, triad after] (NaN where not probed): the order
-        of metrics.PROBE_KEYS."""
-        before, after = self.probe_before or [math.nan] * 2, self.probe_after or [math.nan] * 2
-        return [before[0], after[0], before[1], after[1]]
+        """Every probe figure before and after the window, in metrics.PROBE_KEYS' order (NaN where
+        not probed)."""
+        return metrics.probe_row(self.probe_before, self.probe_after)
 
 
 # ---------------------------------------------------------------- steady state and the window's length

@@ -111,11 +111,11 @@ def test_a_server_is_timed_over_the_slowest_workers_window_when_it_saw_it():
 
 
 def test_probe_block_names_each_workers_and_servers_figures():
-    out = stepparts.probes(metrics.Alone(), [100.0, 90.0, 20.0, math.nan], ["a:1", "b:2"],
-                           {"b:2": [50.0, 51.0, 9.0, 9.5]})
-    assert out["workers"] == [dict(zip(metrics.PROBE_KEYS, [100.0, 90.0, 20.0, None]))]
+    out = stepparts.probes(metrics.Alone(), [100.0, 90.0, 20.0, math.nan, 21.0, 20.5], ["a:1", "b:2"],
+                           {"b:2": [50.0, 51.0, 9.0, 9.5, 18.0, 18.5]})
+    assert out["workers"] == [dict(zip(metrics.PROBE_KEYS, [100.0, 90.0, 20.0, None, 21.0, 20.5]))]
     assert out["servers"][0] == {"endpoint": "a:1", **dict.fromkeys(metrics.PROBE_KEYS)}
-    assert out["servers"][1]["probe_gemm_gflops_after"] == 51.0
+    assert out["servers"][1]["probe_gemm_gflops_after"] == 51.0 and out["servers"][1]["probe_scalar_mops_after"] == 18.5
 
 
 def test_cpu_seconds_of_a_process_grow_as_it_works_and_are_nan_once_it_is_gone():

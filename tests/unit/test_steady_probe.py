@@ -139,6 +139,21 @@ def test_probe_triad_and_interference_reasons_add_up():
     assert "vs the cell's median" in reason  # 25 against the others' 50
 
 
+@pytest.mark.parametrize("label, limit", [("gemm", 15), ("triad", 40), ("scalar", 25)])
+@pytest.mark.parametrize("side", [-1, 1])
+def test_each_probe_is_judged_by_its_own_limit_both_ways(label, limit, side):
+    """A figure (stability.LIMITS) is named just past its limit, either way, and not just inside
+    it, against its own other edge; the other figures stay still."""
+    name = dict(stability.PROBES)[label]
+    for pct, named in ((limit - 1, False), (limit + 1, True)):
+        m = {f"{n}_{e}": 50.0 for _, n in stability.PROBES for e in ("before", "after")}
+        m[f"{name}_after"] = 50.0 * (1 + side * pct / 100)
+        reason = stability.probe_reason(m)
+        assert (reason is not None) is named, (label, pct, reason)
+        if named:
+            assert f"probe {label}" in reason and "after vs before" in reason
+
+
 @pytest.mark.parametrize("fall, named", [(0.30, False), (0.39, False), (0.41, True), (0.60, True)])
 def test_the_triad_has_a_wider_limit_than_the_gemm(fall, named):
     """The triad's quiet cv is 10-15 % on a shared guest (stability.TRIAD_PCT says why): a fall the
@@ -182,11 +197,12 @@ def figures(rank, steps, probe):
 
 
 def test_reduce_keeps_the_slowest_probe_and_every_ranks_steps():
-    mine = figures(0, [0.1, 0.1, 0.2], [80.0, 70.0, 50.0, math.nan])
-    other = figures(1, [0.1, 0.3], [75.0, 72.0, 55.0, math.nan])
+    mine = figures(0, [0.1, 0.1, 0.2], [80.0, 70.0, 50.0, math.nan, 21.0, 20.0])
+    other = figures(1, [0.1, 0.3], [75.0, 72.0, 55.0, math.nan, 19.5, 22.0])
     totals, seen_by_1 = reduced(mine, other)
     assert totals.probe == {"probe_gemm_gflops_before": 75.0, "probe_gemm_gflops_after": 70.0,
-                            "probe_triad_gbps_before": 50.0, "probe_triad_gbps_after": None}
+                            "probe_triad_gbps_before": 50.0, "probe_triad_gbps_after": None,
+                            "probe_scalar_mops_before": 19.5, "probe_scalar_mops_after": 20.0}
     assert totals.step_times_ms == [[100.0, 100.0, 200.0], [100.0, 300.0]] == seen_by_1.step_times_ms
     assert totals.warmup_steps == 11
     out = metrics.standard(totals, "images/s", 2, 2, threads={"omp_num_threads": 1}, probe=speed.DEFINITION)
@@ -196,12 +212,12 @@ def test_reduce_keeps_the_slowest_probe_and_every_ranks_steps():
 
 def test_ranks_without_step_times_gather_none():
     """An epoch run keeps no step times: no gather of empty lists (Paddle refuses a 0-size tensor)."""
-    totals = reduced(figures(0, [], [math.nan] * 4), figures(1, [], [math.nan] * 4))
+    totals = reduced(figures(0, [], [math.nan] * len(metrics.PROBE_KEYS)), figures(1, [], [math.nan] * len(metrics.PROBE_KEYS)))
     assert [t.step_times_ms for t in totals] == [[], []]
 
 
 def test_alone_without_a_probe_has_null_figures_and_no_definition():
-    mine = figures(0, [0.1, 0.2], [math.nan] * 4)
+    mine = figures(0, [0.1, 0.2], [math.nan] * len(metrics.PROBE_KEYS))
     out = metrics.standard(metrics.reduce(mine, metrics.Alone()), "images/s", 1, 2,
                            threads={"omp_num_threads": 1}, probe=speed.DEFINITION)
     assert all(out[k] is None for k in metrics.PROBE_KEYS) and out["probe"] is None
@@ -232,16 +248,16 @@ def test_schema_and_metrics_name_the_same_probe_figures():
 
 
 # ---------------------------------------------------------------- the probe itself (cheap, real)
-def test_the_probe_measures_both_figures_and_settles():
+def test_the_probe_measures_every_figure_and_settles():
     probe = speed.Probe()
-    gemm, triad = probe.measure()
-    assert gemm > 0 and triad > 0
+    gemm, triad, scalar = probe.measure()
+    assert gemm > 0 and triad > 0 and scalar > 0
     seen, settled = speed.settle(probe, tolerance_pct=1000.0, max_tries=9)
     assert len(seen) == 6 and settled  # two blocks of 3 (timing.settled) agree within 1000 %
     seen, settled = speed.settle(probe, tolerance_pct=-1.0, max_tries=3)  # never agree: the cap
     assert len(seen) == 3 and not settled
     assert speed.settle_text(seen, settled).startswith("sweep: machine warm-up NOT settled, stopped after 3 probes")
-    assert set(speed.DEFINITION) == {"gemm", "triad"} and timing.SETTLE_BLOCK >= 2
+    assert set(speed.DEFINITION) == {label for label, _ in stability.PROBES} and timing.SETTLE_BLOCK >= 2
 
 
 @pytest.mark.parametrize("values, message", [

@@ -119,7 +119,8 @@ def test_the_sweep_warms_the_machine_up_with_the_real_probe(tmp_path):
     runner.Sweep.settle_machine(sweep)
     line = sweep.out.getvalue().strip()
     found = re.fullmatch(r"sweep: machine warm-up (settled|NOT settled, stopped) after (\d+) probes "
-                         r"\(machine/speed.py\): gemm [\d.]+ -> [\d.]+ GFLOP/s, triad [\d.]+ -> [\d.]+ GB/s", line)
+                         r"\(machine/speed.py\): gemm [\d.]+ -> [\d.]+ GFLOP/s, triad [\d.]+ -> [\d.]+ GB/s, "
+                         r"scalar [\d.]+ -> [\d.]+ M iterations/s", line)
     assert found, line
     assert 6 <= int(found[2]) <= runner.MACHINE_WARMUP_TRIES  # two blocks of 3 at least (timing.settled)
     assert found[1] == "settled" or int(found[2]) == runner.MACHINE_WARMUP_TRIES

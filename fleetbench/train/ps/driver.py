@@ -148,7 +148,7 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
     # (and its server serving) after the last pass, and read 21-26 % slower there (2026-11-28).
     job.stop_client()
     after = probed(job, probe)
-    mine_figures.probe = [before[0], after[0], before[1], after[1]]
+    mine_figures.probe = metrics.probe_row(before, after)
     say(metrics.rank_line(job.index, mine_figures))
     job.stop()  # before the record: a stopped server's probe is its after-edge
     server_probes = servers.collect_probes(server_pids, SERVER_PROBE_WAIT_S) if probe is not None else {}
@@ -176,11 +176,11 @@ def prober(job: WorkerJob) -> Optional[Callable[[], list]]:
     return lambda: turns(probe.measure)
 
 
-def probed(job: WorkerJob, probe: Optional[Callable[[], list]]) -> list:
-    """The probe's figures once every worker is here (NaN without one). The servers are idle then
+def probed(job: WorkerJob, probe: Optional[Callable[[], list]]) -> Optional[list]:
+    """The probe's figures once every worker is here (None without one). The servers are idle then
     (no worker trains), so the probe on a node they share sees the machine."""
     if probe is None:
-        return [float("nan")] * 2
+        return None
     job.gloo.barrier()
     return probe()
 

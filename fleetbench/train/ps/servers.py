@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fleetbench.measure import interference
+from fleetbench.measure import interference, metrics
 from fleetbench.train.ps import scratch
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -119,8 +119,7 @@ def read_probe(pid: int) -> dict:
 
 
 def collect_probes(pids: dict[str, int], deadline_s: float) -> dict[str, list[float]]:
-    """Each server's [gemm before, gemm after, triad before, triad after] (metrics.PROBE_KEYS'
-    order), waiting up to `deadline_s` for the after-figures of servers told to stop; NaN where a
+    """Each server's probe figures in metrics.PROBE_KEYS' order, waiting up to `deadline_s` for the after-figures of servers told to stop; NaN where a
     server gave none. Workers on one machine read the same files: `forget` removes them once all
     have (after a gather)."""
     end = time.monotonic() + deadline_s
@@ -130,8 +129,7 @@ def collect_probes(pids: dict[str, int], deadline_s: float) -> dict[str, list[fl
         while "after" not in held and time.monotonic() < end:
             time.sleep(0.05)
             held = read_probe(pid)
-        before, after = held.get("before") or [math.nan] * 2, held.get("after") or [math.nan] * 2
-        out[endpoint] = [before[0], after[0], before[1], after[1]]
+        out[endpoint] = metrics.probe_row(held.get("before"), held.get("after"))
     return out
 
 

@@ -61,7 +61,7 @@ def block(mine: list[float], servers_cpu: list[float], elapsed_s: float, comm: m
 
 
 def probes(comm: metrics.Communicator, mine: list[float], endpoints: list[str], by_server: dict) -> dict:
-    """The record's `ps_probe`: every worker's four probe figures (metrics.PROBE_KEYS) by worker
+    """The record's `ps_probe`: every worker's probe figures (metrics.PROBE_KEYS) by worker
     and every server's by server, NaN stored as null where a process was not probed or not seen."""
     keys = metrics.PROBE_KEYS
     workers = comm.gather(list(mine))
@@ -70,7 +70,8 @@ def probes(comm: metrics.Communicator, mine: list[float], endpoints: list[str], 
     rows = comm.gather([v for e in endpoints for v in by_server.get(e, nan)]) if endpoints else []
     servers = []
     for s, endpoint in enumerate(endpoints):
-        seen = [r[4 * s:4 * s + 4] for r in rows if any(v == v for v in r[4 * s:4 * s + 4])]
+        k = len(keys)
+        seen = [r[k * s:k * s + k] for r in rows if any(v == v for v in r[k * s:k * s + k])]
         servers.append({"endpoint": endpoint, **dict(zip(keys, _nulls(seen[0] if seen else nan)))})
     return {"workers": [dict(zip(keys, _nulls(w))) for w in workers], "servers": servers}
 
