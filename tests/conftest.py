@@ -1,4 +1,5 @@
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -13,7 +14,17 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 STRICT = os.environ.get("CI", "").lower() == "true"
 
 
+def _stop(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def pytest_configure(config):
+    # A session told to stop (tools/test.sh passes a TERM on; CI's timeout sends one) unwinds as on
+    # Ctrl-C: the running test's subprocess calls kill their child and every fixture tears down, so
+    # no job a test started runs on. Python's default TERM ends the process at once, finalizers
+    # unrun: a killed `make test` left its tests' launches running and starting no new ones only
+    # because their session was gone (2026-11-28).
+    signal.signal(signal.SIGTERM, _stop)
     config.addinivalue_line("markers", "paddle_build: may skip when the installed Paddle build cannot "
                                        "run it (allowed under CI)")
 

@@ -27,8 +27,16 @@ mkdir -p log
 # Manager in Paddle's gloo start-up), whose path may not pass 107 bytes
 tmp=$(mktemp -d /tmp/fbt.XXXXXX)
 pids=()
-# A background job of a non-interactive shell ignores SIGINT, so Ctrl-C must be passed on by hand.
-trap 'kill -TERM "${pids[@]}" 2>/dev/null; wait; exit 130' INT TERM
+# A background job of a non-interactive shell ignores SIGINT, so Ctrl-C must be passed on by hand;
+# and bash runs a trap only once its foreground command ends, so the foreground session runs as a
+# waited-for background job too (`foreground`): a TERM stops every session at once (each pytest
+# unwinds on it, tests/conftest.py), not after the foreground one's 10 minutes.
+trap 'kill -TERM "${pids[@]}" ${fg:-} 2>/dev/null; wait; exit 130' INT TERM
+foreground() {
+    "$@" &
+    fg=$!
+    wait "$fg"
+}
 
 # pytest in the background, its output in log/NAME.log; -p no:cacheprovider: two sessions would
 # both rewrite .pytest_cache at their end.
@@ -49,7 +57,7 @@ ignore=()
 for f in $slow_jobs; do ignore+=("--ignore=$f"); done
 echo "tools/test.sh: pass 1, Paddle 2.6.2 unit and job tiers; $slow_jobs run beside, their output follows"
 background test-launch-ps-arch a "$py2" -m "not root and not gpu_sim" $slow_jobs
-FLEETBENCH_TEST_PADDLE3=$py3 "$py2" -m pytest -q --durations=20 --junitxml log/test-rest.xml --basetemp "$tmp/b" -m "not root and not gpu_sim" "${ignore[@]}" tests
+FLEETBENCH_TEST_PADDLE3=$py3 foreground "$py2" -m pytest -q --durations=20 --junitxml log/test-rest.xml --basetemp "$tmp/b" -m "not root and not gpu_sim" "${ignore[@]}" tests
 rc_rest=$?
 wait "${pids[0]}"
 rc_slow=$?
@@ -61,7 +69,7 @@ show test-launch-ps-arch
 echo "tools/test.sh: pass 2, the root tier; the simulated GPU host and the Paddle 3.x tests run beside, their output follows"
 background test-paddle3 3 "$py3" "$@"
 FLEETBENCH_TEST_PADDLE3=$py3 background test-gpu-sim g "$py2" -m gpu_sim tests/gpu_sim
-FLEETBENCH_TEST_PADDLE3=$py3 "$py2" -m pytest -q --durations=20 --junitxml log/test-root.xml --basetemp "$tmp/r" -m "root and not gpu_sim" tests
+FLEETBENCH_TEST_PADDLE3=$py3 foreground "$py2" -m pytest -q --durations=20 --junitxml log/test-root.xml --basetemp "$tmp/r" -m "root and not gpu_sim" tests
 rc_root=$?
 wait "${pids[1]}"
 rc3=$?

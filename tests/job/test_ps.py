@@ -197,6 +197,9 @@ def check_breakdown(rec):
     """Every PS record's step breakdown (train/ps/marks.py, issue 45) and its servers' and workers'
     probe figures (issue 44): identities and orderings that hold whatever the machine's load."""
     m, servers = rec["metrics"], rec["config"]["runtime"]["servers"]
+    if not rec["config"]["measure"]["breakdown"]:  # the marks left out: no breakdown, nothing to add up
+        assert "step_breakdown" not in m
+        return
     block = m["step_breakdown"]
     assert block["family"] == "ps" and block["units"] == "ms per measured step" and len(block["ranks"]) == rec["world_size"]
     for worker, row in enumerate(block["ranks"]):
