@@ -164,6 +164,7 @@ def test_a_loop_that_does_not_feed_the_phases_keeps_nothing():
     assert ph.spans == [] and ph.measured() == ([], [])
 
 
+@pytest.mark.ps  # a parameter-server script's --check: Paddle 3.x refuses the family first
 @pytest.mark.parametrize("script, sets, refused", [
     ("parameter_server/ctr.py", ["--set", "measure.breakdown=false"], "expected measure.breakdown true"),
     ("parameter_server/word2vec.py", ["--set", "measure.breakdown=false"], "expected measure.breakdown true"),
