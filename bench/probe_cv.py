@@ -18,6 +18,10 @@ from fleetbench.measure import timing  # noqa: E402
 from fleetbench.measure.repeats import stability  # noqa: E402
 
 
+def limit_text(limit: float | None) -> str:
+    return "shown, not judged" if limit is None else f"{limit:g}%"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=30)
@@ -37,7 +41,7 @@ def main() -> None:
         values = [row[i] for row in figures]
         s = timing.summarize(values)
         print(f"{name}: {s['mean']:.1f} ± {s['std']:.1f} {unit}, cv {100 * stability.cv(values):.1f}%, "
-              f"min {s['min']:.1f} max {s['max']:.1f} (limit for disturbed: {stability.LIMITS[label]:g}%)")
+              f"min {s['min']:.1f} max {s['max']:.1f} (limit for disturbed: {limit_text(stability.LIMITS[label])})")
 
 
 if __name__ == "__main__":

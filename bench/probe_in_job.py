@@ -58,7 +58,7 @@ def judge(path: Path) -> None:
             off = [100 * abs(stability.probe_figure(m, name) / medians[name] - 1) for m in runs]
             print(f"{cell:22} {label:5} median {medians[name]:6.1f}  |after/before-1| median {statistics.median(edges):4.1f}% "
                   f"max {max(edges):4.1f}%  |slower edge/cell median-1| max {max(off):4.1f}%  "
-                  f"(limit {stability.LIMITS[label]:g}%)")
+                  f"(limit {'none: shown, not judged' if stability.LIMITS[label] is None else f'{stability.LIMITS[label]:g}%'})")
         for m, reason in zip(runs, reasons):
             if reason:
                 print(f"  disturbed: {reason} (interference {m.get('interference_cpu_pct')}%)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from fleetbench.measure.repeats import stability
+from fleetbench.measure.repeats import aggregate, stability
 from fleetbench.measure.schema import SINGLE
 from fleetbench.report.style import (COLORS, DPI, FIGSIZE, MARGINS, PS_HATCH, SAVE, STYLE, Figure, Patch,
                                      matplotlib, slug)
@@ -221,8 +221,7 @@ def caption_text(chart: dict, notes: set[str]) -> str:
                                 for g in excluded))
     unstable = [g for g in drawn if g.get("unstable")]
     if unstable:
-        caption += (f"; UNSTABLE (cv > {unstable[0]['cv_threshold']:.0%}): "
-                    + ", ".join(f"{_cell_name(g)} (cv {g['cv']:.0%})" for g in unstable))
+        caption += ("; UNSTABLE: " + ", ".join(f"{_cell_name(g)} ({aggregate.why_unstable(g)})" for g in unstable))
     if excluded or unstable:
         caption += "; runs listed under the table"
     return caption

@@ -202,3 +202,23 @@ def test_a_cell_repeated_until_stable_is_judged_by_its_own_rule_in_words_too():
     assert aggregate.agreement(plain, "! ") == "! unstable: cv 6% > 5%"
     assert missed["until_stable"] == stability.AT_MAX and missed["unstable"] is True
     assert aggregate.agreement(missed, "! ").startswith("! unstable: the mean's 95% CI ±4.8% > the ±2% it repeated for")
+
+
+def test_an_until_stable_cell_with_one_undisturbed_run_has_no_spread_to_judge_and_draws():
+    """Four of five runs disturbed (the 2026-11-28 demo's CTR async 1/1 cell): the cell stopped at
+    its maximum, but one run has no spread: `cv undefined`, not unstable, and a chart's caption and
+    table print it (the report crashed on its cv of None)."""
+    from fleetbench.report import charts
+
+    policy = {"until_stable": True, "target_ci_pct": 5.0, "min_repeats": 3, "max_repeats": 5}
+    recs = [run(v, c, i) for i, (v, c) in enumerate([(20.0, 1.0), (19.0, 40.0), (18.0, 45.0), (18.5, 50.0), (19.5, 42.0)])]
+    for rec in recs:
+        rec["config"]["runtime"]["repeats"] = policy
+    (group,) = aggregate.aggregate(recs)
+    assert group["until_stable"] == stability.AT_MAX and group["cv"] is None and group["unstable"] is False
+    assert aggregate.agreement(group).startswith("cv undefined: one undisturbed run; 4 disturbed runs left out")
+    chart = {"series": [{"groups": [group]}]}
+    assert "UNSTABLE" not in charts.caption_text(chart, {"x"})
+    unstable = dict(group, unstable=True, cv=0.12, ci95_pct=9.1, until_stable=stability.AT_MAX)
+    assert aggregate.why_unstable(unstable) == "95% CI ±9.1% > ±5%"
+    assert aggregate.why_unstable(dict(unstable, until_stable=None)) == "cv 12% > 5%"

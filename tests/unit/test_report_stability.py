@@ -107,8 +107,8 @@ def test_chart_rows_and_caption_say_the_cell_is_unstable_and_its_outlier_exclude
     assert baseline == ("world size 1 'mgwfbp' run = 42.2 ± 0.2 images/s (n=2; 1 outlier excluded) "
                         "(from these results)")
     caption = charts.caption_text(chart, {baseline})
-    assert ("; bars without their outliers: mgwfbp at 1 (1 of 3 runs excluded); UNSTABLE (cv > 5%): mgwfbp at 1 "
-            "(cv 44%); runs listed under the table") in caption
+    assert ("; bars without their outliers: mgwfbp at 1 (1 of 3 runs excluded); UNSTABLE: mgwfbp at 1 "
+            "(cv 44% > 5%); runs listed under the table") in caption
     assert caption.count("runs listed under the table") == 1 and caption.count("(n=2; 1 outlier excluded)") == 1
 
 

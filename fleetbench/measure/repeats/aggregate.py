@@ -71,7 +71,9 @@ def stability_fields(ok: list[dict], cv_threshold: float, disturbed_pct: float =
     # (cv 6 %) where the sweep had stopped it stable at ±4.8 % (2026-11-28), one word, two meanings.
     policy = _policy(ok)
     until = stability.verdict(policy, values, quiet)
-    unstable = stability.is_unstable(judged, cv_threshold) if until is None else until != stability.STABLE
+    # (one undisturbed run has no spread to judge, under either rule: `cv undefined`, not unstable)
+    unstable = stability.is_unstable(judged, cv_threshold) if until is None or len(judged) < 2 \
+        else until != stability.STABLE
     return dict(summarize(figure), runs=runs,
                 cv=stability.cv(judged), unstable=unstable,
                 target_ci_pct=policy.get("target_ci_pct") if until is not None else None,
@@ -115,6 +117,14 @@ def agreement(group: dict, unstable_mark: str = "") -> str:
         return state
     over = f" over {runs - out} undisturbed runs" if group["cv"] is not None else ""
     return f"{state}{over}; {out} disturbed run{'s' if out > 1 else ''} left out"
+
+
+def why_unstable(group: dict) -> str:
+    """An unstable group's reason in a few words, by the rule that judged it (`stability_fields`):
+    `95% CI ±9.1% > ±5%` for a cell repeated until stable, else `cv 12% > 5%`."""
+    if group.get("until_stable") and group.get("ci95_pct") is not None:
+        return f"95% CI ±{group['ci95_pct']:.1f}% > ±{group['target_ci_pct']:g}%"
+    return f"cv {group['cv']:.0%} > {group['cv_threshold']:.0%}"
 
 
 def figure_note(group: dict) -> str:

@@ -48,11 +48,15 @@ DISTURBED_PCT = 10.0
 # of the median, 2026-11-28), so the triad names only a large fall.
 PROBE_PCT = 15.0  # the GEMM's limit
 TRIAD_PCT = 40.0  # the triad's
-# the scalar loop's: its idle cv is 6.5 % (one sample of 29 at -36 %), and the drift it is there for
-# slowed a CTR run's pure-Python meter by 30-50 %
-SCALAR_PCT = 25.0
+# The scalar loop is recorded and shown, not judged (None), yet: in the demo of 2026-11-28 its slow
+# edges did go with CTR's slow runs (4771 and 4843 examples/s read 16.2 and 14.4 M/s before, against
+# 20-21 in the 5741-6227 runs), but in the parameter-server cells one edge in three or four read
+# 25-40 % low, so a cell's median of slower edges fell with them and normal runs read "machine fast
+# +26 % vs the cell's median": not a verdict to print. Judging it needs a cell median of its usual
+# edge, not its slower one, and its own in-job noise measured (bench/probe_in_job.py shows it).
+SCALAR_PCT = None
 PROBES = (("gemm", "probe_gemm_gflops"), ("triad", "probe_triad_gbps"), ("scalar", "probe_scalar_mops"))
-LIMITS = {"gemm": PROBE_PCT, "triad": TRIAD_PCT, "scalar": SCALAR_PCT}  # by probe label: what `probe_reason` judges by
+LIMITS = {"gemm": PROBE_PCT, "triad": TRIAD_PCT, "scalar": SCALAR_PCT}  # by probe label; None: shown, not judged
 
 # Two-sided 95 % Student t quantiles t(0.975, df) (standard tables). A df between entries takes
 # the entry below it: a slightly larger t, so the interval is never narrower than it should be.
@@ -209,6 +213,8 @@ def probe_reason(metrics: dict | None, medians: dict | None = None, limit_pct: f
     reasons = []
     for label, name in PROBES:
         limit = LIMITS[label] if limit_pct is None else limit_pct
+        if limit is None:
+            continue
         before, after = ((metrics or {}).get(f"{name}_{edge}") for edge in ("before", "after"))
         if before and after and abs(after / before - 1) * 100 > limit:
             way = "slowed" if after < before else "sped up"
