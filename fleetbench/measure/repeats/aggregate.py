@@ -66,23 +66,29 @@ def stability_fields(ok: list[dict], cv_threshold: float, disturbed_pct: float =
              "probe_gemm_gflops": stability.probe_figure(r["metrics"], "probe_gemm_gflops"),
              "mfu": r["metrics"].get("mfu")}  # model FLOPs utilisation (measure/flops.py), shown beside it
             for r, v, q in zip(ok, values, quiet)]
-    # A cell repeated until stable is judged by the rule it was repeated under (its mean's 95 % CI
-    # within its target), as the sweep judged it: the README marked ResNet50's 8-run cell unstable
-    # (cv 6 %) where the sweep had stopped it stable at ±4.8 % (2026-11-28), one word, two meanings.
-    policy = _policy(ok)
-    until = stability.verdict(policy, values, quiet)
-    # (one undisturbed run has no spread to judge, under either rule: `cv undefined`, not unstable)
-    unstable = stability.is_unstable(judged, cv_threshold) if until is None or len(judged) < 2 \
-        else until != stability.STABLE
+    until, unstable, target = _judged(ok, values, quiet, judged, cv_threshold)
     return dict(summarize(figure), runs=runs,
                 cv=stability.cv(judged), unstable=unstable,
-                target_ci_pct=policy.get("target_ci_pct") if until is not None else None,
+                target_ci_pct=target,
                 cv_threshold=cv_threshold, outliers=[ok[i]["id"] for i in stability.flagged(values, pool)],
                 excluded=[ok[i]["id"] for i in stability.excluded(values, pool)],
                 disturbed={r["id"]: reason for r, reason in zip(ok, why) if reason},
                 disturbed_pct=disturbed_pct, figure_disturbed=bool(ok) and pool is None,
                 mean_all=summarize(values)["mean"], ci95_pct=stability.ci_pct(figure),
                 until_stable=until)
+
+
+def _judged(ok: list[dict], values: list, quiet: list, judged: list, cv_threshold: float) -> tuple:
+    """(until-stable verdict or None, unstable, the CI target it repeated for or None). A cell
+    repeated until stable is judged by the rule it was repeated under (its mean's 95 % CI within its
+    target), as the sweep judged it: the README marked ResNet50's 8-run cell unstable (cv 6 %) where
+    the sweep had stopped it stable at ±4.8 % (2026-11-28), one word, two meanings. One undisturbed
+    run has no spread to judge under either rule (`cv undefined`, not unstable)."""
+    policy = _policy(ok)
+    until = stability.verdict(policy, values, quiet)
+    if until is None or len(judged) < 2:
+        return until, stability.is_unstable(judged, cv_threshold), policy.get("target_ci_pct") if until else None
+    return until, until != stability.STABLE, policy.get("target_ci_pct")
 
 
 def disturbed_out(group: dict) -> int:
