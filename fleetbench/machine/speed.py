@@ -162,11 +162,23 @@ class Turns:
 
 
 def machine_key() -> float:
-    """This machine as a number a float64 all-gather carries exactly: its boot id's first 48 bits."""
+    """This machine as a number a float64 all-gather carries exactly: its boot id's first 48 bits
+    (0 where the boot id is unreadable: every such rank then counts as one machine, the safe side)."""
     from fleetbench.machine import env
 
-    digits = env.boot_id().replace("-", "")[:12]
-    return float(int(digits, 16)) if len(digits) == 12 and all(c in "0123456789abcdef" for c in digits) else 0.0
+    try:
+        return float(int(env.boot_id().replace("-", "")[:12], 16))
+    except ValueError:
+        return 0.0
+
+
+def in_turn(device: str, gather: Callable[[list], list], rank: int,
+            barrier: Callable[[], None]) -> Callable[[], list[float]]:
+    """A rank's probe on `device`, the ranks of its machine in turn (`Turns`). Every rank calls it
+    together: it gathers every rank's `machine_key()` (`gather`: a metrics.Communicator's)."""
+    probe = Probe(device)
+    turns = Turns([k[0] for k in gather([machine_key()])], rank, barrier)
+    return lambda: turns(probe.measure)
 
 
 def gpu_gemm_gflops() -> float:

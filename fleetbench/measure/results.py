@@ -47,7 +47,9 @@ def git_sha(here: str = os.path.dirname(os.path.abspath(__file__))) -> str | Non
     try:
         out = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True,
                              text=True, timeout=2)
-        changed = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
+        # --no-optional-locks: ranks and tests read it at once; a status must not take index.lock
+        changed = subprocess.run(["git", "--no-optional-locks", "-C", here, "status", "--porcelain",
+                                  "--untracked-files=no"],
                                  capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return None

@@ -152,11 +152,7 @@ def probe_for(cfg: config.CollectiveConfig, ctx: Context, comm: metrics.Communic
               barrier: Callable[[], None]) -> Optional[Callable[[], list]]:
     """The machine-speed probe of this rank's device (machine/speed.py), the ranks of a machine in
     turn, or None with measure.probe off."""
-    if not cfg.measure.probe:
-        return None
-    probe = speed.Probe(ctx.device)
-    turns = speed.Turns([k[0] for k in comm.gather([speed.machine_key()])], ctx.rank, barrier)
-    return lambda: turns(probe.measure)
+    return speed.in_turn(ctx.device, comm.gather, ctx.rank, barrier) if cfg.measure.probe else None
 
 
 def end_of_warmup(steady: timing.Steady, step_s: list, comm: metrics.Communicator) -> Optional[int]:

@@ -169,11 +169,7 @@ def train(job: WorkerJob, meter: StepMeter, one_pass: Callable[[], None]) -> Non
 
 def prober(job: WorkerJob) -> Optional[Callable[[], list]]:
     """The machine-speed probe (machine/speed.py), the workers of a machine in turn; None when off."""
-    if not job.cfg.measure.probe:
-        return None
-    probe = speed.Probe()
-    turns = speed.Turns([k[0] for k in job.gloo.gather([speed.machine_key()])], job.index, job.gloo.barrier)
-    return lambda: turns(probe.measure)
+    return speed.in_turn("cpu", job.gloo.gather, job.index, job.gloo.barrier) if job.cfg.measure.probe else None
 
 
 def probed(job: WorkerJob, probe: Optional[Callable[[], list]]) -> Optional[list]:
