@@ -97,6 +97,12 @@ def disturbed_out(group: dict) -> int:
     return 0 if group.get("figure_disturbed") else len(group.get("disturbed") or ())
 
 
+def judged_by_ci(group: dict) -> bool:
+    """Whether a group was judged by its adaptive repeats' rule (the mean's 95% CI against the target
+    it repeated for, `_judged`) rather than by the runs' cv."""
+    return bool(group.get("until_stable")) and group.get("ci95_pct") is not None
+
+
 def agreement(group: dict, unstable_mark: str = "") -> str:
     """How far a measured group's runs agree, in words (`stability_fields`: over its undisturbed
     runs): `stable (cv 3%)`, `! unstable: cv 12% > 5%` (with `unstable_mark` "! "); a cell repeated
@@ -109,7 +115,7 @@ def agreement(group: dict, unstable_mark: str = "") -> str:
         return f"no stability verdict: {'its one run was' if runs == 1 else f'all {runs} runs were'} disturbed"
     if group["cv"] is None:
         state = f"cv undefined: one {'undisturbed ' if out else ''}run"
-    elif group.get("until_stable") and group.get("ci95_pct") is not None:
+    elif judged_by_ci(group):
         ci, target = group["ci95_pct"], group["target_ci_pct"]
         state = (f"{unstable_mark}unstable: the mean's 95% CI ±{ci:.1f}% > the ±{target:g}% it repeated for"
                  if group.get("unstable") else
@@ -128,7 +134,7 @@ def agreement(group: dict, unstable_mark: str = "") -> str:
 def why_unstable(group: dict) -> str:
     """An unstable group's reason in a few words, by the rule that judged it (`stability_fields`):
     `95% CI ±9.1% > ±5%` for a cell repeated until stable, else `cv 12% > 5%`."""
-    if group.get("until_stable") and group.get("ci95_pct") is not None:
+    if judged_by_ci(group):
         return f"95% CI ±{group['ci95_pct']:.1f}% > ±{group['target_ci_pct']:g}%"
     return f"cv {group['cv']:.0%} > {group['cv_threshold']:.0%}"
 
