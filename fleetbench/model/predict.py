@@ -303,6 +303,7 @@ def explain(records: list[dict]) -> list[dict]:
         b["prediction_error"] = (None if prediction["predicted_step_ms"] is None
                                  else prediction["predicted_step_ms"] / cell.step_ms - 1)
         b["prediction_notes"] = prediction["notes"]
+        b["predicted_host_ms"] = prediction.get("host_ms")  # what the calibration added beyond the link
         b["parts_check"] = bd.parts_check(b)  # predicted beside measured, part by part
     return breakdowns
 

@@ -449,3 +449,26 @@ def test_explain_puts_each_part_predicted_beside_measured(comm_ms, misses):
     line = next(t for t in text.splitlines() if "part by part" in t)
     assert ("exposed comm 100/40 (misses)" in line) == (misses is not None)
     assert ("every part within 15%" in line) == (misses is None)
+
+
+def test_a_row_off_by_more_than_15_percent_says_why_from_its_own_parts():
+    """The demo's 10gbe row (2026-11-28): predicted +33%, no weak input in its notes; its breakdown
+    shows the exposed communication missing because the host cost came from the 1gbe cell."""
+    from fleetbench.report.explain import _why_off
+
+    cell = {"prediction_error": 0.33, "prediction_notes": ["base: control 1x2", "host cost 2.62e+03 ms/GB measured "
+                                                              "on other resnet50 tiny mgwfbp cells"],
+            "predicted_host_ms": 246.7, "predicted_comm_ms": 99.9, "exposed_comm_ms": 145.7,
+            "parts_check": {"predicted": {"compute_ms": 462.0, "exposed_comm_ms": 346.5, "imbalance_ms": 0.1, "reader_ms": 0.0},
+                            "measured": {"compute_ms": 458.0, "exposed_comm_ms": 140.1, "imbalance_ms": 9.1, "reader_ms": 0.0},
+                            "off_ms": {"compute_ms": 4.0, "exposed_comm_ms": 206.4, "imbalance_ms": -9.0, "reader_ms": 0.0},
+                            "misses": "exposed_comm_ms"}}
+    assert _why_off(cell) == ("exposed comm predicted 346 ms, measured 140: host cost 247 ms from the work's other "
+                              "cells, 46 here beyond the link model (it is not one cost per byte across these links)")
+    # no part alone beyond the tolerance: the largest miss is named as such
+    cell["parts_check"] = dict(cell["parts_check"], misses=None)
+    assert _why_off(cell).startswith("no part alone beyond 15% of the step, the largest miss exposed comm predicted 346")
+    # within 15%: nothing to say; and a note that explains it wins over the parts
+    assert _why_off(dict(cell, prediction_error=0.1)) == ""
+    cell["prediction_notes"].append("link from no comm record of network 10gbe")
+    assert _why_off(cell) == "link from the network's rate (a ceiling), no comm record of it"
