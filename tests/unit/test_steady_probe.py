@@ -326,3 +326,20 @@ def test_the_machine_key_is_the_boot_id_and_exact_in_a_float64():
     key = speed.machine_key()
     assert key > 0 and key == int(key) and key < 2 ** 53
     assert int(key) == int(open("/proc/sys/kernel/random/boot_id").read().replace("-", "")[:12], 16)
+
+
+def test_gpu_ranks_probe_at_once_and_cpu_ranks_gather_their_machines(monkeypatch):
+    """A GPU rank's GEMM is its own device's: no gather, no barrier (a round's barrier made every
+    rank wait out a slow device's probe, past gloo's 30 s time-out on the simulated host). A CPU
+    rank gathers the machine keys and waits its turn."""
+    calls = []
+    monkeypatch.setattr(speed.Probe, "measure", lambda self: calls.append(self.device) or [1.0, 2.0, 3.0])
+
+    def refuse(*args):
+        raise AssertionError("a GPU rank's probe gathered or waited")
+
+    probe = speed.in_turn("gpu:3", refuse, 1, refuse)
+    assert probe() == [1.0, 2.0, 3.0] and calls == ["gpu:3"]
+    barriers = []
+    probe = speed.in_turn("cpu", lambda values: [values, values], 1, lambda: barriers.append(1))
+    assert probe() == [1.0, 2.0, 3.0] and len(barriers) == 2  # two ranks of one machine: two rounds
