@@ -49,12 +49,14 @@ class DebugConfig:
 @dataclasses.dataclass
 class MeasureConfig:
     """How a run is timed (docs/metrics.md#steady-state-and-the-machine-probe); not part of the
-    experiment (measure/repeats/experiment.NOISE_KEYS): the work a step does is the same."""
+    experiment (measure/repeats/experiment.NOISE_KEYS): the work a step does is the same, but for a
+    parameter-server worker's breakdown marks (experiment.WORK_IN_FAMILY)."""
 
     probe: bool = True  # time machine/speed's fixed workload at the measured window's edges
     # a parameter-server worker's step taken apart by py_func marks in its program (train/ps/marks.py);
-    # off: no marks, no step_breakdown in the record (bench/ps_overhead.py measures what they cost)
-    breakdown: bool = True
+    # off by default: a mark costs 63 us (bench/py_func_cost.py, quiet, 2026-11-29), 6 of them 5.8%
+    # of a CTR tiny step, over the 2% the suite may add; `--trace` turns them on (its spans are theirs)
+    breakdown: bool = False
     # warm-up goes on past warmup_steps until the step time settles (timing.settled), at most this
     # many steps in all; 0 (or <= warmup_steps): exactly warmup_steps
     settle_steps: int = 0

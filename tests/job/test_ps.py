@@ -283,13 +283,13 @@ def test_ctr_async_two_by_two_legacy_launcher_shards_and_skips_invalid_lines(tmp
 
 
 def test_ctr_geo_server_num_only(tmp_path, cache):
-    # `--server_num` alone: the new launcher starts one trainer; the job must still end. Without the
-    # step breakdown's marks (measure.breakdown false: what bench/ps_overhead.py compares) the
-    # record has no step_breakdown and the run is otherwise the same
-    out, recs, logs = job(tmp_path, cache, ["--server_num", "4"], "ctr.py", "mode=geo", "measure.breakdown=false")
+    # `--server_num` alone: the new launcher starts one trainer; the job must still end. With the
+    # step breakdown's marks asked for (measure.breakdown true; off by default), GEO's breakdown
+    # adds up (check_record), its pull 0: it looks its rows up locally
+    out, recs, logs = job(tmp_path, cache, ["--server_num", "4"], "ctr.py", "mode=geo", "measure.breakdown=true")
     m = check_record(recs[0], "ctr", "geo", 1, "examples/s")
     assert recs[0]["config"]["runtime"]["servers"] == 4 and m["auc"] > 0.5
-    assert recs[0]["config"]["measure"]["breakdown"] is False and "step_breakdown" not in m
+    assert recs[0]["config"]["measure"]["breakdown"] is True and m["step_breakdown"]["family"] == "ps"
 
 
 def test_ctr_two_servers_probe_and_warm_up_until_settled(tmp_path, cache):
@@ -303,6 +303,8 @@ def test_ctr_two_servers_probe_and_warm_up_until_settled(tmp_path, cache):
     (rank,) = rank_lines(logs).values()
     assert m["measured_steps"] == rank[0] == len(m["step_times_ms"][0])
     assert m["interference_cpu_pct"] is not None and m["probe_gemm_gflops_after"] > 0
+    # the step breakdown's marks are off by default (6 py_func calls cost 5.8% of a tiny step)
+    assert recs[0]["config"]["measure"]["breakdown"] is False and "step_breakdown" not in m
 
 
 def test_ctr_two_by_two_breakdown_adds_up_with_servers_busy_probes_and_traces(tmp_path, cache):

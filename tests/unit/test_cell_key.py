@@ -107,3 +107,17 @@ def test_what_an_absent_key_means_is_its_configs_default():
         for key, value in experiment.ABSENT_MEANS[mode].items():
             assert mine.get(key, value) == value, (mode, key)  # a key still there: its default; else gone
     assert "steps" not in defaults(PSConfig) and defaults(config.BenchConfig)["data.val_path"] is None
+
+
+def test_a_ps_runs_breakdown_marks_split_its_cell_and_a_collective_runs_key_does_not():
+    """measure.breakdown is timing noise for the collective loop (its timers are always on) and work
+    for a parameter-server worker (py_func marks in its program, 5.8% of a CTR tiny step): PS runs
+    with and without the marks never pool; PS records from before the key ran without marks."""
+    def measured(mode: str, breakdown) -> dict:
+        cfg = dict(record()["config"])
+        if breakdown is not None:
+            cfg["measure"] = {"breakdown": breakdown, "probe": True}
+        return record(mode=mode, benchmark="ctr" if mode == "ps" else "resnet50", config=cfg)
+    assert experiment.cell_key(measured("collective", True)) == experiment.cell_key(measured("collective", False))
+    assert experiment.cell_key(measured("ps", True)) != experiment.cell_key(measured("ps", False))
+    assert experiment.cell_key(measured("ps", None)) == experiment.cell_key(measured("ps", False))

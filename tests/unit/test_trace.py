@@ -169,9 +169,12 @@ def test_a_loop_that_does_not_feed_the_phases_keeps_nothing():
     ("parameter_server/ctr.py", ["--set", "measure.breakdown=false"], "expected measure.breakdown true"),
     ("parameter_server/word2vec.py", ["--set", "measure.breakdown=false"], "expected measure.breakdown true"),
     ("parameter_server/ctr.py", [], None),
+    ("parameter_server/word2vec.py", ["--set", "measure.breakdown=true"], None),
 ])
 def test_a_ps_trace_without_its_marks_is_one_line_before_anything_runs(tmp_path, script, sets, refused):
-    """--check is what `fleetbench launch` and sweeps run first: a PS trace is the marks' spans."""
+    """--check is what `fleetbench launch` and sweeps run first: a PS trace is the marks' spans, so
+    --trace turns the marks on (off by default: their cost, config.MeasureConfig) unless the
+    command line turned them off."""
     import subprocess
     from util import PYTHON, REPO, env
 
@@ -179,6 +182,10 @@ def test_a_ps_trace_without_its_marks_is_one_line_before_anything_runs(tmp_path,
                         "--check"], cwd=tmp_path, env=env(), capture_output=True, text=True, timeout=120)
     if refused is None:
         assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout.strip().splitlines()[-1])["measure"]["breakdown"] is True
+        without = subprocess.run([PYTHON, str(REPO / script), "--preset", "tiny", "--check"], cwd=tmp_path, env=env(),
+                                 capture_output=True, text=True, timeout=120)
+        assert json.loads(without.stdout.strip().splitlines()[-1])["measure"]["breakdown"] is False
         return
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and refused in lines[0] and "--trace" in lines[0], p.stderr

@@ -17,7 +17,8 @@ seed is still a repeat), who chose the thread count (the count itself is part of
 the sweep's until-stable policy (runtime.repeats: how many runs were asked for, not how they ran)
 and a parameter-server worker's start-up bound (init_timeout_s: when to give up, not what ran),
 and how a run is timed (measure.*: the speed probe, warm-up until settled, a window calibrated in
-seconds; a step's work is the same, the record's warmup_steps and measured_steps say how it ran).
+seconds; a step's work is the same, the record's warmup_steps and measured_steps say how it ran),
+except where a family's step does more for it (WORK_IN_FAMILY: a PS worker's breakdown marks).
 Run-time values such as ports and addresses are not in the config at all.
 
 The cell key is declared here once (WORK, CIRCUMSTANCES): what defines a cell of work, and what
@@ -45,8 +46,12 @@ NOISE_KEYS = ("seed", "runtime.threads.source", "runtime.repeats.until_stable", 
 ABSENT_MEANS = {
     "collective": {"data.val_path": None, "epochs": 1, "eval_batch_size": 256, "stop_at_target": False,
                    "target_accuracy": None},
-    "ps": {"data.val_path": None, "steps": 0},
+    "ps": {"data.val_path": None, "steps": 0, "measure.breakdown": False},
 }
+# NOISE_KEYS that are work in one family: a parameter-server run's step-breakdown marks are py_func
+# ops in its program that cost 5.8% of a CTR tiny step (bench/py_func_cost.py), so PS runs with and
+# without them are two cells (a collective run's timers are always on: the key does nothing there).
+WORK_IN_FAMILY = {"ps": ("measure.breakdown",)}
 # Config keys that follow from the method (mode for PS) and from how many processes share a
 # node (threads, PS server/worker counts): left out when looking for a comparable baseline.
 METHOD_KEYS = ("method", "mode")
@@ -108,7 +113,8 @@ def work_config(record: dict) -> dict:
     the value their absence means."""
     flat, absent = flat_config(record["config"]), ABSENT_MEANS.get(record["mode"], {})
     same = [key for key, value in absent.items() if key in flat and json.loads(flat[key]) == value]
-    return _without(record["config"], NOISE_KEYS + tuple(same))
+    noise = tuple(k for k in NOISE_KEYS if k not in WORK_IN_FAMILY.get(record["mode"], ()))
+    return _without(record["config"], noise + tuple(same))
 
 
 assert tuple(f.name for f in dataclasses.fields(Experiment)) == WORK[:-1] + CIRCUMSTANCES + ("config",)
