@@ -1,4 +1,5 @@
 import os
+import resource
 import signal
 import sys
 from pathlib import Path
@@ -40,6 +41,8 @@ TIERS = {"job": "job", "root": "root", "gpu_sim": "gpu_sim"}
 # (sweep YAML and resume, generated Kubernetes documents, documented commands, charts, the bad-input
 # matrix), marked
 # `build_neutral`: `make test` runs them on 2.6.2 only, which keeps the whole run under 20 minutes.
+# Single tests that check fleetbench's logic inside a file that otherwise meets Paddle carry
+# @pytest.mark.build_neutral themselves, with the reason beside it.
 # A file belongs here only if what its tests check is fleetbench's, not Paddle's: a sweep test may
 # train a tiny cell to test resume, but what it asserts is the sweep's bookkeeping.
 BUILD_NEUTRAL = {"test_k8s_crd.py", "test_k8s.py", "test_k8s_shape.py", "test_docs.py", "test_sweep.py",
@@ -48,7 +51,12 @@ BUILD_NEUTRAL = {"test_k8s_crd.py", "test_k8s.py", "test_k8s_shape.py", "test_do
                  "test_store.py", "test_gate.py", "test_history_explained.py", "test_circumstances.py",
                  # the loss breakdown over records (its one job makes two records to explain) and the
                  # sweep's stability policy: the collective family's records on 3.x are tested elsewhere
-                 "test_explain.py", "test_sweep_stable.py"}
+                 "test_explain.py", "test_sweep_stable.py",
+                 # the performance models, the published tables and the code's shape: arithmetic over
+                 # records and files, whichever Paddle is installed
+                 "test_ps_predict.py", "test_cloud_links.py", "test_reference_tables.py", "test_plan.py",
+                 "test_structure.py", "test_sweep_order.py", "test_history.py", "test_steady_probe.py",
+                 "test_compare.py"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -70,3 +78,33 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped under CI, where every test must run: {reason}"
+
+
+def _cpu_s() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+# Each test's CPU (pytest's own and its finished subprocesses'), from its setup to the end of its
+# teardown, kept in the JUnit XML as the property cpu_s: tools/test_times.py sums it by file,
+# which is what 2 cores can share. (Added to the item before the teardown's report is made: a
+# report copies the item's properties when it is made.)
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.cpu_start = _cpu_s()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    if call.when == "teardown" and hasattr(item, "cpu_start"):
+        item.user_properties.append(("cpu_s", round(_cpu_s() - item.cpu_start, 2)))
+    yield
+
+
+def pytest_terminal_summary(terminalreporter):
+    # The CPU the session used, its own and its finished subprocesses' (each job's launcher, ranks and
+    # servers are waited for): make test's budget is 2 cores, so where CPU goes decides how its
+    # sessions can share them (tools/test.sh); wall times alone hide it.
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    terminalreporter.write_line(f"session CPU: {own.ru_utime + own.ru_stime:.0f} s in pytest, "
+                                f"{kids.ru_utime + kids.ru_stime:.0f} s in its subprocesses")

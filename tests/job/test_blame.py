@@ -23,9 +23,11 @@ pytestmark = pytest.mark.job
 
 @pytest.mark.parametrize("target, step_s, sync", [
     ("wrapper", "0.0", "allreduce"),   # the kill lands inside an all-reduce, mostly
-    ("wrapper", "0.15", "allreduce"),  # mostly between all-reduces: rank 0 waits to read
-    ("script", "0.0", "allreduce"),
-    ("script", "0.15", "allreduce"),
+    # these three on 2.6.2 only (build_neutral): both builds' gloo is Paddle's one fork
+    # (job/messages.py), and the first and last two cases take each kind of kill on 3.x
+    pytest.param("wrapper", "0.15", "allreduce", marks=pytest.mark.build_neutral),  # mostly between all-reduces: rank 0 waits to read
+    pytest.param("script", "0.0", "allreduce", marks=pytest.mark.build_neutral),
+    pytest.param("script", "0.15", "allreduce", marks=pytest.mark.build_neutral),
     ("wrapper", "0.05", "dp"),         # rank 0 aborts from the reducer's hook thread
     ("script", "0.05", "dp"),
 ])

@@ -71,12 +71,16 @@ def test_launch_with_trace_writes_a_trace_per_rank_whose_parts_add_up(tmp_path):
 
 # 4 measured steps, not tiny's 10: what is asserted holds on every step, and these six jobs were
 # a fifth of make test's first pass (ResNet50's 94 MB of gradients take a second a step loaded)
-SHORT = ("warmup_steps=1", "steps=5")
+# (batch 2: a quarter of tiny's compute; the parts and the gradient's 94 MB are what is asserted)
+SHORT = ("warmup_steps=1", "steps=5", "batch_size=2")
 
 
 @pytest.mark.parametrize("method, sets", [
-    ("bsp", SHORT), ("fp16_allreduce", SHORT), ("none", SHORT), ("wfbp", SHORT), ("mgwfbp", SHORT),
-    ("grad_merge", ("warmup_steps=2", "steps=6", "grad_merge_steps=2")),
+    # 2.6.2 only (build_neutral): the control's empty comm and fp16's cast before bsp's all-reduce are
+    # fleetbench's code on both builds; the reducer's methods and bsp run on 3.x too
+    ("bsp", SHORT), pytest.param("fp16_allreduce", SHORT, marks=pytest.mark.build_neutral),
+    pytest.param("none", SHORT, marks=pytest.mark.build_neutral), ("wfbp", SHORT), ("mgwfbp", SHORT),
+    ("grad_merge", ("warmup_steps=2", "steps=6", "grad_merge_steps=2", "batch_size=2")),
 ])
 def test_every_method_is_taken_apart(tmp_path, method, sets):
     args = [x for s in (f"method={method}", *sets) for x in ("--set", s)]
@@ -94,6 +98,7 @@ def test_every_method_is_taken_apart(tmp_path, method, sets):
     assert 0 < m["mfu"] <= 1
 
 
+@pytest.mark.build_neutral  # on 2.6.2 only: the sweep's bookkeeping of trace directories
 def test_sweep_with_trace_gives_each_run_its_own_directory(tmp_path):
     import yaml
 

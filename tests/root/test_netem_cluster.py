@@ -30,8 +30,8 @@ def test_a_1gbe_step_never_moves_its_gradients_faster_than_the_link(tmp_path, mo
     state_dir = tmp_path / "state"
     spec = tmp_path / "net.yaml"
     spec.write_text(yaml.safe_dump({"repeats": 1, "timeout": 300, "stall": 150, "cells": [
-        {"benchmark": "resnet50", "preset": "tiny", "method": "bsp", "set": {"batch_size": 2}, "nodes": 2,
-         "network": ["unshaped", "1gbe"]}]}))
+        {"benchmark": "resnet50", "preset": "tiny", "method": "bsp", "nodes": 2, "network": ["unshaped", "1gbe"],
+         "set": {"batch_size": 2, "steps": 6, "warmup_steps": 1}}]}))
     store = tmp_path / "runs.jsonl"
     run_env = env(FLEETBENCH_CLUSTER_STATE_DIR=state_dir)
     try:
