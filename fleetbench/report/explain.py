@@ -25,7 +25,7 @@ from fleetbench import cmdline
 from fleetbench.analysis import stragglers, validate, whatif
 from fleetbench.model import predict, published
 from fleetbench.analysis import specs as spec_checks
-from fleetbench.model.breakdown import ACCOUNTING_TOLERANCE, LOSSES, PART_TOLERANCE, parts_text
+from fleetbench.model.breakdown import ACCOUNTING_TOLERANCE, LOSSES, miss_text, parts_text
 from fleetbench.history import select
 from fleetbench.measure.repeats import experiment, stability
 from fleetbench.report import explain_scaling as scaling
@@ -252,29 +252,7 @@ def _why_off(cell: dict) -> str:
     notes = cell.get("prediction_notes") or []
     said = [entry[1] for entry in WHY_OFF
             if any(entry[0] in n and (len(entry) < 3 or entry[2] in n) for n in notes)]
-    return "; ".join(dict.fromkeys(said)) or _measured_miss(cell) or "no note explains it: the model misses something here"
-
-
-def _measured_miss(cell: dict) -> str:
-    """When no weak input explains a miss, what the cell's own breakdown shows: the part that
-    misses and, for exposed communication, the host cost the calibration brought from the work's
-    other cells against the one this cell measured beyond its link model (on CPU the residual of a
-    slow emulated link is not the per-byte cost of a fast one: leave-one-out prices each from the
-    other)."""
-    check = cell.get("parts_check")
-    if not check:
-        return ""
-    part = check["misses"] or max(check["off_ms"], key=lambda p: abs(check["off_ms"][p]))
-    names = {"compute_ms": "compute", "exposed_comm_ms": "exposed comm", "imbalance_ms": "imbalance",
-             "reader_ms": "reader"}
-    text = (("" if check["misses"] else f"no part alone beyond {PART_TOLERANCE:.0%} of the step, the largest miss ")
-            + f"{names[part]} predicted {check['predicted'][part]:.0f} ms, measured {check['measured'][part]:.0f}")
-    host, comm = cell.get("predicted_host_ms"), cell.get("predicted_comm_ms")
-    if part == "exposed_comm_ms" and host and comm is not None and cell.get("exposed_comm_ms") is not None:
-        own = cell["exposed_comm_ms"] - comm
-        text += (f": host cost {host:.0f} ms from the work's other cells, {own:.0f} here beyond the link "
-                 "model (it is not one cost per byte across these links)")
-    return text
+    return "; ".join(dict.fromkeys(said)) or miss_text(cell) or "no note explains it: the model misses something here"
 
 
 def _lost(cell: dict) -> str:
