@@ -258,7 +258,12 @@ def test_evaluation_time_is_outside_the_measured_window(two_rank_run):
     # training steps of 32; ~25x here, both slowing alike under load), so the check can fail.
     slack = train_s - m["elapsed_s"]
     assert -1e-3 <= slack and slack + 1e-3 < test_s, (slack, test_s)  # measured window: training only
-    assert epochs[-1]["elapsed_s"] >= train_s + test_s - 1e-3  # the wall clock has both
+    # The wall clock has both. Not `>= train_s + test_s`: each epoch's training and test times are
+    # each the slowest rank's, and two ranks can be slowest in the two phases, so their sum can
+    # pass the wall time every rank shares at each epoch's end (by 4 ms in a fresh clone, 2026-11-29).
+    # That excess is at most the ranks' spread in training, a step's skew (every step all-reduces),
+    # far under a tenth of the evaluation.
+    assert epochs[-1]["elapsed_s"] >= train_s - 1e-3 + 0.9 * test_s
     logged = rank_summaries(log)
     units = sum(u for _, _, _, u in logged.values())
     assert units == m["measured_steps"] * 16 * 2
