@@ -14,9 +14,10 @@ minutes per run on 2 cores).
 
     python bench/ps_overhead.py [--repeats 3] [--presets tiny full] [--passes 2] [--full-rows 100000]
 
-fleetbench's side includes its step breakdown (train/ps/marks.py: a py_func mark at each boundary
-between a batch's pull, compute and push ops); `--set KEY=VALUE` passes a config override to
-fleetbench's job only.
+fleetbench's side runs without its step breakdown's marks unless asked (train/ps/marks.py: a py_func
+mark at each boundary between a batch's pull, compute and push ops; off by default since they cost
+5.8% of a tiny step, bench/py_func_cost.py); `--set KEY=VALUE` passes a config override to
+fleetbench's job only (`--set measure.breakdown=true` prices the marks).
 """
 import argparse
 import json
