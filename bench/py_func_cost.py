@@ -24,7 +24,7 @@ from fleetbench.train.ps import marks as ps_marks
 
 
 def program(marks: int):
-    """(main program, startup program, the fed variable's name) with `marks` py_func marks."""
+    """(main program, startup program) of an fc layer with `marks` py_func marks after it."""
     main, startup = paddle.static.Program(), paddle.static.Program()
     clock = ps_marks.Marks()
     with paddle.static.program_guard(main, startup):

@@ -80,9 +80,10 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"skipped under CI, where every test must run: {reason}"
 
 
-def _cpu_s() -> float:
+def _cpu() -> tuple[float, float]:
+    """CPU seconds so far: (pytest's own, its finished subprocesses')."""
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
 
 
 # Each test's CPU (pytest's own and its finished subprocesses'), from its setup to the end of its
@@ -91,13 +92,13 @@ def _cpu_s() -> float:
 # report copies the item's properties when it is made.)
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
-    item.cpu_start = _cpu_s()
+    item.cpu_start = sum(_cpu())
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     if call.when == "teardown" and hasattr(item, "cpu_start"):
-        item.user_properties.append(("cpu_s", round(_cpu_s() - item.cpu_start, 2)))
+        item.user_properties.append(("cpu_s", round(sum(_cpu()) - item.cpu_start, 2)))
     yield
 
 
@@ -105,6 +106,5 @@ def pytest_terminal_summary(terminalreporter):
     # The CPU the session used, its own and its finished subprocesses' (each job's launcher, ranks and
     # servers are waited for): make test's budget is 2 cores, so where CPU goes decides how its
     # sessions can share them (tools/test.sh); wall times alone hide it.
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    terminalreporter.write_line(f"session CPU: {own.ru_utime + own.ru_stime:.0f} s in pytest, "
-                                f"{kids.ru_utime + kids.ru_stime:.0f} s in its subprocesses")
+    own, kids = _cpu()
+    terminalreporter.write_line(f"session CPU: {own:.0f} s in pytest, {kids:.0f} s in its subprocesses")

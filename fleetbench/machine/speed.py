@@ -115,8 +115,12 @@ class Probe:
 
         np.matmul(self.a, self.b, out=self.out)
 
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.startswith("gpu")
+
     def gemm_gflops(self) -> float:
-        if self.device.startswith("gpu"):
+        if self.on_gpu:
             return gpu_gemm_gflops()
         return best_rate(2 * GEMM_N ** 3 / 1e9, self._gemm_once)
 
@@ -181,7 +185,7 @@ def in_turn(device: str, gather: Callable[[list], list], rank: int,
     simulated GPU host, whose "devices" compute on the CPU, a 4096^3 GEMM under load outlasted
     gloo's 30 s barrier time-out: tests/gpu_sim, 2026-11-29)."""
     probe = Probe(device)
-    if device.startswith("gpu"):
+    if probe.on_gpu:
         return probe.measure
     turns = Turns([k[0] for k in gather([machine_key()])], rank, barrier)
     return lambda: turns(probe.measure)

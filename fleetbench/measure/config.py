@@ -224,7 +224,7 @@ def build(benchmark: str, cls, preset: str = "full", sets=()):
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--set: expected key=value (got {item!r})")
-        assign(cfg, key.strip(), raw.strip())
+        assign(cfg, setting_key(item), raw.strip())
     try:
         cfg.validate()
     except ConfigError:
@@ -241,6 +241,11 @@ def to_dict(cfg) -> dict:
 
 
 # ---------------------------------------------------------------- command line
+def setting_key(item: str) -> str:
+    """The config key a `--set KEY=VALUE` item sets."""
+    return item.partition("=")[0].strip()
+
+
 def _setting(text: str) -> str:
     key, sep, _value = text.partition("=")
     if not sep or not key.strip():

@@ -134,7 +134,7 @@ def start(script: str, cls: type, family: str, argv: list[str] | None = None,
         config.exit_config_error(name, f"--trace {args.trace}: the {family} family writes no trace "
                                        "(expected a collective or parameter-server benchmark)")
     if args.trace and family == "ps" and not cfg.measure.breakdown:  # its spans are the marks'
-        if any(s.split("=", 1)[0].strip() == "measure.breakdown" for s in args.sets):
+        if "measure.breakdown" in map(config.setting_key, args.sets):
             config.exit_config_error(name, f"--trace {args.trace}: a parameter-server trace is its step "
                                            "breakdown's marks (expected measure.breakdown true)")
         config.assign(cfg, "measure.breakdown", True, source="--trace")  # off by default (their cost)
