@@ -71,23 +71,30 @@ class _Forwarder:
             self.broken = True  # the head is gone: the caller stops the job
 
     def poll(self) -> None:
-        names = [os.path.basename(p) for p in glob.glob(os.path.join(self.log_dir, "*log*"))
-                 + glob.glob(os.path.join(self.log_dir, ".fbrank-*"))]
-        for name in sorted(set(names)):
-            path = os.path.join(self.log_dir, name)
-            try:
-                with open(path, "rb") as f:
-                    f.seek(self.offsets.get(name, 0))
-                    data = f.read()
-            except OSError:
-                continue
-            if name not in self.offsets:
-                self.send(f"{FILE_MARK}{name}\n")
-            self.offsets[name] = self.offsets.get(name, 0) + len(data)
-            lines = (self.partial.get(name, b"") + data).split(b"\n")
-            self.partial[name] = lines.pop()
+        # The wrappers' events are read before the logs and sent after them: every line a rank
+        # wrote before its exit event then reaches the head first, where the supervisor also reads
+        # events before logs (Supervisor._scan); a rank's last line is never missing from its report.
+        events = sorted(os.path.basename(p) for p in glob.glob(os.path.join(self.log_dir, ".fbrank-*")))
+        logs = sorted(os.path.basename(p) for p in glob.glob(os.path.join(self.log_dir, "*log*")))
+        read = [(name, self._new_lines(name)) for name in events + logs]
+        for name, lines in read[len(events):] + read[:len(events)]:
             for line in lines:
-                self.send(f"{LOG_MARK}{name}\t{line.decode('utf-8', 'replace').rstrip(chr(13))}\n")
+                self.send(f"{LOG_MARK}{name}\t{line}\n")
+
+    def _new_lines(self, name: str) -> list[str]:
+        """Complete lines added to one file since the last poll (announcing a new file)."""
+        try:
+            with open(os.path.join(self.log_dir, name), "rb") as f:
+                f.seek(self.offsets.get(name, 0))
+                data = f.read()
+        except OSError:
+            return []
+        if name not in self.offsets:
+            self.send(f"{FILE_MARK}{name}\n")
+        self.offsets[name] = self.offsets.get(name, 0) + len(data)
+        lines = (self.partial.get(name, b"") + data).split(b"\n")
+        self.partial[name] = lines.pop()
+        return [line.decode("utf-8", "replace").rstrip(chr(13)) for line in lines]
 
 
 def _watch_stdin(flag: threading.Event) -> None:

@@ -69,7 +69,14 @@ class Supervisor:
 
     # -- observation
     def _scan(self, now: float) -> None:
+        # Events and process states first, logs last: whatever a rank wrote before the exit or the
+        # state a decision acts on is then read with it. Logs first lost a self-killed worker's last
+        # line (CI, 2026-11-29): it printed, died and its wrapper recorded the exit between the two.
         self._read_all_events()
+        self._sample(now)
+        self._poll_logs(now)
+
+    def _poll_logs(self, now: float) -> None:
         for node in self.nodes:
             for path in glob.glob(os.path.join(node.log_dir, "*log.*")):
                 path = os.path.realpath(path)
@@ -82,7 +89,6 @@ class Supervisor:
             if self.echo and path == self._echo_path():
                 for line in lines:
                     print(line, file=self.echo, flush=True)
-        self._sample(now)
 
     def _sample(self, now: float) -> None:
         table = None

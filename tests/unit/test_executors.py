@@ -143,3 +143,31 @@ def test_one_way_to_reach_a_host_serves_launch_and_diagnose_alike():
 def test_an_executor_over_hosts_reached_two_ways_is_refused():
     with pytest.raises(ex.hostlist.HostsError, match="reached one way"):
         ex.Executor([NODES[0], dataclasses.replace(NODES[1], reach="slurm")])
+
+
+def test_a_nodes_log_lines_reach_the_head_before_the_exit_event_written_after_them(tmp_path):
+    # The wrapper writes its exit event after the script's last line; the head's supervisor reads
+    # events before logs. The forwarder reads events first and sends them last, so the mirror on the
+    # head never holds an exit whose last log line has not arrived yet. A rank "dies" here while
+    # the forwarder reads its events: the line it wrote just before is still sent ahead of them.
+    import io
+
+    from fleetbench.hosts import agent
+    log, events = tmp_path / "workerlog.1", tmp_path / ".fbrank-job-7"
+    log.write_text("step 3\n")
+    events.write_text('{"event": "exit", "signal": 9}\n')
+    out = io.StringIO()
+    fwd = agent._Forwarder(str(tmp_path), out)
+    read = fwd._new_lines
+
+    def rank_dies_while_events_are_read(name):
+        lines = read(name)
+        if name == events.name:
+            with open(log, "a") as f:
+                f.write("fault: killed at 4\n")
+        return lines
+    fwd._new_lines = rank_dies_while_events_are_read
+    fwd.poll()
+    sent = [line for line in out.getvalue().splitlines() if line.startswith(agent.LOG_MARK)]
+    assert sent == [f"{agent.LOG_MARK}workerlog.1\tstep 3", f"{agent.LOG_MARK}workerlog.1\tfault: killed at 4",
+                    f'{agent.LOG_MARK}.fbrank-job-7\t{{"event": "exit", "signal": 9}}']

@@ -152,3 +152,32 @@ def test_a_rank_asked_to_stop_is_named_only_once_no_cause_came_within_the_settli
     assert alone._decide(NOW) is None
     decision = alone._decide(NOW + supervisor.verdict.SETTLE_S + 0.1)
     assert decision.status == "failed" and decision.culprit.rank == 0 and "SIGTERM" in decision.detail
+
+
+def test_a_line_a_rank_wrote_before_dying_is_read_with_its_exit(tmp_path, monkeypatch):
+    # The race CI met (2026-11-29): a worker printed its last line and SIGKILLed itself, and its
+    # wrapper recorded the exit, between one scan's reading of the logs and its look at the
+    # processes. Here the rank does exactly that when the supervisor first asks whether it is alive.
+    import json
+
+    from fleetbench.job import ranks, rankwrap
+    log, pid = tmp_path / "workerlog.1", 4242
+    log.write_text("step 3\n")
+    events = rankwrap.events_path(str(tmp_path), "job1", pid)
+    start = dict(event="start", pid=pid, role="worker", rank=1, log=str(log), child=None, t=NOW)
+    with open(events, "w") as f:
+        f.write(json.dumps(start) + "\n")
+
+    def dies_now(_pid):
+        with open(log, "a") as f:
+            f.write("fault: worker 1 injects kill at 4\n")
+        with open(events, "a") as f:
+            f.write(json.dumps(dict(start, event="exit", code=-9, signal=9, asked_to_stop=False)) + "\n")
+        return False
+    monkeypatch.setattr(ranks.procs, "alive", dies_now)
+    sup = supervisor.Supervisor([Node("node0", str(tmp_path))], supervisor.Limits(), job_id="job1")
+    sup.start_sizes, sup.start_t = {}, NOW - 100
+    sup._scan(NOW)
+    rank, = sup.ranks.values()
+    assert rank.exit["signal"] == 9
+    assert sup._tail(rank)[-1] == "fault: worker 1 injects kill at 4"
