@@ -142,3 +142,34 @@ def test_scaling_chart_png_beside_csv(tmp_path, capsys):
     measured = {int(r["devices"]): float(r["measured_throughput"]) for r in rows if r["measured_throughput"]}
     assert measured == pytest.approx({4: 4 * 64 / 0.280, 8: 8 * 64 / 0.400})
     assert all(float(r["ideal_throughput"]) == pytest.approx(256.0 * int(r["devices"])) for r in rows)
+
+
+# The second held-out set (issue 47, 2026-11-29; results/reference/convert_dle_rule.py): every file
+# loads and validates, and every cell is predicted or says why, with the counts docs/explain.md
+# reports (table: records, selector, cells, predicted).
+SECOND_SET = {"dle-tf1-biobert": (36, "nodes", 28, 28), "dle-tf1-bert-dgx1": (24, "world_size", 16, 16),
+              "dle-pytorch-bert-dgx1": (8, "world_size", 4, 4),
+              "dle-pytorch-txl-dgxa100-dgx1": (44, "world_size", 33, 33), "dle-tf1-txl": (28, "world_size", 18, 18),
+              "dle-pytorch-rn50": (12, "world_size", 6, 6), "dle-tf1-rn50": (12, "world_size", 6, 6),
+              "dle-paddle-rn50-asp": (4, "world_size", 2, 2)}
+
+
+@pytest.mark.parametrize("name", sorted(SECOND_SET))
+def test_second_held_out_set_loads_validates_and_every_cell_is_predicted_or_says_why(name):
+    from pathlib import Path
+
+    from fleetbench.measure import results
+
+    path = Path(__file__).resolve().parents[2] / "results" / "reference" / f"{name}.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    count, key, cells_, predicted = SECOND_SET[name]
+    assert len(records) == count
+    for record in records:
+        results.validate(record, name)
+        assert record["source"]["name"] == name and name not in validate.FITTED_TABLES
+        assert record["source"]["url"].startswith("https://github.com/NVIDIA/DeepLearningExamples/blob/729963dd/")
+        assert record["source"]["assumed"]
+    rows = validate.validate(published.adopt(records, True), {key: 1})
+    assert len(rows) == cells_
+    assert sum(r.get("throughput_error") is not None for r in rows) == predicted
+    assert all(r.get("throughput_error") is not None or r["not_predicted"] for r in rows)
