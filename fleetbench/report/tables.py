@@ -84,6 +84,9 @@ def stability_lines(table: dict) -> list[str]:
                                         variant_text(table, g)]))
         state = aggregate.agreement(g, f"{UNSTABLE_MARK} ")
         runs = g.get("runs", ())
+        if not runs:  # a published cell: a mean and its std, no runs to list
+            lines.append(f"{where}: {state} (from the published std; no runs published).")
+            continue
         every = (f"; mean of all {len(runs)} runs {stability.format_pm(g['mean_all'], None)}"
                  if g.get("excluded") or aggregate.disturbed_out(g) else "")
         lines.append(f"{where}: {state}; runs in {g['unit']}: "

@@ -120,3 +120,17 @@ def test_explain_cells_leave_the_same_outlier_out(tmp_path):
     assert (one.runs, one.excluded) == (2, 1) and abs(one.throughput - 42.235) < 1e-9
     (two,) = [c for c in trained if c.shape.world_size == 2]
     assert (two.runs, two.excluded) == (3, 0)
+
+
+def test_a_published_cell_unstable_by_its_std_says_so_without_an_empty_run_list(tmp_path):
+    # ddl-benchmarks publishes a mean and a std, no runs: the legend said "runs in images/s: ." and
+    # a cv of 5.2% read "cv 5% > 5%"
+    from fleetbench.measure.repeats import aggregate
+
+    path = os.path.join(sweepfile.REPO_ROOT, "results", "reference", "ddl-benchmarks-2020-05-29.jsonl")
+    lines = [line for table in tables.plan(records(path)) for line in tables.stability_lines(table)]
+    byte = [line for line in lines if "ByteScheduler-A2A, world size 16" in line and line.startswith("10gbe")]
+    assert byte == ["10gbe, ByteScheduler-A2A, world size 16: ! unstable: cv 5.2% > 5% "
+                    "(from the published std; no runs published)."]
+    assert not any("runs in" in line and line.endswith(": .") for line in lines)
+    assert aggregate.agreement({"cv": 0.12, "cv_threshold": 0.05, "unstable": True}) == "unstable: cv 12% > 5%"

@@ -124,13 +124,21 @@ def agreement(group: dict, unstable_mark: str = "") -> str:
                  f"stable: the mean's 95% CI ±{ci:.1f}% within the ±{target:g}% it repeated for") \
             + f" (runs' cv {group['cv']:.0%})"
     elif group.get("unstable"):
-        state = f"{unstable_mark}unstable: cv {group['cv']:.0%} > {group['cv_threshold']:.0%}"
+        state = f"{unstable_mark}unstable: cv {_pct(group['cv'], group['cv_threshold'])} > {group['cv_threshold']:.0%}"
     else:
-        state = f"stable (cv {group['cv']:.0%})"
+        state = f"stable (cv {_pct(group['cv'], group.get('cv_threshold'))})"
     if not out:
         return state
     over = f" over {runs - out} undisturbed runs" if group["cv"] is not None else ""
     return f"{state}{over}; {out} disturbed run{'s' if out > 1 else ''} left out"
+
+
+def _pct(value: float, threshold: float | None) -> str:
+    """`value` as a whole percentage, or to a tenth where that would read as the threshold itself
+    (a cv of 5.2% printed "cv 5% > 5%")."""
+    if threshold is not None and round(value * 100) == round(threshold * 100):
+        return f"{value:.1%}"
+    return f"{value:.0%}"
 
 
 def why_unstable(group: dict) -> str:
@@ -138,7 +146,7 @@ def why_unstable(group: dict) -> str:
     `95% CI ±9.1% > ±5%` for a cell repeated until stable, else `cv 12% > 5%`."""
     if judged_by_ci(group):
         return f"95% CI ±{group['ci95_pct']:.1f}% > ±{group['target_ci_pct']:g}%"
-    return f"cv {group['cv']:.0%} > {group['cv_threshold']:.0%}"
+    return f"cv {_pct(group['cv'], group['cv_threshold'])} > {group['cv_threshold']:.0%}"
 
 
 def figure_note(group: dict) -> str:
