@@ -9,8 +9,8 @@ against the run's own other edge and the cell's usual figure.
 
 The workload (`DEFINITION`, stored in every record beside the figures):
 - gemm: C = A @ B, float32, GEMM_N x GEMM_N x GEMM_N, repeated for a trial, in numpy on ONE
-  thread (its BLAS limited by threadpoolctl while the probe runs); on a GPU rank paddle.matmul of
-  GPU_GEMM_N on the rank's device, synchronised (code path not tested here: CPU);
+  thread (its BLAS limited by threadpoolctl from the probe's construction on: `Probe`); on a GPU
+  rank paddle.matmul of GPU_GEMM_N on the rank's device, synchronised (not tested here: CPU);
 - triad: STREAM's a = b + s*c on TRIAD_ELEMENTS float32 (3 arrays of 8 MiB), repeated for a trial,
   counted as diagnose's triad counts it (4 arrays' bytes: multiply then add).
 Each figure is the faster of TRIALS trials of at least TRIAL_S (why: at TRIAL_S), after one untimed product. The arrays are made once per process (`Probe`), so a probe
@@ -100,7 +100,15 @@ class Probe:
 
     def __init__(self, device: str = "cpu") -> None:
         import numpy as np
+        from threadpoolctl import threadpool_limits
 
+        # numpy's BLAS on one thread from here on, set once and not at each edge: setting it starts
+        # OpenBLAS's thread pool again when a fork has shut it down (its atfork handler; a PS
+        # worker's data pipes fork), and a new pool thread spins for ~0.1 s. Set at the edge, that
+        # thread took a core from the probe: CTR 2/2 worker 0's before edge read 51-74 GFLOP/s
+        # against 85 in 8 of 11 runs (2026-11-29). Build the probe seconds before its first edge.
+        # Nothing a benchmark times runs on numpy's BLAS (Paddle's kernels have their own).
+        self._one_thread = threadpool_limits(limits=1, user_api="blas")
         self.device = device
         rng = np.random.default_rng(0)
         self.a = rng.random((GEMM_N, GEMM_N), dtype=np.float32)
@@ -131,11 +139,8 @@ class Probe:
         return best_rate(SCALAR_N / 1e6, scalar_loop, TRIALS * SCALAR_TRIAL_S)
 
     def measure(self) -> list[float]:
-        """[GFLOP/s, GB/s, M iterations/s] now (the order of NAMES), numpy's BLAS on one thread meanwhile."""
-        from threadpoolctl import threadpool_limits
-
-        with threadpool_limits(limits=1, user_api="blas"):
-            return [self.gemm_gflops(), self.triad_gbps(), self.scalar_mops()]
+        """[GFLOP/s, GB/s, M iterations/s] now (the order of NAMES), numpy's BLAS on one thread."""
+        return [self.gemm_gflops(), self.triad_gbps(), self.scalar_mops()]
 
 
 def scalar_loop() -> int:

@@ -343,3 +343,35 @@ def test_gpu_ranks_probe_at_once_and_cpu_ranks_gather_their_machines(monkeypatch
     barriers = []
     probe = speed.in_turn("cpu", lambda values: [values, values], 1, lambda: barriers.append(1))
     assert probe() == [1.0, 2.0, 3.0] and len(barriers) == 2  # two ranks of one machine: two rounds
+
+
+# A fresh interpreter whose numpy BLAS may use 2 threads (as a PS worker's OMP_NUM_THREADS=2 says),
+# that forks after building its probe (a worker's data pipes do), then probes.
+FORK_THEN_PROBE = """
+import os, sys
+from fleetbench.machine import speed
+threads = lambda: len(os.listdir("/proc/self/task"))
+probe = speed.Probe()
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+before = threads()
+probe.measure()
+print(before, threads())
+"""
+
+
+def test_an_edge_starts_no_blas_thread_after_a_fork():
+    # OpenBLAS shuts its pool down at a fork and starts it again when its thread count is next set;
+    # a new pool thread spins ~0.1 s. Set at each edge, it took a core from the probe (CTR 2/2 worker
+    # 0's before edge: 51-74 GFLOP/s against 85, 8 runs of 11, 2026-11-29).
+    import subprocess
+
+    from util import PYTHON, env
+
+    p = subprocess.run([PYTHON, "-c", FORK_THEN_PROBE], env=env(OMP_NUM_THREADS="2", OPENBLAS_NUM_THREADS="2"),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    before, after = map(int, p.stdout.split())
+    assert after == before

@@ -124,6 +124,8 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
     marks = Marks(keep_spans=bench.trace is not None)
     if cfg.measure.breakdown:
         instrument(main_program, marks, work.inputs[-1])  # the step's parts (ps/marks.py)
+    # the probe built before the client and the data: seconds before its first edge (speed.Probe)
+    probe = prober(job)
     exe, client_tids = start_client(cfg, startup)
     mine, counts_path = data.shard(files, job.index, job.workers), job.scratch / "counts.jsonl"
     loaded, problem = attempt(data.load, cfg, work, mine, first_error, counts_path)
@@ -134,7 +136,6 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
     say(f"worker {job.index}/{job.workers} mode {cfg.mode} dataset {cfg.dataset} threads {cfg.data.num_workers} "
         f"omp {fleetbench.threads_info()['omp_num_threads']} files {' '.join(str(f) for f in mine)}")
     server_pids = servers.find(role.servers, dict(os.environ))
-    probe = prober(job)
     before = probed(job, probe)  # every worker, before any trains
     meter.attach(marks, [server_pids.get(e) for e in role.servers], client_tids)
     train(job, meter, lambda: paddle26.train_pass(exe, main_program, dataset, cfg.data.num_workers, job.scratch.path))
