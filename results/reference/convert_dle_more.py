@@ -76,15 +76,15 @@ SOURCES = {
 }
 
 
-def _record(key: str, spec: dict, system: str, shape: tuple[int, int], config: dict, metrics: dict,
-            cell: str) -> dict:
+def published_record(key: str, spec: dict, machine: tuple, datasheet: str, shape: tuple[int, int], config: dict,
+                     metrics: dict, cell: str, benchmark: str, method: str, derived: list[str]) -> dict:
+    """One published DeepLearningExamples cell as a record; `machine`: (gpu, topology, network) of
+    the system, `datasheet`: whose datasheet gave them. Also convert_dle_rule.py's."""
     nodes, per_node = shape
-    gpu, topology, network = SYSTEMS[system]
-    bert = spec["kind"] == "bert"
+    gpu, topology, network = machine
     record = {
-        "schema": results.SCHEMA, "time": "2024-04-04T00:00:00+00:00",
-        "benchmark": "bert_large" if bert else "transformer_xl", "mode": "collective",
-        "method": "bsp" if bert else "mgwfbp", "preset": None,
+        "schema": results.SCHEMA, "time": "2024-04-04T00:00:00+00:00", "benchmark": benchmark,
+        "mode": "collective", "method": method, "preset": None,
         "config": dict(config, framework=spec["framework"], device="GPU", gpu=gpu),
         "nodes": nodes, "devices_per_node": per_node, "world_size": nodes * per_node,
         "network": dict(network) if nodes > 1 else None, "metrics": metrics, "topology": dict(topology),
@@ -92,14 +92,21 @@ def _record(key: str, spec: dict, system: str, shape: tuple[int, int], config: d
         "source": {"kind": "published", "name": f"dle-{key}",
                    "citation": f"NVIDIA DeepLearningExamples {spec['path']} (commit {dle.COMMIT}), "
                                f"{cell.split(' | ')[0]}",
-                   "url": dle.REPO + spec["path"], "cell": cell,
-                   "derived": ["config.batch_size: the table's batch a GPU (a micro-batch)"],
-                   "assumed": spec["assumed"] + [f"network and topology: NVIDIA {system.upper()} datasheet, not "
+                   "url": dle.REPO + spec["path"], "cell": cell, "derived": derived,
+                   "assumed": spec["assumed"] + [f"network and topology: NVIDIA {datasheet} datasheet, not "
                                                  "in the table"]},
     }
     record["id"] = uuid.uuid5(uuid.NAMESPACE_URL, f"{dle.REPO}{spec['path']}#{cell}").hex
     results.validate(record, f"dle {key}: {cell}")
     return record
+
+
+def _record(key: str, spec: dict, system: str, shape: tuple[int, int], config: dict, metrics: dict,
+            cell: str) -> dict:
+    bert = spec["kind"] == "bert"
+    return published_record(key, spec, SYSTEMS[system], system.upper(), shape, config, metrics, cell,
+                            "bert_large" if bert else "transformer_xl", "bsp" if bert else "mgwfbp",
+                            ["config.batch_size: the table's batch a GPU (a micro-batch)"])
 
 
 def _pair(text: str) -> tuple[float, float]:

@@ -29,14 +29,12 @@ from __future__ import annotations
 
 import re
 import sys
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import convert_dle as dle  # noqa: E402  (the table reader)
 import convert_dle_more as more  # noqa: E402  (the Transformer-XL definitions, the DGX-2 network)
 
-from fleetbench.measure import results  # noqa: E402
 
 DGX1_NET = {"profile": "dgx1-ib", "rate_gbit": 100, "transport": "rdma", "nics": 4,
             "label": "4x 100 Gb/s EDR InfiniBand a node (DGX-1V datasheet)"}
@@ -140,25 +138,8 @@ SOURCES = {
 
 def _record(key: str, spec: dict, system: str, shape: tuple[int, int], config: dict, metrics: dict, cell: str,
             method: str, benchmark: str, derived: list[str]) -> dict:
-    nodes, per_node = shape
-    gpu, topology, network = SYSTEMS[system]
-    record = {
-        "schema": results.SCHEMA, "time": "2024-04-04T00:00:00+00:00", "benchmark": benchmark,
-        "mode": "collective", "method": method, "preset": None,
-        "config": dict(config, framework=spec["framework"], device="GPU", gpu=gpu),
-        "nodes": nodes, "devices_per_node": per_node, "world_size": nodes * per_node,
-        "network": dict(network) if nodes > 1 else None, "metrics": metrics, "topology": dict(topology),
-        "env": None, "git": None, "error": None,
-        "source": {"kind": "published", "name": f"dle-{key}",
-                   "citation": f"NVIDIA DeepLearningExamples {spec['path']} (commit {dle.COMMIT}), "
-                               f"{cell.split(' | ')[0]}",
-                   "url": dle.REPO + spec["path"], "cell": cell, "derived": derived,
-                   "assumed": spec["assumed"] + [f"network and topology: NVIDIA {system.split('-')[0].upper()} "
-                                                 "datasheet, not in the table"]},
-    }
-    record["id"] = uuid.uuid5(uuid.NAMESPACE_URL, f"{dle.REPO}{spec['path']}#{cell}").hex
-    results.validate(record, f"dle {key}: {cell}")
-    return record
+    return more.published_record(key, spec, SYSTEMS[system], system.split("-")[0].upper(), shape, config, metrics,
+                                 cell, benchmark, method, derived)
 
 
 def _number(text: str) -> float:
