@@ -17,8 +17,9 @@
 # 2026-11-29, virtualenvs' install included (1:50): 32:04 and 43.5 CPU minutes before this layout
 # and the session's cuts (the GPU host's tier then in pass 2); 29:20 and 41.5 with pass 2 in four
 # sessions (registered, breakdown, resnet50 and grad_sizes moved there: 15:52, every session slower);
-# this layout 26:26 without the install. Two cores cannot run 41.5 CPU minutes in under 21: the
-# next cut is CPU (tools/test_times.py names the files).
+# this layout 26:26 without the install; two fresh clones of bbaaff6 (2026-11-29) 25:24 and 25:25 with
+# it, 34.9 and 34.7 CPU minutes. Two cores need ~17.5 minutes for that packed perfectly, and these
+# sessions pack at ~1.5 cores: the next cut is CPU (tools/test_times.py names the files).
 # Not done: the job tiers of both builds side by side (a 2.6.2 parameter-server job hung once
 # there). Each background session's output is kept in a
 # file and shown once the foreground one ends, so two progress lines never interleave. Every session

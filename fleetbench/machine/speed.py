@@ -108,7 +108,7 @@ class Probe:
         # thread took a core from the probe: CTR 2/2 worker 0's before edge read 51-74 GFLOP/s
         # against 85 in 8 of 11 runs (2026-11-29). Build the probe seconds before its first edge.
         # Nothing a benchmark times runs on numpy's BLAS (Paddle's kernels have their own).
-        self._one_thread = threadpool_limits(limits=1, user_api="blas")
+        threadpool_limits(limits=1, user_api="blas")  # applied now; only its __exit__ would undo it
         self.device = device
         rng = np.random.default_rng(0)
         self.a = rng.random((GEMM_N, GEMM_N), dtype=np.float32)

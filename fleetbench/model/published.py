@@ -279,8 +279,10 @@ def _derive_mfu(out: dict, record: dict) -> list[str]:
         return []
     mfu = flops.mfu(per_sample, m["throughput"], peak)
     if mfu > 1:  # more FLOP/s than the GPUs have: the count is not what ran (a utilisation cannot pass 1)
+        why = ("counted on the whole sequence (NVIDIA's BERT skips padding: fewer FLOPs ran)" if "seq_len" in config
+               else "as counted here: fewer ran")
         return [f"no mfu: the table's throughput is {mfu:.2f}x the {gpu} {at} peak x {record['world_size']} for "
-                f"{name}'s FLOPs counted on the whole sequence (NVIDIA's BERT skips padding: fewer FLOPs ran)"]
+                f"{name}'s FLOPs {why}"]
     m.update(model_flops_per_sample=per_sample, peak_flops=peak, peak_flops_source=f"devices.py: {gpu}, {at}", mfu=mfu)
     return [f"mfu ({name} forward MACs x 6; {gpu} {at} peak x {record['world_size']})"]
 
