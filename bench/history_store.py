@@ -5,6 +5,7 @@ each command's wall time printed. Run it on a quiet machine:
     python bench/history_store.py                          # 100,000 records, a SQLite file
     python bench/history_store.py --records 2000           # a quick check that it runs
     python bench/history_store.py --db postgresql://USER@HOST/DB
+    python bench/history_store.py --throwaway-postgres     # a server of its own (tests/pgserver.py; root)
 
 Records: `--cells` cells (a cell: one benchmark shape) of equal length, every `--every`-th with a
 slowdown of 12 % at a seeded position where NCCL changes 2.18.3 → 2.19.3; the regressions listing
@@ -87,9 +88,26 @@ def main() -> int:
     p.add_argument("--every", type=int, default=10, help="every Nth cell has a slowdown (default 10)")
     p.add_argument("--files", type=int, default=10, help="JSONL files the records are spread over")
     p.add_argument("--db", help="database URL (default: a SQLite file in a temporary directory)")
+    p.add_argument("--throwaway-postgres", action="store_true",
+                   help="start a PostgreSQL server of its own for the run (tests/pgserver.py: Debian's postgresql, root)")
     args = p.parse_args()
+    if args.throwaway_postgres:
+        if args.db:
+            p.error("--db and --throwaway-postgres: give one")
+        sys.path.insert(0, os.path.join(REPO, "tests"))
+        import pgserver
+        why = pgserver.missing()
+        if why:
+            p.error(f"--throwaway-postgres: {why}")
+        with pgserver.server() as url:
+            return run(args, url)
+    return run(args, args.db)
+
+
+def run(args: argparse.Namespace, db_url: str | None) -> int:
+    """Every step against `db_url` (None: a SQLite file of its own); 0 when all passed."""
     with tempfile.TemporaryDirectory(prefix="fbhist.") as tmp:
-        db = args.db or f"sqlite:///{os.path.join(tmp, 'store.db')}"
+        db = db_url or f"sqlite:///{os.path.join(tmp, 'store.db')}"
         paths, slowed = write(tmp, args.records, args.cells, args.every, args.files)
         images = os.path.join(tmp, "img")
         # (name, argv, the target it is held to: None for the charts, docs/history.md says why)
