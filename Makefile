@@ -57,9 +57,8 @@ demo: deps install
 	$(VENV)/bin/fleetbench sweep --preset demo --results results/demo.jsonl
 	$(VENV)/bin/fleetbench report results/demo.jsonl --images images --readme README.md
 
-# The whole suite on 2.6.2 and, beside it, the collective and core tests on 3.x (tools/test.sh says
-# why); tools/test.sh makes install-paddle3 itself, beside its first sessions, which do not need it.
-test: deps install
+# The whole suite on 2.6.2 and, beside it, the collective and core tests on 3.x (tools/test.sh says why).
+test: deps install install-paddle3
 	@bash tools/test.sh $(PY) $(PY3) $(PADDLE3_SELECT)
 
 # The pure tier only (no Paddle job, no launcher, no root): under 2 minutes on 2 cores.
