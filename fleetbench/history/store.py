@@ -278,9 +278,7 @@ def _copy_runs(conn, runs: list[dict]) -> set[str]:
     with conn.connection.driver_connection.cursor() as cursor:  # psycopg 3, in the transaction conn holds
         cursor.execute(f"CREATE TEMPORARY TABLE runs_in ON COMMIT DROP AS SELECT 0 AS ord, {names} FROM runs "
                        "WITH NO DATA")
-        with cursor.copy(f"COPY runs_in (ord, {names}) FROM STDIN") as copy:
-            for ord_, run in enumerate(runs):
-                copy.write_row((ord_, *(run[c] for c in cols)))
+        _copy(cursor, "runs_in", ["ord", *cols], ((i, *(run[c] for c in cols)) for i, run in enumerate(runs)))
         # ordered: a run's seq is the order it is read back in, the file's
         cursor.execute(f"INSERT INTO runs ({names}) SELECT {names} FROM runs_in ORDER BY ord "
                        "ON CONFLICT (id) DO NOTHING RETURNING id")
@@ -290,12 +288,16 @@ def _copy_runs(conn, runs: list[dict]) -> set[str]:
 def _copy_figures(conn, figures: list[dict]) -> None:
     """The figures of runs this transaction inserted. No other importer can hold a figure of these
     runs (a run's figures are written with it, by whoever inserted it): nothing can conflict."""
-    if not figures:
-        return
-    with conn.connection.driver_connection.cursor() as cursor, \
-            cursor.copy("COPY figures (run_id, name, rank, value) FROM STDIN") as copy:
-        for f in figures:
-            copy.write_row((f["run_id"], f["name"], f["rank"], f["value"]))
+    cols = ["run_id", "name", "rank", "value"]
+    with conn.connection.driver_connection.cursor() as cursor:
+        _copy(cursor, "figures", cols, ((f[c] for c in cols) for f in figures))
+
+
+def _copy(cursor, table: str, cols: list[str], rows) -> None:
+    """COPY `rows` (iterables of values in `cols`' order) into `table` through psycopg's cursor."""
+    with cursor.copy(f"COPY {table} ({', '.join(cols)}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(tuple(row))
 
 
 # ---- reading ----------------------------------------------------------------------------------------
