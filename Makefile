@@ -20,7 +20,8 @@ STAMP3 := $(VENV3)/.installed-cpu3
 # do not depend on the Paddle build), nor the files tests/conftest.py marks `build_neutral` (sweep
 # YAML, Kubernetes documents, documented commands, charts). The unit tier runs on both builds: it is cheap, and it is where
 # the collective family's configs, the comm arithmetic and the run layer meet the Paddle under test.
-PADDLE3_SELECT := -m "not ps and not root and not build_neutral" tests/unit tests/job
+PADDLE3_MARKS  := not ps and not root and not build_neutral
+PADDLE3_SELECT := -m "$(PADDLE3_MARKS)" tests/unit tests/job
 
 comma := ,
 # $(call make-venv,DIR,EXTRAS): create DIR if needed and install fleetbench with EXTRAS into it.
@@ -59,7 +60,7 @@ demo: deps install
 
 # The whole suite on 2.6.2 and, beside it, the collective and core tests on 3.x (tools/test.sh says why).
 test: deps install install-paddle3
-	@bash tools/test.sh $(PY) $(PY3) $(PADDLE3_SELECT)
+	@bash tools/test.sh $(PY) $(PY3) "$(PADDLE3_MARKS)"
 
 # The pure tier only (no Paddle job, no launcher, no root): under 2 minutes on 2 cores.
 test-fast: install

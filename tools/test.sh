@@ -1,95 +1,103 @@
 #!/usr/bin/env bash
 # `make test`: the whole suite on Paddle 2.6.2, and the collective and core tests on 3.x.
-#   usage: tools/test.sh PYTHON_2.6.2 PYTHON_3.x PYTEST_ARGS_FOR_3.x...
+#   usage: tools/test.sh PYTHON_2.6.2 PYTHON_3.x MARKERS_FOR_3.x
 #
-# Two passes of pytest sessions side by side, because one after the other the suite took 20-22 minutes
-# on 2 cores (over the 20-minute budget) while using about one core on average: most tests wait on
-# a Paddle launcher, a shaped link or an sshd start-up.
-#   (1) three sessions: the 2.6.2 unit and job tiers in two (the launcher, parameter-server,
-#       architecture, docs and GPT job files beside everything else) and the simulated GPU host's
-#       tier. Every job picks free ports and its own temporary directory, so sessions share nothing.
-#   (2) two sessions: the 2.6.2 root tier (emulated networks, SSH, Slurm, diagnose) and the 3.x
-#       tests. The root tier runs its jobs inside network namespaces of its own, so it shares no
-#       port with the jobs on the host.
-# CPU, not waiting, is the budget now: each session's summary ends with the CPU it used and the
-# JUnit XML holds each test's (tests/conftest.py; tools/test_times.py sums them by file; jobs run
-# through sshd or slurmd are the daemons' children and not counted there). Fresh clones of
-# 2026-11-29, virtualenvs' install included (1:50): 32:04 and 43.5 CPU minutes before this layout
-# and the session's cuts (the GPU host's tier then in pass 2); 29:20 and 41.5 with pass 2 in four
-# sessions (registered, breakdown, resnet50 and grad_sizes moved there: 15:52, every session slower);
-# this layout 26:26 without the install; two fresh clones of bbaaff6 (2026-11-29) 25:24 and 25:25 with
-# it, 34.9 and 34.7 CPU minutes. Two cores need ~17.5 minutes for that packed perfectly, and these
-# sessions pack at ~1.5 cores: the next cut is CPU (tools/test_times.py names the files). More
-# sessions do not pack better (fresh clones of 2026-11-29): four then five sessions took 24:10 and
-# 37.0 CPU minutes (contention costs CPU), and diagnose read its CPU-starved node as memory-bound;
-# two then eight, over 22 minutes, with two commands timing out. CPU is the budget, not packing.
-# Not done: the job tiers of both builds side by side (a 2.6.2 parameter-server job hung once
-# there). Each background session's output is kept in a
-# file and shown once the foreground one ends, so two progress lines never interleave. Every session
-# leaves a JUnit XML file in log/ (each test's time: tools/test_times.py sums them by file).
+# Sessions of pytest side by side, in two passes, because one after the other the suite takes over
+# 30 minutes on 2 cores while most tests wait: on a Paddle launcher, a shaped link, an sshd or a
+# slurmd. Every job picks free ports and its own temporary directory, and every emulated cluster
+# its own name and subnet (tests/util.cluster_name, netem's subnet lock), so sessions share nothing.
+#
+# CPU, not waiting, is the budget: each session's summary ends with the CPU it used and the JUnit
+# XML in log/ holds each test's (tests/conftest.py); tools/test_times.py sums them by file. What the
+# layouts measured (fresh clones, this 2-vCPU machine, nothing else running):
+#   - one session after another: 32:04, 43.5 CPU minutes (before the CPU cuts of 2026-11-29);
+#   - 3 sessions then 2 (the root tier and 3.x beside each other in pass 2): 25:24, 25:25, 26:43,
+#     34.7-35.1 CPU minutes; pass 1 used ~1.5 cores, but pass 2 ~1.0: the root tier's 10 minutes
+#     are mostly waiting (217 CPU s in 608 s) and 3.x alone could not fill the second core;
+#   - 4 then 5 sessions (2.6.2 split by measured wall): 24:10 and 37.0 CPU minutes; 2 then 8: over
+#     22 minutes, load 12, two commands timing out. More CPU-bound sessions cost CPU (contention)
+#     and stretch every wait.
+# Hence this layout: the root tier's waiting files (Slurm, SSH, shaped links) run in pass 1 beside
+# the CPU-bound sessions, whose idle core they use; its CPU-heavy files (diagnose's timed probes,
+# the CPU-quota probes, Kubernetes' pods) run in pass 2 beside the 3.x tests split in two.
+#   (1) 2.6.2: the slow job files (launcher, parameter server, architectures, docs, GPT); the
+#       simulated GPU host's tier with the per-method breakdown and Kubernetes operator jobs; the
+#       root tier's waiting files; everything else (foreground).
+#   (2) 3.x: its slowest job files; the rest of 3.x; the root tier's CPU-heavy files (foreground).
+# Each background session's output is kept in a file and shown once the foreground one ends, so
+# two progress lines never interleave. Every session leaves a JUnit XML file in log/.
 set -u
-py2=$1 py3=$2
-shift 2
+py2=$1 py3=$2 marks3=$3
 mkdir -p log
 # short: a job's TMPDIR under a test's directory holds Python's AF_UNIX sockets (multiprocessing's
 # Manager in Paddle's gloo start-up), whose path may not pass 107 bytes
 tmp=$(mktemp -d /tmp/fbt.XXXXXX)
-pids=()
+# the simulated GPU host's 3.x builds and the root tier's Kubernetes "3.x image" run on this
+# interpreter, as given, not resolved (a virtualenv's python is a symlink whose target has no Paddle)
+export FLEETBENCH_TEST_PADDLE3=$py3
+pids=() names=() fg=
 # A background job of a non-interactive shell ignores SIGINT, so Ctrl-C must be passed on by hand;
 # and bash runs a trap only once its foreground command ends, so the foreground session runs as a
-# waited-for background job too (`foreground`): a TERM stops every session at once (each pytest
-# unwinds on it, tests/conftest.py), not after the foreground one's 10 minutes.
+# waited-for background job too: a TERM stops every session at once (each pytest unwinds on it,
+# tests/conftest.py), not after the foreground one's 10 minutes.
 trap 'kill -TERM "${pids[@]}" ${fg:-} 2>/dev/null; wait; exit 130' INT TERM
+
+# session NAME PYTHON PYTEST_ARGS...: pytest in the background, its output in log/NAME.log;
+# -p no:cacheprovider: two sessions would both rewrite .pytest_cache at their end.
+session() {
+    local name=$1 py=$2
+    shift 2
+    "$py" -m pytest -q --durations=20 -p no:cacheprovider --junitxml "log/$name.xml" --basetemp "$tmp/$name" "$@" \
+        >"log/$name.log" 2>&1 &
+    pids+=($!) names+=("$name")
+}
+# foreground NAME PYTHON PYTEST_ARGS...: pytest with its output on the terminal
 foreground() {
-    "$@" &
+    local name=$1 py=$2
+    shift 2
+    "$py" -m pytest -q --durations=20 -p no:cacheprovider --junitxml "log/$name.xml" --basetemp "$tmp/$name" "$@" &
     fg=$!
     wait "$fg"
+    rcs+=("$name exit $?")
 }
-
-# pytest in the background, its output in log/NAME.log; -p no:cacheprovider: two sessions would
-# both rewrite .pytest_cache at their end.
-background() {
-    local name=$1 dir=$2 py=$3
-    shift 3
-    "$py" -m pytest -q --durations=20 -p no:cacheprovider --junitxml "log/$name.xml" --basetemp "$tmp/$dir" "$@" >"log/$name.log" 2>&1 &
-    pids+=($!)
+# finish: wait for the background sessions, show their output, record their exit codes
+finish() {
+    local i
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}"
+        rcs+=("${names[$i]} exit $?")
+        echo "---------------- ${names[$i]} (log/${names[$i]}.log)"
+        cat "log/${names[$i]}.log"
+    done
+    pids=() names=()
 }
-show() {
-    echo "---------------- $1 (log/$1.log)"
-    cat "log/$1.log"
+ignoring() {  # --ignore=F for every F
+    local f
+    for f in "$@"; do printf -- '--ignore=%s\n' "$f"; done
 }
+rcs=()
 
-# (1) the job files that take longest, in the background; the rest in the foreground
-slow_jobs="tests/job/test_launch.py tests/job/test_ps.py tests/job/test_arch.py tests/job/test_docs.py tests/job/test_gpt.py"
-ignore=()
-for f in $slow_jobs; do ignore+=("--ignore=$f"); done
-echo "tools/test.sh: pass 1, Paddle 2.6.2 unit and job tiers; $slow_jobs and the simulated GPU host run beside, their output follows"
-background test-launch-ps-arch a "$py2" -m "not root and not gpu_sim" $slow_jobs
-FLEETBENCH_TEST_PADDLE3=$py3 background test-gpu-sim g "$py2" -m gpu_sim tests/gpu_sim
-FLEETBENCH_TEST_PADDLE3=$py3 foreground "$py2" -m pytest -q --durations=20 --junitxml log/test-rest.xml --basetemp "$tmp/b" -m "not root and not gpu_sim" "${ignore[@]}" tests
-rc_rest=$?
-wait "${pids[0]}"
-rc_slow=$?
-wait "${pids[1]}"
-rc_sim=$?
-show test-launch-ps-arch
-show test-gpu-sim
+slow_jobs=(tests/job/test_launch.py tests/job/test_ps.py tests/job/test_arch.py tests/job/test_docs.py tests/job/test_gpt.py)
+beside_sim=(tests/job/test_breakdown.py tests/job/test_k8s_operator.py)
+root_cpu=(tests/root/test_diagnose.py tests/root/test_probe_quota.py tests/root/test_k8s_collective.py)
+slow3=(tests/job/test_launch.py tests/job/test_registered.py tests/job/test_gpt.py)
 
-# (2) the root tier beside the 3.x tests (the simulated GPU host's 3.x builds ran on the 3.x
-# interpreter, FLEETBENCH_TEST_PADDLE3, in pass 1; the root tier's Kubernetes 2x2 job runs in a
-# "3.x image": this interpreter, tests/util.paddle3_python, as given, not resolved: a
-# virtualenv's python is a symlink whose target has no Paddle)
-echo "tools/test.sh: pass 2, the root tier; the Paddle 3.x tests run beside, their output follows"
-background test-paddle3 3 "$py3" "$@"
-FLEETBENCH_TEST_PADDLE3=$py3 foreground "$py2" -m pytest -q --durations=20 --junitxml log/test-root.xml --basetemp "$tmp/r" -m "root and not gpu_sim" tests
-rc_root=$?
-wait "${pids[2]}"
-rc3=$?
+echo "tools/test.sh: pass 1, Paddle 2.6.2: the unit and job tiers, the simulated GPU host and the root tier's waiting files; background sessions' output follows"
+session slow-jobs "$py2" -m "not root and not gpu_sim" "${slow_jobs[@]}"
+session gpu-sim "$py2" -m "gpu_sim or not root" tests/gpu_sim "${beside_sim[@]}"
+session root-waiting "$py2" -m "root and not gpu_sim" tests $(ignoring "${root_cpu[@]}")
+foreground rest "$py2" -m "not root and not gpu_sim" tests $(ignoring "${slow_jobs[@]}" "${beside_sim[@]}")
+finish
+
+echo "tools/test.sh: pass 2, Paddle $("$py3" -c 'import paddle; print(paddle.__version__)' 2>/dev/null) and the root tier's CPU-heavy files; background sessions' output follows"
+session paddle3-slow "$py3" -m "$marks3" "${slow3[@]}"
+session paddle3 "$py3" -m "$marks3" tests/unit tests/job $(ignoring "${slow3[@]}")
+foreground root-cpu "$py2" -m "root and not gpu_sim" "${root_cpu[@]}"
+finish
 trap - INT TERM
-echo "---------------- Paddle $("$py3" -c 'import paddle; print(paddle.__version__)' 2>/dev/null)"
-show test-paddle3
-echo "tools/test.sh: Paddle 2.6.2 unit and job tiers exit $rc_rest (launch, ps, arch, docs, gpt: $rc_slow), root tier exit $rc_root, simulated GPU host exit $rc_sim; Paddle 3.x exit $rc3"
-if [ $rc_rest -eq 0 ] && [ $rc_slow -eq 0 ] && [ $rc_root -eq 0 ] && [ $rc_sim -eq 0 ] && [ $rc3 -eq 0 ]; then
+
+echo "tools/test.sh: ${rcs[*]}"
+if ! printf '%s\n' "${rcs[@]}" | grep -qv ' exit 0$'; then
     rm -rf "$tmp"
     exit 0
 fi
