@@ -7,6 +7,7 @@ never share a place in a table, so nothing that was not pooled looks as if it we
 """
 from __future__ import annotations
 
+import hashlib
 import json
 
 from fleetbench.measure.repeats import aggregate, experiment, stability
@@ -135,7 +136,22 @@ def _shown(text: str | None) -> str:
         value = json.loads(text)
     except ValueError:
         return text
+    if isinstance(value, list) and len(value) > SHOWN_ITEMS:
+        return _summary(value, text)
     return value if isinstance(value, str) else json.dumps(value)
+
+
+SHOWN_ITEMS = 8  # a longer list is summarised: a model definition's layers run to hundreds (issue 47)
+
+
+def _summary(items: list, text: str) -> str:
+    """A long list in a few words: a layer list by its tensors and parameters, anything else by its
+    length; with a digest of the whole, so two lists that differ never read alike."""
+    digest = hashlib.sha1(text.encode()).hexdigest()[:8]
+    if all(isinstance(i, dict) and isinstance(i.get("params"), (int, float)) for i in items):
+        params = sum(i["params"] for i in items)
+        return f"{len(items)} tensors, {params / 1e6:.2f} M params ({digest})"
+    return f"{len(items)} items ({digest})"
 
 
 def _traits(group: dict) -> dict:

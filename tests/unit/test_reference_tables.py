@@ -91,11 +91,12 @@ def test_model_error_constants_are_what_the_fitted_tables_give_and_ranges_hold_7
     # socket hop, issue 47; 205 with the PS servers on hosts of their own and ByteScheduler's own
     # cost, 201 before them), their all-reduce cells >= 90%; held out 43 of 54, unchanged by all
     # three (none touches their cells: every held-out network is InfiniBand); with the second held-out
-    # set (2026-11-29: its one multi-node table, TF1 BioBERT, 24 of 28) 67 of 82
+    # set (2026-11-29: its one multi-node table, TF1 BioBERT, 24 of 28) 67 of 82; with the third
+    # (2026-11-29, first run: its multi-node EfficientNet tables, 30 of 36) 97 of 118
     assert (totals["fitted"]["within"], totals["fitted"]["predicted"]) == (209, 228)
     collective = [r for r in fitted if not r["method"].endswith("-ps")]
     assert sum(abs(r["throughput_error"]) <= 0.15 for r in collective) / len(collective) >= 0.90
-    assert (totals["held out"]["within"], totals["held out"]["predicted"]) == (67, 82)
+    assert (totals["held out"]["within"], totals["held out"]["predicted"]) == (97, 118)
 
 
 def test_the_80_percent_range_contains_the_inputs_range_and_grows_with_nodes():

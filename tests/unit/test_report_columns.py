@@ -1,4 +1,6 @@
 """The report's tables name only what differs between the rows shown, by plain names (issue 34)."""
+import json
+
 from util import REPO
 
 from fleetbench.measure import results
@@ -100,3 +102,21 @@ def test_charts_carry_mfu_in_their_numbers_and_labels():
     (chart,) = charts.plan(table)
     assert [row["mfu"] for row in charts.chart_rows(chart)] == [0.05]
     assert charts.draw(chart)[:8] == b"\x89PNG\r\n\x1a\n"  # a baseline bar labelled with its MFU alone
+
+
+def test_a_model_definition_is_a_column_of_a_few_words_not_its_layer_list():
+    # the third held-out set's records carry each model's layers (hundreds of tensors): shown whole,
+    # one table cell ran to 56,000 characters and the reference report took 119 CPU s, not 22
+    text = markdown(results.load(REPO / "results/reference/dle-pytorch-efficientnet.jsonl"))
+    rows = [line for line in text.splitlines() if line.startswith("| — | mgwfbp |")]
+    assert rows and max(len(line) for line in rows) < 300
+    b4, wide = (next(r for r in rows if f"| {m} |" in r) for m in ("EfficientNet-B4", "EfficientNet-WideSE-B4"))
+    assert "418 tensors, 19.34 M params" in b4 and "418 tensors, 34.93 M params" in wide
+
+
+def test_two_long_lists_that_differ_never_read_alike():
+    one, other = [{"name": f"l{i}", "params": 10} for i in range(9)], [{"name": f"m{i}", "params": 10} for i in range(9)]
+    shown = [tables._shown(json.dumps(v)) for v in (one, other)]
+    assert shown[0].startswith("9 tensors, 0.00 M params (") and shown[0] != shown[1]
+    assert tables._shown(json.dumps(list(range(3)))) == "[0, 1, 2]"  # a short list as it is
+    assert tables._shown(json.dumps(list(range(20)))).startswith("20 items (")
