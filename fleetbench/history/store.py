@@ -231,14 +231,19 @@ def write(eng, made: dict) -> list[str]:
     importers inserts an id first wins; the other's insert of it does nothing. Two PostgreSQL
     importers inserting the same ids in other orders can deadlock: the server aborts one, which
     runs its transaction again (the rows stay in file order, the order they are read back in)."""
-    import sqlalchemy as sa
     for attempt in range(RETRIES):
         try:
             return _write(eng, made)
-        except sa.exc.OperationalError as exc:
-            if getattr(exc.orig, "sqlstate", None) not in DEADLOCK or attempt == RETRIES - 1:
+        except Exception as exc:  # noqa: BLE001 (re-raised unless the server aborted it for a deadlock)
+            if _sqlstate(exc) not in DEADLOCK or attempt == RETRIES - 1:
                 raise
     return []
+
+
+def _sqlstate(exc: Exception) -> str | None:
+    """PostgreSQL's error code: SQLAlchemy wraps the driver's error (`orig`); the COPY path's
+    raw psycopg cursor raises it bare (a deadlock there went unretried: issue 43's fresh clone)."""
+    return getattr(getattr(exc, "orig", None) or exc, "sqlstate", None)
 
 
 def _write(eng, made: dict) -> list[str]:

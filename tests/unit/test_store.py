@@ -175,3 +175,31 @@ def test_report_compare_history_explain_read_the_database_as_the_files(tmp_path,
     # explain: its cells, named by the file each record came from
     assert _out(capsys, explain.cli, [EXPLAIN, "--json"]) == \
         _out(capsys, explain.cli, ["--db", db, "--where", "tag=explain", "--json"])
+
+
+class _ServerError(Exception):
+    def __init__(self, sqlstate, orig=None):
+        super().__init__(sqlstate)
+        self.sqlstate, self.orig = sqlstate, orig
+
+
+def test_a_deadlock_is_retried_whether_the_driver_error_comes_bare_or_wrapped(monkeypatch):
+    # the COPY path's raw psycopg cursor raises DeadlockDetected bare (sqlstate on the error), where
+    # SQLAlchemy wraps it (sqlstate on .orig): a fresh clone's four importers lost two imports to
+    # the bare one (2026-11-29). Anything else is raised at once.
+    from fleetbench.history import store
+
+    for first in (_ServerError("40P01"), _ServerError(None, orig=_ServerError("40P01"))):
+        calls = []
+
+        def flaky(eng, made, first=first):
+            calls.append(1)
+            if len(calls) == 1:
+                raise first
+            return ["a"]
+
+        monkeypatch.setattr(store, "_write", flaky)
+        assert store.write(None, {}) == ["a"] and len(calls) == 2
+    monkeypatch.setattr(store, "_write", lambda eng, made: (_ for _ in ()).throw(_ServerError("23505")))
+    with pytest.raises(_ServerError):
+        store.write(None, {})
