@@ -129,7 +129,13 @@ def _daemon(d: str, name: str, cmd: list[str]) -> None:
         time.sleep(0.1)
 
 
-def _wait_idle(conf: str, count: int, timeout_s: float = 30) -> None:
+# How long slurmctld and the slurmds may take to come up and register. 30 s was not enough on a
+# 2-core machine running four test sessions (2026-11-29: sinfo still answered nothing); a quiet one
+# takes a few seconds, and a cluster that never comes up is still refused, naming its logs.
+IDLE_TIMEOUT_S = 120
+
+
+def _wait_idle(conf: str, count: int, timeout_s: float = IDLE_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         out = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=dict(os.environ, SLURM_CONF=conf),
@@ -137,7 +143,9 @@ def _wait_idle(conf: str, count: int, timeout_s: float = 30) -> None:
         if out[1::2].count("idle") == count:
             return
         if time.monotonic() > deadline:
-            raise netem.ClusterError(f"Slurm nodes not idle after {timeout_s} s: {' '.join(out)}")
+            states = " ".join(out) or "sinfo answered nothing (slurmctld not up)"
+            raise netem.ClusterError(f"Slurm nodes not idle after {timeout_s:g} s: {states} "
+                                     f"(logs in {os.path.dirname(conf)})")
         time.sleep(0.5)
 
 
