@@ -47,20 +47,22 @@ pids=() names=() fg=
 # tests/conftest.py), not after the foreground one's 10 minutes.
 trap 'kill -TERM "${pids[@]}" ${fg:-} 2>/dev/null; wait; exit 130' INT TERM
 
-# session NAME PYTHON PYTEST_ARGS...: pytest in the background, its output in log/NAME.log;
+# pytest_as NAME PYTHON PYTEST_ARGS...: one session, its JUnit XML log/NAME.xml, its tmp dirs its own;
 # -p no:cacheprovider: two sessions would both rewrite .pytest_cache at their end.
-session() {
+pytest_as() {
     local name=$1 py=$2
     shift 2
-    "$py" -m pytest -q --durations=20 -p no:cacheprovider --junitxml "log/$name.xml" --basetemp "$tmp/$name" "$@" \
-        >"log/$name.log" 2>&1 &
-    pids+=($!) names+=("$name")
+    "$py" -m pytest -q --durations=20 -p no:cacheprovider --junitxml "log/$name.xml" --basetemp "$tmp/$name" "$@"
 }
-# foreground NAME PYTHON PYTEST_ARGS...: pytest with its output on the terminal
+# session NAME PYTHON PYTEST_ARGS...: in the background, its output in log/NAME.log
+session() {
+    pytest_as "$@" >"log/$1.log" 2>&1 &
+    pids+=($!) names+=("$1")
+}
+# foreground NAME PYTHON PYTEST_ARGS...: with its output on the terminal
 foreground() {
-    local name=$1 py=$2
-    shift 2
-    "$py" -m pytest -q --durations=20 -p no:cacheprovider --junitxml "log/$name.xml" --basetemp "$tmp/$name" "$@" &
+    local name=$1
+    pytest_as "$@" &
     fg=$!
     wait "$fg"
     rcs+=("$name exit $?")

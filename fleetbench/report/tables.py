@@ -128,6 +128,9 @@ def columns(groups: list[dict]) -> list[tuple]:
     return [(lay, str(lay[0]) if unique else f"{lay[0]} ({lay[1]}×{lay[2]})") for lay in layouts]
 
 
+SHOWN_ITEMS = 8  # a longer list is summarised: a model definition's layers run to hundreds (issue 47)
+
+
 def _shown(text: str | None) -> str:
     """A trait value as a reader wants it: strings without JSON quotes, a missing value as —."""
     if text is None:
@@ -139,9 +142,6 @@ def _shown(text: str | None) -> str:
     if isinstance(value, list) and len(value) > SHOWN_ITEMS:
         return _summary(value, text)
     return value if isinstance(value, str) else json.dumps(value)
-
-
-SHOWN_ITEMS = 8  # a longer list is summarised: a model definition's layers run to hundreds (issue 47)
 
 
 def _summary(items: list, text: str) -> str:

@@ -187,8 +187,6 @@ def test_a_deadlock_is_retried_whether_the_driver_error_comes_bare_or_wrapped(mo
     # the COPY path's raw psycopg cursor raises DeadlockDetected bare (sqlstate on the error), where
     # SQLAlchemy wraps it (sqlstate on .orig): a fresh clone's four importers lost two imports to
     # the bare one (2026-11-29). Anything else is raised at once.
-    from fleetbench.history import store
-
     for first in (_ServerError("40P01"), _ServerError(None, orig=_ServerError("40P01"))):
         calls = []
 
