@@ -28,9 +28,10 @@ PEER_LOST = "peer lost"               # a victim: a peer went away (killed, exit
 COLLECTIVE_TIMEOUT = "collective timeout"  # a victim: a peer never came to the collective
 RENDEZVOUS = "rendezvous failure"     # before any step: the job's start-up failed (run it again)
 START_UP_STUCK = "start-up stuck"     # before any step: a PS start-up barrier never released
+START_UP_LOST = "start-up state lost"  # before any step: PS parameters did not come back as pushed
 OUT_OF_MEMORY = "out of memory"       # the rank itself ran out: a cause
 VICTIM = (PEER_LOST, COLLECTIVE_TIMEOUT)
-START_UP = (RENDEZVOUS, START_UP_STUCK)
+START_UP = (RENDEZVOUS, START_UP_STUCK, START_UP_LOST)
 
 _ERRNO_PEER = r"(?:Connection reset by peer|Broken pipe|Connection timed out|No route to host|" \
               r"Network is unreachable|Transport endpoint is not connected|Connection refused)"
@@ -122,6 +123,10 @@ TABLE = (
     _f("PS start-up deadline", START_UP_STUCK, r"^Timeout \(\d+:\d\d:\d\d(?:\.\d+)?\)!$",
        "fleetbench/train/ps/paddle26.py init_deadline: faulthandler.dump_traceback_later's header",
        "Timeout (0:02:00)!"),
+    _f("PS start-up parameters", START_UP_LOST, r"PS start-up: parameter \S+ \(and \d+ more\) is not what worker 0 pushed",
+       "fleetbench/train/ps/driver.py start_up_problem, through WorkerJob.fail_together's \"error: worker N: \"",
+       "error: worker 0: PS start-up: parameter fc_0.w_0 (and 5 more) is not what worker 0 pushed (sum 3.214, "
+       "sum of squares 1101.5; this worker holds 0, 0)"),
     # the rank's own failure
     _f("out of memory", OUT_OF_MEMORY,
        r"ResourceExhaustedError|Out of memory error on GPU|\bMemoryError\b|std::bad_alloc|CUDA out of memory",

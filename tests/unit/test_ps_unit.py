@@ -266,3 +266,65 @@ def test_scratch_close_removes_it_at_once(tmp_path, monkeypatch):
     (box / "f").write_text("x")
     box.close()
     assert list(tmp_path.iterdir()) == [] and box._reaper.returncode == 0
+
+
+# Two processes of Paddle's own gloo (core.Gloo over a file-system store, as fleet's role maker
+# builds it), each gathering through ps.gloo.Gloo: what worker 0 gives must come back bit for bit.
+GLOO_PAIR = r"""
+import json, math, sys
+from paddle.base import core
+from fleetbench.train.ps.gloo import Gloo
+rank, store = int(sys.argv[1]), sys.argv[2]
+comm = core.Gloo()
+comm.set_rank(rank); comm.set_size(2); comm.set_prefix("t"); comm.set_iface("lo")
+comm.set_timeout_seconds(60, 60); comm.set_hdfs_store(store, "", ""); comm.init()
+
+class Util:  # fleet.util's two calls, on this communicator
+    def all_reduce(self, values, mode, world):
+        return comm.all_reduce(values, mode)
+    def barrier(self, world):
+        comm.barrier()
+
+gloo = Gloo(rank, 2, Util())
+mine = [1764421234567.891, 8.2472011234567, 1.0 + 2.0 ** -40, -0.0, float("nan")] if rank == 0 else [3.0] * 5
+raw = comm.all_reduce([1764421234567.891] if rank == 0 else [0.0], "sum")  # Paddle's own, for contrast
+print(json.dumps({"rows": [[repr(v) for v in row] for row in gloo.gather(mine)],
+                  "sum": gloo.sum([2.0 ** -30 + rank]), "max": gloo.max([rank + 0.5, -rank]), "raw": raw}))
+"""
+
+
+def test_worker_collectives_keep_every_bit_of_a_float64(tmp_path):
+    script = tmp_path / "pair.py"
+    script.write_text(GLOO_PAIR)
+    procs_ = [subprocess.Popen([PYTHON, str(script), str(rank), str(tmp_path / "store")], cwd=REPO,
+                               env=env(GLOG_minloglevel="2"), stdout=subprocess.PIPE, text=True)
+              for rank in (0, 1)]
+    outs = [json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in procs_]
+    assert all(p.returncode == 0 for p in procs_)
+    for out in outs:
+        # Paddle's float binding rounds to float32 (why Gloo gathers integers): 36 s off a clock in ms
+        assert out["raw"][0] != 1764421234567.891
+        assert out["rows"] == [["1764421234567.891", "8.2472011234567", repr(1.0 + 2.0 ** -40), "-0.0", "nan"],
+                               ["3.0"] * 5]
+        assert out["sum"] == [2 * 2.0 ** -30 + 1] and out["max"] == [1.5, 0.0]
+
+
+class _Job:
+    def __init__(self, index, first):
+        self.index, self.first = index, first
+        self.gloo = self
+
+    def gather(self, values):  # worker 0's row is all start_up_problem reads
+        return [self.first if self.index else values, [0.0] * len(values)]
+
+
+def test_a_worker_whose_parameters_came_back_unlike_worker_0_pushed_them_is_a_start_up_failure():
+    from fleetbench.train.ps import driver
+    names, pushed = ["fc_0.b_0", "fc_0.w_0", "fc_1.w_0"], [0.0, 0.0, 3.25, 1101.5, -0.5, 449.5]
+    assert driver.start_up_problem(_Job(0, None), names, pushed, list(pushed)) is None
+    assert driver.start_up_problem(_Job(1, pushed), names, [0.0] * 6, list(pushed)) is None  # its own are not compared
+    problem = driver.start_up_problem(_Job(1, pushed), names, [9.0] * 6, [0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    assert problem == ("PS start-up: parameter fc_0.w_0 (and 1 more) is not what worker 0 pushed "
+                       "(sum 3.25, sum of squares 1101.5; this worker holds 0, 0)")
+    # as the worker logs it, the launcher reads a start-up failure (run it again), not a cause
+    assert start_up_failure(f"error: worker 1: {problem}")

@@ -30,6 +30,9 @@ from fleetbench.train.ps.paddle26 import Quiet, say
 # and a stopped server for the workers to read it (a server with no worker on its machine waits it out)
 SERVER_PROBE_WAIT_S = 15.0
 SERVER_PROBE_HOLD_S = 5.0
+# heads a worker's error when its parameters did not come back from the servers as worker 0 pushed
+# them (start_up_problem); fleetbench.job.messages reads it as a start-up failure
+START_UP_PARAMETERS = "PS start-up: parameter"
 
 
 def build_programs(cfg: PSConfig, build: Callable, meter: StepMeter) -> tuple[Workload, Any, Any]:
@@ -69,15 +72,16 @@ class WorkerJob:
         self.scratch = scratch.for_process()
         self.zero = (0.0, 0.0)  # (perf_counter, wall ms) just after the barrier before training (traces)
 
-    def fail_together(self, problem: Optional[str]) -> bool:
+    def fail_together(self, problem: Optional[str], store: bool = True) -> bool:
         """Share this worker's problem (None: none) with all workers. When any worker has one, all
-        log every one, worker 0 stores the failed run, and the job ends cleanly: True."""
+        log every one, worker 0 stores the failed run (with `store`), and the job ends cleanly: True."""
         errors = self.gloo.agree_on_errors(problem)
         if not errors:
             return False
         for line in errors:
             say(f"error: {line}")
-        self.bench.store_failure(self.placement, "; ".join(errors))
+        if store:
+            self.bench.store_failure(self.placement, "; ".join(errors))
         self.stop_client()
         self.stop()
         return True
@@ -101,17 +105,34 @@ class WorkerJob:
                 say("warning: servers still accept connections 30 s after the stop request")
 
 
-def start_client(cfg: PSConfig, startup: Any) -> tuple[Any, set]:
+def start_client(cfg: PSConfig, startup: Any, checked: list[str]) -> tuple[Any, set, list, list]:
     """The executor, the startup program run and this worker's PS client started; the client's threads
-    (the communicator's and brpc's: ps/commthread.py)."""
+    (the communicator's and brpc's: ps/commthread.py); the `checked` parameters' digests before the
+    client started (worker 0's are what it pushes) and after (what came back from the servers)."""
     import paddle
     from paddle.distributed import fleet
     exe = paddle.static.Executor(paddle.CPUPlace())
     with Quiet(), paddle26.init_deadline(cfg.init_timeout_s):
         exe.run(startup)
-        before = commthread.threads()
+        before, pushed = commthread.threads(), paddle26.digests(checked)
         fleet.init_worker()
-        return exe, commthread.threads() - before
+        return exe, commthread.threads() - before, pushed, paddle26.digests(checked)
+
+
+def start_up_problem(job: WorkerJob, checked: list[str], pushed: list, held: list) -> Optional[str]:
+    """This worker's parameters after start-up unlike worker 0's before it pushed them: the servers
+    did not hand back what they were given (seen once in a fresh clone's CI, a GEO job of 4
+    servers on a loaded machine: AUC 0.49, its loss never fell; 27 runs beside busy loops could not
+    repeat it), so the job would train from something else and its figures would not be the
+    model's. Every worker compares its own against worker 0's; a start-up failure, run again."""
+    first = job.gloo.gather(pushed if job.index == 0 else [0.0] * len(pushed))[0]
+    wrong = [i for i, name in enumerate(checked) if held[2 * i:2 * i + 2] != first[2 * i:2 * i + 2]]
+    if not wrong:
+        return None
+    i = wrong[0]
+    return (f"{START_UP_PARAMETERS} {checked[i]} (and {len(wrong) - 1} more) is not what worker 0 pushed "
+            f"(sum {first[2 * i]:.7g}, sum of squares {first[2 * i + 1]:.7g}; this worker holds "
+            f"{held[2 * i]:.7g}, {held[2 * i + 1]:.7g})")
 
 
 def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, first_error: Callable) -> int:
@@ -126,7 +147,10 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
         instrument(main_program, marks, work.inputs[-1])  # the step's parts (ps/marks.py)
     # the probe built before the client and the data: seconds before its first edge (speed.Probe)
     probe = prober(job)
-    exe, client_tids = start_client(cfg, startup)
+    checked = paddle26.checked_parameters(main_program, cfg.mode)
+    exe, client_tids, pushed, held = start_client(cfg, startup, checked)
+    if job.fail_together(start_up_problem(job, checked, pushed, held), store=False):
+        return 1  # nothing measured: not a run to store (fleetbench launch runs the job once more)
     mine, counts_path = data.shard(files, job.index, job.workers), job.scratch / "counts.jsonl"
     loaded, problem = attempt(data.load, cfg, work, mine, first_error, counts_path)
     if job.fail_together(problem):

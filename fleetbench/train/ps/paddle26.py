@@ -99,6 +99,27 @@ def sparse_tables(program: Any) -> list:
                    if op.type in ("lookup_table", "lookup_table_v2") and op.attr("is_sparse")})
 
 
+def checked_parameters(program: Any, mode: str) -> list[str]:
+    """The parameters a worker trains with, whose start-up values come through the servers: the
+    dense ones (worker 0 pushes its own, every worker pulls them back: TheOnePSRuntime._init_worker),
+    and in GEO the sparse tables too, which each worker keeps and looks up locally
+    (GeoCommunicator::InitSparse). An async worker's sparse tables live on the servers only."""
+    sparse = set(sparse_tables(program))
+    return sorted(p.name for p in program.all_parameters() if mode == "geo" or p.name not in sparse)
+
+
+def digests(names: list[str]) -> list[float]:
+    """(sum, sum of squares) in float64 of each named parameter as this process's scope holds it,
+    flat: two processes holding the same bytes get the same figures, bit for bit."""
+    import numpy as np
+    import paddle
+    scope, out = paddle.static.global_scope(), []
+    for name in names:
+        values = np.asarray(scope.find_var(name).get_tensor(), dtype="float64")
+        out += [float(values.sum()), float(np.square(values).sum())]
+    return out
+
+
 def strategy_for(cfg: PSConfig, optimizer: Any, program: Any) -> Any:
     import paddle
     from paddle.distributed import fleet
