@@ -25,9 +25,11 @@
 # Hence this layout: the root tier's waiting files (Slurm, SSH, shaped links) run in pass 1 beside
 # the CPU-bound sessions, whose idle core they use; its CPU-heavy files (diagnose's timed probes,
 # the CPU-quota probes, Kubernetes' pods) run in pass 2 beside the 3.x tests split in two.
-#   (1) 2.6.2: the slow job files (launcher, parameter server, architectures, docs, GPT); the
-#       simulated GPU host's tier with the per-method breakdown and Kubernetes operator jobs; the
-#       root tier's waiting files; everything else (foreground).
+#   (1) 2.6.2: the slow job files (launcher, parameter server, docs, GPT); the simulated GPU
+#       host's tier with the per-method breakdown, the architectures and the Kubernetes operator
+#       jobs; the root tier's waiting files, then ResNet50's jobs; everything else (foreground).
+#       Moved there from the two longest sessions (2026-11-29: rest 971 s, slow-jobs 863 s, where
+#       gpu-sim took 729 s and root-waiting 680 s, mostly waiting).
 #   (2) 3.x: its slowest job files; the rest of 3.x; the root tier's CPU-heavy files (foreground).
 # Each background session's output is kept in a file and shown once the foreground one ends, so
 # two progress lines never interleave. Every session leaves a JUnit XML file in log/.
@@ -55,9 +57,24 @@ pytest_as() {
     "$py" -m pytest -q --durations=20 -p no:cacheprovider --junitxml "log/$name.xml" --basetemp "$tmp/$name" "$@"
 }
 # session NAME PYTHON PYTEST_ARGS...: in the background, its output in log/NAME.log
+# session NAME FUNCTION: the same for a function of pytest_as calls
 session() {
-    pytest_as "$@" >"log/$1.log" 2>&1 &
+    if [ $# -eq 2 ]; then
+        "$2" >"log/$1.log" 2>&1 &
+    else
+        pytest_as "$@" >"log/$1.log" 2>&1 &
+    fi
     pids+=($!) names+=("$1")
+}
+# The root tier's waiting files, then job files taken from the longest session: the waiting files
+# use ~0.1 core (80 CPU s in 680 s), so the jobs after them meet less contention than in the
+# foreground session. Its status: the first failure's.
+waiting_then_jobs() {
+    local rc
+    pytest_as root-waiting "$py2" -m "root and not gpu_sim" tests $(ignoring "${root_cpu[@]}")
+    rc=$?
+    pytest_as after-waiting "$py2" -m "not root and not gpu_sim" "${after_waiting[@]}"
+    return $(( rc ? rc : $? ))
 }
 # foreground NAME PYTHON PYTEST_ARGS...: with its output on the terminal
 foreground() {
@@ -84,16 +101,17 @@ ignoring() {  # --ignore=F for every F
 }
 rcs=()
 
-slow_jobs=(tests/job/test_launch.py tests/job/test_ps.py tests/job/test_arch.py tests/job/test_docs.py tests/job/test_gpt.py)
-beside_sim=(tests/job/test_breakdown.py tests/job/test_k8s_operator.py)
+slow_jobs=(tests/job/test_launch.py tests/job/test_ps.py tests/job/test_docs.py tests/job/test_gpt.py)
+beside_sim=(tests/job/test_breakdown.py tests/job/test_k8s_operator.py tests/job/test_arch.py)
+after_waiting=(tests/job/test_resnet50.py)
 root_cpu=(tests/root/test_diagnose.py tests/root/test_probe_quota.py tests/root/test_k8s_collective.py)
 slow3=(tests/job/test_launch.py tests/job/test_registered.py tests/job/test_gpt.py)
 
 echo "tools/test.sh: pass 1, Paddle 2.6.2: the unit and job tiers, the simulated GPU host and the root tier's waiting files; background sessions' output follows"
 session slow-jobs "$py2" -m "not root and not gpu_sim" "${slow_jobs[@]}"
 session gpu-sim "$py2" -m "gpu_sim or not root" tests/gpu_sim "${beside_sim[@]}"
-session root-waiting "$py2" -m "root and not gpu_sim" tests $(ignoring "${root_cpu[@]}")
-foreground rest "$py2" -m "not root and not gpu_sim" tests $(ignoring "${slow_jobs[@]}" "${beside_sim[@]}")
+session root-waiting waiting_then_jobs
+foreground rest "$py2" -m "not root and not gpu_sim" tests $(ignoring "${slow_jobs[@]}" "${beside_sim[@]}" "${after_waiting[@]}")
 finish
 
 echo "tools/test.sh: pass 2, Paddle $("$py3" -c 'import paddle; print(paddle.__version__)' 2>/dev/null) and the root tier's CPU-heavy files; background sessions' output follows"
