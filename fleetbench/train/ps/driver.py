@@ -147,7 +147,7 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
         instrument(main_program, marks, work.inputs[-1])  # the step's parts (ps/marks.py)
     # the probe built before the client and the data: seconds before its first edge (speed.Probe)
     probe = prober(job)
-    checked = paddle26.checked_parameters(main_program, cfg.mode)
+    checked = paddle26.checked_state(main_program, startup, cfg.mode)
     exe, client_tids, pushed, held = start_client(cfg, startup, checked)
     if job.fail_together(start_up_problem(job, checked, pushed, held), store=False):
         return 1  # nothing measured: not a run to store (fleetbench launch runs the job once more)

@@ -99,17 +99,19 @@ def sparse_tables(program: Any) -> list:
                    if op.type in ("lookup_table", "lookup_table_v2") and op.attr("is_sparse")})
 
 
-def checked_parameters(program: Any, mode: str) -> list[str]:
-    """The parameters a worker trains with, whose start-up values come through the servers: the
-    dense ones (worker 0 pushes its own, every worker pulls them back: TheOnePSRuntime._init_worker),
-    and in GEO the sparse tables too, which each worker keeps and looks up locally
-    (GeoCommunicator::InitSparse). An async worker's sparse tables live on the servers only."""
+def checked_state(program: Any, startup: Any, mode: str) -> list[str]:
+    """What a worker trains with whose start-up values come through the servers or must survive
+    them: every variable the startup program initialises (the dense parameters, which worker 0
+    pushes and every worker pulls back: TheOnePSRuntime._init_worker; the learning rate; the local
+    optimizer's state), and in GEO the sparse tables too, which each worker keeps and looks up
+    locally (GeoCommunicator::InitSparse). An async worker's sparse tables live on the servers only."""
     sparse = set(sparse_tables(program))
-    return sorted(p.name for p in program.all_parameters() if mode == "geo" or p.name not in sparse)
+    return sorted(v.name for v in startup.list_vars()
+                  if v.persistable and (mode == "geo" or v.name not in sparse))
 
 
 def digests(names: list[str]) -> list[float]:
-    """(sum, sum of squares) in float64 of each named parameter as this process's scope holds it,
+    """(sum, sum of squares) in float64 of each named variable as this process's scope holds it,
     flat: two processes holding the same bytes get the same figures, bit for bit."""
     import numpy as np
     import paddle
