@@ -14,7 +14,7 @@ import statistics
 from fleetbench.model import breakdown as bd
 from fleetbench.model import cells as cellmod
 from fleetbench.analysis import specs
-from fleetbench.model import published
+from fleetbench.model import node, published
 from fleetbench.model.cells import Cell, Shape
 from fleetbench.model.predict import Target, calibrate, predict_ps, predict_range, work_values
 from fleetbench.measure.repeats import experiment
@@ -25,9 +25,11 @@ SELECT_KEYS = FILTER_KEYS + ("network", "nodes", "devices_per_node", "world_size
 LISTS = ("nodes", "rate_gbit", "devices_per_node")  # keys a what-if grid may give several values of
 WITHIN = 0.15
 # Tables whose cells informed a constant of the model (docs/explain.md, "Which tables informed
-# which constants"); every other table is held out: converted and reported before any change.
+# which constants"); every other table is held out: converted and reported before any change. The
+# second held-out set's seven single-node tables moved here when the node-sharing prior was fitted
+# on their 1-node cells (node.PRIOR_TABLES).
 FITTED_TABLES = frozenset({"ddl-benchmarks-2020-05-29", "dle-paddle-bert-dgxa100", "dle-pytorch-bert-dgxa100",
-                           "dle-mxnet-rn50", "dle-paddle-rn50"})
+                           "dle-mxnet-rn50", "dle-paddle-rn50"}) | node.PRIOR_TABLES
 SpecError = specs.SpecError
 
 
@@ -135,7 +137,7 @@ def record_values(record: dict) -> dict:
     return values
 
 
-def _row(cell: Cell, fitted: list[Cell], comm: list, cal: dict) -> dict:
+def _row(cell: Cell, fitted: list[Cell], comm: list, cal: dict, node_prior: bool = True) -> dict:
     values = cell_values(cell)
     row = {"cell": name(values), "measured_step_ms": cell.step_ms, "predicted_step_ms": None, "error": None,
            "notes": [], **values, "measured_throughput": cell.throughput}
@@ -148,7 +150,7 @@ def _row(cell: Cell, fitted: list[Cell], comm: list, cal: dict) -> dict:
         return row
     target = Target(cell.method, cell.network, cell.shape, sync_every=cell.sync_every,
                     network_rate=(cell.rate_gbit, cell.transport, cell.nics, cell.sockets) if cell.rate_gbit
-                    else None)
+                    else None, node_prior=node_prior)
     prediction = predict_range(target, ref, fitted, comm, cal, emulated=cell.emulated)
     row.update(predicted_step_ms=prediction["predicted_step_ms"], from_cell=ref.label, notes=prediction["notes"],
                predicted_throughput=prediction["predicted_throughput"],
@@ -186,15 +188,16 @@ def _dropped(records: list[dict], cells: list[Cell]) -> list[dict]:
     return [r for r in rows if r["cell"] not in pooled]
 
 
-def validate(records: list[dict], selector: dict) -> list[dict]:
+def validate(records: list[dict], selector: dict, node_prior: bool = True) -> list[dict]:
     """Fit on the records the selector picks; predict every other training cell; compare. Every
-    held-out record gives a row: predicted, or not with why."""
+    held-out record gives a row: predicted, or not with why. `node_prior` off: a GPU cell predicted
+    from one GPU alone assumes no node sharing (to fit the prior, tools/fit_node_prior.py)."""
     fit_records = [r for r in records if _matches(record_values(r), selector)]
     rest = [r for r in records if not _matches(record_values(r), selector)]
     fitted, comm = cellmod.pool(fit_records)
     held_out, _ = cellmod.pool(rest)
     cal = calibrate([bd.breakdown(c, fitted, comm) for c in bd.training_cells(fitted)])
-    rows = [_row(cell, fitted, comm, cal) for cell in bd.training_cells(held_out)]
+    rows = [_row(cell, fitted, comm, cal, node_prior) for cell in bd.training_cells(held_out)]
     ps_rows = predict_ps(fit_records, rest)  # parameter-server cells measured here
     rest = [r for r in rest if not (r["mode"] == "ps" and r["nodes"] > 1 and not published.is_published(r))]
     return rows + ps_rows + _dropped(rest, bd.training_cells(held_out))

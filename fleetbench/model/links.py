@@ -76,6 +76,7 @@ class Found:
     sharing: float = 1.0
     sharing_per_node: int = 0
     node_link: object = None  # the ring inside a GPU node (model/node.py), when one was found
+    one_gpu_alone: bool = False  # a GPU work with no 1-node run of several GPUs (node.prior)
     net_transport: str | None = None  # of a network known by its rate alone (no comm record)
 
 
@@ -180,6 +181,7 @@ def completed(cell: Cell, network: str | None, shape: Shape, cells: list[Cell], 
             extra.append(CommCell(None, Shape(1, the_node.per_node), the_node.link, None))
         found.notes += the_node.notes
         found.sharing, found.sharing_per_node = the_node.sharing, the_node.per_node
+        found.one_gpu_alone = the_node.one_gpu_alone
     ps = cell.method in published.SYNC_PS
     if ps:  # a PS's ps-lite streams, not NCCL's sockets; servers apart
         change = dict(change, stream_gbps=PS_STREAM_GBPS, ps_servers_apart=True)

@@ -15,6 +15,8 @@ them apart, so one is taken from elsewhere:
    the tail the overlap model gives, solved for the bandwidth (overlap.solve_bandwidth);
 3. no 1-node run exposes anything (super-linear or fully hidden), or none exists: the topology's
    link if known, else PCIe of the GPU's generation as the assumed floor of a node's ring; said.
+   With no 1-node run at all, a prediction (not a breakdown) assumes the node-sharing prior
+   (`prior`, fitted on other tables' 1-node cells by tools/fit_node_prior.py; said).
 
 Sharing and link carry their ranges: the node and 1-GPU runs' spread, sharing between its value
 and none, a topology link between 70% and 100% of its data rate (NCCL's rings reach ~75-90% of
@@ -23,6 +25,8 @@ NVLink's in nccl-tests).
 from __future__ import annotations
 
 import dataclasses
+import math
+import statistics
 
 from fleetbench.model import alphabeta, nccl, overlap, ranges
 from fleetbench.model import cells as cellmod
@@ -38,6 +42,7 @@ class Node:
     sharing: float  # factor on a micro-step's compute for cells of per_node GPUs a node
     per_node: int
     notes: list
+    one_gpu_alone: bool = False  # no 1-node run of several GPUs: sharing unknown (`prior`)
 
 
 def _runs(cell: Cell, cells: list[Cell]) -> list[Cell]:
@@ -156,12 +161,59 @@ def of_work(cell: Cell, cells: list[Cell], node_comm: alphabeta.Link | None, bou
     notes.append(f"intra-node link {source}")
     if not runs:
         notes.append("no 1-node run of several GPUs of this work: node sharing (data loading, the host) "
-                     "unknown, none assumed, so this throughput is an upper bound")
+                     "not measured")
     sharing = 1.0
     if runs and single is not None:
         sharing, note = _sharing(runs[0], single, link.at(d), bound)
         notes += [note] if note else []
-    return Node(None if node_comm else link, sharing, d, notes)
+    return Node(None if node_comm else link, sharing, d, notes, one_gpu_alone=not runs)
+
+
+# ---- the node-sharing prior: a prediction from one GPU alone ----------------------------------------
+# (docs/explain.md, "A node-sharing prior for a prediction from one GPU alone"). With no 1-node run
+# nothing says what d GPUs sharing a host lose (data loading, the host's cores, memory and PCIe), and
+# assuming nothing made every such prediction too fast (the held-out single-node tables). Each
+# doubling of the GPUs on a host halves each GPU's share of it, so the loss is taken per doubling:
+#     sharing(d) = 1 + c x log2(d)
+# c: (median, 10th, 90th percentile) of each fitting cell's (measured / predicted step - 1) / log2(d),
+# predicted with the prior off; the cells: nodes = 1, d > 1 of PRIOR_TABLES at --validate world_size=1
+# (tools/fit_node_prior.py computes it; tests hold the two together). Not ddl-benchmarks: it gives no
+# node topology, so its 1-node errors from one GPU mix an assumed PCIe link with sharing.
+PRIOR = (0.0161, -0.0076, 0.0702)  # 121 cells of the 11 PRIOR_TABLES (tools/fit_node_prior.py, 2026-11-29)
+PRIOR_TABLES = frozenset({"dle-paddle-bert-dgxa100", "dle-pytorch-bert-dgxa100", "dle-mxnet-rn50",
+                          "dle-paddle-rn50", "dle-tf1-bert-dgx1", "dle-pytorch-bert-dgx1",
+                          "dle-pytorch-txl-dgxa100-dgx1", "dle-tf1-txl", "dle-pytorch-rn50", "dle-tf1-rn50",
+                          "dle-paddle-rn50-asp"})
+
+
+def _prior_factors(per_node: int) -> tuple[float, float, float]:
+    """(fast, point, slow) sharing factors for `per_node` GPUs a node."""
+    point, low, high = (1 + c * math.log2(per_node) for c in PRIOR)
+    return min(low, high), point, max(low, high)
+
+
+def prior(per_node: int, bound: str) -> tuple[float, str]:
+    """(factor at `bound`, note) of the prior for `per_node` GPUs sharing a node."""
+    fast, point, slow = _prior_factors(per_node)
+    note = (f"node sharing x{point:.3f} assumed: no 1-node run of this work, so the node-sharing prior "
+            f"1 + {PRIOR[0]:.4f} x log2({per_node} GPUs a node) (fitted on {len(PRIOR_TABLES)} other tables' "
+            f"1-node cells; x{fast:.3f} to x{slow:.3f} in its range, which widens the 80% range)")
+    return ranges.pick(bound, fast, point, slow), note
+
+
+def prior_spread(per_node: int) -> tuple[float, float]:
+    """The prior's fast and slow ends relative to its point (what widens an 80% range)."""
+    fast, point, slow = _prior_factors(per_node)
+    return fast / point, slow / point
+
+
+def prior_fit(rows: list[dict]) -> tuple[float, float, float]:
+    """PRIOR from validation rows predicted with the prior off: their 1-node cells of d > 1 GPUs."""
+    values = sorted((r["measured_step_ms"] / r["predicted_step_ms"] - 1) / math.log2(r["devices_per_node"])
+                    for r in rows if r.get("predicted_step_ms") and r.get("measured_step_ms")
+                    and r["nodes"] == 1 and r["devices_per_node"] > 1)
+    cuts = statistics.quantiles(values, n=10, method="inclusive")
+    return statistics.median(values), cuts[0], cuts[-1]
 
 
 # A node run's exposure within this share of its step (or its runs' spread) of what the overlap

@@ -43,6 +43,7 @@ class Target:
     nics: int | None = None  # NICs a node for a link given by rate
     sync_every: int | None = None  # micro-steps between all-reduces (None: the reference cell's)
     network_rate: tuple | None = None  # (rate, transport, NICs) of `network` when no fitted record has it
+    node_prior: bool = True  # from one GPU alone, assume node.prior (off: to fit it, tools/fit_node_prior.py)
 
     def change(self) -> dict:
         return {"rate_gbit": self.rate_gbit, "transport": self.transport, "efficiency": self.efficiency,
@@ -199,17 +200,23 @@ def _exposed(ref: Cell, method: str, comm_ms: float, sim: dict, cal: dict) -> tu
 
 def _comm(ref: Cell, target: Target, cells: list[Cell], comm: list, bound: str) -> tuple:
     """(ms a micro-step of the whole all-reduce or None, its link or None, traffic, k, sharing, notes,
-    the node's link)."""
+    the node's link, whether sharing is the node-sharing prior)."""
     traffic, k = _traffic(ref, target, bound)
     found = links.link_for(ref, target.network, target.shape, cells, comm, target.change(), bound)
     link = found.link
     sharing = found.sharing if ref.gpu and found.sharing_per_node == target.shape.devices_per_node else 1.0
-    notes = found.notes + [f"link: {link.describe()}" if link else f"no link: {found.problem}"]
+    notes = list(found.notes)
+    prior = ref.gpu and found.one_gpu_alone and target.node_prior
+    if ref.gpu and found.one_gpu_alone:  # nothing measured what the node's GPUs share
+        sharing, note = node.prior(target.shape.devices_per_node, bound) if prior else (
+            1.0, "no node sharing assumed (the prior off): this throughput is an upper bound")
+        notes.append(note)
+    notes += [f"link: {link.describe()}" if link else f"no link: {found.problem}"]
     notes += [n for n in (traffic.note, link and gradbytes.latency_note(link, traffic, target.shape.world_size)) if n]
     if k != ref.sync_every:
         notes.append(f"all-reduce once every {k} micro-steps (the reference cell's: every {ref.sync_every})")
     comm_ms = gradbytes.comm_ms(link, traffic, target.shape.world_size) if link else None
-    return comm_ms, link, traffic, k, sharing, notes, found.node_link
+    return comm_ms, link, traffic, k, sharing, notes, found.node_link, prior
 
 
 def predict(target: Target, ref: Cell, cells: list[Cell], comm: list, cal: dict,
@@ -228,7 +235,8 @@ def predict(target: Target, ref: Cell, cells: list[Cell], comm: list, cal: dict,
     elif target.shape.world_size > 1:
         # GPU work all-reduces with NCCL, CPU work with gloo; links derives what no record measured;
         # gradbytes counts what a step really sends (sparse rows, not a dense table)
-        comm_ms, link, traffic, k, sharing, notes, node_link = _comm(ref, target, cells, comm, bound)
+        comm_ms, link, traffic, k, sharing, notes, node_link, out["node_prior"] = _comm(ref, target, cells, comm,
+                                                                                         bound)
         out["notes"] += notes
         if base is not None and comm_ms is not None:
             base *= sharing
@@ -264,8 +272,10 @@ def predict_range(target: Target, ref: Cell, cells: list[Cell], comm: list, cal:
     low, high = min(ends + [out["predicted_step_ms"]]), max(ends + [out["predicted_step_ms"]])
     per_step = out["predicted_throughput"] * out["predicted_step_ms"]
     out["inputs_step_range"] = [low, high]
-    if ref.gpu:  # the model's own error, calibrated on the fitted GPU tables (ranges.MODEL_ERROR)
-        low, high = ranges.widened(out["predicted_step_ms"], low, high, target.shape.nodes)
+    if ref.gpu:  # the model's own error, calibrated on the fitted GPU tables (ranges.MODEL_ERROR),
+        # widened by the node-sharing prior's spread where the prediction assumed it
+        spread = node.prior_spread(target.shape.devices_per_node) if out.get("node_prior") else (1.0, 1.0)
+        low, high = ranges.widened(out["predicted_step_ms"], low, high, target.shape.nodes, spread)
     out["predicted_step_range"] = [low, high]
     out["predicted_throughput_range"] = [per_step / high, per_step / low]
     return out

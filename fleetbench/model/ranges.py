@@ -53,9 +53,13 @@ def model_error(rows: list[dict]) -> tuple[float, float]:
     return cuts[0], cuts[-1]
 
 
-def widened(point: float, low: float, high: float, nodes: int) -> tuple[float, float]:
+def widened(point: float, low: float, high: float, nodes: int,
+            spread: tuple[float, float] = (1.0, 1.0)) -> tuple[float, float]:
     """The 80% range of a predicted step: the inputs' range joined with the model's error at
-    `nodes`. Its fast end may pass 100% efficiency: published tables are super-linear at times
-    (TF1 BERT FP32 on DGX-2H: 4.45 x at 4 nodes), and the range says how far the model errs."""
+    `nodes`, that error's ends scaled by `spread` (an assumed input's fast and slow ends over its
+    point: the node-sharing prior's, which the fitted tables' MODEL_ERROR does not contain). Its
+    fast end may pass 100% efficiency: published tables are super-linear at times (TF1 BERT FP32
+    on DGX-2H: 4.45 x at 4 nodes), and the range says how far the model errs."""
     scale = _scale(nodes)
-    return min(low, point * (1 + MODEL_ERROR[0] * scale)), max(high, point * (1 + MODEL_ERROR[1] * scale))
+    return (min(low, point * (1 + MODEL_ERROR[0] * scale) * spread[0]),
+            max(high, point * (1 + MODEL_ERROR[1] * scale) * spread[1]))

@@ -240,6 +240,7 @@ WHY_OFF = (("no comm record of network", "link from the network's rate (a ceilin
            ("thread scaling borrowed", "thread scaling borrowed from other works"),
            ("assumed linear", "thread scaling assumed linear"),
            ("host cost", "host cost borrowed from other works", "borrowed"),
+           ("node-sharing prior", "no 1-node run: node sharing assumed from the prior"),
            ("upper bound", "overlap not measured: an upper bound"),
            ("latency-bound", "latency-bound: as uncertain as its latency"),
            ("not modelled", "method not modelled"))

@@ -119,3 +119,40 @@ def test_a_method_slower_on_one_node_than_bsp_pays_its_own_cost_beside_the_wire(
     # 7 of 9 within 15% (4 before the rule, 6 before NCCL's socket hop moved 100GbE 2x4 from +15.1% to
     # +14.9%): misses 8x4 over IB (+17%) and 100GbE (+16%)
     assert sum(abs(r["throughput_error"]) <= 0.15 for r in cells) == 7
+
+
+def _from_one_gpu(names, node_prior: bool) -> list[dict]:
+    records = [r for name in sorted(names) for r in _load(name)]
+    return validate.validate(published.adopt(records, True), {"world_size": 1}, node_prior=node_prior)
+
+
+def test_node_prior_is_what_its_tables_give_and_those_tables_are_no_longer_held_out():
+    from fleetbench.model import node
+
+    rows = _from_one_gpu(node.PRIOR_TABLES, node_prior=False)
+    assert node.prior_fit(rows) == pytest.approx(node.PRIOR, abs=6e-5)
+    assert node.PRIOR_TABLES <= validate.FITTED_TABLES
+    third = {"dle-pytorch-efficientnet", "dle-tf2-efficientnet-v1", "dle-pytorch-gnmt", "dle-pytorch-transformer"}
+    assert not third & validate.FITTED_TABLES and "dle-tf1-biobert" not in validate.FITTED_TABLES
+
+
+def test_a_prediction_from_one_gpu_alone_assumes_the_prior_says_so_and_widens_its_range():
+    # the third set's TF1 ResNeXt101: 1-GPU rows and 8 and 16 GPUs a node, nothing else
+    on = {r["cell"]: r for r in _from_one_gpu({"dle-tf1-resnext101"}, True) if r.get("predicted_step_ms")}
+    off = {r["cell"]: r for r in _from_one_gpu({"dle-tf1-resnext101"}, False) if r.get("predicted_step_ms")}
+    assert on.keys() == off.keys() and len(on) == 6
+    for cell, row in on.items():
+        assert any("node-sharing prior" in n for n in row["notes"])
+        assert any("the prior off" in n for n in off[cell]["notes"])
+        assert row["predicted_step_ms"] > off[cell]["predicted_step_ms"]  # sharing costs time
+        (low, high), (low0, high0) = row["predicted_throughput_range"], off[cell]["predicted_throughput_range"]
+        assert low / row["predicted_throughput"] < low0 / off[cell]["predicted_throughput"]
+    sixteen = [c for c in on if c.endswith("1x16")]
+    eight = [c for c in on if c.endswith("1x8")]
+    ratio = lambda c: on[c]["predicted_step_ms"] / off[c]["predicted_step_ms"]  # noqa: E731
+    assert sixteen and eight and min(map(ratio, sixteen)) > max(map(ratio, eight))  # grows with log2(d)
+
+
+def test_a_work_with_its_one_node_run_does_not_assume_the_prior():
+    rows = validate.validate(published.adopt(_load("dle-tf2-efficientnet-v1"), True), {"nodes": 1})
+    assert rows and not any("node-sharing prior" in n for r in rows for n in r["notes"])
