@@ -72,6 +72,7 @@ class Cell:
     sockets: int = 0  # TCP streams a connection (network.sockets: NCCL_SOCKET_NTHREADS x NSOCKS_PERTHREAD)
     measured_parts: dict | None = None  # the runs' own step breakdown as the model's parts (measured_parts)
     mfu: float | None = None  # mean model FLOPs utilisation of its runs (metrics.mfu)
+    from_node: bool = False  # a 1-GPU record derived from a 1-node run (published.from_node)
 
     @property
     def control(self) -> bool:
@@ -216,7 +217,8 @@ def _cell(runs: list[dict]) -> Cell:
                 (first.get("metrics") or {}).get("grad_tensors"),
                 tuple(sorted({r["_file"] for r in members if r.get("_file")})), int(net.get("sockets") or 0),
                 measured_parts=None if mean["measured_compute_ms"] is None else
-                {p: mean[f"measured_{p}"] for p in MEASURED_PARTS}, mfu=mean["mfu"])
+                {p: mean[f"measured_{p}"] for p in MEASURED_PARTS}, mfu=mean["mfu"],
+                from_node=published.from_node(first))
 
 
 def _gpu_model(record: dict) -> str | None:

@@ -166,7 +166,9 @@ def of_work(cell: Cell, cells: list[Cell], node_comm: alphabeta.Link | None, bou
     if runs and single is not None:
         sharing, note = _sharing(runs[0], single, link.at(d), bound)
         notes += [note] if note else []
-    return Node(None if node_comm else link, sharing, d, notes, one_gpu_alone=not runs)
+    # a 1-GPU record derived from the 1-node run already carries that node's sharing: no prior on it
+    alone = not runs and not (single is not None and single.from_node)
+    return Node(None if node_comm else link, sharing, d, notes, one_gpu_alone=alone)
 
 
 # ---- the node-sharing prior: a prediction from one GPU alone ----------------------------------------

@@ -231,6 +231,14 @@ def _work_key(record: dict) -> tuple:
     return (record["source"].get("name"), record["benchmark"], json.dumps(config, sort_keys=True, default=str))
 
 
+FROM_NODE = "a 1-GPU step taken as the 1-node run's micro-step"  # marks single_from_node's records
+
+
+def from_node(record: dict) -> bool:
+    """A 1-GPU record single_from_node derived from a 1-node run (it carries that node's sharing)."""
+    return any(str(d).startswith(FROM_NODE) for d in (record.get("source") or {}).get("derived") or [])
+
+
 def single_from_node(records: list[dict]) -> list[dict]:
     """A derived 1-GPU record for every published work that has a 1-node run but no 1-GPU run (a
     table that benchmarks one batch across nodes only): its step is the 1-node run's micro-step,
@@ -250,7 +258,7 @@ def single_from_node(records: list[dict]) -> list[dict]:
         single["metrics"].pop("throughput_std", None)
         single["source"] = dict(record["source"], cell=f"{record['source'].get('cell')} (1 GPU from the node)",
                                 derived=list(record["source"].get("derived") or []) + [
-                                    "a 1-GPU step taken as the 1-node run's micro-step: no 1-GPU run of this work "
+                                    f"{FROM_NODE}: no 1-GPU run of this work "
                                     "is published, so the node's all-reduce and sharing are counted as compute"])
         out.append(single)
     return out

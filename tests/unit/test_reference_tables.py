@@ -156,3 +156,12 @@ def test_a_prediction_from_one_gpu_alone_assumes_the_prior_says_so_and_widens_it
 def test_a_work_with_its_one_node_run_does_not_assume_the_prior():
     rows = validate.validate(published.adopt(_load("dle-tf2-efficientnet-v1"), True), {"nodes": 1})
     assert rows and not any("node-sharing prior" in n for r in rows for n in r["notes"])
+
+
+def test_a_one_gpu_record_derived_from_the_node_run_does_not_assume_the_prior_again():
+    # BioBERT publishes no 1-GPU row: its 1-GPU records are its 1-node runs' micro-steps, which carry
+    # the node's sharing already; from them alone (world_size=1) no prior is added on top
+    rows = _from_one_gpu({"dle-tf1-biobert"}, True)
+    predicted = [r for r in rows if r.get("predicted_step_ms")]
+    assert predicted and all(published.from_node(s) for s in published.single_from_node(_load("dle-tf1-biobert")))
+    assert not any("node-sharing prior" in n for r in predicted for n in r["notes"])
