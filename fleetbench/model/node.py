@@ -198,8 +198,8 @@ def prior(per_node: int, bound: str) -> tuple[float, str]:
     """(factor at `bound`, note) of the prior for `per_node` GPUs sharing a node."""
     fast, point, slow = _prior_factors(per_node)
     note = (f"node sharing x{point:.3f} assumed: no 1-node run of this work, so the node-sharing prior "
-            f"1 + {PRIOR[0]:.4f} x log2({per_node} GPUs a node) (fitted on {len(PRIOR_TABLES)} other tables' "
-            f"1-node cells; x{fast:.3f} to x{slow:.3f} in its range, which widens the 80% range)")
+            f"1 + {PRIOR[0]:.4f} x log2({per_node} GPUs a node) (fitted on the 1-node cells of {len(PRIOR_TABLES)} "
+            f"tables, node.PRIOR_TABLES; x{fast:.3f} to x{slow:.3f} in its range, which widens the 80% range)")
     return ranges.pick(bound, fast, point, slow), note
 
 
