@@ -332,10 +332,20 @@ def test_ctr_two_by_two_breakdown_adds_up_with_servers_busy_probes_and_traces(tm
                              for p in parts)
 
 
-def test_ctr_geo_two_by_two(tmp_path, cache):
-    out, recs, logs = job(tmp_path, cache, ["--server_num", "2", "--trainer_num", "2"], "ctr.py", "mode=geo")
-    check_record(recs[0], "ctr", "geo", 2, "examples/s")
-    assert set(rank_lines(logs)) == {0, 1}
+def test_ctr_geo_two_by_two_passes_on_until_the_window_lasts_its_seconds(tmp_path, cache):
+    """measure.window_s: whole passes until every worker's window has lasted that long (a tiny pass
+    measures ~1 s quiet, so 3 s takes 3-4 passes here; fewer on a loaded machine, at least one).
+    Both workers run the same passes, every one whole: each worker's examples are its share of the
+    data once a pass, less its warm-up."""
+    out, recs, logs = job(tmp_path, cache, ["--server_num", "2", "--trainer_num", "2"], "ctr.py", "mode=geo",
+                          "measure.window_s=3")
+    m = check_record(recs[0], "ctr", "geo", 2, "examples/s")
+    ranks = rank_lines(logs)
+    assert set(ranks) == {0, 1} and min(r[1] for r in ranks.values()) >= 3.0 and m["elapsed_s"] >= 3.0
+    shares = {w: sum(criteo.validate([n])["valid"] for n in names) for w, names in worker_files(logs).items()}
+    assert m["passes"] >= 1 and m["valid_lines"] == sum(shares.values())
+    for worker, (steps, _, samples, _) in ranks.items():
+        assert samples == m["passes"] * shares[worker] - m["warmup_steps"] * 32  # tiny: batch 32, whole batches
 
 
 def test_ctr_strict_names_file_and_line_and_the_job_ends(tmp_path, cache):

@@ -30,6 +30,8 @@ from fleetbench.train.ps.paddle26 import Quiet, say
 # and a stopped server for the workers to read it (a server with no worker on its machine waits it out)
 SERVER_PROBE_WAIT_S = 15.0
 SERVER_PROBE_HOLD_S = 5.0
+# measure.window_s adds passes until the window lasts that long; never more passes than this in all
+MAX_PASSES = 1000
 # heads a worker's error when its parameters did not come back from the servers as worker 0 pushed
 # them (start_up_problem); fleetbench.job.messages reads it as a start-up failure
 START_UP_PARAMETERS = "PS start-up: parameter"
@@ -105,18 +107,20 @@ class WorkerJob:
                 say("warning: servers still accept connections 30 s after the stop request")
 
 
-def start_client(cfg: PSConfig, startup: Any, checked: list[str]) -> tuple[Any, set, list, list]:
+def start_client(cfg: PSConfig, program: Any, startup: Any) -> tuple[Any, set, list, list, list]:
     """The executor, the startup program run and this worker's PS client started; the client's threads
-    (the communicator's and brpc's: ps/commthread.py); the `checked` parameters' digests before the
-    client started (worker 0's are what it pushes) and after (what came back from the servers)."""
+    (the communicator's and brpc's: ps/commthread.py); the variables checked (paddle26.checked_state)
+    and their digests before the client started (worker 0's are what it pushes) and after (what
+    came back from the servers)."""
     import paddle
     from paddle.distributed import fleet
+    checked = paddle26.checked_state(program, startup, cfg.mode)
     exe = paddle.static.Executor(paddle.CPUPlace())
     with Quiet(), paddle26.init_deadline(cfg.init_timeout_s):
         exe.run(startup)
         before, pushed = commthread.threads(), paddle26.digests(checked)
         fleet.init_worker()
-        return exe, commthread.threads() - before, pushed, paddle26.digests(checked)
+        return exe, commthread.threads() - before, checked, pushed, paddle26.digests(checked)
 
 
 def start_up_problem(job: WorkerJob, checked: list[str], pushed: list, held: list) -> Optional[str]:
@@ -147,9 +151,8 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
         instrument(main_program, marks, work.inputs[-1])  # the step's parts (ps/marks.py)
     # the probe built before the client and the data: seconds before its first edge (speed.Probe)
     probe = prober(job)
-    checked = paddle26.checked_state(main_program, startup, cfg.mode)
-    exe, client_tids, pushed, held = start_client(cfg, startup, checked)
-    if job.fail_together(start_up_problem(job, checked, pushed, held), store=False):
+    exe, client_tids, *state = start_client(cfg, main_program, startup)
+    if job.fail_together(start_up_problem(job, *state), store=False):
         return 1  # nothing measured: not a run to store (fleetbench launch runs the job once more)
     mine, counts_path = data.shard(files, job.index, job.workers), job.scratch / "counts.jsonl"
     loaded, problem = attempt(data.load, cfg, work, mine, first_error, counts_path)
@@ -162,7 +165,8 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
     server_pids = servers.find(role.servers, dict(os.environ))
     before = probed(job, probe)  # every worker, before any trains
     meter.attach(marks, [server_pids.get(e) for e in role.servers], client_tids)
-    train(job, meter, lambda: paddle26.train_pass(exe, main_program, dataset, cfg.data.num_workers, job.scratch.path))
+    passes = train(job, meter, lambda: paddle26.train_pass(exe, main_program, dataset, cfg.data.num_workers,
+                                                          job.scratch.path))
     mine_figures, problem = attempt(meter.finish, run.peak_memory_mib("cpu"))
     if job.fail_together(problem):  # a gather: every worker's passes are over
         return 1
@@ -178,18 +182,32 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
     job.stop()  # before the record: a stopped server's probe is its after-edge
     server_probes = servers.collect_probes(server_pids, SERVER_PROBE_WAIT_S) if probe is not None else {}
     return report(job, work, meter, mine_figures, {"pipe": data.read_pipe_counts(counts_path), "load_s": load_s,
-                                                   "extra": extra, "marks": marks,
+                                                   "passes": passes, "extra": extra, "marks": marks,
                                                    "server_probes": server_probes, "server_pids": server_pids})
 
 
-def train(job: WorkerJob, meter: StepMeter, one_pass: Callable[[], None]) -> None:
-    """Every pass, all workers starting together."""
+def train(job: WorkerJob, meter: StepMeter, one_pass: Callable[[], None]) -> int:
+    """Every pass, all workers starting together; the passes run. With measure.window_s, passes go
+    on past `passes` until every worker's window has lasted that long: whole passes, because
+    train_from_dataset cannot stop inside one (the window overshoots by less than a pass)."""
     job.gloo.barrier()  # every worker starts its first pass together
     meter.begin()
     job.zero = (meter.timer.window_start, time.time() * 1000)
+    done = 0
     with Quiet():
-        for _ in range(job.cfg.passes):
+        while done < job.cfg.passes or (done < MAX_PASSES and window_short(job, meter)):
             one_pass()
+            done += 1
+    return done
+
+
+def window_short(job: WorkerJob, meter: StepMeter) -> bool:
+    """Some worker's measured window is shorter than measure.window_s (all workers ask together,
+    after the same pass, so they agree on running one more)."""
+    if job.cfg.measure.window_s <= 0:
+        return False
+    (shortest,) = job.gloo.max([-meter.window_so_far_s()])
+    return -shortest < job.cfg.measure.window_s
 
 
 def prober(job: WorkerJob) -> Optional[Callable[[], list]]:
@@ -226,7 +244,7 @@ def report(job: WorkerJob, work: Workload, meter: StepMeter, mine: metrics.RankF
                                threads=fleetbench.threads_info(),
                                probe=speed.DEFINITION if job.cfg.measure.probe else None)
     figures.update(examples=int(totals.samples), valid_lines=int(valid), invalid_lines=int(invalid),
-                   load_s=load_s, passes=job.cfg.passes, workers=job.workers, **ps_figures, **more["extra"])
+                   load_s=load_s, passes=more["passes"], workers=job.workers, **ps_figures, **more["extra"])
     if work.loss_is_logloss:
         figures["logloss"] = loss_sum / max(totals.samples, 1)
     if auc is not None:

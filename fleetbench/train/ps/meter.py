@@ -48,7 +48,8 @@ class StepMeter:
     def begin(self) -> None:
         """Training starts now (the first logging window, and the measured one without warm-up)."""
         self.timer = WindowTimer(self.cfg.warmup_steps)
-        # the window's length is the passes' (train_from_dataset cannot stop early): no calibration
+        # the window's length is whole passes' (train_from_dataset cannot stop inside one): no step
+        # count is calibrated; measure.window_s adds passes instead (driver.train)
         self.steady = Steady(self.cfg.warmup_steps, self.cfg.measure.settle_steps, 0.0, 1)
         self.warming = self.cfg.warmup_steps > 0
         self.last = self.timer.window_start
@@ -67,6 +68,11 @@ class StepMeter:
         self.client_cpu_start = commthread.cpu_seconds(self.client_tids)
         if self.marks is not None and not self.marks.open:  # warmup_steps 0: open from the start
             self.marks.open, self.marks.since = True, self.timer.window_start
+
+    def window_so_far_s(self) -> float:
+        """Seconds from the window's start to the last batch so far (0 while warming up)."""
+        with self.lock:
+            return 0.0 if self.warming else self.last - self.timer.measure_start
 
     def snapshot_auc(self) -> list[np.ndarray]:
         import numpy as np
