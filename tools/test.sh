@@ -27,9 +27,11 @@
 # the CPU-quota probes, Kubernetes' pods) run in pass 2 beside the 3.x tests split in two.
 #   (1) 2.6.2: the slow job files (launcher, parameter server, docs, GPT); the simulated GPU
 #       host's tier with the per-method breakdown, the architectures and the Kubernetes operator
-#       jobs; the root tier's waiting files, then ResNet50's jobs; everything else (foreground).
-#       Moved there from the two longest sessions (2026-11-29: rest 971 s, slow-jobs 863 s, where
-#       gpu-sim took 729 s and root-waiting 680 s, mostly waiting).
+#       jobs; the root tier's waiting files; the other job files; everything else (foreground).
+#       A fresh clone of 4109a10 (four sessions, ResNet50's jobs after the root tier's waiting
+#       files): pass 1 16:15 as before, the unit-and-job session 972 s, the last 140 s of it alone
+#       on the machine; the CPU of pass 1 the same (1338 s vs 1345): only less CPU or a shorter
+#       tail shortens it. ResNet50's file moved away made its shared 2-rank run twice (+32 CPU s).
 #   (2) 3.x: its slowest job files; the rest of 3.x; the root tier's CPU-heavy files (foreground).
 # Each background session's output is kept in a file and shown once the foreground one ends, so
 # two progress lines never interleave. Every session leaves a JUnit XML file in log/.
@@ -57,24 +59,9 @@ pytest_as() {
     "$py" -m pytest -q --durations=20 -p no:cacheprovider --junitxml "log/$name.xml" --basetemp "$tmp/$name" "$@"
 }
 # session NAME PYTHON PYTEST_ARGS...: in the background, its output in log/NAME.log
-# session NAME FUNCTION: the same for a function of pytest_as calls
 session() {
-    if [ $# -eq 2 ]; then
-        "$2" >"log/$1.log" 2>&1 &
-    else
-        pytest_as "$@" >"log/$1.log" 2>&1 &
-    fi
+    pytest_as "$@" >"log/$1.log" 2>&1 &
     pids+=($!) names+=("$1")
-}
-# The root tier's waiting files, then job files taken from the longest session: the waiting files
-# use ~0.1 core (80 CPU s in 680 s), so the jobs after them meet less contention than in the
-# foreground session. Its status: the first failure's.
-waiting_then_jobs() {
-    local rc
-    pytest_as root-waiting "$py2" -m "root and not gpu_sim" tests $(ignoring "${root_cpu[@]}")
-    rc=$?
-    pytest_as after-waiting "$py2" -m "not root and not gpu_sim" "${after_waiting[@]}"
-    return $(( rc ? rc : $? ))
 }
 # foreground NAME PYTHON PYTEST_ARGS...: with its output on the terminal
 foreground() {
@@ -103,15 +90,27 @@ rcs=()
 
 slow_jobs=(tests/job/test_launch.py tests/job/test_ps.py tests/job/test_docs.py tests/job/test_gpt.py)
 beside_sim=(tests/job/test_breakdown.py tests/job/test_k8s_operator.py tests/job/test_arch.py)
-after_waiting=(tests/job/test_resnet50.py)
+# the 2.6.2 job files of the rest (and test_mnist, which shares util.two_rank_run's MNIST run with
+# test_registered: a run is made once per session): a session of their own beside the unit tier
+rest_jobs=(tests/job/test_registered.py tests/job/test_resnet50.py tests/job/test_grad_sizes.py tests/job/test_blame.py
+           tests/job/test_nhwc.py tests/job/test_methods.py tests/job/test_diagnose_probe.py tests/job/test_supervisor.py
+           tests/job/test_run.py tests/job/test_hang_report.py tests/unit/test_mnist.py)
 root_cpu=(tests/root/test_diagnose.py tests/root/test_probe_quota.py tests/root/test_k8s_collective.py)
 slow3=(tests/job/test_launch.py tests/job/test_registered.py tests/job/test_gpt.py)
+
+# Every process of the run imports the repository's modules, and with PYTHONDONTWRITEBYTECODE set
+# (as on this machine and its CI) none writes their bytecode, so each compiled them from source:
+# 0.05-0.08 s of CPU a process (`fleetbench launch --help` 0.14 -> 0.10 s, a ResNet50 rank's
+# imports 1.21 -> 1.16 s, `fleetbench sweep --help` 0.20 -> 0.12 s; 2026-11-29), over the thousands
+# of processes a run starts. Compiled once here, they are read by every process.
+"$py2" -m compileall -q -j 2 fleetbench datasets collective parameter_server tests tools bench >/dev/null
 
 echo "tools/test.sh: pass 1, Paddle 2.6.2: the unit and job tiers, the simulated GPU host and the root tier's waiting files; background sessions' output follows"
 session slow-jobs "$py2" -m "not root and not gpu_sim" "${slow_jobs[@]}"
 session gpu-sim "$py2" -m "gpu_sim or not root" tests/gpu_sim "${beside_sim[@]}"
-session root-waiting waiting_then_jobs
-foreground rest "$py2" -m "not root and not gpu_sim" tests $(ignoring "${slow_jobs[@]}" "${beside_sim[@]}" "${after_waiting[@]}")
+session root-waiting "$py2" -m "root and not gpu_sim" tests $(ignoring "${root_cpu[@]}")
+session rest-jobs "$py2" -m "not root and not gpu_sim" "${rest_jobs[@]}"
+foreground rest "$py2" -m "not root and not gpu_sim" tests $(ignoring "${slow_jobs[@]}" "${beside_sim[@]}" "${rest_jobs[@]}")
 finish
 
 echo "tools/test.sh: pass 2, Paddle $("$py3" -c 'import paddle; print(paddle.__version__)' 2>/dev/null) and the root tier's CPU-heavy files; background sessions' output follows"
