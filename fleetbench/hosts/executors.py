@@ -33,7 +33,7 @@ from collections.abc import Iterable, Sequence
 
 from fleetbench.hosts import hostlist, reach
 from fleetbench.hosts.hostlist import Host
-from fleetbench.job.paddle_launch import NodeLaunch, child_env, paddle_command
+from fleetbench.job.paddle_launch import LAUNCHER_PORT_RANGE, NodeLaunch, child_env, paddle_command
 from fleetbench.measure import contract, registry
 
 FORWARD_PREFIXES = ("FLEETBENCH_", "NCCL_", "FLAGS_")
@@ -66,9 +66,40 @@ def spread(total: int, nodes: int) -> list[int]:
     return [total // nodes + (i < total % nodes) for i in range(nodes)]
 
 
-def free_port() -> int:
-    # Ports on other hosts cannot be probed from here; a random high port keeps jobs apart.
-    return random.randint(20000, 29999)
+# Linux's ephemeral ports start here (ip_local_port_range's default): any outgoing connection can
+# take one of them before a server listens; nothing below 10000 is chosen either (well-known services)
+EPHEMERAL_START, PORT_FLOOR = 32768, 10000
+
+
+def free_port(port_range: str | None = None) -> int:
+    """A port to tell a node's Paddle launcher (`--master`, PS endpoints, `--gloo_port`), outside the
+    range that launcher probes for its own ports: LAUNCHER_PORT_RANGE (what fleetbench gives it) and
+    `port_range` (PORT_RANGE here, if set). Node 0's launcher picks its collective master's port
+    before it starts the `--master` server, so from one range it can pick the very port it was told:
+    a fresh clone's 2-node job (2026-11-29) had both on 10.77.0.1:28005, and rank 0's TCP store
+    failed to bind it ("Bind network on IP_ANY:28005 failed"; 1 in ~12,000 jobs). Ports on other
+    hosts cannot be probed from here: a random one keeps concurrent jobs apart."""
+    taken = set()
+    for text in (LAUNCHER_PORT_RANGE, port_range or os.environ.get("PORT_RANGE") or LAUNCHER_PORT_RANGE):
+        try:
+            low, high = (int(part) for part in text.split(":"))
+        except ValueError:
+            raise ValueError(f"PORT_RANGE: expected LOW:HIGH port numbers, got {text!r}") from None
+        taken.update(range(low, high + 1))
+    # the largest free stretch: by default 10000-19999, not 32001-32767, where tests and users fix ports
+    blocks: list[list[int]] = []
+    for port in range(PORT_FLOOR, EPHEMERAL_START):
+        if port in taken:
+            continue
+        if blocks and blocks[-1][-1] == port - 1:
+            blocks[-1].append(port)
+        else:
+            blocks.append([port])
+    choices = max(blocks, key=len, default=[])
+    if len(choices) < 100:
+        raise ValueError(f"PORT_RANGE {port_range or os.environ.get('PORT_RANGE')}: leaves fewer than 100 ports "
+                         f"between {PORT_FLOOR} and the ephemeral range ({EPHEMERAL_START}-) for fleetbench's own")
+    return random.choice(choices)
 
 
 def node_flags(job: Job, addresses: Sequence[str]) -> list[list[str] | None]:

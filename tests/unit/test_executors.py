@@ -171,3 +171,27 @@ def test_a_nodes_log_lines_reach_the_head_before_the_exit_event_written_after_th
     sent = [line for line in out.getvalue().splitlines() if line.startswith(agent.LOG_MARK)]
     assert sent == [f"{agent.LOG_MARK}workerlog.1\tstep 3", f"{agent.LOG_MARK}workerlog.1\tfault: killed at 4",
                     f'{agent.LOG_MARK}.fbrank-job-7\t{{"event": "exit", "signal": 9}}']
+
+
+def test_ports_told_to_the_launchers_are_never_ones_a_launcher_picks_for_itself(monkeypatch):
+    # node 0's launcher picks its collective master's port from PORT_RANGE before it serves
+    # --master: told a port of that range, it once picked the same one (ex.free_port's docstring)
+    from fleetbench.job.paddle_launch import LAUNCHER_PORT_RANGE
+    low, high = map(int, LAUNCHER_PORT_RANGE.split(":"))
+    monkeypatch.delenv("PORT_RANGE", raising=False)
+    for port_range in (None, "35100:64000", "10000:15000", "21000:22000"):
+        ports = {ex.free_port(port_range) for _ in range(300)}
+        assert all(ex.PORT_FLOOR <= p < ex.EPHEMERAL_START and not low <= p <= high for p in ports), port_range
+        if port_range:
+            a, b = map(int, port_range.split(":"))
+            assert not any(a <= p <= b for p in ports), port_range
+    # the largest free stretch: below the launchers' range, not the 32001-32767 left above it
+    assert all(ex.PORT_FLOOR <= ex.free_port() < low for _ in range(100))
+    monkeypatch.setenv("PORT_RANGE", "10000:19999")  # the user's own range, with fleetbench's beside it
+    assert 32000 < ex.free_port() < ex.EPHEMERAL_START
+    for flags in ex.node_flags(JOB, ["10.9.0.1", "10.9.0.2"]):
+        assert 32000 < int(_flag(flags, "--master").rsplit(":", 1)[1]) < ex.EPHEMERAL_START
+    with pytest.raises(ValueError, match="PORT_RANGE: expected LOW:HIGH"):
+        ex.free_port("20000-32000")
+    with pytest.raises(ValueError, match="fewer than 100 ports"):
+        ex.free_port("10000:32767")
