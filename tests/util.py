@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from fleetbench.job.paddle_launch import LAUNCHER_PORT_RANGE
+from fleetbench.job import messages
 from fleetbench.job.messages import start_up_failure
 from fleetbench.job.ranks import progress_step
 from fleetbench.train.capability import ps_missing
@@ -178,6 +179,19 @@ def start_up_failed(log_dir) -> bool:
     lines = [line for log in Path(log_dir).glob("workerlog.*")
              for line in log.read_text(errors="replace").splitlines()]
     return any(start_up_failure(line) for line in lines) and not any(progress_step(line) for line in lines)
+
+
+def assert_launched(record: dict, executor: str, hosts: list) -> None:
+    """The record was launched by `executor` on `hosts`, at once or, if a second attempt, after a
+    start-up failure: `fleetbench launch` runs a job once more when gloo's rendezvous or a PS
+    start-up failed before any step, and on a loaded machine that is the product working (a fresh
+    clone, 2026-11-29: `connect [127.0.0.1]:22963: Connection refused` in ProcessGroupGloo.create,
+    then a good second attempt, failed a test that wanted no `attempt` in the record)."""
+    launch = dict(record["launch"])
+    attempt, why = launch.pop("attempt", None), launch.pop("retried_after", "")
+    assert launch == {"executor": executor, "hosts": hosts}, record["launch"]
+    assert attempt in (None, 2) and (attempt is None or any(f"log says {m}" in why for m in messages.START_UP)), \
+        record["launch"]
 
 
 def worker_log_tails(log_dir, lines: int = 30, pattern: str = "workerlog.*") -> str:

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 import yaml
-from util import PYTHON, REPO, env, records, slurm_nodes
+from util import PYTHON, REPO, assert_launched, env, records, slurm_nodes
 
 from fleetbench.emulate import slurmd
 from fleetbench.hosts import allocation
@@ -98,7 +98,7 @@ def test_the_script_runs_a_two_node_sweep_through_srun(tmp_path):
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     [rec] = records(store)
     assert rec["error"] is None and rec["nodes"] == 2 and rec["world_size"] == 2
-    assert rec["launch"] == {"executor": "slurm", "hosts": ["127.0.0.1", "127.0.0.2"]}
+    assert_launched(rec, "slurm", ["127.0.0.1", "127.0.0.2"])
     calls = [json.loads(f.read_text()) for f in calls_dir.iterdir()]
     # per node: one srun checking the cell there (the head may lack the nodes' devices: issue 33,
     # finding 2), then one running its part of the job; the per-node sruns start concurrently
@@ -139,7 +139,8 @@ def test_sbatch_runs_the_sweep_on_a_real_slurm(slurm_cluster, tmp_path):
     recs = records(store)
     assert [(r["benchmark"], r["error"]) for r in recs] == [("resnet50", None), ("ctr", None)]
     for r in recs:
-        assert r["launch"] == {"executor": "slurm", "hosts": ["n0", "n1"]} and r["nodes"] == 2
+        assert_launched(r, "slurm", ["n0", "n1"])
+        assert r["nodes"] == 2
     assert "sweep finished" in outputs and "2 runs, 0 failed" in outputs
 
 

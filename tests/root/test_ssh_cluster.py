@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from util import PYTHON, REPO, cluster_name, emulated_nodes, env, records
+from util import PYTHON, REPO, assert_launched, cluster_name, emulated_nodes, env, records
 
 from fleetbench.emulate import netem, sshd
 from fleetbench.hosts import remote
@@ -74,7 +74,7 @@ def test_a_two_node_sweep_runs_entirely_through_ssh(cluster, tmp_path):
     recs = records(store)
     assert [(r["benchmark"], r["error"]) for r in recs] == [("resnet50", None), ("ctr", None)]
     for r in recs:
-        assert r["launch"] == {"executor": "ssh", "hosts": cluster["hosts"]}
+        assert_launched(r, "ssh", cluster["hosts"])
         assert r["network"]["profile"] == "1gbe" and r["nodes"] == 2
     # the nodes' logs came back over ssh: every rank's, from both nodes
     logs = sorted(str(p.relative_to(tmp_path / "log")).split("/", 1)[1] for p in (tmp_path / "log").glob("*/node*/*log.*")
@@ -110,7 +110,7 @@ def test_a_rank_killed_on_the_second_node_is_named_and_the_job_is_gone_everywher
     job = re.search(r"logs in \S+; job (\w+)", p.stderr)
     assert job and job_processes(job.group(1)) == [], "a process of the job outlived it on a node"
     assert len(recs) == 1 and "worker rank 1 on " + host in recs[0]["error"]
-    assert recs[0]["launch"] == {"executor": "ssh", "hosts": cluster["hosts"]}
+    assert_launched(recs[0], "ssh", cluster["hosts"])
 
 
 @needs_sshd
