@@ -79,26 +79,20 @@ def free_port(port_range: str | None = None) -> int:
     a fresh clone's 2-node job (2026-11-29) had both on 10.77.0.1:28005, and rank 0's TCP store
     failed to bind it ("Bind network on IP_ANY:28005 failed"; 1 in ~12,000 jobs). Ports on other
     hosts cannot be probed from here: a random one keeps concurrent jobs apart."""
-    taken = set()
-    for text in (LAUNCHER_PORT_RANGE, port_range or os.environ.get("PORT_RANGE") or LAUNCHER_PORT_RANGE):
+    given = port_range or os.environ.get("PORT_RANGE") or LAUNCHER_PORT_RANGE
+    free = [range(PORT_FLOOR, EPHEMERAL_START)]  # what no launcher's range covers, cut range by range
+    for text in (LAUNCHER_PORT_RANGE, given):
         try:
             low, high = (int(part) for part in text.split(":"))
         except ValueError:
             raise ValueError(f"PORT_RANGE: expected LOW:HIGH port numbers, got {text!r}") from None
-        taken.update(range(low, high + 1))
+        free = [part for r in free for part in (range(r.start, min(r.stop, low)), range(max(r.start, high + 1), r.stop))
+                if part]
     # the largest free stretch: by default 10000-19999, not 32001-32767, where tests and users fix ports
-    blocks: list[list[int]] = []
-    for port in range(PORT_FLOOR, EPHEMERAL_START):
-        if port in taken:
-            continue
-        if blocks and blocks[-1][-1] == port - 1:
-            blocks[-1].append(port)
-        else:
-            blocks.append([port])
-    choices = max(blocks, key=len, default=[])
+    choices = max(free, key=len, default=range(0))
     if len(choices) < 100:
-        raise ValueError(f"PORT_RANGE {port_range or os.environ.get('PORT_RANGE')}: leaves fewer than 100 ports "
-                         f"between {PORT_FLOOR} and the ephemeral range ({EPHEMERAL_START}-) for fleetbench's own")
+        raise ValueError(f"PORT_RANGE {given}: leaves fewer than 100 ports between {PORT_FLOOR} and the "
+                         f"ephemeral range ({EPHEMERAL_START}-) for fleetbench's own")
     return random.choice(choices)
 
 

@@ -206,8 +206,9 @@ def _comm(ref: Cell, target: Target, cells: list[Cell], comm: list, bound: str) 
     link = found.link
     sharing = found.sharing if ref.gpu and found.sharing_per_node == target.shape.devices_per_node else 1.0
     notes = list(found.notes)
-    prior = ref.gpu and found.one_gpu_alone and target.node_prior
-    if ref.gpu and found.one_gpu_alone:  # nothing measured what the node's GPUs share
+    alone = ref.gpu and found.one_gpu_alone  # nothing measured what the node's GPUs share
+    prior = alone and target.node_prior
+    if alone:
         sharing, note = node.prior(target.shape.devices_per_node, bound) if prior else (
             1.0, "no node sharing assumed (the prior off): this throughput is an upper bound")
         notes.append(note)

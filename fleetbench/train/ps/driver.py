@@ -206,8 +206,7 @@ def window_short(job: WorkerJob, meter: StepMeter) -> bool:
     after the same pass, so they agree on running one more)."""
     if job.cfg.measure.window_s <= 0:
         return False
-    (shortest,) = job.gloo.max([-meter.window_so_far_s()])
-    return -shortest < job.cfg.measure.window_s
+    return min(row[0] for row in job.gloo.gather([meter.window_so_far_s()])) < job.cfg.measure.window_s
 
 
 def prober(job: WorkerJob) -> Optional[Callable[[], list]]:
