@@ -328,3 +328,18 @@ def test_a_worker_whose_parameters_came_back_unlike_worker_0_pushed_them_is_a_st
                        "(sum 3.25, sum of squares 1101.5; this worker holds 0, 0)")
     # as the worker logs it, the launcher reads a start-up failure (run it again), not a cause
     assert start_up_failure(f"error: worker 1: {problem}")
+
+
+def test_every_role_but_server_0_waits_for_the_gloo_http_store_before_fleet_init():
+    """Server 0 starts the store; the others would otherwise find it down in fleet.init and sleep
+    3 s (Paddle's wait_server_ready); nothing to wait for without the HTTP rendezvous."""
+    servers = ["10.0.0.1:6001", "10.0.0.2:6001"]
+    env = {"PADDLE_GLOO_RENDEZVOUS": "3", "PADDLE_GLOO_HTTP_ENDPOINT": "10.0.0.1:6003",
+           "PADDLE_WITH_GLOO": "1", "POD_IP": "10.0.0.1", "PADDLE_PORT": "6001"}
+    wait = paddle26.rendezvous_to_wait_for
+    assert wait("server", servers, env) is None
+    assert wait("server", servers, {**env, "POD_IP": "10.0.0.2"}) == "10.0.0.1:6003"
+    assert wait("worker", servers, {**env, "PADDLE_PORT": "6002"}) == "10.0.0.1:6003"
+    assert wait("worker", servers, {**env, "PADDLE_GLOO_RENDEZVOUS": "2"}) is None  # a file store
+    assert wait("worker", servers, {**env, "PADDLE_WITH_GLOO": "0"}) is None
+    assert wait("worker", servers, {k: v for k, v in env.items() if k != "PADDLE_GLOO_HTTP_ENDPOINT"}) is None

@@ -343,6 +343,9 @@ def main(script: str, cls: type, build: Callable, data_files: Callable, first_er
     from paddle.distributed import fleet
     paddle.enable_static()
     paddle26.import_http_server_in(scratch.for_process().subdir("http"))
+    store = paddle26.rendezvous_to_wait_for(role.role, role.servers, os.environ)
+    if store:  # bounded: past it Paddle's own wait goes on, and its failure is the one reported
+        gloo.wait_ports([store], up=True, deadline_s=bench.cfg.init_timeout_s)
     with Quiet():
         fleet.init(log_level="WARNING")
     if role.role == "server":
