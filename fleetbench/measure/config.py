@@ -63,6 +63,10 @@ class MeasureConfig:
     # > 0: the measured window is calibrated from the settled step time to last this many seconds
     # (timing.calibrated_steps; collective loops by steps only); 0: the preset's fixed step count
     window_s: float = 0.0
+    # a CPU rank's fp32 GEMM for its MFU's peak, timed after training (train/trace.py): the fastest
+    # of 3 trials of peak_s / 3; the tiny presets ask for less (a run of a second or two; the test
+    # suite's budget: 0.45 s less on every core of every collective job)
+    peak_s: float = 0.6
 
 
 @dataclasses.dataclass
@@ -87,6 +91,7 @@ class BenchConfig:
         require(self.debug.delay_ms >= 0, "debug.delay_ms", "must be >= 0", self.debug.delay_ms)
         require(self.measure.settle_steps >= 0, "measure.settle_steps", "must be >= 0", self.measure.settle_steps)
         require(self.measure.window_s >= 0, "measure.window_s", "must be >= 0 seconds", self.measure.window_s)
+        require(self.measure.peak_s > 0, "measure.peak_s", "must be > 0 seconds", self.measure.peak_s)
 
 
 @dataclasses.dataclass

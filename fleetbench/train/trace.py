@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from fleetbench.train.run import Run
 
 DISPLAY_UNIT = "ms"
-GEMM_SECONDS = 0.6  # a CPU rank's GEMM probe for its peak, after training (3 trials of 0.2 s)
 CONV = (paddle.nn.Conv1D, paddle.nn.Conv2D, paddle.nn.Conv3D)
 CONV_T = (paddle.nn.Conv1DTranspose, paddle.nn.Conv2DTranspose, paddle.nn.Conv3DTranspose)
 
@@ -146,7 +145,7 @@ def model_flops(bench: Run, ctx: Context, comm: metrics.Communicator, samples_pe
         precision = flops.gpu_precision(getattr(bench.cfg, "amp", "off"), name)
         peak, source = flops.gpu_peak_flops(name, precision, ctx.world_size), f"devices.py: {name}, {precision}"
     else:
-        rates = [r[0] for r in comm.gather([speed.paddle_gemm_gflops(GEMM_SECONDS)])]
+        rates = [r[0] for r in comm.gather([speed.paddle_gemm_gflops(bench.cfg.measure.peak_s)])]
         peak, source = flops.cpu_peak_flops(rates), "fp32 GEMM measured on each rank's threads after training"
     return {"model_flops_per_sample": per_sample, "peak_flops": peak, "peak_flops_source": source,
             "mfu": flops.mfu(per_sample, samples_per_s, peak)}
