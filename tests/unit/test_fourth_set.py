@@ -24,7 +24,7 @@ def _load(name: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("name", sorted(FOURTH_SET))
-def test_each_file_loads_is_held_out_and_every_multi_node_cell_is_predicted(name):
+def test_each_published_reference_file_loads_is_held_out_and_every_multi_node_cell_is_predicted(name):
     records = _load(name)
     count, multi_node = FOURTH_SET[name]
     assert len(records) == count
@@ -41,7 +41,7 @@ def test_each_file_loads_is_held_out_and_every_multi_node_cell_is_predicted(name
     assert all(r["nodes"] > 1 for r in rows)
 
 
-def test_markdown_tables_nest_list_item_headings_and_read_total_or_per_node_gpus():
+def test_convert_markdown_tables_nest_list_item_headings_and_read_total_or_per_node_gpus():
     text = "\n".join([
         "## FP16 runs", "- ### host A", "  - #### batch_size = 64, loader=x", "",
         "| node_num | gpu_num | samples/s | speedup |", "| --- | --- | --- | --- |",
@@ -58,7 +58,7 @@ def test_markdown_tables_nest_list_item_headings_and_read_total_or_per_node_gpus
     assert amp2["network"]["rate_gbit"] == 100 and amp1["network"] is None
 
 
-def test_rst_tables_skip_empty_cells_and_read_the_shape_from_the_header():
+def test_convert_rst_tables_skip_empty_cells_and_read_the_shape_from_the_header():
     text = "\n".join(["intro", "===== ===== ===== =====", "b     1 x 1 1 x 8 2 x 8", "===== ===== ===== =====",
                       "32          100.5 201", "64    9     300   590.25", "===== ===== ===== ====="])
     spec = dict(convert_fourth.SOURCES["fleetx-paddle-rn50"], tables=[("fp32", "T")])
