@@ -94,11 +94,12 @@ def test_model_error_constants_are_what_the_fitted_tables_give_and_ranges_hold_7
     # set (2026-11-29: its one multi-node table, TF1 BioBERT, 24 of 28) 67 of 82; with the third
     # (2026-11-29, first run: its multi-node EfficientNet tables, 30 of 36) 97 of 118; the same with the
     # node-sharing prior (no cell here is predicted from one GPU alone) and with the second set's seven
-    # single-node tables moved to the fitted ones (they have no multi-node cell)
+    # single-node tables moved to the fitted ones (they have no multi-node cell); with the fourth
+    # (2026-11-29, judged once: PaddleFleetX and DLPerf ResNet-50 tables, 40 of 50) 137 of 168
     assert (totals["fitted"]["within"], totals["fitted"]["predicted"]) == (209, 228)
     collective = [r for r in fitted if not r["method"].endswith("-ps")]
     assert sum(abs(r["throughput_error"]) <= 0.15 for r in collective) / len(collective) >= 0.90
-    assert (totals["held out"]["within"], totals["held out"]["predicted"]) == (97, 118)
+    assert (totals["held out"]["within"], totals["held out"]["predicted"]) == (137, 168)
 
 
 def test_the_80_percent_range_contains_the_inputs_range_and_grows_with_nodes():
