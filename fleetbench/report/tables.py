@@ -68,7 +68,8 @@ def mfu_text(group: dict) -> str:
 
 
 def run_text(group: dict, run: dict) -> str:
-    mark = stability.run_mark(run["id"], group.get("excluded", ()), group.get("outliers", ()), group.get("disturbed"))
+    mark = stability.run_mark(run["id"], group.get("excluded", ()), group.get("outliers", ()), group.get("disturbed"),
+                              run.get("imbalance", ""))
     return f"{stability.format_pm(run['throughput'], None)} [{run['id'][:8]}]{mark}"
 
 

@@ -67,7 +67,8 @@ def stability_lines(cells: list[dict]) -> list[str]:
     for c in cells:
         if c.get("unstable") or c.get("outliers") or c.get("disturbed"):
             runs = ", ".join(stability.format_pm(r["throughput"], None)
-                             + stability.run_mark(r["id"], c["excluded"], c["outliers"], c.get("disturbed"))
+                             + stability.run_mark(r["id"], c["excluded"], c["outliers"], c.get("disturbed"),
+                                                  r.get("imbalance", ""))
                              for r in c["runs"])
             label = "UNSTABLE" if c["unstable"] else "outlier" if c.get("outliers") else "disturbed"
             lines.append(f"{label}: {c['benchmark']} {c['method']} world "

@@ -169,3 +169,24 @@ def test_two_missed_targets_or_too_few_runs_give_no_score():
     assert two["score_s"] is None and two["reason"] == "2 runs missed the target: a score allows one"
     few = st.olympic_score([50.0, 60.0, 70.0, 80.0])
     assert few["score_s"] is None and few["reason"] == "4 run(s): a score needs 5"
+
+
+@pytest.mark.parametrize("medians, who, expected", [
+    ([10.0, 4.7], "worker", "worker 0's median step 10 ms, 2.1x worker 1's"),  # the demo's GEO outlier
+    ([4.7, 4.8, 7.5], "rank", "rank 2's median step 7.5 ms, 1.6x rank 0's"),
+    ([5.0, 7.4], "rank", ""),  # 1.48x: under IMBALANCE_RATIO
+    ([5.0, 7.5], "rank", "rank 1's median step 7.5 ms, 1.5x rank 0's"),  # at it
+    ([5.0], "rank", ""),  # one rank: nothing to compare
+])
+def test_a_run_names_a_rank_far_slower_a_step_than_another(medians, who, expected):
+    # each rank's steps around its median, with one long wait (a PS pass's end) that must not count
+    times = [[m * 0.98, m, m * 1.02, m * 200] + [m] * 3 for m in medians]
+    assert st.imbalance_text({"step_times_ms": times}, who) == expected
+
+
+def test_imbalance_needs_every_ranks_steps_and_shows_in_the_runs_mark():
+    assert st.imbalance_text({"step_times_ms": [[5.0, 5.0], []]}) == ""  # a rank without steps
+    assert st.imbalance_text({}) == "" and st.imbalance_text({"step_times_ms": None}) == ""
+    mark = st.run_mark("a", ["a"], ["a"], None, "worker 0's median step 10 ms, 2.1x worker 1's")
+    assert mark == " (outlier, excluded; worker 0's median step 10 ms, 2.1x worker 1's)"
+    assert st.run_mark("b", [], [], None, "") == ""

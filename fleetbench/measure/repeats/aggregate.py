@@ -55,7 +55,8 @@ def stability_fields(ok: list[dict], cv_threshold: float, disturbed_pct: float =
     majority look stable (issue 34), nor one disturbed run an undisturbed cell look unstable; a
     group whose every run was disturbed has no stability verdict (cv null, not unstable,
     `figure_disturbed`), and `agreement` says so. Also: runs (id, throughput, interference,
-    disturbed, in store order) and outliers (ids flagged among the undisturbed runs)."""
+    disturbed, in store order; a rank far slower a step than another: stability.imbalance_text) and
+    outliers (ids flagged among the undisturbed runs)."""
     values = [r["metrics"]["throughput"] for r in ok]
     why = stability.disturbed_reasons([r["metrics"] for r in ok], disturbed_pct)  # CPU, GPUs, speed probe
     quiet = [reason is None for reason in why]
@@ -66,7 +67,8 @@ def stability_fields(ok: list[dict], cv_threshold: float, disturbed_pct: float =
              "interference_cpu_pct": r["metrics"].get("interference_cpu_pct"),
              "interference_gpu_procs": r["metrics"].get("interference_gpu_procs"),
              "probe_gemm_gflops": stability.probe_figure(r["metrics"], "probe_gemm_gflops"),
-             "mfu": r["metrics"].get("mfu")}  # model FLOPs utilisation (measure/flops.py), shown beside it
+             "mfu": r["metrics"].get("mfu"),  # model FLOPs utilisation (measure/flops.py), shown beside it
+             "imbalance": stability.imbalance_text(r["metrics"], "worker" if r.get("mode") == "ps" else "rank")}
             for r, v, q in zip(ok, values, quiet)]
     until, unstable, target = _judged(ok, values, quiet, judged, cv_threshold)
     return dict(summarize(figure), runs=runs,
