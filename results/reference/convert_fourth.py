@@ -130,12 +130,19 @@ def _record(key: str, spec: dict, shape: tuple[int, int], precision: str, batch:
     return record
 
 
+# Headings in Chinese, in English: a record's variant becomes a chart's label, and the charts' font
+# (DejaVu Sans, report/style.py) has no CJK glyphs (a box a character, and a warning each).
+ENGLISH = {"物理机环境内": "bare metal"}  # DLPerf PyTorch: "in the physical-machine environment"
+
+
 def _heading(line: str) -> tuple[int, str] | None:
     """A Markdown heading, also one inside a list item ('- ### ...', '  - #### ...'): (level, text).
     A list item's heading nests under the plain headings above it (DLPerf's PyTorch README puts
     '- ### host' under '### FP32 & ... DataLoader'), so its level counts from 6."""
     match = re.match(r"^\s*(-\s+)?(#{1,6})\s+(.*\S)\s*$", line)
-    return (len(match[2]) + (6 if match[1] else 0), match[3].strip()) if match else None
+    if not match:
+        return None
+    return len(match[2]) + (6 if match[1] else 0), ENGLISH.get(match[3].strip(), match[3].strip())
 
 
 def _cells(line: str) -> list[str]:
@@ -183,8 +190,10 @@ def _markdown_row(key: str, spec: dict, row: dict, headings: list[str]) -> dict:
     batch_text = row.get("batch_size_per_device") or next(
         m[1] for h in reversed(headings) if (m := re.search(r"batch[ _]size\s*=\s*(\d+)", h)))
     speed = next(v for k, v in row.items() if k.startswith("samples/s"))
-    return _record(key, spec, (nodes, per_node), _precision(headings), int(batch_text), float(speed),
-                   " / ".join(headings))
+    variant = " / ".join(headings)
+    if re.search(r"[\u3000-\u9fff]", variant):
+        raise SystemExit(f"{key}: a heading in Chinese with no English in ENGLISH: {variant!r}")
+    return _record(key, spec, (nodes, per_node), _precision(headings), int(batch_text), float(speed), variant)
 
 
 def rst_tables(key: str, spec: dict, text: str) -> list[dict]:

@@ -4,6 +4,7 @@ count docs/explain.md reports, is held out, and every multi-node cell is predict
 table's 1-node run; the parsers read the two table forms. The accuracy is a reported number
 (docs/explain.md, *The fourth held-out set*), not asserted here."""
 import json
+import re
 
 import pytest
 
@@ -67,3 +68,18 @@ def test_convert_rst_tables_skip_empty_cells_and_read_the_shape_from_the_header(
               for r in records]
     assert shapes == [(32, 1, 8, 100.5), (32, 2, 8, 201.0), (64, 1, 1, 9.0), (64, 1, 8, 300.0),
                       (64, 2, 8, 590.25)]
+
+
+def test_no_reference_record_carries_text_the_charts_font_cannot_draw():
+    """Variants become chart labels, drawn in DejaVu Sans, which has no CJK glyphs: DLPerf's PyTorch
+    README heads two tables '物理机环境内' (bare metal), which the converter puts in English."""
+    for path in sorted(REFERENCE.glob("*.jsonl")):
+        assert not re.search(r"[\u3000-\u9fff]", path.read_text(encoding="utf-8")), path.name
+    lines = ["### FP32 & W/O XLA", "- ### 物理机环境内", "| node_num | gpu_num_per_node | batch_size_per_device | samples/s |",
+             "|---|---|---|---|", "| 1 | 1 | 128 | 350.0 |"]
+    (rec,) = convert_fourth.markdown_tables("dlperf-pytorch-rn50", convert_fourth.SOURCES["dlperf-pytorch-rn50"],
+                                            "\n".join(lines))
+    assert "bare metal" in json.dumps(rec) and not re.search(r"[\u3000-\u9fff]", json.dumps(rec, ensure_ascii=False))
+    with pytest.raises(SystemExit, match="no English"):
+        convert_fourth.markdown_tables("dlperf-pytorch-rn50", convert_fourth.SOURCES["dlperf-pytorch-rn50"],
+                                       "\n".join(lines).replace("物理机环境内", "云环境内"))
