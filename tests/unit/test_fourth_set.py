@@ -75,8 +75,9 @@ def test_no_reference_record_carries_text_the_charts_font_cannot_draw():
     README heads two tables '物理机环境内' (bare metal), which the converter puts in English."""
     for path in sorted(REFERENCE.glob("*.jsonl")):
         assert not re.search(r"[\u3000-\u9fff]", path.read_text(encoding="utf-8")), path.name
-    lines = ["### FP32 & W/O XLA", "- ### 物理机环境内", "| node_num | gpu_num_per_node | batch_size_per_device | samples/s |",
-             "|---|---|---|---|", "| 1 | 1 | 128 | 350.0 |"]
+    lines = ["### FP32 & W/O XLA", "- ### 物理机环境内",
+             "| node_num | gpu_num_per_node | batch_size_per_device | samples/s |", "|---|---|---|---|",
+             "| 1 | 1 | 128 | 350.0 |"]
     (rec,) = convert_fourth.markdown_tables("dlperf-pytorch-rn50", convert_fourth.SOURCES["dlperf-pytorch-rn50"],
                                             "\n".join(lines))
     assert "bare metal" in json.dumps(rec) and not re.search(r"[\u3000-\u9fff]", json.dumps(rec, ensure_ascii=False))
