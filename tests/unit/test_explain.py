@@ -380,10 +380,9 @@ def test_post_backward_bucket_count_is_what_paddles_build_groups_makes():
 @pytest.mark.job
 def test_real_control_and_bsp_records_explain_a_slow_rank(tmp_path):
     """Rank 1 sleeps 600 ms after every step in both runs. In the method=none control the ranks run
-    free, so its per-rank step times show the slow rank; bsp carries its gradient bytes. The delay is
-    large beside a tiny step (about 0.5 s here) so that the promise, rank 1 slower by about the delay,
-    holds with room on 2 loaded cores (with 300 ms it failed once for each of two engineers working
-    beside it; which assertion was not kept). Four measured steps: the delay is on every one."""
+    free, so the record shows where rank 1's time went (its step time holds the sleep beside its
+    step's own span) and explain's imbalance is the ranks' difference; bsp carries its gradient
+    bytes. Four measured steps: the delay is on every one."""
     import subprocess
 
     from util import PYTHON, REPO, env
@@ -403,7 +402,13 @@ def test_real_control_and_bsp_records_explain_a_slow_rank(tmp_path):
     m = control["metrics"]
     assert m["control"] is True and m["comm_bytes_per_step"] == 0 and m["comm_buckets_per_step"] == 0
     fast, slow = m["rank_step_ms"]
-    assert slow - fast > 0.5 * 600
+    # Rank 1 sleeps after its step's span (train/phases.py's `step` ends before it): its step time
+    # less that span holds the 600 ms whatever else runs; rank 0's holds only the loop's own lines.
+    # How much faster rank 0 runs meanwhile is the scheduler's: beside two busy loops and four test
+    # sessions (steps of 5.2 s) it was 5217 ms a step against rank 1's 5464, 247 ms apart, where the
+    # test asked for 300 (a fresh clone beside a CPU hog, 2026-11-29)
+    outside = [total - row["step"] for total, row in zip(m["rank_step_ms"], m["step_breakdown"]["ranks"])]
+    assert outside[1] >= 0.99 * 600 and outside[0] < outside[1] - 0.5 * 600
     assert m["rank_step_ms"] == pytest.approx([1000 * e / m["measured_steps"] for e in m["rank_elapsed_s"]])
     b = bsp["metrics"]
     assert b["control"] is False and b["grad_tensors"] > 100  # ResNet50: 161 trainable tensors
