@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from fleetbench.job.paddle_launch import LAUNCHER_PORT_RANGE
-from fleetbench.job import messages
-from fleetbench.job.messages import start_up_failure
+from fleetbench.job.messages import START_UP, start_up_failure
 from fleetbench.job.ranks import progress_step
 from fleetbench.train.capability import ps_missing
 
@@ -190,7 +189,7 @@ def assert_launched(record: dict, executor: str, hosts: list) -> None:
     launch = dict(record["launch"])
     attempt, why = launch.pop("attempt", None), launch.pop("retried_after", "")
     assert launch == {"executor": executor, "hosts": hosts}, record["launch"]
-    assert attempt in (None, 2) and (attempt is None or any(f"log says {m}" in why for m in messages.START_UP)), \
+    assert attempt in (None, 2) and (attempt is None or any(f"log says {m}" in why for m in START_UP)), \
         record["launch"]
 
 

@@ -94,11 +94,11 @@ def rendezvous_to_wait_for(role: str, servers: list, env: Mapping[str, str]) -> 
 
 
 def import_http_server_in(directory: Path) -> None:
-    """With gloo's HTTP rendezvous (the legacy launcher; see quiet_environment) worker 0 runs
-    Paddle's KV server, whose module opens `http.log` in the current directory when imported
-    (a logging.FileHandler, which keeps the absolute path). Import it first from `directory`
-    and drop that handler, so nothing lands in the user's directory; the log only lists the
-    rendezvous' HTTP requests."""
+    """With gloo's HTTP rendezvous (the legacy launcher; see quiet_environment) server 0 runs
+    Paddle's KV server (role_maker: `_is_server() and _server_index() == 0`), whose module opens
+    `http.log` in the current directory when imported (a logging.FileHandler, which keeps the
+    absolute path). Import it first from `directory` and drop that handler, so nothing lands in
+    the user's directory; the log only lists the rendezvous' HTTP requests."""
     import logging
     with contextlib.chdir(directory):
         from paddle.distributed.fleet.utils import http_server
