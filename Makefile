@@ -24,10 +24,16 @@ PADDLE3_MARKS  := not ps and not root and not build_neutral
 PADDLE3_SELECT := -m "$(PADDLE3_MARKS)" tests/unit tests/job
 
 comma := ,
+# Every process that imports Paddle (each rank, each Paddle launcher, each device probe: ~740 in
+# `make test`) imports setuptools through paddle.utils.cpp_extension; the setuptools a virtualenv
+# starts with (65.5 for Python 3.11) imports pkg_resources with it, 0.1 s of CPU a process (import
+# paddle 1.24 -> 1.11 s on 2.6.2, 1.18 -> 1.06 s on 3.3.1 with setuptools 84; both builds import and
+# train with it). Capped: Paddle imports setuptools.command.easy_install, which setuptools deprecates.
+SETUPTOOLS := setuptools>=70,<85
 # $(call make-venv,DIR,EXTRAS): create DIR if needed and install fleetbench with EXTRAS into it.
 define make-venv
 test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
-$(1)/bin/python -m pip install --quiet --upgrade pip
+$(1)/bin/python -m pip install --quiet --upgrade pip "$(SETUPTOOLS)"
 $(1)/bin/python -m pip install --quiet -e ".[$(2)]"
 touch $@
 endef
@@ -43,7 +49,7 @@ install: $(STAMP)
 
 # paddlepaddle and paddlepaddle-gpu both install paddle/: one virtualenv holds one build, so a
 # .venv stamped for the other extra is refused in one line (exit 2) before pip touches it.
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml Makefile
 	@case '$(EXTRA)' in cpu|gpu) ;; *) echo "make: EXTRA=$(EXTRA): expected cpu (the default) or gpu (paddlepaddle-gpu==2.6.2: CUDA 11.8, cuDNN 8.6)" >&2; exit 2;; esac
 	@other=$$(ls -d $(VENV)/.installed-* 2>/dev/null | grep -vx '$(STAMP)' | head -1); \
 	if [ -n "$$other" ]; then echo "make: $(VENV) holds the $${other##*/.installed-} build of Paddle and this host wants '$(EXTRA)' (paddlepaddle and paddlepaddle-gpu both own paddle/): run make clean first, or give this build its own virtualenv: make VENV=.venv-$(EXTRA) $(or $(MAKECMDGOALS),install)" >&2; exit 2; fi
@@ -51,7 +57,7 @@ $(STAMP): setup.cfg pyproject.toml
 
 install-paddle3: $(STAMP3)
 
-$(STAMP3): setup.cfg pyproject.toml
+$(STAMP3): setup.cfg pyproject.toml Makefile
 	$(call make-venv,$(VENV3),cpu3$(comma)test)
 
 demo: deps install

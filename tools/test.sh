@@ -2,8 +2,8 @@
 # `make test`: the whole suite on Paddle 2.6.2, and the collective and core tests on 3.x.
 #   usage: tools/test.sh PYTHON_2.6.2 PYTHON_3.x MARKERS_FOR_3.x
 #
-# Sessions of pytest side by side, in two passes, because one after the other the suite takes over
-# 30 minutes on 2 cores while most tests wait: on a Paddle launcher, a shaped link, an sshd or a
+# Sessions of pytest side by side, at most five at once, because one after the other the suite takes
+# over 30 minutes on 2 cores while most tests wait: on a Paddle launcher, a shaped link, an sshd or a
 # slurmd. Every job picks free ports and its own temporary directory, and every emulated cluster
 # its own name and subnet (tests/util.cluster_name, netem's subnet lock), so sessions share nothing.
 #
@@ -22,21 +22,20 @@
 #     rest session 944 s, the four sessions using 1.4 cores), pass 2 5:24; 30.6 CPU minutes;
 #   - the same with pass 1 in five sessions (0220c09): pass 1 14:35, and the simulated GPU host's
 #     demo sweep stalled (its ResNet50 rank logged no step within the demo's 60 s, load ~6).
-# Hence this layout: the root tier's waiting files (Slurm, SSH, shaped links) run in pass 1 beside
-# the CPU-bound sessions, whose idle core they use; its CPU-heavy files (diagnose's timed probes,
-# the CPU-quota probes, Kubernetes' pods) run in pass 2 beside the 3.x tests split in two.
-#   (1) 2.6.2: the slow job files (launcher, parameter server, docs, GPT); the simulated GPU
-#       host's tier with the per-method breakdown, the architectures and the Kubernetes operator
-#       jobs; the root tier's waiting files; the other job files; everything else (foreground).
-#       A fresh clone of 4109a10 (four sessions, ResNet50's jobs after the root tier's waiting
-#       files): pass 1 16:15 as before, the unit-and-job session 972 s, the last 140 s of it alone
-#       on the machine; the CPU of pass 1 the same (1338 s vs 1345): only less CPU or a shorter
-#       tail shortens it. ResNet50's file moved away made its shared 2-rank run twice (+32 CPU s).
-#       This layout, the rest's job files a session of their own (fresh clone of 6239cff): pass 1
-#       15:04, its five sessions ending within 3.5 minutes of each other, 21:20 in all.
-#   (2) 3.x: its slowest job files; the rest of 3.x; the root tier's CPU-heavy files (foreground).
-# Each background session's output is kept in a file and shown once the foreground one ends, so
-# two progress lines never interleave. Every session leaves a JUnit XML file in log/.
+# Hence the sessions below; since 2026-11-29 (session 10) they are not two passes but a queue of
+# at most five at once, the next starting when one ends: /proc/stat sampled through a fresh clone's
+# run (20:09 without the install) showed pass 1 at 2.00 busy cores throughout and pass 2 at ~1.7,
+# 120 s of both cores idle in all, most of it pass 2's tail and the barrier between the passes,
+# where the root tier's waiting session (70 CPU s in 692 s) had ended three minutes before the
+# slowest. Queued, a 3.x session takes the place of each pass-1 session that ends.
+#   2.6.2: the slow job files (launcher, parameter server, docs, GPT); the simulated GPU host's
+#       tier with the per-method breakdown, the architectures and the Kubernetes operator jobs; the
+#       root tier's waiting files (Slurm, SSH, shaped links: their waits fill the other sessions'
+#       idle core); the rest's job files; everything else (its output on the terminal).
+#   then, as places free: 3.x's unit and job tiers, its slowest job files, and the root tier's
+#       CPU-heavy files (diagnose's timed probes, the CPU-quota probes, Kubernetes' pods).
+# Each other session's output is kept in a file and shown once it and the terminal's session have
+# ended, so two progress lines never interleave. Every session leaves a JUnit XML file in log/.
 set -u
 py2=$1 py3=$2 marks3=$3
 mkdir -p log
@@ -46,49 +45,25 @@ tmp=$(mktemp -d /tmp/fbt.XXXXXX)
 # the simulated GPU host's 3.x builds and the root tier's Kubernetes "3.x image" run on this
 # interpreter, as given, not resolved (a virtualenv's python is a symlink whose target has no Paddle)
 export FLEETBENCH_TEST_PADDLE3=$py3
-pids=() names=() fg=
-# A background job of a non-interactive shell ignores SIGINT, so Ctrl-C must be passed on by hand;
-# and bash runs a trap only once its foreground command ends, so the foreground session runs as a
-# waited-for background job too: a TERM stops every session at once (each pytest unwinds on it,
-# tests/conftest.py), not after the foreground one's 10 minutes.
-trap 'kill -TERM "${pids[@]}" ${fg:-} 2>/dev/null; wait; exit 130' INT TERM
+MAX_SESSIONS=5
+declare -A running=()  # pid -> session name
+# A background job of a non-interactive shell ignores SIGINT, so Ctrl-C must be passed on by hand:
+# a TERM stops every session at once (each pytest unwinds on it, tests/conftest.py).
+trap 'kill -TERM "${!running[@]}" 2>/dev/null; wait; exit 130' INT TERM
 
 # pytest_as NAME PYTHON PYTEST_ARGS...: one session, its JUnit XML log/NAME.xml, its tmp dirs its own;
-# -p no:cacheprovider: two sessions would both rewrite .pytest_cache at their end.
+# -p no:cacheprovider: two sessions would both rewrite .pytest_cache at their end. Run in a
+# background subshell, which it replaces (exec): the TERM of the trap reaches pytest itself, not a
+# subshell that would die and leave its pytest running.
 pytest_as() {
     local name=$1 py=$2
     shift 2
-    "$py" -m pytest -q --durations=20 -p no:cacheprovider --junitxml "log/$name.xml" --basetemp "$tmp/$name" "$@"
-}
-# session NAME PYTHON PYTEST_ARGS...: in the background, its output in log/NAME.log
-session() {
-    pytest_as "$@" >"log/$1.log" 2>&1 &
-    pids+=($!) names+=("$1")
-}
-# foreground NAME PYTHON PYTEST_ARGS...: with its output on the terminal
-foreground() {
-    local name=$1
-    pytest_as "$@" &
-    fg=$!
-    wait "$fg"
-    rcs+=("$name exit $?")
-}
-# finish: wait for the background sessions, show their output, record their exit codes
-finish() {
-    local i
-    for i in "${!pids[@]}"; do
-        wait "${pids[$i]}"
-        rcs+=("${names[$i]} exit $?")
-        echo "---------------- ${names[$i]} (log/${names[$i]}.log)"
-        cat "log/${names[$i]}.log"
-    done
-    pids=() names=()
+    exec "$py" -m pytest -q --durations=20 -p no:cacheprovider --junitxml "log/$name.xml" --basetemp "$tmp/$name" "$@"
 }
 ignoring() {  # --ignore=F for every F
     local f
     for f in "$@"; do printf -- '--ignore=%s\n' "$f"; done
 }
-rcs=()
 
 slow_jobs=(tests/job/test_launch.py tests/job/test_ps.py tests/job/test_docs.py tests/job/test_gpt.py)
 beside_sim=(tests/job/test_breakdown.py tests/job/test_k8s_operator.py tests/job/test_arch.py)
@@ -100,27 +75,67 @@ rest_jobs=(tests/job/test_registered.py tests/job/test_resnet50.py tests/job/tes
 root_cpu=(tests/root/test_diagnose.py tests/root/test_probe_quota.py tests/root/test_k8s_collective.py)
 slow3=(tests/job/test_launch.py tests/job/test_registered.py tests/job/test_gpt.py)
 
+# one function a session, named s_NAME; the queue is their names, in starting order
+s_rest() { pytest_as rest "$py2" -m "not root and not gpu_sim" tests $(ignoring "${slow_jobs[@]}" "${beside_sim[@]}" "${rest_jobs[@]}"); }
+s_slow-jobs() { pytest_as slow-jobs "$py2" -m "not root and not gpu_sim" "${slow_jobs[@]}"; }
+s_gpu-sim() { pytest_as gpu-sim "$py2" -m "gpu_sim or not root" tests/gpu_sim "${beside_sim[@]}"; }
+s_root-waiting() { pytest_as root-waiting "$py2" -m "root and not gpu_sim" tests $(ignoring "${root_cpu[@]}"); }
+s_rest-jobs() { pytest_as rest-jobs "$py2" -m "not root and not gpu_sim" "${rest_jobs[@]}"; }
+s_paddle3() { pytest_as paddle3 "$py3" -m "$marks3" tests/unit tests/job $(ignoring "${slow3[@]}"); }
+s_paddle3-slow() { pytest_as paddle3-slow "$py3" -m "$marks3" "${slow3[@]}"; }
+s_root-cpu() { pytest_as root-cpu "$py2" -m "root and not gpu_sim" "${root_cpu[@]}"; }
+queue=(rest slow-jobs gpu-sim root-waiting rest-jobs paddle3 paddle3-slow root-cpu)
+TERMINAL=rest  # the session whose progress is on the terminal
+
 # Every process of the run imports the repository's modules, and with PYTHONDONTWRITEBYTECODE set
 # (as on this machine and its CI) none writes their bytecode, so each compiled them from source:
 # 0.05-0.08 s of CPU a process (`fleetbench launch --help` 0.14 -> 0.10 s, a ResNet50 rank's
 # imports 1.21 -> 1.16 s, `fleetbench sweep --help` 0.20 -> 0.12 s, each alone; 2026-11-29), over
-# the thousands of processes a run starts. Compiled once here, they are read by every process
-# (pass 1's CPU in a fresh clone did not show the saving: 1338 s before, 1335 s after).
+# the thousands of processes a run starts. Compiled once here, they are read by every process.
 "$py2" -m compileall -q -j 2 fleetbench datasets collective parameter_server tests tools bench >/dev/null
 
-echo "tools/test.sh: pass 1, Paddle 2.6.2: the unit and job tiers, the simulated GPU host and the root tier's waiting files; background sessions' output follows"
-session slow-jobs "$py2" -m "not root and not gpu_sim" "${slow_jobs[@]}"
-session gpu-sim "$py2" -m "gpu_sim or not root" tests/gpu_sim "${beside_sim[@]}"
-session root-waiting "$py2" -m "root and not gpu_sim" tests $(ignoring "${root_cpu[@]}")
-session rest-jobs "$py2" -m "not root and not gpu_sim" "${rest_jobs[@]}"
-foreground rest "$py2" -m "not root and not gpu_sim" tests $(ignoring "${slow_jobs[@]}" "${beside_sim[@]}" "${rest_jobs[@]}")
-finish
-
-echo "tools/test.sh: pass 2, Paddle $("$py3" -c 'import paddle; print(paddle.__version__)' 2>/dev/null) and the root tier's CPU-heavy files; background sessions' output follows"
-session paddle3-slow "$py3" -m "$marks3" "${slow3[@]}"
-session paddle3 "$py3" -m "$marks3" tests/unit tests/job $(ignoring "${slow3[@]}")
-foreground root-cpu "$py2" -m "root and not gpu_sim" "${root_cpu[@]}"
-finish
+start() {  # start the session at the head of the queue
+    local name=${queue[0]}
+    queue=("${queue[@]:1}")
+    if [ "$name" = "$TERMINAL" ]; then
+        "s_$name" &
+    else
+        "s_$name" >"log/$name.log" 2>&1 &
+    fi
+    running[$!]=$name
+}
+rcs=() ended=() terminal_done=
+show() {  # the logs of the sessions that ended, once the terminal's session is done with it
+    local name
+    [ -n "$terminal_done" ] || return 0
+    for name in "${ended[@]}"; do
+        echo "---------------- $name (log/$name.log)"
+        cat "log/$name.log"
+    done
+    ended=()
+}
+version() {  # the Paddle a python has, from its metadata (importing Paddle costs a second of CPU)
+    "$1" -c 'import importlib.metadata as m; print(m.version("paddlepaddle"))' 2>/dev/null || echo "?"
+}
+echo "tools/test.sh: ${#queue[@]} sessions, at most $MAX_SESSIONS at once, Paddle $(version "$py2") and $(version "$py3"):" \
+     "${queue[*]}; the others' output follows $TERMINAL's"
+while [ ${#queue[@]} -gt 0 ] || [ ${#running[@]} -gt 0 ]; do
+    while [ ${#queue[@]} -gt 0 ] && [ ${#running[@]} -lt $MAX_SESSIONS ]; do
+        start
+    done
+    wait -n -p done_pid "${!running[@]}"
+    rc=$?
+    name=${running[$done_pid]}
+    unset "running[$done_pid]"
+    rcs+=("$name exit $rc")
+    if [ "$name" = "$TERMINAL" ]; then
+        terminal_done=1
+        [ ${#running[@]} -eq 0 ] || echo "tools/test.sh: still running: $(printf '%s ' "${running[@]}")"
+    else
+        ended+=("$name")
+    fi
+    show
+done
 trap - INT TERM
 
 echo "tools/test.sh: ${rcs[*]}"
