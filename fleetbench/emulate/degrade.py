@@ -63,9 +63,14 @@ def _limit_cpu(node: Node, fraction: float) -> None:
 
 
 def _unlimit_cpu(node: Node) -> None:
-    group = cgroup_dir(node.netns)
+    release_cgroup(node.netns)
+
+
+def release_cgroup(netns: str) -> bool:
+    """Move the node's processes back to the root cgroup and remove its group; False if it had none."""
+    group = cgroup_dir(netns)
     if not os.path.isdir(group):
-        return
+        return False
     with open(os.path.join(group, "cgroup.procs")) as f:
         pids = f.read().split()
     for pid in pids:  # back to the root cgroup, where they came from
@@ -78,6 +83,7 @@ def _unlimit_cpu(node: Node) -> None:
         os.rmdir(os.path.dirname(group))  # the fleetbench/ parent, once no node uses it
     except OSError:
         pass
+    return True
 
 
 def _shape_node(node: Node, shaping: Shaping) -> None:

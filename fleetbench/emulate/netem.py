@@ -39,7 +39,7 @@ from types import FrameType, ModuleType
 from typing import NoReturn
 
 from fleetbench import cmdline
-from fleetbench.emulate import degrade, netem_state
+from fleetbench.emulate import degrade, netem_state, orphans
 from fleetbench.emulate.netem_plan import (
     DEFAULT_PREFIX,
     DEFAULT_SUBNET,
@@ -255,12 +255,13 @@ def _shape(state: dict, layout: Layout, shaping: Shaping) -> None:
 
 def down(prefix: str = DEFAULT_PREFIX) -> list[str]:
     """Remove what `up` created (objects carrying its mark); returns what was removed. Objects
-    recorded in the state that no longer carry the mark are kept and named on stderr. Idempotent."""
+    recorded in the state that no longer carry the mark are kept and named on stderr. Without a
+    state here, what carries the name's mark goes (fleetbench.emulate.orphans). Idempotent."""
     problem = requirements_problem()
     if problem:
         raise ClusterError(problem)
     if not netem_state.read_state(prefix):  # checked before the lock: a name never up leaves no lock file
-        return []
+        return orphans.down(prefix)
     with netem_state.locked(prefix):
         state = netem_state.read_state(prefix)
         if not state:
