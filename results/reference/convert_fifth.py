@@ -95,6 +95,13 @@ def _record(key: str, shape: tuple[int, int], precision: str, batch: int, throug
     return record
 
 
+def _precision(headings: list[str]) -> str:
+    """The nearest heading naming FP16 or FP32: a '### ... FP32' section may follow a '## ... FP16' one
+    at a higher level, which then still stands in the path."""
+    named = [h for h in headings if re.search(r"FP16|FP32|AMP", h, re.IGNORECASE)]
+    return fourth._precision(named[-1:] or headings)
+
+
 def markdown_tables(key: str, text: str) -> list[dict]:
     """Every table whose header has node_num, under its headings ('## BERT-Base FP16', '### batch
     size=64 & without xla'): the precision from the headings, the batch from the nearest one."""
@@ -123,7 +130,7 @@ def markdown_tables(key: str, text: str) -> list[dict]:
             if gpus % nodes:
                 raise SystemExit(f"{key}: {row}: GPUs not a whole number a node")
             speed = next(v for k, v in row.items() if k.startswith("samples/s"))
-            records.append(_record(key, (nodes, gpus // nodes), fourth._precision(headings), batch,
+            records.append(_record(key, (nodes, gpus // nodes), _precision(headings), batch,
                                    float(speed), variant))
     return records
 
