@@ -282,13 +282,7 @@ def _teardown(state: dict) -> tuple[list[str], list[str]]:
     ours, foreign = netem_state.survey(layout, netem_state.mark_of(state))
     removed = []
     for kind, name in sorted(ours, key=lambda obj: DELETE_ORDER[obj[0]]):
-        if kind == "etc":
-            shutil.rmtree(name, ignore_errors=True)
-        else:
-            cmd = ["ip", "link", "del", name] if kind == "link" else ["ip", "netns", "del", name]
-            p = run(cmd, check=False)
-            if p.returncode != 0 and not re.search(r"Cannot find|No such file|does not exist", p.stderr):
-                raise ClusterError(f"`{' '.join(cmd)}` failed: {p.stderr.strip()}")
+        netem_state.delete(kind, name)
         removed.append(f"{kind} {name}")
     for n in layout.nodes if state.get("token") else ():  # a staging dir an `up` was killed in
         shutil.rmtree(_etc_staging(state, n.netns), ignore_errors=True)

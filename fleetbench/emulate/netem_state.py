@@ -16,6 +16,8 @@ import fcntl
 import ipaddress
 import json
 import os
+import re
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -191,6 +193,18 @@ def survey(layout: Layout, mark: str | None) -> tuple[list[tuple[str, str]], lis
         if n.ifname in links and ("link", n.host_if) not in ours:
             foreign.append(("link", n.ifname))
     return ours, foreign
+
+
+def delete(kind: str, name: str) -> None:
+    """Delete one object `survey` found ours (a link, a namespace, a node's hosts directory); one
+    already gone is not an error (a host veth end takes its peer with it)."""
+    if kind == "etc":
+        shutil.rmtree(name, ignore_errors=True)
+        return
+    cmd = ["ip", "link", "del", name] if kind == "link" else ["ip", "netns", "del", name]
+    p = run(cmd, check=False)
+    if p.returncode != 0 and not re.search(r"Cannot find|No such file|does not exist", p.stderr):
+        raise ClusterError(f"`{' '.join(cmd)}` failed: {p.stderr.strip()}")
 
 
 def intact(state: dict) -> bool:

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
 import sys
 import time
 from collections.abc import Iterable
 
 from fleetbench.emulate import degrade, netem_state
-from fleetbench.emulate.netem_state import MARK, NETNS_ETC, ClusterError, run
+from fleetbench.emulate.netem_state import MARK, NETNS_ETC, run
 
 HOST_DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld")  # fleetbench.emulate.slurmd starts them
 GRACE_S = 10.0  # from TERM to KILL: slurmd's KillWait is 5 s
@@ -120,13 +119,7 @@ def down(prefix: str) -> list[str]:
         if degrade.release_cgroup(ns):
             done.append(f"cgroup {degrade.cgroup_dir(ns)}")
     for kind, name in objects:
-        if kind == "etc":
-            shutil.rmtree(name, ignore_errors=True)
-        else:
-            cmd = ["ip", "link", "del", name] if kind == "link" else ["ip", "netns", "del", name]
-            p = run(cmd, check=False)
-            if p.returncode != 0 and not re.search(r"Cannot find|No such file|does not exist", p.stderr):
-                raise ClusterError(f"`{' '.join(cmd)}` failed: {p.stderr.strip()}")
+        netem_state.delete(kind, name)
         done.append(f"{kind} {name}")
     if done:
         print(f"fleetbench cluster: no state of cluster {prefix} at {netem_state.state_path(prefix)} (made under "

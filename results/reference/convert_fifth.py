@@ -105,27 +105,13 @@ def _precision(headings: list[str]) -> str:
 def markdown_tables(key: str, text: str) -> list[dict]:
     """Every table whose header has node_num, under its headings ('## BERT-Base FP16', '### batch
     size=64 & without xla'): the precision from the headings, the batch from the nearest one."""
-    records, path = [], {}
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        if (head := fourth._heading(line)) is not None:
-            level, title = head
-            path = {k: v for k, v in path.items() if k < level}
-            path[level] = title
-            continue
-        if "node_num" not in line or not line.strip().startswith("|"):
-            continue
-        names = fourth._cells(line)
-        headings = [path[k] for k in sorted(path) if k >= 2]
-        headings = headings[next((n for n, h in enumerate(headings) if "FP" in h.upper()), 0):]
+    records = []
+    for rows, headings in fourth.node_tables(text):
         batch = next(int(m[1]) for h in reversed(headings) if (m := BATCH.search(h)))
         variant = " / ".join(headings)
         if re.search(r"[\u3000-\u9fff]", variant):
             raise SystemExit(f"{key}: a heading in Chinese: {variant!r}")
-        for row_line in lines[i + 2:]:
-            if not row_line.strip().startswith("|"):
-                break
-            row = dict(zip(names, fourth._cells(row_line)))
+        for row in rows:
             nodes, gpus = int(row["node_num"]), int(row["gpu_num"])
             if gpus % nodes:
                 raise SystemExit(f"{key}: {row}: GPUs not a whole number a node")
@@ -136,14 +122,7 @@ def markdown_tables(key: str, text: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`KEY FILE`: the records of that source's tables on stdout."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or argv[0] not in SOURCES:
-        print(f"usage: convert_fifth.py {{{'|'.join(SOURCES)}}} FILE", file=sys.stderr)
-        return 2
-    records = markdown_tables(argv[0], Path(argv[1]).read_text(encoding="utf-8"))
-    sys.stdout.write("".join(results.dumps(r) + "\n" for r in records))
-    return 0
+    return fourth.cli(argv, "convert_fifth.py", SOURCES, markdown_tables)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -159,10 +160,10 @@ def _precision(path: list[str]) -> str:
     raise SystemExit(f"no precision in headings {path!r}")
 
 
-def markdown_tables(key: str, spec: dict, text: str) -> list[dict]:
-    """DLPerf: every table whose header has node_num, under its headings (precision, batch,
-    loader, workers: the variant)."""
-    records, path = [], {}
+def node_tables(text: str) -> Iterator[tuple[list[dict], list[str]]]:
+    """(rows as {column: cell}, headings from the precision's down) of every markdown table whose
+    header has node_num, under its headings (DLPerf's READMEs; the fifth set's too)."""
+    path: dict[int, str] = {}
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if (head := _heading(line)) is not None:
@@ -175,11 +176,18 @@ def markdown_tables(key: str, spec: dict, text: str) -> list[dict]:
         names = _cells(line)
         headings = [path[k] for k in sorted(path) if k >= 2]
         headings = headings[next((n for n, h in enumerate(headings) if "FP" in h.upper()), 0):]
+        rows = []
         for row in lines[i + 2:]:
             if not row.strip().startswith("|"):
                 break
-            records.append(_markdown_row(key, spec, dict(zip(names, _cells(row))), headings))
-    return records
+            rows.append(dict(zip(names, _cells(row))))
+        yield rows, headings
+
+
+def markdown_tables(key: str, spec: dict, text: str) -> list[dict]:
+    """DLPerf: every node_num table's rows, under its headings (precision, batch, loader, workers:
+    the variant)."""
+    return [_markdown_row(key, spec, row, headings) for rows, headings in node_tables(text) for row in rows]
 
 
 def _markdown_row(key: str, spec: dict, row: dict, headings: list[str]) -> dict:
@@ -237,15 +245,20 @@ def convert(key: str, text: str) -> list[dict]:
     return (rst_tables if spec["kind"] == "rst" else markdown_tables)(key, spec, text)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`KEY FILE`: the records of that source's tables on stdout."""
+def cli(argv: list[str] | None, prog: str, sources: dict, to_records) -> int:
+    """`KEY FILE`: the records `to_records(key, text)` makes of that source's tables, on stdout
+    (this converter's and the fifth set's)."""
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2 or argv[0] not in SOURCES:
-        print(f"usage: convert_fourth.py {{{'|'.join(SOURCES)}}} FILE", file=sys.stderr)
+    if len(argv) != 2 or argv[0] not in sources:
+        print(f"usage: {prog} {{{'|'.join(sources)}}} FILE", file=sys.stderr)
         return 2
-    records = convert(argv[0], Path(argv[1]).read_text(encoding="utf-8"))
+    records = to_records(argv[0], Path(argv[1]).read_text(encoding="utf-8"))
     sys.stdout.write("".join(results.dumps(r) + "\n" for r in records))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli(argv, "convert_fourth.py", SOURCES, convert)
 
 
 if __name__ == "__main__":

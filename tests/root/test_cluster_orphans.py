@@ -5,10 +5,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from util import cluster_name as unique_cluster_name
+from util import wait_for
 
 from fleetbench.emulate import netem, netem_state, orphans
 from fleetbench.emulate import netem_plan as plan
@@ -30,14 +30,6 @@ def _in_node(netns: str, code: str) -> subprocess.Popen:
     return proc
 
 
-def _eventually(check, timeout=30.0):
-    """Namespace and link removal finish asynchronously in the kernel: poll with a deadline."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 @contextlib.contextmanager
@@ -80,7 +72,7 @@ def test_down_without_the_state_removes_the_marked_cluster_and_stops_its_nodes_p
         assert {r.split()[1] for r in stopped} == {str(p.pid) for p in procs.values()}
         for i, proc in procs.items():  # stopped by TERM, or by KILL when deaf to it
             assert proc.wait(timeout=30) == (-signal.SIGKILL if i == deaf else -signal.SIGTERM)
-        assert _eventually(lambda: netem.leftovers(name) == [foreign]), netem.leftovers(name)
+        assert wait_for(lambda: netem.leftovers(name) == [foreign], 30), netem.leftovers(name)
         assert not [d for d in os.listdir("/etc/netns") if d.startswith(f"{name}-")] \
             if os.path.isdir("/etc/netns") else True
         with _state_dir(elsewhere):  # done: a second `down` finds nothing
@@ -113,7 +105,7 @@ def _munged(directory) -> int:
     subprocess.run(["munged", "-f", f"--socket={directory}/munge.socket", f"--key-file={key}",
                     f"--log-file={directory}/munged.log", f"--pid-file={directory}/munged.pid",
                     f"--seed-file={directory}/munged.seed"], check=True, timeout=30)
-    assert _eventually(lambda: os.path.exists(f"{directory}/munged.pid"))
+    assert wait_for(lambda: os.path.exists(f"{directory}/munged.pid"), 30)
     with open(f"{directory}/munged.pid") as f:
         return int(f.read())
 
@@ -125,7 +117,7 @@ def test_the_host_daemons_of_the_name_and_no_others_are_stopped(tmp_path):
     try:
         assert orphans.host_daemons(name) == [ours]
         assert orphans.stop(orphans.host_daemons(name)) == [f"process {ours} (munged)"]
-        assert _eventually(lambda: not os.path.exists(f"/proc/{ours}/exe"))
+        assert wait_for(lambda: not os.path.exists(f"/proc/{ours}/exe"), 30)
         assert orphans.host_daemons(other) == [theirs] and orphans.host_daemons(name) == []
     finally:
         for pid in (ours, theirs):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from util import cluster_name as unique_cluster_name
+from util import wait_for
 
 from fleetbench.emulate import netem, netem_state, sshd
 from fleetbench.emulate import netem_plan as plan
@@ -252,7 +253,7 @@ def test_cluster_up_status_down(cluster_name):
     try:
         removed = netem.down(cluster_name)
         assert f"netns {cluster_name}-node0" in removed and f"link {cluster_name}-br" in removed
-        assert _eventually(lambda: netem.leftovers(cluster_name) == [stranger])
+        assert wait_for(lambda: netem.leftovers(cluster_name) == [stranger], 30)
         assert not os.path.exists(f"/etc/netns/{cluster_name}-node0")
         assert netem.down(cluster_name) == []  # idempotent
         assert netem.status(cluster_name) is None
@@ -316,7 +317,7 @@ def test_two_concurrent_ups_take_different_subnets_under_one_lock(tmp_path, monk
                     [sys.executable, "-m", "fleetbench", "cluster", "up", "--nodes", "2", "--name", name], cwd=REPO,
                     env=dict(os.environ, FLEETBENCH_CLUSTER_STATE_DIR=str(state_dirs[name])),
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-            assert _eventually(lambda: len(_lock_waiters(lock)) == 2, timeout=120), "an `up` did not take the lock"
+            assert wait_for(lambda: len(_lock_waiters(lock)) == 2, 120), "an `up` did not take the lock"
         outs = [p.communicate(timeout=120) for p in procs]
         assert [p.returncode for p in procs] == [0, 0], outs
         subnets = []
@@ -338,17 +339,9 @@ def test_two_concurrent_ups_take_different_subnets_under_one_lock(tmp_path, monk
             netem.down(name)
     for name in names:
         monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(state_dirs[name]))
-        assert _eventually(lambda: netem.leftovers(name) == []) and _no_cluster_files(name)
+        assert wait_for(lambda: netem.leftovers(name) == [], 30) and _no_cluster_files(name)
 
 
-def _eventually(check, timeout=5.0):
-    """Link removal finishes asynchronously in the kernel: poll with a deadline."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,8 +407,8 @@ def _start_up(name, bin_dir, tool, when, tmp_path):
                             # as from a terminal: a shell's background job (make in CI, nohup) runs us
                             # with SIGINT ignored, which `up` would inherit and the SIGINT case test nothing
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    assert _eventually(blocked.exists, timeout=60), proc.communicate(timeout=30)
-    assert _eventually(lambda: blocked.read_text().strip().isdigit())
+    assert wait_for(blocked.exists, 60), proc.communicate(timeout=30)
+    assert wait_for(lambda: blocked.read_text().strip().isdigit(), 30)
     return proc, int(blocked.read_text())
 
 
@@ -428,7 +421,7 @@ def test_an_interrupted_up_removes_what_it_made_in_one_line(cluster_name, tmp_pa
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in err, err
     assert err.strip().splitlines() == ["fleetbench cluster: up interrupted; nothing it created is left"]
-    assert _eventually(lambda: netem.leftovers(cluster_name) == [])
+    assert wait_for(lambda: netem.leftovers(cluster_name) == [], 30)
     assert _no_cluster_files(cluster_name)
 
 
@@ -457,14 +450,14 @@ def test_after_a_killed_up_down_removes_only_what_still_is_ours(cluster_name, tm
     # saw `down` find and remove it, which is right too, but not what this test is about)
     subprocess.run(["ip", "netns", "del", node0], check=True)
     host_end = f"{cluster_name}-h0"
-    assert _eventually(lambda: subprocess.run(["ip", "link", "show", host_end], capture_output=True).returncode != 0,
-                       timeout=30), f"{host_end} outlived its namespace"
+    assert wait_for(lambda: subprocess.run(["ip", "link", "show", host_end], capture_output=True).returncode != 0,
+                    30), f"{host_end} outlived its namespace"
     with foreign("netns", node0):
         removed = netem.down(cluster_name)
         assert [r for r in removed if not r.startswith("etcdir")] == [
             f"link {cluster_name}-br", f"etc /etc/netns/{node0}"]
         assert f"kept netns {node0}" in capsys.readouterr().err
-        assert _eventually(lambda: netem.leftovers(cluster_name) == [node0])
+        assert wait_for(lambda: netem.leftovers(cluster_name) == [node0], 30)
         assert netem_state.read_state(cluster_name) is None
         with pytest.raises(netem.ClusterError, match=f"netns {node0} already exist"):
             netem.up(2, plan.shaping_from("1gbe"), prefix=cluster_name)
@@ -486,7 +479,7 @@ def test_up_after_a_killed_up_clears_it_and_builds_the_cluster(cluster_name, tmp
     netem.up(2, plan.shaping_from("1gbe"), prefix=cluster_name)
     assert netem.status(cluster_name) is not None
     netem.down(cluster_name)
-    assert _eventually(lambda: netem.leftovers(cluster_name) == []) and _no_cluster_files(cluster_name)
+    assert wait_for(lambda: netem.leftovers(cluster_name) == [], 30) and _no_cluster_files(cluster_name)
 
 
 @needs_cluster
