@@ -27,7 +27,10 @@
 # run (20:09 without the install) showed pass 1 at 2.00 busy cores throughout and pass 2 at ~1.7,
 # 120 s of both cores idle in all, most of it pass 2's tail and the barrier between the passes,
 # where the root tier's waiting session (70 CPU s in 692 s) had ended three minutes before the
-# slowest. Queued, a 3.x session takes the place of each pass-1 session that ends.
+# slowest. Queued, a 3.x session takes the place of each pass-1 session that ends: the same
+# measurement of a fresh clone of 78c5f9f, 19:31 without the install (49 s) and 54 s idle; the
+# machine busy 2,284 CPU s, so what is left is CPU (process accounting of that run: 738 processes
+# import Paddle, ~1.1 CPU s each for the import alone, ~45% of the run).
 #   2.6.2: the slow job files (launcher, parameter server, docs, GPT); the simulated GPU host's
 #       tier with the per-method breakdown, the architectures and the Kubernetes operator jobs; the
 #       root tier's waiting files (Slurm, SSH, shaped links: their waits fill the other sessions'
