@@ -27,7 +27,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -56,6 +55,7 @@ from fleetbench.emulate.netem_plan import (
     first_free_subnet,
     hosts_file,
     network_dict,
+    object_names,
     parse_qdiscs,
     plan_layout,
     shaping_commands,
@@ -299,7 +299,7 @@ def leftovers(prefix: str = DEFAULT_PREFIX) -> list[str]:
     """Namespaces and links with this cluster's names that still exist (used to verify `down`)."""
     ns = run(["ip", "netns", "list"], check=False).stdout.split()
     links = [l.split(":")[1].strip().split("@")[0] for l in run(["ip", "-o", "link"], check=False).stdout.splitlines()]
-    pat = re.compile(rf"{re.escape(prefix)}-(node\d+|br|h\d+|n\d+)$")
+    pat = object_names(prefix)
     return sorted({x for x in ns + links if pat.match(x)})
 
 

@@ -205,6 +205,11 @@ def plan_layout(nodes: int, prefix: str = DEFAULT_PREFIX, subnet: str = DEFAULT_
     return Layout(prefix, str(net), bridge, tuple(out))
 
 
+def object_names(prefix: str) -> re.Pattern:
+    """What plan_layout names a cluster's objects, whatever its node count: N-br, N-h<i>, N-n<i>, N-node<i>."""
+    return re.compile(rf"{re.escape(prefix)}-(node\d+|br|h\d+|n\d+)$")
+
+
 def subnet_users(subnet: str, routes: Iterable[dict], own_device: str | None = None) -> list[str]:
     """The routes of this machine (`ip -j -4 route show` rows) that overlap `subnet`, as
     "dev (dst)" texts; a route through `own_device` (the cluster's own bridge) is not a clash."""

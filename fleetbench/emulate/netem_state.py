@@ -149,13 +149,13 @@ def namespace_addresses() -> list[dict]:
     return rows
 
 
-def _netns_mark(ns: str) -> str | None:
+def netns_mark(ns: str) -> str | None:
     p = run(["ip", "-n", ns, "-j", "link", "show", "dev", "lo"], check=False)
     links = json.loads(p.stdout or "[]") if p.returncode == 0 else []
     return links[0].get("ifalias") if links else None
 
 
-def _etc_mark(path: str) -> str | None:
+def etc_mark(path: str) -> str | None:
     try:
         with open(os.path.join(path, "hosts")) as f:
             first = f.readline()
@@ -183,10 +183,10 @@ def survey(layout: Layout, mark: str | None) -> tuple[list[tuple[str, str]], lis
             present, marked = name in links, mark is not None and links.get(name) == mark
         elif kind == "netns":
             present = name in namespaces
-            marked = present and mark is not None and _netns_mark(name) == mark
+            marked = present and mark is not None and netns_mark(name) == mark
         else:
             present = os.path.lexists(name)
-            marked = present and mark is not None and _etc_mark(name) == mark
+            marked = present and mark is not None and etc_mark(name) == mark
         if present:
             (ours if marked else foreign).append((kind, name))
     for n in layout.nodes:

@@ -25,15 +25,11 @@ import time
 from collections.abc import Iterable
 
 from fleetbench.emulate import degrade, netem_state
+from fleetbench.emulate.netem_plan import object_names
 from fleetbench.emulate.netem_state import MARK, NETNS_ETC, run
 
 HOST_DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld")  # fleetbench.emulate.slurmd starts them
 GRACE_S = 10.0  # from TERM to KILL: slurmd's KillWait is 5 s
-
-
-def _named(prefix: str) -> re.Pattern:
-    """The names `up` gives N's objects (netem_plan.plan_layout): N-br, N-h<i>, N-n<i>, N-node<i>."""
-    return re.compile(rf"{re.escape(prefix)}-(node\d+|br|h\d+|n\d+)$")
 
 
 def _is_ours(mark: str | None, prefix: str) -> bool:
@@ -43,15 +39,15 @@ def _is_ours(mark: str | None, prefix: str) -> bool:
 def marked_objects(prefix: str) -> list[tuple[str, str]]:
     """(kind, name) of every link, namespace and hosts directory with one of N's names that carries
     N's mark, in the order they are deleted (a host veth end takes its peer with it)."""
-    named = _named(prefix)
+    named = object_names(prefix)
     links = [("link", name) for name, alias in sorted(netem_state.host_links().items())
              if named.match(name) and _is_ours(alias, prefix)]
     namespaces = [("netns", ns) for ns in sorted(netem_state.netns_names())
-                  if named.match(ns) and _is_ours(netem_state._netns_mark(ns), prefix)]
+                  if named.match(ns) and _is_ours(netem_state.netns_mark(ns), prefix)]
     etc = []
     if os.path.isdir(NETNS_ETC):
         etc = [("etc", path) for path in (os.path.join(NETNS_ETC, d) for d in sorted(os.listdir(NETNS_ETC)))
-               if named.match(os.path.basename(path)) and _is_ours(netem_state._etc_mark(path), prefix)]
+               if named.match(os.path.basename(path)) and _is_ours(netem_state.etc_mark(path), prefix)]
     return links + namespaces + etc
 
 

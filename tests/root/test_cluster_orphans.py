@@ -30,21 +30,6 @@ def _in_node(netns: str, code: str) -> subprocess.Popen:
     return proc
 
 
-
-
-@contextlib.contextmanager
-def _state_dir(path):
-    old = os.environ.get("FLEETBENCH_CLUSTER_STATE_DIR")
-    os.environ["FLEETBENCH_CLUSTER_STATE_DIR"] = str(path)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("FLEETBENCH_CLUSTER_STATE_DIR", None)
-        else:
-            os.environ["FLEETBENCH_CLUSTER_STATE_DIR"] = old
-
-
 @pytest.mark.parametrize("nodes, busy, deaf", [(2, [0], None), (3, [2], 1), (2, [0, 1], 0)])
 def test_down_without_the_state_removes_the_marked_cluster_and_stops_its_nodes_processes(
         tmp_path, monkeypatch, capsys, nodes, busy, deaf):
@@ -55,12 +40,12 @@ def test_down_without_the_state_removes_the_marked_cluster_and_stops_its_nodes_p
     subprocess.run(["ip", "netns", "add", foreign], check=True)
     procs = {}
     try:
-        with _state_dir(made):
-            netem.up(nodes, plan.shaping_from("1gbe"), prefix=name)
-            procs = {i: _in_node(f"{name}-node{i}", DEAF if i == deaf else WAITER) for i in busy}
-        with _state_dir(elsewhere):  # the state is not where this `down` looks
-            assert netem_state.read_state(name) is None
-            assert netem.cli(["down", "--name", name]) == 0
+        monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(made))
+        netem.up(nodes, plan.shaping_from("1gbe"), prefix=name)
+        procs = {i: _in_node(f"{name}-node{i}", DEAF if i == deaf else WAITER) for i in busy}
+        monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(elsewhere))  # not where the state is
+        assert netem_state.read_state(name) is None
+        assert netem.cli(["down", "--name", name]) == 0
         out, err = capsys.readouterr()
         assert f"no state of cluster {name} at {elsewhere}/cluster-{name}.json" in err
         removed = out.strip().removeprefix("removed: ").split(", ")
@@ -75,22 +60,21 @@ def test_down_without_the_state_removes_the_marked_cluster_and_stops_its_nodes_p
         assert wait_for(lambda: netem.leftovers(name) == [foreign], 30), netem.leftovers(name)
         assert not [d for d in os.listdir("/etc/netns") if d.startswith(f"{name}-")] \
             if os.path.isdir("/etc/netns") else True
-        with _state_dir(elsewhere):  # done: a second `down` finds nothing
-            assert netem.down(name) == []
-        with _state_dir(made):  # the state left where the cluster was made names only what is gone
-            assert netem.down(name) == [] and netem_state.read_state(name) is None
+        assert netem.down(name) == []  # done: a second `down` finds nothing
+        monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(made))
+        assert netem.down(name) == [] and netem_state.read_state(name) is None  # its state names only what is gone
     finally:
         for proc in procs.values():
             proc.kill()
             proc.wait()
         subprocess.run(["ip", "netns", "del", foreign])
-        with _state_dir(made):
-            netem.down(name)
+        monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(made))
+        netem.down(name)
 
 
-def test_a_name_never_up_has_nothing_to_remove(tmp_path, capsys):
-    with _state_dir(tmp_path):
-        assert netem.cli(["down", "--name", unique_cluster_name()]) == 0
+def test_a_name_never_up_has_nothing_to_remove(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(tmp_path))
+    assert netem.cli(["down", "--name", unique_cluster_name()]) == 0
     out, err = capsys.readouterr()
     assert out.strip().endswith("nothing to remove") and err == ""
 

@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -340,8 +339,6 @@ def test_two_concurrent_ups_take_different_subnets_under_one_lock(tmp_path, monk
     for name in names:
         monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(state_dirs[name]))
         assert wait_for(lambda: netem.leftovers(name) == [], 30) and _no_cluster_files(name)
-
-
 
 
 # ---------------------------------------------------------------------------------------------
