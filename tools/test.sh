@@ -69,14 +69,17 @@ ignoring() {  # --ignore=F for every F
 }
 
 slow_jobs=(tests/job/test_launch.py tests/job/test_ps.py tests/job/test_docs.py tests/job/test_gpt.py)
-beside_sim=(tests/job/test_breakdown.py tests/job/test_k8s_operator.py tests/job/test_arch.py)
-# the 2.6.2 job files of the rest (and test_mnist, which shares util.two_rank_run's MNIST run with
-# test_registered: a run is made once per session): a session of their own beside the unit tier
-rest_jobs=(tests/job/test_registered.py tests/job/test_resnet50.py tests/job/test_grad_sizes.py tests/job/test_blame.py
-           tests/job/test_nhwc.py tests/job/test_methods.py tests/job/test_diagnose_probe.py tests/job/test_supervisor.py
-           tests/job/test_run.py tests/job/test_hang_report.py tests/unit/test_mnist.py)
+beside_sim=(tests/job/test_breakdown.py tests/job/test_k8s_operator.py)
+# util.two_rank_run makes a benchmark's 2-rank run once per session and test_registered shares it
+# with test_resnet50 (ResNet50), test_arch (CTR) and test_mnist (MNIST): on each build the four are
+# in one session, or the run is made twice (a ResNet50 2-rank run is ~25 CPU s).
+two_rank=(tests/job/test_registered.py tests/job/test_resnet50.py tests/job/test_arch.py tests/unit/test_mnist.py)
+# the 2.6.2 job files of the rest: a session of their own beside the unit tier
+rest_jobs=("${two_rank[@]}" tests/job/test_grad_sizes.py tests/job/test_blame.py tests/job/test_nhwc.py
+           tests/job/test_methods.py tests/job/test_diagnose_probe.py tests/job/test_supervisor.py tests/job/test_run.py
+           tests/job/test_hang_report.py)
 root_cpu=(tests/root/test_diagnose.py tests/root/test_probe_quota.py tests/root/test_k8s_collective.py)
-slow3=(tests/job/test_launch.py tests/job/test_registered.py tests/job/test_gpt.py)
+slow3=(tests/job/test_launch.py tests/job/test_gpt.py "${two_rank[@]}")
 
 # one function a session, named s_NAME; the queue is their names, in starting order
 s_rest() { pytest_as rest "$py2" -m "not root and not gpu_sim" tests $(ignoring "${slow_jobs[@]}" "${beside_sim[@]}" "${rest_jobs[@]}"); }
