@@ -32,6 +32,7 @@ from fleetbench.report.style import (
     Figure,
     matplotlib,
     slug,
+    wrapped_text,
 )
 from fleetbench.report.tables import fmt
 
@@ -154,7 +155,7 @@ def draw(chart: dict) -> bytes:
         ax.set_ylabel("bus bandwidth, GB/s (1e9 B/s), log scale")
         ax.set_title(chart["title"])
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-        fig.text(0.075, 0.04, NOTE, fontsize=7, wrap=True)
+        wrapped_text(fig, 0.075, 0.04, NOTE, fontsize=7)
         buffer = io.BytesIO()
         fig.savefig(buffer, **SAVE)
     return buffer.getvalue()

@@ -8,7 +8,7 @@ import io
 from fleetbench.measure.repeats import aggregate, stability
 from fleetbench.measure.schema import SINGLE
 from fleetbench.report.style import (COLORS, DPI, FIGSIZE, MARGINS, PS_HATCH, SAVE, STYLE, Figure, Patch,
-                                     matplotlib, slug)
+                                     matplotlib, slug, wrapped_text)
 from fleetbench.report.tables import (columns, eff_label, layout, line_key, mfu_of, mfu_text, row_key, size_noun,
                                       variant, variant_text)
 
@@ -203,7 +203,7 @@ def _decorate(fig, ax, chart: dict, notes: set[str]) -> None:
         labels.append("hatched: parameter server")
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     caption = caption_text(chart, notes)
-    fig.text(0.01, 0.005, caption, fontsize=7, ha="left", va="bottom", wrap=True)
+    wrapped_text(fig, 0.01, 0.005, caption, fontsize=7, ha="left", va="bottom")
 
 
 def caption_text(chart: dict, notes: set[str]) -> str:

@@ -2,6 +2,7 @@
 of their numbers, README regeneration touches only the marked section, output is reproducible."""
 import csv
 import hashlib
+import io
 import json
 import os
 import re
@@ -250,3 +251,38 @@ def test_two_paddle_versions_are_side_by_side_in_table_chart_and_csv(tmp_path, c
         ("allreduce Paddle 2.6.2 CPU 2.6.2-c", "2.6.2 CPU 2.6.2-c", "2", 60.0),
         ("allreduce Paddle 3.3.1 CPU 3.3.1-c", "3.3.1 CPU 3.3.1-c", "1", 60.0),
         ("allreduce Paddle 3.3.1 CPU 3.3.1-c", "3.3.1 CPU 3.3.1-c", "2", 90.0)]
+
+
+# ---- captions: the lines matplotlib's wrap=True makes, measured once -------------------------------
+
+WORDS = ("error bars: std; labels: speedup and efficiency vs 1 node 'bsp' run = 812.3 ± 4.1 images/s "
+         "(from these results); UNSTABLE: mgwfbp 1gbe at 4 (cv 7.9% over 5 runs, above 5%)").split(" ")
+CAPTIONS = [
+    "short",
+    " ".join(WORDS),
+    " ".join(WORDS * 3),
+    "one_word_far_wider_than_any_figure_" * 12 + " then short words after it",
+    " ".join(WORDS[:9]) + "\n" + " ".join(WORDS[9:]),  # a newline of its own breaks the line there
+    "two  spaces,   three,\n\nand an empty line",
+]
+
+
+@pytest.mark.parametrize("x, fontsize", [(0.01, 7), (0.075, 7), (0.5, 9), (0.9, 6)])
+def test_wrapped_text_draws_what_matplotlibs_wrap_draws(x, fontsize):
+    """style.wrapped_text is the cheap form of fig.text(wrap=True) (report's captions): the same
+    lines, so the same pixels, for captions short, long, with an overlong word, newlines, runs of
+    spaces, at several positions and font sizes."""
+    from fleetbench.report import style
+
+    def png(draw) -> bytes:
+        with style.matplotlib.rc_context(style.STYLE):
+            fig = style.Figure(figsize=style.FIGSIZE, dpi=style.DPI)
+            draw(fig)
+            buffer = io.BytesIO()
+            fig.savefig(buffer, **style.SAVE)
+        return buffer.getvalue()
+
+    for caption in CAPTIONS:
+        ours = png(lambda fig: style.wrapped_text(fig, x, 0.005, caption, fontsize=fontsize, ha="left", va="bottom"))
+        theirs = png(lambda fig: fig.text(x, 0.005, caption, fontsize=fontsize, ha="left", va="bottom", wrap=True))
+        assert ours == theirs, (x, fontsize, caption[:40])
