@@ -35,7 +35,7 @@
 #       tier with the per-method breakdown, the architectures and the Kubernetes operator jobs; the
 #       root tier's waiting files (Slurm, SSH, shaped links: their waits fill the other sessions'
 #       idle core); the rest's job files; everything else (its output on the terminal).
-#   then, as places free: 3.x's unit and job tiers, its slowest job files, and the root tier's
+#   then, as places free: 3.x's slowest job files, its unit and job tiers, and the root tier's
 #       CPU-heavy files (diagnose's timed probes, the CPU-quota probes, Kubernetes' pods).
 # Each other session's output is kept in a file and shown once it and the terminal's session have
 # ended, so two progress lines never interleave. Every session leaves a JUnit XML file in log/.
@@ -90,7 +90,9 @@ s_rest-jobs() { pytest_as rest-jobs "$py2" -m "not root and not gpu_sim" "${rest
 s_paddle3() { pytest_as paddle3 "$py3" -m "$marks3" tests/unit tests/job $(ignoring "${slow3[@]}"); }
 s_paddle3-slow() { pytest_as paddle3-slow "$py3" -m "$marks3" "${slow3[@]}"; }
 s_root-cpu() { pytest_as root-cpu "$py2" -m "root and not gpu_sim" "${root_cpu[@]}"; }
-queue=(rest slow-jobs gpu-sim root-waiting rest-jobs paddle3 paddle3-slow root-cpu)
+# the longer of the two 3.x sessions first (paddle3-slow, since it holds the 2-rank runs' files:
+# ~370 s against ~340 quiet), so the last to start is not the last to end
+queue=(rest slow-jobs gpu-sim root-waiting rest-jobs paddle3-slow paddle3 root-cpu)
 TERMINAL=rest  # the session whose progress is on the terminal
 
 # Every process of the run imports the repository's modules, and with PYTHONDONTWRITEBYTECODE set
