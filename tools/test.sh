@@ -31,6 +31,9 @@
 # measurement of a fresh clone of 78c5f9f, 19:31 without the install (49 s) and 54 s idle; the
 # machine busy 2,284 CPU s, so what is left is CPU (process accounting of that run: 738 processes
 # import Paddle, ~1.1 CPU s each for the import alone, ~45% of the run).
+# Then (2026-11-30) what ran twice or for nothing: the 2-rank runs' files in one session per build,
+# orchestration tests on ResNet18, report captions wrapped without re-measuring: the tests' own CPU
+# 1,779 -> 1,689 s; three quiet fresh clones of 9db4b57 19:15, 18:40, 18:42 with the install (49 s).
 #   2.6.2: the slow job files (launcher, parameter server, docs, GPT); the simulated GPU host's
 #       tier with the per-method breakdown, the architectures and the Kubernetes operator jobs; the
 #       root tier's waiting files (Slurm, SSH, shaped links: their waits fill the other sessions'
