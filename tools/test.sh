@@ -35,9 +35,10 @@
 # orchestration tests on ResNet18, report captions wrapped without re-measuring: the tests' own CPU
 # 1,779 -> 1,689 s; three quiet fresh clones of 9db4b57 19:15, 18:40, 18:42 with the install (49 s).
 #   2.6.2: the slow job files (launcher, parameter server, docs, GPT); the simulated GPU host's
-#       tier with the per-method breakdown, the architectures and the Kubernetes operator jobs; the
-#       root tier's waiting files (Slurm, SSH, shaped links: their waits fill the other sessions'
-#       idle core); the rest's job files; everything else (its output on the terminal).
+#       tier with the per-method breakdown and the Kubernetes operator jobs; the root tier's waiting
+#       files (Slurm, SSH, shaped links: their waits fill the other sessions' idle core); the rest's
+#       job files (the architectures among them, beside the 2-rank runs they share); everything
+#       else (its output on the terminal).
 #   then, as places free: 3.x's slowest job files, its unit and job tiers, and the root tier's
 #       CPU-heavy files (diagnose's timed probes, the CPU-quota probes, Kubernetes' pods).
 # Each other session's output is kept in a file and shown once it and the terminal's session have
