@@ -64,7 +64,6 @@ from fleetbench.emulate.netem_plan import (
     unread_flag,
 )
 from fleetbench.emulate.netem_state import (
-    NETNS_ETC,
     ClusterError,
     load_state,
     run,
@@ -200,9 +199,9 @@ def _build(state: dict, layout: Layout) -> None:
             etc_hosts = f.read()
     except OSError:
         etc_hosts = "127.0.0.1 localhost\n"
-    if not os.path.isdir(NETNS_ETC):
-        os.makedirs(NETNS_ETC)
-        _created(state, "etcdir", NETNS_ETC)
+    # iproute2's shared directory, like /run/netns: made when missing, never removed (another
+    # cluster, or anything using `ip netns exec`, may have files there at any moment)
+    os.makedirs(netem_state.NETNS_ETC, exist_ok=True)
     for n in layout.nodes:
         _create_marked(state, "netns", n.netns, ["ip", "netns", "add", n.netns],
                        ["ip", "-n", n.netns, "link", "set", "dev", "lo", "alias", mark])
@@ -219,13 +218,13 @@ def _build(state: dict, layout: Layout) -> None:
 
 
 def _etc_staging(state: dict, netns: str) -> str:
-    return os.path.join(NETNS_ETC, f".{netns}.{state['token']}")
+    return os.path.join(netem_state.NETNS_ETC, f".{netns}.{state['token']}")
 
 
 def _write_etc(state: dict, node: Node, hosts: str) -> None:
     """/etc/netns/<namespace>/hosts, made in a staging directory named after this `up` and renamed
     into place: the directory appears complete, with its mark, or not at all."""
-    final, staging = os.path.join(NETNS_ETC, node.netns), _etc_staging(state, node.netns)
+    final, staging = os.path.join(netem_state.NETNS_ETC, node.netns), _etc_staging(state, node.netns)
     try:
         os.makedirs(staging)
         with open(os.path.join(staging, "hosts"), "w") as f:
@@ -286,10 +285,6 @@ def _teardown(state: dict) -> tuple[list[str], list[str]]:
         removed.append(f"{kind} {name}")
     for n in layout.nodes if state.get("token") else ():  # a staging dir an `up` was killed in
         shutil.rmtree(_etc_staging(state, n.netns), ignore_errors=True)
-    if ["etcdir", NETNS_ETC] in state["created"]:
-        with contextlib.suppress(OSError):  # not empty: other namespaces have files there
-            os.rmdir(NETNS_ETC)
-            removed.append(f"etcdir {NETNS_ETC}")
     recorded = {tuple(obj) for obj in state["created"]}
     state["created"] = []
     return removed, [f"{kind} {name}" for kind, name in foreign if (kind, name) in recorded]

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 from fleetbench.emulate import degrade, netem_state
 from fleetbench.emulate.netem_plan import object_names
-from fleetbench.emulate.netem_state import MARK, NETNS_ETC, run
+from fleetbench.emulate.netem_state import MARK, run
 
 HOST_DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld")  # fleetbench.emulate.slurmd starts them
 GRACE_S = 10.0  # from TERM to KILL: slurmd's KillWait is 5 s
@@ -44,9 +44,9 @@ def marked_objects(prefix: str) -> list[tuple[str, str]]:
              if named.match(name) and _is_ours(alias, prefix)]
     namespaces = [("netns", ns) for ns in sorted(netem_state.netns_names())
                   if named.match(ns) and _is_ours(netem_state.netns_mark(ns), prefix)]
-    etc = []
-    if os.path.isdir(NETNS_ETC):
-        etc = [("etc", path) for path in (os.path.join(NETNS_ETC, d) for d in sorted(os.listdir(NETNS_ETC)))
+    etc, etc_dir = [], netem_state.NETNS_ETC
+    if os.path.isdir(etc_dir):
+        etc = [("etc", path) for path in (os.path.join(etc_dir, d) for d in sorted(os.listdir(etc_dir)))
                if named.match(os.path.basename(path)) and _is_ours(netem_state.etc_mark(path), prefix)]
     return links + namespaces + etc
 

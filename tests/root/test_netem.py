@@ -451,7 +451,7 @@ def test_after_a_killed_up_down_removes_only_what_still_is_ours(cluster_name, tm
                     30), f"{host_end} outlived its namespace"
     with foreign("netns", node0):
         removed = netem.down(cluster_name)
-        assert [r for r in removed if not r.startswith("etcdir")] == [
+        assert removed == [
             f"link {cluster_name}-br", f"etc /etc/netns/{node0}"]
         assert f"kept netns {node0}" in capsys.readouterr().err
         assert wait_for(lambda: netem.leftovers(cluster_name) == [node0], 30)
