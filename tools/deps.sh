@@ -1,13 +1,30 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the suite drives, when missing: sshd and ssh for the SSH executor and
-# the emulated cluster's nodes, Slurm and munge for the Slurm executor, iperf3 for raw link rates,
-# iproute2 (ip, tc) for the emulated network, Chromium and its driver for the HTML report's test in a
-# real browser (tests/unit/test_html_report.py), PostgreSQL for the results database's tests (a throwaway
-# server each session, tests/pgserver.py). Called by `make deps` (and so by `make test`/`demo`).
+# Installs the Debian packages fleetbench drives, when missing, in two sets:
+#   tools/deps.sh demo   what `make demo` uses: iproute2 (ip, tc) for its emulated-network cells, which
+#                        also need root; its local cells need no Debian package at all, so a user who is
+#                        not root is told what is skipped and the demo goes on (exit 0)
+#   tools/deps.sh test   what `make test` uses (the default): besides iproute2, sshd and ssh for the SSH
+#                        executor and the emulated cluster's nodes, Slurm and munge for the Slurm executor,
+#                        iperf3 for raw link rates, Chromium and its driver for the HTML report's test in
+#                        a real browser (tests/unit/test_html_report.py), PostgreSQL for the results
+#                        database's tests (a throwaway server each session, tests/pgserver.py)
 # Nothing already installed is reinstalled, and no system service is started or enabled: fleetbench
 # starts its own sshd/slurmd/munged per emulated node and never uses the system's.
 set -euo pipefail
-PACKAGES=(openssh-server openssh-client slurm-wlm slurm-client munge iperf3 iproute2 chromium chromium-driver postgresql)
+set_name=${1:-test}
+case "$set_name" in
+  demo) PACKAGES=(iproute2) ;;
+  test) PACKAGES=(openssh-server openssh-client slurm-wlm slurm-client munge iperf3 iproute2 chromium chromium-driver postgresql) ;;
+  *) echo "tools/deps.sh: $set_name: expected demo or test" >&2; exit 2 ;;
+esac
+# Ubuntu ships Chromium as a snap, with the driver in chromium-chromedriver (which needs snapd): asked
+# for by that name there; where snapd cannot run (a container) the browser test skips, saying why.
+ubuntu=$( (. /etc/os-release 2>/dev/null && echo "${ID:-}") )
+if [ "$ubuntu" = ubuntu ] && [ "$set_name" = test ]; then
+  kept=()
+  for p in "${PACKAGES[@]}"; do case "$p" in chromium|chromium-driver) ;; *) kept+=("$p") ;; esac; done
+  PACKAGES=("${kept[@]}" chromium-chromedriver)  # it depends on chromium-browser, the snap's package
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -16,11 +33,18 @@ done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+  if [ "$set_name" = demo ]; then  # the local cells run without it: say what is skipped, go on
+    echo "fleetbench: ${missing[*]} not installed and not root: the demo's emulated-network cells will be skipped; 'sudo make demo' runs them" >&2
+    exit 0
+  fi
   echo "fleetbench: missing Debian packages ${missing[*]}: run 'sudo apt-get install ${missing[*]}' (the SSH, Slurm and emulated-cluster paths and their tests need them)" >&2
   exit 1
 fi
 
 echo "fleetbench: installing ${missing[*]} (apt-get; no service is started or enabled)"
+case " ${missing[*]} " in *" chromium-chromedriver "*)
+  echo "fleetbench: on Ubuntu Chromium is a snap (chromium-chromedriver brings it, through snapd); without snapd the HTML report's browser test is skipped" ;;
+esac
 # policy-rc.d exit 101 is Debian's documented way to forbid maintainer scripts to start services
 # (invoke-rc.d reads it). Only ours is removed afterwards; an existing one is left as it was.
 policy=/usr/sbin/policy-rc.d

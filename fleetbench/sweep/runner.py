@@ -132,6 +132,7 @@ class Sweep:
         self.warmed: set[tuple] = set()
         self.cuda_build = False  # the local Paddle is a CUDA build: emulated-network cells are skipped
         self.trace_root: str | None = None  # --trace: each measured run's traces in a directory of their own
+        self.skipped: list[tuple[int, str, str]] = []  # (cell number, label, why): said again at the end
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -190,7 +191,9 @@ class Sweep:
         finally:
             self.cluster.close()
         self.say(f"sweep finished in {duration(time.monotonic() - started)}: {tally.runs} runs, "
-                 f"{self.failed_runs} failed")
+                 f"{self.failed_runs} failed" + (f", {len(self.skipped)} cell{'s' * (len(self.skipped) > 1)} skipped" if self.skipped else ""))
+        for i, label, why in self.skipped:  # at the end too: the run's first lines are long gone by now
+            self.say(f"skipped cell {i}/{len(self.cells)} {label}: {why}")
         return self.summary()
 
     def settle_machine(self) -> None:
@@ -230,6 +233,7 @@ class Sweep:
         problem = self.network_problem(cell)
         if problem:
             self.say(f"cell {i}/{len(self.cells)} {cell.label()}: skipped ({problem})")
+            self.skipped.append((i, cell.label(), problem))
             return False
         if done >= self.policy.limit(cell):  # at its maximum, not stable: nothing more to run
             self.say_stop(i, len(self.cells), cell)
@@ -239,7 +243,12 @@ class Sweep:
 
     def network_problem(self, cell: Cell) -> str | None:
         """Why an emulated-network cell cannot run here (None: it can, or it is no such cell)."""
-        return (EMULATED_ON_CUDA if self.cuda_build else netem.requirements_problem()) if cell.network else None
+        if not cell.network:
+            return None
+        if self.cuda_build:
+            return EMULATED_ON_CUDA
+        problem = netem.requirements_problem()
+        return problem and f"{problem}; {ENABLE_NETWORK_CELLS['root' if os.geteuid() != 0 else 'tools']}"
 
     def say_stop(self, i: int, n: int, cell: Cell) -> None:
         """How a cell's until-stable repeats ended (nothing without the policy)."""
@@ -376,6 +385,9 @@ def parser() -> cmdline.Parser:
 # The sweep's warm-up: the speed probe (~0.1-0.3 s) until it settles, at most this many times (2-5 s),
 # on the machine the sweep runs on (remote nodes warm up in their first run)
 MACHINE_WARMUP_TRIES = 15
+# The one command that lets an emulated-network cell run, by what is missing (make demo says the first).
+ENABLE_NETWORK_CELLS = {"root": "run the sweep as root to include it (make demo: sudo make demo)",
+                        "tools": "install iproute2 to include it (as root: make deps-demo)"}
 EMULATED_ON_CUDA = ("emulated nodes on a CUDA build would share this machine's GPUs and NCCL would go around the "
                     "shaped link; run network cells with a CPU build of Paddle, docs/gpu.md")
 

@@ -58,9 +58,11 @@ def test_the_demo_sweep_skips_its_network_cells_in_one_line_each_and_runs_the_re
     finally:
         neighbour.communicate(timeout=60)  # stdin closed: it ends
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    skipped = [line for line in p.stdout.splitlines() if "skipped" in line]
+    skipped = [line for line in p.stdout.splitlines() if ": skipped (" in line]
     assert len(skipped) == 3 and all(line.endswith(f": skipped ({runner.EMULATED_ON_CUDA})") for line in skipped)
     assert all("net=" in line for line in skipped)
+    said_again = [line for line in p.stdout.splitlines() if line.startswith("skipped cell ")]  # at the end
+    assert len(said_again) == 3 and all(line.endswith(runner.EMULATED_ON_CUDA) for line in said_again)
     (rec,) = records(store)
     assert rec["error"] is None and rec["benchmark"] == "resnet50" and rec["network"] is None
     # it trained on the GPU Paddle's launcher selected for it (its tensors on the CPU), and says so

@@ -10,6 +10,7 @@ import re
 import pytest
 from test_sweep_stable import Scripted, _policy, cells, figures_of
 
+from fleetbench.emulate import netem
 from fleetbench.sweep import adaptive, order, runner, sweepfile
 
 
@@ -111,6 +112,26 @@ def test_warmup_before_the_first_measured_run_skipped_and_failing_cells(tmp_path
     out = sweep.out.getvalue()
     assert f"cell 2/3 resnet50 tiny collective 2x1 net=1gbe: skipped ({runner.EMULATED_ON_CUDA})" in out
     assert figures_of(tmp_path / "runs.jsonl") == [1.0, 2.0]  # cell 3 stored nothing: it failed twice
+
+
+@pytest.mark.parametrize("euid, tools, fix", [(1000, True, "sudo make demo"), (0, False, "make deps-demo")])
+def test_a_network_cell_it_cannot_run_is_skipped_with_the_command_that_enables_it(tmp_path, monkeypatch,
+                                                                                   euid, tools, fix):
+    # not root, or without ip/tc: the local cells run, the network cell is named with its fix at its
+    # turn and again at the end, and the sweep does not fail for it
+    monkeypatch.setattr(runner.os, "geteuid", lambda: euid)
+    monkeypatch.setattr(netem.os, "geteuid", lambda: euid)
+    monkeypatch.setattr(netem.shutil, "which", lambda tool: f"/usr/sbin/{tool}" if tools else None)
+    net = sweepfile.expand({"repeats": 1, "cells": [{"benchmark": "resnet50", "preset": "tiny", "network": "1gbe"}]})
+    sweep = Scripted([1.0], [*net, cells({"steps": 7}, repeats=1)[0]], tmp_path / "runs.jsonl", tmp_path,
+                     adaptive.Policy())
+    sweep.run({})
+    assert sweep.events == [("run", 2, 1)] and sweep.failed_runs == 0
+    lines = sweep.out.getvalue().splitlines()
+    at_turn = [line for line in lines if line.startswith("cell 1/2 ") and ": skipped (" in line]
+    assert len(at_turn) == 1 and fix in at_turn[0]
+    assert ", 1 cell skipped" in [line for line in lines if line.startswith("sweep finished")][0]
+    assert [line for line in lines if line.startswith("skipped cell 1/2 ")][0].count(fix) == 1
 
 
 def test_the_sweep_warms_the_machine_up_with_the_real_probe(tmp_path):
