@@ -38,7 +38,7 @@ $(1)/bin/python -m pip install --quiet -e ".[$(2)]"
 touch $@
 endef
 
-.PHONY: deps deps-demo deps-test install install-paddle3 demo test test-fast test-paddle3 test-gpu-sim bench versions clean
+.PHONY: deps deps-demo deps-test install install-paddle3 demo test test-fresh test-fast test-paddle3 test-gpu-sim bench versions clean
 
 # The Debian packages, in two sets (tools/deps.sh lists them and says why), installed when missing
 # and we are root with apt; otherwise one line naming them. The demo's (iproute2, for its emulated
@@ -78,7 +78,12 @@ test: deps-test
 	@$(MAKE) --no-print-directory -j2 install install-paddle3
 	@bash tools/test.sh $(PY) $(PY3) "$(PADDLE3_MARKS)"
 
-# The pure tier only (no Paddle job, no launcher, no root): under 2 minutes on 2 cores.
+# The fresh-machine check (root): make test, then make demo as a user who is not root, on a new Debian
+# 12 machine made with debootstrap and entered with namespaces of its own (docs/testing.md).
+test-fresh:
+	bash tools/fresh_machine.sh
+
+# The pure tier only (no Paddle job, no launcher, no root).
 test-fast: install
 	$(PY) -m pytest -q -m "not job and not root" tests/unit
 

@@ -28,6 +28,20 @@ QUIET_ENV = {"GLOG_minloglevel": "2", "PYTHONWARNINGS": "ignore", "PORT_RANGE": 
 # under CI (conftest.py): no install step can give this Paddle build what it lacks.
 PS_MISSING = ps_missing()
 NEEDS_PS = [pytest.mark.ps, pytest.mark.paddle_build, pytest.mark.skipif(PS_MISSING is not None, reason=PS_MISSING or "")]
+# A CPU quota on a node (fleetbench cluster degrade --cpu) needs root and the kernel's cgroup v1 cpu
+# controller, which no install step can add: without it those tests skip, saying so, under CI too.
+CPU_CGROUP = "/sys/fs/cgroup/cpu"
+CPU_CGROUP_MISSING = (None if os.geteuid() == 0 and os.path.isfile(os.path.join(CPU_CGROUP, "cpu.cfs_quota_us"))
+                      else f"needs root and a cgroup v1 cpu controller at {CPU_CGROUP} (cpu.cfs_quota_us)")
+NEEDS_CPU_CGROUP = [pytest.mark.machine_feature,
+                    pytest.mark.skipif(CPU_CGROUP_MISSING is not None, reason=CPU_CGROUP_MISSING or "")]
+
+
+def needs_cpu_cgroup(test):
+    """NEEDS_CPU_CGROUP's marks on one test."""
+    for mark in NEEDS_CPU_CGROUP:
+        test = mark(test)
+    return test
 
 
 def needs_ps(test):

@@ -38,9 +38,10 @@ for s in "${step_list[@]}"; do
     *) echo "tools/fresh_machine.sh: --steps $steps: $s: expected test, test-again, demo-user, demo or look" >&2; exit 2 ;;
   esac
 done
-[ "$(id -u)" = 0 ] || { echo "tools/fresh_machine.sh: needs root (debootstrap, namespaces)" >&2; exit 2; }
 repo=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
-sha=$(git -C "$repo" rev-parse --verify "$rev^{commit}") || { echo "tools/fresh_machine.sh: --rev $rev: not a commit of $repo" >&2; exit 2; }
+sha=$(git -C "$repo" rev-parse -q --verify "$rev^{commit}" 2>/dev/null) \
+  || { echo "tools/fresh_machine.sh: --rev $rev: not a commit of $repo" >&2; exit 2; }
+[ "$(id -u)" = 0 ] || { echo "tools/fresh_machine.sh: needs root (debootstrap, namespaces)" >&2; exit 2; }
 
 need=()
 command -v debootstrap >/dev/null || need+=(debootstrap)
@@ -123,6 +124,7 @@ for n in $(seq 1 "$runs"); do
   echo "fresh: run $n of $runs: commit $sha in $root"
   t0=$SECONDS
   debootstrap --unpack-tarball="$base" bookworm "$root" "$mirror" >"$run_dir/debootstrap.log" 2>&1
+  rm -f "$root/etc/apt/sources.list"  # debootstrap's; the machine's own sources replace it
   for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list; do
     [ -f "$f" ] && cp "$f" "$root$f"
   done

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from util import PYTHON, REPO, cluster_name, env, records
+from util import PYTHON, REPO, cluster_name, env, needs_cpu_cgroup, records
 
 from fleetbench.diagnose.judging import blame
 
@@ -22,6 +22,7 @@ def fleetbench(*args, timeout=240, **extra_env):
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
+@needs_cpu_cgroup
 def test_a_cpu_starved_node_of_three_is_the_one_flagged_and_its_peers_are_not(tmp_path, monkeypatch):
     from fleetbench.emulate import degrade
 

@@ -19,14 +19,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from util import PYTHON, REPO, env, records
+from util import NEEDS_CPU_CGROUP, PYTHON, REPO, env, records
 
 from fleetbench.emulate import degrade
 from fleetbench.measure.repeats import aggregate, stability
 
-PROBLEM = (None if os.geteuid() == 0 and os.path.isdir(degrade.CPU_CGROUP)
-           else f"needs root and a cgroup v1 cpu controller at {degrade.CPU_CGROUP}")
-pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
+pytestmark = NEEDS_CPU_CGROUP
 SCRIPT = REPO / "collective" / "resnet50.py"
 # Every run of the cell: 1 warm-up step and 4 measured, a line every 2 steps. The probe's edges are
 # what is judged, so the window's length does not matter; at a tenth of the machine each step is ten

@@ -9,7 +9,7 @@ from pathlib import Path
 from util import REPO
 
 PACKAGE = REPO / "fleetbench"
-MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_POSITIONAL = 450, 45, 7
+MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_POSITIONAL = 600, 45, 7
 # A room (a package: fleetbench/'s subpackages, their sub-rooms such as diagnose/judging/, and
 # datasets/) holds at most this many modules of its own, __init__.py counted; a sub-room's modules
 # count in the sub-room, not its parent.
