@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs the Debian packages fleetbench drives, when missing, in two sets:
-#   tools/deps.sh demo   what `make demo` uses: iproute2 (ip, tc) for its emulated-network cells, which
-#                        also need root; its local cells need no Debian package at all, so a user who is
-#                        not root is told what is skipped and the demo goes on (exit 0)
-#   tools/deps.sh test   what `make test` uses (the default): besides iproute2, sshd and ssh for the SSH
+# Installs the Debian packages fleetbench needs, when missing, in two sets:
+#   tools/deps.sh demo   what `make demo` uses: libgomp1 (GCC's OpenMP runtime, which Paddle's CPU
+#                        wheels load and do not ship: without it no cell runs), and iproute2 (ip, tc)
+#                        for its emulated-network cells, which need root too. A user who is not root
+#                        without iproute2 is told those cells are skipped and the demo goes on (exit 0);
+#                        without libgomp1, one line names the command and it stops (exit 1)
+#   tools/deps.sh test   what `make test` uses (the default): besides those, sshd and ssh for the SSH
 #                        executor and the emulated cluster's nodes, Slurm and munge for the Slurm executor,
 #                        iperf3 for raw link rates, Chromium and its driver for the HTML report's test in
 #                        a real browser (tests/unit/test_html_report.py), PostgreSQL for the results
@@ -12,9 +14,11 @@
 # starts its own sshd/slurmd/munged per emulated node and never uses the system's.
 set -euo pipefail
 set_name=${1:-test}
+PADDLE_NEEDS=(libgomp1)
 case "$set_name" in
-  demo) PACKAGES=(iproute2) ;;
-  test) PACKAGES=(openssh-server openssh-client slurm-wlm slurm-client munge iperf3 iproute2 chromium chromium-driver postgresql) ;;
+  demo) PACKAGES=("${PADDLE_NEEDS[@]}" iproute2) ;;
+  test) PACKAGES=("${PADDLE_NEEDS[@]}" openssh-server openssh-client slurm-wlm slurm-client munge iperf3 iproute2
+                  chromium chromium-driver postgresql) ;;
   *) echo "tools/deps.sh: $set_name: expected demo or test" >&2; exit 2 ;;
 esac
 # Ubuntu ships Chromium as a snap, with the driver in chromium-chromedriver (which needs snapd): asked
@@ -33,9 +37,15 @@ done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-  if [ "$set_name" = demo ]; then  # the local cells run without it: say what is skipped, go on
+  paddle_missing=()
+  for p in "${missing[@]}"; do case " ${PADDLE_NEEDS[*]} " in *" $p "*) paddle_missing+=("$p") ;; esac; done
+  if [ "$set_name" = demo ] && [ ${#paddle_missing[@]} -eq 0 ]; then  # the local cells run: say what is skipped, go on
     echo "fleetbench: ${missing[*]} not installed and not root: the demo's emulated-network cells will be skipped; 'sudo make demo' runs them" >&2
     exit 0
+  fi
+  if [ "$set_name" = demo ]; then
+    echo "fleetbench: Paddle needs ${paddle_missing[*]} (not installed): run 'sudo make deps-demo' or 'sudo apt-get install ${missing[*]}'" >&2
+    exit 1
   fi
   echo "fleetbench: missing Debian packages ${missing[*]}: run 'sudo apt-get install ${missing[*]}' (the SSH, Slurm and emulated-cluster paths and their tests need them)" >&2
   exit 1

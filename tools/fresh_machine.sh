@@ -4,7 +4,8 @@
 #   tools/fresh_machine.sh [--runs N] [--steps LIST] [--rev REV] [--dir DIR] [--keep]
 #
 # Each run is a machine of its own: a root filesystem made from nothing with debootstrap (Debian 12,
-# minbase, plus what a new machine of this kind has: python3 with venv, git, make), entered with its
+# minbase, plus what a new machine of this kind has: python3 with venv, git, make, and libgomp1, GCC's
+# OpenMP runtime, which every Debian machine with a compiler has), entered with its
 # own mount, network, process, UTS and IPC namespaces, so nothing this host holds (Debian packages,
 # virtualenvs, pip's cache, keys, /etc/netns, /run, network namespaces and links) leaks in. Its network
 # is slirp4netns (user-mode NAT: only the package registries answer, as on a new machine); the kernel,
@@ -15,11 +16,12 @@
 #   demo-user   `make demo` as a user who is not root, in that user's own clone (no sudo exists)
 #   demo        `make demo` as root
 #   look        what the machine holds (Debian packages, state directories, links, namespaces, caches)
-# Defaults: --runs 1 --steps test,demo-user, the checkout's HEAD, DIR /var/tmp/fleetbench-fresh; a
+# Defaults: --runs 1 --steps demo-user,test (the demo first, on a machine without the suite's
+# packages), the checkout's HEAD, DIR /var/tmp/fleetbench-fresh; a
 # run's root is removed at its end unless --keep. Needs root, debootstrap and slirp4netns (installed
 # when missing). docs/testing.md says how long it takes.
 set -euo pipefail
-runs=1 steps=test,demo-user rev=HEAD dir=/var/tmp/fleetbench-fresh keep=
+runs=1 steps=demo-user,test rev=HEAD dir=/var/tmp/fleetbench-fresh keep=
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs=$2; shift 2 ;;
@@ -27,7 +29,7 @@ while [ $# -gt 0 ]; do
     --rev) rev=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "tools/fresh_machine.sh: $1: expected --runs N, --steps LIST, --rev REV, --dir DIR or --keep" >&2; exit 2 ;;
   esac
 done
@@ -56,10 +58,10 @@ mirror=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/nu
 [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" {print $2; exit}' /etc/apt/sources.list 2>/dev/null)
 [ -n "$mirror" ] || { echo "tools/fresh_machine.sh: no Debian mirror in /etc/apt/sources.list(.d): cannot debootstrap" >&2; exit 2; }
 mkdir -p "$dir"
-base=$dir/bookworm-minbase.tgz  # the base system's packages, downloaded once; every run installs them anew
+base=$dir/bookworm-minbase-libgomp1.tgz  # the base system's packages, downloaded once; every run installs them anew
 if [ ! -s "$base" ]; then
   echo "fresh: downloading Debian 12's base packages once ($base)"
-  debootstrap --variant=minbase --include=python3,python3-venv,git,make,ca-certificates \
+  debootstrap --variant=minbase --include=python3,python3-venv,git,make,ca-certificates,libgomp1 \
     --make-tarball="$base.part" bookworm "$dir/tarball-work" "$mirror" >"$dir/tarball.log" 2>&1
   mv "$base.part" "$base"
   rm -rf --one-file-system "$dir/tarball-work"
@@ -92,8 +94,8 @@ inner() {
 [ -e \$p ] && echo \"present: \$p\" || echo \"absent: \$p\"; done; ls /sys/class/net | tr '\\n' ' '; echo; \
 python3 --version; apt-get update -q >/dev/null && echo 'apt reaches its sources'" ;;
       demo-user) cmd="id fbuser >/dev/null 2>&1 || useradd -m fbuser; rm -rf /home/fbuser/fleetbench; \
-runuser -u fbuser -- git clone -q /root/fleetbench /home/fbuser/fleetbench && cd /home/fbuser/fleetbench && \
-runuser -u fbuser -- env HOME=/home/fbuser make demo" ;;
+git clone -q /root/fleetbench /home/fbuser/fleetbench && chown -R fbuser: /home/fbuser/fleetbench && \
+cd /home/fbuser/fleetbench && runuser -u fbuser -- env HOME=/home/fbuser make demo" ;;
     esac
     echo "fresh: $host: $step: $cmd"
     set +e
@@ -130,6 +132,12 @@ for n in $(seq 1 "$runs"); do
   done
   for f in /etc/apt/apt.conf.d/*; do [ -e "$root$f" ] || cp "$f" "$root$f"; done
   [ -f /etc/pip.conf ] && cp /etc/pip.conf "$root/etc/pip.conf"
+  [ -d /etc/xdg/pip ] && mkdir -p "$root/etc/xdg" && cp -r /etc/xdg/pip "$root/etc/xdg/"
+  # the machine's own certificate authorities (its registries' TLS goes through them), as installed here
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+    chroot "$root" update-ca-certificates >/dev/null 2>&1
+  fi
   echo "nameserver 10.0.2.3" >"$root/etc/resolv.conf"  # slirp4netns's DNS
   echo "$host" >"$root/etc/hostname"
   printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' "$host" >"$root/etc/hosts"
