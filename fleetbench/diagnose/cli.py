@@ -47,6 +47,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, help=f"with --save-baseline: runs the baseline is made of (default {DEFAULT_RUNS})")
     p.add_argument("--results", help="store the figures and the verdict as records (JSONL)")
     p.add_argument("--passes", type=int, default=3, help="node probes per node, interleaved (default 3)")
+    p.add_argument("--resolve-rounds", type=cmdline.NON_NEGATIVE, default=2, metavar="N",
+                   help="while a node's deficit is inside the noise, every node's passes again, at most N "
+                   "times; still inside it, the node is 'cannot tell at this noise' (exit 3), never healthy (default 2)")
     p.add_argument("--seconds", type=float, default=0.6, help="seconds per probe figure (default 0.6)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a probe is a failure")
     p.add_argument("--disturbed", type=cmdline.number(0.0, 100.0, low_included=True, high_included=True),
@@ -168,7 +171,7 @@ def _load_inputs(args) -> tuple[list, dict | None]:
 
 def _options(args) -> measure.Options:
     return measure.Options(args.passes, args.seconds, args.timeout, args.concurrent, args.paddle_links, args.iperf3,
-                           disturbed_pct=args.disturbed)
+                           disturbed_pct=args.disturbed, resolve_rounds=args.resolve_rounds)
 
 
 def _save_baseline(args, hosts: list[Host], rule_list: list, first: dict, report: dict) -> dict:
