@@ -8,7 +8,8 @@
 Exit 0: every node and link healthy; 1: a node defective or unreachable, a link slow or failed
 (or, with --paddle-links, the all-node job failed or slow); 2: bad input (before anything runs);
 3: nothing found, but something not judged: a figure that broke a rule was measured, each time,
-while other processes used more than --disturbed % of the machine (its row says how much).
+while other processes used more than --disturbed % of the machine (its row says how much), or a
+node's deficit stayed inside the noise after --resolve-rounds ("cannot tell at this noise").
 """
 from __future__ import annotations
 
