@@ -114,12 +114,14 @@ def test_the_probes_repeat_spread_is_the_machines_noise():
     assert resolution.text(entry).endswith("; one node's passes spread +-14.8% here")
 
 
-def test_the_reports_health_section_says_cannot_tell_under_the_table():
+def test_the_reports_health_section_says_cannot_tell_under_the_table(tmp_path):
+    from fleetbench.diagnose import records
+    from fleetbench.measure import results
     from fleetbench.report import health
 
-    record = {"benchmark": "diagnose-verdict", "time": "t0", "config": {"cluster": "fb"},
-              "metrics": verdicts.report(_m(NOISY), RULES, None, HOSTS)}
-    lines = health.diagnoses([record])
+    store = tmp_path / "diag.jsonl"
+    records.store(str(store), verdicts.report(_m(NOISY), RULES, None, HOSTS), "fb")  # as --results stores it
+    lines = health.diagnoses(results.load(str(store)))
     assert "| node 0 | h0 | unresolved | - | - |" in lines
     assert ("Cannot tell at this noise: node 0 (matmul_gflops 45 vs 62 (peer median), 27.4% below inside its "
             "spread +-10.378; train_images_per_s 330 vs 450 (peer median), 26.7% below inside its spread "
