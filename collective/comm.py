@@ -26,8 +26,8 @@ def placement(peers: collectives.Peers) -> run.Placement:
 def measure(cfg: collectives.CommConfig, peers: collectives.Peers) -> dict:
     communicator = loop.PaddleCommunicator()
     machine = collectives.MachineProbe(cfg, peers, communicator)
-    machine.edge()
     link = linkprobe.probe(peers.rank, cfg.tcp_probe_s, communicator)
+    machine.edge()  # the probe's edges and the CPU counters just outside the ops, as a training window's
     machine.sample()
     rows = collectives.measure_all(cfg, peers, communicator)
     machine.sample()
