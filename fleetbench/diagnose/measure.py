@@ -202,7 +202,7 @@ def resolve(m: dict, hosts: list[Host], opts: Options, rules: list[Rule], refere
             v["verdict"] == "unresolved" for baseline in references
             for v in judge.judge_nodes(m["nodes"], rules, baseline, None, m["remeasured"], limit)):
         spent: dict = {}
-        for i, new in probe_nodes(judged, opts, spent, m["passes"])[0].items():
+        for i, new in probe_nodes(judged, opts, spent, m.setdefault("passes", {}))[0].items():
             m["nodes"][i] = _merged(m["nodes"][i], new)
         m["phases"]["resolve_s"] = round(m["phases"].get("resolve_s", 0.0) + spent.get("nodes_s", 0.0), 2)
         m["resolve_rounds"] += 1

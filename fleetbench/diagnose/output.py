@@ -28,7 +28,8 @@ def _broken(node: dict) -> str:
         text += ("; " if text else "") + "not judged: " + "; ".join(
             f"{_one(v)} while others used {v[OTHERS]:g}% of the machine" for v in node["disturbed"])
     if node.get("unresolved"):
-        text += ("; " if text else "") + "cannot tell at this noise: " + "; ".join(map(unresolved_text, node["unresolved"]))
+        hidden = "; ".join(map(unresolved_text, node["unresolved"]))
+        text += ("; " if text else "") + f"cannot tell at this noise: {hidden}"
     if node.get("uncorroborated"):
         text += ("; " if text else "") + "not counted: " + "; ".join(
             f"{_one(v)} alone ({v['not_corroborated_by']} did not break its rule)" for v in node["uncorroborated"])

@@ -67,8 +67,8 @@ def _not_judged(verdict: dict) -> list[str]:
     shaken += [f"link {l['a']}-{l['b']}" for l in verdict.get("links") or [] if l.get("verdict") == "disturbed"]
     unsure = [f"node {n['index']} ({'; '.join(_unsure(v) for v in n.get('unresolved') or [])})"
               for n in verdict.get("nodes") or [] if n["verdict"] == "unresolved"]
-    lines = ["", f"Not judged (others used the machine while they were measured): {', '.join(shaken)}."] if shaken else []
-    return lines + (["", f"Cannot tell at this noise: {', '.join(unsure)}."] if unsure else [])
+    lines = ["", f"Not judged (others used the machine while they were measured): {', '.join(shaken)}."]
+    return (lines if shaken else []) + (["", f"Cannot tell at this noise: {', '.join(unsure)}."] if unsure else [])
 
 
 def _unsure(v: dict) -> str:

@@ -34,8 +34,8 @@ import math
 import statistics
 
 from fleetbench.diagnose.judging import baseline as baselines
-from fleetbench.diagnose.judging.metrics import OTHERS
 from fleetbench.diagnose.judging import rules as rulebook
+from fleetbench.diagnose.judging.metrics import OTHERS
 from fleetbench.diagnose.judging.rules import Reference, Rule, robust_spread
 from fleetbench.measure.repeats.stability import DISTURBED_PCT
 
@@ -166,9 +166,11 @@ def unresolved(node: int, figures: dict[int, dict], rules: list[Rule], baseline:
         ref = with_own_noise(ref, remeasured.get(f"node {node}", {}).get(rule.metric))
         if value is None or rule.broken_by(value, ref) or not rule.confirmed_by(value, ref):
             continue
-        if rule.corroborated_by and rule.corroborated_by not in low and figures[node].get(rule.corroborated_by) is not None:
+        partner = rule.corroborated_by
+        if partner and partner not in low and figures[node].get(partner) is not None:
             continue
-        out.append({**_violation(rule, value, ref), "flagged_below": round(rulebook.flagged_below(rule.threshold, ref), 3),
+        out.append({**_violation(rule, value, ref),
+                    "flagged_below": round(rulebook.flagged_below(rule.threshold, ref), 3),
                     "below_pct": round(100 * (1 - value / ref.value), 1),
                     OTHERS: (figures[node].get(OTHERS) or {}).get(rule.metric)})
     return out
