@@ -9,8 +9,8 @@ For each cluster size (emulated nodes at 10gbe, `fleetbench cluster up`):
 3. per fault and mode: whether the fault is inside the resolution the diagnosis itself stated,
    found (its node flagged in its category) / missed / false flags (any other node, or a link
    with no faulted end) / not judged (a node or link whose figure broke a rule only while other
-   processes used more than 10% of the machine: `disturbed`, neither a flag nor a pass), and the
-   time each diagnosis took.
+   processes used more than 10% of the machine: `disturbed`, or a node whose deficit stayed inside
+   the noise: `unresolved`; neither a flag nor a pass), and the time each diagnosis took.
 
 Faults per size n: none; CPU fractions 0.4-0.8 on node 0, the middle node and the last; link
 rates 1, 2, 5 and 8 Gbit/s (up to the 10 Gbit/s links and the probe's ceiling) on those nodes;
@@ -107,7 +107,7 @@ def score(report: dict, fault: list) -> dict:
         where = seen(report, kind, value)
         out["found" if hit else "missed" if where == "inside" else where] += 1
     out["false"] = [f"node {n['index']}" for n in report["nodes"]
-                    if n["verdict"] not in ("healthy", "disturbed") and n["index"] not in faulted]
+                    if n["verdict"] not in ("healthy", *verdicts.NOT_JUDGED_NODES) and n["index"] not in faulted]
     out["false"] += [f"link {l['a']}-{l['b']}" for l in report["links"]
                      if l["verdict"] not in verdicts.NOT_FINDINGS and not faulted & {l["a"], l["b"]}]
     return out

@@ -11,8 +11,8 @@ import fleetbench  # noqa: F401  (first: sets OpenMP threads before paddle start
 import os
 import sys
 
-from fleetbench.comm import collectives, linkprobe, opmath
-from fleetbench.measure import config
+from fleetbench.comm import collectives, limits, linkprobe, opmath
+from fleetbench.measure import config, contract
 from fleetbench.train import run
 from fleetbench.train import loop
 
@@ -25,10 +25,19 @@ def placement(peers: collectives.Peers) -> run.Placement:
 
 def measure(cfg: collectives.CommConfig, peers: collectives.Peers) -> dict:
     communicator = loop.PaddleCommunicator()
+    machine = collectives.MachineProbe(cfg, peers, communicator)
     link = linkprobe.probe(peers.rank, cfg.tcp_probe_s, communicator)
+    machine.edge()  # the probe's edges and the CPU counters just outside the ops, as a training window's
+    machine.sample()
     rows = collectives.measure_all(cfg, peers, communicator)
-    figures = opmath.metrics(cfg.ops, rows, peers.ranks, cfg.headline_min_bytes)
-    return dict(figures, **link)
+    machine.sample()
+    machine.edge()
+    figures = dict(opmath.metrics(cfg.ops, rows, peers.ranks, cfg.headline_min_bytes), **link, **machine.figures())
+    # what limited the headline op: link, the CPU's reduction or latency (comm/limits.py)
+    judged = limits.figures(figures, figures["op"], peers.ranks, contract.RankContract.from_env().network,
+                            peers.backend == "gloo", machine.core_share())
+    figures["limit"] = limits.judge(judged).to_dict() if judged else None
+    return figures
 
 
 def report(cfg: collectives.CommConfig, peers: collectives.Peers, figures: dict) -> None:
@@ -38,6 +47,8 @@ def report(cfg: collectives.CommConfig, peers: collectives.Peers, figures: dict)
     if figures["link_tcp_GBps"] is not None:
         print(f"# Raw TCP rate between two nodes: {figures['link_tcp_GBps']:.4f} GB/s "
               f"({figures['link_tcp_note']})", flush=True)
+    if figures["limit"]:
+        print(f"# {figures['op']}: {figures['limit']['text']}", flush=True)
 
 
 def wrong_summary(rows: list) -> str:

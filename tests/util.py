@@ -362,3 +362,21 @@ def chrome_trace_problems(doc: dict) -> list[str]:
     schema = json.loads((REPO / "tests" / "fixtures" / "chrome_trace.schema.json").read_text())
     validator = jsonschema.Draft202012Validator(schema)
     return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]
+
+
+def limit_consistent(limit) -> bool:
+    """fleetbench.comm.limits' rule restated from the figures a Limit carries (tests of real runs use it)."""
+    from fleetbench.comm import limits
+
+    c = {k: v for k, v in limit.ceilings.items() if v}
+    if limit.limit == "link":
+        return limit.busbw_GBps >= limits.LINK_SHARE * c["link"]
+    if c.get("link") and limit.busbw_GBps >= limits.LINK_SHARE * c["link"]:
+        return False  # near the link, yet named otherwise
+    others = {k: v for k, v in c.items() if k != "link"}
+    if limit.limit in ("unexplained", "cpu_busy"):
+        busy = limit.busy_pct is not None and limit.busy_pct >= limits.CPU_BUSY_PCT
+        return (all(limit.busbw_GBps < limits.EXPLAINS * v for v in others.values())
+                and busy == (limit.limit == "cpu_busy"))
+    return (others[limit.limit] == min(others.values())
+            and limit.busbw_GBps >= limits.EXPLAINS * others[limit.limit])

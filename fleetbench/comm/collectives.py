@@ -15,6 +15,7 @@ sync, barrier (all ranks line up); run `iters` ops; sync. A rank's time of the s
 per op; the size's time is the slowest rank's (all-reduce MAX), the wrong counts are summed.
 """
 import dataclasses
+import os
 import time
 from typing import Callable, Optional
 
@@ -23,8 +24,8 @@ import paddle
 import paddle.distributed as dist
 
 from fleetbench.comm import opmath
-from fleetbench.machine import device
-from fleetbench.measure import config
+from fleetbench.machine import device, speed
+from fleetbench.measure import config, interference, metrics
 
 REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
 # Elements of a fill block: a multiple of the fill's period (opmath.PATTERN), a few MiB.
@@ -50,6 +51,7 @@ class CommConfig:
     iters: int = 20
     headline_min_bytes: int = 67108864  # metrics.busbw_GBps averages sizes >= this (64 MiB)
     tcp_probe_s: float = 2.0  # raw TCP stream between two nodes before the ops; 0: off
+    probe: bool = True  # machine/speed's fixed workload before and after the ops (limits' triad)
     debug: CommDebugConfig = dataclasses.field(default_factory=CommDebugConfig)
 
     def validate(self) -> None:
@@ -221,3 +223,39 @@ def measure_all(cfg: CommConfig, peers: Peers, communicator) -> list:
     wrong = communicator.sum([float(w) for _, w in mine])
     return [opmath.row(op, nbytes, count, t, peers.ranks, int(w))
             for (op, nbytes, count), t, w in zip(todo, slowest, wrong)]
+
+
+# ---------------------------------------------------------------- the machine around the ops
+class MachineProbe:
+    """The machine-speed probe (machine/speed.py) before and after the ops, the ranks of a machine
+    in turn; the machine's CPU counters at the ops' edges (measure/interference.py); and how many
+    ranks share this rank's machine (cores / that: limits.Figures.core_share)."""
+
+    def __init__(self, cfg: CommConfig, peers: Peers, communicator) -> None:
+        keys = [k[0] for k in communicator.gather([speed.machine_key()])]
+        self.here = keys.count(keys[peers.rank])
+        self.communicator = communicator
+        self.run = speed.in_turn(peers.device, communicator.gather, peers.rank, dist.barrier) if cfg.probe else None
+        self.edges: list = []
+        self.cpu: list = []
+
+    def edge(self) -> None:
+        """Every rank calls it together, before the ops and after them."""
+        self.edges.append(self.run() if self.run else None)
+
+    def sample(self) -> None:
+        """The CPU counters at the start of the ops, then at their end."""
+        self.cpu.append(interference.sample())
+
+    def core_share(self) -> float:
+        return min(1.0, len(os.sched_getaffinity(0)) / self.here)
+
+    def figures(self) -> dict:
+        """The record's probe_* keys (the slowest rank's, as the training loop's), `probe`, and
+        interference_cpu_pct, job_cpu_pct over the ops (the most disturbed rank's machine)."""
+        row = metrics.probe_row(*(self.edges + [None, None])[:2])
+        slowest = metrics.slowest_probe(self.communicator.gather(row))
+        measured = any(v is not None for v in slowest.values())
+        cpu = interference.combine(self.communicator.gather(metrics.interference_row(*(self.cpu + [None, None])[:2])))
+        return dict(slowest, probe=speed.DEFINITION if measured else None,
+                    interference_cpu_pct=cpu["interference_cpu_pct"], job_cpu_pct=cpu["job_cpu_pct"])

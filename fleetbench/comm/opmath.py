@@ -57,6 +57,7 @@ class Op:
     # elements of a separate output buffer from (count, ranks); None: the op works in place
     output_count: Optional[Callable[[int, int], int]] = None
     gloo_missing: Optional[str] = None  # why Paddle's gloo process group cannot run it
+    reduced_share: float = 0.0  # of the bytes on a rank's link, the share it also reduces (cpu_bytes_per_bus_byte)
 
 
 def _sendrecv(dist, c) -> None:
@@ -83,16 +84,18 @@ def _sendrecv(dist, c) -> None:
 
 _SAME = lambda count, ranks: count  # noqa: E731  (an output as large as the whole buffer)
 TABLE = {op.name: op for op in (
-    Op("all_reduce", _ring, lambda dist, c: dist.all_reduce(c.send, op=c.reduce_op), reduces=True),
+    # a ring's reduce-scatter half is reduced, its all-gather half only copied
+    Op("all_reduce", _ring, lambda dist, c: dist.all_reduce(c.send, op=c.reduce_op), reduces=True,
+       reduced_share=0.5),
     # the gathered output is the whole buffer; the input one chunk of count / ranks
     Op("all_gather", _chunk, lambda dist, c: dist.stream.all_gather(c.recv, c.send), chunked=True,
        output_count=_SAME),
     Op("reduce_scatter", _chunk, lambda dist, c: dist.stream.reduce_scatter(c.recv, c.send, op=c.reduce_op),
        reduces=True, chunked=True, output_count=lambda count, ranks: count // ranks,
-       gloo_missing="ProcessGroupGloo raises Unimplemented for reduce_scatter"),
+       gloo_missing="ProcessGroupGloo raises Unimplemented for reduce_scatter", reduced_share=1.0),
     Op("broadcast", lambda ranks: 1.0, lambda dist, c: dist.broadcast(c.send, src=ROOT), rooted=True),
     Op("reduce", lambda ranks: 1.0, lambda dist, c: dist.reduce(c.send, dst=ROOT, op=c.reduce_op),
-       reduces=True, rooted=True),
+       reduces=True, rooted=True, reduced_share=1.0),
     # dist.stream.alltoall_single takes (out, in) in 2.6 and 3.x alike; dist.alltoall_single's
     # order changed between them (2.6: in, out; 3.x: out, in)
     Op("alltoall", _chunk, lambda dist, c: dist.stream.alltoall_single(c.recv, c.send), chunked=True,
@@ -115,6 +118,18 @@ def op_entry(op: str) -> Op:
 def busbw_factor(op: str, ranks: int) -> float:
     """nccl-tests' bus-bandwidth factor of `op` on `ranks` ranks (barrier moves no payload: 0)."""
     return op_entry(op).bus_factor(ranks)
+
+
+# Memory bytes a CPU backend (gloo) reads and writes per bus byte: the send's copy into the kernel
+# and the receive's copy out of it (a read and a write each), and, for the share it reduces, the
+# reduction's two reads and one write (dst = dst + received).
+COPY_BYTES = 4.0
+REDUCE_BYTES = 3.0
+
+
+def cpu_bytes_per_bus_byte(op: str) -> float:
+    """Bytes of memory a CPU reads and writes per byte on a rank's link (busbw's byte) for `op`."""
+    return COPY_BYTES + op_entry(op).reduced_share * REDUCE_BYTES
 
 
 def bandwidths(nbytes: int, time_s: float, factor: float) -> tuple:

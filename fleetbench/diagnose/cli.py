@@ -8,7 +8,8 @@
 Exit 0: every node and link healthy; 1: a node defective or unreachable, a link slow or failed
 (or, with --paddle-links, the all-node job failed or slow); 2: bad input (before anything runs);
 3: nothing found, but something not judged: a figure that broke a rule was measured, each time,
-while other processes used more than --disturbed % of the machine (its row says how much).
+while other processes used more than --disturbed % of the machine (its row says how much), or a
+node's deficit stayed inside the noise after --resolve-rounds ("cannot tell at this noise").
 """
 from __future__ import annotations
 
@@ -47,6 +48,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=int, help=f"with --save-baseline: runs the baseline is made of (default {DEFAULT_RUNS})")
     p.add_argument("--results", help="store the figures and the verdict as records (JSONL)")
     p.add_argument("--passes", type=int, default=3, help="node probes per node, interleaved (default 3)")
+    p.add_argument("--resolve-rounds", type=cmdline.NON_NEGATIVE, default=2, metavar="N",
+                   help="while a node's deficit is inside the noise, every node's passes again, at most N "
+                   "times; still inside it, the node is 'cannot tell at this noise' (exit 3), never healthy (default 2)")
     p.add_argument("--seconds", type=float, default=0.6, help="seconds per probe figure (default 0.6)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds before a probe is a failure")
     p.add_argument("--disturbed", type=cmdline.number(0.0, 100.0, low_included=True, high_included=True),
@@ -168,7 +172,7 @@ def _load_inputs(args) -> tuple[list, dict | None]:
 
 def _options(args) -> measure.Options:
     return measure.Options(args.passes, args.seconds, args.timeout, args.concurrent, args.paddle_links, args.iperf3,
-                           disturbed_pct=args.disturbed)
+                           disturbed_pct=args.disturbed, resolve_rounds=args.resolve_rounds)
 
 
 def _save_baseline(args, hosts: list[Host], rule_list: list, first: dict, report: dict) -> dict:

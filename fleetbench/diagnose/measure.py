@@ -2,7 +2,9 @@
 passes, every pair's link test in rounds of disjoint pairs, with --paddle-links Paddle's comm job
 per pair and over all nodes; then every figure that breaks a rule is re-measured once, and the
 better of the two counts (a healthy figure disturbed once does not flag its node; a sick one
-breaks the rule twice).
+breaks the rule twice); then, while a node's deficit is inside the noise (judge.unresolved), every
+node's passes again, at most `resolve_rounds` times (`resolve`). Every pass's figures are kept
+(m["passes"]): their spread is this machine's repeat noise (resolution.repeat_spread_pct).
 
 What breaks a rule is asked of every judgement the caller will make (`references`: None for the
 peers, or a baseline), so that one measurement can be judged both ways (bench/diagnose_matrix.py)
@@ -34,6 +36,7 @@ class Options:
     iperf3: bool = False
     link_seconds: float = 1.0
     disturbed_pct: float = DISTURBED_PCT  # a figure measured while others used more is not judged
+    resolve_rounds: int = 2  # rounds of every node's passes again while a deficit is inside the noise
 
 
 def better(metric: str, old: float | None, new: float | None) -> float | None:
@@ -67,7 +70,8 @@ def best_of(runs: list[dict]) -> dict:
     return {**best, OTHERS: quietest(*(r.get(OTHERS) for r in runs))} if OTHERS in runs[0] else best
 
 
-def probe_nodes(hosts: list[Host], opts: Options, phases: dict) -> tuple[dict, dict]:
+def probe_nodes(hosts: list[Host], opts: Options, phases: dict, passes: dict | None = None) -> tuple[dict, dict]:
+    """Every node's best pass, and the nodes that failed; each pass's figures added to `passes`."""
     runs: dict[int, list[dict]] = {h.index: [] for h in hosts}
     problems: dict[int, tuple[str, str]] = {}
     by_index = {h.index: h for h in hosts}
@@ -81,6 +85,8 @@ def probe_nodes(hosts: list[Host], opts: Options, phases: dict) -> tuple[dict, d
                 problems[index] = (got.category, str(got))
             else:
                 runs[index].append(got)
+                if passes is not None:
+                    passes.setdefault(index, []).append(got)
     return {i: best_of(rs) for i, rs in runs.items() if rs and i not in problems}, problems
 
 
@@ -186,14 +192,32 @@ def _again_link(m: dict, a: Host, b: Host, opts: Options) -> None:
     m["links"][(a.index, b.index)] = _merged(old, new)
 
 
+def resolve(m: dict, hosts: list[Host], opts: Options, rules: list[Rule], references: list) -> None:
+    """While a node is unresolved under any judgement (a deficit inside the noise), every node's
+    passes again, each figure's best kept: the peers' too, since their spread is the noise that hid
+    it. At most opts.resolve_rounds rounds; how many ran is m["resolve_rounds"]."""
+    limit, m["resolve_rounds"] = m.get("disturbed_pct", DISTURBED_PCT), 0
+    judged = [h for h in hosts if h.index in m["nodes"]]
+    while m["resolve_rounds"] < opts.resolve_rounds and any(
+            v["verdict"] == "unresolved" for baseline in references
+            for v in judge.judge_nodes(m["nodes"], rules, baseline, None, m["remeasured"], limit)):
+        spent: dict = {}
+        for i, new in probe_nodes(judged, opts, spent, m.setdefault("passes", {}))[0].items():
+            m["nodes"][i] = _merged(m["nodes"][i], new)
+        m["phases"]["resolve_s"] = round(m["phases"].get("resolve_s", 0.0) + spent.get("nodes_s", 0.0), 2)
+        m["resolve_rounds"] += 1
+
+
 def measure(hosts: list[Host], opts: Options, rules: list[Rule], references: list) -> dict:
-    """{nodes, problems, links, cluster, remeasured, phases, elapsed_s} of one diagnosis."""
-    start, phases = time.monotonic(), {}
-    nodes, problems = probe_nodes(hosts, opts, phases)
+    """{nodes, passes, problems, links, cluster, remeasured, resolve_rounds, phases, elapsed_s} of one
+    diagnosis."""
+    start, phases, passes = time.monotonic(), {}, {}
+    nodes, problems = probe_nodes(hosts, opts, phases, passes)
     links = probe_links(hosts, set(problems), opts, phases) if len(hosts) > 1 else {}
     cluster = probe_cluster(hosts, set(problems), opts, phases)
-    m = {"nodes": nodes, "problems": problems, "links": links, "cluster": cluster, "remeasured": {},
-         "phases": phases, "disturbed_pct": opts.disturbed_pct}
+    m = {"nodes": nodes, "passes": passes, "problems": problems, "links": links, "cluster": cluster,
+         "remeasured": {}, "phases": phases, "disturbed_pct": opts.disturbed_pct}
     remeasure(m, hosts, opts, rules, references)
+    resolve(m, hosts, opts, rules, references)
     m["elapsed_s"] = round(time.monotonic() - start, 1)
     return m

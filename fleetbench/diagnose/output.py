@@ -14,11 +14,22 @@ def _one(v: dict) -> str:
     return f"{v['metric']} {v['value']:g} vs {v['reference']:g} ({v['reference_kind']}{measured})"
 
 
+def unresolved_text(v: dict) -> str:
+    """A deficit inside the noise, with its figures: how far below, and where it would flag."""
+    took = v.get(OTHERS)
+    busy = f", others used {took:g}% of the machine" if took else ""
+    return (f"{_one(v)} is {v['below_pct']:g}% below, inside its spread +-{v['spread']:g} "
+            f"(flagged below {v['flagged_below']:g}{busy})")
+
+
 def _broken(node: dict) -> str:
     text = "; ".join(_one(v) for v in node["violations"]) or node.get("message", "")
     if node.get("disturbed"):
         text += ("; " if text else "") + "not judged: " + "; ".join(
             f"{_one(v)} while others used {v[OTHERS]:g}% of the machine" for v in node["disturbed"])
+    if node.get("unresolved"):
+        hidden = "; ".join(map(unresolved_text, node["unresolved"]))
+        text += ("; " if text else "") + f"cannot tell at this noise: {hidden}"
     if node.get("uncorroborated"):
         text += ("; " if text else "") + "not counted: " + "; ".join(
             f"{_one(v)} alone ({v['not_corroborated_by']} did not break its rule)" for v in node["uncorroborated"])
@@ -64,7 +75,13 @@ def _notes(report: dict) -> list[str]:
     if producers:
         lines.append("not measured (no test produced them; never passed): " + "; ".join(
             f"{', '.join(names)} (by the {producer})" for producer, names in producers.items()))
-    shaken = verdicts.not_judged(report)
+    unsure = [f"node {n['index']}" for n in report["nodes"] if n["verdict"] == "unresolved"]
+    if unsure:
+        again = report.get("resolve_rounds", 0)
+        lines.append(f"cannot tell at this noise: {', '.join(unsure)}: a figure more than its rule's percentage "
+                     f"below its reference, inside the reference's spread after {again} more round(s) of every "
+                     f"node's passes; never called healthy (exit 3 when nothing else is found)")
+    shaken = [name for name in verdicts.not_judged(report) if name not in unsure]
     if shaken:
         lines.append(f"not judged: {', '.join(shaken)}: a figure broke a rule in every measurement while other "
                      f"processes used more than {report.get('disturbed_pct', DISTURBED_PCT):g}% of the machine "

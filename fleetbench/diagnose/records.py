@@ -21,9 +21,10 @@ def store(path: str, report: dict, cluster: str | None) -> None:
         metrics = {**node["figures"], "node_index": node["index"], "host": node["host"]}
         error = node.get("message") if node["verdict"] == "unreachable" else None
         results.append(path, stamp.record(_identity("diagnose-node", count, cluster), metrics, error))
-    keep = ("index", "host", "address", "verdict", "categories", "violations", "explains")
+    keep = ("index", "host", "address", "verdict", "categories", "violations", "explains", "unresolved")
     verdict = {"nodes": [{k: n[k] for k in keep if k in n}
                          for n in report["nodes"]],
                "links": report["links"], "elapsed_s": report["elapsed_s"], "reference": report["reference"],
-               **{k: report[k] for k in ("resolution", "not_measured", "remeasured", "cluster") if k in report}}
+               **{k: report[k] for k in ("resolution", "not_measured", "remeasured", "resolve_rounds", "cluster")
+                  if k in report}}
     results.append(path, stamp.record(_identity("diagnose-verdict", count, cluster), verdict))

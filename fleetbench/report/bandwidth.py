@@ -9,7 +9,8 @@ preset, config, nodes x devices, build, host: everything but the network) it mak
   as a dotted one, in the network's colour; a CSV beside it holding exactly the numbers drawn;
 - one markdown table: per network, the headline busbw (mean ± std over repeats of the op's
   average over sizes >= its threshold), the shaped rate, the raw TCP rate, busbw as a fraction
-  of each, and the alpha-beta fit.
+  of each, the alpha-beta fit, and what limited the op (fleetbench.comm.limits: link, CPU
+  reduction, latency), judged from the repeats' mean figures.
 
     markdown, files = section(records, images_dir, link)   # link(png_path) -> path for markdown
 """
@@ -19,7 +20,7 @@ import dataclasses
 import io
 import statistics
 
-from fleetbench.comm import opmath
+from fleetbench.comm import limits, opmath
 from fleetbench.measure.repeats import experiment
 from fleetbench.report import output
 from fleetbench.report.style import (
@@ -64,13 +65,28 @@ def _series_of(exp, op: str, members: list[dict]) -> dict:
                                or r["metrics"]["headline_min_bytes"]) for r in members]
     network = members[0].get("network") or {}
     rate = network.get("rate_gbit")
-    return {"network": exp.network, "runs": len(members), "sizes": dict(sorted(sizes.items())),
+    series = {"network": exp.network, "runs": len(members), "sizes": dict(sorted(sizes.items())),
             "shaped_GBps": None if rate is None else rate / 8,
             "tcp": _mean_std([r["metrics"].get("link_tcp_GBps") for r in members]),
             "headline": _mean_std([p.get("busbw_GBps") for p in parts]),
             "threshold": parts[0].get("headline_min_bytes"),
             "alpha_us": _mean_std([p.get("alpha_us") for p in parts])[0],
             "bandwidth_GBps": _mean_std([p.get("bandwidth_GBps") for p in parts])[0]}
+    return dict(series, limit=_limit(op, members, series))
+
+
+def _limit(op: str, members: list[dict], series: dict):
+    """What limited the op, judged on the repeats' means (busbw, alpha, raw TCP, triad)."""
+    figures = limits.of_record(members[0], op)
+    if figures is None or series["headline"][0] is None:
+        return None
+    triad = _mean_std([limits.triad(r["metrics"]) for r in members])[0]
+    job, others = (_mean_std([r["metrics"].get(key) for r in members])[0]
+                   for key in ("job_cpu_pct", "interference_cpu_pct"))
+    return limits.judge(dataclasses.replace(
+        figures, busbw_GBps=series["headline"][0], alpha_us=series["alpha_us"],
+        link_GBps=series["tcp"][0] or figures.link_GBps,
+        triad_GBps=triad if figures.triad_GBps is not None else None, job_cpu_pct=job, others_cpu_pct=others))
 
 
 def plan(records: list[dict]) -> list[dict]:
@@ -122,7 +138,7 @@ def _fraction(value, limit) -> str:
 
 def table_markdown(chart: dict) -> str:
     head = ("| network | runs | busbw GB/s (sizes ≥ threshold) | shaped GB/s | raw TCP GB/s "
-            "| busbw / raw TCP | busbw / shaped | α µs | fit bandwidth GB/s |")
+            "| busbw / raw TCP | busbw / shaped | α µs | fit bandwidth GB/s | limit |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for s in chart["series"]:
         busbw, std = s["headline"]
@@ -131,7 +147,8 @@ def table_markdown(chart: dict) -> str:
         tcp_text = "—" if tcp is None else f"{fmt(tcp)} ± {fmt(tcp_std)}"
         lines.append(f"| {s['network'] or 'local'} | {s['runs']} | {busbw_text} (≥ {s['threshold']} B) "
                      f"| {fmt(s['shaped_GBps'])} | {tcp_text} | {_fraction(busbw, tcp)} "
-                     f"| {_fraction(busbw, s['shaped_GBps'])} | {fmt(s['alpha_us'])} | {fmt(s['bandwidth_GBps'])} |")
+                     f"| {_fraction(busbw, s['shaped_GBps'])} | {fmt(s['alpha_us'])} | {fmt(s['bandwidth_GBps'])} "
+                     f"| {s['limit'].text if s.get('limit') else '—'} |")
     return "\n".join(lines)
 
 

@@ -61,10 +61,19 @@ def diagnoses(records: list[dict]) -> list[str]:
 
 
 def _not_judged(verdict: dict) -> list[str]:
-    """A line under the table naming what was measured while others took the machine (no verdict)."""
+    """Lines under the table naming what was measured while others took the machine (no verdict),
+    and the nodes whose deficit was inside the noise (unresolved: never healthy)."""
     shaken = [f"node {n['index']}" for n in verdict.get("nodes") or [] if n["verdict"] == "disturbed"]
     shaken += [f"link {l['a']}-{l['b']}" for l in verdict.get("links") or [] if l.get("verdict") == "disturbed"]
-    return ["", f"Not judged (others used the machine while they were measured): {', '.join(shaken)}."] if shaken else []
+    unsure = [f"node {n['index']} ({'; '.join(_unsure(v) for v in n.get('unresolved') or [])})"
+              for n in verdict.get("nodes") or [] if n["verdict"] == "unresolved"]
+    lines = ["", f"Not judged (others used the machine while they were measured): {', '.join(shaken)}."]
+    return (lines if shaken else []) + (["", f"Cannot tell at this noise: {', '.join(unsure)}."] if unsure else [])
+
+
+def _unsure(v: dict) -> str:
+    return (f"{v['metric']} {v['value']:g} vs {v['reference']:g} ({v['reference_kind']}), {v['below_pct']:g}% below "
+            f"inside its spread +-{v['spread']:g}").replace("|", "/")
 
 
 def _cpu_bound(verdict: dict) -> list[str]:

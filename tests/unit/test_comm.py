@@ -10,9 +10,9 @@ import time
 import numpy as np
 import pytest
 import yaml
-from util import CPU_RANKS, PYTHON, REPO, cluster_name, env, fleetrun, kept_store, records, run_script
+from util import CPU_RANKS, PYTHON, REPO, cluster_name, env, fleetrun, kept_store, limit_consistent, records, run_script
 
-from fleetbench.comm import linkprobe, opmath
+from fleetbench.comm import limits, linkprobe, opmath
 from fleetbench.emulate import netem, sshd
 from fleetbench.measure import results
 from fleetbench.report import bandwidth as comm_report
@@ -243,6 +243,9 @@ def test_report_draws_busbw_per_network_with_the_limits_beside(tmp_path):
     table = comm_report.table_markdown(chart).splitlines()
     assert table[2].startswith("| 1gbe | 2 | 0.111 ± ") and "| 95% | 89% |" in table[2]
     assert table[3].startswith("| unshaped | 1 | 1 ± 0 ") and "| 50% | — |" in table[3]
+    # what limited each: 95% of the 1gbe link's raw TCP; unshaped, 50% of raw TCP and no probe to judge the CPU by
+    assert table[2].endswith("| limited by the link: 0.111 GB/s busbw, 95% of 0.117 GB/s (raw TCP) |")
+    assert "| not explained by link, CPU reduction or latency: 1 GB/s busbw against 2 GB/s link" in table[3]
     markdown, files = comm_report.section(records, str(tmp_path), link=lambda p: p)
     assert sorted(f.rsplit(".", 1)[1] for f in files) == ["csv", "png"]
     assert markdown.startswith("### Communication: all_reduce float32 [link] on 2 node(s) x 1")
@@ -285,6 +288,12 @@ def test_every_gloo_op_runs_checks_and_stores_one_record(every_op):
     assert m["link_tcp_GBps"] is None  # one node: no link to probe
     log = (every_op / "log" / "workerlog.0").read_text()
     assert "#wrong" in log and "# Avg bus bandwidth" in log
+    # the machine-speed probe around the ops, and what limited the headline op, named by the rule
+    assert m["probe_triad_gbps_before"] > 0 and m["probe_triad_gbps_after"] > 0 and "triad" in m["probe"]
+    limit = limits.Limit(**m["limit"])
+    assert limit.limit in limits.NAMES and limit_consistent(limit), limit
+    assert limit.ceilings["link"] is None and limit.ceilings["cpu_reduction"] > 0  # one node: no link
+    assert f"# all_reduce: {limit.text}" in log
 
 
 @pytest.mark.job

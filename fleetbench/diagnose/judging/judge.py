@@ -20,6 +20,11 @@ flagged a healthy node at 52 and again 54 GFLOP/s against its peers' 76 (log of 
 A node rule with `corroborated_by` counts only when its partner figure breaks its rule too
 (`corroborated`; rules.py says why); one that breaks alone is the node's `uncorroborated` list.
 
+A node figure more than its rule's percentage below its reference but inside the reference's
+spread is a deficit this noise hides: the node is `unresolved` ("cannot tell at this noise", with
+the figures), never `healthy`; the measurement re-measures such nodes first, with their peers
+(diagnose/measure.py `resolve`), until the deficit is resolved either way or its rounds run out.
+
 Blame follows cause (blame.py).
 """
 from __future__ import annotations
@@ -29,6 +34,7 @@ import math
 import statistics
 
 from fleetbench.diagnose.judging import baseline as baselines
+from fleetbench.diagnose.judging import rules as rulebook
 from fleetbench.diagnose.judging.metrics import OTHERS
 from fleetbench.diagnose.judging.rules import Reference, Rule, robust_spread
 from fleetbench.measure.repeats.stability import DISTURBED_PCT
@@ -65,13 +71,15 @@ def failure(message: str) -> dict:
             "category": "failed"}
 
 
-def verdict(node: int, violations: list[dict], disturbed: list[dict] | None = None) -> dict:
+def verdict(node: int, violations: list[dict], disturbed: list[dict] | None = None,
+            unresolved: list[dict] | None = None) -> dict:
     """defective (a figure broke a rule measured quiet), disturbed (only figures measured while
-    others took the machine did: not judged) or healthy."""
+    others took the machine did: not judged), unresolved (a deficit inside the noise: cannot tell)
+    or healthy."""
     categories = sorted({v["category"] for v in violations})
-    state = "defective" if violations else "disturbed" if disturbed else "healthy"
+    state = "defective" if violations else "disturbed" if disturbed else "unresolved" if unresolved else "healthy"
     return {"index": node, "verdict": state, "categories": categories, "violations": violations,
-            **({"disturbed": disturbed} if disturbed else {})}
+            **({"disturbed": disturbed} if disturbed else {}), **({"unresolved": unresolved} if unresolved else {})}
 
 
 def others_took(figures: dict, metric: str, limit: float = DISTURBED_PCT) -> float | None:
@@ -119,7 +127,8 @@ def judge_nodes(figures: dict[int, dict], rules: list[Rule], baseline: dict | No
             continue
         found, low = _node_violations(node, figures, rules, baseline, remeasured, disturbed_pct)
         found, alone = corroborated(found, low, figures[node])
-        verdicts.append({**verdict(node, [v for v in found if not shaken(v)], [v for v in found if shaken(v)]),
+        hidden = unresolved(node, figures, rules, baseline, remeasured, low)
+        verdicts.append({**verdict(node, [v for v in found if not shaken(v)], [v for v in found if shaken(v)], hidden),
                          **({"uncorroborated": alone} if alone else {})})
     return verdicts
 
@@ -142,6 +151,29 @@ def _node_violations(node: int, figures: dict[int, dict], rules: list[Rule], bas
         if rule.confirmed_by(value, ref):
             low[rule.metric] = others_took(figures[node], rule.metric, disturbed_pct)
     return found, low
+
+
+def unresolved(node: int, figures: dict[int, dict], rules: list[Rule], baseline: dict | None,
+               remeasured: dict, low: dict) -> list[dict]:
+    """The node's figures more than their rule's percentage below the reference yet inside its
+    spread (not broken): each with its reference, spread, the figure below which it would flag, and
+    the share others took of the machine (None: quiet). A rule whose partner figure (corroborated_by)
+    did not fall by its percentage too is left out: the lone CPU dip rules.py tells of."""
+    out = []
+    for rule in (r for r in rules if r.scope == "node" and r.needs_reference):
+        value = figures[node].get(rule.metric)
+        ref = node_reference(node, rule.metric, figures, baseline) if value is not None else None
+        ref = with_own_noise(ref, remeasured.get(f"node {node}", {}).get(rule.metric))
+        if value is None or rule.broken_by(value, ref) or not rule.confirmed_by(value, ref):
+            continue
+        partner = rule.corroborated_by
+        if partner and partner not in low and figures[node].get(partner) is not None:
+            continue
+        out.append({**_violation(rule, value, ref),
+                    "flagged_below": round(rulebook.flagged_below(rule.threshold, ref), 3),
+                    "below_pct": round(100 * (1 - value / ref.value), 1),
+                    OTHERS: (figures[node].get(OTHERS) or {}).get(rule.metric)})
+    return out
 
 
 def corroborated(found: list[tuple[Rule, dict]], low: dict, figures: dict) -> tuple[list[dict], list[dict]]:

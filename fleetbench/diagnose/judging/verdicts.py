@@ -46,6 +46,7 @@ def report(m: dict, rules: list[Rule], baseline: dict | None, hosts: list[Host])
     out = {"nodes": nodes, "links": links, "not_measured": not_measured(rules, m),
            "resolution": resolution.resolution(m, rules, baseline),
            "reference": "baseline" if baseline else "peers", "remeasured": sorted(m["remeasured"]),
+           "resolve_rounds": m.get("resolve_rounds", 0),
            "elapsed_s": m["elapsed_s"], "phases": m["phases"], "disturbed_pct": limit}
     if m.get("cluster") is not None:
         out["cluster"] = judge.judge_cluster(m["cluster"], rules, baseline)
@@ -60,9 +61,15 @@ NOT_FINDINGS = ("healthy", "cpu-bound", "disturbed")
 NOT_JUDGED = 3  # the exit code when nothing was found but something could not be judged
 
 
+# Node verdicts that are no finding, nor healthy: not judged (others took the machine) and
+# unresolved (a deficit inside this machine's noise: judge.unresolved). Exit 3 when nothing is found.
+NOT_JUDGED_NODES = ("disturbed", "unresolved")
+
+
 def not_judged(report: dict) -> list[str]:
-    """What a report could not judge (measured while others took the machine), as short names."""
-    return ([f"node {n['index']}" for n in report["nodes"] if n["verdict"] == "disturbed"]
+    """What a report could not judge (measured while others took the machine, or a deficit inside
+    the noise), as short names."""
+    return ([f"node {n['index']}" for n in report["nodes"] if n["verdict"] in NOT_JUDGED_NODES]
             + [f"link {l['a']}-{l['b']}" for l in report["links"] if l["verdict"] == "disturbed"])
 
 
@@ -78,7 +85,7 @@ def exit_code(report: dict) -> int:
 def flagged(report: dict) -> list[str]:
     """What a report flags, as short names: `node 2 compute`, `link 0-3` (for summaries)."""
     out = [f"node {n['index']} {','.join(n['categories'])}" for n in report["nodes"]
-           if n["verdict"] not in ("healthy", "disturbed")]
+           if n["verdict"] not in ("healthy", *NOT_JUDGED_NODES)]
     out += [f"link {l['a']}-{l['b']}" for l in report["links"] if l["verdict"] not in NOT_FINDINGS]
     if report.get("cluster", {}).get("verdict", "healthy") != "healthy":
         out.append("all nodes")
