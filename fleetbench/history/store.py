@@ -13,8 +13,8 @@ Tables:
   environments    hash → canonical JSON of a run's software and machine (history/circumstances.py)
   clusters        hash → canonical JSON of the job's shape and fabric
   runs            one row per record: its id, the columns a filter reads (time, benchmark, preset,
-                  mode, method, shape, network, commit, Paddle version, tag, throughput, unit,
-                  error), where it came from (file, line), its two hashes, and the rest of the
+                  mode, method, shape, network and source by name, commit, Paddle version, tag,
+                  throughput, unit, error: scalars; the record keeps the objects), where it came from (file, line), its two hashes, and the rest of the
                   record as JSON (the env's per-run part: launcher variables, free memory)
   figures         the ranks' figures of a run: (run, name, rank, value) from its `rank_*` lists
 
@@ -163,7 +163,7 @@ def rows(record: dict, where: str, tag: str | None) -> dict:
     path, _, line = where.rpartition(":")
     run = {"id": record["id"], "time": record.get("time"), "benchmark": record.get("benchmark"),
            "preset": record.get("preset"), "mode": record.get("mode"), "method": record.get("method"),
-           "source": record.get("source"), "network": experiment.network_name(record.get("network")),
+           "source": experiment.source_name(record), "network": experiment.network_name(record.get("network")),
            "git": record.get("git"),
            "paddle": ((env or {}).get("paddle") or {}).get("version"), "tag": tag, "unit": metrics.get("unit"),
            "file": path, "line": int(line) if line.isdigit() else None, "nodes": record.get("nodes"),

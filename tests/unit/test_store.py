@@ -1,8 +1,8 @@
-"""The results database (issue 48): every committed record imported into SQLite and into a real
-PostgreSQL (a throwaway server, tests/pgserver.py) reads back exactly; importing twice adds nothing;
-a corrupt line is named with file:line and nothing else is lost; four importers at once lose and
-double nothing; and report, compare, history and explain print the same from the database as from
-the files."""
+"""The results database (issue 48): every committed record, measured or published, imported into
+SQLite and into a real PostgreSQL (a throwaway server, tests/pgserver.py) reads back exactly;
+importing twice adds nothing; a corrupt line is named with file:line and nothing else is lost; four
+importers at once lose and double nothing; and report, compare, history and explain print the same
+from the database as from the files."""
 import glob
 import json
 import os
@@ -20,7 +20,9 @@ from fleetbench.report import explain, generate
 from fleetbench.report.regression import comparison, history
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED = sorted(glob.glob(str(REPO / "results" / "*.jsonl")))
+MEASURED = sorted(glob.glob(str(REPO / "results" / "*.jsonl")))
+PUBLISHED = sorted(glob.glob(str(REPO / "results" / "reference" / "*.jsonl")))
+COMMITTED = MEASURED + PUBLISHED  # every record the repository holds, measured here or published
 DEMO_OLD = str(REPO / "results" / "kvm-2vcpu-paddle2.6.2-demo-2026-11-22.jsonl")
 DEMO = str(REPO / "results" / "kvm-2vcpu-paddle2.6.2-demo.jsonl")
 EXPLAIN = str(REPO / "results" / "kvm-2vcpu-paddle2.6.2-explain.jsonl")
@@ -45,19 +47,27 @@ def db(request, tmp_path):
 
 
 def test_every_committed_record_reads_back_exactly_and_twice_adds_nothing(db, capsys):
-    first = importer.index(COMMITTED, db)
-    assert first["problems"] == [] and len(first["new"]) == first["seen"] == len(results.load(COMMITTED))
+    # published records too: their `source` is an object, its column the source's name
+    assert len(MEASURED) >= 19 and len(PUBLISHED) >= 33
+    assert importer.cli(["import", *COMMITTED, "--db", db]) == 0
+    seen = len(results.load(COMMITTED))
+    assert capsys.readouterr().out.split(": ", 1)[1].startswith(f"{seen} record(s) read, {seen} new in ")
     again = importer.index(COMMITTED[::-1], db)  # another order: still nothing new
-    assert again["new"] == [] and again["seen"] == first["seen"]
+    assert again["problems"] == [] and again["new"] == [] and again["seen"] == seen
     assert store.load(db) == results.load(COMMITTED)
+    name = json.loads(open(PUBLISHED[0]).readline())["source"]["name"]
+    assert store.load(db, [("source", "=", name)]) == \
+        [r for r in results.load(COMMITTED) if (r.get("source") or {}).get("name") == name]
     counts = store.count(db)
-    assert counts["runs"] == first["seen"]
+    assert counts["runs"] == seen
     # environments and clusters kept once each: far fewer than runs, but more than one of each
     assert 1 < counts["environments"] < counts["runs"] and 1 < counts["clusters"] < counts["runs"]
     # and history of every committed cell prints the same from the database as from the files
     files = json.loads(_out(capsys, history.cli, [*COMMITTED, "--json"]))
     stored = json.loads(_out(capsys, history.cli, ["--db", db, "--json"]))
     assert files.pop("files") == COMMITTED and stored.pop("files") == [db] and files == stored
+    # and so does the report
+    assert _out(capsys, generate.cli, [*COMMITTED, "--json"]) == _out(capsys, generate.cli, ["--db", db, "--json"])
     assert counts["figures"] == sum(len(v) for r in results.load(COMMITTED) for k, v in (r["metrics"] or {}).items()
                                     if k.startswith("rank_") and isinstance(v, list))
 
