@@ -16,7 +16,8 @@ import shlex
 import sys
 
 from fleetbench import cmdline
-from fleetbench.measure import registry, results
+from fleetbench.measure import registry
+from fleetbench.store import results
 
 # The allocation's time limit: every run's timeout plus 10 %, plus STARTUP_S for what no run's
 # timeout covers (the sweep's start: imports and each cell's --check; the summary at the end),

@@ -28,7 +28,8 @@ from fleetbench.hosts.hostlist import HostsError
 from fleetbench.job import paddle_launch, preflight
 from fleetbench.job.failure import Outcome, store_failure
 from fleetbench.job.preflight import LaunchError
-from fleetbench.measure import contract, registry, results
+from fleetbench.measure import contract, registry
+from fleetbench.store import results
 
 DEVICE_FLAGS = ("--gpus", "--devices", "--xpus", "--npus")
 PS_FLAGS = ("--server_num", "--trainer_num", "--servers", "--trainers", "--worker_num", "--workers")

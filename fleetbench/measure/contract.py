@@ -6,7 +6,7 @@ built from them. Every such variable is written (`RankContract.to_env`) and read
 (`RankContract.from_env`) here, and nowhere else spells its name.
 
 `RunIdentity` is what a run is, apart from what it measured: the same type for a rank's record, a
-supervisor's failure record, a sweep's cell and a remote node's job; `measure.results.make_record`
+supervisor's failure record, a sweep's cell and a remote node's job; `store.results.make_record`
 builds the record from (identity, metrics, error, env, topology), `machine.stamp.record` with this
 machine's env and topology.
 

@@ -13,6 +13,12 @@ SWEEP_DIR = PRESET_DIR / "sweeps"
 DEFAULT_RESULTS = "results/runs.jsonl"
 FAMILIES = ("collective", "ps", "comm")  # the record's `mode`
 METHOD_KEY = {"collective": "method", "ps": "mode", "comm": "op"}  # config key a sweep's `method` sets
+# Conventional method name of a plain single-device run: the baseline of every method of its
+# benchmark when no 1-device run of the method itself exists (aggregate's `baseline_for`).
+SINGLE = "single"
+# The method of the no-synchronisation control run (docs/explain.md): a measurement of compute,
+# never a training result nor an efficiency baseline.
+CONTROL = "none"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,7 +31,7 @@ from util import REPO
 
 from fleetbench import cli, cmdline
 from fleetbench.hosts import launch, remote
-from fleetbench.measure import config
+from fleetbench.train import run as run_layer
 
 STORE_LINES = (REPO / "results" / "kvm-2vcpu-paddle2.6.2-cluster-ssh.jsonl").read_text().splitlines(keepends=True)[:2]
 SCRIPT = "parameter_server/ctr.py"  # the run layer every benchmark script shares, run in-process
@@ -149,7 +149,7 @@ def _flag(action: argparse.Action) -> str:
 
 
 def _run_layer_parser() -> argparse.ArgumentParser:
-    return config.arg_parser(RUN_LAYER[0])
+    return run_layer.arg_parser(RUN_LAYER[0])
 
 
 @functools.lru_cache(maxsize=None)

@@ -21,11 +21,11 @@ import sys
 
 from fleetbench import cmdline
 from fleetbench.history import circumstances as circ
-from fleetbench.history import compare, select
-from fleetbench.history.store import StoreError
-from fleetbench.measure import results
+from fleetbench.history import compare
 from fleetbench.measure.repeats import aggregate, experiment, stability
-from fleetbench.measure.schema import RecordError
+from fleetbench.store import results, select
+from fleetbench.store.database import StoreError
+from fleetbench.store.schema import RecordError
 
 MARK = {compare.FASTER: "faster", compare.SLOWER: "SLOWER", compare.SAME: "~", compare.INSUFFICIENT: "?",
         compare.HARDWARE: "not judged"}
@@ -386,7 +386,7 @@ def cli(argv: list[str]) -> int:
         report = run(base, new, ignore=args.ignore, match=args.match, alpha=args.alpha,
                      threshold_pct=args.threshold, cv_threshold=args.cv_threshold / 100, disturbed_pct=args.disturbed,
                      across_hardware=args.across_hardware)
-    except (InputError, RecordError, experiment.KeyNameError, StoreError) as exc:
+    except (InputError, RecordError, aggregate.GroupError, experiment.KeyNameError, StoreError) as exc:
         print(f"fleetbench compare: error: {exc}", file=sys.stderr)
         return 2
     if args.json:

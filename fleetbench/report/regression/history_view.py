@@ -16,13 +16,14 @@ import json
 import sys
 
 from fleetbench import cmdline
-from fleetbench.history import changepoints, compare, select
-from fleetbench.history.store import StoreError
-from fleetbench.measure import results
+from fleetbench.history import changepoints, compare
 from fleetbench.measure.repeats import experiment, stability
-from fleetbench.measure.schema import RecordError
+from fleetbench.measure.repeats.aggregate import GroupError
 from fleetbench.report.regression import comparison
 from fleetbench.report.style import slug
+from fleetbench.store import results, select
+from fleetbench.store.database import StoreError
+from fleetbench.store.schema import RecordError
 
 
 def run(paths, by: str = "time", *, ignore=(), match=(), alpha: float = compare.ALPHA,
@@ -246,7 +247,7 @@ def cli(argv: list[str]) -> int:
     try:
         report = run(source(args), args.by, ignore=args.ignore, match=args.match, alpha=args.alpha,
                      threshold_pct=args.threshold, disturbed_pct=args.disturbed)
-    except (comparison.InputError, RecordError, experiment.KeyNameError, StoreError) as exc:
+    except (comparison.InputError, RecordError, GroupError, experiment.KeyNameError, StoreError) as exc:
         print(f"fleetbench history: error: {exc}", file=sys.stderr)
         return 2
     if args.regressions and not args.json:

@@ -3,7 +3,7 @@
     fleetbench results import LOG... [--results FILE]          FLEETBENCH_RESULT lines of logs into a store
     fleetbench results import FILE... --db URL [--tag TAG]     JSONL files and logs indexed in a database
 
-With --db the files stay the source and the database is their index (history/store.py): each
+With --db the files stay the source and the database is their index (store/database.py): each
 record is stored once by its id, so importing a file again adds nothing; a line that is not a
 valid record is named (file:line, why) and skipped, and every other record is indexed (exit 1 when
 a line was skipped, 0 otherwise). A file is read as a log when any of its lines carries
@@ -17,8 +17,8 @@ import json
 import sys
 
 from fleetbench import cmdline
-from fleetbench.history import select, store
-from fleetbench.measure import registry, results
+from fleetbench.measure import registry
+from fleetbench.store import database, results, select
 
 
 
@@ -32,7 +32,7 @@ TAG = cmdline.Kind("a tag without spaces (a branch or release name), at most 200
 
 
 def chunks(path: str) -> tuple[list[tuple], list[str]]:
-    """([(path, first line number, lines, is a log)] of store.BATCH lines each, [problems]) of one
+    """([(path, first line number, lines, is a log)] of database.BATCH lines each, [problems]) of one
     file: the pieces `prepare` reads, in worker processes when there are several."""
     try:
         with open(path, "rb") as handle:
@@ -43,8 +43,8 @@ def chunks(path: str) -> tuple[list[tuple], list[str]]:
     lines = data.split(b"\n")
     if lines and not lines[-1]:  # the newline that ends the last line starts no line
         lines.pop()
-    return [(path, first + 1, lines[first:first + store.BATCH], log)
-            for first in range(0, len(lines), store.BATCH)], []
+    return [(path, first + 1, lines[first:first + database.BATCH], log)
+            for first in range(0, len(lines), database.BATCH)], []
 
 
 def parse(path: str, first: int, lines: list[bytes], log: bool) -> tuple[list[tuple[str, dict]], list[str]]:
@@ -76,7 +76,7 @@ def prepare(piece: tuple, tag: str | None) -> tuple[dict, list[str]]:
     """The database rows of one piece (`chunks`) and its problems: the CPU's share of an import
     (JSON read, validated, the environment and cluster made canonical and hashed)."""
     found, problems = parse(*piece)
-    return store.batch_rows(found, tag), problems
+    return database.batch_rows(found, tag), problems
 
 
 def index(paths: list[str], url: str, tag: str | None = None, jobs: int | None = None) -> dict:
@@ -94,16 +94,16 @@ def index(paths: list[str], url: str, tag: str | None = None, jobs: int | None =
         pieces += more
         problems += bad
     jobs = min(4, os.cpu_count() or 1) if jobs is None else jobs
-    eng = store.open_store(url)
+    eng = database.open_store(url)
     new, seen = [], 0
     pool = concurrent.futures.ProcessPoolExecutor(jobs) if jobs > 1 and len(pieces) > 1 else None
     try:
         for made, bad in (pool.map if pool else map)(functools.partial(prepare, tag=tag), pieces):
             problems += bad
-            new += store.write(eng, made)
+            new += database.write(eng, made)
             seen += len(made["runs"])
     except sqlalchemy.exc.SQLAlchemyError as exc:  # the server went away, a disk filled: one line
-        raise store.StoreError(f"--db {url}: {str(getattr(exc, 'orig', exc)).splitlines()[0]}") from None
+        raise database.StoreError(f"--db {url}: {str(getattr(exc, 'orig', exc)).splitlines()[0]}") from None
     finally:
         if pool:
             pool.shutdown(cancel_futures=True)
@@ -112,7 +112,7 @@ def index(paths: list[str], url: str, tag: str | None = None, jobs: int | None =
 
 
 def import_into_store(logs: list[str], store: str) -> int:
-    """The records printed in logs into a JSONL store (measure/results.import_logs). Exit status:
+    """The records printed in logs into a JSONL store ((store/results.import_logs)). Exit status:
     0 every record stored, 1 some refused as duplicates, 2 bad input."""
     try:
         stored, refused = results.import_logs(logs, store)
@@ -158,7 +158,7 @@ def cli(argv) -> int:
         return import_into_store(args.logs, store_path)
     try:
         done = index(args.logs, args.db, args.tag)
-    except store.StoreError as exc:
+    except database.StoreError as exc:
         print(f"fleetbench results import: error: {exc}", file=sys.stderr)
         return 2
     for problem in done["problems"]:
