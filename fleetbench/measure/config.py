@@ -17,7 +17,7 @@ from fleetbench import cmdline
 from fleetbench.measure.registry import PRESET_DIR
 
 
-class ConfigError(ValueError):
+class ConfigError(cmdline.UserError):
     """A bad configuration value; str(err) is a one-line message naming the key."""
 
 
@@ -260,6 +260,6 @@ def _setting(text: str) -> str:
 SETTING = cmdline.Kind("KEY=VALUE, e.g. batch_size=64", _setting, ("", "batch_size", "=3"))
 
 
-def exit_config_error(benchmark: str, err: Exception) -> None:
-    print(f"{benchmark}: error: {err}", file=sys.stderr)
-    sys.exit(2)
+def exit_config_error(benchmark: str, err: Exception | str) -> None:
+    """A benchmark script's refusal (its config, data, a flag the parser cannot check): one line, exit 2."""
+    sys.exit(cmdline.refused(benchmark, err))

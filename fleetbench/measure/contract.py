@@ -19,6 +19,8 @@ import json
 import os
 from typing import Mapping, Optional
 
+from fleetbench import cmdline
+
 # The variables, one name each.
 NODES = "FLEETBENCH_NODES"  # nodes of the job (may differ in size, "3+2": the ranks cannot infer it)
 LAUNCH = "FLEETBENCH_LAUNCH"  # JSON: the record's launch block, {"executor", "hosts" in node order}
@@ -41,7 +43,7 @@ REPEATS = "FLEETBENCH_REPEATS"  # JSON: a sweep's until-stable policy, kept as c
 SEED = "FLEETBENCH_SEED"  # a sweep's seed for this repeat (vary_seed): it replaces the config's `seed`
 
 
-class ContractError(ValueError):
+class ContractError(cmdline.UserError):
     """A variable of the contract holds what it cannot hold; the message is one line naming it."""
 
 

@@ -7,6 +7,8 @@ nowhere else. Imports nothing heavy: the launcher and the report read it without
 import dataclasses
 from pathlib import Path
 
+from fleetbench import cmdline
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PRESET_DIR = REPO_ROOT / "fleetbench" / "presets"
 SWEEP_DIR = PRESET_DIR / "sweeps"
@@ -60,7 +62,7 @@ for _bench in REGISTERED:
     BENCHMARKS.setdefault(_bench.name, _bench)
 
 
-class UnknownBenchmark(ValueError):
+class UnknownBenchmark(cmdline.UserError):
     """str(err) is one line naming the benchmark and the known ones."""
 
 

@@ -28,6 +28,7 @@ def _tag(text: str) -> str:
     return text
 
 
+PROG = "fleetbench results import"
 TAG = cmdline.Kind("a tag without spaces (a branch or release name), at most 200 characters", _tag, ("", "two words"))
 
 
@@ -112,13 +113,9 @@ def index(paths: list[str], url: str, tag: str | None = None, jobs: int | None =
 
 
 def import_into_store(logs: list[str], store: str) -> int:
-    """The records printed in logs into a JSONL store ((store/results.import_logs)). Exit status:
-    0 every record stored, 1 some refused as duplicates, 2 bad input."""
-    try:
-        stored, refused = results.import_logs(logs, store)
-    except results.RecordError as e:
-        print(f"fleetbench results import: error: {e}", file=sys.stderr)
-        return 2
+    """The records printed in logs into a JSONL store (store/results.import_logs). Exit status:
+    0 every record stored, 1 some refused as duplicates; RecordError (a UserError) on bad input."""
+    stored, refused = results.import_logs(logs, store)
     for where, rid in refused:
         print(f"fleetbench results import: refused {where}: record {rid} is already in {store}",
               file=sys.stderr)
@@ -142,13 +139,12 @@ def parser() -> cmdline.Parser:
     return p
 
 
-def cli(argv) -> int:
+@cmdline.refusing(PROG)
+def cli(argv: list[str]) -> int:
     p = parser()
     args = p.parse_args(argv)
     if args.tag and not args.db:
-        print("fleetbench results import: error: --tag TAG: expected with --db URL (a JSONL store has no tags)",
-              file=sys.stderr)
-        return 2
+        raise cmdline.UserError("--tag TAG: expected with --db URL (a JSONL store has no tags)")
     if not args.db:
         # the default store is checked as a given --results is (argparse types no None default)
         try:
@@ -156,11 +152,7 @@ def cli(argv) -> int:
         except argparse.ArgumentTypeError as exc:
             p.error(f"argument --results: {exc}")
         return import_into_store(args.logs, store_path)
-    try:
-        done = index(args.logs, args.db, args.tag)
-    except database.StoreError as exc:
-        print(f"fleetbench results import: error: {exc}", file=sys.stderr)
-        return 2
+    done = index(args.logs, args.db, args.tag)
     for problem in done["problems"]:
         print(f"fleetbench results import: skipped {problem}", file=sys.stderr)
     print(f"fleetbench results import: {done['seen']} record(s) read, {len(done['new'])} new in {args.db}, "

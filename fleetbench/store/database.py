@@ -31,6 +31,7 @@ import json
 import operator
 import os
 
+from fleetbench import cmdline
 from fleetbench.measure.repeats import experiment
 from fleetbench.store import results
 
@@ -42,7 +43,7 @@ CHECKPOINT_PAGES = 25_600  # 100 MiB of 4 KiB pages
 CACHE_KIB = 64 * 1024  # SQLite's page cache: the id indices of 100,000 runs stay in memory while importing
 
 
-class StoreError(ValueError):
+class StoreError(cmdline.UserError):
     """A database that cannot be used, named with its URL (one line)."""
 
 

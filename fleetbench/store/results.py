@@ -155,7 +155,7 @@ def _parses(raw: bytes) -> bool:
     return True
 
 
-class PathError(ValueError):
+class PathError(cmdline.UserError):
     """A results path that cannot take a record; the message is one line naming the flag and path."""
 
 

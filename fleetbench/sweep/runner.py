@@ -433,10 +433,8 @@ def cli(argv: list[str]) -> int:
             return 0
         sweep.run(dict(os.environ))
         return 1 if sweep.failed_runs else 0
-    except (SweepError, preflight.LaunchError, results.PathError, results.RecordError, aggregate.GroupError,
-            netem.ClusterError, HostsError, cmdline.PathProblem) as e:
-        print(f"fleetbench sweep: error: {e}", file=sys.stderr)
-        return 2
+    except (cmdline.UserError, netem.ClusterError) as e:  # the sweep file, a path, the hosts, the cluster
+        return cmdline.refused("fleetbench sweep", e)
     except results.StoreError as e:  # the store broke during the sweep: going on would lose results
         print(f"fleetbench sweep: error: {e}; runs stored before are kept, fix it and run the same "
               f"command again to resume", file=sys.stderr)

@@ -56,7 +56,7 @@ AXES = {"preset": "full", "method": None, "network": None, "devices_per_node": 1
         "nodes": None}
 
 
-class SweepError(ValueError):
+class SweepError(cmdline.UserError):
     """A bad sweep file or option; one line naming the file and key."""
 
 

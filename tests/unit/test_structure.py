@@ -291,6 +291,19 @@ def test_the_rank_side_imports_no_database_driver():
                                                                      "fleetbench.store.schema"]
 
 
+def test_every_one_line_refusal_is_a_user_error():
+    """An error class made of ValueError is a refusal of the input in one line; in every room that
+    may import the command line's shared parts it derives from cmdline.UserError instead, so that a
+    command catches the one type (cmdline.refusing) and any other exception stays a traceback."""
+    order = declared_order(ARCHITECTURE.read_text())
+    rooms = {name for name, allowed in order.items() if "cmdline" in allowed} | {"cmdline"}
+    found = [f"{path.relative_to(REPO)}:{node.lineno} {node.name}" for name, path in modules().items()
+             if room(name) in rooms for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.ClassDef) and node.name != "UserError"
+             and any(getattr(base, "id", None) == "ValueError" for base in node.bases)]
+    assert found == []
+
+
 def room_sizes(tops=(PACKAGE, REPO / "datasets"), base: Path = REPO) -> dict:
     """{room folder: its own modules, __init__.py counted} of every package under the given tops."""
     return {str(init.parent.relative_to(base)): len(list(init.parent.glob("*.py")))

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from fleetbench import cmdline
 from fleetbench.measure.registry import CONTROL, SINGLE
 from fleetbench.measure.repeats import experiment, stability
 from fleetbench.measure.repeats.experiment import Experiment
 from fleetbench.measure.timing import summarize
 
-class GroupError(ValueError):
+class GroupError(cmdline.UserError):
     """Runs of one experiment that cannot make one figure (other units); the message is one line."""
 
 

@@ -20,11 +20,8 @@ import sys
 from fleetbench import cmdline
 from fleetbench.history import compare
 from fleetbench.measure.repeats import experiment
-from fleetbench.measure.repeats.aggregate import GroupError
 from fleetbench.report.regression import comparison
 from fleetbench.store import results, select
-from fleetbench.store.database import StoreError
-from fleetbench.store.schema import RecordError
 
 LAST = 10
 LAST_KIND = cmdline.integer(0)
@@ -98,23 +95,20 @@ def parser() -> cmdline.Parser:
     return p
 
 
+@cmdline.refusing("fleetbench gate")
 def cli(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    try:
-        if bool(args.results) == bool(args.new):
-            raise comparison.InputError("expected the new runs as results files or as --new KEY=VALUE, one of them")
-        new = results.load(args.results) if args.results else select.records(args.db, args.where + args.new)
-        new = compare.comparable_records(new)
-        if not [r for r in new if r.get("error") is None]:
-            raise comparison.InputError("the new side has no successful throughput run")
-        experiment.check_key_names(list(args.ignore), new, "--ignore")  # before the database is read
-        experiment.check_key_names(list(args.match), new, "--match")
-        candidates = select.records(args.db, args.where + args.base)
-        report = run(new, candidates, args.last, ignore=args.ignore, match=args.match, alpha=args.alpha,
-                     threshold_pct=args.threshold, cv_threshold=args.cv_threshold / 100, disturbed_pct=args.disturbed)
-    except (comparison.InputError, RecordError, GroupError, experiment.KeyNameError, StoreError) as exc:
-        print(f"fleetbench gate: error: {exc}", file=sys.stderr)
-        return 2
+    if bool(args.results) == bool(args.new):
+        raise comparison.InputError("expected the new runs as results files or as --new KEY=VALUE, one of them")
+    new = results.load(args.results) if args.results else select.records(args.db, args.where + args.new)
+    new = compare.comparable_records(new)
+    if not [r for r in new if r.get("error") is None]:
+        raise comparison.InputError("the new side has no successful throughput run")
+    experiment.check_key_names(list(args.ignore), new, "--ignore")  # before the database is read
+    experiment.check_key_names(list(args.match), new, "--match")
+    candidates = select.records(args.db, args.where + args.base)
+    report = run(new, candidates, args.last, ignore=args.ignore, match=args.match, alpha=args.alpha,
+                 threshold_pct=args.threshold, cv_threshold=args.cv_threshold / 100, disturbed_pct=args.disturbed)
     text = summary(report)
     if args.summary:
         with open(args.summary, "w", encoding="utf-8") as handle:
