@@ -5,7 +5,7 @@ For each cluster size (emulated nodes at 10gbe, `fleetbench cluster up`):
 1. a baseline of --baseline-runs clean diagnoses (each node and link its own figures and spread);
 2. every fault of the list applied (`fleetbench cluster degrade`), measured --runs times and
    healed. ONE measurement per run, judged twice: its re-measurements cover what either
-   judgement found broken (fleetbench.diagnose.measure), so both modes see the same figures;
+   judgement found broken (fleetbench.diagnose.session), so both modes see the same figures;
 3. per fault and mode: whether the fault is inside the resolution the diagnosis itself stated,
    found (its node flagged in its category) / missed / false flags (any other node, or a link
    with no faulted end) / not judged (a node or link whose figure broke a rule only while other
@@ -35,7 +35,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fleetbench.diagnose import measure  # noqa: E402
+from fleetbench.diagnose import session  # noqa: E402
 from fleetbench.diagnose.judging import baseline as baselines  # noqa: E402
 from fleetbench.diagnose.judging import rules, verdicts  # noqa: E402
 from fleetbench.diagnose.cli import DEFAULT_RULES, emulated_hosts, machine  # noqa: E402
@@ -113,8 +113,8 @@ def score(report: dict, fault: list) -> dict:
     return out
 
 
-def clean_baseline(hosts: list, opts: measure.Options, rule_list: list, runs: int) -> tuple[dict, list]:
-    measured = [measure.measure(hosts, opts, rule_list, [None]) for _ in range(runs)]
+def clean_baseline(hosts: list, opts: session.Options, rule_list: list, runs: int) -> tuple[dict, list]:
+    measured = [session.measure(hosts, opts, rule_list, [None]) for _ in range(runs)]
     made = baselines.make_baseline(measured, machine(), [h.name for h in hosts])
     return made, measured
 
@@ -124,7 +124,7 @@ def run_size(n: int, args, rule_list: list, record: list) -> list[dict]:
     fleetbench("cluster", "up", "--nodes", n, "--profile", "10gbe", "--name", name)
     rows = []
     try:
-        hosts, opts = emulated_hosts(name), measure.Options(passes=args.passes, iperf3=args.iperf3)
+        hosts, opts = emulated_hosts(name), session.Options(passes=args.passes, iperf3=args.iperf3)
         base, _ = clean_baseline(hosts, opts, rule_list, args.baseline_runs)
         record.append({"nodes": n, "baseline": base})
         chosen = faults(n, args.quick)
@@ -145,7 +145,7 @@ def run_fault(n: int, label: str, fault: list, ctx: tuple, args, record: list) -
     row = {"nodes": n, "fault": label, "times": [], **{m: [] for m in MODES}}
     for _ in range(args.aa or args.runs):
         start = time.monotonic()
-        m = measure.measure(hosts, opts, rule_list, [None, base])
+        m = session.measure(hosts, opts, rule_list, [None, base])
         row["times"].append(time.monotonic() - start)
         for mode, reference in zip(MODES, (None, base)):
             report = verdicts.report(m, rule_list, reference, hosts)

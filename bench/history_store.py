@@ -29,7 +29,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from fleetbench.history import synthetic  # noqa: E402
-from fleetbench.measure import results  # noqa: E402
+from fleetbench.store import results  # noqa: E402
 
 BENCHMARKS = ("resnet50", "bert", "ctr", "word2vec", "transformer")
 METHODS = ("bsp", "mgwfbp", "dgc", "localsgd", "asp")

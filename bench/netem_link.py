@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fleetbench.emulate import netem  # noqa: E402
-from fleetbench.measure import results  # noqa: E402
+from fleetbench.store import results  # noqa: E402
 
 RECEIVER = ("import sys;from fleetbench.comm import linkprobe as l;s=l.listen(sys.argv[1]);"
             "print(s.getsockname()[1],flush=True);n,t=l.receive(s,60);print(n*8/t/1e9)")

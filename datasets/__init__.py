@@ -6,8 +6,10 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from fleetbench import cmdline
 
-class DataError(ValueError):
+
+class DataError(cmdline.UserError):
     """Bad or missing data; str(err) is one line naming the file (and line) and what was expected."""
 
 

@@ -21,10 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
+from fleetbench import cmdline
+
 BYTE_VOCAB = 256
 
 
-class DataError(ValueError):
+class DataError(cmdline.UserError):
     """A token file that cannot be read as the model needs; one line naming it."""
 
 

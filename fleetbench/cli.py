@@ -14,7 +14,7 @@ SUBCOMMANDS = {
     "explain": ("fleetbench.report.explain", "why not better: step-time breakdown, prediction, validation"),
     "plan": ("fleetbench.plan.cli", "predict hybrid-parallel GPT training (TP x PP x DP x sharding): step, MFU, memory"),
     "compare": ("fleetbench.report.regression.comparison", "did it get slower: cells of two sides of runs, tested"),
-    "history": ("fleetbench.report.regression.history", "each cell's figures through time, with change points"),
+    "history": ("fleetbench.report.regression.history_view", "each cell's figures through time, with change points"),
     "gate": ("fleetbench.report.regression.gate", "CI gate: new runs against a baseline in the results database"),
     "diagnose": ("fleetbench.diagnose.cli", "find the sick node and the slow link (per-node and pair-wise tests)"),
     "launch": ("fleetbench.hosts.launch", "run a script under Paddle's launcher with timeouts and fault reports"),
@@ -24,7 +24,7 @@ SUBCOMMANDS = {
     "slurmd": ("fleetbench.emulate.slurmd", "a real Slurm (munged, slurmctld, slurmd) on the emulated cluster"),
     "slurm": ("fleetbench.engines.slurm", "write an sbatch script that runs a sweep on a Slurm allocation"),
     "k8s": ("fleetbench.engines.k8s", "write Kubeflow PaddleJob manifests for a benchmark or a sweep"),
-    "results": ("fleetbench.history.records",
+    "results": ("fleetbench.store.cli",
                 "results import FILE... [--db URL]: store records from logs, or index them in a database"),
     "data": ("datasets.cli", "generate and validate data sets"),
 }

@@ -1,9 +1,11 @@
 """What every command line shares: one parser class, the kinds of value a flag takes, and the
 checks of the paths a command will write or read.
 
-Every subcommand (and a benchmark script's run layer, measure/config.py) builds its parser with
+Every subcommand (and a benchmark script's run layer, train/run.py) builds its parser with
 `Parser`: a mistake is one line on stderr, `PROG: error: FLAG VALUE: expected WHAT`, and exit 2;
-the usage is for --help, not printed before every error. A flag says what it takes with a `Kind`
+the usage is for --help, not printed before every error. What the parser cannot see (a file's
+content, a record, a filter's match) is refused the same way: the error is a `UserError`, and
+`refusing(PROG)` around a command (or `refused(PROG, error)`) prints `PROG: error: LINE`, exit 2. A flag says what it takes with a `Kind`
 (`type=cmdline.COUNT`), which converts the text or refuses it in those words and lists inputs it
 refuses: tests/unit/test_bad_input.py tries each of them on every flag that declares the kind, so
 a new flag is covered by the kind it declares. Paths a command will write are tried for real
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -28,6 +31,31 @@ MISSING, DIRECTORY, CORRUPT, UNWRITABLE = "{missing}", "{directory}", "{corrupt}
 
 class Refused(argparse.ArgumentTypeError):
     """A value a Kind refuses; str() is `VALUE: why`, the flag is added by the parser."""
+
+
+class UserError(ValueError):
+    """A refusal of what the user gave (a flag's value, a file, a record, a filter), in one line
+    that names it and says what was expected: the base of every such error, so that a command
+    catches one type (`refusing`) and anything else, a bug, keeps its traceback."""
+
+
+def refused(prog: str, error: Exception | str) -> int:
+    """`PROG: error: LINE` on stderr; the exit status of a refusal, 2."""
+    print(f"{prog}: error: {error}", file=sys.stderr)
+    return 2
+
+
+def refusing(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """A command's `cli(argv) -> int` whose UserError is its one line (`refused`) and exit 2."""
+    def wrap(command: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(command)
+        def run(*args: Any, **kwargs: Any) -> int:
+            try:
+                return command(*args, **kwargs)
+            except UserError as error:
+                return refused(prog, error)
+        return run
+    return wrap
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +187,7 @@ def input_file_problem(path: str) -> str | None:
     return None
 
 
-class PathProblem(ValueError):
+class PathProblem(UserError):
     """One line naming the flag, the path and why it cannot be used."""
 
 

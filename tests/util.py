@@ -303,7 +303,8 @@ def kept_store(path) -> str:
     """A results store holding one valid record, as a user's store would before a refused run; its
     text, for checking that the refusal left it as it was (a store with a line that is not a record
     is itself refused, before the config is read)."""
-    from fleetbench.measure import contract, results
+    from fleetbench.measure import contract
+    from fleetbench.store import results
 
     record = results.make_record(contract.RunIdentity(benchmark="resnet50", mode="collective", method="bsp",
                                                       preset="tiny", config={"batch_size": 8}, nodes=1,

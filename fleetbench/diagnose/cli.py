@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fleetbench import cmdline
 from fleetbench.emulate.netem_plan import NAME
-from fleetbench.diagnose import measure
+from fleetbench.diagnose import session
 from fleetbench.diagnose.judging import baseline as baselines
 from fleetbench.diagnose.judging import rules, verdicts
 from fleetbench.hosts.hostlist import Host
@@ -135,7 +135,7 @@ def _unused_host_options(args) -> None:
 def _check_outputs(args) -> None:
     """Where results and a baseline go, checked before any test runs: a store with a corrupt line
     is refused (appending to it would bury the damage), a baseline path that cannot be written too."""
-    from fleetbench.measure import results
+    from fleetbench.store import results
 
     try:
         if args.results:
@@ -170,8 +170,8 @@ def _load_inputs(args) -> tuple[list, dict | None]:
                                   "(expected a baseline --save-baseline wrote)") from None
 
 
-def _options(args) -> measure.Options:
-    return measure.Options(args.passes, args.seconds, args.timeout, args.concurrent, args.paddle_links, args.iperf3,
+def _options(args) -> session.Options:
+    return session.Options(args.passes, args.seconds, args.timeout, args.concurrent, args.paddle_links, args.iperf3,
                            disturbed_pct=args.disturbed, resolve_rounds=args.resolve_rounds)
 
 
@@ -180,7 +180,7 @@ def _save_baseline(args, hosts: list[Host], rule_list: list, first: dict, report
     peers; the baseline of all of them written, and what any run flagged said in the report."""
     runs, flagged = [first], {1: verdicts.flagged(report)}
     for number in range(2, (args.runs or DEFAULT_RUNS) + 1):
-        runs.append(measure.measure(hosts, _options(args), rule_list, [None]))
+        runs.append(session.measure(hosts, _options(args), rule_list, [None]))
         report = verdicts.report(runs[-1], rule_list, None, hosts)
         flagged[number] = verdicts.flagged(report)
     made = baselines.make_baseline(runs, machine(), [h.name for h in hosts])
@@ -196,7 +196,7 @@ def diagnose(args) -> dict:
     hosts = _hosts(args)
     if baseline is not None:
         baseline = baselines.check_baseline(baseline, machine(), [h.name for h in hosts], f"--baseline {args.baseline}")
-    m = measure.measure(hosts, _options(args), rule_list, [baseline])
+    m = session.measure(hosts, _options(args), rule_list, [baseline])
     report = verdicts.report(m, rule_list, baseline, hosts)
     if args.save_baseline:
         report = _save_baseline(args, hosts, rule_list, m, report)

@@ -3,7 +3,8 @@ anyone reading the store can see the health of the cluster a result was measured
 from __future__ import annotations
 
 from fleetbench.machine import stamp
-from fleetbench.measure import contract, results
+from fleetbench.measure import contract
+from fleetbench.store import results
 
 
 def _identity(benchmark: str, nodes: int, cluster: str | None) -> contract.RunIdentity:

@@ -395,9 +395,8 @@ def cli(argv: list[str]) -> int:
     try:
         _act(args)
         return 0
-    except (ClusterError, ValueError) as e:
-        print(f"fleetbench cluster: error: {e}", file=sys.stderr)
-        return 2
+    except (ClusterError, ValueError) as e:  # a tool's failure, or a profile's or a flag's refusal
+        return cmdline.refused("fleetbench cluster", e)
     except KeyboardInterrupt:
         if args.action == "up":
             left = "the existing cluster is kept" if load_state(args.name) else "nothing it created is left"
@@ -430,6 +429,5 @@ def node_daemons_cli(prog: str, description: str, argv: list[str], daemons: Modu
             print(f"stopped pids {stopped}" if stopped else say_none(args.name))
         return 0
     except ClusterError as e:
-        print(f"fleetbench {prog}: error: {e}", file=sys.stderr)
-        return 2
+        return cmdline.refused(f"fleetbench {prog}", e)
 

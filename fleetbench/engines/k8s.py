@@ -73,7 +73,7 @@ OWN_ENV = ("POD_IP", "POD_NAME", "POD_NAMESPACE", "PADDLE_RANK", "PADDLE_MASTER"
            "PADDLE_SERVER_NUM", "PADDLE_TRAINER_NUM", "PORT_RANGE", "PYTHONUNBUFFERED")  # Kubeflow's PaddleJob page: no sidecar in the pods
 
 
-class K8sError(ValueError):
+class K8sError(cmdline.UserError):
     """One line naming the flag or sweep cell."""
 
 
@@ -387,19 +387,16 @@ def build(args: argparse.Namespace) -> list[dict]:
     return [manifest(name, bench, script_args, shape, pod, args.namespace)]
 
 
+@cmdline.refusing("fleetbench k8s")
 def cli(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    try:
-        docs = build(args)
-        for doc in docs:
-            bad = problems(doc)
-            if bad:
-                raise K8sError(f"{doc['metadata']['name']}: {bad[0]}")
-        for note in filter(None, map(gloo_race_note, docs)):
-            print(f"fleetbench k8s: note: {note}", file=sys.stderr)
-    except (K8sError, hostlist.HostsError) as e:
-        print(f"fleetbench k8s: error: {e}", file=sys.stderr)
-        return 2
+    docs = build(args)
+    for doc in docs:
+        bad = problems(doc)
+        if bad:
+            raise K8sError(f"{doc['metadata']['name']}: {bad[0]}")
+    for note in filter(None, map(gloo_race_note, docs)):
+        print(f"fleetbench k8s: note: {note}", file=sys.stderr)
     text = yaml.safe_dump_all(docs, sort_keys=False, width=1000)
     if args.out:  # checked by its parser before anything was built
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

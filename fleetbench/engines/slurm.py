@@ -16,7 +16,8 @@ import shlex
 import sys
 
 from fleetbench import cmdline
-from fleetbench.measure import registry, results
+from fleetbench.measure import registry
+from fleetbench.store import results
 
 # The allocation's time limit: every run's timeout plus 10 %, plus STARTUP_S for what no run's
 # timeout covers (the sweep's start: imports and each cell's --check; the summary at the end),
@@ -98,8 +99,7 @@ def cli(argv: list[str]) -> int:
         policy = adaptive.policy(spec, argparse.Namespace(), args.sweep, cells)
         cells = [dataclasses.replace(c, repeats=policy.limit(c)) for c in cells]
     except sweepfile.SweepError as e:
-        print(f"fleetbench slurm: error: {e}", file=sys.stderr)
-        return 2
+        return cmdline.refused("fleetbench slurm", e)
     text = sbatch_script(args.sweep, cells, args.results, vars(args))
     os.makedirs(args.log_dir, exist_ok=True)  # Slurm does not create the --output directory: the job would fail
     if not args.out:

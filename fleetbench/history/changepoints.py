@@ -27,9 +27,9 @@ import math
 import re
 
 from fleetbench.history import circumstances, compare
-from fleetbench.measure import results
 from fleetbench.measure.repeats import experiment, stability
 from fleetbench.measure.timing import summarize
+from fleetbench.store import results
 
 ORDERS = ("time", "paddle", "commit")
 MIN_SEGMENT = 2  # runs on each side of a change: a test needs a spread on both

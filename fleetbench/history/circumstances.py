@@ -7,18 +7,11 @@ CUDA, cuDNN, NCCL, the Paddle version and commit, the kernel, fleetbench's commi
 the thread count the ranks used. `of(record)` gives them as {name: text}; `differences` says which
 take other values on the two sides; `HARDWARE` are the names whose difference makes two sides
 different experiments rather than a before and an after (`compare` gives them no verdict by default).
-
-`environment(record)` and `cluster(record)` are the two blocks the database keeps once each, as
-canonical JSON (keys sorted, no spaces) and its SHA-256: two runs share a history only when their
-blocks are equal, which the hash says without reading them.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-
-from fleetbench.measure import results
 from fleetbench.measure.repeats import experiment
+from fleetbench.store import results
 
 # (name, label): the order in which differences are printed
 FIELDS = (("cpu", "CPU"), ("cpu_threads", "CPU threads"), ("gpu", "GPU"), ("gpu_count", "GPUs"),
@@ -123,36 +116,3 @@ def lines(diff: dict) -> list[str]:
     """One line per differing circumstance, for under a comparison's table."""
     return [f"{LABELS[name]}: base {', '.join(d['base'])}; new {', '.join(d['new'])}"
             + (" (hardware)" if name in HARDWARE else "") for name, d in diff.items()]
-
-
-# ---- the database's two blocks ----------------------------------------------------------------------
-
-def canonical(block) -> str:
-    return json.dumps(block, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-# env keys that are a run's own, not its environment: a job id, endpoints, free memory
-_RUN_OWN = ("env_vars", "memory", "unavailable")
-
-
-def environment(record: dict) -> dict:
-    """The software and machine a run ran on: its env block without what differs from run to run
-    (the launcher's variables, free memory), and fleetbench's commit."""
-    env = {k: v for k, v in (record.get("env") or {}).items() if k not in _RUN_OWN}
-    total = ((record.get("env") or {}).get("memory") or {}).get("total_mib")
-    return {"env": env, "memory_gib": round(total / 1024) if total else None, "fleetbench": record.get("git")}
-
-
-def cluster(record: dict) -> dict:
-    """The job's shape and fabric: nodes, devices per node, world size, device model, network,
-    interconnect (InfiniBand devices, the topology matrix) and the hosts' executor."""
-    env = record.get("env") or {}
-    gpus = " + ".join(sorted({g.get("name") or "?" for g in env.get("gpus") or []}))
-    return {"nodes": record.get("nodes"), "devices_per_node": record.get("devices_per_node"),
-            "world_size": record.get("world_size"), "device": gpus or (env.get("cpu") or {}).get("model"),
-            "network": record.get("network"), "infiniband": env.get("infiniband") or [],
-            "topology": record.get("topology"), "executor": (record.get("launch") or {}).get("executor")}

@@ -23,7 +23,7 @@ The originals are kept as remote_pid, remote_log, remote_t.
 
 The node's rank 0 writes its record to a scratch file on the node (`@NODE_SCRATCH@` in the script
 arguments is replaced by the agent's scratch directory); the head imports the FLEETBENCH_RESULT
-line from the mirrored rank log into its own store (fleetbench.measure.results), so the record
+line from the mirrored rank log into its own store (fleetbench.store.results), so the record
 is stored once, on the head, whether or not the hosts share a filesystem.
 """
 from __future__ import annotations

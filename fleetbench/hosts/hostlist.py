@@ -27,11 +27,13 @@ import re
 import sys
 from collections.abc import Sequence
 
+from fleetbench import cmdline
+
 REACHES = ("local", "netns", "ssh", "slurm")  # how a command reaches a host: fleetbench.hosts.reach
 HOST_RE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]*@)?[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
-class HostsError(ValueError):
+class HostsError(cmdline.UserError):
     """One line naming the file (or flag) and what was expected."""
 
 

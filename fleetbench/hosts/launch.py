@@ -28,7 +28,8 @@ from fleetbench.hosts.hostlist import HostsError
 from fleetbench.job import paddle_launch, preflight
 from fleetbench.job.failure import Outcome, store_failure
 from fleetbench.job.preflight import LaunchError
-from fleetbench.measure import contract, registry, results
+from fleetbench.measure import contract, registry
+from fleetbench.store import results
 
 DEVICE_FLAGS = ("--gpus", "--devices", "--xpus", "--npus")
 PS_FLAGS = ("--server_num", "--trainer_num", "--servers", "--trainers", "--worker_num", "--workers")
@@ -386,10 +387,8 @@ def cli(argv: list[str]) -> int:
         if args.hosts.on_hosts():
             return launch_on_hosts(args, args.hosts, env)
         identity = prepare(args, env)
-    except (LaunchError, results.PathError, results.RecordError, contract.ContractError, HostsError,
-            cmdline.PathProblem) as e:
-        print(f"fleetbench launch: error: {e}", file=sys.stderr)
-        return 2
+    except cmdline.UserError as e:  # a flag, the script, the results path, the hosts, a launcher variable
+        return cmdline.refused("fleetbench launch", e)
     log_dir = args.log_dir or paddle_launch.new_log_dir()
 
     def plan(dir_: str, extra: dict, _job_id: str | None) -> list[paddle_launch.NodeLaunch]:

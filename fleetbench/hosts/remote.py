@@ -30,7 +30,8 @@ from fleetbench.hosts.hostlist import Host
 from fleetbench.job.failure import Outcome
 from fleetbench.job.paddle_launch import supervise
 from fleetbench.job.supervisor import Limits
-from fleetbench.measure import registry, results
+from fleetbench.measure import registry
+from fleetbench.store import results
 
 CHOICES = ("auto",) + executors.EXECUTORS
 FLAGS = {"--hostfile": "hostfile", "--hosts": "hosts", "--executor": "executor", "--ssh-config": "ssh_config",

@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 
 from fleetbench.machine import stamp
-from fleetbench.measure import results
 from fleetbench.measure.contract import RunIdentity
+from fleetbench.store import results
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+from fleetbench import cmdline
+
 # Paddle's own device parsing (paddle/distributed/launch/context/device.py), run in a child so
 # the launcher itself does not import paddle: the device type and the ids --devices may name.
 DEVICE_PROBE = """import json
@@ -15,7 +17,7 @@ d = Device.parse_device()
 print(json.dumps({"type": d.dtype, "labels": d.labels}))"""
 
 
-class LaunchError(ValueError):
+class LaunchError(cmdline.UserError):
     """Bad input; the message is one line naming the flag or file."""
 
 

@@ -1,12 +1,12 @@
-"""A result record stamped with the machine it ran on. The store (`measure/results.make_record`)
+"""A result record stamped with the machine it ran on. The store (`store/results.make_record`)
 makes a record from values; collecting the environment and topology runs tools and reads the
 process's thread record, so it is done here, above measure/ (which stays the bottom room)."""
 from __future__ import annotations
 
 import fleetbench
 from fleetbench.machine import env, topology
-from fleetbench.measure import results
 from fleetbench.measure.contract import RunIdentity
+from fleetbench.store import results
 
 
 def record(identity: RunIdentity, metrics: dict | None, error: str | None = None) -> dict:

@@ -41,7 +41,7 @@ EXPECTED = ("expected `nvidia-smi topo -m` output: a header row naming the devic
             "then one row per device with a link code (X, NV#, PIX, PXB, PHB, NODE, SYS) per column")
 
 
-class TopologyError(ValueError):
+class TopologyError(cmdline.UserError):
     """Text that is not a topology matrix; the message is one line."""
 
 

@@ -14,11 +14,10 @@ from typing import Any, Optional
 import yaml
 
 from fleetbench import cmdline
-from fleetbench.measure import results
-from fleetbench.measure.registry import DEFAULT_RESULTS, PRESET_DIR
+from fleetbench.measure.registry import PRESET_DIR
 
 
-class ConfigError(ValueError):
+class ConfigError(cmdline.UserError):
     """A bad configuration value; str(err) is a one-line message naming the key."""
 
 
@@ -261,31 +260,6 @@ def _setting(text: str) -> str:
 SETTING = cmdline.Kind("KEY=VALUE, e.g. batch_size=64", _setting, ("", "batch_size", "=3"))
 
 
-def arg_parser(benchmark: str) -> cmdline.Parser:
-    parser = cmdline.Parser(prog=benchmark, description=f"fleetbench {benchmark} benchmark")
-    parser.add_argument("--preset", default="full", type=cmdline.TEXT, help="named preset (default: full)")
-    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", type=SETTING,
-                        help="override a config key, e.g. --set batch_size=64 --set data.path=/data")
-    parser.add_argument("--results", default=DEFAULT_RESULTS, type=results.STORE,
-                        help=f"JSONL store (default {DEFAULT_RESULTS})")
-    parser.add_argument("--trace", type=cmdline.OUTPUT_DIR, metavar="DIR",
-                        help="write one Chrome trace (JSON) per rank into DIR: steps and their parts "
-                             "(collective benchmarks; docs/traces.md)")
-    parser.add_argument("--check", action="store_true",
-                        help="validate the configuration, print it as JSON and exit (launches nothing)")
-    return parser
-
-
-def parse_args(benchmark: str, cls, argv=None):
-    """Parse a benchmark's command line; on a bad config print one line and exit 2."""
-    args = arg_parser(benchmark).parse_args(argv)
-    try:
-        cfg = build(benchmark, cls, args.preset, args.sets)
-    except ConfigError as err:
-        exit_config_error(benchmark, err)
-    return cfg, args
-
-
-def exit_config_error(benchmark: str, err: Exception) -> None:
-    print(f"{benchmark}: error: {err}", file=sys.stderr)
-    sys.exit(2)
+def exit_config_error(benchmark: str, err: Exception | str) -> None:
+    """A benchmark script's refusal (its config, data, a flag the parser cannot check): one line, exit 2."""
+    sys.exit(cmdline.refused(benchmark, err))

@@ -6,7 +6,7 @@ built from them. Every such variable is written (`RankContract.to_env`) and read
 (`RankContract.from_env`) here, and nowhere else spells its name.
 
 `RunIdentity` is what a run is, apart from what it measured: the same type for a rank's record, a
-supervisor's failure record, a sweep's cell and a remote node's job; `measure.results.make_record`
+supervisor's failure record, a sweep's cell and a remote node's job; `store.results.make_record`
 builds the record from (identity, metrics, error, env, topology), `machine.stamp.record` with this
 machine's env and topology.
 
@@ -18,6 +18,8 @@ import dataclasses
 import json
 import os
 from typing import Mapping, Optional
+
+from fleetbench import cmdline
 
 # The variables, one name each.
 NODES = "FLEETBENCH_NODES"  # nodes of the job (may differ in size, "3+2": the ranks cannot infer it)
@@ -41,7 +43,7 @@ REPEATS = "FLEETBENCH_REPEATS"  # JSON: a sweep's until-stable policy, kept as c
 SEED = "FLEETBENCH_SEED"  # a sweep's seed for this repeat (vary_seed): it replaces the config's `seed`
 
 
-class ContractError(ValueError):
+class ContractError(cmdline.UserError):
     """A variable of the contract holds what it cannot hold; the message is one line naming it."""
 
 

@@ -7,12 +7,20 @@ nowhere else. Imports nothing heavy: the launcher and the report read it without
 import dataclasses
 from pathlib import Path
 
+from fleetbench import cmdline
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PRESET_DIR = REPO_ROOT / "fleetbench" / "presets"
 SWEEP_DIR = PRESET_DIR / "sweeps"
 DEFAULT_RESULTS = "results/runs.jsonl"
 FAMILIES = ("collective", "ps", "comm")  # the record's `mode`
 METHOD_KEY = {"collective": "method", "ps": "mode", "comm": "op"}  # config key a sweep's `method` sets
+# Conventional method name of a plain single-device run: the baseline of every method of its
+# benchmark when no 1-device run of the method itself exists (aggregate's `baseline_for`).
+SINGLE = "single"
+# The method of the no-synchronisation control run (docs/explain.md): a measurement of compute,
+# never a training result nor an efficiency baseline.
+CONTROL = "none"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +62,7 @@ for _bench in REGISTERED:
     BENCHMARKS.setdefault(_bench.name, _bench)
 
 
-class UnknownBenchmark(ValueError):
+class UnknownBenchmark(cmdline.UserError):
     """str(err) is one line naming the benchmark and the known ones."""
 
 

@@ -14,7 +14,7 @@ import statistics
 from fleetbench.model import alphabeta, gradbytes, nccl, overlap, published
 from fleetbench.emulate.netem_plan import PROFILES  # the link profiles: the pure plan's table, no tools
 from fleetbench.measure.repeats import experiment, stability
-from fleetbench.measure.schema import CONTROL  # the no-synchronisation control's method
+from fleetbench.measure.registry import CONTROL  # the no-synchronisation control's method
 
 POST_BACKWARD = ("bsp", "fp16_allreduce")  # methods that all-reduce after backward: no overlap
 

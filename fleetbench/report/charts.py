@@ -6,7 +6,7 @@ import csv
 import io
 
 from fleetbench.measure.repeats import aggregate, stability
-from fleetbench.measure.schema import SINGLE
+from fleetbench.measure.registry import SINGLE
 from fleetbench.report.style import (COLORS, DPI, FIGSIZE, MARGINS, PS_HATCH, SAVE, STYLE, Figure, Patch,
                                      matplotlib, slug, wrapped_text)
 from fleetbench.report.tables import (columns, eff_label, layout, line_key, mfu_of, mfu_text, row_key, size_noun,

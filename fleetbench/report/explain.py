@@ -26,9 +26,9 @@ from fleetbench.analysis import stragglers, validate, whatif
 from fleetbench.model import predict, published
 from fleetbench.analysis import specs as spec_checks
 from fleetbench.model.breakdown import ACCOUNTING_TOLERANCE, LOSSES, miss_text, parts_text
-from fleetbench.history import select
 from fleetbench.measure.repeats import experiment, stability
 from fleetbench.report import explain_scaling as scaling
+from fleetbench.store import select
 
 # The stacks of a breakdown bar, bottom to top: (CSV column, legend label).
 SEGMENTS = (("compute_1dev_ms", "compute (1 device)"), ("contention_ms", "core sharing"),
@@ -389,7 +389,7 @@ def _text(args, records, cells, predicted, validation, selectors) -> str:
 
 def run(args) -> str:
     """The output text; raises ValueError (one line) on bad input, before writing anything."""
-    from fleetbench.measure import results
+    from fleetbench.store import results
 
     specs, selectors = _specs(args)
     records = select.marked(args.results, results.load, args.db, args.where)

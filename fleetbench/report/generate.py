@@ -17,9 +17,8 @@ import os
 import sys
 
 from fleetbench import cmdline
-from fleetbench.history import select
-from fleetbench.measure import results
 from fleetbench.measure.repeats import aggregate, stability
+from fleetbench.store import results, select
 from fleetbench.report import (
     allreduce_vs_ps,
     bandwidth,
@@ -161,12 +160,12 @@ def extra_sections(base: list[str], new: list[str] | None, images_dir: str, link
     with change points (`fleetbench history`'s), for a page given two sides."""
     if not new:
         return "", []
-    from fleetbench.report.regression import comparison, history
+    from fleetbench.report.regression import comparison, history_view
     report = comparison.run(base, new)
-    trail = history.run(base + new)
-    links, written = history.write_charts(trail, images_dir, link)
+    trail = history_view.run(base + new)
+    links, written = history_view.write_charts(trail, images_dir, link)
     return (f"\n## Comparison\n\n{comparison.markdown(report)}\n## History\n\n"
-            f"{history.text(trail, links, markdown=True)}"), written
+            f"{history_view.text(trail, links, markdown=True)}"), written
 
 
 def check_dir(path: str, flag: str) -> None:

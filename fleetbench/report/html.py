@@ -15,6 +15,7 @@ import os
 import re
 from typing import Callable
 
+from fleetbench import cmdline
 from fleetbench.report.output import write_if_changed
 
 CSS = """
@@ -43,7 +44,7 @@ MARKS = ((r"\(disturbed: [^)]*\)", "mark-disturbed"), (r"\(outlier, (?:excluded|
          (r"(?<=>)SLOWER(?=<)", "verdict-slower"), (r"(?<=>)faster(?=<)", "verdict-faster"))
 
 
-class PageError(ValueError):
+class PageError(cmdline.UserError):
     """A page that could not be made whole (a chart file missing): one line."""
 
 

@@ -11,7 +11,7 @@ import hashlib
 import json
 
 from fleetbench.measure.repeats import aggregate, experiment, stability
-from fleetbench.measure.schema import SINGLE
+from fleetbench.measure.registry import SINGLE
 
 # Experiment fields shown by name when they distinguish groups, before any config key.
 TRAITS = (("paddle", "Paddle"), ("device", "Device"), ("host", "Host"))

@@ -28,8 +28,9 @@ from fleetbench.hosts.hostlist import HostsError
 from fleetbench.job import failure, paddle_launch, preflight
 from fleetbench.machine import env as machine_env
 from fleetbench.machine import speed
-from fleetbench.measure import contract, registry, results, timing
+from fleetbench.measure import contract, registry, timing
 from fleetbench.measure.repeats import aggregate
+from fleetbench.store import results
 from fleetbench.sweep import adaptive, order
 from fleetbench.sweep.summary import Tally, cell_extra, duration, progress_line, stability_lines, summary_table
 from fleetbench.sweep.sweepfile import (
@@ -444,10 +445,8 @@ def cli(argv: list[str]) -> int:
             return 0
         sweep.run(dict(os.environ))
         return 1 if sweep.failed_runs else 0
-    except (SweepError, preflight.LaunchError, results.PathError, results.RecordError, netem.ClusterError,
-            HostsError, cmdline.PathProblem) as e:
-        print(f"fleetbench sweep: error: {e}", file=sys.stderr)
-        return 2
+    except (cmdline.UserError, netem.ClusterError) as e:  # the sweep file, a path, the hosts, the cluster
+        return cmdline.refused("fleetbench sweep", e)
     except results.StoreError as e:  # the store broke during the sweep: going on would lose results
         print(f"fleetbench sweep: error: {e}; runs stored before are kept, fix it and run the same "
               f"command again to resume", file=sys.stderr)

@@ -38,7 +38,8 @@ import yaml
 from fleetbench import cmdline
 from fleetbench.emulate import netem
 from fleetbench.hosts import hostlist
-from fleetbench.measure import registry, results
+from fleetbench.measure import registry
+from fleetbench.store import results
 
 REPO_ROOT = str(registry.REPO_ROOT)
 SWEEP_DIR = str(registry.SWEEP_DIR)
@@ -55,7 +56,7 @@ AXES = {"preset": "full", "method": None, "network": None, "devices_per_node": 1
         "nodes": None}
 
 
-class SweepError(ValueError):
+class SweepError(cmdline.UserError):
     """A bad sweep file or option; one line naming the file and key."""
 
 

@@ -23,7 +23,7 @@ import paddle.distributed as dist
 from paddle.distributed import fleet
 
 from fleetbench.measure.config import CollectiveConfig
-from fleetbench.measure.schema import (
+from fleetbench.measure.registry import (
     CONTROL,  # a measurement control, never a training result
 )
 from fleetbench.train import capability

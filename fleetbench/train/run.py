@@ -35,9 +35,11 @@ import sys
 from typing import Callable, Iterable, Optional
 
 import fleetbench
+from fleetbench import cmdline
 from fleetbench.machine import stamp
-from fleetbench.measure import config, contract, metrics, registry, results
+from fleetbench.measure import config, contract, metrics, registry
 from fleetbench.measure.interference import CpuSample
+from fleetbench.store import results
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -112,6 +114,32 @@ class Run:
         return 0
 
 
+def arg_parser(benchmark: str) -> cmdline.Parser:
+    """A benchmark script's command line (the run layer's: every script has the same flags)."""
+    parser = cmdline.Parser(prog=benchmark, description=f"fleetbench {benchmark} benchmark")
+    parser.add_argument("--preset", default="full", type=cmdline.TEXT, help="named preset (default: full)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", type=config.SETTING,
+                        help="override a config key, e.g. --set batch_size=64 --set data.path=/data")
+    parser.add_argument("--results", default=registry.DEFAULT_RESULTS, type=results.STORE,
+                        help=f"JSONL store (default {registry.DEFAULT_RESULTS})")
+    parser.add_argument("--trace", type=cmdline.OUTPUT_DIR, metavar="DIR",
+                        help="write one Chrome trace (JSON) per rank into DIR: steps and their parts "
+                             "(collective benchmarks; docs/traces.md)")
+    parser.add_argument("--check", action="store_true",
+                        help="validate the configuration, print it as JSON and exit (launches nothing)")
+    return parser
+
+
+def parse_args(benchmark: str, cls: type, argv: list[str] | None = None) -> tuple:
+    """(config, args) of a benchmark's command line; on a bad config one line and exit 2."""
+    args = arg_parser(benchmark).parse_args(argv)
+    try:
+        cfg = config.build(benchmark, cls, args.preset, args.sets)
+    except config.ConfigError as err:
+        config.exit_config_error(benchmark, err)
+    return cfg, args
+
+
 def start(script: str, cls: type, family: str, argv: list[str] | None = None,
           checks: Iterable[Callable] = ()) -> Run:
     """Parse and check a benchmark's command line (see the module docstring)."""
@@ -119,7 +147,7 @@ def start(script: str, cls: type, family: str, argv: list[str] | None = None,
     bench = registry.for_script(script)
     if bench is not None and bench.family != family:
         raise RuntimeError(f"{script} is registered as a {bench.family} benchmark, not {family}")
-    cfg, args = config.parse_args(name, cls, argv)
+    cfg, args = parse_args(name, cls, argv)
     try:
         seed = contract.RankContract.from_env().seed
         if seed is not None:  # a sweep varying the seed by repeat (sweep/adaptive.py): the record says which

@@ -13,7 +13,8 @@ import re
 import sys
 import uuid
 
-from fleetbench.measure import results
+from fleetbench.measure import registry
+from fleetbench.store import results
 
 NAME = "ddl-benchmarks-2020-05-29"
 CITATION = ("HKBU-HPML/ddl-benchmarks, results/2020-05-29/README.md (Shi et al., "
@@ -89,7 +90,7 @@ def convert(text: str) -> list[dict]:
             raise SystemExit(f"{dnn}: rows disagree on Baseline ({sorted(values)})")
         (bs, baseline), = values
         metrics = {"throughput": float(baseline), "unit": BENCHMARKS[dnn][1], "repeats": None}
-        out.append(record(dnn, bs, None, results.SINGLE, "collective", 1, metrics,
+        out.append(record(dnn, bs, None, registry.SINGLE, "collective", 1, metrics,
                           f"{dnn} | {bs} | Baseline (1 GPU)"))
     return out
 

@@ -19,7 +19,7 @@ import re
 import sys
 import uuid
 
-from fleetbench.measure import results
+from fleetbench.store import results
 
 COMMIT = "729963dd"
 REPO = "https://github.com/NVIDIA/DeepLearningExamples/blob/" + COMMIT + "/"

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import convert_dle as dle  # noqa: E402  (the table reader and the DGX A100 network)
 
-from fleetbench.measure import results  # noqa: E402
+from fleetbench.store import results  # noqa: E402
 
 DGX2_NET = {"profile": "dgx2-ib", "rate_gbit": 100, "transport": "rdma", "nics": 8,
             "label": "8x 100 Gb/s EDR InfiniBand a node (DGX-2/DGX-2H datasheet)"}

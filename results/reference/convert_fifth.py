@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from fleetbench.measure import results  # noqa: E402
+from fleetbench.store import results  # noqa: E402
 from results.reference import convert_fourth as fourth  # noqa: E402
 
 DLPERF = fourth.DLPERF

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from fleetbench.measure import results  # noqa: E402
+from fleetbench.store import results  # noqa: E402
 
 DLPERF_COMMIT = "c89430bac64f64caabb0445ff7eb80175641454c"
 DLPERF = f"https://github.com/Oneflow-Inc/DLPerf/blob/{DLPERF_COMMIT}/"

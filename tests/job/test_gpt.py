@@ -6,7 +6,8 @@ before any rank starts."""
 import pytest
 import util
 
-from fleetbench.measure import flops, metrics, results
+from fleetbench.measure import flops, metrics
+from fleetbench.store import results
 
 pytestmark = pytest.mark.job
 

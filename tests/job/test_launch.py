@@ -15,7 +15,8 @@ from fleetbench.job import paddle_launch, preflight, procs, rankwrap, supervisor
 from fleetbench.job.messages import start_up_failure
 from fleetbench.job.ranks import progress_step, read_events
 from fleetbench.machine import stamp
-from fleetbench.measure import contract, results
+from fleetbench.measure import contract
+from fleetbench.store import results
 
 FAULT_SCRIPT = str(REPO / "tests" / "scripts" / "fault_rank.py")
 FAULT_PS = str(REPO / "tests" / "scripts" / "fault_ps.py")
@@ -249,7 +250,8 @@ def test_rank_exiting_with_error_is_reported(tmp_path):
 
 LATE_RANK = """\
 import os, signal, sys, time
-from fleetbench.measure import contract, results
+from fleetbench.measure import contract
+from fleetbench.store import results
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # Paddle 3.3.1's ranks outlast SIGTERM for a while
 print("step 1/2 loss 1.0", flush=True)
 deadline = time.monotonic() + 60  # then finish anyway: a missing mark must fail the test, not hang it

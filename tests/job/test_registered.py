@@ -14,7 +14,8 @@ import pytest
 import util
 
 from datasets import bert, wmt16
-from fleetbench.measure import metrics, registry, results
+from fleetbench.measure import metrics, registry
+from fleetbench.store import results
 from fleetbench.train import phases
 
 COLLECTIVE = [b for b in registry.REGISTERED if b.family == "collective"]

@@ -8,7 +8,8 @@ import pytest
 import util
 from util import REPO, records, run_script
 
-from fleetbench.measure import config, contract, metrics, registry, results
+from fleetbench.measure import config, contract, metrics, registry
+from fleetbench.store import results
 from fleetbench.train import run
 
 THREADS = {"omp_num_threads": 2, "source": "user"}  # a thread record, as fleetbench.threads_info() gives

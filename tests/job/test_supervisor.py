@@ -21,7 +21,8 @@ STANDIN_PS = """\
 import os, signal, sys, time
 from fleetbench.job import rankwrap
 from fleetbench.machine import stamp
-from fleetbench.measure import contract, results
+from fleetbench.measure import contract
+from fleetbench.store import results
 role, rank = rankwrap.rank_identity(os.environ)
 if role == "server":
     if rank == 1:

@@ -25,8 +25,9 @@ from fleetbench.hosts.executors import (
 )
 from fleetbench.hosts.hostlist import Host
 from fleetbench.machine import stamp
-from fleetbench.measure import contract, results
+from fleetbench.measure import contract
 from fleetbench.measure.contract import JOB_ID, SUPERVISOR
+from fleetbench.store import results
 
 PROBLEM = sshd.requirements_problem()
 needs_sshd = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
@@ -37,8 +38,9 @@ needs_sshd = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
 FINISHING_RANK = """\
 import signal, sys, time
 from fleetbench.machine import stamp
-from fleetbench.measure import contract, results
+from fleetbench.measure import contract
 from fleetbench.measure.timing import log_line
+from fleetbench.store import results
 
 path = sys.argv[sys.argv.index("--results") + 1]
 record = stamp.record(contract.RunIdentity(benchmark="finishing", mode="collective", method="bsp",

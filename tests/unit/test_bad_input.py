@@ -31,7 +31,7 @@ from util import REPO
 
 from fleetbench import cli, cmdline
 from fleetbench.hosts import launch, remote
-from fleetbench.measure import config
+from fleetbench.train import run as run_layer
 
 STORE_LINES = (REPO / "results" / "kvm-2vcpu-paddle2.6.2-cluster-ssh.jsonl").read_text().splitlines(keepends=True)[:2]
 SCRIPT = "parameter_server/ctr.py"  # the run layer every benchmark script shares, run in-process
@@ -149,7 +149,7 @@ def _flag(action: argparse.Action) -> str:
 
 
 def _run_layer_parser() -> argparse.ArgumentParser:
-    return config.arg_parser(RUN_LAYER[0])
+    return run_layer.arg_parser(RUN_LAYER[0])
 
 
 @functools.lru_cache(maxsize=None)
@@ -328,3 +328,23 @@ def test_census():
     flags = {(p, f) for p, f, *_ in CASES}
     print(f"\nbad-input matrix: {len(commands)} command lines, {len(flags)} flags, {len(CASES)} inputs")
     assert len(commands) >= 20 and len(flags) >= 150 and len(CASES) >= 500
+
+
+def test_a_refusal_is_one_line_and_exit_2_and_a_bug_keeps_its_traceback(capsys):
+    """cmdline.refusing: the one path from a UserError to `PROG: error: LINE` and exit 2; what is
+    not a refusal (here a KeyError, a bug) is not turned into one."""
+    from fleetbench.store import results
+
+    @cmdline.refusing("fleetbench demo")
+    def command(argv: list[str]) -> int:
+        if argv == ["record"]:
+            raise results.RecordError("r.jsonl:3: metrics.unit: missing")
+        if argv == ["bug"]:
+            raise KeyError("unit")
+        return 0
+
+    assert command([]) == 0 and capsys.readouterr().err == ""
+    assert command(["record"]) == 2
+    assert capsys.readouterr().err == "fleetbench demo: error: r.jsonl:3: metrics.unit: missing\n"
+    with pytest.raises(KeyError):
+        command(["bug"])

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fleetbench.history import circumstances
-from fleetbench.measure import results
 from fleetbench.report.regression import comparison
+from fleetbench.store import results
 
 DEMO = str(Path(__file__).resolve().parents[2] / "results" / "kvm-2vcpu-paddle2.6.2-demo.jsonl")
 

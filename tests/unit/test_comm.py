@@ -14,8 +14,8 @@ from util import CPU_RANKS, PYTHON, REPO, cluster_name, env, fleetrun, kept_stor
 
 from fleetbench.comm import limits, linkprobe, opmath
 from fleetbench.emulate import netem, sshd
-from fleetbench.measure import results
 from fleetbench.report import bandwidth as comm_report
+from fleetbench.store import results
 from fleetbench.sweep import runner
 
 SCRIPT = "collective/comm.py"

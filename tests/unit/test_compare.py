@@ -7,8 +7,8 @@ import re
 import pytest
 
 from fleetbench.history import compare
-from fleetbench.measure import results
 from fleetbench.report.regression import comparison
+from fleetbench.store import results
 
 BASE10 = [float(v) for v in range(1, 11)]
 

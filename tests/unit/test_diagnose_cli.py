@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from fleetbench.diagnose import cli, measure
+from fleetbench.diagnose import cli, session
 from fleetbench.hosts.hostlist import Host
 
 HOSTS = [Host(f"fbx-node{i}", reach="netns", index=i, address=f"10.0.0.{i + 1}", netns=f"fbx-node{i}")
@@ -33,7 +33,7 @@ def emulated(monkeypatch):
     queue: list = []
     monkeypatch.setattr(cli, "emulated_hosts", lambda name: HOSTS)
     monkeypatch.setattr(cli, "machine", lambda: {"cpu": "X", "cpus": 2, "paddle": "2.6.2"})
-    monkeypatch.setattr(measure, "measure", fake_measure)
+    monkeypatch.setattr(session, "measure", fake_measure)
     return queue, made
 
 

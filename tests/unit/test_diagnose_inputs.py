@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fleetbench.diagnose import cli, measure
+from fleetbench.diagnose import cli, session
 
 
 @pytest.fixture(autouse=True)
@@ -15,7 +15,7 @@ def no_test_may_run(monkeypatch):
         raise AssertionError("a test ran before the input was checked")
 
     for name in ("measure", "probe_nodes", "probe_links", "node_probe", "link_probe"):
-        monkeypatch.setattr(measure, name, refuse)
+        monkeypatch.setattr(session, name, refuse)
 
 
 def _refused(capsys, *argv) -> str:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from fleetbench.diagnose import measure, output
+from fleetbench.diagnose import output, session
 from fleetbench.diagnose.judging import baseline as baselines
 from fleetbench.diagnose.judging import judge, resolution, rules, verdicts
 from fleetbench.diagnose.cli import DEFAULT_RULES
@@ -298,10 +298,10 @@ def test_a_figure_that_breaks_a_rule_is_re_measured_and_the_better_one_counts():
     m = _m(_nodes(4), _links(4))
     _cpu(m["nodes"][2], 20.0)
     m["links"][(1, 3)] = {"link_gbps": 4.0}
-    assert measure.breaking(m, RULES, [None]) == ({2}, {(1, 3)})
-    assert measure._merged({"matmul_gflops": 20.0, "triad_gbps": 20.0}, {"matmul_gflops": 39.0, "triad_gbps": 19.0}) \
+    assert session.breaking(m, RULES, [None]) == ({2}, {(1, 3)})
+    assert session._merged({"matmul_gflops": 20.0, "triad_gbps": 20.0}, {"matmul_gflops": 39.0, "triad_gbps": 19.0}) \
         == {"matmul_gflops": 39.0, "triad_gbps": 20.0}
-    assert measure.better("gpu_temperature_c", 90.0, 70.0) == 70.0  # lower is better there
+    assert session.better("gpu_temperature_c", 90.0, 70.0) == 70.0  # lower is better there
     m["remeasured"] = {"node 2": {"matmul_gflops": [20.0, 21.0]}}
     m["nodes"][2]["matmul_gflops"] = 21.0
     report = _report(m)
@@ -311,18 +311,18 @@ def test_a_figure_that_breaks_a_rule_is_re_measured_and_the_better_one_counts():
 
 def test_re_measurement_runs_each_broken_test_once_more_and_only_those(monkeypatch):
     calls = []
-    monkeypatch.setattr(measure, "node_probe", lambda host, s, t: calls.append(("node", host.index)) or
+    monkeypatch.setattr(session, "node_probe", lambda host, s, t: calls.append(("node", host.index)) or
                         {"matmul_gflops": 21.0, "triad_gbps": 20.0, "train_images_per_s": 500.0})
-    monkeypatch.setattr(measure, "link_probe", lambda a, b, s, t: calls.append(("link", a.index, b.index)) or
+    monkeypatch.setattr(session, "link_probe", lambda a, b, s, t: calls.append(("link", a.index, b.index)) or
                         {"link_gbps": 9.4})
     m = _m(_nodes(4), _links(4))
     m["links"][(1, 2)] = {"link_gbps": 2.0}  # a link alone: no node to re-probe
-    measure.remeasure(m, _hosts(4), measure.Options(passes=2), RULES, [None])
+    session.remeasure(m, _hosts(4), session.Options(passes=2), RULES, [None])
     assert calls == [("link", 1, 2)] and m["links"][(1, 2)]["link_gbps"] == 9.4
     m = _m(_nodes(4), _links(4))
     _cpu(m["nodes"][3], 20.0)
     calls.clear()
-    measure.remeasure(m, _hosts(4), measure.Options(passes=2), RULES, [None])
+    session.remeasure(m, _hosts(4), session.Options(passes=2), RULES, [None])
     assert calls == [("node", 3), ("node", 3)]  # its passes again, once
     assert m["remeasured"]["node 3"]["matmul_gflops"] == [20.0, 21.0] and m["nodes"][3]["matmul_gflops"] == 21.0
 
@@ -418,18 +418,18 @@ def test_a_disturbed_figure_is_re_measured_and_the_quietest_measurement_decides(
     _cpu(nodes[0], 50.0)
     nodes[0]["others_cpu_pct"] = {"matmul_gflops": 40.0, "train_images_per_s": 40.0}
     m = _m(nodes, _links(3))
-    assert measure.breaking(m, RULES, [None]) == ({0}, set())  # disturbed breaks count: measured again
+    assert session.breaking(m, RULES, [None]) == ({0}, set())  # disturbed breaks count: measured again
     again = {"matmul_gflops": 52.0, "triad_gbps": 20.0, "train_images_per_s": 340.0,
              "others_cpu_pct": {"matmul_gflops": 3.0, "train_images_per_s": 3.0, "triad_gbps": 1.0}}
-    monkeypatch.setattr(measure, "node_probe", lambda host, s, t: dict(again))
-    measure.remeasure(m, _hosts(3), measure.Options(passes=1), RULES, [None])
+    monkeypatch.setattr(session, "node_probe", lambda host, s, t: dict(again))
+    session.remeasure(m, _hosts(3), session.Options(passes=1), RULES, [None])
     assert m["nodes"][0]["others_cpu_pct"]["matmul_gflops"] == 3.0  # one quiet measurement: judged
     assert _report(m)["nodes"][0]["verdict"] == "defective"
     # passes: each metric's quietest pass
     runs = [{"matmul_gflops": 70.0, "others_cpu_pct": {"matmul_gflops": 40.0}},
             {"matmul_gflops": 60.0, "others_cpu_pct": {"matmul_gflops": 5.0}},
             {"matmul_gflops": 65.0, "others_cpu_pct": {"matmul_gflops": None}}]
-    assert measure.best_of(runs) == {"matmul_gflops": 70.0, "others_cpu_pct": {"matmul_gflops": 5.0}}
+    assert session.best_of(runs) == {"matmul_gflops": 70.0, "others_cpu_pct": {"matmul_gflops": 5.0}}
 
 
 def test_a_baseline_leaves_out_figures_measured_while_disturbed_when_quiet_ones_are_there():

@@ -6,7 +6,7 @@ stated. The numbers follow the issue's case: node 0 of 4 at 0.6 of the machine's
 training step ~0.6x, beside peers a busy VM spread widely."""
 import pytest
 
-from fleetbench.diagnose import measure, output
+from fleetbench.diagnose import output, session
 from fleetbench.diagnose.cli import DEFAULT_RULES
 from fleetbench.diagnose.judging import judge, resolution, rules, verdicts
 from fleetbench.hosts.hostlist import Host
@@ -64,14 +64,14 @@ def _scripted(monkeypatch, rounds):
         calls.append(host.index)
         return dict(rounds[min(calls.count(host.index) - 1, len(rounds) - 1)][host.index])
 
-    monkeypatch.setattr(measure, "node_probe", probe)
+    monkeypatch.setattr(session, "node_probe", probe)
     return calls
 
 
 def test_measured_again_the_peers_settle_and_the_starved_node_is_flagged(monkeypatch):
     calls = _scripted(monkeypatch, [SETTLED])
     m = _m(NOISY)
-    measure.resolve(m, HOSTS, measure.Options(passes=1), RULES, [None])
+    session.resolve(m, HOSTS, session.Options(passes=1), RULES, [None])
     assert m["resolve_rounds"] == 1 and sorted(calls) == [0, 1, 2, 3]  # every node, the peers too
     report = verdicts.report(m, RULES, None, HOSTS)
     assert report["nodes"][0]["verdict"] == "defective" and report["nodes"][0]["categories"] == ["compute"]
@@ -82,21 +82,21 @@ def test_measured_again_a_healthy_suspect_reaches_its_peers_and_is_healthy(monke
     recovered = {**SETTLED, 0: {"matmul_gflops": 73.0, "triad_gbps": 20.0, "train_images_per_s": 548.0}}
     _scripted(monkeypatch, [recovered])
     m = _m(NOISY)
-    measure.resolve(m, HOSTS, measure.Options(passes=1), RULES, [None])
+    session.resolve(m, HOSTS, session.Options(passes=1), RULES, [None])
     assert [n["verdict"] for n in verdicts.report(m, RULES, None, HOSTS)["nodes"]] == ["healthy"] * 4
 
 
 def test_a_deficit_still_inside_the_noise_when_the_rounds_run_out_stays_unresolved(monkeypatch):
     calls = _scripted(monkeypatch, [NOISY])  # the machine stays this noisy
     m = _m(NOISY)
-    measure.resolve(m, HOSTS, measure.Options(passes=2, resolve_rounds=2), RULES, [None])
+    session.resolve(m, HOSTS, session.Options(passes=2, resolve_rounds=2), RULES, [None])
     assert m["resolve_rounds"] == 2 and len(calls) == 2 * 2 * 4  # 2 rounds of 2 passes of 4 nodes
     report = verdicts.report(m, RULES, None, HOSTS)
     assert report["nodes"][0]["verdict"] == "unresolved" and verdicts.exit_code(report) == verdicts.NOT_JUDGED
     assert "after 2 more round(s) of every node's passes" in output.console(report)
     # nothing hidden: no round at all
     quiet = _m(SETTLED)
-    measure.resolve(quiet, HOSTS, measure.Options(passes=1), RULES, [None])
+    session.resolve(quiet, HOSTS, session.Options(passes=1), RULES, [None])
     assert quiet["resolve_rounds"] == 0
 
 
@@ -116,7 +116,7 @@ def test_the_probes_repeat_spread_is_the_machines_noise():
 
 def test_the_reports_health_section_says_cannot_tell_under_the_table(tmp_path):
     from fleetbench.diagnose import records
-    from fleetbench.measure import results
+    from fleetbench.store import results
     from fleetbench.report import health
 
     store = tmp_path / "diag.jsonl"

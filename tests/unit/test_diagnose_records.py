@@ -6,8 +6,8 @@ from fleetbench.diagnose import records
 from fleetbench.diagnose.judging import rules, verdicts
 from fleetbench.diagnose.cli import DEFAULT_RULES
 from fleetbench.hosts.hostlist import Host
-from fleetbench.measure import results
 from fleetbench.report import generate
+from fleetbench.store import results
 
 RULES = rules.parse_rules(DEFAULT_RULES.read_text(), "shipped")
 

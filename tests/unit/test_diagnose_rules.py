@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fleetbench.diagnose import plan
+from fleetbench.diagnose import schedule
 from fleetbench.diagnose.judging import judge, rules, verdicts
 from fleetbench.diagnose.cli import DEFAULT_RULES
 
@@ -14,7 +14,7 @@ RULES = rules.parse_rules(DEFAULT_RULES.read_text(), "shipped")
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 8])
 def test_pair_rounds_cover_every_pair_once_in_disjoint_rounds(n):
-    rounds = plan.pair_rounds(list(range(n)))
+    rounds = schedule.pair_rounds(list(range(n)))
     assert len(rounds) == (n - 1 if n % 2 == 0 else n)
     pairs = [p for r in rounds for p in r]
     assert sorted(pairs) == list(itertools.combinations(range(n), 2))
@@ -24,7 +24,7 @@ def test_pair_rounds_cover_every_pair_once_in_disjoint_rounds(n):
 
 
 def test_node_passes_interleave_nodes():
-    assert plan.node_passes([0, 1, 2], 2) == [0, 1, 2, 0, 1, 2]
+    assert schedule.node_passes([0, 1, 2], 2) == [0, 1, 2, 0, 1, 2]
 
 
 def _healthy(n=4, gflops=40.0, gbps=20.0):

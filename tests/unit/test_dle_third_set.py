@@ -7,8 +7,8 @@ import json
 import pytest
 
 from fleetbench.analysis import validate
-from fleetbench.measure import results
 from fleetbench.model import modeldef, published
+from fleetbench.store import results
 from results.reference import dle_third_models as models
 from util import REPO
 

@@ -233,7 +233,8 @@ def test_fleetbench_env_subcommand():
 
 def test_result_records_carry_env_and_topology():
     from fleetbench.machine import stamp
-    from fleetbench.measure import contract, results
+    from fleetbench.measure import contract
+    from fleetbench.store import results
 
     record = stamp.record(contract.RunIdentity(benchmark="resnet50", mode="collective",
                                                method="allreduce", preset="tiny",
@@ -313,7 +314,8 @@ def test_fleetbench_env_stores_no_mac_ip_or_path(tmp_path):
 
 def test_a_stored_records_env_block_holds_no_mac_ip_or_path(tmp_path, monkeypatch):
     from fleetbench.machine import stamp
-    from fleetbench.measure import contract, results
+    from fleetbench.measure import contract
+    from fleetbench.store import results
 
     for name, value in {**PLANTED, **KEPT}.items():
         monkeypatch.setenv(name, value)

@@ -12,9 +12,9 @@ from fleetbench.analysis import validate
 from fleetbench.model import alphabeta, breakdown, cells, overlap, predict, scaling
 from fleetbench.model.alphabeta import Hierarchical, Link
 from fleetbench.model.cells import Shape
-from fleetbench.measure import results
 from fleetbench.measure.repeats import aggregate
 from fleetbench.report import explain
+from fleetbench.store import results
 
 RATES = {"1gbe": 1.0, "10gbe": 10.0, "unshaped": None}
 

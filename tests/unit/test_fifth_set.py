@@ -9,8 +9,8 @@ import re
 import pytest
 
 from fleetbench.analysis import validate
-from fleetbench.measure import results
 from fleetbench.model import published
+from fleetbench.store import results
 from results.reference import convert_fifth
 from util import REPO
 

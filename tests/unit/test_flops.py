@@ -99,7 +99,7 @@ def test_published_records_naming_a_gpu_get_mfu():
     from util import REPO
 
     from fleetbench.model import published
-    from fleetbench.measure import results
+    from fleetbench.store import results
 
     seen = over = 0
     for path in sorted((REPO / "results" / "reference").glob("*.jsonl")):

@@ -7,10 +7,10 @@ import copy
 import pytest
 from scipy import stats
 
-from fleetbench.history import records as importer
 from fleetbench.history import synthetic
-from fleetbench.measure import results
 from fleetbench.report.regression import gate
+from fleetbench.store import cli as importer
+from fleetbench.store import results
 
 A_A_SEEDS = range(100)
 

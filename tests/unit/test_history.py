@@ -4,7 +4,7 @@ import csv
 import json
 
 from fleetbench.history import changepoints
-from fleetbench.report.regression import history
+from fleetbench.report.regression import history_view
 from test_compare import record, runs, store
 
 
@@ -25,7 +25,7 @@ def test_a_step_is_found_where_it_is_and_called_slower():
 
 def test_history_orders_points_and_judges_the_change(tmp_path, capsys):
     path = store(tmp_path / "h.jsonl", list(reversed(steps(20.0, 18.0))))  # stored out of order
-    assert history.cli([path, "--images", str(tmp_path / "img")]) == 0
+    assert history_view.cli([path, "--images", str(tmp_path / "img")]) == 0
     out = capsys.readouterr().out
     assert "resnet50 tiny mgwfbp 2x1 10gbe (images/s): 12 runs, 2 point(s)" in out
     assert out.index("2026-11-20 2.6.2 aaaaaaa") < out.index("2026-11-21 2.6.2 bbbbbbb")
@@ -41,7 +41,7 @@ def test_by_paddle_and_json(tmp_path, capsys):
     recs = [record(v, paddle="3.3.1", n=i, time=f"2026-11-20T00:00:{i:02d}+00:00") for i, v in enumerate(runs(25.0, 0.01, 5))]
     recs += [record(v, paddle="2.6.2", n=i, time=f"2026-11-21T00:00:{i:02d}+00:00") for i, v in enumerate(runs(20.0, 0.01, 5))]
     path = store(tmp_path / "v.jsonl", recs)
-    assert history.cli([path, "--by", "paddle", "--json"]) == 0
+    assert history_view.cli([path, "--by", "paddle", "--json"]) == 0
     (cell,) = json.loads(capsys.readouterr().out)["cells"]
     assert [p["label"] for p in cell["points"]] == ["Paddle 2.6.2", "Paddle 3.3.1"]
     (change,) = cell["changes"]
@@ -53,18 +53,18 @@ def test_disturbed_runs_are_shown_and_left_out_of_the_detection(tmp_path, capsys
     recs[3]["metrics"]["interference_cpu_pct"] = 60.0
     recs[3]["metrics"]["throughput"] = 11.0
     path = store(tmp_path / "d.jsonl", recs)
-    history.cli([path, "--images", str(tmp_path / "img")])
+    history_view.cli([path, "--images", str(tmp_path / "img")])
     out = capsys.readouterr().out
     assert "12 runs, 2 point(s), 1 disturbed (not in figures)" in out and "no change point" in out
 
 
 def test_bad_input_is_one_line(tmp_path, capsys):
     path = store(tmp_path / "h.jsonl", steps(20.0, 18.0))
-    assert history.cli([path, "--match", "paddel"]) == 2
+    assert history_view.cli([path, "--match", "paddel"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("fleetbench history: error: --match paddel: not a cell key") and err.count("\n") == 1
     (tmp_path / "empty.jsonl").write_text("")
-    assert history.cli([str(tmp_path / "empty.jsonl")]) == 2
+    assert history_view.cli([str(tmp_path / "empty.jsonl")]) == 2
     assert "no successful measured throughput run" in capsys.readouterr().err
 
 
@@ -112,10 +112,10 @@ def test_charts_drawn_by_worker_processes_are_the_charts_drawn_here(tmp_path, mo
     same links, as drawing them in this process."""
     recs = steps(20.0, 18.0)
     recs += [dict(r, id=r["id"] + "-bert", benchmark="bert") for r in steps(30.0, 30.0)]
-    report = history.run([store(tmp_path / "two.jsonl", recs)])
-    monkeypatch.setattr(history, "CHARTS_A_WORKER", 1)  # two charts are enough for two workers
-    here = history.write_charts(report, str(tmp_path / "here"), lambda p: p.split("/")[-1], jobs=1)
-    there = history.write_charts(report, str(tmp_path / "there"), lambda p: p.split("/")[-1], jobs=2)
+    report = history_view.run([store(tmp_path / "two.jsonl", recs)])
+    monkeypatch.setattr(history_view, "CHARTS_A_WORKER", 1)  # two charts are enough for two workers
+    here = history_view.write_charts(report, str(tmp_path / "here"), lambda p: p.split("/")[-1], jobs=1)
+    there = history_view.write_charts(report, str(tmp_path / "there"), lambda p: p.split("/")[-1], jobs=2)
     assert here[0] == there[0] and len(here[0]) == 2
     for name in sorted(p.name for p in (tmp_path / "here").iterdir()):
         assert (tmp_path / "here" / name).read_bytes() == (tmp_path / "there" / name).read_bytes(), name

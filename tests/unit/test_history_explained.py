@@ -6,16 +6,16 @@ import datetime
 
 import pytest
 
-from fleetbench.history import records as importer
-from fleetbench.history import select, synthetic
-from fleetbench.measure import results
-from fleetbench.report.regression import history
+from fleetbench.history import synthetic
+from fleetbench.report.regression import history_view
+from fleetbench.store import cli as importer
+from fleetbench.store import results, select
 
 NCCL = {"nccl": ("2.18.3", "2.19.3")}
 
 
 def trail(recs):
-    return history.run(select.Side(given=tuple(recs), label="constructed"))
+    return history_view.run(select.Side(given=tuple(recs), label="constructed"))
 
 
 def only_change(report):
@@ -35,7 +35,7 @@ def test_an_nccl_change_with_a_slowdown_is_found_where_it_is_and_named(at, runs)
     assert list(change["changed"]) == ["nccl"]
     (regression,) = report["regressions"]
     assert regression["change"] is change
-    line = "\n".join(history.regression_lines(report))
+    line = "\n".join(history_view.regression_lines(report))
     assert f"{change['change_pct']:+.1f}% at run" in line
     assert f"at run {at + 1} " in line and "what changed: NCCL 2.18.3 → 2.19.3" in line
 
@@ -83,12 +83,12 @@ def test_cells_that_change_at_one_time_are_said_together_and_regressions_come_ne
         results.append(str(path), r)
     url = f"sqlite:///{tmp_path / 's.db'}"
     importer.index([str(path)], url)
-    assert history.cli(["--db", url, "--regressions"]) == 0
+    assert history_view.cli(["--db", url, "--regressions"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"3 regression(s) in {url} (cells whose latest change point is a slowdown, newest first; "
                           "4 cell(s) looked at)")
     assert "together with resnet50 full mgwfbp" in out and "8x8" not in out
-    assert history.cli(["--db", url, "--images", str(tmp_path / "img")]) == 0
+    assert history_view.cli(["--db", url, "--images", str(tmp_path / "img")]) == 0
     text = capsys.readouterr().out
     assert "what changed: NCCL 2.18.3 → 2.19.3; Paddle unchanged" in text
     assert "changed together with 1 other cell(s): resnet50 full mgwfbp 2x8 local" in text

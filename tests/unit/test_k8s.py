@@ -7,7 +7,7 @@ import yaml
 from util import PYTHON, REPO, env
 
 from fleetbench.engines import k8s
-from fleetbench.measure import results
+from fleetbench.store import results
 
 # k8s.problems is fleetbench's rendition of the training operator's webhook rules
 # (pkg/webhooks/paddlepaddle/ since 1.8); the CRD's own schema (v1.9.0) is applied to every sweep

@@ -71,7 +71,7 @@ def test_every_dotted_fleetbench_path_names_something():
 
 
 @pytest.mark.parametrize("dotted, ok", [("fleetbench.comm.linkprobe", True), ("fleetbench.measure.linkprobe", False),
-                                        ("fleetbench.measure.results.check_appendable", True),
-                                        ("fleetbench.measure.results.aggregate", False)])
+                                        ("fleetbench.store.results.check_appendable", True),
+                                        ("fleetbench.store.results.aggregate", False)])
 def test_the_check_tells_a_moved_module(dotted, ok):
     assert (problem(dotted) is None) == ok

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from fleetbench.machine import stamp
-from fleetbench.measure import contract, results
+from fleetbench.measure import contract
 from fleetbench.report import generate
+from fleetbench.store import results
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "results" / "reference" / "ddl-benchmarks-2020-05-29.jsonl"

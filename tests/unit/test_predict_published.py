@@ -158,7 +158,7 @@ SECOND_SET = {"dle-tf1-biobert": (36, "nodes", 28, 28), "dle-tf1-bert-dgx1": (24
 def test_second_held_out_set_loads_validates_and_every_cell_is_predicted_or_says_why(name):
     from pathlib import Path
 
-    from fleetbench.measure import results
+    from fleetbench.store import results
 
     path = Path(__file__).resolve().parents[2] / "results" / "reference" / f"{name}.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines()]

@@ -9,7 +9,7 @@ import pytest
 from fleetbench.analysis import validate
 
 from fleetbench.model import published
-from fleetbench.measure import results
+from fleetbench.store import results
 
 REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
 # table: (records, held-out multi-node cells, predicted) as docs/explain.md reports them

@@ -3,8 +3,8 @@ import json
 
 from util import REPO
 
-from fleetbench.measure import results
 from fleetbench.report import tables
+from fleetbench.store import results
 
 
 def markdown(records):

@@ -9,8 +9,8 @@ import uuid
 
 from util import records
 
-from fleetbench.measure import results
 from fleetbench.report import charts, generate, tables
+from fleetbench.store import results
 from fleetbench.sweep import sweepfile
 
 DEMO = os.path.join(sweepfile.REPO_ROOT, "results", "kvm-2vcpu-paddle2.6.2-demo.jsonl")

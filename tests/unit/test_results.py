@@ -7,9 +7,10 @@ import os
 import pytest
 
 from fleetbench.machine import stamp
-from fleetbench.measure import contract, results
+from fleetbench.measure import contract
 from fleetbench.measure.repeats import aggregate, experiment
-from fleetbench.measure.results import RecordError
+from fleetbench.store import results
+from fleetbench.store.results import RecordError
 
 
 def run(world=1, throughput=10.0, method="allreduce", network=None, nodes=1, error=None,
@@ -255,7 +256,7 @@ def test_baseline_falls_back_to_unshaped_then_single_and_to_one_node():
 def test_presets_sources_and_units_are_never_pooled():
     records = [run(1, 10.0), run(1, 100.0, preset="full")]
     assert sorted(c["mean"] for c in aggregate.aggregate(records)) == [10.0, 100.0]
-    with pytest.raises(RecordError, match="different units"):
+    with pytest.raises(aggregate.GroupError, match="different units"):
         aggregate.aggregate([run(1, 10.0), run(1, 10.0, unit="samples/s")])
 
 
@@ -357,7 +358,7 @@ def test_a_records_commit_says_when_its_code_was_not_that_commit(tmp_path):
     a real repository; short_commit keeps the mark where people read a commit."""
     import subprocess
 
-    from fleetbench.measure import results as res
+    from fleetbench.store import results as res
 
     repo = tmp_path / "repo"
     (repo / "pkg").mkdir(parents=True)

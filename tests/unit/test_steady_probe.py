@@ -6,9 +6,10 @@ import pytest
 from util import reduced
 
 from fleetbench.machine import speed
-from fleetbench.measure import metrics, schema, timing
+from fleetbench.measure import metrics, timing
 from fleetbench.measure.repeats import aggregate, stability
 from fleetbench.measure.timing import Steady, WindowTimer, calibrated_steps, settled
+from fleetbench.store import schema
 
 
 # ---------------------------------------------------------------- the settle rule

@@ -1,8 +1,8 @@
-"""The results database (issue 48): every committed record imported into SQLite and into a real
-PostgreSQL (a throwaway server, tests/pgserver.py) reads back exactly; importing twice adds nothing;
-a corrupt line is named with file:line and nothing else is lost; four importers at once lose and
-double nothing; and report, compare, history and explain print the same from the database as from
-the files."""
+"""The results database (issue 48): every committed record, measured or published, imported into
+SQLite and into a real PostgreSQL (a throwaway server, tests/pgserver.py) reads back exactly;
+importing twice adds nothing; a corrupt line is named with file:line and nothing else is lost; four
+importers at once lose and double nothing; and report, compare, history and explain print the same
+from the database as from the files."""
 import glob
 import json
 import os
@@ -13,14 +13,16 @@ from pathlib import Path
 import pgserver
 import pytest
 
-from fleetbench.history import records as importer
-from fleetbench.history import store, synthetic
-from fleetbench.measure import results
+from fleetbench.history import synthetic
 from fleetbench.report import explain, generate
-from fleetbench.report.regression import comparison, history
+from fleetbench.report.regression import comparison, history_view
+from fleetbench.store import cli as importer
+from fleetbench.store import database, results
 
 REPO = Path(__file__).resolve().parents[2]
-COMMITTED = sorted(glob.glob(str(REPO / "results" / "*.jsonl")))
+MEASURED = sorted(glob.glob(str(REPO / "results" / "*.jsonl")))
+PUBLISHED = sorted(glob.glob(str(REPO / "results" / "reference" / "*.jsonl")))
+COMMITTED = MEASURED + PUBLISHED  # every record the repository holds, measured here or published
 DEMO_OLD = str(REPO / "results" / "kvm-2vcpu-paddle2.6.2-demo-2026-11-22.jsonl")
 DEMO = str(REPO / "results" / "kvm-2vcpu-paddle2.6.2-demo.jsonl")
 EXPLAIN = str(REPO / "results" / "kvm-2vcpu-paddle2.6.2-explain.jsonl")
@@ -45,19 +47,27 @@ def db(request, tmp_path):
 
 
 def test_every_committed_record_reads_back_exactly_and_twice_adds_nothing(db, capsys):
-    first = importer.index(COMMITTED, db)
-    assert first["problems"] == [] and len(first["new"]) == first["seen"] == len(results.load(COMMITTED))
+    # published records too: their `source` is an object, its column the source's name
+    assert len(MEASURED) >= 19 and len(PUBLISHED) >= 33
+    assert importer.cli(["import", *COMMITTED, "--db", db]) == 0
+    seen = len(results.load(COMMITTED))
+    assert capsys.readouterr().out.split(": ", 1)[1].startswith(f"{seen} record(s) read, {seen} new in ")
     again = importer.index(COMMITTED[::-1], db)  # another order: still nothing new
-    assert again["new"] == [] and again["seen"] == first["seen"]
-    assert store.load(db) == results.load(COMMITTED)
-    counts = store.count(db)
-    assert counts["runs"] == first["seen"]
+    assert again["problems"] == [] and again["new"] == [] and again["seen"] == seen
+    assert database.load(db) == results.load(COMMITTED)
+    name = json.loads(open(PUBLISHED[0]).readline())["source"]["name"]
+    assert database.load(db, [("source", "=", name)]) == \
+        [r for r in results.load(COMMITTED) if (r.get("source") or {}).get("name") == name]
+    counts = database.count(db)
+    assert counts["runs"] == seen
     # environments and clusters kept once each: far fewer than runs, but more than one of each
     assert 1 < counts["environments"] < counts["runs"] and 1 < counts["clusters"] < counts["runs"]
     # and history of every committed cell prints the same from the database as from the files
-    files = json.loads(_out(capsys, history.cli, [*COMMITTED, "--json"]))
-    stored = json.loads(_out(capsys, history.cli, ["--db", db, "--json"]))
+    files = json.loads(_out(capsys, history_view.cli, [*COMMITTED, "--json"]))
+    stored = json.loads(_out(capsys, history_view.cli, ["--db", db, "--json"]))
     assert files.pop("files") == COMMITTED and stored.pop("files") == [db] and files == stored
+    # and so does the report
+    assert _out(capsys, generate.cli, [*COMMITTED, "--json"]) == _out(capsys, generate.cli, ["--db", db, "--json"])
     assert counts["figures"] == sum(len(v) for r in results.load(COMMITTED) for k, v in (r["metrics"] or {}).items()
                                     if k.startswith("rank_") and isinstance(v, list))
 
@@ -77,7 +87,7 @@ def test_a_corrupt_line_is_named_and_nothing_else_is_lost(tmp_path, db, bad_at, 
     named = [line.split("skipped ", 1)[1].split(": ", 1)[0] for line in err.splitlines()]
     assert named == [f"{path}:{bad_at + 1}", f"{path}:{bad_at + 3}", f"{path}:{len(lines) + 1}"]
     assert "benchmark: expected a non-empty string" in err
-    assert [r["id"] for r in store.load(db)] == [r["id"] for r in good]
+    assert [r["id"] for r in database.load(db)] == [r["id"] for r in good]
 
 
 def test_a_log_is_read_for_its_result_lines_only(tmp_path, db):
@@ -87,7 +97,7 @@ def test_a_log_is_read_for_its_result_lines_only(tmp_path, db):
                                           for r in recs) + "INFO done\n")
     done = importer.index([str(log)], db, tag="pod")
     assert done["problems"] == [] and len(done["new"]) == 3
-    assert store.load(db, [("tag", "=", "pod")]) == recs
+    assert database.load(db, [("tag", "=", "pod")]) == recs
 
 
 def test_four_importers_at_once_lose_and_double_nothing(tmp_path, db):
@@ -109,7 +119,7 @@ def test_four_importers_at_once_lose_and_double_nothing(tmp_path, db):
             for m in ("m1", "m2") for shared in ("shared", "shared-reversed")]
     outs = [job.communicate(timeout=300) for job in jobs]
     assert [job.returncode for job in jobs] == [0] * 4, outs
-    stored = [r["id"] for r in store.load(db)]
+    stored = [r["id"] for r in database.load(db)]
     expected = {r["id"] for f in files.values() for r in results.load(f)}
     assert len(stored) == len(set(stored)) == len(expected) == 3 * 3 * 150
     assert set(stored) == expected
@@ -118,20 +128,20 @@ def test_four_importers_at_once_lose_and_double_nothing(tmp_path, db):
     assert new == len(expected)
     # and each run's rank figures once, with it
     ranks = {r["id"]: len(r["metrics"]["rank_elapsed_s"]) for f in files.values() for r in results.load(f)}
-    assert store.count(db)["figures"] == sum(ranks.values())
+    assert database.count(db)["figures"] == sum(ranks.values())
 
 
 def test_a_store_of_another_schema_is_refused_by_name(tmp_path):
     url = f"sqlite:///{tmp_path / 's.db'}"
     importer.index([DEMO], url)
-    eng = store.engine(url)
+    eng = database.engine(url)
     with eng.begin() as conn:
         conn.exec_driver_sql("UPDATE schema_version SET version = 99")
     eng.dispose()
-    with pytest.raises(store.StoreError, match=r"store schema 99, this fleetbench reads 1: rebuild"):
-        store.load(url)
-    with pytest.raises(store.StoreError, match="no fleetbench store there"):
-        store.load(f"sqlite:///{tmp_path / 'empty.db'}")
+    with pytest.raises(database.StoreError, match=r"store schema 99, this fleetbench reads 1: rebuild"):
+        database.load(url)
+    with pytest.raises(database.StoreError, match="no fleetbench store there"):
+        database.load(f"sqlite:///{tmp_path / 'empty.db'}")
 
 
 # ---- every reader, both ways -------------------------------------------------------------------------
@@ -164,8 +174,8 @@ def test_report_compare_history_explain_read_the_database_as_the_files(tmp_path,
         report["base"].pop("files"), report["new"].pop("files")
     assert a == b and a["cells"]
     # history: every series, change and explanation
-    a = json.loads(_out(capsys, history.cli, [DEMO_OLD, DEMO, EXPLAIN, "--json"]))
-    b = json.loads(_out(capsys, history.cli, ["--db", db, "--json"]))
+    a = json.loads(_out(capsys, history_view.cli, [DEMO_OLD, DEMO, EXPLAIN, "--json"]))
+    b = json.loads(_out(capsys, history_view.cli, ["--db", db, "--json"]))
     assert a.pop("files") != b.pop("files") and a == b
     # the shape's filters are numbers: the two-node cells of both demos, as a file of them reads
     two = tmp_path / "two.jsonl"
@@ -196,8 +206,8 @@ def test_a_deadlock_is_retried_whether_the_driver_error_comes_bare_or_wrapped(mo
                 raise first
             return ["a"]
 
-        monkeypatch.setattr(store, "_write", flaky)
-        assert store.write(None, {}) == ["a"] and len(calls) == 2
-    monkeypatch.setattr(store, "_write", lambda eng, made: (_ for _ in ()).throw(_ServerError("23505")))
+        monkeypatch.setattr(database, "_write", flaky)
+        assert database.write(None, {}) == ["a"] and len(calls) == 2
+    monkeypatch.setattr(database, "_write", lambda eng, made: (_ for _ in ()).throw(_ServerError("23505")))
     with pytest.raises(_ServerError):
-        store.write(None, {})
+        database.write(None, {})

@@ -42,7 +42,7 @@ def test_the_threshold_decides():
 def test_explain_prints_the_straggler_line(tmp_path):
     import json
 
-    from fleetbench.measure import results
+    from fleetbench.store import results
 
     path = tmp_path / "r.jsonl"
     record = dict(_record(), schema=results.SCHEMA, time="2026-11-24T00:00:00Z", preset="tiny", config={},

@@ -3,7 +3,10 @@ down the declared room order (so no room circle, no upward import; lazy imports 
 imports in a circle, measure/ is the paddle-free vocabulary; rooms, modules, functions and
 positional parameter lists stay small enough to read at once."""
 import ast
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from util import REPO
@@ -197,7 +200,7 @@ def test_no_import_circle():
 
 def test_rooms_import_only_down_the_declared_order():
     order = declared_order(ARCHITECTURE.read_text())
-    assert {"measure", "fleetbench", "cli", "datasets", "train", "hosts"} <= set(order)
+    assert {"measure", "store", "fleetbench", "cli", "datasets", "train", "hosts"} <= set(order)
     assert room_violations(import_graph(modules()), order, TEMPORARY) == []
 
 
@@ -254,14 +257,51 @@ def test_circle_finder_finds_a_circle():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_measure_imports_no_paddle():
+def test_measure_and_the_store_import_no_paddle():
     offenders = []
-    for path in sorted((PACKAGE / "measure").rglob("*.py")):
+    for path in sorted([*(PACKAGE / "measure").rglob("*.py"), *(PACKAGE / "store").rglob("*.py")]):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             offenders += [f"{path.relative_to(REPO)}:{node.lineno}" for n in names if n.split(".")[0] == "paddle"]
     assert offenders == []
+
+
+# The rank side: the processes inside a Paddle job. Of the store they import only the JSONL writer
+# and the schema; a database driver in a rank would be loaded by every rank of every job.
+RANK_SIDE = ("train", "comm", "job")
+DATABASE_DRIVERS = ("sqlalchemy", "psycopg", "psycopg2")  # (the standard library's sqlite3 Paddle imports itself)
+
+
+def test_the_rank_side_imports_no_database_driver():
+    """Every module of train/, comm/ and job/ imported in one fresh interpreter (Paddle with them):
+    what they load, directly or through any room below, holds no database driver and nothing of
+    the store but its writer and schema."""
+    # job/entry/ holds the script Paddle's launcher runs (it runs the rank wrapper when imported)
+    names = sorted(m for m in modules((PACKAGE,)) if room(m) in RANK_SIDE and ".entry" not in m)
+    code = (f"import importlib, sys\nfor name in {names!r}:\n    importlib.import_module(name)\n"
+            "print('\\n'.join(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = done.stdout.split()
+    assert "paddle" in loaded and "fleetbench.store.results" in loaded  # the walk did import the rank side
+    assert [m for m in loaded if m.split(".")[0] in DATABASE_DRIVERS] == []
+    assert [m for m in loaded if m.startswith("fleetbench.store.")] == ["fleetbench.store.results",
+                                                                     "fleetbench.store.schema"]
+
+
+def test_every_one_line_refusal_is_a_user_error():
+    """An error class made of ValueError is a refusal of the input in one line; in every room that
+    may import the command line's shared parts it derives from cmdline.UserError instead, so that a
+    command catches the one type (cmdline.refusing) and any other exception stays a traceback."""
+    order = declared_order(ARCHITECTURE.read_text())
+    rooms = {name for name, allowed in order.items() if "cmdline" in allowed} | {"cmdline"}
+    found = [f"{path.relative_to(REPO)}:{node.lineno} {node.name}" for name, path in modules().items()
+             if room(name) in rooms for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.ClassDef) and node.name != "UserError"
+             and any(getattr(base, "id", None) == "ValueError" for base in node.bases)]
+    assert found == []
 
 
 def room_sizes(tops=(PACKAGE, REPO / "datasets"), base: Path = REPO) -> dict:

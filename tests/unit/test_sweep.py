@@ -12,7 +12,8 @@ from util import PYTHON, env, records, wait_for
 from fleetbench.emulate import netem
 from fleetbench.hosts import remote
 from fleetbench.job import failure, procs
-from fleetbench.measure import contract, registry, results
+from fleetbench.measure import contract, registry
+from fleetbench.store import results
 from fleetbench.sweep import runner, sweepfile
 
 TINY = {"steps": 4, "warmup_steps": 1, "log_every": 1}  # resnet50 tiny, cut to seconds

@@ -16,9 +16,10 @@ import pytest
 from util import records, run_script
 
 from fleetbench.job import failure
-from fleetbench.measure import contract, results
+from fleetbench.measure import contract
 from fleetbench.measure.repeats import aggregate, stability
 from fleetbench.report import generate
+from fleetbench.store import results
 from fleetbench.sweep import adaptive, runner, sweepfile
 
 DEMO = os.path.join(sweepfile.REPO_ROOT, "results", "kvm-2vcpu-paddle2.6.2-demo.jsonl")

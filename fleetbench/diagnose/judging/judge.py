@@ -23,7 +23,7 @@ A node rule with `corroborated_by` counts only when its partner figure breaks it
 A node figure more than its rule's percentage below its reference but inside the reference's
 spread is a deficit this noise hides: the node is `unresolved` ("cannot tell at this noise", with
 the figures), never `healthy`; the measurement re-measures such nodes first, with their peers
-(diagnose/measure.py `resolve`), until the deficit is resolved either way or its rounds run out.
+(diagnose/session.py `resolve`), until the deficit is resolved either way or its rounds run out.
 
 Blame follows cause (blame.py).
 """

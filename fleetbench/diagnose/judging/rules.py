@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 import yaml
 
+from fleetbench import cmdline
 from fleetbench.diagnose.judging import metrics
 from fleetbench.measure.repeats.stability import MAD_SCALE
 
@@ -40,7 +41,7 @@ SCOPES = ("node", "link", "cluster")  # cluster: the all-node job's figures, jud
 SPREADS = 3.0
 
 
-class DiagnoseError(ValueError):
+class DiagnoseError(cmdline.UserError):
     """Bad input (rules, baseline, hosts): one line, exit 2."""
 
 

@@ -1,4 +1,4 @@
-"""Aggregation of result records (measure/results.py loads them): one group of repeats per
+"""Aggregation of result records (store/results.py loads them): one group of repeats per
 experiment (`experiment.of`), the figure each group keeps and how far its runs agree
 (measure/repeats/stability.py), and scaling efficiency against a measured baseline. Reports and sweeps
 import this; ranks never do.
@@ -7,10 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from fleetbench import cmdline
+from fleetbench.measure.registry import CONTROL, SINGLE
 from fleetbench.measure.repeats import experiment, stability
 from fleetbench.measure.repeats.experiment import Experiment
-from fleetbench.measure.schema import CONTROL, SINGLE, RecordError
 from fleetbench.measure.timing import summarize
+
+class GroupError(cmdline.UserError):
+    """Runs of one experiment that cannot make one figure (other units); the message is one line."""
+
 
 # The name of a record's network setting, as groups and reports show it (analysis reads it here).
 network_profile = experiment.network_name
@@ -177,7 +182,7 @@ def _group(exp: Experiment, members: list[dict], cv_threshold: float, disturbed_
     units = sorted({r["metrics"]["unit"] for r in ok})
     where = f"{exp.mode}/{exp.method}, world size {exp.world_size}, network {exp.network or 'none'}"
     if len(units) > 1:
-        raise RecordError(f"{exp.benchmark}: runs of one experiment ({where}) report different "
+        raise GroupError(f"{exp.benchmark}: runs of one experiment ({where}) report different "
                           f"units ({', '.join(units)}); expected one")
     group = dict(exp.fields(), unit=units[0] if units else None, failed=len(failed),
                  errors=sorted({r["error"] for r in failed}),

@@ -32,6 +32,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from fleetbench import cmdline
+
 # Config keys (dotted) that differ between repeats of one experiment; see the module docstring.
 NOISE_KEYS = ("seed", "runtime.threads.source", "runtime.repeats.until_stable", "runtime.repeats.target_ci_pct",
               "runtime.repeats.min_repeats", "runtime.repeats.max_repeats", "init_timeout_s",
@@ -120,7 +122,7 @@ def work_config(record: dict) -> dict:
 assert tuple(f.name for f in dataclasses.fields(Experiment)) == WORK[:-1] + CIRCUMSTANCES + ("config",)
 
 
-class KeyNameError(ValueError):
+class KeyNameError(cmdline.UserError):
     """A key name that is neither a field of the cell key nor a config key (one line)."""
 
 

@@ -21,17 +21,15 @@ import sys
 
 from fleetbench import cmdline
 from fleetbench.history import circumstances as circ
-from fleetbench.history import compare, select
-from fleetbench.history.store import StoreError
-from fleetbench.measure import results
+from fleetbench.history import compare
 from fleetbench.measure.repeats import aggregate, experiment, stability
-from fleetbench.measure.schema import RecordError
+from fleetbench.store import results, select
 
 MARK = {compare.FASTER: "faster", compare.SLOWER: "SLOWER", compare.SAME: "~", compare.INSUFFICIENT: "?",
         compare.HARDWARE: "not judged"}
 
 
-class InputError(ValueError):
+class InputError(cmdline.UserError):
     """Bad input to compare or history: one line naming the flag, file or side."""
 
 
@@ -379,16 +377,13 @@ def db_sides(args, paths: list[str]) -> tuple:
     return tuple(select.Side(db=args.db, where=tuple(args.where + getattr(args, name))) for name in ("base", "new"))
 
 
+@cmdline.refusing("fleetbench compare")
 def cli(argv: list[str]) -> int:
     args, paths = parse_sides(argv, lambda nargs: parser(nargs="*"))
-    try:
-        base, new = db_sides(args, paths)
-        report = run(base, new, ignore=args.ignore, match=args.match, alpha=args.alpha,
-                     threshold_pct=args.threshold, cv_threshold=args.cv_threshold / 100, disturbed_pct=args.disturbed,
-                     across_hardware=args.across_hardware)
-    except (InputError, RecordError, experiment.KeyNameError, StoreError) as exc:
-        print(f"fleetbench compare: error: {exc}", file=sys.stderr)
-        return 2
+    base, new = db_sides(args, paths)
+    report = run(base, new, ignore=args.ignore, match=args.match, alpha=args.alpha,
+                 threshold_pct=args.threshold, cv_threshold=args.cv_threshold / 100, disturbed_pct=args.disturbed,
+                 across_hardware=args.across_hardware)
     if args.json:
         sys.stdout.write(json.dumps(report, sort_keys=True, ensure_ascii=False) + "\n")
     else:

@@ -18,21 +18,44 @@ import json
 import sys
 
 from fleetbench import cmdline
-from fleetbench.history import compare, select
-from fleetbench.history.store import StoreError
-from fleetbench.measure import results
+from fleetbench.history import compare
 from fleetbench.measure.repeats import experiment
-from fleetbench.measure.schema import RecordError
 from fleetbench.report.regression import comparison
+from fleetbench.store import results, select
 
 LAST = 10
 LAST_KIND = cmdline.integer(0)
 
 
+def baseline(candidates: list[dict], new: list[dict], last: int | None) -> list[dict]:
+    """The gate's baseline: the successful runs of `candidates` (not themselves among `new`) of the
+    cells `new` has (compare's cell key), on the same device and host class, the `last` newest of
+    each cell (all with None), in time order."""
+    def usable(record) -> bool:
+        return record.get("error") is None and bool((record.get("metrics") or {}).get("throughput"))
+    new = [r for r in new if usable(r)]
+    ids = {r["id"] for r in new}
+    candidates = [r for r in candidates if usable(r) and r["id"] not in ids]
+
+    def keys(records):  # the work's key made once per distinct work; the machine's beside it
+        return [(work, experiment.device_model(r), experiment.host_class(r))
+                for work, r in zip(compare.cell_keys(records), records)]
+    wanted = set(keys(new))
+    cells: dict[tuple, list[dict]] = {}
+    for key, record in zip(keys(candidates), candidates):
+        if key in wanted:
+            cells.setdefault(key, []).append(record)
+    chosen = []
+    for runs in cells.values():
+        runs.sort(key=lambda r: r.get("time") or "")
+        chosen += runs[-last:] if last else runs
+    return sorted(chosen, key=lambda r: r.get("time") or "")
+
+
 def run(new: list[dict], candidates: list[dict], last: int = LAST, **options) -> dict:
     """The comparison of `new` against its baseline among `candidates` (comparison.run's report),
     with `passed` and the baseline's size; InputError when the baseline is empty."""
-    chosen = select.baseline(candidates, new, last or None)
+    chosen = baseline(candidates, new, last or None)
     if not chosen:
         raise comparison.InputError("the baseline is empty: no run in the store of the new runs' cells (same "
                                     "device and host class) passes the --base filters")
@@ -72,23 +95,20 @@ def parser() -> cmdline.Parser:
     return p
 
 
+@cmdline.refusing("fleetbench gate")
 def cli(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    try:
-        if bool(args.results) == bool(args.new):
-            raise comparison.InputError("expected the new runs as results files or as --new KEY=VALUE, one of them")
-        new = results.load(args.results) if args.results else select.records(args.db, args.where + args.new)
-        new = compare.comparable_records(new)
-        if not [r for r in new if r.get("error") is None]:
-            raise comparison.InputError("the new side has no successful throughput run")
-        experiment.check_key_names(list(args.ignore), new, "--ignore")  # before the database is read
-        experiment.check_key_names(list(args.match), new, "--match")
-        candidates = select.records(args.db, args.where + args.base)
-        report = run(new, candidates, args.last, ignore=args.ignore, match=args.match, alpha=args.alpha,
-                     threshold_pct=args.threshold, cv_threshold=args.cv_threshold / 100, disturbed_pct=args.disturbed)
-    except (comparison.InputError, RecordError, experiment.KeyNameError, StoreError) as exc:
-        print(f"fleetbench gate: error: {exc}", file=sys.stderr)
-        return 2
+    if bool(args.results) == bool(args.new):
+        raise comparison.InputError("expected the new runs as results files or as --new KEY=VALUE, one of them")
+    new = results.load(args.results) if args.results else select.records(args.db, args.where + args.new)
+    new = compare.comparable_records(new)
+    if not [r for r in new if r.get("error") is None]:
+        raise comparison.InputError("the new side has no successful throughput run")
+    experiment.check_key_names(list(args.ignore), new, "--ignore")  # before the database is read
+    experiment.check_key_names(list(args.match), new, "--match")
+    candidates = select.records(args.db, args.where + args.base)
+    report = run(new, candidates, args.last, ignore=args.ignore, match=args.match, alpha=args.alpha,
+                 threshold_pct=args.threshold, cv_threshold=args.cv_threshold / 100, disturbed_pct=args.disturbed)
     text = summary(report)
     if args.summary:
         with open(args.summary, "w", encoding="utf-8") as handle:

@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import time
 
-from fleetbench.diagnose import plan
+from fleetbench.diagnose import schedule
 from fleetbench.diagnose.judging import judge, metrics
 from fleetbench.diagnose.judging.rules import Rule
 from fleetbench.diagnose.run import ProbeFailed, each, iperf3_probe, link_probe, node_probe, timed
@@ -75,7 +75,7 @@ def probe_nodes(hosts: list[Host], opts: Options, phases: dict, passes: dict | N
     runs: dict[int, list[dict]] = {h.index: [] for h in hosts}
     problems: dict[int, tuple[str, str]] = {}
     by_index = {h.index: h for h in hosts}
-    order = plan.node_passes(list(by_index), opts.passes)
+    order = schedule.node_passes(list(by_index), opts.passes)
     for start in range(0, len(order), len(hosts)):  # one pass: every node, one by one or at once
         todo = [i for i in order[start:start + len(hosts)] if i not in problems]  # a failure is final
         calls = [functools.partial(timed, phases, "nodes_s", node_probe, by_index[i], opts.seconds, opts.timeout)
@@ -117,7 +117,7 @@ def probe_links(hosts: list[Host], skip: set, opts: Options, phases: dict) -> di
     """Per pair, in rounds of disjoint pairs (a round at once with --concurrent)."""
     by_index = {h.index: h for h in hosts}
     links = {}
-    for round_ in plan.pair_rounds([h.index for h in hosts if h.index not in skip]):
+    for round_ in schedule.pair_rounds([h.index for h in hosts if h.index not in skip]):
         calls = [functools.partial(pair_test, by_index[a], by_index[b], opts, phases) for a, b in round_]
         links.update(zip(round_, each(calls, opts.concurrent)))
     return links

@@ -1,24 +1,21 @@
 """Schema 1 of a result record: its constants and what a valid record is (pure; no I/O).
 
-docs/results.md describes every field; measure/results.py builds, stores and aggregates records.
+docs/results.md describes every field; store/results.py builds and stores records,
+measure/repeats/aggregate.py groups them.
 """
 from __future__ import annotations
 
 import math
+
+from fleetbench import cmdline
 
 SCHEMA = 1
 MODES = ("collective", "ps", "comm", "diagnose")
 UNITS = ("images/s", "tokens/s", "samples/s", "sequences/s", "words/s", "examples/s", "GB/s")  # GB/s: comm busbw
 # A record with `source` set was not measured here (e.g. a published table); see docs/results.md.
 SOURCE_KINDS = ("published",)
-# Conventional method name of a plain single-device run: the baseline of every method of its
-# benchmark when no 1-device run of the method itself exists (see `baseline_for`).
-SINGLE = "single"
-# The method of the no-synchronisation control run (docs/explain.md): a measurement of compute,
-# never a training result nor an efficiency baseline.
-CONTROL = "none"
 
-class RecordError(ValueError):
+class RecordError(cmdline.UserError):
     """A record or results file that does not follow schema 1; the message is one line."""
 
 
@@ -112,7 +109,7 @@ def _metrics_problem(metrics, failed: bool) -> str | None:
     return _timing_problem(metrics)
 
 
-# the machine-speed probe's figures (metrics.PROBE_KEYS; named here too: schema imports nothing)
+# the machine-speed probe's figures (metrics.PROBE_KEYS; named here too: schema imports only cmdline)
 PROBE_FIGURES = ("probe_gemm_gflops_before", "probe_gemm_gflops_after", "probe_triad_gbps_before",
                  "probe_triad_gbps_after", "probe_scalar_mops_before", "probe_scalar_mops_after")
 

@@ -3,7 +3,7 @@
     fleetbench results import LOG... [--results FILE]          FLEETBENCH_RESULT lines of logs into a store
     fleetbench results import FILE... --db URL [--tag TAG]     JSONL files and logs indexed in a database
 
-With --db the files stay the source and the database is their index (history/store.py): each
+With --db the files stay the source and the database is their index (store/database.py): each
 record is stored once by its id, so importing a file again adds nothing; a line that is not a
 valid record is named (file:line, why) and skipped, and every other record is indexed (exit 1 when
 a line was skipped, 0 otherwise). A file is read as a log when any of its lines carries
@@ -17,8 +17,8 @@ import json
 import sys
 
 from fleetbench import cmdline
-from fleetbench.history import select, store
-from fleetbench.measure import registry, results
+from fleetbench.measure import registry
+from fleetbench.store import database, results, select
 
 
 
@@ -28,11 +28,12 @@ def _tag(text: str) -> str:
     return text
 
 
+PROG = "fleetbench results import"
 TAG = cmdline.Kind("a tag without spaces (a branch or release name), at most 200 characters", _tag, ("", "two words"))
 
 
 def chunks(path: str) -> tuple[list[tuple], list[str]]:
-    """([(path, first line number, lines, is a log)] of store.BATCH lines each, [problems]) of one
+    """([(path, first line number, lines, is a log)] of database.BATCH lines each, [problems]) of one
     file: the pieces `prepare` reads, in worker processes when there are several."""
     try:
         with open(path, "rb") as handle:
@@ -43,8 +44,8 @@ def chunks(path: str) -> tuple[list[tuple], list[str]]:
     lines = data.split(b"\n")
     if lines and not lines[-1]:  # the newline that ends the last line starts no line
         lines.pop()
-    return [(path, first + 1, lines[first:first + store.BATCH], log)
-            for first in range(0, len(lines), store.BATCH)], []
+    return [(path, first + 1, lines[first:first + database.BATCH], log)
+            for first in range(0, len(lines), database.BATCH)], []
 
 
 def parse(path: str, first: int, lines: list[bytes], log: bool) -> tuple[list[tuple[str, dict]], list[str]]:
@@ -76,7 +77,7 @@ def prepare(piece: tuple, tag: str | None) -> tuple[dict, list[str]]:
     """The database rows of one piece (`chunks`) and its problems: the CPU's share of an import
     (JSON read, validated, the environment and cluster made canonical and hashed)."""
     found, problems = parse(*piece)
-    return store.batch_rows(found, tag), problems
+    return database.batch_rows(found, tag), problems
 
 
 def index(paths: list[str], url: str, tag: str | None = None, jobs: int | None = None) -> dict:
@@ -94,16 +95,16 @@ def index(paths: list[str], url: str, tag: str | None = None, jobs: int | None =
         pieces += more
         problems += bad
     jobs = min(4, os.cpu_count() or 1) if jobs is None else jobs
-    eng = store.open_store(url)
+    eng = database.open_store(url)
     new, seen = [], 0
     pool = concurrent.futures.ProcessPoolExecutor(jobs) if jobs > 1 and len(pieces) > 1 else None
     try:
         for made, bad in (pool.map if pool else map)(functools.partial(prepare, tag=tag), pieces):
             problems += bad
-            new += store.write(eng, made)
+            new += database.write(eng, made)
             seen += len(made["runs"])
     except sqlalchemy.exc.SQLAlchemyError as exc:  # the server went away, a disk filled: one line
-        raise store.StoreError(f"--db {url}: {str(getattr(exc, 'orig', exc)).splitlines()[0]}") from None
+        raise database.StoreError(f"--db {url}: {str(getattr(exc, 'orig', exc)).splitlines()[0]}") from None
     finally:
         if pool:
             pool.shutdown(cancel_futures=True)
@@ -112,13 +113,9 @@ def index(paths: list[str], url: str, tag: str | None = None, jobs: int | None =
 
 
 def import_into_store(logs: list[str], store: str) -> int:
-    """The records printed in logs into a JSONL store (measure/results.import_logs). Exit status:
-    0 every record stored, 1 some refused as duplicates, 2 bad input."""
-    try:
-        stored, refused = results.import_logs(logs, store)
-    except results.RecordError as e:
-        print(f"fleetbench results import: error: {e}", file=sys.stderr)
-        return 2
+    """The records printed in logs into a JSONL store (store/results.import_logs). Exit status:
+    0 every record stored, 1 some refused as duplicates; RecordError (a UserError) on bad input."""
+    stored, refused = results.import_logs(logs, store)
     for where, rid in refused:
         print(f"fleetbench results import: refused {where}: record {rid} is already in {store}",
               file=sys.stderr)
@@ -142,13 +139,12 @@ def parser() -> cmdline.Parser:
     return p
 
 
-def cli(argv) -> int:
+@cmdline.refusing(PROG)
+def cli(argv: list[str]) -> int:
     p = parser()
     args = p.parse_args(argv)
     if args.tag and not args.db:
-        print("fleetbench results import: error: --tag TAG: expected with --db URL (a JSONL store has no tags)",
-              file=sys.stderr)
-        return 2
+        raise cmdline.UserError("--tag TAG: expected with --db URL (a JSONL store has no tags)")
     if not args.db:
         # the default store is checked as a given --results is (argparse types no None default)
         try:
@@ -156,11 +152,7 @@ def cli(argv) -> int:
         except argparse.ArgumentTypeError as exc:
             p.error(f"argument --results: {exc}")
         return import_into_store(args.logs, store_path)
-    try:
-        done = index(args.logs, args.db, args.tag)
-    except store.StoreError as exc:
-        print(f"fleetbench results import: error: {exc}", file=sys.stderr)
-        return 2
+    done = index(args.logs, args.db, args.tag)
     for problem in done["problems"]:
         print(f"fleetbench results import: skipped {problem}", file=sys.stderr)
     print(f"fleetbench results import: {done['seen']} record(s) read, {len(done['new'])} new in {args.db}, "

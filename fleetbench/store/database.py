@@ -10,26 +10,30 @@ rather than fail; PostgreSQL's own locking does the same).
 Tables:
   schema_version  one row: the schema this store was made with (SCHEMA_VERSION; a newer store is
                   refused by name rather than misread)
-  environments    hash → canonical JSON of a run's software and machine (history/circumstances.py)
-  clusters        hash → canonical JSON of the job's shape and fabric
+  environments    hash → canonical JSON of a run's software and machine (`environment`)
+  clusters        hash → canonical JSON of the job's shape and fabric (`cluster`)
   runs            one row per record: its id, the columns a filter reads (time, benchmark, preset,
-                  mode, method, shape, network, commit, Paddle version, tag, throughput, unit,
-                  error), where it came from (file, line), its two hashes, and the rest of the
+                  mode, method, shape, network and source by name, commit, Paddle version, tag,
+                  throughput, unit, error: scalars; the record keeps the objects), where it came from (file, line), its two hashes, and the rest of the
                   record as JSON (the env's per-run part: launcher variables, free memory)
   figures         the ranks' figures of a run: (run, name, rank, value) from its `rank_*` lists
+
+Each of the two blocks is kept once, as canonical JSON (keys sorted, no spaces) and its SHA-256:
+two runs share a history only when their blocks are equal, which the hash says without reading them.
 
 A record read back is the record imported, exactly (tests/unit/test_store.py holds the committed
 results to it), so every reader prints the same from the database as from the files.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import operator
 import os
 
-from fleetbench.history import circumstances
-from fleetbench.measure import results
+from fleetbench import cmdline
 from fleetbench.measure.repeats import experiment
+from fleetbench.store import results
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 60  # a writer waits this long for another's transaction (SQLite)
@@ -39,7 +43,7 @@ CHECKPOINT_PAGES = 25_600  # 100 MiB of 4 KiB pages
 CACHE_KIB = 64 * 1024  # SQLite's page cache: the id indices of 100,000 runs stay in memory while importing
 
 
-class StoreError(ValueError):
+class StoreError(cmdline.UserError):
     """A database that cannot be used, named with its URL (one line)."""
 
 
@@ -152,24 +156,55 @@ def open_store(url: str, create: bool = True):
 
 # ---- a record in rows, and back ---------------------------------------------------------------------
 
+def canonical(block) -> str:
+    return json.dumps(block, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# env keys that are a run's own, not its environment: a job id, endpoints, free memory
+RUN_OWN = ("env_vars", "memory", "unavailable")
+
+
+def environment(record: dict) -> dict:
+    """The software and machine a run ran on: its env block without what differs from run to run
+    (the launcher's variables, free memory), and fleetbench's commit."""
+    env = {k: v for k, v in (record.get("env") or {}).items() if k not in RUN_OWN}
+    total = ((record.get("env") or {}).get("memory") or {}).get("total_mib")
+    return {"env": env, "memory_gib": round(total / 1024) if total else None, "fleetbench": record.get("git")}
+
+
+def cluster(record: dict) -> dict:
+    """The job's shape and fabric: nodes, devices per node, world size, device model, network,
+    interconnect (InfiniBand devices, the topology matrix) and the hosts' executor."""
+    env = record.get("env") or {}
+    gpus = " + ".join(sorted({g.get("name") or "?" for g in env.get("gpus") or []}))
+    return {"nodes": record.get("nodes"), "devices_per_node": record.get("devices_per_node"),
+            "world_size": record.get("world_size"), "device": gpus or (env.get("cpu") or {}).get("model"),
+            "network": record.get("network"), "infiniband": env.get("infiniband") or [],
+            "topology": record.get("topology"), "executor": (record.get("launch") or {}).get("executor")}
+
+
 def rows(record: dict, where: str, tag: str | None) -> dict:
     """{"environments": row, "clusters": row, "runs": row, "figures": [rows]} of one record."""
-    env_text = circumstances.canonical(circumstances.environment(record))
-    cluster_text = circumstances.canonical(circumstances.cluster(record))
+    env_text = canonical(environment(record))
+    cluster_text = canonical(cluster(record))
     env = record.get("env")
     rest = {k: v for k, v in record.items() if k != "env"}
-    rest["env"] = None if env is None else {k: v for k, v in env.items() if k in circumstances._RUN_OWN}
+    rest["env"] = None if env is None else {k: v for k, v in env.items() if k in RUN_OWN}
     metrics = record.get("metrics") or {}
     path, _, line = where.rpartition(":")
     run = {"id": record["id"], "time": record.get("time"), "benchmark": record.get("benchmark"),
            "preset": record.get("preset"), "mode": record.get("mode"), "method": record.get("method"),
-           "source": record.get("source"), "network": experiment.network_name(record.get("network")),
+           "source": experiment.source_name(record), "network": experiment.network_name(record.get("network")),
            "git": record.get("git"),
            "paddle": ((env or {}).get("paddle") or {}).get("version"), "tag": tag, "unit": metrics.get("unit"),
            "file": path, "line": int(line) if line.isdigit() else None, "nodes": record.get("nodes"),
            "devices_per_node": record.get("devices_per_node"), "world_size": record.get("world_size"),
            "throughput": _number(metrics.get("throughput")), "error": record.get("error"),
-           "env_hash": circumstances.digest(env_text), "cluster_hash": circumstances.digest(cluster_text),
+           "env_hash": digest(env_text), "cluster_hash": digest(cluster_text),
            "rest": results.dumps(rest)}
     figures = [{"run_id": record["id"], "name": name, "rank": rank, "value": _number(value)}
                for name, per_rank in sorted(metrics.items())
@@ -309,7 +344,7 @@ def _copy(cursor, table: str, cols: list[str], rows) -> None:
 
 def load(url: str, where=(), files: bool = False) -> list:
     """The records of the store at `url` that pass every filter of `where` ((column, op, value),
-    history/select.py), in the order they were imported; with `files`, (file imported from, record).
+    store/select.py), in the order they were imported; with `files`, (file imported from, record).
     Each environment is read and parsed once (the runs name it by hash), not once a run: most of
     reading a store was parsing the same environments again. The records of one environment share
     its blocks, which no reader changes."""

@@ -67,9 +67,9 @@ def describe(url: str, where) -> str:
 
 
 def records(url: str, where=()) -> list[dict]:
-    """The store's records that pass `where` (store.load); StoreError names the URL."""
-    from fleetbench.history import store
-    return store.load(url, where)
+    """The store's records that pass `where` (database.load); StoreError names the URL."""
+    from fleetbench.store import database
+    return database.load(url, where)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +83,7 @@ class Side:
     label: str = ""
 
     def records(self) -> list[dict]:
-        from fleetbench.measure import results
+        from fleetbench.store import results
         if self.given is not None:
             return list(self.given)
         return records(self.db, self.where) if self.db else results.load(list(self.files))
@@ -99,34 +99,6 @@ def side(source) -> Side:
     return source if isinstance(source, Side) else Side(files=tuple(source))
 
 
-def baseline(candidates: list[dict], new: list[dict], last: int | None) -> list[dict]:
-    """The gate's baseline: the successful runs of `candidates` (not themselves among `new`) of the
-    cells `new` has (compare's cell key), on the same device and host class, the `last` newest of
-    each cell (all with None), in time order."""
-    from fleetbench.history import compare
-    from fleetbench.measure.repeats import experiment
-
-    def usable(record) -> bool:
-        return record.get("error") is None and bool((record.get("metrics") or {}).get("throughput"))
-    new = [r for r in new if usable(r)]
-    ids = {r["id"] for r in new}
-    candidates = [r for r in candidates if usable(r) and r["id"] not in ids]
-
-    def keys(records):  # the work's key made once per distinct work; the machine's beside it
-        return [(work, experiment.device_model(r), experiment.host_class(r))
-                for work, r in zip(compare.cell_keys(records), records)]
-    wanted = set(keys(new))
-    cells: dict[tuple, list[dict]] = {}
-    for key, record in zip(keys(candidates), candidates):
-        if key in wanted:
-            cells.setdefault(key, []).append(record)
-    chosen = []
-    for runs in cells.values():
-        runs.sort(key=lambda r: r.get("time") or "")
-        chosen += runs[-last:] if last else runs
-    return sorted(chosen, key=lambda r: r.get("time") or "")
-
-
 def marked(paths: list[str], reader: Callable[[list[str]], list[dict]], url: str | None = None,
            where=()) -> list[dict]:
     """Records of every results file, or of --db URL (never both), each marked with its file's name
@@ -136,10 +108,10 @@ def marked(paths: list[str], reader: Callable[[list[str]], list[dict]], url: str
         raise ValueError("expected results files or --db URL (with --where KEY=VALUE), one of them")
     if not url:
         return _marked([(path, reader([path])) for path in paths])
-    from fleetbench.history import store
+    from fleetbench.store import database
 
     files: dict[str, list[dict]] = {}
-    for path, record in store.load(url, where, files=True):
+    for path, record in database.load(url, where, files=True):
         files.setdefault(path, []).append(record)
     return _marked(list(files.items()))
 

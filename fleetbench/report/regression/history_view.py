@@ -16,13 +16,11 @@ import json
 import sys
 
 from fleetbench import cmdline
-from fleetbench.history import changepoints, compare, select
-from fleetbench.history.store import StoreError
-from fleetbench.measure import results
+from fleetbench.history import changepoints, compare
 from fleetbench.measure.repeats import experiment, stability
-from fleetbench.measure.schema import RecordError
 from fleetbench.report.regression import comparison
 from fleetbench.report.style import slug
+from fleetbench.store import results, select
 
 
 def run(paths, by: str = "time", *, ignore=(), match=(), alpha: float = compare.ALPHA,
@@ -241,14 +239,11 @@ def source(args) -> select.Side:
     raise comparison.InputError(raise_text)
 
 
+@cmdline.refusing("fleetbench history")
 def cli(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    try:
-        report = run(source(args), args.by, ignore=args.ignore, match=args.match, alpha=args.alpha,
-                     threshold_pct=args.threshold, disturbed_pct=args.disturbed)
-    except (comparison.InputError, RecordError, experiment.KeyNameError, StoreError) as exc:
-        print(f"fleetbench history: error: {exc}", file=sys.stderr)
-        return 2
+    report = run(source(args), args.by, ignore=args.ignore, match=args.match, alpha=args.alpha,
+                 threshold_pct=args.threshold, disturbed_pct=args.disturbed)
     if args.regressions and not args.json:
         sys.stdout.write("\n".join(regression_lines(report)) + "\n")
         return 0

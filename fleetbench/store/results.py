@@ -1,7 +1,8 @@
-"""Result records (schema 1, measure/schema.py): building, an append-only JSONL store, loading,
+"""Result records (schema 1, store/schema.py): building, an append-only JSONL store, loading,
 and storing the records ranks printed in their logs.
-Every rank imports this module to store its record; grouping repeats and scaling efficiency, which
-only reports and sweeps need, are in measure/repeats/aggregate.py.
+Every rank imports this module to store its record (it and the schema are all a rank imports of
+store/: no database driver); grouping repeats and scaling efficiency, which only reports and
+sweeps need, are in measure/repeats/aggregate.py.
 
 One record per run, one JSON object per line. Appends are one write of one line, flushed and
 fsynced, under an exclusive lock, so a crash can at worst leave a torn *last* line; `load` reports
@@ -23,11 +24,9 @@ import uuid
 from fleetbench import cmdline
 from fleetbench.measure import contract
 from fleetbench.measure.contract import RunIdentity
-from fleetbench.measure.schema import (  # noqa: F401
-    CONTROL,
+from fleetbench.store.schema import (  # noqa: F401
     MODES,
     SCHEMA,
-    SINGLE,
     SOURCE_KINDS,
     UNITS,
     RecordError,
@@ -156,7 +155,7 @@ def _parses(raw: bytes) -> bool:
     return True
 
 
-class PathError(ValueError):
+class PathError(cmdline.UserError):
     """A results path that cannot take a record; the message is one line naming the flag and path."""
 
 
