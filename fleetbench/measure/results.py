@@ -302,6 +302,18 @@ def rank_logs(log_dir):
     return sorted(set(paths))
 
 
+def job_record(log_dir: str, store: str) -> dict | None:
+    """The record a job stored in `store`, found by the id its rank printed in the job's logs (the
+    FLEETBENCH_RESULT lines under `log_dir`, every node's); None when the store holds none of them.
+    By id, not by position: other jobs may append to the same store meanwhile."""
+    ids = [record["id"] for log in rank_logs(log_dir) for _, record in records_in(log)]
+    if not ids or not os.path.exists(store):
+        return None
+    wanted = set(ids)
+    found = [record for record in load(store) if record["id"] in wanted]
+    return found[-1] if found else None
+
+
 def stored_ids(store):
     return {r["id"] for r in load(store)} if os.path.exists(store) else set()
 

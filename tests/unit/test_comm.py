@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 import yaml
-from util import CPU_RANKS, PYTHON, REPO, cluster_name, env, fleetrun, kept_store, records, run_script
+from util import CPU_RANKS, PYTHON, REPO, cluster_name, env, fleetrun, kept_store, records, result_line, run_script
 
 from fleetbench.comm import linkprobe, opmath
 from fleetbench.emulate import netem, sshd
@@ -285,6 +285,11 @@ def test_every_gloo_op_runs_checks_and_stores_one_record(every_op):
     assert m["link_tcp_GBps"] is None  # one node: no link to probe
     log = (every_op / "log" / "workerlog.0").read_text()
     assert "#wrong" in log and "# Avg bus bandwidth" in log
+    # rank 0 ends with the summary line of its record: the headline op's busbw, the record's id
+    line = result_line(log, rec, every_op / "r.jsonl")
+    assert line.startswith("fleetbench result: comm tiny 1x2 all_reduce (first of 6 ops) | busbw ")
+    assert " (mean of sizes >= " in line and " GB/s at 4 KiB | " in line
+    assert log.rstrip().endswith(line)
 
 
 @pytest.mark.job
@@ -334,7 +339,7 @@ def test_a_corrupted_rank_fails_the_run(tmp_path):
     # 4 sizes x 2 ops, one wrong element per size on each of the 2 ranks
     assert "16 wrong elements" in rec["error"]
     log = (tmp_path / "log" / "workerlog.0").read_text()
-    assert "comm: error: correctness check failed" in log
+    assert "comm: error: correctness check failed" in log and "fleetbench result:" not in log  # a failure has none
     assert re.search(r"^ +4096 +1024 +float32 +sum +-1 .* 2$", log, re.M)
 
 
@@ -345,6 +350,8 @@ def test_a_corrupted_rank_fails_the_run(tmp_path):
     (["--set", "max_bytes=4"], "comm: error: config key 'max_bytes' must be >= min_bytes (8)"),
     (["--set", "factor=1"], "comm: error: config key 'factor' must be >= 2"),
     ([], "comm: error: comm needs 2 ranks or more (got 1)"),
+    # a trace holds training steps: a user asking for one is told at once, not handed none
+    (["--trace", "T"], "comm: error: --trace T: the comm family writes no trace"),
 ])
 @pytest.mark.job
 def test_refused_before_anything_starts_and_nothing_stored(tmp_path, args, message):
