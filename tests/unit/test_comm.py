@@ -424,3 +424,16 @@ def _cmdline(pid):
             return f.read()
     except OSError:
         return b""
+
+
+@pytest.mark.job
+def test_fleetbench_launch_with_trace_refuses_the_comm_benchmark_before_anything_starts(tmp_path):
+    # its --check refuses the flag it would hand on: one line, exit 2, no job, nothing stored
+    store, traces = tmp_path / "r.jsonl", tmp_path / "T"
+    p = subprocess.run([PYTHON, "-m", "fleetbench", "launch", "--nproc_per_node", "2", "--log_dir", str(tmp_path / "log"),
+                        "--trace", str(traces), str(REPO / SCRIPT), "--preset", "tiny", "--results", str(store)],
+                       cwd=tmp_path, env=env(**CPU_RANKS), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.strip().splitlines() == [f"fleetbench launch: error: comm: error: --trace {traces}: the comm family "
+                                             "writes no trace (expected a collective or parameter-server benchmark)"]
+    assert sorted(os.listdir(tmp_path)) == []
