@@ -123,6 +123,15 @@ def test_network_cells_are_skipped_on_a_cuda_build_and_the_rest_runs(tmp_path, c
     assert os.listdir(tmp_path) == ["s.yaml"]  # a dry run: nothing ran, nothing stored
 
 
+def test_a_dry_run_with_trace_says_which_cells_would_run_untraced(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = _write(tmp_path, _spec({"benchmark": "comm", "preset": "tiny", "devices_per_node": 2}))
+    assert runner.cli([spec, "--results", str(tmp_path / "r.jsonl"), "--dry-run", "--trace", str(tmp_path / "T")]) == 0
+    assert capsys.readouterr().out.strip().splitlines() == [
+        f"cell 1/1 comm tiny comm 1x2: 0/3 done, not traced ({sweepfile.untraced(runner.expand(_spec({'benchmark': 'comm'}))[0], {})})"]
+    assert os.listdir(tmp_path) == ["s.yaml"]  # a dry run: nothing ran, no trace directory made
+
+
 def test_a_store_that_fails_during_the_sweep_is_one_line_naming_it(tmp_path):
     # What the sweep calls for a failed run: the error names the file, no traceback (the sweep's
     # command line prints it and stops, exit 1, keeping what was stored before).
