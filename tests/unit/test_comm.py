@@ -289,7 +289,6 @@ def test_every_gloo_op_runs_checks_and_stores_one_record(every_op):
     line = result_line(log, rec, every_op / "r.jsonl")
     assert line.startswith("fleetbench result: comm tiny 1x2 all_reduce (first of 6 ops) | busbw ")
     assert " (mean of sizes >= " in line and " GB/s at 4 KiB | " in line
-    assert log.rstrip().endswith(line)
 
 
 @pytest.mark.job
