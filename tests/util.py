@@ -381,3 +381,27 @@ def limit_consistent(limit) -> bool:
                 and busy == (limit.limit == "cpu_busy"))
     return (others[limit.limit] == min(others.values())
             and limit.busbw_GBps >= limits.EXPLAINS * others[limit.limit])
+
+
+def result_line(output: str, record: dict, store) -> str:
+    """The one `fleetbench result:` line of `output`, checked against the stored `record`: it is
+    the line measure/resultline builds from that record, and its throughput is the record's to the
+    digits printed (read back from the text, not rebuilt)."""
+    from fleetbench.measure import resultline
+
+    lines = [line for line in output.splitlines() if line.startswith(resultline.PREFIX)]
+    assert len(lines) == 1, f"expected one result line, got {lines}"
+    line = lines[0]
+    assert line == resultline.line(resultline.fields_of(record, str(store))), line
+    figure = line.split(" | ")[1].split()
+    m = record["metrics"]
+    if record["mode"] == "comm":
+        assert figure[:1] == ["busbw"] and figure[2] == m["unit"], line
+        printed, value = figure[1], m["busbw_GBps"]
+    else:
+        assert figure[1] == m["unit"], line
+        printed, value = figure[0], m["throughput"]
+    decimals = len(printed.partition(".")[2])
+    assert abs(float(printed) - value) <= 0.5 * 10 ** -decimals * (1 + 1e-9), line  # rounded, not another figure
+    assert line.endswith(f"{store} id {record['id'][:8]}"), line
+    return line

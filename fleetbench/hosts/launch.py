@@ -28,7 +28,7 @@ from fleetbench.hosts.hostlist import HostsError
 from fleetbench.job import paddle_launch, preflight
 from fleetbench.job.failure import Outcome, store_failure
 from fleetbench.job.preflight import LaunchError
-from fleetbench.measure import contract, registry
+from fleetbench.measure import contract, registry, resultline
 from fleetbench.store import results
 
 DEVICE_FLAGS = ("--gpus", "--devices", "--xpus", "--npus")
@@ -374,7 +374,7 @@ def launch_on_hosts(args: LaunchArgs, opts: remote.HostOptions, env: dict) -> in
           file=sys.stderr, flush=True)
     outcome = remote.run_job(ex, job, log_dir, env, args.limits(), results_path(args),
                       echo=None if args.quiet else sys.stdout, job_id=job_id)
-    return finish(args, identity, outcome)
+    return finish(args, identity, outcome, log_dir)
 
 
 def cli(argv: list[str]) -> int:
@@ -397,14 +397,16 @@ def cli(argv: list[str]) -> int:
     print(f"fleetbench launch: logs in {log_dir}; running: {shlex.join(plan(log_dir, {}, None)[0].cmd)}",
           file=sys.stderr, flush=True)
     outcome = paddle_launch.supervise(plan, log_dir, args.limits(), echo=None if args.quiet else sys.stdout)
-    return finish(args, identity, outcome)
+    return finish(args, identity, outcome, log_dir)
 
 
-def finish(args: LaunchArgs, identity: contract.RunIdentity, outcome: Outcome) -> int:
-    """Report how the job ended and its exit code; a failure is stored as a record (a user's
-    interrupt is not a result of the benchmark: nothing is stored, exit 130)."""
+def finish(args: LaunchArgs, identity: contract.RunIdentity, outcome: Outcome, log_dir: str) -> int:
+    """Report how the job ended and its exit code, and a job that ended well's summary line; a
+    failure is stored as a record (a user's interrupt is not a result of the benchmark: nothing is
+    stored, exit 130)."""
     print(outcome.report(), file=sys.stderr, flush=True)
     if outcome.ok:
+        print_result(args, log_dir)
         return 0
     if outcome.status == "interrupted":
         return 130
@@ -415,6 +417,22 @@ def finish(args: LaunchArgs, identity: contract.RunIdentity, outcome: Outcome) -
         return 1
     print(f"fleetbench launch: failure recorded in {results_path(args)}", file=sys.stderr)
     return 1
+
+
+def print_result(args: LaunchArgs, log_dir: str) -> None:
+    """The summary line (measure/resultline) of the record this job stored, found in the results
+    file by the id its rank printed in the job's logs; a benchmark's job that stored none says so."""
+    store = results_path(args)
+    try:
+        record = results.job_record(log_dir, store)
+    except results.RecordError as e:
+        record, why = None, str(e)
+    else:
+        why = f"no record of the job's logs ({log_dir}) is in {store}"
+    if record is not None:
+        print(resultline.line(resultline.fields_of(record, store)), flush=True)
+    elif registry.for_script(args.script) is not None:
+        print(f"fleetbench launch: no result line: {why}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -8,12 +8,14 @@ import io
 from fleetbench.measure.repeats import aggregate, stability
 from fleetbench.measure.registry import SINGLE
 from fleetbench.report.style import (COLORS, DPI, FIGSIZE, MARGINS, PS_HATCH, SAVE, STYLE, Figure, Patch,
-                                     matplotlib, slug, wrapped_text)
+                                     matplotlib, slug, text_renderer, wrapped_text)
 from fleetbench.report.tables import (columns, eff_label, layout, line_key, mfu_of, mfu_text, row_key, size_noun,
                                       variant, variant_text)
 
 LABEL_ROTATE_OVER = 3  # more series than this: efficiency labels are written vertically
 LABEL_BARS_HORIZONTAL = 12  # ... and so are they when a chart has more bars than this
+LABEL_OFFSET_PT = 2  # a bar's label above its bar (or ideal mark)
+LAYOUT_PASSES = 4  # the axis grows at most this often to hold the labels (two passes suffice in practice)
 
 
 # ---- planning: which charts a table makes ----------------------------------------------------------
@@ -145,18 +147,62 @@ def csv_bytes(rows: list[dict]) -> bytes:
 def draw(chart: dict) -> bytes:
     """PNG bytes of a grouped bar chart with std error bars, ideal marks and efficiency labels."""
     with matplotlib.rc_context(STYLE):
-        fig = Figure(figsize=FIGSIZE, dpi=DPI)
-        fig.subplots_adjust(**MARGINS)
-        ax = fig.add_subplot()
-        width = 0.8 / len(chart["series"])
-        tops, notes = _draw_bars(ax, chart, width)
-        vertical = _vertical_labels(chart)
-        _label_bars(ax, chart, width, vertical)
-        ax.set_ylim(0, max(tops) * (1.32 if vertical else 1.18) or 1)
-        _decorate(fig, ax, chart, notes)
         buffer = io.BytesIO()
-        fig.savefig(buffer, **SAVE)
+        figure(chart).savefig(buffer, **SAVE)
     return buffer.getvalue()
+
+
+def figure(chart: dict):
+    """The chart drawn on a Figure (draw saves it; tests measure its texts), under STYLE's rc."""
+    fig = Figure(figsize=FIGSIZE, dpi=DPI)
+    fig.subplots_adjust(**MARGINS)
+    ax = fig.add_subplot()
+    width = 0.8 / len(chart["series"])
+    tops, notes = _draw_bars(ax, chart, width)
+    _place_labels(fig, ax, chart, width, max(tops))
+    _decorate(fig, ax, chart, notes)
+    return fig
+
+
+def _place_labels(fig, ax, chart: dict, width: float, top: float) -> None:
+    """The bars' labels, vertical when the chart has many bars (_vertical_labels), else horizontal;
+    measured as Agg lays them out, a label that would overlap one to its left is raised above it
+    (two-line labels of adjacent bars are wider than their bars), and the y axis is made tall
+    enough to hold every label inside the axes. Layout repeats until the axis need not grow."""
+    vertical = _vertical_labels(chart)
+    labels = _label_bars(ax, chart, width, vertical)
+    limit, renderer = top * (1.32 if vertical else 1.18) or 1, text_renderer(fig)
+    for _ in range(LAYOUT_PASSES):
+        ax.set_ylim(0, limit)
+        _raise_overlapping(labels, renderer, fig.dpi)
+        needed = max([limit] + [_room_for(ax, label, renderer, limit) for label in labels])
+        if needed <= limit * 1.001:
+            return
+        limit = needed
+
+
+def _raise_overlapping(labels: list, renderer, dpi: float) -> None:
+    """Each label, left to right, lifted (its offset in points) just above any label placed before
+    it that it would overlap."""
+    placed = []
+    for label in sorted(labels, key=lambda t: t.xy[0]):
+        label.xyann = (0, LABEL_OFFSET_PT)
+        while True:
+            box = label.get_window_extent(renderer)
+            over = [b for b in placed if min(b.x1, box.x1) - max(b.x0, box.x0) > 0 and min(b.y1, box.y1) - max(b.y0, box.y0) > 0]
+            if not over:
+                break
+            label.xyann = (0, label.xyann[1] + (max(b.y1 for b in over) - box.y0 + 1) * 72 / dpi)
+        placed.append(box)
+
+
+def _room_for(ax, label, renderer, limit: float) -> float:
+    """The y-axis top that holds `label` inside the axes (2 % below their top), as drawn now."""
+    height, top = ax.bbox.height, ax.bbox.y1
+    anchor = ax.bbox.y0 + label.xy[1] / limit * height
+    above = label.get_window_extent(renderer).y1 - anchor  # points above its anchor: the same at any limit
+    free = 0.98 * height - above
+    return label.xy[1] * height / free if free > 0 and label.xy[1] > 0 else limit
 
 
 def _bar_x(chart: dict, group: dict, index: int, width: float) -> float:
@@ -245,7 +291,9 @@ def _vertical_labels(chart: dict) -> bool:
         len(chart["series"]) * len(chart["ticks"]) > LABEL_BARS_HORIZONTAL
 
 
-def _label_bars(ax, chart, width, vertical) -> None:
+def _label_bars(ax, chart, width, vertical) -> list:
+    """Each bar's label (speedup and efficiency, MFU) above it and its ideal mark: the texts made."""
+    made = []
     for i, series in enumerate(chart["series"]):
         for g in series["groups"]:
             scaled = not (g["efficiency"] is None or g["scale"] == 1)  # the baseline itself: 1.00x
@@ -257,6 +305,7 @@ def _label_bars(ax, chart, width, vertical) -> None:
             # above the ideal mark too, so a label never hides the mark it is measured against
             y = max(g["mean"] + (g["std"] or 0.0), g["ideal"] or 0.0)
             text = (" " if vertical else "\n").join(parts)
-            ax.annotate(text, (x, y), xytext=(0, 2), textcoords="offset points", ha="center",
-                        va="bottom", fontsize=6.5 if vertical else 7,
-                        rotation=90 if vertical else 0)
+            made.append(ax.annotate(text, (x, y), xytext=(0, LABEL_OFFSET_PT), textcoords="offset points", ha="center",
+                                    va="bottom", fontsize=6.5 if vertical else 7,
+                                    rotation=90 if vertical else 0))
+    return made

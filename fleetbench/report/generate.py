@@ -20,6 +20,7 @@ from fleetbench import cmdline
 from fleetbench.measure.repeats import aggregate, stability
 from fleetbench.store import results, select
 from fleetbench.report import (
+    DEFAULT_DIR,
     allreduce_vs_ps,
     bandwidth,
     charts,
@@ -69,7 +70,8 @@ def parser(nargs: str = "+") -> cmdline.Parser:
                        description="Charts, CSVs and tables regenerated from result records.")
     p.add_argument("results", nargs=nargs, type=cmdline.INPUT_FILE, help="JSONL result files (schema 1); "
                    "BASE... -- NEW... adds their comparison")
-    p.add_argument("--images", type=cmdline.OUTPUT_DIR, help="directory for <name>.png/.csv (default: images)")
+    p.add_argument("--images", type=cmdline.OUTPUT_DIR,
+                   help=f"directory for <name>.png/.csv (default: {DEFAULT_DIR}; make demo gives images)")
     p.add_argument("--readme", type=README, help="markdown file whose marked results section is replaced "
                    "(default: print the section on stdout)")
     p.add_argument("--title", default="Results", type=cmdline.TEXT, help="heading of the generated section")
@@ -200,7 +202,7 @@ def cli(argv: list[str]) -> int:
         parser().error("expected results files or --db URL (with --where KEY=VALUE), one of them")
     if args.db:
         paths = args.results = select.Side(db=args.db, where=tuple(args.where))
-    args.images = args.images or "images"
+    args.images = args.images or DEFAULT_DIR
     try:
         base, new = comparison.split_sides(paths) if not args.db and "--" in paths else (paths, None)
         if args.html:

@@ -78,6 +78,22 @@ def wrapped_text(fig, x: float, y: float, text: str, fontsize: float, **kwargs) 
     fig.text(x, y, "\n".join(lines), fontsize=fontsize, **kwargs)
 
 
+def text_renderer(fig):
+    """The renderer Agg draws `fig`'s PNG with: texts measured with it are measured as drawn."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return FigureCanvasAgg(fig).get_renderer()
+
+
+def overlapping(fig, texts) -> list[tuple[str, str]]:
+    """Pairs of `texts` (matplotlib Text artists of `fig`, empty and hidden ones left out) whose
+    extents, as Agg lays them out, share more than a pixel's edge: labels drawn over each other."""
+    renderer = text_renderer(fig)
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts if t.get_visible() and t.get_text().strip()]
+    return [(a, b) for i, (a, box_a) in enumerate(boxes) for b, box_b in boxes[i + 1:]
+            if min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0) > 1 and min(box_a.y1, box_b.y1) - max(box_a.y0, box_b.y0) > 1]
+
+
 def finish(fig, ax, title: str, footnote: str) -> bytes:
     """The PNG of a chart drawn on `ax`: its title, the legend outside on the right (MARGINS leave
     room for it), the footnote under the axes, saved with SAVE."""

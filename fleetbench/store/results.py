@@ -301,6 +301,26 @@ def rank_logs(log_dir):
     return sorted(set(paths))
 
 
+def job_record(log_dir: str, store: str) -> dict | None:
+    """The record a job stored in `store`, found by the id its rank printed in the job's logs (the
+    FLEETBENCH_RESULT lines under `log_dir`, every node's); None when the store holds none of them.
+    By id, not by position: other jobs may append to the same store meanwhile."""
+    ids = [record["id"] for log in rank_logs(log_dir) for _, record in records_in(log)]
+    if not ids or not os.path.exists(store):
+        return None
+    # the lines that hold one of the ids as `dumps` writes it, parsed alone: a store of 100,000
+    # records is read, not validated whole, at the end of every job
+    markers = [dumps({"id": rid})[1:-1].encode() for rid in ids]
+    found = []
+    with open(store, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if any(marker in line for marker in markers) and _parses(line):  # not a torn last line
+                record = json.loads(line)
+                validate(record, f"{store}:{number}")
+                found += [record] if record["id"] in ids else []
+    return found[-1] if found else None
+
+
 def stored_ids(store):
     return {r["id"] for r in load(store)} if os.path.exists(store) else set()
 

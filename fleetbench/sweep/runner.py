@@ -32,7 +32,7 @@ from fleetbench.measure import contract, registry, timing
 from fleetbench.measure.repeats import aggregate
 from fleetbench.store import results
 from fleetbench.sweep import adaptive, order
-from fleetbench.sweep.summary import Tally, cell_extra, duration, progress_line, stability_lines, summary_table
+from fleetbench.sweep.summary import Tally, cell_extra, duration, ok_line, progress_line, stability_lines, summary_table
 from fleetbench.sweep.sweepfile import (
     METHOD_KEY,
     PRESET,
@@ -47,6 +47,7 @@ from fleetbench.sweep.sweepfile import (
     record_key,
     record_paddle,
     sweep_path,
+    untraced,
 )
 
 
@@ -239,8 +240,14 @@ class Sweep:
         if done >= self.policy.limit(cell):  # at its maximum, not stable: nothing more to run
             self.say_stop(i, len(self.cells), cell)
             return False
+        if self.trace_note(cell):
+            self.say(f"cell {i}/{len(self.cells)} {cell.label()}: not traced ({self.trace_note(cell)})")
         self.warm_up(i, cell, base_env)
         return True
+
+    def trace_note(self, cell: Cell) -> str | None:
+        """Why this sweep runs `cell` without the trace --trace asked for (None: traced, or not asked)."""
+        return untraced(cell, self.config(cell)) if self.trace_root else None
 
     def network_problem(self, cell: Cell) -> str | None:
         """Why an emulated-network cell cannot run here (None: it can, or it is no such cell)."""
@@ -282,10 +289,9 @@ class Sweep:
 
     def run_one(self, i: int, cell: Cell, repeat: int, base_env: dict) -> None:
         log_dir = os.path.join(self.log_root, f"cell{i:02d}-r{repeat}-{time.strftime('%H%M%S')}")
-        before = len(self.runs_of(cell))
         limits = paddle_launch.Limits(timeout=cell.timeout, stall=cell.stall, startup=cell.startup)
         traced = dataclasses.replace(cell, trace=os.path.join(self.trace_root, os.path.basename(log_dir))) \
-            if self.trace_root and cell.mode == "collective" else cell  # what traces hold: the collective loop
+            if self.trace_root and not self.trace_note(cell) else cell
         try:
             outcome, network, launch = self.execute(traced, log_dir, base_env, limits)
         except (netem.ClusterError, HostsError) as e:
@@ -294,11 +300,10 @@ class Sweep:
             return
         if outcome.status == "interrupted":
             raise Interrupted(outcome.detail)
-        after = self.runs_of(cell)
-        if outcome.ok and len(after) > before:
-            m = after[-1]["metrics"]
-            self.say(f"  -> ok: {m['throughput']:.2f} {m['unit']} in {outcome.elapsed_s:.0f} s"
-                     + adaptive.disturbed_text(after))
+        runs, stored = self.runs_of(cell), results.job_record(log_dir, self.results_path) if outcome.ok else None
+        at = next((k for k, r in enumerate(runs) if stored and r["id"] == stored["id"]), None)  # this cell's?
+        if at is not None:
+            self.say(ok_line(outcome.elapsed_s, stored, self.results_path) + adaptive.disturbed_text(runs, at))
             return
         if outcome.ok:  # finished, but the run stored nothing that matches the cell
             outcome = dataclasses.replace(outcome, status="failed",
@@ -375,7 +380,8 @@ def parser() -> cmdline.Parser:
     remote.add_arguments(p)
     adaptive.add_arguments(p)
     p.add_argument("--trace", type=cmdline.OUTPUT_DIR, metavar="DIR",
-                   help="each collective run writes a Chrome trace per rank into DIR/<its log directory's name>")
+                   help="each run writes a Chrome trace per rank into DIR/<its log directory's name> (collective "
+                        "cells, and parameter-server cells with measure.breakdown true; the others say why not)")
     p.add_argument("--dry-run", action="store_true", help="resolve and list the cells, run nothing")
     return p
 
@@ -393,15 +399,9 @@ EMULATED_ON_CUDA = ("emulated nodes on a CUDA build would share this machine's G
                     "shaped link; run network cells with a CPU build of Paddle, docs/gpu.md")
 
 
-def local_build_is_cuda() -> bool:
-    paddle, _missing = machine_env.read_paddle()
-    return bool((paddle or {}).get("compiled_with_cuda"))
-
-
-def local_paddle() -> str | None:
-    """The Paddle version of this Python, which runs the ranks unless --remote-python says otherwise."""
-    paddle, _missing = machine_env.read_paddle()
-    return (paddle or {}).get("version")
+def local_paddle() -> dict:
+    """This Python's Paddle ({} without one), which runs the ranks unless --remote-python says otherwise."""
+    return machine_env.read_paddle()[0] or {}
 
 
 def prepare(args: argparse.Namespace) -> Sweep:
@@ -421,10 +421,10 @@ def prepare(args: argparse.Namespace) -> Sweep:
     name = os.path.splitext(os.path.basename(path))[0]
     log_dir = args.log_dir or os.path.join("log", f"sweep-{name}")
     cmdline.check_output_dir(log_dir, "--log-dir")  # --results was checked by the parser
-    sweep = Sweep(cells, args.results, log_dir,
-                  cluster_prefix=args.cluster_name, hosts=hosts, cluster_subnet=args.cluster_subnet,
-                  paddle=None if hosts.python else local_paddle(), policy=adaptive.policy(spec, args, path, cells))
-    sweep.cuda_build = any(c.network for c in cells) and not hosts.python and local_build_is_cuda()
+    local = {} if hosts.python else local_paddle()
+    sweep = Sweep(cells, args.results, log_dir, cluster_prefix=args.cluster_name, hosts=hosts,
+                  cluster_subnet=args.cluster_subnet, paddle=local.get("version"), policy=adaptive.policy(spec, args, path, cells))
+    sweep.cuda_build = any(c.network for c in cells) and bool(local.get("compiled_with_cuda"))
     sweep.trace_root = os.path.abspath(args.trace) if args.trace else None
     sweep.resolve_configs(paddle_launch.child_env())
     return sweep
@@ -438,8 +438,9 @@ def cli(argv: list[str]) -> int:
         if args.dry_run:
             plan = sweep.plan()
             for i, (cell, done) in enumerate(plan, start=1):
-                skipped = f", will be skipped ({sweep.network_problem(cell)})" if sweep.network_problem(cell) else ""
-                print(f"cell {i}/{len(sweep.cells)} {cell.label()}: {done}/{cell.repeats} done{skipped}")
+                notes = [f"will be skipped ({p})" for p in [sweep.network_problem(cell)] if p] + \
+                    [f"not traced ({t})" for t in [sweep.trace_note(cell)] if t]
+                print(f"cell {i}/{len(sweep.cells)} {cell.label()}: {', '.join([f'{done}/{cell.repeats} done', *notes])}")
             if sweep.policy.interleave and len(plan) > 1:
                 print(order.rounds_text([d for _, d in plan], [sweep.policy.limit(c) for c, _ in plan]))
             return 0

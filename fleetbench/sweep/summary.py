@@ -1,10 +1,12 @@
-"""What a sweep prints: a progress line before each run (with its ETA) and, once it is done, the
+"""What a sweep prints: a progress line before each run (with its ETA), the run's summary line
+after it (measure/resultline, as `fleetbench launch` prints it) and, once it is done, the
 summary table (mean ± std, cv, efficiency per cell; fleetbench.measure.repeats.aggregate's groups) and the
 stability lines under it."""
 from __future__ import annotations
 
 import dataclasses
 
+from fleetbench.measure import resultline
 from fleetbench.measure.repeats import aggregate, stability
 from fleetbench.sweep.sweepfile import Cell
 
@@ -21,6 +23,11 @@ def progress_line(i: int, n: int, cell: Cell, repeat: int, elapsed: float, eta: 
     upto = f" (up to {most} until stable)" if most and most > cell.repeats else ""
     return (f"cell {i}/{n} {cell.label()} repeat {repeat}/{cell.repeats}{upto} | "
             f"elapsed {duration(elapsed)} ETA {eta_text}")
+
+
+def ok_line(seconds: float, record: dict, store: str) -> str:
+    """`  -> ok in 9 s: fleetbench result: ...` after a run that stored `record` in `store`."""
+    return f"  -> ok in {duration(seconds)}: {resultline.line(resultline.fields_of(record, store))}"
 
 
 @dataclasses.dataclass

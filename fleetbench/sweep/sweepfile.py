@@ -290,6 +290,17 @@ def cell_key(cell: Cell, config: dict) -> str:
                    planned_network(cell))
 
 
+def untraced(cell: Cell, config: dict) -> str | None:
+    """Why a sweep with --trace runs `cell` without a trace (None: it traces it). A trace holds
+    training steps and their parts: the comm benchmark has none; a parameter-server trace is its
+    step breakdown's marks, which --trace would switch on, making the run another cell's."""
+    if cell.mode == "comm":
+        return "the comm benchmark times collectives, not training steps: it writes no trace"
+    if cell.mode == "ps" and not (config.get("measure") or {}).get("breakdown"):
+        return "a parameter-server trace is its step breakdown's marks: give the cell measure.breakdown: true"
+    return None
+
+
 def _preset(text: str) -> str:
     if "/" in text or not os.path.isfile(os.path.join(SWEEP_DIR, f"{text}.yaml")):
         names = sorted(f[:-5] for f in os.listdir(SWEEP_DIR) if f.endswith(".yaml"))

@@ -18,8 +18,9 @@ parameter-server driver, communication benchmark) nor its model's.
         # registry.METHOD_KEY), preset, resolved config with its runtime block (threads, Paddle
         # version, where.runtime), nodes, devices_per_node, world_size, metrics, error
     bench.store_result(where, metrics) -> exit code
-        # rank 0 prints FLEETBENCH_RESULT and appends the record; 0, or 1 with one line on
-        # stderr naming the store when it cannot be written (the record stays in the rank's log)
+        # rank 0 prints FLEETBENCH_RESULT and appends the record, then its summary line
+        # (measure/resultline; outside a supervisor, which prints it itself); 0, or 1 with one
+        # line on stderr naming the store when it cannot be written (the record stays in the rank's log)
     bench.store_failure(where, error)
         # a failed run is a result: rank 0 stores it with `error` set, except under
         # `fleetbench launch` (the contract's JOB_ID set), whose supervisor stores the failure
@@ -37,7 +38,7 @@ from typing import Callable, Iterable, Optional
 import fleetbench
 from fleetbench import cmdline
 from fleetbench.machine import stamp
-from fleetbench.measure import config, contract, metrics, registry
+from fleetbench.measure import config, contract, metrics, registry, resultline
 from fleetbench.measure.interference import CpuSample
 from fleetbench.store import results
 
@@ -93,7 +94,14 @@ class Run:
         return stamp.record(identity, metrics, error)
 
     def store_result(self, where: Placement, metrics: dict) -> int:
-        return self._emit(self.record_for(where, metrics, None)) if where.rank == 0 else 0
+        if where.rank != 0:
+            return 0
+        record = self.record_for(where, metrics, None)
+        code = self._emit(record)
+        # under a supervisor (fleetbench launch, a sweep) the launcher prints it from the store
+        if code == 0 and contract.RankContract.from_env().job_id is None:
+            print(resultline.line(resultline.fields_of(record, self.results_path)), flush=True)
+        return code
 
     def store_failure(self, where: Placement, error: str | BaseException) -> None:
         # Under `fleetbench launch` the supervisor stores the failure, naming the rank that failed

@@ -4,7 +4,7 @@ import json
 import subprocess
 
 import pytest
-from util import CPU_RANKS, PYTHON, REPO, chrome_trace_problems, env, records
+from util import CPU_RANKS, PYTHON, REPO, chrome_trace_problems, env, records, result_line
 
 from fleetbench.measure import flops
 from fleetbench.train.phases import PARTS
@@ -20,6 +20,7 @@ def launch(tmp_path, *script_args, timeout=300, script=SCRIPT) -> dict:
     proc = subprocess.run(cmd, cwd=tmp_path, env=env(**CPU_RANKS), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (record,) = records(store)
+    result_line(proc.stdout, record, store)  # the launcher's summary line is this record's (measure/resultline)
     return record
 
 
@@ -111,18 +112,25 @@ def test_sweep_with_trace_gives_each_run_its_own_directory(tmp_path):
     spec = tmp_path / "s.yaml"
     spec.write_text(yaml.safe_dump({"repeats": 2, "cells": [
         # resnet18 tiny (a small CNN): the trace directories' bookkeeping is what is asserted
-        {"benchmark": "resnet18", "preset": "tiny", "devices_per_node": 2, "set": {"steps": 4, "warmup_steps": 1, "log_every": 2}}]}))
+        {"benchmark": "resnet18", "preset": "tiny", "devices_per_node": 2, "set": {"steps": 4, "warmup_steps": 1, "log_every": 2}},
+        # once each: a comm cell has no steps to trace, and says so; a parameter-server cell whose
+        # step breakdown is on is traced (its marks are the trace), and stays the cell it was asked as
+        {"benchmark": "comm", "preset": "tiny", "devices_per_node": 2, "repeats": 1, "set": {"op": "all_reduce"}},
+        {"benchmark": "ctr", "mode": "ps", "preset": "tiny", "repeats": 1, "set": {"measure.breakdown": True}}]}))
     store, traces = tmp_path / "r.jsonl", tmp_path / "T"
     proc = subprocess.run([PYTHON, "-m", "fleetbench", "sweep", str(spec), "--results", str(store), "--log-dir",
                            str(tmp_path / "log"), "--trace", str(traces)], cwd=tmp_path, env=env(**CPU_RANKS),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    recs = records(store)
-    assert len(recs) == 2
+    assert "cell 2/3 comm tiny comm 1x2: not traced (the comm benchmark times collectives, " \
+           "not training steps: it writes no trace)" in proc.stdout.splitlines(), proc.stdout
+    assert proc.stdout.count("not traced") == 1  # said once, of that cell only
+    recs = [r for r in records(store) if r["mode"] != "comm"]
+    assert len(recs) == 3 and all(r["error"] is None for r in records(store))
     dirs = sorted(p.name for p in traces.iterdir())
-    assert len(dirs) == 2 and all(d.startswith("cell01-r") for d in dirs)  # one per run, named as its logs
+    assert len(dirs) == 3 and [d[:8] for d in dirs] == ["cell01-r", "cell01-r", "cell03-r"]  # one per run, named as its logs
     for rec in recs:
         files = rec["metrics"]["trace_files"]
-        assert len(files) == 2 and all(json.loads(open(f).read())["traceEvents"] for f in files)
+        assert len(files) == rec["world_size"] and all(json.loads(open(f).read())["traceEvents"] for f in files)
         # the traces are not part of what the run was: both repeats are one cell
         assert "--trace" not in json.dumps(rec["config"])

@@ -8,7 +8,7 @@ import subprocess
 import uuid
 
 import pytest
-from util import CPU_RANKS, PYTHON, REPO, env, needs_ps, records, wait_for
+from util import CPU_RANKS, PYTHON, REPO, env, needs_ps, records, result_line, wait_for
 
 from fleetbench.hosts import launch
 from fleetbench.job import paddle_launch, preflight, procs, rankwrap, supervisor
@@ -551,6 +551,10 @@ def test_a_tiny_job_on_two_processes_echoes_rank_0_and_stores_one_record(tmp_pat
     (rec,) = records(store)
     assert rec["error"] is None and rec["world_size"] == 2 and rec["benchmark"] == "resnet18"
     assert rec["metrics"]["throughput"] > 0
+    # one summary line, the launcher's, from the record found by the id in the job's logs (a
+    # supervised rank 0 leaves it to the launcher: its echoed log has none)
+    line = result_line(p.stdout, rec, store)
+    assert line.startswith("fleetbench result: resnet18 tiny 1x2 mgwfbp | ") and p.stdout.rstrip().endswith(line)
 
 
 def test_launcher_failing_before_any_rank_is_reported_with_its_own_log(tmp_path):

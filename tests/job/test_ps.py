@@ -251,6 +251,9 @@ def test_ctr_async_one_server_one_worker_learns(tmp_path, cache):
     assert 0 < m["logloss"] < 0.62  # below the entropy of the ~30 % click rate
     assert m["invalid_lines"] == 0 and m["valid_lines"] == 12000 and m["examples"] <= 12000
     assert "FLEETBENCH_RESULT " in logs["workerlog.0"]
+    # worker 0 ends with the summary line of its record (measure/resultline): servers/workers
+    line = util.result_line(logs["workerlog.0"], recs[0], tmp_path / "runs.jsonl")
+    assert line.startswith("fleetbench result: ctr tiny 1/1 async | ")  # (what stopping the servers says may follow)
     assert re.search(r"^step \d+/\d+ loss [\d.]+ ips [\d.]+ examples/s avg_batch_cost", logs["workerlog.0"], re.M)
     # Paddle's table-configuration prints and INFO lines are kept out of the worker's log
     assert "table_name" not in logs["workerlog.0"] and "communicator config" not in logs["workerlog.0"]
@@ -317,6 +320,9 @@ def test_ctr_two_by_two_breakdown_adds_up_with_servers_busy_probes_and_traces(tm
     out, recs, logs = job(tmp_path, cache, ["--server_num", "2", "--trainer_num", "2"], "ctr.py",
                           via="fleetbench", script_args=(f"--trace={traces}",))
     m = check_record(recs[0], "ctr", "async", 2, "examples/s")
+    # fleetbench launch prints the summary line of the record the job stored, found by its id
+    line = util.result_line(out, recs[0], tmp_path / "runs.jsonl")
+    assert line.startswith("fleetbench result: ctr tiny 2/2 async | ") and " per worker) | " in line
     block = m["step_breakdown"]
     assert block["adds_up"] and block["dataset_threads"] == 1
     assert all(server["cpu_s"] > 0 for server in block["servers"]), block["servers"]

@@ -75,6 +75,27 @@ def test_throughput_is_global_batch_over_slowest_rank_time(two_rank_run):
     assert set(m) <= set(metrics.DEFINITIONS)  # one vocabulary (docs/metrics.md)
 
 
+def test_rank_0_ends_with_the_summary_line_of_its_record(two_rank_run):
+    """Under Paddle's launcher alone (no supervisor) rank 0 prints it; rank 1 prints none."""
+    (rec,) = records(two_rank_run / "r.jsonl")
+    log = (two_rank_run / "log" / "workerlog.0").read_text()
+    line = util.result_line(log, rec, two_rank_run / "r.jsonl")
+    assert line.startswith("fleetbench result: resnet50 tiny 1x2 mgwfbp | ") and " per device) | step " in line
+    assert " | MFU " in line and " MiB | " in line
+    assert "fleetbench result:" not in (two_rank_run / "log" / "workerlog.1").read_text()
+
+
+def test_one_process_run_prints_its_summary_line(tmp_path):
+    # `python collective/resnet50.py --preset tiny`, 3 steps: the line, not the steps, is asserted
+    store = tmp_path / "r.jsonl"
+    proc = run_script(SCRIPT, "--preset", "tiny", "--set", "steps=3", "--set", "warmup_steps=1", "--results", store)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (rec,) = records(store)
+    line = util.result_line(proc.stdout, rec, store)
+    assert line.startswith("fleetbench result: resnet50 tiny 1x1 mgwfbp | ") and "per device" not in line
+    assert proc.stdout.rstrip().endswith(line)  # the run's last line
+
+
 def test_two_ranks_learn_the_synthetic_task(two_rank_run):
     (rec,) = records(two_rank_run / "r.jsonl")
     m = rec["metrics"]

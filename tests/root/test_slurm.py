@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 import yaml
-from util import PYTHON, REPO, assert_launched, env, records, slurm_nodes
+from util import PYTHON, REPO, assert_launched, env, records, result_line, slurm_nodes
 
 from fleetbench.emulate import slurmd
 from fleetbench.hosts import allocation
@@ -101,6 +101,10 @@ def test_the_script_runs_a_two_node_sweep_through_srun(tmp_path):
     [rec] = records(store)
     assert rec["error"] is None and rec["nodes"] == 2 and rec["world_size"] == 2
     assert_launched(rec, "slurm", ["127.0.0.1", "127.0.0.2"])
+    # the run's summary line, from the record the nodes' logs brought back (results.job_record)
+    (said,) = [line for line in p.stdout.splitlines() if line.startswith("  -> ok in ")]
+    assert result_line(said.split(": ", 1)[1].split(", DISTURBED (")[0], rec, store).startswith(
+        "fleetbench result: resnet18 tiny 2x1 mgwfbp | ")
     calls = [json.loads(f.read_text()) for f in calls_dir.iterdir()]
     # per node: one srun checking the cell there (the head may lack the nodes' devices: issue 33,
     # finding 2), then one running its part of the job; the per-node sruns start concurrently

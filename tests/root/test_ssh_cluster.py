@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from util import PYTHON, REPO, assert_launched, cluster_name, emulated_nodes, env, records
+from util import PYTHON, REPO, assert_launched, cluster_name, emulated_nodes, env, records, result_line
 
 from fleetbench.emulate import netem, sshd
 from fleetbench.hosts import remote
@@ -77,11 +77,28 @@ def test_a_two_node_sweep_runs_entirely_through_ssh(cluster, tmp_path):
     for r in recs:
         assert_launched(r, "ssh", cluster["hosts"])
         assert r["network"]["profile"] == "1gbe" and r["nodes"] == 2
+    # each run's summary line, from the record the logs brought back from its nodes named
+    said = [line.split(" id ")[1][:8] for line in p.stdout.splitlines() if line.startswith("  -> ok in ")]
+    assert said == [r["id"][:8] for r in recs], p.stdout
     # the nodes' logs came back over ssh: every rank's, from both nodes
     logs = sorted(str(p.relative_to(tmp_path / "log")).split("/", 1)[1] for p in (tmp_path / "log").glob("*/node*/*log.*")
                   if re.fullmatch(r"(worker|server)log\.\d+", p.name))
     assert logs == ["node0/serverlog.0", "node0/workerlog.0", "node0/workerlog.0",
                     "node1/serverlog.0", "node1/workerlog.0", "node1/workerlog.0"]
+
+
+@needs_sshd
+def test_a_two_host_launch_prints_the_summary_line_of_the_record_its_nodes_logs_brought_back(cluster, tmp_path):
+    # ResNet18's 3 measured steps: ssh's part and the launcher's line are asserted, not the figure
+    store = tmp_path / "runs.jsonl"
+    p = fleetbench(cluster, "launch", "--quiet", "--hosts", ",".join(cluster["hosts"]), "--ssh-config",
+                   cluster["ssh_config"], "--timeout", 240, "--log_dir", tmp_path / "log", "collective/resnet18.py",
+                   "--preset", "tiny", "--set", "steps=4", "--set", "warmup_steps=1", "--results", store, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (rec,) = records(store)
+    assert_launched(rec, "ssh", cluster["hosts"])
+    line = result_line(p.stdout, rec, store)
+    assert line.startswith("fleetbench result: resnet18 tiny 2x1 mgwfbp | ") and " per device) | " in line
 
 
 def launch_fault(cluster, tmp_path, *hosts_args, timeout=180, **fault):

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 import yaml
-from util import CPU_RANKS, PYTHON, REPO, cluster_name, env, fleetrun, kept_store, limit_consistent, records, run_script
+from util import CPU_RANKS, PYTHON, REPO, cluster_name, env, fleetrun, kept_store, limit_consistent, records, result_line, run_script
 
 from fleetbench.comm import limits, linkprobe, opmath
 from fleetbench.emulate import netem, sshd
@@ -294,6 +294,10 @@ def test_every_gloo_op_runs_checks_and_stores_one_record(every_op):
     assert limit.limit in limits.NAMES and limit_consistent(limit), limit
     assert limit.ceilings["link"] is None and limit.ceilings["cpu_reduction"] > 0  # one node: no link
     assert f"# all_reduce: {limit.text}" in log
+    # rank 0 ends with the summary line of its record: the headline op's busbw, the record's id
+    line = result_line(log, rec, every_op / "r.jsonl")
+    assert line.startswith("fleetbench result: comm tiny 1x2 all_reduce (first of 6 ops) | busbw ")
+    assert " (mean of sizes >= " in line and " GB/s at 4 KiB | " in line
 
 
 @pytest.mark.job
@@ -343,7 +347,7 @@ def test_a_corrupted_rank_fails_the_run(tmp_path):
     # 4 sizes x 2 ops, one wrong element per size on each of the 2 ranks
     assert "16 wrong elements" in rec["error"]
     log = (tmp_path / "log" / "workerlog.0").read_text()
-    assert "comm: error: correctness check failed" in log
+    assert "comm: error: correctness check failed" in log and "fleetbench result:" not in log  # a failure has none
     assert re.search(r"^ +4096 +1024 +float32 +sum +-1 .* 2$", log, re.M)
 
 
@@ -354,6 +358,8 @@ def test_a_corrupted_rank_fails_the_run(tmp_path):
     (["--set", "max_bytes=4"], "comm: error: config key 'max_bytes' must be >= min_bytes (8)"),
     (["--set", "factor=1"], "comm: error: config key 'factor' must be >= 2"),
     ([], "comm: error: comm needs 2 ranks or more (got 1)"),
+    # a trace holds training steps: a user asking for one is told at once, not handed none
+    (["--trace", "T"], "comm: error: --trace T: the comm family writes no trace"),
 ])
 @pytest.mark.job
 def test_refused_before_anything_starts_and_nothing_stored(tmp_path, args, message):
@@ -426,3 +432,16 @@ def _cmdline(pid):
             return f.read()
     except OSError:
         return b""
+
+
+@pytest.mark.job
+def test_fleetbench_launch_with_trace_refuses_the_comm_benchmark_before_anything_starts(tmp_path):
+    # its --check refuses the flag it would hand on: one line, exit 2, no job, nothing stored
+    store, traces = tmp_path / "r.jsonl", tmp_path / "T"
+    p = subprocess.run([PYTHON, "-m", "fleetbench", "launch", "--nproc_per_node", "2", "--log_dir", str(tmp_path / "log"),
+                        "--trace", str(traces), str(REPO / SCRIPT), "--preset", "tiny", "--results", str(store)],
+                       cwd=tmp_path, env=env(**CPU_RANKS), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.strip().splitlines() == [f"fleetbench launch: error: comm: error: --trace {traces}: the comm family "
+                                             "writes no trace (expected a collective or parameter-server benchmark)"]
+    assert sorted(os.listdir(tmp_path)) == []

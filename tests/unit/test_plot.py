@@ -287,3 +287,18 @@ def test_wrapped_text_draws_what_matplotlibs_wrap_draws(x, fontsize):
         ours = png(lambda fig: style.wrapped_text(fig, x, 0.005, caption, fontsize=fontsize, ha="left", va="bottom"))
         theirs = png(lambda fig: fig.text(x, 0.005, caption, fontsize=fontsize, ha="left", va="bottom", wrap=True))
         assert ours == theirs, (x, fontsize, caption[:40])
+
+
+def test_without_images_the_charts_go_to_report_not_the_checkouts_tracked_images(tmp_path, monkeypatch, capsys):
+    """`fleetbench report FILE` (no --images) in a checkout changes no tracked file: its charts go
+    to ./report (in .gitignore), and only `make demo`'s explicit --images images writes images/."""
+    monkeypatch.chdir(tmp_path)
+    assert generate.cli([str(REPO / "results" / "kvm-2vcpu-paddle2.6.2-cluster-ssh.jsonl")]) == 0
+    out = capsys.readouterr()
+    assert sorted(os.listdir(tmp_path)) == ["report"] and any(name.endswith(".png") for name in os.listdir("report"))
+    assert "](report/" in out.out and "chart(s) (PNG + CSV) in report" in out.err
+    assert "/report/" in (REPO / ".gitignore").read_text().splitlines()
+    makefile = (REPO / "Makefile").read_text()
+    calls = [line for line in makefile.splitlines() if "fleetbench report " in line]
+    assert calls and all("--images " in line for line in calls), calls  # every target says where
+    assert "fleetbench report results/demo.jsonl --images images --readme README.md" in makefile

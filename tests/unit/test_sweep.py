@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 import yaml
-from util import PYTHON, env, records, wait_for
+from util import PYTHON, env, records, result_line, wait_for
 
 from fleetbench.emulate import netem
 from fleetbench.hosts import remote
@@ -124,6 +124,15 @@ def test_network_cells_are_skipped_on_a_cuda_build_and_the_rest_runs(tmp_path, c
     assert os.listdir(tmp_path) == ["s.yaml"]  # a dry run: nothing ran, nothing stored
 
 
+def test_a_dry_run_with_trace_says_which_cells_would_run_untraced(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = _write(tmp_path, _spec({"benchmark": "comm", "preset": "tiny", "devices_per_node": 2}))
+    assert runner.cli([spec, "--results", str(tmp_path / "r.jsonl"), "--dry-run", "--trace", str(tmp_path / "T")]) == 0
+    assert capsys.readouterr().out.strip().splitlines() == [
+        f"cell 1/1 comm tiny comm 1x2: 0/3 done, not traced ({sweepfile.untraced(runner.expand(_spec({'benchmark': 'comm'}))[0], {})})"]
+    assert os.listdir(tmp_path) == ["s.yaml"]  # a dry run: nothing ran, no trace directory made
+
+
 def test_a_store_that_fails_during_the_sweep_is_one_line_naming_it(tmp_path):
     # What the sweep calls for a failed run: the error names the file, no traceback (the sweep's
     # command line prints it and stops, exit 1, keeping what was stored before).
@@ -167,6 +176,16 @@ def test_runs_under_another_paddle_are_another_experiment(tmp_path):
             (row,) = s.summary()
             assert row["n"] == 1 and row["paddle"].startswith("3.3.1")
     assert counts == {"2.6.2": 2, "3.3.1": 1, None: 2}  # None (a remote Python): any version, capped at repeats
+
+def test_a_sweep_with_trace_names_the_cells_it_cannot_trace():
+    """Pure: which cells --trace leaves untraced, and why (the real sweep: tests/job/test_breakdown.py)."""
+    cells = sweepfile.expand(_spec({"benchmark": "resnet50", "preset": "tiny"}, {"benchmark": "comm", "preset": "tiny"},
+                                   {"benchmark": "ctr", "mode": "ps", "preset": "tiny"}))
+    configs = [{"measure": {"breakdown": False}}, {}, {"measure": {"breakdown": False}}]
+    notes = [sweepfile.untraced(cell, config) for cell, config in zip(cells, configs)]
+    assert notes[0] is None and "comm benchmark" in notes[1] and "measure.breakdown: true" in notes[2]
+    assert sweepfile.untraced(cells[2], {"measure": {"breakdown": True}}) is None  # its marks are the trace
+
 
 def test_progress_line():
     (cell,) = sweepfile.expand(_spec({"benchmark": "resnet50", "preset": "tiny"}))
@@ -330,6 +349,10 @@ def test_interrupted_sweep_resumes_and_a_failing_cell_does_not_stop_the_others(t
     assert ok[0]["id"] == done["id"]  # not re-run
     failed = [r for r in recs if r["error"]]
     assert failed and all(r["config"]["log_every"] == 2 and "timeout" in r["error"] for r in failed)
+    # the run that stored a record says its summary line (measure/resultline); the failed one none
+    (said,) = [line for line in p.stdout.splitlines() if line.startswith("  -> ok in ")]
+    result_line(said.split(": ", 1)[1].split(", DISTURBED (")[0], ok[1], store)
+    assert p.stdout.count("fleetbench result: ") == 1
     # summary: one row per cell, mean ± std and the failures counted
     # (lines after it list the runs of unstable, outlying or disturbed cells: as the machine's load has it)
     table = [line for line in p.stdout[p.stdout.index("benchmark  preset"):].splitlines()
@@ -353,6 +376,9 @@ def test_an_interleaved_sweep_stores_its_cells_runs_in_rounds(tmp_path):
     by_time = sorted(recs, key=lambda r: r["time"])
     assert [r["config"]["log_every"] for r in by_time] == [5, 10, 5, 10]
     assert [r["id"] for r in by_time] == [r["id"] for r in recs]  # stored as they ran
+    # each run's line names its own record, found by the id in its logs
+    said = [line.split(" id ")[1][:8] for line in p.stdout.splitlines() if line.startswith("  -> ok in ")]
+    assert said == [r["id"][:8] for r in by_time]
     progress = [line.split(" | ")[0] for line in p.stdout.splitlines() if " | elapsed" in line]
     assert [(line[:8], line[-3:]) for line in progress] == [("cell 1/2", "1/2"), ("cell 2/2", "1/2"),
                                                             ("cell 1/2", "2/2"), ("cell 2/2", "2/2")]

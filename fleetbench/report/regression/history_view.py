@@ -18,6 +18,8 @@ import sys
 from fleetbench import cmdline
 from fleetbench.history import changepoints, compare
 from fleetbench.measure.repeats import experiment, stability
+from fleetbench.store.schema import RecordError
+from fleetbench.report import DEFAULT_DIR
 from fleetbench.report.regression import comparison
 from fleetbench.report.style import slug
 from fleetbench.store import results, select
@@ -218,7 +220,8 @@ def parser() -> cmdline.Parser:
     p = cmdline.Parser(prog="fleetbench history", description="Each cell's figures through time, with change points.")
     p.add_argument("results", nargs="*", type=cmdline.INPUT_FILE, help="results files (JSONL), or --db URL")
     p.add_argument("--by", choices=changepoints.ORDERS, default="time", help="order of the runs (default time)")
-    p.add_argument("--images", default="images", type=cmdline.OUTPUT_DIR, help="directory for the charts (default images)")
+    p.add_argument("--images", default=DEFAULT_DIR, type=cmdline.OUTPUT_DIR,
+                   help=f"directory for the charts (default {DEFAULT_DIR})")
     p.add_argument("--regressions", action="store_true",
                    help="list only the cells whose latest change point is a slowdown, newest first")
     comparison.add_common(p)

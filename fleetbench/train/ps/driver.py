@@ -248,10 +248,9 @@ def report(job: WorkerJob, work: Workload, meter: StepMeter, mine: metrics.RankF
         figures["logloss"] = loss_sum / max(totals.samples, 1)
     if auc is not None:
         figures["auc"] = float(auc)
-    code = job.bench.store_result(job.placement, figures)
     say(f"throughput {figures['throughput']:.1f} {meter.unit} over {job.workers} workers"
         + (f" auc {auc:.4f}" if auc is not None else "") + f" invalid_lines {figures['invalid_lines']}")
-    return code
+    return job.bench.store_result(job.placement, figures)  # last: its summary line ends the run's output
 
 
 def ps_extra(job: WorkerJob, meter: StepMeter, mine: metrics.RankFigures, more: dict) -> dict:
