@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 # paddlepaddle-gpu==2.6.2, needs the CUDA 11.8 and cuDNN 8.6 system libraries, so on any current
 # (CUDA 12) host it loads neither and every demo cell was refused; the demo's emulated-network cells
 # need a CPU build anyway, the parameter server runs on CPU, and `make test` runs CPU ranks
-# (docs/gpu.md: installing a GPU build, and validating a first GPU node).
+# (docs/guide/gpu.md: installing a GPU build, and validating a first GPU node).
 EXTRA  ?= cpu
 STAMP  := $(VENV)/.installed-$(EXTRA)
 # A second virtualenv with the current Paddle 3.x CPU build: the collective family and the core are

@@ -48,7 +48,7 @@ class DebugConfig:
 
 @dataclasses.dataclass
 class MeasureConfig:
-    """How a run is timed (docs/metrics.md#steady-state-and-the-machine-probe); not part of the
+    """How a run is timed (docs/reference/metrics.md#steady-state-and-the-machine-probe); not part of the
     experiment (measure/repeats/experiment.NOISE_KEYS): the work a step does is the same, but for a
     parameter-server worker's breakdown marks (experiment.WORK_IN_FAMILY)."""
 
@@ -270,7 +270,7 @@ def arg_parser(benchmark: str) -> cmdline.Parser:
                         help=f"JSONL store (default {DEFAULT_RESULTS})")
     parser.add_argument("--trace", type=cmdline.OUTPUT_DIR, metavar="DIR",
                         help="write one Chrome trace (JSON) per rank into DIR: steps and their parts "
-                             "(collective benchmarks; docs/traces.md)")
+                             "(collective benchmarks; docs/guide/traces.md)")
     parser.add_argument("--check", action="store_true",
                         help="validate the configuration, print it as JSON and exit (launches nothing)")
     return parser

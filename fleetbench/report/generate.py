@@ -114,7 +114,7 @@ def build(paths, images_dir: str, base: str, title: str = "Results", cv_threshol
     of their own, images linked relative to `base`. Raises ValueError (one line) before writing."""
     records = _load(paths) if records is None else records
     # comm records (bus bandwidth by message size) have their own charts and tables: report.comm;
-    # diagnose records (cluster health, docs/diagnose.md) have no throughput to tabulate
+    # diagnose records (cluster health, docs/guide/diagnose.md) have no throughput to tabulate
     planned = tables.plan([r for r in records if r["mode"] not in ("comm", "diagnose")], cv_threshold)
     for table in planned:
         table["charts"] = charts.plan(table)

@@ -377,7 +377,7 @@ def parser() -> cmdline.Parser:
 # on the machine the sweep runs on (remote nodes warm up in their first run)
 MACHINE_WARMUP_TRIES = 15
 EMULATED_ON_CUDA = ("emulated nodes on a CUDA build would share this machine's GPUs and NCCL would go around the "
-                    "shaped link; run network cells with a CPU build of Paddle, docs/gpu.md")
+                    "shaped link; run network cells with a CPU build of Paddle, docs/guide/gpu.md")
 
 
 def local_build_is_cuda() -> bool:

@@ -148,7 +148,7 @@ def start(script: str, cls: type, family: str, argv: list[str] | None = None,
 def check_gpu_ready(name: str) -> None:
     """On a CUDA build, --check (and so `fleetbench launch` and `sweep`, which run it before
     anything starts) also asks whether Paddle can load CUDA, cuDNN and NCCL and sees a GPU: one
-    line and exit 2 if not, instead of a failure at the first convolution (docs/gpu.md)."""
+    line and exit 2 if not, instead of a failure at the first convolution (docs/guide/gpu.md)."""
     import paddle
 
     from fleetbench.machine import device

@@ -33,7 +33,7 @@ from util import REPO, env, paddle3_python
 
 from fleetbench.cli import SUBCOMMANDS
 
-DOCS = [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md"))
+DOCS = [REPO / "README.md"] + sorted((REPO / "docs").rglob("*.md"))
 PROGRAMS = ("fleetbench", ".venv/bin/fleetbench", "python", ".venv/bin/python", "fleetrun", "make")
 # What a documented `results/<env>-...` stands for: the environment the committed results come from.
 ENV_NAME = "kvm-2vcpu-paddle2.6.2"
@@ -152,7 +152,7 @@ def is_output(text: str) -> bool:
 def commands_in(path: Path) -> list:
     """The commands of a doc's code blocks, each with what the doc shows it print: the lines after
     it in a `$ ` block, or a block right after (nothing between the fences) a block of that one
-    command, as docs/compare.md shows a comparison."""
+    command, as docs/guide/compare.md shows a comparison."""
     found, previous_end, alone = [], None, None
     for start, lines in code_blocks(path):
         if alone is not None and start == previous_end + 3 and not _commands_of(path, start, lines):
@@ -299,7 +299,7 @@ def _mnist(tmp: Path, bad: bool) -> None:
     out = tmp / "data" / ("bad" if bad else "mnist")
     subprocess.run([sys.executable, "-m", "fleetbench", "data", "gen", "mnist", "--out", str(out), "--train", "20",
                     "--test", "10"], check=True, capture_output=True, env=env(), timeout=120)
-    if bad:  # the labels where the images should be: IDX magic 0x801, not 0x803 (docs/convergence.md)
+    if bad:  # the labels where the images should be: IDX magic 0x801, not 0x803 (docs/guide/convergence.md)
         shutil.copy(out / "train-labels-idx1-ubyte", out / "train-images-idx3-ubyte")
 
 
@@ -314,7 +314,7 @@ MADE_HERE = {
     "sweep.log": lambda tmp: (tmp / "sweep.log").write_text(
         "cell 1/1 ...\nFLEETBENCH_RESULT " + SMALL_RESULTS.read_text().splitlines()[0] + "\n"),
     "topo.txt": lambda tmp: shutil.copy(REPO / "tests" / "fixtures" / "topo" / "fleetx_8xv100.txt", tmp / "topo.txt"),
-    # docs/history.md's results database: the two committed demos (two commits of the same cells)
+    # docs/guide/history.md's results database: the two committed demos (two commits of the same cells)
     "history.db": lambda tmp: subprocess.run(
         [sys.executable, "-m", "fleetbench", "results", "import", "--db", str(tmp / "history.db"),
          *sorted(glob.glob(str(REPO / "results" / f"{ENV_NAME}-demo*.jsonl")))],
