@@ -617,3 +617,77 @@ def test_the_flags_of_commands_named_in_prose_exist():
             helps[key] = set(re.findall(r"--[\w-]+", proc.stdout))
         wrong += [f"{doc}: `{span}`: fleetbench {' '.join(prefix)} has no {f}" for f in flags if f not in helps[key]]
     assert not wrong, "\n".join(wrong)
+
+
+# ----------------------------------------------------------------------------------------------
+# every docs/ path and #anchor named resolves
+
+
+def github_slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: its rendered text (code spans and links reduced to their
+    text), lower-cased, every character but letters, digits, `_`, `-` and spaces dropped, spaces
+    turned into `-`. A `{#id}` after a heading is not rendered as an id: it is text like any other."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip())
+    text = re.sub(r"[`*]|(?<!\w)_|_(?!\w)", "", text).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set:
+    """The anchors of a markdown file's headings (outside code blocks), duplicates numbered -1, -2."""
+    seen, out, fence = collections.Counter(), set(), False
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and re.match(r"#{1,6} ", line):
+            slug = github_slug(line.lstrip("#"))
+            out.add(slug if not seen[slug] else f"{slug}-{seen[slug]}")
+            seen[slug] += 1
+    return out
+
+
+DOC_REF = re.compile(r"(?<![\w/.-])(?:\.\./)*docs/[\w./-]+?\.md(?:#[\w-]+)?|\]\((?!https?:|mailto:)([^)\s#]*)(#[^)\s]*)?\)")
+
+
+def named_references() -> list:
+    """(where, path it resolves to, anchor or '') for every markdown link in the docs, every
+    `docs/...md[#anchor]` a doc names in prose, and every one a module of fleetbench/ names."""
+    found = []
+    sources = DOCS + sorted((REPO / "fleetbench").rglob("*.py"))
+    for source in sources:
+        for number, line in enumerate(source.read_text().splitlines(), start=1):
+            where = f"{source.relative_to(REPO)}:{number}"
+            for m in DOC_REF.finditer(line):
+                if m.group(0).startswith("]("):
+                    if source.suffix != ".md":
+                        continue
+                    target = (source.parent / m.group(1)).resolve() if m.group(1) else source
+                    found.append((where, target, (m.group(2) or "")[1:]))
+                else:
+                    path, _, anchor = m.group(0).partition("#")
+                    found.append((where, (REPO / path.lstrip("./")).resolve(), anchor))
+    return found
+
+
+def test_every_docs_path_and_anchor_named_resolves():
+    references = named_references()
+    assert len(references) >= 150, f"only {len(references)} references found"
+    assert sum(1 for r in references if r[2]) >= 20, "the anchors named are no longer found"
+    wrong = []
+    for where, target, anchor in references:
+        if not target.exists():
+            wrong.append(f"{where}: {target.relative_to(REPO) if REPO in target.parents else target}: no such file")
+        elif anchor and target.suffix == ".md" and anchor not in anchors(target):
+            wrong.append(f"{where}: {target.relative_to(REPO)}#{anchor}: no heading has that anchor")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("heading, slug", [
+    ("What the run layer costs (`bench/overhead.py`)", "what-the-run-layer-costs-benchoverheadpy"),
+    ("`fleetbench compare`", "fleetbench-compare"),
+    ("Sequence parallelism {#sp}", "sequence-parallelism-sp"),
+    ("The launcher–rank contract", "the-launcherrank-contract"),
+    ("GEO start-up deadlock", "geo-start-up-deadlock"),
+    ("What gloo does with the reducer's all-reduce", "what-gloo-does-with-the-reducers-all-reduce"),
+])
+def test_anchors_follow_githubs_slugs(heading, slug):
+    assert github_slug(heading) == slug

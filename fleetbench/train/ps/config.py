@@ -15,7 +15,7 @@ SYNC_REFUSAL = (
     "trainer program ends every step with send_barrier, which calls a Communicator that "
     "TheOnePSRuntime._init_worker never creates in sync mode (segfault in SendBarrierOp); creating "
     "one unstarted makes the barrier a no-op and dense parameters are never pulled, and starting it "
-    "deadlocks because dense gradients bypass its send queue (docs/guide/ps.md#sync); use mode=async or mode=geo")
+    "deadlocks because dense gradients bypass its send queue (docs/guide/ps.md#sync-mode-why-it-is-refused); use mode=async or mode=geo")
 
 
 @dataclasses.dataclass
