@@ -62,7 +62,7 @@ $(STAMP3): setup.cfg pyproject.toml Makefile
 
 demo: deps install
 	$(VENV)/bin/fleetbench sweep --preset demo --results results/demo.jsonl
-	$(VENV)/bin/fleetbench report results/demo.jsonl --images images --readme README.md
+	$(VENV)/bin/fleetbench report results/demo.jsonl --images images --readme README.md --full docs/demo.md
 
 # The whole suite on 2.6.2 and, beside it, the collective and core tests on 3.x (tools/test.sh says why).
 # The two virtualenvs are made side by side: on a fresh 2-core machine each takes ~40 s, mostly

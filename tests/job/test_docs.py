@@ -49,7 +49,7 @@ cells:
 """
 # A small committed results file for globs like results/*.jsonl: report and explain stay fast.
 SMALL_RESULTS = REPO / "results" / f"{ENV_NAME}-cluster-ssh.jsonl"
-OUTPUT_FLAGS = ("--out", "--images", "--results", "--log-dir", "--readme")
+OUTPUT_FLAGS = ("--out", "--images", "--results", "--log-dir", "--readme", "--full")
 INPUT_FLAGS = ("--hostfile", "--ssh-config", "--input", "--text", "--wheel", "--csv", "--dict", "--baseline", "--rules",
                "--db")
 # Data-set sizes scaled to seconds: the format and the flags are what is checked, not the size.
@@ -378,7 +378,7 @@ def output_path(flag: str, value: str, tmp: Path) -> str:
         return value  # the documented unwritable store: its refusal is the point
     target = tmp / value.lstrip("/")
     target.parent.mkdir(parents=True, exist_ok=True)
-    if flag == "--readme":  # the file is rewritten in place: give it a copy
+    if flag in ("--readme", "--full"):  # the file is rewritten in place: give it a copy
         shutil.copy(REPO / value, target)
     return str(target)
 
