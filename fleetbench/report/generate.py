@@ -56,8 +56,8 @@ def replace_section(text: str, section: str, path: str) -> str:
 
 def digest(section: str, full_link: str, rebase) -> str:
     """The README's share of a full section: its heading and source line, the first table with its
-    caption and first chart, the "Why not better" caption with the header and first row of its first
-    table, and a link to the full section (`full_link`); `rebase(path)` re-points an image link."""
+    caption and first chart, the header and first row of the first "Why not better" table (its
+    caption is the full section's), and a link to the full section (`full_link`); `rebase(path)` re-points an image link."""
     lines = section.rstrip("\n").split("\n")
     heads = [i for i, line in enumerate(lines) if line.startswith("### ")] + [len(lines)]
     out = lines[:heads[0]]
@@ -66,8 +66,8 @@ def digest(section: str, full_link: str, rebase) -> str:
     out += first[:image + 1] + [""]
     why = next((i for i in heads[:-1] if lines[i] == "### Why not better"), None)
     if why is not None:
-        table = next(i for i in range(why, len(lines)) if lines[i].startswith("| "))
-        out += lines[why:table] + lines[table:table + 3] + [""]
+        group = next(i for i in range(why, len(lines)) if lines[i].startswith("#### "))
+        out += [lines[why], ""] + lines[group:group + 2] + lines[group + 2:group + 5] + [""]
     out.append(f"Every table, chart and explain row of these records: [{full_link}]({full_link}) "
                "(generated with this section).")
     return re.sub(r"(!\[[^\]]*\])\(([^)]+)\)", lambda m: f"{m.group(1)}({rebase(m.group(2))})",
