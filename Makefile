@@ -71,7 +71,7 @@ test: deps
 	@$(MAKE) --no-print-directory -j2 install install-paddle3
 	@bash tools/test.sh $(PY) $(PY3) "$(PADDLE3_MARKS)"
 
-# The pure tier only (no Paddle job, no launcher, no root): under 2 minutes on 2 cores.
+# The pure tier only (tests/unit: no Paddle job, no launcher, no root): the quickest check of a change.
 test-fast: install
 	$(PY) -m pytest -q -m "not job and not root" tests/unit
 
