@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 # paddlepaddle-gpu==2.6.2, needs the CUDA 11.8 and cuDNN 8.6 system libraries, so on any current
 # (CUDA 12) host it loads neither and every demo cell was refused; the demo's emulated-network cells
 # need a CPU build anyway, the parameter server runs on CPU, and `make test` runs CPU ranks
-# (docs/gpu.md: installing a GPU build, and validating a first GPU node).
+# (docs/guide/gpu.md: installing a GPU build, and validating a first GPU node).
 EXTRA  ?= cpu
 STAMP  := $(VENV)/.installed-$(EXTRA)
 # A second virtualenv with the current Paddle 3.x CPU build: the collective family and the core are
@@ -69,7 +69,7 @@ $(STAMP3): setup.cfg pyproject.toml Makefile
 demo: deps-demo install
 	@[ "$$(id -u)" = 0 ] || echo "make demo: not root: the emulated-network cells are skipped (sudo make demo runs them)"
 	$(VENV)/bin/fleetbench sweep --preset demo --results results/demo.jsonl
-	$(VENV)/bin/fleetbench report results/demo.jsonl --images images --readme README.md
+	$(VENV)/bin/fleetbench report results/demo.jsonl --images images --readme README.md --full docs/demo.md
 
 # The whole suite on 2.6.2 and, beside it, the collective and core tests on 3.x (tools/test.sh says why).
 # The two virtualenvs are made side by side: on a fresh 2-core machine each takes ~40 s, mostly
@@ -83,7 +83,7 @@ test: deps-test
 test-fresh:
 	bash tools/fresh_machine.sh
 
-# The pure tier only (no Paddle job, no launcher, no root).
+# The pure tier only (tests/unit: no Paddle job, no launcher, no root): the quickest check of a change.
 test-fast: install
 	$(PY) -m pytest -q -m "not job and not root" tests/unit
 

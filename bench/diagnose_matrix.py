@@ -159,7 +159,7 @@ def run_fault(n: int, label: str, fault: list, ctx: tuple, args, record: list) -
 
 
 def table(rows: list[dict]) -> str:
-    """The markdown table for docs/diagnose.md: per fault and mode, over its runs."""
+    """The markdown table for docs/guide/diagnose.md: per fault and mode, over its runs."""
     lines = ["| nodes | fault | judged by | runs | found | missed | at the edge | outside resolution | "
              "false flags | not judged (disturbed) | s per diagnosis |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:

@@ -10,7 +10,7 @@ each command's wall time printed. Run it on a quiet machine:
 Records: `--cells` cells (a cell: one benchmark shape) of equal length, every `--every`-th with a
 slowdown of 12 % at a seeded position where NCCL changes 2.18.3 → 2.19.3; the regressions listing
 must name exactly those cells, which the script checks. Each step is printed with its wall and CPU
-time (all its processes'), its target (issue 48: under 10 s; the charts have none, docs/history.md
+time (all its processes'), its target (issue 48: under 10 s; the charts have none, docs/guide/history.md
 says why, and get their cost a chart) and pass or FAIL, between the machine's load average before
 and after: a wall time is the machine's only when nothing else ran. Exit 1 when the regressions
 listed are not the ones constructed or a target was missed.
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace, db_url: str | None) -> int:
         db = db_url or f"sqlite:///{os.path.join(tmp, 'store.db')}"
         paths, slowed = write(tmp, args.records, args.cells, args.every, args.files)
         images = os.path.join(tmp, "img")
-        # (name, argv, the target it is held to: None for the charts, docs/history.md says why)
+        # (name, argv, the target it is held to: None for the charts, docs/guide/history.md says why)
         steps = [("import", ["results", "import", *paths, "--db", db], TARGET_S),
                  ("import again (nothing new)", ["results", "import", *paths, "--db", db], TARGET_S),
                  ("history --json", ["history", "--db", db, "--json"], TARGET_S),
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace, db_url: str | None) -> int:
             if target is None:
                 charts = len([f for f in os.listdir(images) if f.endswith(".png")]) if os.path.isdir(images) else 0
                 line += (f"  {charts} charts, {took / charts:.3f} s a chart" if charts else "  no chart") + \
-                    "; no target (docs/history.md)"
+                    "; no target (docs/guide/history.md)"
             else:
                 line += f"  target < {target:g} s: {'pass' if took < target else 'FAIL'}"
                 if took >= target:

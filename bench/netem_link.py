@@ -10,7 +10,7 @@ the machine's load, so it is measured here, over repeats:
 2. the step slowdown: ResNet50 tiny, method bsp, batch 2 (94 MB of fp32 gradients per step,
    all-reduced after backward) on 2 emulated nodes, unshaped and 1gbe, `--repeats` runs each
    (`fleetbench sweep`); the 1gbe/unshaped step-time ratio, the implied all-reduce bandwidth
-   gradient / (t_1gbe - t_unshaped) and its lower bound gradient / t_1gbe (docs/launch.md).
+   gradient / (t_1gbe - t_unshaped) and its lower bound gradient / t_1gbe (docs/guide/launch.md).
 
     python bench/netem_link.py [--streams 5] [--seconds 1] [--repeats 3] [--skip-sweep]
 (root; it brings its own clusters up and down, named fbbench*)

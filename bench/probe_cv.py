@@ -1,4 +1,4 @@
-"""The machine-speed probe's own cost and cv (fleetbench/machine/speed.py; docs/metrics.md): R probes
+"""The machine-speed probe's own cost and cv (fleetbench/machine/speed.py; docs/reference/metrics.md): R probes
 in a row, each timed, in one process whose threads are those a single rank gets. Measure on a quiet
 machine: the cv is what the probe's limits (measure/repeats/stability.LIMITS) must stand well above.
 bench/probe_in_job.py measures it inside real runs.

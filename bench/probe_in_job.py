@@ -1,4 +1,4 @@
-"""The machine-speed probe inside real runs (fleetbench/machine/speed.py; docs/metrics.md): how far
+"""The machine-speed probe inside real runs (fleetbench/machine/speed.py; docs/reference/metrics.md): how far
 a quiet machine's probe moves between a run's own two edges and from its cell's median, per cell
 and figure, and how many quiet runs the limits (measure/repeats/stability.LIMITS) would call
 disturbed. bench/probe_cv.py times the probe alone; this times it where it is used: beside the

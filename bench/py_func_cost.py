@@ -6,7 +6,7 @@ Executor with 0 and with K py_func ops appended, each calling the driver's own m
 time.perf_counter under the marks' lock, marks._marker); the rounds alternate (0, K, 0, K, ...) so a drifting machine
 falls on both. Per-call cost = (median step with K - median step without) / K. Deterministic up
 to the machine's noise, where bench/ps_overhead.py's job-level ratio drowns the marks in the
-job's own variance (its intervals were 0.67-1.01 and 0.80-1.06, docs/metrics.md).
+job's own variance (its intervals were 0.67-1.01 and 0.80-1.06, docs/reference/metrics.md).
 
     python bench/py_func_cost.py [--marks 6] [--steps 2000] [--rounds 6]
 Prints the per-call cost in microseconds with the spread of its rounds, and what K marks cost

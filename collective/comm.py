@@ -4,7 +4,7 @@
     fleetrun --nproc_per_node 2 collective/comm.py --set op=all_reduce,all_gather,broadcast
     fleetrun --gpus 0,1,2,3,4,5,6,7 collective/comm.py --set max_bytes=8589934592   # NCCL
 Rank 0 prints one table per op (size, count, type, redop, root, time, algbw, busbw, #wrong) and
-stores one record (mode comm). Definitions: docs/comm.md; the arithmetic: fleetbench/comm/opmath.py.
+stores one record (mode comm). Definitions: docs/guide/comm.md; the arithmetic: fleetbench/comm/opmath.py.
 """
 import fleetbench  # noqa: F401  (first: sets OpenMP threads before paddle starts)
 

@@ -13,7 +13,7 @@ passes. Figures: examples/s, and AUC and log loss defined as the PS run's (fleet
 sparse_grad=true (default): nn.Embedding(sparse=True); Paddle's DataParallel then all-gathers the
 rows each rank touched and their gradients (verified on 2.6.2 to equal the dense all-reduce's
 average) instead of all-reducing the whole table; false: the table's gradient is dense and the
-whole table is all-reduced every step. docs/allreduce_vs_ps.md has the bytes.
+whole table is all-reduced every step. docs/guide/allreduce_vs_ps.md has the bytes.
 """
 import fleetbench  # noqa: F401  (first: sets OpenMP threads before paddle starts)
 

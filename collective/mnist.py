@@ -1,5 +1,5 @@
 """MNIST on ResNet18/50/101 (paddle.vision.models), data-parallel through Fleet, trained epoch by
-epoch with a test-set evaluation after each: convergence beside speed (docs/convergence.md).
+epoch with a test-set evaluation after each: convergence beside speed (docs/guide/convergence.md).
 
     fleetbench data get mnist-5k --out data/mnist-5k        # 5000 real digits, IDX files
     fleetrun --nproc_per_node 2 collective/mnist.py --set data.path=data/mnist-5k

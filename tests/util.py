@@ -53,7 +53,7 @@ def needs_ps(test):
 # Paddle's switch for CPU ranks on a CUDA build (fleetbench.machine.device.cpu_ranks_asked).
 # Tests whose expectations are gloo's (its 30 s timeout, the ops it lacks, its float16 sum on 3.x,
 # a CPU rank's refusals) pass it, so that they check the same thing on a GPU host; there Paddle's
-# launcher still hands each rank a GPU id, so a 2-rank test needs 2 visible GPUs (docs/gpu.md).
+# launcher still hands each rank a GPU id, so a 2-rank test needs 2 visible GPUs (docs/guide/gpu.md).
 CPU_RANKS = {"PADDLE_DISTRI_BACKEND": "gloo"}
 
 

@@ -24,7 +24,7 @@ CHANGE_KEYS = ("nodes", "devices_per_node", "network", "rate_gbit", "transport",
 SELECT_KEYS = FILTER_KEYS + ("network", "nodes", "devices_per_node", "world_size")
 LISTS = ("nodes", "rate_gbit", "devices_per_node")  # keys a what-if grid may give several values of
 WITHIN = 0.15
-# Tables whose cells informed a constant of the model (docs/explain.md, "Which tables informed
+# Tables whose cells informed a constant of the model (docs/guide/explain.md, "Which tables informed
 # which constants"); every other table is held out: converted and reported before any change. The
 # second held-out set's seven single-node tables moved here when the node-sharing prior was fitted
 # on their 1-node cells (node.PRIOR_TABLES).

@@ -18,14 +18,14 @@ Each pod also gets FLEETBENCH_NODES and FLEETBENCH_LAUNCH (executor `kubernetes`
 rank order), PORT_RANGE, and in collective jobs POD_IP and PADDLE_RANK from the pod's
 `training.kubeflow.org/replica-index` label. Rank 0 (trainer 0 for PS) prints its record as
 `FLEETBENCH_RESULT {...}` and Paddle's launcher copies its log to the pod's log:
-`kubectl logs NAME-worker-0 > w0.log && fleetbench results import w0.log` (docs/clusters.md).
+`kubectl logs NAME-worker-0 > w0.log && fleetbench results import w0.log` (docs/guide/clusters.md).
 restartPolicy Never and backoffLimit 0: a failed benchmark run is a result, not something to retry.
 
 On an InfiniBand (or RoCE) cluster a pod needs what NCCL's IB transport needs, or NCCL falls back
 to sockets without failing: `--env NCCL_IB_HCA=mlx5 --env NCCL_SOCKET_IFNAME=eth0 ...` (any variable,
 every pod) and `--rdma RESOURCE[=N]`, the RDMA device plugin's resource (Mellanox's
 k8s-rdma-shared-dev-plugin: rdma/hca_shared_devices_a), with the IPC_LOCK capability verbs need to
-pin memory (docs/gpu.md, "Kubernetes on InfiniBand").
+pin memory (docs/guide/gpu.md, "Kubernetes on InfiniBand").
 """
 from __future__ import annotations
 
@@ -293,7 +293,7 @@ def from_sweep(path: str, pod: dict, namespace: str | None) -> list[dict]:
 
 def queue(doc: dict, position: int) -> None:
     """A sweep's jobs are created suspended and released one at a time, in `fleetbench/order`, by the
-    loop in docs/clusters.md: cells never run against each other (runPolicy.suspend, operator >= 1.6)."""
+    loop in docs/guide/clusters.md: cells never run against each other (runPolicy.suspend, operator >= 1.6)."""
     doc["spec"]["runPolicy"]["suspend"] = True
     doc["metadata"]["labels"]["fleetbench/order"] = f"{position:04d}"
 
@@ -326,7 +326,7 @@ def _check_problem(script: str, script_args: tuple) -> str | None:
 def gloo_race_note(doc: dict) -> str | None:
     """A note for a CPU collective job of two or more pods with two or more ranks each: Paddle
     2.6.2's gloo groups rendezvous on bare keys and race there (11 of 12 such jobs failed in the
-    emulator; 3.3.1 passed every one), and a PaddleJob does not retry (docs/clusters.md)."""
+    emulator; 3.3.1 passed every one), and a PaddleJob does not retry (docs/guide/clusters.md)."""
     specs = doc["spec"]["paddleReplicaSpecs"]
     if "Master" in specs or specs["Worker"]["replicas"] < 2:
         return None
@@ -336,7 +336,7 @@ def gloo_race_note(doc: dict) -> str | None:
     if per_node < 2 or "nvidia.com/gpu" in cont.get("resources", {}).get("limits", {}):
         return None
     return (f"{doc['metadata']['name']}: {per_node} CPU ranks a pod: use a Paddle 3.x image (2.6.2's gloo "
-            f"group rendezvous races with several ranks a pod; docs/clusters.md)")
+            f"group rendezvous races with several ranks a pod; docs/guide/clusters.md)")
 
 
 def parser() -> cmdline.Parser:

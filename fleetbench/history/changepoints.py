@@ -14,7 +14,7 @@ one cell, compare's minimum effect and bootstrap interval), in compare's verdict
 slower, same, insufficient; the p-value is a permutation test of the best split
 (E-Divisive's way: the split was chosen as the strongest, so a plain two-sample test between its
 sides would be optimistic). Disturbed runs are shown and left out of the detection, as they
-are left out of figures. Why not E-Divisive's own libraries: docs/compare.md.
+are left out of figures. Why not E-Divisive's own libraries: docs/guide/compare.md.
 
 At each change, what changed in the runs' circumstances between its two segments
 (history/circumstances.explain: `NCCL 2.18.3 → 2.19.3; Paddle unchanged`); `together` links the
@@ -188,7 +188,7 @@ def changes(all_series: list[dict], alpha: float = compare.ALPHA,
     change, its bootstrap interval, the minimum effect, the verdict). The p-value is the
     permutation test's (`split_p`) over the two segments, Holm-adjusted across the changes of the
     same cell (as MongoDB judges each series apart: across cells, about one flat cell in 20 shows a
-    false change, docs/compare.md)."""
+    false change, docs/guide/compare.md)."""
     for s in all_series:
         segment(s)
     for s in all_series:  # each cell's history is one question: its changes are corrected together

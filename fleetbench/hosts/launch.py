@@ -299,7 +299,7 @@ launcher flags: any flag of `python -m paddle.distributed.launch` (device lists 
   --trace DIR   the benchmark writes one Chrome trace per rank into DIR (its own --trace)
   --quiet       do not echo rank 0's log
   --no-check    skip the benchmark's `--check` before launching
-  --hostfile F | --hosts a:2,b:2   one launcher per host over ssh (docs/clusters.md); also
+  --hostfile F | --hosts a:2,b:2   one launcher per host over ssh (docs/guide/clusters.md); also
   --executor ssh|slurm, --ssh-config F, --forward-env A,B, --remote-python P, --remote-dir D
 The failure record goes to the script's --results file (default results/runs.jsonl)."""
 

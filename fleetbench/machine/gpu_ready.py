@@ -1,4 +1,4 @@
-"""Can this Paddle use its GPUs? The readiness check of `fleetbench env --check` (docs/gpu.md).
+"""Can this Paddle use its GPUs? The readiness check of `fleetbench env --check` (docs/guide/gpu.md).
 
 A CUDA build of Paddle carries none of NVIDIA's libraries: the 2.6.2 wheel on PyPI is built for
 CUDA 11.8 / cuDNN 8.6 (its paddle/version), declares no `nvidia-*` dependency, and loads the CUDA

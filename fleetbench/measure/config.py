@@ -47,7 +47,7 @@ class DebugConfig:
 
 @dataclasses.dataclass
 class MeasureConfig:
-    """How a run is timed (docs/metrics.md#steady-state-and-the-machine-probe); not part of the
+    """How a run is timed (docs/reference/metrics.md#steady-state-warm-up-and-the-windows-length); not part of the
     experiment (measure/repeats/experiment.NOISE_KEYS): the work a step does is the same, but for a
     parameter-server worker's breakdown marks (experiment.WORK_IN_FAMILY)."""
 

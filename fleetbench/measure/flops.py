@@ -1,4 +1,4 @@
-"""Model FLOPs and MFU: pure arithmetic (no Paddle), one convention (docs/metrics.md#mfu).
+"""Model FLOPs and MFU: pure arithmetic (no Paddle), one convention (docs/reference/metrics.md#mfu).
 
 MFU (model FLOPs utilisation, PaLM's Appendix B) is the model's training FLOPs per second over
 the peak the devices could do: what the model needs, not what the kernels ran (no recomputation,

@@ -1,4 +1,4 @@
-"""The metrics vocabulary: one definition per name, for every family (docs/metrics.md says the
+"""The metrics vocabulary: one definition per name, for every family (docs/reference/metrics.md says the
 same in prose, and a test keeps the two in step).
 
 A "rank" is a process that trains: a collective rank, or a parameter-server worker (servers do
@@ -103,7 +103,7 @@ DEFINITIONS = {
     "peak_flops_source": "collective: where peak_flops came from (the GPU and precision, or the GEMM probe)",
     "mfu": "collective: model FLOPs utilisation, model_flops_per_sample x samples_per_s / peak_flops "
            "(a fraction, 0-1)",
-    # collective runs with a held-out split (fleetbench.train.epochs; docs/convergence.md)
+    # collective runs with a held-out split (fleetbench.train.epochs; docs/guide/convergence.md)
     "epochs": "epoch runs: one object per epoch (epoch, epoch_time_s, test_time_s, test_accuracy, "
               "test_top5, test_loss, test_examples, throughput, train_loss, elapsed_s, run_elapsed_s)",
     "final_test_accuracy": "epoch runs: top-1 accuracy over the whole held-out split after the last epoch",
@@ -127,7 +127,7 @@ DEFINITIONS = {
                    "workers, warm-up included (resnet18 ps: examples the image pipe wrote)",
     "invalid_lines": "ps and collective ctr: lines the data pipes (the rank's reader) skipped as malformed, all workers",
     "load_s": "ps: the slowest worker's InMemoryDataset load time (0 for QueueDataset), not in elapsed_s",
-    # CTR, both families (fleetbench.train.workloads.ctr; docs/allreduce_vs_ps.md)
+    # CTR, both families (fleetbench.train.workloads.ctr; docs/guide/allreduce_vs_ps.md)
     "logloss": "ctr: mean log loss per example over the measured window, each batch scored before its update",
     "auc": "ctr: AUC (fleetbench.measure.auc) of the measured window's predictions, each scored before "
            "its update, all ranks' buckets together",
@@ -138,7 +138,7 @@ DEFINITIONS = {
     "analogy_accuracy": "ps: 3CosAdd analogy accuracy of the trained vectors (Word2Vec, optional)",
     "analogy_questions": "ps: analogy questions answered",
     "analogy_skipped": "ps: analogy questions skipped (a word outside the analogy vocabulary)",
-    # GPT (collective/gpt.py, fleetbench/train/hybrid.py; docs/gpt.md)
+    # GPT (collective/gpt.py, fleetbench/train/hybrid.py; docs/guide/gpt.md)
     "flops_per_token": "gpt: training FLOPs a token, model FLOPs (measure/flops.py: matrix multiplications, "
                        "attention scores counted whole, no recomputation)",
     "model_tflops_per_device": "gpt: flops_per_token x throughput_per_device / 1e12",

@@ -18,7 +18,7 @@ METHOD_KEY = {"collective": "method", "ps": "mode", "comm": "op"}  # config key 
 # Conventional method name of a plain single-device run: the baseline of every method of its
 # benchmark when no 1-device run of the method itself exists (aggregate's `baseline_for`).
 SINGLE = "single"
-# The method of the no-synchronisation control run (docs/explain.md): a measurement of compute,
+# The method of the no-synchronisation control run (docs/guide/explain.md): a measurement of compute,
 # never a training result nor an efficiency baseline.
 CONTROL = "none"
 

@@ -1,5 +1,5 @@
 """The step time of a multi-device training cell taken apart, and the scaling efficiency lost to
-each part. Definitions (all in ms per step; docs/explain.md says why):
+each part. Definitions (all in ms per step; docs/guide/explain.md says why):
 
   compute       the median rank's step time minus its reader wait in the method=none control of
                 the same shape (ranks run free there, each at its own speed, sharing the machine as

@@ -104,7 +104,7 @@ def latency_note(link, traffic: Traffic, ranks: int) -> str:
 # ---------------------------------------------------------------- precision (was model/gradbytes.py)
 # The precision a record trained in, and the bytes its gradients are all-reduced in.
 # 
-# `config.precision` names how the model computed (docs/explain.md, "Writing a published table"):
+# `config.precision` names how the model computed (docs/guide/explain.md, "Writing a published table"):
 # 
 #     fp32     float32 throughout
 #     tf32     float32 tensors, TF32 tensor-core math (Ampere and later): float32 gradients

@@ -30,7 +30,7 @@ TRANSPORTS = {
 }
 DEFAULT_TRANSPORT = "tcp"  # a network that does not say runs over sockets (gloo, NCCL's socket transport)
 # What one TCP stream of NCCL's socket transport delivers, GB/s: fitted on ddl-benchmarks' 100GbE
-# cells (the one fitted table over sockets; 2.0-2.8 GB/s there, docs/explain.md "Clouds"). A
+# cells (the one fitted table over sockets; 2.0-2.8 GB/s there, docs/guide/explain.md "Clouds"). A
 # connection opens NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD streams (network.sockets): 1 x 1 by
 # default, 2 x 8 on AWS, 4 x 1 on GCP's gVNIC (NCCL's environment docs); the wire caps them all.
 SOCKET_STREAM_GBPS = 2.3
@@ -44,7 +44,7 @@ PS_STREAM_GBPS = 0.7
 # The latency of one network step of NCCL's socket transport, us: NCCL's own figure (DEFAULT_HOP_US
 # "net", 14 us, tuning.cc) is one for every network; over sockets each step also crosses the kernel's
 # TCP stack and NCCL's proxy thread on both hosts. Fitted on ddl-benchmarks' all-reduce cells over
-# TCP (10GbE and 100GbE, a fitted table; docs/explain.md "Why each kind misses"): its ResNet-50 `wfbp`
+# TCP (10GbE and 100GbE, a fitted table; docs/guide/explain.md "Why each kind misses"): its ResNet-50 `wfbp`
 # (161 calls a step) lost 0.28 and 0.66 ms a call beyond the 14 us model at 16 and 32 GPUs. Not a
 # parameter server's (ps-lite is not NCCL: applied there, 12 more PS cells miss, 197 of 228).
 SOCKET_HOP_US = 100.0

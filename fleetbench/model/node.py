@@ -1,5 +1,5 @@
 """A GPU node of a work: the ring inside it and what sharing the node costs a GPU's compute, from
-the records: its topology and its 1-node run, against the 1-GPU run (docs/explain.md, "The node").
+the records: its topology and its 1-node run, against the 1-GPU run (docs/guide/explain.md, "The node").
 
 The 1-node run of d GPUs loses  step(node) - step(1 GPU)  per micro-step to two things the model
 keeps apart: the node's all-reduce (what of it backward does not hide) and node sharing (d GPUs
@@ -172,7 +172,7 @@ def of_work(cell: Cell, cells: list[Cell], node_comm: alphabeta.Link | None, bou
 
 
 # ---- the node-sharing prior: a prediction from one GPU alone ----------------------------------------
-# (docs/explain.md, "A node-sharing prior for a prediction from one GPU alone"). With no 1-node run
+# (docs/guide/explain.md, "A node-sharing prior for a prediction from one GPU alone"). With no 1-node run
 # nothing says what d GPUs sharing a host lose (data loading, the host's cores, memory and PCIe), and
 # assuming nothing made every such prediction too fast (the held-out single-node tables). Each
 # doubling of the GPUs on a host halves each GPU's share of it, so the loss is taken per doubling:

@@ -321,7 +321,7 @@ def explain(records: list[dict]) -> list[dict]:
 
 # --- Parameter-server cells (the prediction stage's other kind of cell) ---
 # Parameter-server training (Paddle's fleet PS: `async` and `geo`) predicted from the same work's
-# 1-node run of as many workers and the link (docs/explain.md, "Parameter servers").
+# 1-node run of as many workers and the link (docs/guide/explain.md, "Parameter servers").
 #
 # A worker's step is its compute plus what the link adds. Paddle's PS communicator pushes and
 # pulls on its own threads beside the trainer (`async`: every step's gradients, merged while a send

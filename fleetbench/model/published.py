@@ -51,7 +51,7 @@ METHODS = {"BSP-A2A": "bsp", "WFBP-A2A": "wfbp", "MG-WFBP": "mgwfbp", "BSP-PS": 
 # pushes S to the servers and pulls S back a step, whatever the nodes. A published synchronous PS
 # cell is predicted as the all-reduce of its method (post-backward, or one call a tensor
 # overlapped), from its own 1-node run (the node's aggregation), with the inter-node rate scaled so
-# the ring's 2(n-1)/n S takes S's time (links.servers_apart). docs/explain.md, PS.
+# the ring's 2(n-1)/n S takes S's time (links.servers_apart). docs/guide/explain.md, PS.
 # ByteScheduler over the PS sends a tensor's partitions by priority as backward makes them: at
 # least what one call a tensor hides (its priority scheduling into the next forward is not modelled).
 SYNC_PS = ("bsp-ps", "wfbp-ps", "bytescheduler-ps")
@@ -243,7 +243,7 @@ def single_from_node(records: list[dict]) -> list[dict]:
     """A derived 1-GPU record for every published work that has a 1-node run but no 1-GPU run (a
     table that benchmarks one batch across nodes only): its step is the 1-node run's micro-step,
     so the node's all-reduce and node sharing are taken as compute and the model starts from the
-    1-node cell (docs/explain.md, "Compute from the 1-node cell"). Said in `source.derived`."""
+    1-node cell (docs/guide/explain.md, "Compute from the 1-node cell"). Said in `source.derived`."""
     pub = [r for r in records if is_published(r) and r["mode"] == "collective" and r.get("error") is None]
     singles = {_work_key(r) for r in pub if r["world_size"] == 1}
     out, seen = [], set()

@@ -1,6 +1,6 @@
 """The range a prediction carries: every uncertain input at the end that makes the step shorter
 (FAST), as it is (POINT), or at the end that makes it longer (SLOW); the predicted step at FAST
-and SLOW bound the point (docs/explain.md, "Ranges"). The inputs: the spread of the measured or
+and SLOW bound the point (docs/guide/explain.md, "Ranges"). The inputs: the spread of the measured or
 published runs the prediction starts from (one std), a latency nobody measured (0 to twice the
 default), backward's share of the step (overlap.BACKWARD_SHARE), the bytes an ambiguous precision
 sends (precision.grad_bytes), node sharing (between its value and none), a topology link's share

@@ -102,7 +102,7 @@ def draw(rows: list[dict], title: str, unit: str) -> bytes:
         _devices_axis(ax, rows)
         ax.set_yscale("log")  # works of 50 and of 5000 units/s both readable; ideal is a straight line
         ax.set_ylabel(f"throughput ({unit})")
-        return style.finish(fig, ax, title, "lines: predicted by fleetbench explain (docs/explain.md); circles: "
+        return style.finish(fig, ax, title, "lines: predicted by fleetbench explain (docs/guide/explain.md); circles: "
                             "measured or published; dashed: ideal")
 
 
@@ -156,7 +156,7 @@ def draw_efficiency(rows: list[dict], title: str) -> bytes:
         _devices_axis(ax, rows)
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("predicted scaling efficiency")
-        return style.finish(fig, ax, title, "lines: predicted by fleetbench explain --predict (docs/explain.md); "
+        return style.finish(fig, ax, title, "lines: predicted by fleetbench explain --predict (docs/guide/explain.md); "
                             "bands: the prediction's range")
 
 

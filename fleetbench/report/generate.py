@@ -1,12 +1,14 @@
 """`fleetbench report`: charts, their CSVs and markdown tables, regenerated from result records only.
 
-    fleetbench report RESULTS.jsonl... [--images DIR] [--readme README.md] [--title TEXT] [--json]
+    fleetbench report RESULTS.jsonl... [--images DIR] [--readme README.md [--full DOC.md]] [--title TEXT] [--json]
                       [--cv-threshold PCT] [--html DIR]
     fleetbench report BASE... -- NEW... --html DIR     the page holds their comparison and history too
 
 Every chart `DIR/<name>.png` is written beside `DIR/<name>.csv` holding exactly the numbers drawn.
 With --readme the markdown replaces only the text between the two marker lines; without it, the
-markdown goes to stdout. With --json nothing is drawn: one JSON object per aggregation group goes
+markdown goes to stdout. With --full too, DOC's marked section gets the whole markdown and the
+README's its digest (`digest`: the first table with its first chart, the first explain row, a
+link to DOC). With --json nothing is drawn: one JSON object per aggregation group goes
 to stdout. Output is byte-identical for the same input (see `charts`; inputs are ordered
 deterministically). Which tables and rows the groups make is `tables`, the drawing is `charts`.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 from fleetbench import cmdline
@@ -51,6 +54,37 @@ def replace_section(text: str, section: str, path: str) -> str:
     return "".join(lines[:begins[0] + 1]) + newline + body + newline + "".join(lines[ends[0]:])
 
 
+def digest(section: str, full_link: str, rebase) -> str:
+    """The README's share of a full section: its heading and source line, the first table with its
+    caption and first chart, the header and first row of the first "Why not better" table (its
+    caption is the full section's), and a link to the full section (`full_link`); `rebase(path)` re-points an image link."""
+    lines = section.rstrip("\n").split("\n")
+    heads = [i for i, line in enumerate(lines) if line.startswith("### ")] + [len(lines)]
+    out = lines[:heads[0]]
+    first = lines[heads[0]:heads[1]]
+    image = next((i for i, line in enumerate(first) if line.startswith("![")), len(first) - 1)
+    out += first[:image + 1] + [""]
+    why = next((i for i in heads[:-1] if lines[i] == "### Why not better"), None)
+    if why is not None:
+        group = next(i for i in range(why, len(lines)) if lines[i].startswith("#### "))
+        out += [lines[why], ""] + lines[group:group + 2] + lines[group + 2:group + 5] + [""]
+    out.append(f"Every table, chart and explain row of these records: [{full_link}]({full_link}) "
+               "(generated with this section).")
+    return re.sub(r"(!\[[^\]]*\])\(([^)]+)\)", lambda m: f"{m.group(1)}({rebase(m.group(2))})",
+                  "\n".join(out)) + "\n"
+
+
+def _read_marked(path: str) -> str:
+    """A markdown file's text, its markers checked before any output (ValueError, one line)."""
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read ({exc.strerror})")
+    replace_section(text, "", path)
+    return text
+
+
 # ---- command line -------------------------------------------------------------------------------
 
 def _readme(text: str) -> str:
@@ -74,6 +108,8 @@ def parser(nargs: str = "+") -> cmdline.Parser:
                    help=f"directory for <name>.png/.csv (default: {DEFAULT_DIR}; make demo gives images)")
     p.add_argument("--readme", type=README, help="markdown file whose marked results section is replaced "
                    "(default: print the section on stdout)")
+    p.add_argument("--full", type=README, metavar="DOC", help="with --readme: DOC's marked section gets the "
+                   "whole generated section, the README's its first table, chart and explain row and a link to DOC")
     p.add_argument("--title", default="Results", type=cmdline.TEXT, help="heading of the generated section")
     p.add_argument("--cv-threshold", type=PERCENT, default=100 * stability.CV_THRESHOLD, metavar="PCT",
                    help="a cell whose runs' std exceeds PCT %% of their mean is marked unstable "
@@ -87,26 +123,28 @@ def parser(nargs: str = "+") -> cmdline.Parser:
     return p
 
 
-def run(paths, images_dir, readme=None, title="Results", cv_threshold=stability.CV_THRESHOLD) -> list[str]:
+def run(paths, images_dir, readme=None, title="Results", cv_threshold=stability.CV_THRESHOLD,
+        full=None) -> list[str]:
     """Generate everything; returns the files written or confirmed. Raises ValueError
     (RecordError included) with a one-line message before writing anything."""
     cmdline.check_output_dir(images_dir, "--images")
-    readme_text = None
-    if readme is not None:
-        try:
-            with open(readme, encoding="utf-8", newline="") as handle:
-                readme_text = handle.read()
-        except OSError as exc:
-            raise ValueError(f"{readme}: cannot read ({exc.strerror})")
-        replace_section(readme_text, "", readme)  # check the markers before any output
-    base = os.path.dirname(os.path.abspath(readme)) if readme else os.getcwd()
-    section, written = build(paths, images_dir, base, title, cv_threshold)
+    readme_text = _read_marked(readme) if readme is not None else None
+    full_text = _read_marked(full) if full is not None else None
+    home = os.path.dirname(os.path.abspath(full or readme)) if readme else os.getcwd()
+    section, written = build(paths, images_dir, home, title, cv_threshold)
     if readme is None:
         sys.stdout.write(section)
-    else:
-        write_if_changed(readme, replace_section(readme_text, section, readme).encode("utf-8"))
-        written.append(readme)
-    return written
+        return written
+    if full is not None:
+        write_if_changed(full, replace_section(full_text, section, full).encode("utf-8"))
+        readme_dir = os.path.dirname(os.path.abspath(readme))
+
+        def rebase(png: str) -> str:
+            return os.path.relpath(os.path.join(home, png), readme_dir).replace(os.sep, "/")
+        section = digest(section, rebase(os.path.abspath(full)), rebase)
+        written.append(full)
+    write_if_changed(readme, replace_section(readme_text, section, readme).encode("utf-8"))
+    return written + [readme]
 
 
 def build(paths, images_dir: str, base: str, title: str = "Results", cv_threshold: float = stability.CV_THRESHOLD,
@@ -115,7 +153,7 @@ def build(paths, images_dir: str, base: str, title: str = "Results", cv_threshol
     of their own, images linked relative to `base`. Raises ValueError (one line) before writing."""
     records = _load(paths) if records is None else records
     # comm records (bus bandwidth by message size) have their own charts and tables: report.comm;
-    # diagnose records (cluster health, docs/diagnose.md) have no throughput to tabulate
+    # diagnose records (cluster health, docs/guide/diagnose.md) have no throughput to tabulate
     planned = tables.plan([r for r in records if r["mode"] not in ("comm", "diagnose")], cv_threshold)
     for table in planned:
         table["charts"] = charts.plan(table)
@@ -196,6 +234,8 @@ def write_html(args, base: list[str], new: list[str] | None) -> list[str]:
 def cli(argv: list[str]) -> int:
     from fleetbench.report.regression import comparison
     args, paths = comparison.parse_sides(argv, lambda nargs: parser("*"))
+    if args.full and not args.readme:
+        parser().error("--full: the README whose section links to it is missing (expected --readme FILE too)")
     if args.json and args.images:
         parser().error("--images: not read with --json (expected one of them)")
     if bool(args.db) == bool(paths) or (args.where and not args.db):
@@ -212,8 +252,8 @@ def cli(argv: list[str]) -> int:
                 raise ValueError("--json prints the groups of one set of files: drop the -- (or use fleetbench compare --json)")
             sys.stdout.write(groups_json(args.results, args.cv_threshold / 100))
             return 0
-        written = run(base + new if new else base, args.images, args.readme, args.title, args.cv_threshold / 100) \
-            if args.readme or not args.html else []
+        written = run(base + new if new else base, args.images, args.readme, args.title, args.cv_threshold / 100,
+                      args.full) if args.readme or not args.html else []
         if args.html:
             written += write_html(args, base, new)
         elif new:
@@ -224,6 +264,7 @@ def cli(argv: list[str]) -> int:
     charts = sum(path.endswith(".png") for path in written)
     print(f"fleetbench report: {charts} chart(s) (PNG + CSV) in {args.images if not args.html else os.path.join(args.html, 'images')}"
           + (f"; results section of {args.readme} regenerated" if args.readme else "")
+          + (f" (in full: {args.full})" if args.full else "")
           + (f"; page {os.path.join(args.html, 'index.html')}" if args.html else ""),
           file=sys.stderr)
     return 0

@@ -112,7 +112,7 @@ def traces_section(records: list[dict], link: Callable[[str], str]) -> str:
     traced = [r for r in records if (r.get("metrics") or {}).get("trace_files")]
     if not traced:
         return ""
-    lines = ["", "## Traces", "", "Chrome traces of the runs that wrote them (`--trace DIR`; docs/traces.md), "
+    lines = ["", "## Traces", "", "Chrome traces of the runs that wrote them (`--trace DIR`; docs/guide/traces.md), "
              "one per rank: open one in Perfetto (ui.perfetto.dev, *Open trace file*) or Chromium's "
              "chrome://tracing (*Load*). Time runs from the barrier every rank passes before training.", "",
              "| run | benchmark | method | world size | stored | traces |", "|---|---|---|---|---|---|"]

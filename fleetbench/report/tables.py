@@ -359,7 +359,7 @@ def _caption(table: dict) -> str:
     text = f"Throughput in {', '.join(units)}. {origin}{simulated_note(groups)}"
     if any(mfu_of(g) is not None for g in groups):
         text += (" MFU: model FLOPs utilisation, the model's training FLOPs a second over the devices' "
-                 "peak (a CPU's: its measured GEMM rate; docs/metrics.md#mfu), mean of the runs kept.")
+                 "peak (a CPU's: its measured GEMM rate; docs/reference/metrics.md#mfu), mean of the runs kept.")
     if table["dims"]:
         text += (f" Rows differ in {', '.join(table['dims'])}: different experiments, shown "
                  "side by side, never averaged.")

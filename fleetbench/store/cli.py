@@ -134,7 +134,7 @@ def parser() -> cmdline.Parser:
     where.add_argument("--results", default=None, type=results.STORE,
                        help=f"the JSONL store (default {registry.DEFAULT_RESULTS})")
     where.add_argument("--db", type=select.DB, metavar="URL",
-                       help="index into this database: sqlite:///PATH or postgresql://USER@HOST/DB (docs/history.md)")
+                       help="index into this database: sqlite:///PATH or postgresql://USER@HOST/DB (docs/guide/history.md)")
     imp.add_argument("--tag", type=TAG, help="with --db: label these runs (e.g. a branch) for --where tag=TAG")
     return p
 

@@ -1,5 +1,5 @@
 """The database index of result records: SQLite by default, PostgreSQL for a team, one schema
-(SQLAlchemy Core; psycopg 3 is the PostgreSQL driver). docs/history.md argues the choice.
+(SQLAlchemy Core; psycopg 3 is the PostgreSQL driver). docs/guide/history.md argues the choice.
 
 The JSONL files stay the source that runs append to; the database is an index of them that can
 always be rebuilt by importing them again: a record's `id` is unique, so importing a file twice adds

@@ -1,6 +1,6 @@
 """Schema 1 of a result record: its constants and what a valid record is (pure; no I/O).
 
-docs/results.md describes every field; store/results.py builds and stores records,
+docs/reference/records.md describes every field; store/results.py builds and stores records,
 measure/repeats/aggregate.py groups them.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from fleetbench import cmdline
 SCHEMA = 1
 MODES = ("collective", "ps", "comm", "diagnose")
 UNITS = ("images/s", "tokens/s", "samples/s", "sequences/s", "words/s", "examples/s", "GB/s")  # GB/s: comm busbw
-# A record with `source` set was not measured here (e.g. a published table); see docs/results.md.
+# A record with `source` set was not measured here (e.g. a published table); see docs/guide/results.md.
 SOURCE_KINDS = ("published",)
 
 class RecordError(cmdline.UserError):
@@ -55,7 +55,7 @@ def _problem(record) -> str | None:
     error = record.get("error")
     if error is not None and (not isinstance(error, str) or not error):
         return f"error: expected null or a non-empty message, got {error!r}"
-    if record["mode"] == "diagnose":  # figures with units in their names, no one throughput (docs/diagnose.md)
+    if record["mode"] == "diagnose":  # figures with units in their names, no one throughput (docs/guide/diagnose.md)
         metrics_problem = None if isinstance(record.get("metrics"), dict) else "metrics: expected an object"
     else:
         metrics_problem = _metrics_problem(record.get("metrics"), failed=error is not None)

@@ -18,7 +18,7 @@ resume finds them (sweepfile.run_key leaves `runtime` out).
 
 A warm-up run is one unrecorded run of a cell (its own config, stored in a scratch file in the log
 directory, never in the results) before the first measured run of each (benchmark, Paddle
-version, shape) in this sweep; see docs/launch.md (Warm-up runs) for why it is off by default.
+version, shape) in this sweep; see docs/guide/launch.md (Warm-up runs) for why it is off by default.
 
 With vary_seed, repeat k of a cell runs with seed = the cell's configured seed + k - 1 (through
 the launcher contract, FLEETBENCH_SEED), so its repeats differ in initialisation and data order,
@@ -173,7 +173,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="repeat k of a cell runs with its seed + k - 1 (MLPerf's repeats differ by seed)")
     p.add_argument("--interleave", action="store_true", default=None,
                    help="run in rounds, one repeat of each unfinished cell a round, so that a drift of the "
-                   "machine's speed falls on every cell alike (docs/compare.md)")
+                   "machine's speed falls on every cell alike (docs/guide/compare.md)")
 
 
 def policy(spec: dict, args: argparse.Namespace, path: str, cells: list[Cell]) -> Policy:

@@ -396,7 +396,7 @@ MACHINE_WARMUP_TRIES = 15
 ENABLE_NETWORK_CELLS = {"root": "run the sweep as root to include it (make demo: sudo make demo)",
                         "tools": "install iproute2 to include it (as root: make deps-demo)"}
 EMULATED_ON_CUDA = ("emulated nodes on a CUDA build would share this machine's GPUs and NCCL would go around the "
-                    "shaped link; run network cells with a CPU build of Paddle, docs/gpu.md")
+                    "shaped link; run network cells with a CPU build of Paddle, docs/guide/gpu.md")
 
 
 def local_paddle() -> dict:

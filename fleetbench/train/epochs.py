@@ -4,7 +4,7 @@ stop_at_target, the first epoch at the target accuracy (MLPerf's rule).
 
 It reuses the loop's parts: methods.prepare builds the step, WindowTimer times logging windows
 and the measured window, metrics.RankFigures/reduce/standard give the record's standard figures.
-What it adds (docs/convergence.md):
+What it adds (docs/guide/convergence.md):
 - the measured window is the union of the epochs' training phases: evaluation is never inside
   it, and the first `warmup_steps` steps of epoch 1 are excluded as usual;
 - per epoch, for all ranks: epoch_time_s (slowest rank's training wall time, warm-up included),

@@ -1,6 +1,6 @@
 """Evaluation on a held-out split, and the convergence figures built from it.
 
-Rules (docs/convergence.md):
+Rules (docs/guide/convergence.md):
 - Each rank evaluates its own shard of the held-out split: rank r takes examples r, r+W, r+2W, ...
   so the W shards cover the split exactly once (no padding, no drop); correct counts, loss sums and
   example counts are summed across ranks, so accuracy = correct / split size whatever W is.

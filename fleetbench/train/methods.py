@@ -2,9 +2,9 @@
 
 The loop calls three functions: `check(cfg)` before anything runs, `strategy(cfg)` for fleet.init,
 and `prepare(cfg, work, ctx) -> (model, step_fn)`; `step_fn(batch)` runs one step and returns its
-loss. docs/methods.md maps every method to its Paddle knob and shows how each was verified.
+loss. docs/reference/methods.md maps every method to its Paddle knob and shows how each was verified.
 
-Two facts of Paddle 2.6.2 shape this module (both observed, see docs/methods.md):
+Two facts of Paddle 2.6.2 shape this module (both observed, see docs/reference/methods.md):
 - DataParallel decides in its *forward* whether the next backward is synchronised: forward calls
   `reducer.prepare_for_backward`, which arms the C++ reducer's gradient hooks. So `no_sync()` must
   enclose the forward as well as the backward; around `backward()` alone it changes nothing.

@@ -1,5 +1,5 @@
 """MLPerf-style `:::MLLOG` lines of a convergence run, written by MLCommons' own logger
-(`mlperf-logging`, PyPI) so that MLCommons' parser and checkers read them (docs/convergence.md).
+(`mlperf-logging`, PyPI) so that MLCommons' parser and checkers read them (docs/guide/convergence.md).
 
 Rank 0 writes them to its stdout (the rank's log) beside fleetbench's own lines; other ranks
 write nothing. The keys are MLPerf Training's: init_start/init_stop and run_start (stamped with

@@ -1,5 +1,5 @@
 """Where a collective rank's step goes, measured: reader, forward, backward, gradient
-communication, optimizer, and what no part explains (docs/metrics.md#step-breakdown).
+communication, optimizer, and what no part explains (docs/reference/metrics.md#step-breakdown).
 
 The loop and the methods' steps hand one `Phases` object the moments they already know (a step's
 start and end, the reader's wait) and run their parts inside `span(name)`; nothing else changes.

@@ -132,7 +132,7 @@ def arg_parser(benchmark: str) -> cmdline.Parser:
                         help=f"JSONL store (default {registry.DEFAULT_RESULTS})")
     parser.add_argument("--trace", type=cmdline.OUTPUT_DIR, metavar="DIR",
                         help="write one Chrome trace (JSON) per rank into DIR: steps and their parts "
-                             "(collective benchmarks; docs/traces.md)")
+                             "(collective benchmarks; docs/guide/traces.md)")
     parser.add_argument("--check", action="store_true",
                         help="validate the configuration, print it as JSON and exit (launches nothing)")
     return parser
@@ -184,7 +184,7 @@ def start(script: str, cls: type, family: str, argv: list[str] | None = None,
 def check_gpu_ready(name: str) -> None:
     """On a CUDA build, --check (and so `fleetbench launch` and `sweep`, which run it before
     anything starts) also asks whether Paddle can load CUDA, cuDNN and NCCL and sees a GPU: one
-    line and exit 2 if not, instead of a failure at the first convolution (docs/gpu.md)."""
+    line and exit 2 if not, instead of a failure at the first convolution (docs/guide/gpu.md)."""
     import paddle
 
     from fleetbench.machine import device

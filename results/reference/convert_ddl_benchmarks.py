@@ -5,7 +5,7 @@
 Each "mean +- std" cell becomes one published record carrying mean and std as printed; the
 "Baseline" column (one value per DNN) becomes one single-device record per DNN. Nothing is
 computed or typed in here: every number comes from the table. Column meaning and the other
-decisions are explained in docs/results.md ("Reference results").
+decisions are explained in docs/guide/results.md ("Reference results").
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ CITATION = ("HKBU-HPML/ddl-benchmarks, results/2020-05-29/README.md (Shi et al.,
             "Communication-Efficient Distributed Deep Learning: Survey, Evaluation, and Challenges)")
 URL = "https://github.com/HKBU-HPML/ddl-benchmarks/blob/master/results/2020-05-29/README.md"
 # The rows hold 4 values after Baseline although the header names 5 GPU counts; the values are
-# for 4, 8, 16 and 32 GPUs (docs/results.md says how we know).
+# for 4, 8, 16 and 32 GPUs (docs/guide/results.md says how we know).
 GPU_COUNTS = (4, 8, 16, 32)
 GPUS_PER_NODE = 4
 BENCHMARKS = {"ResNet-50": ("resnet50", "images/s"), "BERT-Large": ("bert_large", "samples/s"),

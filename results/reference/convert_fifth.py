@@ -1,4 +1,4 @@
-"""Convert the fifth held-out set (issue 47, rule in docs/explain.md, *The fifth held-out set*,
+"""Convert the fifth held-out set (issue 47, rule in docs/validation/explain.md, *The fifth held-out set*,
 committed before this file): DLPerf's BERT-Base pretraining tables of PaddlePaddle, TensorFlow 2 and
 MXNet, each framework's own code, into schema-1 published records for `fleetbench explain --published`.
 

@@ -1,4 +1,4 @@
-"""Convert the fourth held-out set (issue 47, rule in docs/explain.md, *The fourth held-out set*,
+"""Convert the fourth held-out set (issue 47, rule in docs/validation/explain.md, *The fourth held-out set*,
 committed before this file): published multi-node ResNet-50 training tables from outside NVIDIA
 DeepLearningExamples, into schema-1 published records for `fleetbench explain --published`.
 

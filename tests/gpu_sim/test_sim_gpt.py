@@ -5,7 +5,7 @@ at node 0's master; node i's address is ADDRESSES[i], so its ranks' endpoints sa
 are on. With `dry_topology=true` each of the 16 ranks prints the groups Paddle's CommunicateTopology
 gives it for the strategy the run would pass to fleet.init, its device and endpoint, then stops
 before fleet.init: the orchestration (ranks, devices, nodes, hybrid groups) is tested, no kernel
-runs (tensor/pipeline/sequence parallelism and sharding stage 2 are untested in kernels here: docs/gpt.md).
+runs (tensor/pipeline/sequence parallelism and sharding stage 2 are untested in kernels here: docs/guide/gpt.md).
 Both nodes share the machine and its simulated GPUs 0-7 (no namespaces: no root needed)."""
 import json
 import random

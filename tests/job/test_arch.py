@@ -1,4 +1,4 @@
-"""All-reduce against parameter server on the same model (docs/allreduce_vs_ps.md): the pairs share presets,
+"""All-reduce against parameter server on the same model (docs/guide/allreduce_vs_ps.md): the pairs share presets,
 data and units; one AUC definition; the report pairs their records; real tiny runs of both ways."""
 import json
 import re
@@ -179,10 +179,10 @@ def test_ps_resnet18_learns_on_the_synthetic_task(tmp_path, cache, mode):
     # new parameters. At 60 steps a worker can finish in 0.25 s (4,000 images/s) before its first
     # pull: seen under load, one worker's loss cycled over its 4 batches unchanged for 50 steps. 300
     # steps give the communicator many cycles inside the run; a check on the servers' final
-    # parameters would not depend on that at all (not built yet: docs/ps.md).
+    # parameters would not depend on that at all (not built yet: docs/guide/ps.md).
     steps = 300 if mode == "async" else 60
     proc = fleetrun(tmp_path / "log", "--server_num", 1, "--trainer_num", 2, "parameter_server/resnet18.py",
-                    # a start-up that never ends (Paddle's barrier deadlock, docs/ps.md) is given up at 60 s
+                    # a start-up that never ends (Paddle's barrier deadlock, docs/guide/ps.md) is given up at 60 s
                     # and util.fleetrun runs the job once more
                     "--preset", "tiny", "--set", f"mode={mode}", "--set", "k_steps=5", "--set", "init_timeout_s=60",
                     "--set", f"steps={steps}", "--results", tmp_path / "r.jsonl", FLEETBENCH_DATA_CACHE=cache)

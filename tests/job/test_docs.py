@@ -33,7 +33,7 @@ from util import REPO, env, paddle3_python
 
 from fleetbench.cli import SUBCOMMANDS
 
-DOCS = [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md"))
+DOCS = [REPO / "README.md"] + sorted((REPO / "docs").rglob("*.md"))
 PROGRAMS = ("fleetbench", ".venv/bin/fleetbench", "python", ".venv/bin/python", "fleetrun", "make")
 # What a documented `results/<env>-...` stands for: the environment the committed results come from.
 ENV_NAME = "kvm-2vcpu-paddle2.6.2"
@@ -49,7 +49,7 @@ cells:
 """
 # A small committed results file for globs like results/*.jsonl: report and explain stay fast.
 SMALL_RESULTS = REPO / "results" / f"{ENV_NAME}-cluster-ssh.jsonl"
-OUTPUT_FLAGS = ("--out", "--images", "--results", "--log-dir", "--readme")
+OUTPUT_FLAGS = ("--out", "--images", "--results", "--log-dir", "--readme", "--full")
 INPUT_FLAGS = ("--hostfile", "--ssh-config", "--input", "--text", "--wheel", "--csv", "--dict", "--baseline", "--rules",
                "--db")
 # Data-set sizes scaled to seconds: the format and the flags are what is checked, not the size.
@@ -152,7 +152,7 @@ def is_output(text: str) -> bool:
 def commands_in(path: Path) -> list:
     """The commands of a doc's code blocks, each with what the doc shows it print: the lines after
     it in a `$ ` block, or a block right after (nothing between the fences) a block of that one
-    command, as docs/compare.md shows a comparison."""
+    command, as docs/guide/compare.md shows a comparison."""
     found, previous_end, alone = [], None, None
     for start, lines in code_blocks(path):
         if alone is not None and start == previous_end + 3 and not _commands_of(path, start, lines):
@@ -194,6 +194,21 @@ def inline_code(path: Path) -> list:
 
 
 ALL = [command for doc in DOCS for command in commands_in(doc)]
+
+
+def quick_start() -> tuple:
+    """The README's quick-start commands: (on any machine, on the 8-GPU node), split at the line
+    that opens the GPU block."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    start = lines.index("## Quick start") + 1
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("## ")) + 1
+    gpu = next(i for i in range(start, end) if lines[i].startswith("**On an 8-GPU node**")) + 1
+    readme = [c for c in ALL if c.where.startswith("README.md:")]
+    line = lambda c: int(c.where.split(":")[1])  # noqa: E731
+    return ([c for c in readme if start < line(c) < gpu], [c for c in readme if gpu < line(c) < end])
+
+
+QUICK_START_SHOWN = {c.where for block in quick_start() for c in block if c.output}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -248,6 +263,9 @@ VERDICT_EXITS = {"compare": (0, 1), "diagnose": (0, 1, 3)}
 # to the docs is either run or listed here; the skipped ones are still parsed by their own parser
 # (test_the_documented_command_parses). The listing test prints every command with its reason.
 NOT_RUN = (
+    ("quick start", lambda c: c.where in QUICK_START_SHOWN,
+     "the README's quick start, run verbatim with its output's shape checked (test_the_readme_quick_start_*; "
+     "the 8-GPU block in tests/gpu_sim/test_sim_readme.py)"),
     ("make target", lambda c: c.program == "make",
      "test_documented_make_targets_exist: the target exists; `make test`/`demo` are minutes"),
     ("placeholder", lambda c: placeholder(c) is not None, "a placeholder the reader fills in"),
@@ -299,7 +317,7 @@ def _mnist(tmp: Path, bad: bool) -> None:
     out = tmp / "data" / ("bad" if bad else "mnist")
     subprocess.run([sys.executable, "-m", "fleetbench", "data", "gen", "mnist", "--out", str(out), "--train", "20",
                     "--test", "10"], check=True, capture_output=True, env=env(), timeout=120)
-    if bad:  # the labels where the images should be: IDX magic 0x801, not 0x803 (docs/convergence.md)
+    if bad:  # the labels where the images should be: IDX magic 0x801, not 0x803 (docs/guide/convergence.md)
         shutil.copy(out / "train-labels-idx1-ubyte", out / "train-images-idx3-ubyte")
 
 
@@ -314,7 +332,7 @@ MADE_HERE = {
     "sweep.log": lambda tmp: (tmp / "sweep.log").write_text(
         "cell 1/1 ...\nFLEETBENCH_RESULT " + SMALL_RESULTS.read_text().splitlines()[0] + "\n"),
     "topo.txt": lambda tmp: shutil.copy(REPO / "tests" / "fixtures" / "topo" / "fleetx_8xv100.txt", tmp / "topo.txt"),
-    # docs/history.md's results database: the two committed demos (two commits of the same cells)
+    # docs/guide/history.md's results database: the two committed demos (two commits of the same cells)
     "history.db": lambda tmp: subprocess.run(
         [sys.executable, "-m", "fleetbench", "results", "import", "--db", str(tmp / "history.db"),
          *sorted(glob.glob(str(REPO / "results" / f"{ENV_NAME}-demo*.jsonl")))],
@@ -378,7 +396,7 @@ def output_path(flag: str, value: str, tmp: Path) -> str:
         return value  # the documented unwritable store: its refusal is the point
     target = tmp / value.lstrip("/")
     target.parent.mkdir(parents=True, exist_ok=True)
-    if flag == "--readme":  # the file is rewritten in place: give it a copy
+    if flag in ("--readme", "--full"):  # the file is rewritten in place: give it a copy
         shutil.copy(REPO / value, target)
     return str(target)
 
@@ -516,7 +534,7 @@ def named_subcommands() -> set:
     names = {c.subcommand for c in ALL if c.subcommand}
     for doc in DOCS:
         for span in inline_code(doc):
-            match = re.match(r"(?:\.venv/bin/)?fleetbench ([a-z0-9]+)\b", span)
+            match = re.match(r"(?:\.venv/bin/)?fleetbench ([a-z0-9]+)\b(?!:)", span)  # `fleetbench result:` is output
             if match:
                 names.add(match.group(1))
     return names
@@ -536,11 +554,12 @@ def test_every_subcommand_the_docs_name_exists_and_answers_help():
 def test_documented_make_targets_exist():
     makefile = (REPO / "Makefile").read_text()
     targets = set(re.findall(r"^([\w-]+):", makefile, flags=re.M))
-    named = {c.argv[1] for c in ALL if c.program == "make" and len(c.argv) > 1}
+    named = {next(a for a in c.argv[1:] if "=" not in a) for c in ALL if c.program == "make" and len(c.argv) > 1}
     for doc in DOCS:
         named |= {m.group(1) for span in inline_code(doc) for m in [re.match(r"make ([\w-]+)$", span)] if m}
     assert len(named) >= 4, named
-    assert named <= targets, f"make targets the docs name but the Makefile lacks: {sorted(named - targets)}"
+    missing = named - targets
+    assert not missing, f"make targets the docs name but the Makefile lacks: {sorted(missing)}"
 
 
 # a repository path: under a top-level directory of the repository, a file with a source-like suffix
@@ -617,3 +636,159 @@ def test_the_flags_of_commands_named_in_prose_exist():
             helps[key] = set(re.findall(r"--[\w-]+", proc.stdout))
         wrong += [f"{doc}: `{span}`: fleetbench {' '.join(prefix)} has no {f}" for f in flags if f not in helps[key]]
     assert not wrong, "\n".join(wrong)
+
+
+# ----------------------------------------------------------------------------------------------
+# every docs/ path and #anchor named resolves
+
+
+def github_slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: its rendered text (code spans and links reduced to their
+    text), lower-cased, every character but letters, digits, `_`, `-` and spaces dropped, spaces
+    turned into `-`. A `{#id}` after a heading is not rendered as an id: it is text like any other."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip())
+    text = re.sub(r"[`*]|(?<!\w)_|_(?!\w)", "", text).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set:
+    """The anchors of a markdown file's headings (outside code blocks), duplicates numbered -1, -2."""
+    seen, out, fence = collections.Counter(), set(), False
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and re.match(r"#{1,6} ", line):
+            slug = github_slug(line.lstrip("#"))
+            out.add(slug if not seen[slug] else f"{slug}-{seen[slug]}")
+            seen[slug] += 1
+    return out
+
+
+DOC_REF = re.compile(r"(?<![\w/.-])(?:\.\./)*docs/[\w./-]+?\.md(?:#[\w-]+)?|\]\((?!https?:|mailto:)([^)\s#]*)(#[^)\s]*)?\)")
+
+
+def named_references() -> list:
+    """(where, path it resolves to, anchor or '') for every markdown link in the docs, every
+    `docs/...md[#anchor]` a doc names in prose, and every one a module of fleetbench/ names."""
+    found = []
+    sources = DOCS + sorted((REPO / "fleetbench").rglob("*.py"))
+    for source in sources:
+        for number, line in enumerate(source.read_text().splitlines(), start=1):
+            where = f"{source.relative_to(REPO)}:{number}"
+            for m in DOC_REF.finditer(line):
+                if m.group(0).startswith("]("):
+                    if source.suffix != ".md":
+                        continue
+                    target = (source.parent / m.group(1)).resolve() if m.group(1) else source
+                    found.append((where, target, (m.group(2) or "")[1:]))
+                else:
+                    path, _, anchor = m.group(0).partition("#")
+                    found.append((where, (REPO / path.lstrip("./")).resolve(), anchor))
+    return found
+
+
+def test_every_docs_path_and_anchor_named_resolves():
+    references = named_references()
+    assert len(references) >= 150, f"only {len(references)} references found"
+    assert sum(1 for r in references if r[2]) >= 20, "the anchors named are no longer found"
+    wrong = []
+    for where, target, anchor in references:
+        if not target.exists():
+            wrong.append(f"{where}: {target.relative_to(REPO) if REPO in target.parents else target}: no such file")
+        elif anchor and target.suffix == ".md" and anchor not in anchors(target):
+            wrong.append(f"{where}: {target.relative_to(REPO)}#{anchor}: no heading has that anchor")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("heading, slug", [
+    ("What the run layer costs (`bench/overhead.py`)", "what-the-run-layer-costs-benchoverheadpy"),
+    ("`fleetbench compare`", "fleetbench-compare"),
+    ("Sequence parallelism {#sp}", "sequence-parallelism-sp"),
+    ("The launcher–rank contract", "the-launcherrank-contract"),
+    ("GEO start-up deadlock", "geo-start-up-deadlock"),
+    ("What gloo does with the reducer's all-reduce", "what-gloo-does-with-the-reducers-all-reduce"),
+])
+def test_anchors_follow_githubs_slugs(heading, slug):
+    assert github_slug(heading) == slug
+
+
+# ----------------------------------------------------------------------------------------------
+# the README's quick start, run as shown
+
+
+def shape(line: str) -> re.Pattern:
+    """A documented output line as a pattern: its words as they are, its numbers any numbers, a
+    record id any id; in a table row a note in brackets may differ (a run's `disturbed`)."""
+    pattern = re.sub(r"(?<![\w.])\d+(?:\\\.\d+)?(?![\w.])", r"[\\d.]+", re.escape(line))
+    pattern = re.sub(r"(?<=id\\ )[0-9a-f]{6,}", "[0-9a-f]+", pattern)
+    if line.startswith("|"):
+        pattern = re.sub(r"\\ \\\(.*?\\\)", r"(?:\\ \\(.*?\\))?", pattern)
+    return re.compile(pattern)
+
+
+def run_as_shown(command: DocCommand, cwd: Path) -> subprocess.CompletedProcess:
+    """The command verbatim but for its program (this interpreter) and the repository's scripts."""
+    argv = [sys.executable, "-m", "fleetbench"] if command.program == "fleetbench" else [sys.executable]
+    argv += [str(REPO / a) if (REPO / a).is_file() and a.endswith(".py") else a for a in command.argv[1:]]
+    return subprocess.run(argv, cwd=cwd, env=env(), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def quick_start_run(tmp_path_factory):
+    """The quick start on any machine, in an empty directory: every command after `make install`
+    (this test runs in the virtualenv it makes), in order; each with what it printed."""
+    cwd = tmp_path_factory.mktemp("quick-start")
+    cpu, _gpu = quick_start()
+    done = []
+    for command in cpu:
+        if command.program == "make":
+            assert command.argv[1:] == ("install",), command.text
+            continue
+        proc = run_as_shown(command, cwd)
+        assert proc.returncode == 0, f"{command.where}: {command.text}\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+        done.append((command, (proc.stdout + proc.stderr).splitlines()))
+    return done
+
+
+def test_the_readme_quick_start_runs_and_prints_what_it_shows(quick_start_run):
+    assert [c.subcommand for c, _ in quick_start_run] == ["launch", "report"]
+    for command, printed in quick_start_run:
+        for line in command.output:
+            if line in ("...", "…") or line.startswith("fleetbench result:"):
+                continue  # elided; the summary line has a test of its own below
+            assert any(shape(line).fullmatch(p.strip()) for p in printed), \
+                f"{command.where}: documented {line!r}, not printed in that shape:\n" + "\n".join(printed[-30:])
+
+
+def test_the_readme_quick_start_run_ends_with_its_summary_line(quick_start_run):
+    # needs `fleetbench launch`'s summary line (the `fleetbench result:` line every run prints)
+    command, printed = quick_start_run[0]
+    (shown,) = [line for line in command.output if line.startswith("fleetbench result:")]
+    got = [p for p in printed if p.startswith("fleetbench result:")]
+    assert len(got) == 1 and shape(shown).fullmatch(got[0]), f"documented {shown!r}, printed {got}"
+
+
+@pytest.mark.parametrize("line, printed, matches", [
+    ("step 12/12 loss 2.4808 ips 5.7 images/s", "step 12/12 loss 3.1 ips 11 images/s", True),
+    ("resnet50 tiny 1x2 mgwfbp | 13.23 images/s | x.jsonl id 9c3e6c24", "resnet50 tiny 1x2 mgwfbp | 9 images/s | x.jsonl id 0a1b2c3d", True),
+    ("resnet50 tiny 1x2 mgwfbp", "resnet50 tiny 1x4 mgwfbp", False),
+    ("| — | mgwfbp | 13.23 (all 1 runs disturbed: no undisturbed figure) MFU 2.4% |", "| — | mgwfbp | 13.2 MFU 2.5% |", True),
+    ("| — | mgwfbp | 13.23 MFU 2.4% |", "| — | bsp | 13.2 MFU 2.5% |", False),
+])
+def test_an_output_shape_is_its_words_with_any_numbers(line, printed, matches):
+    assert bool(shape(line).fullmatch(printed)) is matches
+
+
+# ----------------------------------------------------------------------------------------------
+# guides and reference say how things are; the validation log says what happened when
+
+
+def test_guides_and_reference_carry_no_issue_numbers_dates_or_unnamed_sources():
+    wrong = []
+    for doc in sorted((REPO / "docs" / "guide").glob("*.md")) + sorted((REPO / "docs" / "reference").glob("*.md")):
+        text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)
+        text = re.sub(r"`[^`\n]+`|\]\([^)]*\)", "", text)  # file names and commands may hold a date
+        for line in text.splitlines():
+            for match in re.finditer(r"\bissue \d+|\b20\d\d-\d\d-\d\d\b|\bthe seeds\b", line):
+                wrong.append(f"{doc.relative_to(REPO)}: {match.group(0)!r} in: {line.strip()[:120]}")
+    assert not wrong, "history belongs in docs/validation/ and commit messages:\n" + "\n".join(wrong)

@@ -56,7 +56,7 @@ def test_the_record_has_tokens_flops_and_memory(pair):
         assert m["flops_per_token"] == per_token
         assert m["model_tflops_per_device"] == pytest.approx(per_token * m["throughput_per_device"] / 1e12)
         # MFU: the formula's FLOPs over the peak every benchmark is held to (on CPU the GEMM rate the
-        # ranks measured, train/trace.model_flops), one definition (docs/gpt.md, docs/metrics.md#mfu)
+        # ranks measured, train/trace.model_flops), one definition (docs/guide/gpt.md, docs/reference/metrics.md#mfu)
         assert m["model_flops_per_sample"] == per_token * c["seq_len"]
         assert m["mfu"] == pytest.approx(m["model_flops_per_sample"] * m["samples_per_s"] / m["peak_flops"])
         assert 0 < m["mfu"] <= 1

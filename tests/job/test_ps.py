@@ -177,7 +177,7 @@ def check_record(rec, benchmark, mode, workers, unit):
     assert len(m["rank_elapsed_s"]) == workers and m["elapsed_s"] == max(m["rank_elapsed_s"])
     assert m["workers"] == workers and m["measured_steps"] > 0
     assert m["loss_first"] > 0 and m["loss_last"] > 0
-    assert set(m) <= set(metrics.DEFINITIONS)  # one vocabulary (docs/metrics.md)
+    assert set(m) <= set(metrics.DEFINITIONS)  # one vocabulary (docs/reference/metrics.md)
     # servers and workers are the job's (measure/interference.py): the job used the CPU in its window
     # (gloo carries float32: a thousandth of a percent of slack)
     assert m["job_cpu_pct"] > 0 and 0 <= m["interference_cpu_pct"] <= 100 - m["job_cpu_pct"] + 1e-3
@@ -470,7 +470,7 @@ def test_sync_is_refused_with_the_reason():
     done = run_plain("--preset", "tiny", "--set", "mode=sync")
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "'mode' is 'sync'" in lines[0] and "docs/ps.md" in lines[0]
+    assert len(lines) == 1 and "'mode' is 'sync'" in lines[0] and "docs/guide/ps.md" in lines[0]
 
 
 def test_a_temporary_directory_too_long_for_paddles_start_up_is_refused_before_launch(tmp_path):

@@ -81,7 +81,7 @@ def test_two_ranks_of_every_registered_collective_benchmark(bench, tmp_path_fact
     assert math.isfinite(m["loss_first"]) and m["loss_last"] < m["loss_first"]  # it learns
     if bench.unit in SAMPLE_UNITS:
         assert m["throughput"] == pytest.approx(m["samples_per_s"])
-    # every model's FLOPs counted from its layers, MFU beside the throughput (docs/metrics.md#mfu)
+    # every model's FLOPs counted from its layers, MFU beside the throughput (docs/reference/metrics.md#mfu)
     assert m["model_flops_per_sample"] > 0 and 0 < m["mfu"] <= 1
     if "epochs" not in m:  # the step loop takes its steps apart (the epoch schedule does not)
         block = m["step_breakdown"]  # its parts make each rank's step (within 5 %: measured quiet, bench/)

@@ -72,7 +72,7 @@ def test_throughput_is_global_batch_over_slowest_rank_time(two_rank_run):
     assert m["throughput"] == pytest.approx(global_batch * measured / slowest, rel=1e-5)
     assert m["throughput_per_device"] == pytest.approx(m["throughput"] / 2)
     assert m["step_time_ms"] == pytest.approx(1000 * slowest / measured, rel=1e-5)
-    assert set(m) <= set(metrics.DEFINITIONS)  # one vocabulary (docs/metrics.md)
+    assert set(m) <= set(metrics.DEFINITIONS)  # one vocabulary (docs/reference/metrics.md)
 
 
 def test_rank_0_ends_with_the_summary_line_of_its_record(two_rank_run):

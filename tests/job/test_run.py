@@ -110,7 +110,7 @@ def test_step_time_is_the_slowest_ranks_own_step_in_both_families():
 
 
 def test_every_metric_name_has_one_definition_in_code_and_docs():
-    documented = set(re.findall(r"^\| `([a-z0-9_]+)` \|", (REPO / "docs/metrics.md").read_text(), re.M))
+    documented = set(re.findall(r"^\| `([a-z0-9_]+)` \|", (REPO / "docs/reference/metrics.md").read_text(), re.M))
     assert documented == set(metrics.DEFINITIONS)
     fast = metrics.RankFigures(1.0, 10, 10, 10, 0.1, 1.0, 1.0, 1.0)
     alone = metrics.standard(metrics.reduce(fast, metrics.Alone()), "images/s", 1, 0, threads=THREADS)

@@ -9,7 +9,7 @@ Two ranks a pod (2x2) run in a Paddle 3.x image (the pods' `python` is the 3.x v
 ProcessGroupGloo's constructor rendezvouses on the job's one TCP store under the bare keys
 "0".."n-1" for every group, so a rank that reaches group k before a peer re-publishes reads the
 peer's address from group k-1 (11 of 12 such jobs failed here; 3.3.1, with one group fewer to race
-in, passed every one: docs/clusters.md has both). A PaddleJob does not retry, so a CPU 2x2 job asks
+in, passed every one: docs/guide/clusters.md has both). A PaddleJob does not retry, so a CPU 2x2 job asks
 for a 3.x image, and that is what this test runs."""
 import os
 import sys

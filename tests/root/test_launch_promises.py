@@ -1,4 +1,4 @@
-"""Promises of `fleetbench launch` that docs/launch.md and docs/clusters.md make, each run for real:
+"""Promises of `fleetbench launch` that docs/guide/launch.md and docs/guide/clusters.md make, each run for real:
 an interrupted launch stores nothing and leaves no process of its job on any host; only the
 allow-listed environment reaches the hosts; a bad config stops a multi-process job with one line.
 

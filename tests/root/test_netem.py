@@ -481,10 +481,10 @@ def test_up_after_a_killed_up_clears_it_and_builds_the_cluster(cluster_name, tmp
 
 @needs_cluster
 def test_the_documented_cluster_up_prints_what_docs_launch_md_shows(cluster_name, capsys):
-    # docs/launch.md shows `cluster up --nodes 2 --rate 2.5gbit --delay 0.05ms` and, in the block
+    # docs/guide/launch.md shows `cluster up --nodes 2 --rate 2.5gbit --delay 0.05ms` and, in the block
     # after it, what it prints; run through the command line (its flags' types included), under a
     # private name and subnet, whose spelling is all that may differ
-    text = (REPO / "docs" / "launch.md").read_text()
+    text = (REPO / "docs" / "guide" / "launch.md").read_text()
     shown = text[text.index("fleetbench cluster up --nodes 2 --rate 2.5gbit --delay 0.05ms"):]
     shown = shown[shown.index("```\n\n```\n") + 8:].split("```")[0].strip().splitlines()
     assert netem.cli(["up", "--nodes", "2", "--rate", "2.5gbit", "--delay", "0.05ms", "--name", cluster_name]) == 0

@@ -3,7 +3,7 @@ tbf-shaped links. ResNet50 tiny with batch 2 is communication-heavy (94 MB of gr
 for two 32x32 images), and method bsp all-reduces after backward (no overlap), so every 1gbe step
 must push the whole gradient through a 1 Gbit/s link: its step can never be shorter than that.
 That bound is the test; how much slower 1gbe is than unshaped, and the all-reduce bandwidth it
-implies, depend on the machine's load and are measured by bench/netem_link.py (docs/launch.md).
+implies, depend on the machine's load and are measured by bench/netem_link.py (docs/guide/launch.md).
 """
 import subprocess
 
@@ -56,7 +56,7 @@ def test_a_1gbe_step_never_moves_its_gradients_faster_than_the_link(tmp_path, mo
     # reduce-scatter + all-gather): with N = 2, the whole gradient once per step each way.
     moved_gbit = gradient_bytes() * 8 / 1e9
     # The whole 1gbe step counted as transfer time: a rate the link can never exceed (0.36-0.54
-    # Gbit/s under load, docs/launch.md), and load only lengthens the step, so this holds on any
+    # Gbit/s under load, docs/guide/launch.md), and load only lengthens the step, so this holds on any
     # machine. Unshaped, a quiet machine's step is 0.58 s (1.3 Gbit/s by this count): there, a
     # cluster whose shaping is not in effect fails this.
     floor = moved_gbit / t_1g

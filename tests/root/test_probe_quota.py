@@ -104,7 +104,7 @@ def reason_of(cell: list, record: dict) -> str | None:
 
 # 0.3 is not asserted: in the third fresh clone the whole-run 0.3 probe read 98.0 against the cell's
 # median 98.2 GFLOP/s (caught in the first). A 0.3 quota is 30 ms of CPU every 100 ms period, and a
-# probe trial (best of 4, ~30 ms each) fits in one: the probe cannot promise to see it (docs/metrics.md).
+# probe trial (best of 4, ~30 ms each) fits in one: the probe cannot promise to see it (docs/reference/metrics.md).
 @pytest.mark.parametrize("quota", [0.1])
 def test_a_run_under_a_cpu_quota_is_named_by_the_probe_against_the_cells_median(group, quiet, quota):
     store, usual = quiet
@@ -123,7 +123,7 @@ def test_a_run_under_a_cpu_quota_is_named_by_the_probe_against_the_cells_median(
 # 0.3 is not asserted here: in the first fresh-clone run the after-edge probe read 191.9 against
 # 191.3 GFLOP/s before (not slowed). Not established why: either CFS gives a 0.3 quota 30 ms a 100 ms
 # period, which can hold a whole probe trial (best of 4 trials of ~30 ms), or the limit, set when the
-# test reads a window line, landed after the window's end. docs/metrics.md says so.
+# test reads a window line, landed after the window's end. docs/reference/metrics.md says so.
 @pytest.mark.parametrize("quota", [0.1])
 def test_a_quota_from_inside_the_window_on_is_named_against_the_runs_own_edge(group, quiet, quota):
     store, usual = quiet

@@ -410,7 +410,7 @@ def test_two_emulated_nodes_measure_the_raw_tcp_rate_of_their_shaped_link(tmp_pa
         assert rec["mode"] == "comm" and rec["network"]["rate_gbit"] == 1.0
         m = rec["metrics"]
         # one TCP stream never beats the shaped 0.125 GB/s (unshaped it gets ~4.6 GB/s here); how close
-        # it comes is a measurement (bench/, docs/comm.md), not a test: a CI host stalled one 1 s
+        # it comes is a measurement (bench/, docs/guide/comm.md), not a test: a CI host stalled one 1 s
         # probe to 0.023 GB/s
         assert 0 < m["link_tcp_GBps"] <= 0.125, [(r["nodes"], r["metrics"]["link_tcp_GBps"]) for r in recs]
         assert m["link_tcp_note"].startswith("one TCP stream, 10.77.")

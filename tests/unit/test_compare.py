@@ -244,7 +244,7 @@ def test_sequential_sides_are_said_and_the_verdict_stands(tmp_path, capsys):
         {k: inter[k] for k in ("verdict", "p_adjusted", "change_pct")}  # the note changes no verdict
     assert ("resnet50 tiny mgwfbp 2x1 10gbe: base's runs all came before new's (15:02-15:05 -> 15:06-15:09 UTC): "
             "a drift of the machine between them reads as a change; interleave the sides "
-            "(fleetbench sweep --interleave, docs/compare.md)\n") in seq["console"]
+            "(fleetbench sweep --interleave, docs/guide/compare.md)\n") in seq["console"]
     assert "came before" not in inter["console"]
     # the other way round, and on two days
     base, new = timed(tmp_path, "late", values_a, [2, 3], day=27), timed(tmp_path, "early", values_b, [50, 55])
@@ -263,7 +263,7 @@ def test_one_line_when_every_cell_was_measured_one_after_the_other(tmp_path, cap
     lines = [line for line in capsys.readouterr().out.splitlines() if "came before" in line]
     assert lines == ["all 2 cells: base's runs all came before new's (15:00-15:05 -> 16:00-16:05 UTC): a drift of "
                      "the machine between them reads as a change; interleave the sides (fleetbench sweep "
-                     "--interleave, docs/compare.md)"]
+                     "--interleave, docs/guide/compare.md)"]
     # one cell interleaved: the other is named alone
     mixed = store(tmp_path / "mixed.jsonl", [record(v, n=i, network=net, time=f"2026-11-26T{h}:0{i + k}:00+00:00")
                                             for k, net, h in ((0, "10gbe", 15), (3, "1gbe", 16)) for i, v in enumerate(b)])

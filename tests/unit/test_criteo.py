@@ -128,7 +128,7 @@ def test_hash_is_stable_across_processes_with_different_hash_seeds():
 
 
 def documented_id(slot: int, value: str, buckets: int) -> int:
-    """docs/ps.md: 1 + CRC-32("C<slot>:<lower-case hex>") mod (buckets - 1), computed here from the
+    """docs/guide/ps.md: 1 + CRC-32("C<slot>:<lower-case hex>") mod (buckets - 1), computed here from the
     whole string (the code continues a per-slot CRC instead)."""
     return 1 + zlib.crc32(f"C{slot}:{value.lower()}".encode("ascii")) % (buckets - 1)
 

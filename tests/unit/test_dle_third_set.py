@@ -1,5 +1,5 @@
 """The third held-out set (issue 47, 2026-11-29; results/reference/convert_dle_third.py): every file
-loads with the record count the converter's docstring and docs/explain.md report, and every model
+loads with the record count the converter's docstring and docs/validation/explain.md report, and every model
 definition has the parameter count the example's own code builds (dle_third_counts/). Shape only:
 nothing here predicts or compares a throughput."""
 import json

@@ -1,8 +1,8 @@
 """The fifth held-out set (issue 47, 2026-11-29; results/reference/convert_fifth.py): DLPerf's
 BERT-Base pretraining tables of PaddlePaddle 1.8, TensorFlow 2.3 and MXNet 1.6. Every file loads with
-the record count docs/explain.md reports, is held out, and every multi-node cell is predicted from
+the record count docs/validation/explain.md reports, is held out, and every multi-node cell is predicted from
 its table's 1-node run; the reader takes DLPerf's headings. The accuracy is a reported number
-(docs/explain.md, *The fifth held-out set*), not asserted here."""
+(docs/validation/explain.md, *The fifth held-out set*), not asserted here."""
 import json
 import re
 

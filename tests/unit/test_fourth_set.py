@@ -1,8 +1,8 @@
 """The fourth held-out set (issue 47, 2026-11-29; results/reference/convert_fourth.py): published
 multi-node ResNet-50 tables from outside DeepLearningExamples. Every file loads with the record
-count docs/explain.md reports, is held out, and every multi-node cell is predicted from its
+count docs/validation/explain.md reports, is held out, and every multi-node cell is predicted from its
 table's 1-node run; the parsers read the two table forms. The accuracy is a reported number
-(docs/explain.md, *The fourth held-out set*), not asserted here."""
+(docs/validation/explain.md, *The fourth held-out set*), not asserted here."""
 import json
 import re
 

@@ -136,7 +136,7 @@ def test_a_sweep_becomes_one_job_per_cell_and_repeat(tmp_path):
     for doc in docs:
         assert_fleetbench_checker_passes(doc)
     assert container(docs[-1], "Worker")["args"][-5:-2] == ["tiny", "--set", "mode=async"]
-    # one job at a time: all created suspended, released in `fleetbench/order` (docs/clusters.md);
+    # one job at a time: all created suspended, released in `fleetbench/order` (docs/guide/clusters.md);
     # each ends by the cell's timeout and asks a gang scheduler for all its pods at once
     assert [d["metadata"]["labels"]["fleetbench/order"] for d in docs] == [f"{i:04d}" for i in range(1, 7)]
     for doc in docs:

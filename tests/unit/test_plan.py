@@ -93,7 +93,7 @@ def test_published_tables_reach_the_issues_accuracy():
     fit = published.summary([c for c in every if c.role == "fit"])
     check = published.summary([c for c in every if c.role == "check"])
     assert fit["within_15pct"] >= 0.85 and fit["median_abs_error"] <= 0.07
-    # the tables never fitted on reach the same (docs/gpt.md lists every cell)
+    # the tables never fitted on reach the same (docs/guide/gpt.md lists every cell)
     assert check["within_15pct"] >= 0.85 and check["median_abs_error"] <= 0.07 and check["cells"] >= 17
     assert {t["role"] for t in published.tables()} == {"fit", "check"}
 

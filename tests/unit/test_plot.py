@@ -302,3 +302,69 @@ def test_without_images_the_charts_go_to_report_not_the_checkouts_tracked_images
     calls = [line for line in makefile.splitlines() if "fleetbench report " in line]
     assert calls and all("--images " in line for line in calls), calls  # every target says where
     assert "fleetbench report results/demo.jsonl --images images --readme README.md" in makefile
+
+
+# ---- --full: the README gets a digest, another file the whole section ---------------------------
+
+DEMO = REPO / "results" / "epyc-2vcpu-paddle2.6.2-demo-2026-11-29-b.jsonl"  # tables, comm, explain rows
+
+
+def _marked(text: str) -> str:
+    return text.split(generate.BEGIN + "\n", 1)[1].split(generate.END, 1)[0]
+
+
+@pytest.fixture(scope="module")
+def full_report(tmp_path_factory):
+    root = tmp_path_factory.mktemp("full")
+    (root / "docs").mkdir()
+    (root / "README.md").write_text(README)
+    (root / "docs" / "demo.md").write_text(README)
+    (root / "docs" / "alone.md").write_text(README)
+    argv = [str(DEMO), "--images", str(root / "images")]
+    assert generate.cli(argv + ["--readme", str(root / "README.md"), "--full", str(root / "docs" / "demo.md")]) == 0
+    assert generate.cli(argv + ["--readme", str(root / "docs" / "alone.md")]) == 0
+    return root
+
+
+def test_full_gets_the_section_readme_alone_would_and_the_readme_its_digest(full_report):
+    full = _marked((full_report / "docs" / "demo.md").read_text())
+    assert full == _marked((full_report / "docs" / "alone.md").read_text())  # --full changes nothing of it
+    digest = _marked((full_report / "README.md").read_text())
+    tables = [line for line in digest.splitlines() if line.startswith("| Network")]
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", digest)
+    explain_rows = [line for line in digest.split("### Why not better", 1)[1].splitlines()
+                    if line.startswith("| ") and not line.startswith("| Cell")]
+    assert len(tables) == 1 and len(images) == 1 and len(explain_rows) == 1, digest
+    assert (full_report / images[0]).is_file() and images[0] == "images/resnet50-tiny-mgwfbp.png"
+    assert "[docs/demo.md](docs/demo.md)" in digest
+    # every other line is the full section's, in its order (the image re-pointed from docs/)
+    kept = [line.replace("](images/", "](../images/") for line in digest.splitlines()
+            if line and "docs/demo.md" not in line]
+    lines = iter(full.splitlines())
+    assert all(line in lines for line in kept), "the digest is not a subsequence of the full section"
+    assert full.count("| Network") > 1 and full.count("![") > 1  # the rest is in the full file
+
+
+def test_full_rerun_is_idempotent_and_full_alone_is_refused(full_report, capsys):
+    texts = {p: p.read_bytes() for p in (full_report / "README.md", full_report / "docs" / "demo.md")}
+    assert generate.cli([str(DEMO), "--images", str(full_report / "images"), "--readme",
+                         str(full_report / "README.md"), "--full", str(full_report / "docs" / "demo.md")]) == 0
+    assert {p: p.read_bytes() for p in texts} == texts
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        generate.cli([str(DEMO), "--images", str(full_report / "images"), "--full", str(full_report / "docs" / "demo.md")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and err[-1].endswith("--full: the README whose section links to it is missing "
+                                                       "(expected --readme FILE too)")
+
+
+def test_the_committed_readme_and_demo_doc_are_what_the_report_writes(tmp_path):
+    # the files as `make demo` leaves them, regenerated here from the committed demo records
+    (tmp_path / "docs").mkdir()
+    for name in ("README.md", "docs/demo.md"):
+        (tmp_path / name).write_text((REPO / name).read_text())
+    source = _marked((REPO / "README.md").read_text()).split("records in `", 1)[1].split("`", 1)[0]
+    assert generate.cli([str(REPO / source), "--images", str(tmp_path / "images"), "--readme",
+                         str(tmp_path / "README.md"), "--full", str(tmp_path / "docs" / "demo.md")]) == 0
+    for name in ("README.md", "docs/demo.md"):
+        assert (tmp_path / name).read_text().replace(str(REPO) + "/", "") == (REPO / name).read_text(), name

@@ -145,7 +145,7 @@ def test_scaling_chart_png_beside_csv(tmp_path, capsys):
 
 
 # The second held-out set (issue 47, 2026-11-29; results/reference/convert_dle_rule.py): every file
-# loads and validates, and every cell is predicted or says why, with the counts docs/explain.md
+# loads and validates, and every cell is predicted or says why, with the counts docs/validation/explain.md
 # reports (table: records, selector, cells, predicted).
 SECOND_SET = {"dle-tf1-biobert": (36, "nodes", 28, 28), "dle-tf1-bert-dgx1": (24, "world_size", 16, 16),
               "dle-pytorch-bert-dgx1": (8, "world_size", 4, 4),

@@ -1,6 +1,6 @@
-"""The README's benchmark lists are the registry's (fleetbench/measure/registry.py): the table of
-"The benchmarks" and the script lists of "Layout" name every registered script and nothing else,
-each with its registered unit, so adding a benchmark without its README line fails here."""
+"""The README's benchmark list is the registry's (fleetbench/measure/registry.py): the table of
+"Benchmarks" names every registered script and nothing else, each with its registered unit, so
+adding a benchmark without its README line fails here."""
 import re
 
 from util import REPO
@@ -18,21 +18,11 @@ def section(heading: str) -> str:
 def benchmark_rows() -> dict:
     """{script: the row's unit cell} of the README's table of benchmarks."""
     rows = {}
-    for line in section("The benchmarks").splitlines():
+    for line in section("Benchmarks").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("| `") and len(cells) >= 3:
             rows.update({script: cells[2] for script in re.findall(r"`([\w/]+\.py)`", cells[0])})
     return rows
-
-
-def layout_lists() -> dict:
-    """{script directory: the names the Layout section lists for it}."""
-    found = {}
-    for line in section("Layout").splitlines():
-        m = re.match(r"^(\w+)/\s+([\w ]+?)\s*\(", line)
-        if m and m[1] in SCRIPT_DIRS:
-            found[m[1]] = m[2].split()
-    return found
 
 
 def table_problems(registered) -> list:
@@ -45,21 +35,9 @@ def table_problems(registered) -> list:
                     for b in registered if b.script in rows and b.unit not in rows[b.script]]
 
 
-def layout_problems(registered) -> list:
-    lists = layout_lists()
-    expected = {d: sorted(b.path.stem for b in registered if b.script.startswith(f"{d}/")) for d in SCRIPT_DIRS}
-    return [f"Layout {d}/: lists {sorted(lists.get(d, []))}, registered {names}"
-            for d, names in expected.items() if sorted(lists.get(d, [])) != names]
-
-
 def test_the_benchmarks_table_names_every_registered_script_with_its_unit():
     assert len(benchmark_rows()) >= 10
     assert table_problems(registry.REGISTERED) == []
-
-
-def test_the_layout_lists_every_registered_script_by_directory():
-    assert set(layout_lists()) == set(SCRIPT_DIRS)
-    assert layout_problems(registry.REGISTERED) == []
 
 
 def test_the_script_directories_hold_registered_benchmarks_only():
@@ -70,7 +48,6 @@ def test_the_script_directories_hold_registered_benchmarks_only():
 def test_a_registered_script_the_lists_lack_or_a_wrong_unit_is_reported():
     extra = registry.Benchmark("t5", "collective/t5.py", "collective", "tokens/s")
     assert table_problems(registry.REGISTERED + (extra,)) == ["collective/t5.py: registered, not in the table"]
-    assert layout_problems(registry.REGISTERED + (extra,))[0].startswith("Layout collective/: lists ")
     relabelled = [registry.Benchmark(b.name, b.script, b.family, "samples/s" if b.name == "vgg16" else b.unit)
                   for b in registry.REGISTERED]
     assert table_problems(relabelled) == [

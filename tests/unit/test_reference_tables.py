@@ -1,6 +1,6 @@
 """The published tables added by issue 47 (held out: converted and reported before any constant was
 changed) and the validation's totals: every cell loaded, predicted or listed with why; the figures
-docs/explain.md reports; the share of measured values inside their 80% range."""
+docs/validation/explain.md reports; the share of measured values inside their 80% range."""
 import json
 from pathlib import Path
 
@@ -12,7 +12,7 @@ from fleetbench.model import published
 from fleetbench.store import results
 
 REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
-# table: (records, held-out multi-node cells, predicted) as docs/explain.md reports them
+# table: (records, held-out multi-node cells, predicted) as docs/validation/explain.md reports them
 NEW = {"dle-tf1-bert": (60, 24, 24), "dle-tf2-bert": (56, 24, 24), "dle-pytorch-txl": (28, 6, 6)}
 
 
@@ -89,7 +89,7 @@ def test_model_error_constants_are_what_the_fitted_tables_give_and_ranges_hold_7
     # the held-out ranges held 123 of 168 (73%) until the fifth set (DLPerf BERT-Base, judged once),
     # whose 48 cells 15 do: 138 of 216 (64%), below the 70-90% target, reported as it is, not widened
     assert (totals["held out"]["in_range"], totals["held out"]["ranged"]) == (138, 216)
-    # the acceptance figures docs/explain.md reports: the fitted tables 209 of 228 (91.7%: NCCL's
+    # the acceptance figures docs/validation/explain.md reports: the fitted tables 209 of 228 (91.7%: NCCL's
     # socket hop, issue 47; 205 with the PS servers on hosts of their own and ByteScheduler's own
     # cost, 201 before them), their all-reduce cells >= 90%; held out 43 of 54, unchanged by all
     # three (none touches their cells: every held-out network is InfiniBand); with the second held-out
@@ -179,7 +179,7 @@ THIRD_SET = ("dle-pytorch-resnext101", "dle-pytorch-se-resnext101", "dle-pytorch
 
 
 def test_the_third_sets_single_node_cells_from_one_gpu_as_the_prior_was_first_judged():
-    # docs/explain.md, "A node-sharing prior ...": the judged run (a published table pools with no
+    # docs/validation/explain.md, "A node-sharing prior ...": the judged run (a published table pools with no
     # other, so its tables alone give the figures the run over every table prints): 62 of 88 within
     # 15% and 63 inside their 80% range (43 and 4 with the prior off)
     for prior, expected in ((True, (62, 63, 88)), (False, (43, 4, 88))):

@@ -16,7 +16,7 @@ run-to-run noise cannot flag a healthy node.
 A node rule may name a second figure that must agree (`corroborated_by: METRIC`, which needs a
 rule of its own): the rule then counts only when that figure breaks its rule too. Why: a CPU short
 of capacity (a quota, fewer or slower cores) slows every CPU-bound test alike (in every CPU fault
-of the matrix, matmul and the training step fell together, docs/diagnose.md), while here a healthy
+of the matrix, matmul and the training step fell together, docs/guide/diagnose.md), while here a healthy
 node's matmul alone fell to 0.6x for seconds with both its threads running the whole time and
 nothing else on the machine (the vCPUs ran slower: log of issue 35); that lone drop flagged a
 healthy node twice. An uncorroborated drop is reported beside the verdict, never dropped in silence.

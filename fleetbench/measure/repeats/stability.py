@@ -43,7 +43,7 @@ DISTURBED_PCT = 10.0
 # run's own two edges, or, at its slower edge, from the median of its cell's runs: the hypervisor
 # slowed this guest's vCPUs by 26-38 % with nothing in /proc/stat, and a CPU quota of a tenth
 # slows the probe's GEMM five-fold. Each limit stands well above its probe's own noise on a quiet
-# machine (bench/probe_cv.py; docs/metrics.md): the one-thread GEMM's cv is 1.3-1.7 % here, the
+# machine (bench/probe_cv.py; docs/reference/metrics.md): the one-thread GEMM's cv is 1.3-1.7 % here, the
 # triad's 10-15 % (its arrays live in a memory shared with the host's other guests: p10 at 75-90 %
 # of the median, 2026-11-28), so the triad names only a large fall.
 PROBE_PCT = 15.0  # the GEMM's limit

@@ -240,7 +240,7 @@ def _sequential_text(base: dict, new: dict) -> str:
     fmt = "%H:%M" if len({t.date() for t in times}) == 1 else "%Y-%m-%d %H:%M"
     t = [x.strftime(fmt) for x in times]
     return (f"{first}'s runs all came before {second}'s ({t[0]}-{t[1]} -> {t[2]}-{t[3]} UTC): a drift of the machine "
-            f"between them reads as a change; interleave the sides (fleetbench sweep --interleave, docs/compare.md)")
+            f"between them reads as a change; interleave the sides (fleetbench sweep --interleave, docs/guide/compare.md)")
 
 
 def table_rows(report: dict) -> list[tuple]:

@@ -178,7 +178,7 @@ def draw(cell: dict) -> bytes:
         ax.set_xlabel(f"run, in order of {cell.get('by', 'time')}")
         ax.set_ylabel(cell["unit"])
         png = finish(fig, ax, cell["label"], "dots: runs (hollow: disturbed, not in figures); lines: segment means; "
-                     "dashed: change points (PELT), each tested by a permutation test (docs/compare.md)")
+                     "dashed: change points (PELT), each tested by a permutation test (docs/guide/compare.md)")
     return png
 
 

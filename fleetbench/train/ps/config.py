@@ -9,13 +9,13 @@ from fleetbench.train import run
 
 MODES = ("sync", "async", "geo")
 DATASETS = ("InMemoryDataset", "QueueDataset")
-# Why mode=sync is refused: measured on paddlepaddle 2.6.2 (CPU), evidence in docs/ps.md.
+# Why mode=sync is refused: measured on paddlepaddle 2.6.2 (CPU), evidence in docs/guide/ps.md.
 SYNC_REFUSAL = (
     "config key 'mode' is 'sync', which Paddle 2.6.2's CPU parameter server cannot run: its sync "
     "trainer program ends every step with send_barrier, which calls a Communicator that "
     "TheOnePSRuntime._init_worker never creates in sync mode (segfault in SendBarrierOp); creating "
     "one unstarted makes the barrier a no-op and dense parameters are never pulled, and starting it "
-    "deadlocks because dense gradients bypass its send queue (docs/ps.md#sync); use mode=async or mode=geo")
+    "deadlocks because dense gradients bypass its send queue (docs/guide/ps.md#sync-mode-why-it-is-refused); use mode=async or mode=geo")
 
 
 @dataclasses.dataclass

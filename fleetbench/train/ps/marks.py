@@ -1,5 +1,5 @@
 """Where a parameter-server worker's step goes, measured on its trainer threads: the next batch,
-the sparse pull, compute, the push, and the meter (docs/metrics.md#parameter-server-step-breakdown).
+the sparse pull, compute, the push, and the meter (docs/reference/metrics.md#parameter-server-step-breakdown).
 
 train_from_dataset runs a batch as the program's ops in order, inside C++ (Paddle 2.6.2's
 DownpourLiteWorker::TrainFiles: `device_reader_->Next()`, then every op, then the scope's

@@ -1,5 +1,5 @@
 """Paddle 2.6.2's parameter server as the driver needs it: the workarounds, private calls and
-quieting, each with the reason it exists (evidence in docs/ps.md). Paddle is imported inside
+quieting, each with the reason it exists (evidence in docs/guide/ps.md). Paddle is imported inside
 functions: a process sets its threads for its role before paddle starts."""
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def init_deadline(seconds: float) -> Iterator[None]:
     it released reaches the *next* barrier first, the set is not empty when the waiter looks: it
     sleeps on, its trainer never reaches that next barrier, and so that barrier never fills. GEO's init_params
     runs one such barrier per sparse table back to back (word2vec: emb, emb_w, emb_b); every rank
-    waits, silent (docs/ps.md#geo-start-up-deadlock). The waiting call holds the GIL, so no Python
+    waits, silent (docs/guide/ps.md#geo-start-up-deadlock). The waiting call holds the GIL, so no Python
     thread could act: faulthandler's watchdog is C, and dumps the stacks and exits without it."""
     faulthandler.dump_traceback_later(seconds, exit=True, file=OUT)
     try:

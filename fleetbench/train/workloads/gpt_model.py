@@ -16,7 +16,7 @@ that hybrid.prepare's all-reduce hooks sum their partial gradients over the TP g
 
 Tested for real on CPU: tp = pp = 1 (data parallel and sharding stage 1). The tp, sp and pp paths
 run only on GPU builds (a CPU build refuses them before launch: train/hybrid.check) and are
-untested in kernels here (docs/gpt.md).
+untested in kernels here (docs/guide/gpt.md).
 """
 from __future__ import annotations
 
