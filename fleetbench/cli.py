@@ -12,7 +12,7 @@ SUBCOMMANDS = {
     "topo": ("fleetbench.machine.topology", "parse and analyse `nvidia-smi topo -m`"),
     "report": ("fleetbench.report.generate", "charts and README tables from stored results"),
     "explain": ("fleetbench.report.explain", "why not better: step-time breakdown, prediction, validation"),
-    "plan": ("fleetbench.plan.cli", "predict hybrid-parallel GPT training (TP x PP x DP x sharding): step, MFU, memory"),
+    "plan": ("fleetbench.perfmodel.plan_cli", "predict hybrid-parallel GPT training (TP x PP x DP x sharding): step, MFU, memory"),
     "compare": ("fleetbench.report.regression.comparison", "did it get slower: cells of two sides of runs, tested"),
     "history": ("fleetbench.report.regression.history", "each cell's figures through time, with change points"),
     "gate": ("fleetbench.report.regression.gate", "CI gate: new runs against a baseline in the results database"),

@@ -22,10 +22,10 @@ import os
 import sys
 
 from fleetbench import cmdline
-from fleetbench.analysis import stragglers, validate, whatif
-from fleetbench.model import predict, published
-from fleetbench.analysis import specs as spec_checks
-from fleetbench.model.breakdown import ACCOUNTING_TOLERANCE, LOSSES, miss_text, parts_text
+from fleetbench.perfmodel import stragglers, validate, whatif
+from fleetbench.perfmodel import predict, published
+from fleetbench.perfmodel import specs as spec_checks
+from fleetbench.perfmodel.breakdown import ACCOUNTING_TOLERANCE, LOSSES, miss_text, parts_text
 from fleetbench.history import select
 from fleetbench.measure.repeats import experiment, stability
 from fleetbench.report import explain_scaling as scaling
@@ -336,7 +336,7 @@ def parser() -> cmdline.Parser:
                         "(docs/explain.md)")
     p.add_argument("--model-def", type=cmdline.INPUT_FILE, metavar="FILE",
                    help="YAML or JSON mapping a model name (a record's config.model) to its definition "
-                        "(model/modeldef: gpt, bert, vit, transformer_xl, layers, params), for models "
+                        "(perfmodel/modeldef: gpt, bert, vit, transformer_xl, layers, params), for models "
                         "outside the registry")
     p.add_argument("--straggler-pct", type=cmdline.number(0.0), default=stragglers.DEFAULT_THRESHOLD_PCT,
                    help="name ranks this much slower than their peers' median (default 10)")
@@ -346,8 +346,8 @@ def parser() -> cmdline.Parser:
 
 def known_values(records: list[dict]) -> dict:
     """key -> the names a spec may use: the records' (network: its profile name), the registry's
-    benchmarks, the emulator's network profiles and the cloud instances (model/links.INSTANCES)."""
-    from fleetbench.model.links import INSTANCES  # pure table
+    benchmarks, the emulator's network profiles and the cloud instances (perfmodel/links.INSTANCES)."""
+    from fleetbench.perfmodel.links import INSTANCES  # pure table
     from fleetbench.emulate.netem_plan import PROFILES  # pure table
     from fleetbench.measure.registry import BENCHMARKS
 
@@ -394,7 +394,7 @@ def run(args) -> str:
     specs, selectors = _specs(args)
     records = select.marked(args.results, results.load, args.db, args.where)
     if args.model_def:
-        from fleetbench.model import modeldef
+        from fleetbench.perfmodel import modeldef
 
         records = modeldef.apply(records, modeldef.read_table(args.model_def))
     records = published.adopt(records, args.published)

@@ -11,7 +11,7 @@ Selection rule, written down before any prediction was run on these tables:
     in the first two sets -- image-classification CNNs other than ResNet-50 v1.5 (ResNeXt101-32x4d,
     SE-ResNeXt101-32x4d, EfficientNet and the like) and machine-translation models (Transformer,
     GNMT) -- whose every trainable tensor can be written from its published architecture and
-    configuration as a `layers` model definition (fleetbench/model/modeldef.py) whose parameter count
+    configuration as a `layers` model definition (fleetbench/perfmodel/modeldef.py) whose parameter count
     matches the count the README or the model's code states (within 0.5%), and (4) is not yet in
     results/reference/. A table that repeats another README's figures counts once, at the model's
     own README. Every printed figure of a selected table is a record; a cell printed N/A is not a

@@ -1,4 +1,4 @@
-"""The third held-out set's models as `layers` definitions (fleetbench/model/modeldef.py), one row a
+"""The third held-out set's models as `layers` definitions (fleetbench/perfmodel/modeldef.py), one row a
 trainable tensor in forward order, each written from the example's architecture and configuration
 at DeepLearningExamples 729963dd (convert_dle_third.py's docstring gives each count and where the
 stated one comes from).

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetbench.analysis import validate
+from fleetbench.perfmodel import validate
 
-from fleetbench.model import links, published
+from fleetbench.perfmodel import links, published
 from fleetbench.report import explain
 
 REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from fleetbench.analysis import validate
+from fleetbench.perfmodel import validate
 from fleetbench.measure import results
-from fleetbench.model import modeldef, published
+from fleetbench.perfmodel import modeldef, published
 from results.reference import dle_third_models as models
 from util import REPO
 

@@ -1,4 +1,4 @@
-"""fleetbench.analysis: the all-reduce model, the breakdown's accounting, prediction and validation,
+"""fleetbench.perfmodel: the all-reduce model, the breakdown's accounting, prediction and validation,
 on constructed records (pure: no Paddle process)."""
 import json
 import os
@@ -7,11 +7,11 @@ import uuid
 import pytest
 from util import cli_code
 
-from fleetbench.analysis import validate
+from fleetbench.perfmodel import validate
 
-from fleetbench.model import alphabeta, breakdown, cells, overlap, predict, scaling
-from fleetbench.model.alphabeta import Hierarchical, Link
-from fleetbench.model.cells import Shape
+from fleetbench.perfmodel import alphabeta, breakdown, cells, overlap, predict, scaling
+from fleetbench.perfmodel.alphabeta import Hierarchical, Link
+from fleetbench.perfmodel.cells import Shape
 from fleetbench.measure import results
 from fleetbench.measure.repeats import aggregate
 from fleetbench.report import explain

@@ -8,9 +8,9 @@ import json
 import pytest
 from util import cli_code
 
-from fleetbench.analysis import validate, whatif
+from fleetbench.perfmodel import validate, whatif
 
-from fleetbench.model import published
+from fleetbench.perfmodel import published
 from fleetbench.report import explain
 from test_predict_overlap import pub
 

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from fleetbench.analysis import validate
+from fleetbench.perfmodel import validate
 from fleetbench.measure import results
-from fleetbench.model import published
+from fleetbench.perfmodel import published
 from results.reference import convert_fourth
 from util import REPO
 

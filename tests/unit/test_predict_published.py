@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from fleetbench.analysis import validate
+from fleetbench.perfmodel import validate
 
-from fleetbench.model import alphabeta, cells, links, nccl, node, published
+from fleetbench.perfmodel import alphabeta, cells, links, nccl, node, published
 from fleetbench.measure import registry
 from fleetbench.report import explain
 

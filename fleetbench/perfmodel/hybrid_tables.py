@@ -1,5 +1,5 @@
 """Published tables of hybrid-parallel GPT training (fleetbench/presets/published/*.yaml), each
-cell predicted by plan/model.py and listed with its error: `fleetbench plan --validate`.
+cell predicted by perfmodel/hybrid.py and listed with its error: `fleetbench plan --validate`.
 
 A table file names its cluster, the defaults of its cells, which keys were assumed rather than
 read (listed in every cell's note), the FLOPs its TFLOP/s counts (`flops`: the recomputation whose
@@ -9,7 +9,7 @@ published figure in tokens/s a GPU (`unit: tokens/s/gpu`) or seconds an iteratio
 s/iteration`) is converted to TFLOP/s with measure/flops.py. Every row becomes a cell; a row the model cannot price (a split check() refuses)
 is listed with its reason, never dropped.
 
-Fit (FIT, run by `fit()`; its result is written into plan/model.py's EFF_MAX, EFF_HALF_WIDTH by
+Fit (FIT, run by `fit()`; its result is written into perfmodel/hybrid.py's EFF_MAX, EFF_HALF_WIDTH by
 hand): least squares on the relative errors of the `fit` tables' cells, a grid over the two
 constants; the `check` tables then say how well the fit carries to other tables.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from fleetbench.measure.registry import PRESET_DIR
-from fleetbench.plan import model
+from fleetbench.perfmodel import hybrid
 
 TABLES_DIR = PRESET_DIR / "published"
 WITHIN = 0.15  # the acceptance: >= 85% of cells within 15%, median <= 7%
@@ -56,14 +56,14 @@ def tables(directory: Path = TABLES_DIR) -> list[dict]:
 
 def _cell_inputs(table: dict, row: list) -> tuple:
     values = dict(table.get("defaults") or {}, **dict(zip(table["columns"], row)))
-    shape = model.Shape(**{k: values[k] for k in SHAPE_KEYS if k in values})
+    shape = hybrid.Shape(**{k: values[k] for k in SHAPE_KEYS if k in values})
     tp, pp = int(values.get("tp", 1)), int(values.get("pp", 1))
-    split = model.Split(tp=tp, pp=pp, dp=int(values["gpus"]) // (tp * pp),
+    split = hybrid.Split(tp=tp, pp=pp, dp=int(values["gpus"]) // (tp * pp),
                         **{k: values[k] for k in SPLIT_KEYS if k in values})
-    return values, shape, split, model.Cluster(**table["cluster"])
+    return values, shape, split, hybrid.Cluster(**table["cluster"])
 
 
-def tflops_per_gpu(table: dict, values: dict, shape: model.Shape, figure: float) -> float:
+def tflops_per_gpu(table: dict, values: dict, shape: hybrid.Shape, figure: float) -> float:
     """A published figure as TFLOP/s a GPU, counted by the table's FLOPs convention (`flops`):
     tokens/s a GPU x FLOPs a token, or an iteration's FLOPs (global batch x seq tokens) / (seconds
     x GPUs); a table in TFLOP/s is taken as printed."""
@@ -82,8 +82,8 @@ def cells(table: dict) -> list[Cell]:
         values, shape, split, cluster = _cell_inputs(table, row)
         published = float(values["published"])
         published = tflops_per_gpu(table, values, shape, published)
-        why = model.check(shape, split, cluster)
-        found = None if why else model.predict(shape, split, cluster)
+        why = hybrid.check(shape, split, cluster)
+        found = None if why else hybrid.predict(shape, split, cluster)
         predicted = found.tflops_per_gpu(table["flops"]) if found else None
         note = why or f"{split.label()}; assumed: {assumed}"
         if found and values.get("memory_mib"):
@@ -108,18 +108,18 @@ def fit() -> dict:
     """The constants of FIT_GRID that give the `fit` tables' cells the least mean squared relative
     error (module doc), with that error. Restores the model's constants before returning."""
     chosen = [t for t in tables() if t["role"] == "fit"]
-    saved = {k: getattr(model, k) for k in FIT_GRID}
+    saved = {k: getattr(hybrid, k) for k in FIT_GRID}
     best = None
     try:
         for half in FIT_GRID["EFF_HALF_WIDTH"]:
             for traffic in FIT_GRID["MEM_TRAFFIC"]:
                 for top in FIT_GRID["EFF_MAX"]:
-                    model.EFF_MAX, model.EFF_HALF_WIDTH, model.MEM_TRAFFIC = top, half, traffic
+                    hybrid.EFF_MAX, hybrid.EFF_HALF_WIDTH, hybrid.MEM_TRAFFIC = top, half, traffic
                     errors = [c.error for t in chosen for c in cells(t) if c.error is not None]
                     loss = statistics.fmean(e * e for e in errors)
                     if best is None or loss < best["loss"]:
                         best = {"EFF_MAX": top, "EFF_HALF_WIDTH": half, "MEM_TRAFFIC": traffic, "loss": loss}
     finally:
         for k, v in saved.items():
-            setattr(model, k, v)
+            setattr(hybrid, k, v)
     return best

@@ -11,12 +11,12 @@ from __future__ import annotations
 import itertools
 import statistics
 
-from fleetbench.model import breakdown as bd
-from fleetbench.model import cells as cellmod
-from fleetbench.analysis import specs
-from fleetbench.model import node, published
-from fleetbench.model.cells import Cell, Shape
-from fleetbench.model.predict import Target, calibrate, predict_ps, predict_range, work_values
+from fleetbench.perfmodel import breakdown as bd
+from fleetbench.perfmodel import cells as cellmod
+from fleetbench.perfmodel import specs
+from fleetbench.perfmodel import node, published
+from fleetbench.perfmodel.cells import Cell, Shape
+from fleetbench.perfmodel.predict import Target, calibrate, predict_ps, predict_range, work_values
 from fleetbench.measure.repeats import experiment
 
 FILTER_KEYS = ("benchmark", "preset", "method")

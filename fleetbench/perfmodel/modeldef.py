@@ -1,6 +1,6 @@
 """A model outside the registry, from its definition: the float32 bytes of each trainable tensor in
 the order backward makes it ready, and the share of backward's FLOPs done by then, for the
-overlap model (model/overlap.py) and the bytes a step all-reduces (model/published.py).
+overlap model (perfmodel/overlap.py) and the bytes a step all-reduces (perfmodel/published.py).
 
 A record gives `config.model_def`, one of:
 

@@ -5,7 +5,7 @@ network that keeps a target efficiency at each count: the question a cluster buy
         --target-efficiency 0.9
 
 Efficiency = 1-device step / predicted step (per-device work is the same), with the range of the
-prediction (model/ranges). "Keeps the target" is read at the point and said for both ends: a
+prediction (perfmodel/ranges). "Keeps the target" is read at the point and said for both ends: a
 network that keeps it at the slow end keeps it whatever the uncertain inputs turn out to be.
 """
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
-from fleetbench.plan import model
+from fleetbench.perfmodel import hybrid
 
 MICRO_BATCHES = (1, 2, 4, 8)
 INTERLEAVES = (1, 2)
@@ -39,8 +39,8 @@ def _options(fixed, options) -> tuple:
     return (fixed,) if fixed is not None else tuple(options)
 
 
-def candidates(shape: model.Shape, gpus: int, global_batch: int, cluster: model.Cluster,
-               choices: Choices) -> list[model.Split]:
+def candidates(shape: hybrid.Shape, gpus: int, global_batch: int, cluster: hybrid.Cluster,
+               choices: Choices) -> list[hybrid.Split]:
     tps = _options(choices.tp, [t for t in _divisors(cluster.gpus_per_node) if shape.heads % t == 0])
     found = []
     for tp in tps:
@@ -54,15 +54,15 @@ def candidates(shape: model.Shape, gpus: int, global_batch: int, cluster: model.
                 _options(choices.sharding_stage, (0, 1, 2, 3) if dp > 1 else (0,)),
                 _options(choices.sequence_parallel, (False, True) if tp > 1 else (False,)),
                 _options(choices.interleave, INTERLEAVES if pp > 1 else (1,)))
-            found += [model.Split(tp, pp, dp, mb, global_batch, rc, st, sp, v) for mb, rc, st, sp, v in combos]
+            found += [hybrid.Split(tp, pp, dp, mb, global_batch, rc, st, sp, v) for mb, rc, st, sp, v in combos]
     return found
 
 
-def ranked(shape: model.Shape, gpus: int, global_batch: int, cluster: model.Cluster,
-           choices: Choices) -> tuple[list[model.Prediction], int]:
+def ranked(shape: hybrid.Shape, gpus: int, global_batch: int, cluster: hybrid.Cluster,
+           choices: Choices) -> tuple[list[hybrid.Prediction], int]:
     """(the splits that fit, fastest first; how many splits were priced)."""
-    priced = [model.predict(shape, s, cluster) for s in candidates(shape, gpus, global_batch, cluster, choices)
-              if model.check(shape, s, cluster) is None]
+    priced = [hybrid.predict(shape, s, cluster) for s in candidates(shape, gpus, global_batch, cluster, choices)
+              if hybrid.check(shape, s, cluster) is None]
     fitting = [p for p in priced if p.fits]
     fitting.sort(key=lambda p: (-p.tokens_per_s, p.memory_gib))
     return fitting, len(priced)

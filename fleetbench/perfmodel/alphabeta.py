@@ -21,7 +21,7 @@ latency being flat there). Larger calls keep the fit.
 
 When nodes hold several devices, gloo's all-reduce is taken as hierarchical: an all-reduce among
 the d devices of a node (intra-node fit) plus one among the N nodes (inter-node fit), each of S
-bytes. NCCL's (GPU work) is model/nccl.py: rings over all GPUs, or trees, whichever is cheaper.
+bytes. NCCL's (GPU work) is perfmodel/nccl.py: rings over all GPUs, or trees, whichever is cheaper.
 Units: bytes, microseconds inside, milliseconds out; GB/s = 10^9 bytes/s as nccl-tests.
 """
 from __future__ import annotations

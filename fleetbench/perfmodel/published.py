@@ -9,7 +9,7 @@ reference records (`fleetbench explain --published`) and GPU records without gra
                      parameters, or metrics.grad_tensor_bytes), else measure/registry.GRADIENTS of
                      the model: config.model matched by name or alias (MODELS, ALIASES) to the
                      registered benchmark and preset that define the same network; then scaled to
-                     the bytes a gradient element travels in (model/gradbytes: config.precision,
+                     the bytes a gradient element travels in (perfmodel/gradbytes: config.precision,
                      config.grad_dtype)
     sync             config.grad_merge_steps micro-batches a device between all-reduces (gradient
                      accumulation, default 1): the bytes and calls a step sends are divided by it
@@ -31,7 +31,7 @@ import math
 import re
 
 from fleetbench.measure import flops, registry
-from fleetbench.model import gradbytes, modeldef
+from fleetbench.perfmodel import gradbytes, modeldef
 
 # Published model names -> (registered benchmark, preset) of the same network. BERT-Base is the
 # bert_large script at preset `base` (12 layers, hidden 768: its presets file).
@@ -167,7 +167,7 @@ def _derive_bytes(out: dict, record: dict) -> list[str]:
 
 
 def _from_definition(out: dict, where: str) -> list[str]:
-    """A model outside the registry given by its definition (config.model_def, model/modeldef)
+    """A model outside the registry given by its definition (config.model_def, perfmodel/modeldef)
     or its parameter count (config.params): its gradient sizes and readiness, written into the
     copy's metrics as a record that gives its own would carry them."""
     m, config = out["metrics"], out.get("config") or {}

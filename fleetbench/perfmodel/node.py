@@ -28,9 +28,9 @@ import dataclasses
 import math
 import statistics
 
-from fleetbench.model import alphabeta, nccl, overlap, ranges
-from fleetbench.model import cells as cellmod
-from fleetbench.model.cells import Cell
+from fleetbench.perfmodel import alphabeta, nccl, overlap, ranges
+from fleetbench.perfmodel import cells as cellmod
+from fleetbench.perfmodel.cells import Cell
 
 TOPOLOGY_SHARE = (0.85, 0.7, 1.0)  # (point, slow end, fast end) of a link's data rate NCCL reaches
 DERIVED = "derived from the 1-node run"

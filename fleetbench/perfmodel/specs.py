@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from fleetbench.model import links
+from fleetbench.perfmodel import links
 
 NAMED = ("benchmark", "network")
 

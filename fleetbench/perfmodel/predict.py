@@ -7,17 +7,17 @@ A prediction of a training cell (work, method, network, nodes x devices per node
 base: the method=none control's step time of that shape (compute + imbalance + reader), else the
 nearest control (or the 1-device run) scaled by core sharing (analysis.scaling: from a measured
 thread-scaling curve), for GPU work by node sharing (analysis.node); else nothing. The link:
-links.link_for (NCCL's ring or tree for GPUs, model/nccl.py); the bytes and calls a step
+links.link_for (NCCL's ring or tree for GPUs, perfmodel/nccl.py); the bytes and calls a step
 really sends: analysis.gradbytes, scaled to the target's accumulation (a sync every k micro-steps
 sends bytes/k a micro-step). Exposed: the whole all-reduce for post-backward methods; for
-overlapped ones, on GPUs the overlap model (model/overlap: the gradients' order and sizes
+overlapped ones, on GPUs the overlap model (perfmodel/overlap: the gradients' order and sizes
 against backward), on CPUs the window the work's other cells of the method hid (gloo computes on
 the cores that train, which no model of backward alone captures), else nothing hidden (an upper
 bound). Calibration (`calibrate`), from measured cells other than the one predicted: the host cost
 per byte is what a post-backward method's exposed communication takes beyond the link model,
 measured on the same work's cells, else on the same framework's (never another framework's).
 
-Every prediction is made three times (model/ranges): every uncertain input at its fast end, as
+Every prediction is made three times (perfmodel/ranges): every uncertain input at its fast end, as
 it is, at its slow end; `predicted_step_range` and `predicted_throughput_range` carry the ends.
 """
 from __future__ import annotations
@@ -25,10 +25,10 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from fleetbench.model import breakdown as bd
-from fleetbench.model import cells as cellmod
-from fleetbench.model import gradbytes, links, node, overlap, published, ranges, scaling
-from fleetbench.model.cells import Cell, Shape
+from fleetbench.perfmodel import breakdown as bd
+from fleetbench.perfmodel import cells as cellmod
+from fleetbench.perfmodel import gradbytes, links, node, overlap, published, ranges, scaling
+from fleetbench.perfmodel.cells import Cell, Shape
 from fleetbench.measure.repeats import experiment
 
 

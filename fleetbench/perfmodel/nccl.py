@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from fleetbench.model import alphabeta
+from fleetbench.perfmodel import alphabeta
 
 TREE_SHARE = 0.92  # NCCL's model: a tree all-reduce reaches 92% of the bus bandwidth a ring does
 DEFAULT_HOP_US = {"net": 14.0, "nvlink": 3.4, "pcie": 5.7}  # NCCL tuning.cc, Simple protocol

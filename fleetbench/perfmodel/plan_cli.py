@@ -7,8 +7,8 @@
     fleetbench plan ... --gpus N          (no --tp/--pp: the splits that fit, ranked)
     fleetbench plan --validate [--json]   (every published cell: predicted, published, error)
 
-The model is plan/model.py (docs/plan.md); GPUs are measure/devices.py's, the network is NICs x a
-rate (`8x200gbit`, or a profile of `fleetbench cluster`: `100gbe`), all-reduces model/nccl.py's.
+The model is perfmodel/hybrid.py (docs/plan.md); GPUs are measure/devices.py's, the network is NICs x a
+rate (`8x200gbit`, or a profile of `fleetbench cluster`: `100gbe`), all-reduces perfmodel/nccl.py's.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import sys
 from fleetbench import cmdline
 from fleetbench.emulate import netem_plan
 from fleetbench.measure import devices
-from fleetbench.plan import model, published, search
+from fleetbench.perfmodel import hybrid, hybrid_search, hybrid_tables
 
 DEFAULT_NETWORK = "8x200gbit"  # a DGX A100/H100 node: 8 HDR/NDR InfiniBand NICs of 200 Gb/s
 
@@ -80,9 +80,9 @@ def _inputs(p: cmdline.Parser, args) -> tuple:
     given = [args.dp is not None, args.gpus is not None]
     if all(given) or not any(given):
         p.error("--dp or --gpus: expected exactly one")
-    shape = model.Shape(args.layers, args.hidden, args.heads, args.seq, args.vocab, args.ffn_hidden,
+    shape = hybrid.Shape(args.layers, args.hidden, args.heads, args.seq, args.vocab, args.ffn_hidden,
                         args.swiglu, args.flash_attention)
-    cluster = model.Cluster(args.gpu, args.gpus_per_node, *args.network, precision=args.precision)
+    cluster = hybrid.Cluster(args.gpu, args.gpus_per_node, *args.network, precision=args.precision)
     try:
         cluster.peak_flops
     except KeyError:  # e.g. a K80 has no half-precision math (measure/devices.py)
@@ -100,26 +100,26 @@ def cli(argv=None) -> int:
     if args.tp is None:
         if args.gpus is None:
             p.error("--dp without --tp/--pp: expected --gpus N for a search of the splits")
-        choices = search.Choices(None, None, args.micro_batch, args.recompute, args.sharding_stage,
+        choices = hybrid_search.Choices(None, None, args.micro_batch, args.recompute, args.sharding_stage,
                                  args.sequence_parallel, args.interleave)
-        found, priced = search.ranked(shape, args.gpus, args.global_batch, cluster, choices)
+        found, priced = hybrid_search.ranked(shape, args.gpus, args.global_batch, cluster, choices)
         return _print_search(shape, cluster, found[:args.top], priced, len(found), args.json)
     dp = args.dp or args.gpus // (args.tp * args.pp)
     if args.gpus and args.gpus % (args.tp * args.pp):
         p.error(f"--gpus {args.gpus}: expected a multiple of tp x pp ({args.tp * args.pp})")
-    split = model.Split(args.tp, args.pp, dp, args.micro_batch or 1, args.global_batch, args.recompute or "none",
+    split = hybrid.Split(args.tp, args.pp, dp, args.micro_batch or 1, args.global_batch, args.recompute or "none",
                         args.sharding_stage or 0, bool(args.sequence_parallel), args.interleave or 1)
-    why = model.check(shape, split, cluster)
+    why = hybrid.check(shape, split, cluster)
     if why:
         p.error(why)
-    found = model.predict(shape, split, cluster)
+    found = hybrid.predict(shape, split, cluster)
     print(json.dumps(found.as_json(), indent=1) if args.json else "\n".join(describe(found)))
     return 0
 
 
-def describe(found: model.Prediction) -> list[str]:
+def describe(found: hybrid.Prediction) -> list[str]:
     s, c = found.shape, found.cluster
-    step, parts, mem = found.step_s, found.parts, {k: v / model.GIB for k, v in found.memory.items()}
+    step, parts, mem = found.step_s, found.parts, {k: v / hybrid.GIB for k, v in found.memory.items()}
     fits = "fits" if found.fits else "DOES NOT FIT"
     return [
         f"GPT {s.parameters() / 1e9:.1f}B parameters ({s.layers} layers, hidden {s.hidden}, {s.heads} heads, "
@@ -150,11 +150,11 @@ def _print_search(shape, cluster, found, priced: int, fitting: int, as_json: boo
 
 
 def _validate(as_json: bool) -> int:
-    all_tables = published.tables()
-    rows = [(t, published.cells(t)) for t in all_tables]
+    all_tables = hybrid_tables.tables()
+    rows = [(t, hybrid_tables.cells(t)) for t in all_tables]
     if as_json:
         print(json.dumps({t["file"]: {"cells": [dict(c.__dict__, error=c.error) for c in cs],
-                                      "summary": published.summary(cs), "role": t["role"]} for t, cs in rows}, indent=1))
+                                      "summary": hybrid_tables.summary(cs), "role": t["role"]} for t, cs in rows}, indent=1))
         return 0
     print(f"{'table':<28} {'role':<5} {'cell':<30} {'published':>9} {'predicted':>9} {'error':>7}  note")
     for t, cs in rows:
@@ -164,7 +164,7 @@ def _validate(as_json: bool) -> int:
             print(f"{c.table[:28]:<28} {c.role:<5} {c.name[:30]:<30} {c.published:9.1f} {pred} {err}  {c.note}")
     for label, picked in (("fit tables", [c for _, cs in rows for c in cs if c.role == "fit"]),
                           ("check tables", [c for _, cs in rows for c in cs if c.role == "check"])):
-        got = published.summary(picked)
+        got = hybrid_tables.summary(picked)
         median = "-" if got["median_abs_error"] is None else f"{got['median_abs_error']:.1%}"
         print(f"{label}: {got['cells']} cells, {got['priced']} priced, {got['within_15pct']:.0%} within 15%, "
               f"median |error| {median}")

@@ -1,5 +1,5 @@
 """Links the records do not measure, stated as such: a network known only by its rate, and the
-link inside a GPU node when no comm record of it exists (model/node.py: from the topology or
+link inside a GPU node when no comm record of it exists (perfmodel/node.py: from the topology or
 the 1-node run). A comm record (collective/comm.py run on the cluster) always wins: what is
 derived here only fills a gap cells.link_for would otherwise report, and every prediction that
 uses it says so in its notes.
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from fleetbench.model import alphabeta, nccl, node, published, ranges
-from fleetbench.model import cells as cellmod
-from fleetbench.model.cells import Cell, CommCell, Shape
+from fleetbench.perfmodel import alphabeta, nccl, node, published, ranges
+from fleetbench.perfmodel import cells as cellmod
+from fleetbench.perfmodel.cells import Cell, CommCell, Shape
 
 # transport -> (share of the nominal rate that carries data, how that share is derived)
 TRANSPORTS = {
@@ -69,13 +69,13 @@ INSTANCES = {
 @dataclasses.dataclass
 class Found:
     """What link_for found: the link (None: `problem` says why), notes, and node sharing (a factor
-    on a micro-step of GPU cells of `sharing_per_node` GPUs a node; model/node.py)."""
+    on a micro-step of GPU cells of `sharing_per_node` GPUs a node; perfmodel/node.py)."""
     link: object
     problem: str
     notes: list
     sharing: float = 1.0
     sharing_per_node: int = 0
-    node_link: object = None  # the ring inside a GPU node (model/node.py), when one was found
+    node_link: object = None  # the ring inside a GPU node (perfmodel/node.py), when one was found
     one_gpu_alone: bool = False  # a GPU work with no 1-node run of several GPUs (node.prior)
     net_transport: str | None = None  # of a network known by its rate alone (no comm record)
 
@@ -103,7 +103,7 @@ def servers_apart(share: tuple[float, str], ranks: int) -> tuple[float, str]:
     """The delivered share as the all-reduce model must see it when the parameter servers run on
     hosts of their own (ddl-benchmarks' byteps/launch.sh: as many servers as worker nodes, started
     from gpu9 on): a worker node pushes S and pulls S a step whatever the nodes, where NCCL's ring
-    sends 2(n-1)/n S over n ranks (model/nccl.py); so the same time at 2(n-1)/n x the rate."""
+    sends 2(n-1)/n S over n ranks (perfmodel/nccl.py); so the same time at 2(n-1)/n x the rate."""
     factor = 2 * (ranks - 1) / ranks if ranks > 1 else 1.0
     return share[0] * factor, (f"{share[1]}; servers on hosts of their own: a worker node pushes and pulls "
                                f"S a step at any size, the ring's 2(n-1)/n S at x{factor:.3g} the rate")

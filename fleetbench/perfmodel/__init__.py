@@ -1,4 +1,6 @@
-"""The performance model behind `fleetbench explain`, read in the order its stages run:
+"""The performance model, in one room: why a multi-device cell is not N times faster, what cells not
+measured would do, how right that is, and which hybrid-parallel split fits. Read in the order its
+stages run:
 
     published, modeldef   records completed: what published and GPU records lack; a model outside
                           the registry from its definition
@@ -13,7 +15,11 @@
     predict               the step of a cell not measured: all-reduce cells, and (predict_ps)
                           parameter-server cells
     ranges                the range each prediction carries
+    validate, specs       held-out and published cells predicted and scored; --predict/--validate values
+    whatif, stragglers    what-if grids; which rank lags
+    hybrid, hybrid_search, hybrid_tables, plan_cli
+                          hybrid parallel (TP x PP x DP x sharding): the step and memory of a split,
+                          the splits that fit, the published tables it is checked on, `fleetbench plan`
 
-Pure: records in, numbers out; nothing here imports paddle or draws. What reads the model's output
-(validation, what-if grids, --predict values, stragglers) is `fleetbench/analysis/`.
+Pure: records in, numbers out; nothing here imports paddle or draws (report/ does).
 """

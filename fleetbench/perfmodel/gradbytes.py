@@ -101,7 +101,7 @@ def latency_note(link, traffic: Traffic, ranks: int) -> str:
             f"step), {how}; this prediction is as uncertain as that latency")
 
 
-# ---------------------------------------------------------------- precision (was model/gradbytes.py)
+# ---------------------------------------------------------------- precision (was perfmodel/gradbytes.py)
 # The precision a record trained in, and the bytes its gradients are all-reduced in.
 # 
 # `config.precision` names how the model computed (docs/explain.md, "Writing a published table"):

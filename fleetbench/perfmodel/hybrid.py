@@ -13,7 +13,7 @@ Step (one global batch), for m = global_batch / (dp x micro_batch) micro-batches
     pipeline      (m + (pp - 1) / v) micro-batches: 1F1B's bubble is (pp - 1) micro-batch times,
                   the interleaved schedule's (v model chunks a GPU) (pp - 1) / v (Narayanan, sec. 2.2)
     DP/sharding   the gradients a GPU holds (bf16/fp16: 2 bytes a parameter) all-reduced over the dp
-                  group with model/nccl.py (ring or tree, NVLink inside a node, the NICs across);
+                  group with perfmodel/nccl.py (ring or tree, NVLink inside a node, the NICs across);
                   sharding stage 1 reduce-scatters + all-gathers the same bytes once a step; stages 2-3
                   every micro-batch (a rank keeps only its gradient shard, so accumulation cannot wait),
                   stage 3 gathering the weights once more for backward (x1.5); exposed (after
@@ -25,7 +25,7 @@ the GEMMs, a layer's memory-bound work (norms, dropout, softmax, GELU, residuals
 x the activation bytes Korthikanti counts for it, a pass, at the GPU's memory bandwidth
 (measure/devices.hbm_GBps): it is what makes small hidden sizes and wide TP without sequence
 parallelism (which replicates those ops) slower than their FLOPs say. The constants are fitted on
-one published table (plan/published.py says which) and checked on the others.
+one published table (perfmodel/hybrid_tables.py says which) and checked on the others.
 
 Memory a GPU (Korthikanti et al. 2022, sec. 4, bytes; s seq, b micro-batch, h hidden, a heads, t tp):
     weights 2, gradients 2, Adam state 12 bytes a parameter (fp32 master, m, v), divided by the
@@ -42,11 +42,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from fleetbench.model import alphabeta, nccl
+from fleetbench.perfmodel import alphabeta, nccl
 from fleetbench.measure import devices, flops
 
 GIB = 2 ** 30
-EFF_MAX = 0.66         # fitted: plan/published.py fit() on Megatron-LM's Table 1
+EFF_MAX = 0.66         # fitted: perfmodel/hybrid_tables.py fit() on Megatron-LM's Table 1
 EFF_HALF_WIDTH = 0.0    # fitted with it: no width dependence left once memory-bound work is priced
 NVLINK_SHARE = 0.77    # NCCL all-reduce bus bandwidth / NVLink per direction (230 of 300 GB/s, DGX A100)
 NET_SHARE = 0.90       # of the NICs' line rate an all-reduce or a send delivers

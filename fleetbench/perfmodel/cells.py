@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 
-from fleetbench.model import alphabeta, gradbytes, nccl, overlap, published
+from fleetbench.perfmodel import alphabeta, gradbytes, nccl, overlap, published
 from fleetbench.emulate.netem_plan import PROFILES  # the link profiles: the pure plan's table, no tools
 from fleetbench.measure.repeats import experiment, stability
 from fleetbench.measure.schema import CONTROL  # the no-synchronisation control's method
@@ -289,7 +289,7 @@ def pool(records: list[dict]) -> tuple[list[Cell], list[CommCell]]:
     for record in records:  # repeats pool as in every report: one group per experiment
         # a step time is what the breakdown takes apart: records without one (hand-made, or from
         # an older schema) have nothing to explain
-        # published records only once their step time is derived (model/published, --published)
+        # published records only once their step time is derived (perfmodel/published, --published)
         if (record.get("error") is None and record["mode"] == "collective"
                 and (not record.get("source") or (record.get("metrics") or {}).get("derived"))
                 and (record.get("metrics") or {}).get("step_time_ms") is not None):
@@ -366,7 +366,7 @@ def link_for(network: str | None, shape: Shape, comm: list[CommCell], rate_gbit:
     """(link, problem): the all-reduce cost model for `shape` on `network` (or on a link of
     `rate_gbit`). An exact comm record of the shape and network wins; else one node or one device
     per node is a ring fitted at another size; else, across nodes of several devices, NCCL's
-    rings or trees over all GPUs (backend nccl: model/nccl.py, also for one GPU a node), or for
+    rings or trees over all GPUs (backend nccl: perfmodel/nccl.py, also for one GPU a node), or for
     gloo an intra-node then an inter-node all-reduce (as the fitted cells measured it)."""
     if shape.world_size == 1:
         return None, "one device: no all-reduce"

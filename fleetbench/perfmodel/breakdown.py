@@ -25,9 +25,9 @@ run's) and what the accounting left unexplained.
 """
 from __future__ import annotations
 
-from fleetbench.model import cells as cellmod
-from fleetbench.model import gradbytes, links, scaling
-from fleetbench.model.cells import Cell
+from fleetbench.perfmodel import cells as cellmod
+from fleetbench.perfmodel import gradbytes, links, scaling
+from fleetbench.perfmodel.cells import Cell
 
 ACCOUNTING_TOLERANCE = 0.05
 PARTS = ("compute_ms", "exposed_comm_ms", "imbalance_ms", "reader_ms")
@@ -69,7 +69,7 @@ def _base_parts(cell: Cell, control: Cell | None, single: Cell | None, sharing: 
 def _sharing(cell: Cell, single: Cell | None, cells: list[Cell], found) -> tuple[float, str]:
     """Core sharing of the 1-device run at the cell's shape, when measured (on this work or
     borrowed from other works on the host); an assumed linear one is not used here. GPU work:
-    node sharing from the 1-node run against a known node link (model/node.py)."""
+    node sharing from the 1-node run against a known node link (perfmodel/node.py)."""
     if single is None:
         return 1.0, ""
     if cell.gpu:
