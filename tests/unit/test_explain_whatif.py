@@ -147,14 +147,14 @@ text after the table
 
 
 def test_dle_converter_reads_the_table_as_printed_and_says_what_it_derived():
-    from results.reference import convert_dle
+    from fleetbench.perfmodel.sources import nvidia_dle
 
-    spec = dict(convert_dle.SOURCES["paddle-bert"], tables=[REFERENCE_HEADING])
-    convert_dle.SOURCES["test"] = spec
+    spec = dict(nvidia_dle.SOURCES["paddle-bert"], tables=[REFERENCE_HEADING])
+    nvidia_dle.SOURCES["test"] = spec
     try:
-        records = convert_dle.convert("test", README_EXCERPT)
+        records = nvidia_dle.convert("test", README_EXCERPT)
     finally:
-        del convert_dle.SOURCES["test"]
+        del nvidia_dle.SOURCES["test"]
     assert len(records) == 4
     amp4 = next(r for r in records if r["nodes"] == 4 and r["config"]["precision"] == "amp")
     assert amp4["metrics"] == {"throughput": 19000.0, "unit": "sequences/s", "repeats": None}

@@ -1,4 +1,4 @@
-"""The parameter counts DeepLearningExamples' own PyTorch model code builds (convert_dle_third.py's
+"""The parameter counts DeepLearningExamples' own PyTorch model code builds (nvidia_dle_cnn_translation.py's
 "stated" counts): run with a Python that has torch (2.13 CPU here), DLE_SRC the checkout of
 `git archive 729963dd PyTorch/Classification/ConvNets/image_classification PyTorch/Translation`."""
 import argparse

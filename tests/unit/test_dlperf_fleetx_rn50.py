@@ -1,4 +1,4 @@
-"""The fourth held-out set (issue 47, 2026-11-29; results/reference/convert_fourth.py): published
+"""DLPerf's and PaddleFleetX's ResNet-50 tables (fleetbench/perfmodel/sources/dlperf.py, paddle_fleetx.py): published
 multi-node ResNet-50 tables from outside DeepLearningExamples. Every file loads with the record
 count docs/explain.md reports, is held out, and every multi-node cell is predicted from its
 table's 1-node run; the parsers read the two table forms. The accuracy is a reported number
@@ -11,7 +11,7 @@ import pytest
 from fleetbench.perfmodel import validate
 from fleetbench.measure import results
 from fleetbench.perfmodel import published
-from results.reference import convert_fourth
+from fleetbench.perfmodel.sources import dlperf, paddle_fleetx
 from util import REPO
 
 REFERENCE = REPO / "results" / "reference"
@@ -33,7 +33,7 @@ def test_each_published_reference_file_loads_is_held_out_and_every_multi_node_ce
         results.validate(record, name)
         source = record["source"]
         assert source["name"] == name and name not in validate.FITTED_TABLES
-        assert source["url"] == convert_fourth.SOURCES[name]["url"]
+        assert source["url"] == {**dlperf.SOURCES, **paddle_fleetx.SOURCES}[name]["url"]
         assert "DeepLearningExamples" not in source["url"]
         assert source["assumed"] and source["derived"] and record["config"]["variant"]
     rows = validate.validate(published.adopt(records, True), {"nodes": 1})
@@ -50,8 +50,8 @@ def test_convert_markdown_tables_nest_list_item_headings_and_read_total_or_per_n
         "## FP32 runs", "### batch size = 32",
         "| node_num | gpu_num_per_node | batch_size_per_device | samples/s(X) | speedup |",
         "| --- | --- | --- | --- | --- |", "| 4 | 8 | 32 | 900 | 1 |"])
-    spec = convert_fourth.SOURCES["dlperf-pytorch-rn50"]
-    amp1, amp2, fp32 = convert_fourth.markdown_tables("dlperf-pytorch-rn50", spec, text)
+    spec = dlperf.SOURCES["dlperf-pytorch-rn50"]
+    amp1, amp2, fp32 = dlperf.markdown_tables("dlperf-pytorch-rn50", spec, text)
     assert (amp1["nodes"], amp1["devices_per_node"], amp1["config"]["precision"]) == (1, 8, "amp")
     assert (amp2["nodes"], amp2["devices_per_node"], amp2["config"]["batch_size"]) == (2, 8, 64)
     assert amp1["config"]["variant"] == "FP16 runs / host A / batch_size = 64, loader=x"
@@ -62,8 +62,8 @@ def test_convert_markdown_tables_nest_list_item_headings_and_read_total_or_per_n
 def test_convert_rst_tables_skip_empty_cells_and_read_the_shape_from_the_header():
     text = "\n".join(["intro", "===== ===== ===== =====", "b     1 x 1 1 x 8 2 x 8", "===== ===== ===== =====",
                       "32          100.5 201", "64    9     300   590.25", "===== ===== ===== ====="])
-    spec = dict(convert_fourth.SOURCES["fleetx-paddle-rn50"], tables=[("fp32", "T")])
-    records = convert_fourth.rst_tables("fleetx-paddle-rn50", spec, text)
+    spec = dict(paddle_fleetx.SOURCES["fleetx-paddle-rn50"], tables=[("fp32", "T")])
+    records = paddle_fleetx.rst_tables("fleetx-paddle-rn50", spec, text)
     shapes = [(r["config"]["batch_size"], r["nodes"], r["devices_per_node"], r["metrics"]["throughput"])
               for r in records]
     assert shapes == [(32, 1, 8, 100.5), (32, 2, 8, 201.0), (64, 1, 1, 9.0), (64, 1, 8, 300.0),
@@ -78,9 +78,9 @@ def test_no_reference_record_carries_text_the_charts_font_cannot_draw():
     lines = ["### FP32 & W/O XLA", "- ### 物理机环境内",
              "| node_num | gpu_num_per_node | batch_size_per_device | samples/s |", "|---|---|---|---|",
              "| 1 | 1 | 128 | 350.0 |"]
-    (rec,) = convert_fourth.markdown_tables("dlperf-pytorch-rn50", convert_fourth.SOURCES["dlperf-pytorch-rn50"],
+    (rec,) = dlperf.markdown_tables("dlperf-pytorch-rn50", dlperf.SOURCES["dlperf-pytorch-rn50"],
                                             "\n".join(lines))
     assert "bare metal" in json.dumps(rec) and not re.search(r"[\u3000-\u9fff]", json.dumps(rec, ensure_ascii=False))
     with pytest.raises(SystemExit, match="no English"):
-        convert_fourth.markdown_tables("dlperf-pytorch-rn50", convert_fourth.SOURCES["dlperf-pytorch-rn50"],
+        dlperf.markdown_tables("dlperf-pytorch-rn50", dlperf.SOURCES["dlperf-pytorch-rn50"],
                                        "\n".join(lines).replace("物理机环境内", "云环境内"))

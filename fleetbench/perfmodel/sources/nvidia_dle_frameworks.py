@@ -16,7 +16,7 @@ Selection rule, written down before any prediction was run on these tables:
 That gives 17 tables in 8 READMEs, one file each (KEY below):
 
     git -C DLE show 729963dd:PATH > /tmp/readme.md
-    python results/reference/convert_dle_rule.py KEY /tmp/readme.md > results/reference/dle-KEY.jsonl
+    python -m fleetbench.perfmodel.sources.nvidia_dle_frameworks KEY /tmp/readme.md > results/reference/dle-KEY.jsonl
 
 for KEY, PATH in SOURCES. What a table does not print but a record needs is said in each record's
 `source.assumed`: how the framework all-reduces (read from the example's scripts at 729963dd), the
@@ -31,9 +31,8 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import convert_dle as dle  # noqa: E402  (the table reader)
-import convert_dle_more as more  # noqa: E402  (the Transformer-XL definitions, the DGX-2 network)
+from fleetbench.perfmodel.sources import nvidia_dle as dle  # the table reader
+from fleetbench.perfmodel.sources import nvidia_dle_bert_txl as more  # the Transformer-XL definitions, the DGX-2 network
 
 
 DGX1_NET = {"profile": "dgx1-ib", "rate_gbit": 100, "transport": "rdma", "nics": 4,
@@ -82,7 +81,7 @@ SOURCES = {
         "path": "PyTorch/LanguageModeling/Transformer-XL/README.md", "kind": "txl",
         "framework": "PyTorch 20.06 NGC (DDP, apex AMP O2)", "low": "amp_o2", "low_grad": None,
         "assumed": [DDP_TXL, "model: README's hyperparameter table and pytorch/wt103_{base,large}.yaml (as "
-                    "convert_dle_more.py's Transformer-XL records)"],
+                    "nvidia_dle_bert_txl.py's Transformer-XL records)"],
         "tables": {("##### Training performance: NVIDIA DGX A100 (8x A100 40GB)", "###### Base model"):
                    ("dgxa100-40", "base"),
                    ("##### Training performance: NVIDIA DGX A100 (8x A100 40GB)", "###### Large model"):
@@ -137,9 +136,9 @@ SOURCES = {
 
 
 def _record(key: str, spec: dict, system: str, shape: tuple[int, int], config: dict, metrics: dict, cell: str,
-            method: str, benchmark: str, derived: list[str]) -> dict:
+            *, method: str, benchmark: str, derived: list[str]) -> dict:
     return more.published_record(key, spec, SYSTEMS[system], system.split("-")[0].upper(), shape, config, metrics,
-                                 cell, benchmark, method, derived)
+                                 cell=cell, benchmark=benchmark, method=method, derived=derived)
 
 
 def _number(text: str) -> float:
@@ -183,7 +182,7 @@ def bert_rows(key: str, spec: dict, heading: str, system: str, rows: list[dict])
                 derived.append(f"config.grad_merge_steps: {int(steps[i])}, run_biobert.sub's default (not printed)")
             out.append(_record(key, spec, system, (nodes, per_node), config,
                                {"throughput": _number(figures[i]), "unit": "sequences/s", "repeats": None},
-                               cell, "bsp", "bert_large", derived))
+                               cell, method="bsp", benchmark="bert_large", derived=derived))
     return out
 
 
@@ -207,7 +206,7 @@ def pytorch_bert_rows(key: str, spec: dict, heading: str, system: str, rows: lis
                        f"batch (as the DGX A100 table's column of that name): / {steps[i]:g} accumulation steps"]
             out.append(_record(key, spec, system, (1, gpus), config,
                                {"throughput": _number(figures[i]), "unit": "sequences/s", "repeats": None},
-                               cell, "bsp", "bert_large", derived))
+                               cell, method="bsp", benchmark="bert_large", derived=derived))
     return out
 
 
@@ -228,8 +227,8 @@ def txl_rows(key: str, spec: dict, heading: tuple, what: tuple, rows: list[dict]
             cell = f"{name} | 1 x {gpus} GPUs | batch {config['batch_size']} | {precision}"
             out.append(_record(key, spec, system, (1, gpus), config,
                                {"throughput": _number(printed), "unit": "tokens/s", "repeats": None},
-                               cell, spec.get("method", "mgwfbp"), "transformer_xl",
-                               ["config.batch_size: the table's batch a GPU (a micro-batch)"]))
+                               cell, method=spec.get("method", "mgwfbp"), benchmark="transformer_xl",
+                               derived=["config.batch_size: the table's batch a GPU (a micro-batch)"]))
     return out
 
 
@@ -252,8 +251,8 @@ def rn50_rows(key: str, spec: dict, heading: str, system: str, rows: list[dict])
             cell = f"{heading.strip('# ')} | {gpus} GPUs | {precision}"
             out.append(_record(key, spec, system, (1, gpus), config,
                                {"throughput": _number(dle._column(row, column)), "unit": "images/s",
-                                "repeats": None}, cell, spec["method"], "resnet50",
-                               ["config.batch_size: the batch a GPU (no accumulation of the all-reduce)"]))
+                                "repeats": None}, cell, method=spec["method"], benchmark="resnet50",
+                               derived=["config.batch_size: the batch a GPU (no accumulation of the all-reduce)"]))
     return out
 
 
@@ -267,8 +266,8 @@ def asp_rows(key: str, spec: dict, heading: str, system: str, rows: list[dict]) 
             cell = f"{heading.strip('# ')} | {gpus} GPUs | amp{' + ASP' if asp else ''}"
             out.append(_record(key, spec, system, (1, gpus), config,
                                {"throughput": _number(printed), "unit": "images/s", "repeats": None},
-                               cell, spec["method"], "resnet50",
-                               ["config.batch_size: the README's training setup (256 a GPU)"]))
+                               cell, method=spec["method"], benchmark="resnet50",
+                               derived=["config.batch_size: the README's training setup (256 a GPU)"]))
     return out
 
 
@@ -298,7 +297,7 @@ def _table(text: str, heading: tuple) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    return dle.main(argv, SOURCES, convert, "convert_dle_rule.py")
+    return dle.main(argv, SOURCES, convert, "python -m fleetbench.perfmodel.sources.nvidia_dle_frameworks")
 
 
 if __name__ == "__main__":

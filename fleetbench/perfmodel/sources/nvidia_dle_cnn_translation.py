@@ -21,7 +21,7 @@ Selection rule, written down before any prediction was run on these tables:
 What it yields (read before anything was predicted): 29 tables in 9 READMEs, one file each, 198
 records (a record is a printed throughput; the speedup, scaling and time columns are arithmetic on
 them; the at-scale tables' 1-node rows repeat their README's 8-GPU figures and are kept, as
-convert_dle_more.py keeps TF1 BERT's):
+nvidia_dle_bert_txl.py keeps TF1 BERT's):
 
     KEY (dle-KEY.jsonl)    README (PATH)                                          tables: GPUs       records
     pytorch-resnext101     PyTorch/Classification/ConvNets/resnext101-32x4d       DGX A100, DGX-1 16G, 32G: 1, 8   12
@@ -37,14 +37,14 @@ convert_dle_more.py keeps TF1 BERT's):
                                                                                   at scale 1 and 10 nodes (AMP)    18
 
     git -C DLE show 729963dd:PATH/README.md > /tmp/readme.md
-    python results/reference/convert_dle_third.py KEY /tmp/readme.md \
+    python -m fleetbench.perfmodel.sources.nvidia_dle_cnn_translation KEY /tmp/readme.md \
         > results/reference/dle-KEY.jsonl
 
-Models (dle_third_models.py), parameters computed here = stated, and trainable tensors; "stated" is
+Models (nvidia_dle_layers.py), parameters computed here = stated, and trainable tensors; "stated" is
 the count the example's own model code builds, counted by instantiating it (no README states one;
 the Transformer's train.py prints it as '| num. model params'): the PyTorch examples under PyTorch
-2.13 CPU (dle_third_counts/pytorch_counts.py), the TF2 ones under TensorFlow 2.21 CPU with tf_keras
-(dle_third_counts/tf2_counts.py), CUDA-only and logging imports stubbed (none holds a parameter).
+2.13 CPU (tools/nvidia_dle_counts/pytorch_counts.py), the TF2 ones under TensorFlow 2.21 CPU with tf_keras
+(tools/nvidia_dle_counts/tf2_counts.py), CUDA-only and logging imports stubbed (none holds a parameter).
 TF1's graph (tf.contrib) does not run on TF 2; its ResNeXt code builds the PyTorch example's tensors
 with two differences read from it (1001 classes, main.py; a squeeze-excitation of C // 16 units,
 model/resnet.py se_ratio 16, where PyTorch's is a fixed 16), so its stated count is the PyTorch
@@ -75,7 +75,7 @@ elsewhere; not a CNN), and two rows TF2's v2 README hides in HTML comments (not 
 What a table does not print but a record needs is said in each record's `source.assumed`: the batch
 a GPU where no table prints it (the example's config or benchmark script), how the framework
 all-reduces (read from the example's code at 729963dd), tokens a sample for tokens/s, and the
-systems (NVIDIA's datasheets, as convert_dle_rule.py's SYSTEMS). Every throughput is as printed.
+systems (NVIDIA's datasheets, as nvidia_dle_frameworks.py's SYSTEMS). Every throughput is as printed.
 """
 from __future__ import annotations
 
@@ -83,11 +83,10 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import convert_dle as dle  # noqa: E402  (the table reader, main)
-import convert_dle_more as more  # noqa: E402  (published_record, table_under)
-import convert_dle_rule as rule  # noqa: E402  (the DGX systems, Horovod's all-reduce as read)
-import dle_third_models as models  # noqa: E402
+from fleetbench.perfmodel.sources import nvidia_dle as dle  # the table reader, main
+from fleetbench.perfmodel.sources import nvidia_dle_bert_txl as more  # published_record, table_under
+from fleetbench.perfmodel.sources import nvidia_dle_frameworks as rule  # the DGX systems, Horovod's all-reduce as read
+from fleetbench.perfmodel.sources import nvidia_dle_layers as models
 
 DDP_CONVNETS = ("image_classification/training.py: DistributedDataParallel with its default 25 MiB buckets, "
                 "overlapped with backward; torch.cuda.amp autocast keeps a float32 model: float32 gradients; no "
@@ -284,17 +283,17 @@ def cells(key: str, spec: dict, heading, what, rows: list[dict]) -> list[dict]:
                                           (full, full_figure, full_batch)):
             if precision is None or printed is None or "N/A" in printed:
                 continue  # the at-scale tables print mixed precision only
-            out.append(_record(key, spec, heading, system, model, _shape(gpus, system), precision, batch,
-                               _figure(printed)))
+            out.append(_record(key, spec, heading, system, model, _shape(gpus, system), precision,
+                               batch=batch, throughput=_figure(printed)))
     return out
 
 
 def _record(key: str, spec: dict, heading, system: str, model, shape: tuple[int, int], precision: str,
-            batch: float, throughput: float) -> dict:
+            *, batch: float, throughput: float) -> dict:
     name, definition = spec["models"][model]
     kind = spec["kind"]
     config = {"model": name, "model_def": definition, "batch_size": batch, "precision": precision}
-    derived = ["config.model_def: dle_third_models.py, from the example's architecture and configuration"]
+    derived = ["config.model_def: nvidia_dle_layers.py, from the example's architecture and configuration"]
     if kind == "transformer":
         config["tokens_per_sample"] = 1
         derived.append("config.batch_size: the table's batch a GPU in tokens (--max-tokens), one-token samples")
@@ -307,8 +306,8 @@ def _record(key: str, spec: dict, heading, system: str, model, shape: tuple[int,
     title = " ".join(h.strip("# ") for h in (heading if isinstance(heading, tuple) else (heading,)))
     cell = f"{title} | {name} | {shape[0]} x {shape[1]} GPUs | batch {batch:g} | {precision}"
     return more.published_record(key, spec, rule.SYSTEMS[system], system.split("-")[0].upper(), shape, config,
-                                 {"throughput": throughput, "unit": UNITS[kind], "repeats": None}, cell,
-                                 key.split("-", 1)[1], "mgwfbp", derived)
+                                 {"throughput": throughput, "unit": UNITS[kind], "repeats": None}, cell=cell,
+                                 benchmark=key.split("-", 1)[1], method="mgwfbp", derived=derived)
 
 
 def convert(key: str, text: str) -> list[dict]:
@@ -321,7 +320,7 @@ def convert(key: str, text: str) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    return dle.main(argv, SOURCES, convert, "convert_dle_third.py")
+    return dle.main(argv, SOURCES, convert, "python -m fleetbench.perfmodel.sources.nvidia_dle_cnn_translation")
 
 
 if __name__ == "__main__":

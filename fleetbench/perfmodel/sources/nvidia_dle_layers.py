@@ -1,6 +1,6 @@
 """The third held-out set's models as `layers` definitions (fleetbench/perfmodel/modeldef.py), one row a
 trainable tensor in forward order, each written from the example's architecture and configuration
-at DeepLearningExamples 729963dd (convert_dle_third.py's docstring gives each count and where the
+at DeepLearningExamples 729963dd (nvidia_dle_cnn_translation.py's docstring gives each count and where the
 stated one comes from).
 
 A row's `flops` is its share of the model's multiply-adds a sample (images) or a token (text), in
@@ -72,7 +72,7 @@ def _round_filters(c: int, width: float, divisor: int = 8) -> int:
     return rounded + divisor if rounded < 0.9 * c else rounded
 
 
-def _mbconv(name: str, k: int, c_in: int, c_out: int, expand: int, hw: int, out_hw: int, se_base: int) -> list[dict]:
+def _mbconv(name: str, k: int, c_in: int, c_out: int, expand: int, hw: int, out_hw: int, *, se_base: int) -> list[dict]:
     """Inverted bottleneck: 1x1 expand (absent at ratio 1), depthwise kxk, squeeze-excitation of
     int(se_base / 4) units (dense with biases), 1x1 projection; BN after each conv."""
     hidden = c_in * expand
@@ -98,7 +98,7 @@ def efficientnet_v1(width: float, depth: float, image: int, widese: bool = False
             step = stride if b == 0 else 1
             out_hw = math.ceil(hw / step)
             rows += _mbconv(f"layer{s + 1}.{b}", k, c_in, c_out, expand, hw, out_hw,
-                            c_in * expand if widese else c_in)
+                            se_base=c_in * expand if widese else c_in)
             c_in, hw = c_out, out_hw
     features = _round_filters(1280, width)
     rows += [_conv("features.conv", 1, c_in, features, hw), *_bn("features.bn", features)]
@@ -122,7 +122,7 @@ def efficientnet_v2_s(image: int = 300, classes: int = 1000) -> dict:
             name, step = f"stack{s}.{b}", stride if b == 0 else 1
             out_hw = math.ceil(hw / step)
             if not fused:
-                rows += _mbconv(name, k, c_in, c_out, expand, hw, out_hw, c_in)
+                rows += _mbconv(name, k, c_in, c_out, expand, hw, out_hw, se_base=c_in)
             elif expand == 1:
                 rows += [_conv(f"{name}.project", k, c_in, c_out, out_hw), *_bn(f"{name}.project.bn", c_out)]
             else:

@@ -3,7 +3,7 @@ committed before this file): DLPerf's BERT-Base pretraining tables of PaddlePadd
 MXNet, each framework's own code, into schema-1 published records for `fleetbench explain --published`.
 
     git -C DLPERF show c89430bac64f64caabb0445ff7eb80175641454c:PATH > /tmp/t        (PATH in SOURCES)
-    python results/reference/convert_fifth.py KEY /tmp/t > results/reference/KEY.jsonl
+    python -m fleetbench.perfmodel.sources.dlperf_bert KEY /tmp/t > results/reference/KEY.jsonl
 
     KEY                  source (Oneflow-Inc/DLPerf at c89430ba)   tables  records
     dlperf-paddle-bert   PaddlePaddle/bert/README.md               7       38 (FP16 tables: no 1 x 2 row)
@@ -12,7 +12,7 @@ MXNet, each framework's own code, into schema-1 published records for `fleetbenc
 
 Source: https://github.com/Oneflow-Inc/DLPerf/tree/c89430bac64f64caabb0445ff7eb80175641454c
 Every printed throughput of a selected table is one record (the speedup columns are arithmetic on
-them). The table reader is convert_fourth.py's (the same repository's Markdown); what a table does
+them). The table reader is dlperf.py's (the same repository's Markdown); what a table does
 not print but a record needs -- the sequence length, how the framework all-reduces and in what
 dtype, the GPU, topology and network -- is read from DLPerf's scripts beside each README and its
 environment section, and said in each record's `source.assumed`.
@@ -24,12 +24,11 @@ import sys
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from fleetbench.measure import results  # noqa: E402
-from results.reference import convert_fourth as fourth  # noqa: E402
+from fleetbench.measure import results
+from fleetbench.perfmodel.sources import dlperf
 
-DLPERF = fourth.DLPERF
-COMMIT = fourth.DLPERF_COMMIT
+DLPERF = dlperf.DLPERF
+COMMIT = dlperf.DLPERF_COMMIT
 SEQ_LEN = 128  # every DLPerf BERT script: max_seq_len / --max_seq_length 128, 20 predictions a sequence
 SOURCES = {
     "dlperf-paddle-bert": {
@@ -41,7 +40,7 @@ SOURCES = {
                     "backward makes it, on its own stream: overlapped (mgwfbp); use_fp16 (mixed_precision "
                     "decorate) keeps float32 master parameters, so float32 gradients",
                     "seq 128: DLPerf's scripts/single_node_train.sh and multi_node_train.sh for bert_base "
-                    "(max_seq_len 128), no gradient accumulation", fourth.DLPERF_ENV]},
+                    "(max_seq_len 128), no gradient accumulation", dlperf.DLPERF_ENV]},
     "dlperf-tf2-bert": {
         "url": DLPERF + "TensorFlow/bert/README.md",
         "citation": f"Oneflow-Inc/DLPerf TensorFlow/bert/README.md (commit {COMMIT[:8]})",
@@ -52,7 +51,7 @@ SOURCES = {
                     "the gradients all-reduced in apply_gradients, after backward: post-backward (bsp); "
                     "--dtype=fp16 is the mixed_float16 policy, float32 variables, so float32 gradients",
                     "seq 128: --max_seq_length=128 in single_node_train.sh, no gradient accumulation",
-                    fourth.DLPERF_ENV]},
+                    dlperf.DLPERF_ENV]},
     "dlperf-mxnet-bert": {
         "url": DLPERF + "MxNet/BERT/README.md",
         "citation": f"Oneflow-Inc/DLPerf MxNet/BERT/README.md (commit {COMMIT[:8]})",
@@ -63,7 +62,7 @@ SOURCES = {
                     "gradient: overlapped (mgwfbp), fused by Horovod's cycle",
                     "FP16: --dtype float16 casts the network to float16 (float32 master weights in the "
                     "optimizer), so float16 gradients",
-                    "seq 128: DLPerf's pretrain.sh (--max_seq_length 128, --accumulate 1)", fourth.DLPERF_ENV]},
+                    "seq 128: DLPerf's pretrain.sh (--max_seq_length 128, --accumulate 1)", dlperf.DLPERF_ENV]},
 }
 BATCH = re.compile(r"batch[ _]size\s*=\s*(\d+)", re.IGNORECASE)
 
@@ -82,9 +81,9 @@ def _record(key: str, shape: tuple[int, int], precision: str, batch: int, throug
         "schema": results.SCHEMA, "time": "2020-09-01T00:00:00+00:00", "benchmark": "bert_large",
         "mode": "collective", "method": spec["method"], "preset": None, "config": config, "nodes": nodes,
         "devices_per_node": per_node, "world_size": nodes * per_node,
-        "network": dict(fourth.IB_ONE_NIC) if nodes > 1 else None,
+        "network": dict(dlperf.IB_ONE_NIC) if nodes > 1 else None,
         "metrics": {"throughput": throughput, "unit": "sequences/s", "repeats": None},
-        "topology": dict(fourth.TOPOLOGY), "env": None, "git": None, "error": None,
+        "topology": dict(dlperf.TOPOLOGY), "env": None, "git": None, "error": None,
         "source": {"kind": "published", "name": key, "citation": spec["citation"], "url": spec["url"],
                    "cell": cell, "assumed": list(spec["assumed"]),
                    "derived": ["devices_per_node: the table's gpu_num / node_num (DLPerf prints the total)",
@@ -99,14 +98,14 @@ def _precision(headings: list[str]) -> str:
     """The nearest heading naming FP16 or FP32: a '### ... FP32' section may follow a '## ... FP16' one
     at a higher level, which then still stands in the path."""
     named = [h for h in headings if re.search(r"FP16|FP32|AMP", h, re.IGNORECASE)]
-    return fourth._precision(named[-1:] or headings)
+    return dlperf._precision(named[-1:] or headings)
 
 
 def markdown_tables(key: str, text: str) -> list[dict]:
     """Every table whose header has node_num, under its headings ('## BERT-Base FP16', '### batch
     size=64 & without xla'): the precision from the headings, the batch from the nearest one."""
     records = []
-    for rows, headings in fourth.node_tables(text):
+    for rows, headings in dlperf.node_tables(text):
         batch = next(int(m[1]) for h in reversed(headings) if (m := BATCH.search(h)))
         variant = " / ".join(headings)
         if re.search(r"[\u3000-\u9fff]", variant):
@@ -122,7 +121,7 @@ def markdown_tables(key: str, text: str) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return fourth.cli(argv, "convert_fifth.py", SOURCES, markdown_tables)
+    return dlperf.cli(argv, "python -m fleetbench.perfmodel.sources.dlperf_bert", SOURCES, markdown_tables)
 
 
 if __name__ == "__main__":

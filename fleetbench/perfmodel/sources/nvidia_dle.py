@@ -2,7 +2,7 @@
 published records (results/reference/dle-*.jsonl), for `fleetbench explain --published`.
 
     git -C DLE show 729963dd:PaddlePaddle/LanguageModeling/BERT/README.md > /tmp/readme.md
-    python results/reference/convert_dle.py paddle-bert /tmp/readme.md > results/reference/dle-paddle-bert-dgxa100.jsonl
+    python -m fleetbench.perfmodel.sources.nvidia_dle paddle-bert /tmp/readme.md > results/reference/dle-paddle-bert-dgxa100.jsonl
 
 SOURCES names each table this reads (a README of github.com/NVIDIA/DeepLearningExamples at commit
 729963dd, 2024-04-04), and what the table does not print but the record needs, each said in the
@@ -180,8 +180,8 @@ def convert(key: str, text: str) -> list[dict]:
     return [r for heading in spec["tables"] for r in rows(spec, key, heading, table_after(text, heading))]
 
 
-def main(argv=None, sources: dict = SOURCES, convert=convert, name: str = "convert_dle.py") -> int:
-    """`NAME KEY README.md`: the records of that README's tables on stdout (convert_dle_more.py's too)."""
+def main(argv=None, sources: dict = SOURCES, convert=convert, name: str = "python -m fleetbench.perfmodel.sources.nvidia_dle") -> int:
+    """`NAME KEY README.md`: the records of that README's tables on stdout (nvidia_dle_bert_txl.py's too)."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or argv[0] not in sources:
         print(f"usage: {name} {{{'|'.join(sources)}}} README.md", file=sys.stderr)

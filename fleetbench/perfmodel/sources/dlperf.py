@@ -1,14 +1,13 @@
-"""Convert the fourth held-out set (issue 47, rule in docs/explain.md, *The fourth held-out set*,
-committed before this file): published multi-node ResNet-50 training tables from outside NVIDIA
-DeepLearningExamples, into schema-1 published records for `fleetbench explain --published`.
+"""DLPerf's multi-node ResNet-50 training tables (github.com/Oneflow-Inc/DLPerf at c89430ba: its
+PaddlePaddle, PyTorch, MXNet and TensorFlow 2 READMEs) into schema-1 published records for
+`fleetbench explain --published`; the markdown reader and record writer DLPerf's BERT tables
+(dlperf_bert) and PaddleFleetX's (paddle_fleetx) share. Selection rule: docs/explain.md, *The
+fourth held-out set*.
 
-    git -C FLEETX show 2524271ea94f37e9b0aa1859c5b1384d5b3770af:docs/source/paddle_fleet_rst/fleet_benchmark_resnet50_cn.rst > /tmp/t
-    python results/reference/convert_fourth.py fleetx-paddle-rn50 /tmp/t > results/reference/fleetx-paddle-rn50.jsonl
     git -C DLPERF show c89430bac64f64caabb0445ff7eb80175641454c:PATH > /tmp/t        (PATH in SOURCES)
-    python results/reference/convert_fourth.py KEY /tmp/t > results/reference/KEY.jsonl
+    python -m fleetbench.perfmodel.sources.dlperf KEY /tmp/t > results/reference/KEY.jsonl
 
     KEY                    source                                                 tables  records
-    fleetx-paddle-rn50     PaddleFleetX fleet_benchmark_resnet50_cn.rst           3       33 (no 1-GPU row)
     dlperf-paddle-rn50     DLPerf PaddlePaddle/resnet50v1.5/README.md             4       21
     dlperf-pytorch-rn50    DLPerf PyTorch/resnet50v1.5/README.md                  4       20
     dlperf-mxnet-rn50v1b   DLPerf MxNet/Classification/RN50v1b/README.md          2       12
@@ -28,13 +27,10 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from fleetbench.measure import results  # noqa: E402
+from fleetbench.measure import results
 
 DLPERF_COMMIT = "c89430bac64f64caabb0445ff7eb80175641454c"
 DLPERF = f"https://github.com/Oneflow-Inc/DLPerf/blob/{DLPERF_COMMIT}/"
-FLEETX_COMMIT = "2524271ea94f37e9b0aa1859c5b1384d5b3770af"
-FLEETX = f"https://github.com/PaddlePaddle/PaddleFleetX/blob/{FLEETX_COMMIT}/"
 # Both clusters' `nvidia-smi topo -m` (printed in their READMEs) show 8 V100 on NVLink (NV1/NV2, the
 # hybrid cube mesh) and a single mlx5_0 NIC; both name 100 Gb/s (4X EDR) InfiniBand.
 TOPOLOGY = {"intra_node": "nvlink", "gpus": 8}
@@ -44,22 +40,6 @@ DLPERF_ENV = ("4 nodes of 8 Tesla V100-SXM2-16GB, NCCL 2.7.3, one 100 Gb/s EDR I
               "(DLPerf reports/dlperf_benchmark_test_report_v1.md and the README's environment); the "
               "throughput is the median of the runs, 100 iterations after 20 warm-up ones, as printed")
 SOURCES = {
-    "fleetx-paddle-rn50": {
-        "url": FLEETX + "docs/source/paddle_fleet_rst/fleet_benchmark_resnet50_cn.rst", "kind": "rst",
-        "citation": "PaddlePaddle PaddleFleetX, docs/source/paddle_fleet_rst/fleet_benchmark_resnet50_cn.rst "
-                    f"(commit {FLEETX_COMMIT[:8]}), Resnet50 benchmark",
-        "time": "2020-10-06T00:00:00+00:00", "gpu": "V100-SXM2-32GB",
-        "framework": "PaddlePaddle 2.0 static graph, fleet collective (NCCL 2.4.7, DALI 0.24)",
-        "method": "mgwfbp", "amp_grad": "float32",
-        "assumed": ["fleet collective all-reduces each gradient as backward makes it, fused and on its own "
-                    "stream (nccl_comm_num 1): overlapped (mgwfbp); dist_strategy.amp (O1) keeps float32 "
-                    "parameters, so float32 gradients",
-                    "GPU: the table says 8x Tesla V100; V100-SXM2-32GB from PaddleFleetX benchmark/paddle/"
-                    "README.md, which names the same X-Man 2.0 hosts, CPU and topology",
-                    "the 'auto' table (dist_strategy.auto = True) taken as AMP: its 1 x 8 cells at batch 32 and "
-                    "64 are the AMP table's to the digit",
-                    "Images/s a cluster, the median of 7 runs (100 steps after 20), as printed"],
-        "tables": [("fp32", "FP32"), ("amp", "AMP"), ("amp", "auto (dist_strategy.auto)")]},
     "dlperf-paddle-rn50": {
         "url": DLPERF + "PaddlePaddle/resnet50v1.5/README.md", "kind": "md",
         "citation": f"Oneflow-Inc/DLPerf PaddlePaddle/resnet50v1.5/README.md (commit {DLPERF_COMMIT[:8]})",
@@ -204,50 +184,13 @@ def _markdown_row(key: str, spec: dict, row: dict, headings: list[str]) -> dict:
     return _record(key, spec, (nodes, per_node), _precision(headings), int(batch_text), float(speed), variant)
 
 
-def rst_tables(key: str, spec: dict, text: str) -> list[dict]:
-    """FleetX: the simple reStructuredText tables 'batch / node | 1 x 1 | 1 x 8 | ...', in the
-    order SOURCES names them; an empty cell (1 x 1) is no figure."""
-    tables = _rst_blocks(text.splitlines())
-    if len(tables) != len(spec["tables"]):
-        raise SystemExit(f"{key}: {len(tables)} tables, SOURCES names {len(spec['tables'])}")
-    records = []
-    for (precision, variant), (header, rows) in zip(spec["tables"], tables):
-        shapes = [tuple(int(n) for n in NUMBER.findall(h)) for h in header[1:]]
-        for row in rows:
-            for shape, value in zip(shapes, row[1:]):
-                if value:
-                    records.append(_record(key, spec, shape, precision, int(row[0]), float(value), variant))
-    return records
-
-
-def _rst_blocks(lines: list[str]) -> list[tuple[list[str], list[list[str]]]]:
-    """Each simple table: the '=== ===' rule gives the column spans; header, then rows."""
-    out, i = [], 0
-    while i < len(lines):
-        if not re.fullmatch(r"=+( +=+)+ *", lines[i]):
-            i += 1
-            continue
-        spans = [m.span() for m in re.finditer(r"=+", lines[i])]
-        # a column's text may run past its rule (the last column's does): cut at the next column's start
-        cuts = [(start, spans[n + 1][0] if n + 1 < len(spans) else None) for n, (start, _) in enumerate(spans)]
-        split = lambda line: [line[a:b].strip() for a, b in cuts]  # noqa: E731
-        header, rows, i = split(lines[i + 1]), [], i + 3
-        while i < len(lines) and not lines[i].startswith("="):
-            rows.append(split(lines[i]))
-            i += 1
-        out.append((header, rows))
-        i += 1
-    return out
-
-
 def convert(key: str, text: str) -> list[dict]:
-    spec = SOURCES[key]
-    return (rst_tables if spec["kind"] == "rst" else markdown_tables)(key, spec, text)
+    return markdown_tables(key, SOURCES[key], text)
 
 
 def cli(argv: list[str] | None, prog: str, sources: dict, to_records) -> int:
     """`KEY FILE`: the records `to_records(key, text)` makes of that source's tables, on stdout
-    (this converter's and the fifth set's)."""
+    (DLPerf's ResNet-50, BERT and PaddleFleetX converters')."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2 or argv[0] not in sources:
         print(f"usage: {prog} {{{'|'.join(sources)}}} FILE", file=sys.stderr)
@@ -258,7 +201,7 @@ def cli(argv: list[str] | None, prog: str, sources: dict, to_records) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return cli(argv, "convert_fourth.py", SOURCES, convert)
+    return cli(argv, "python -m fleetbench.perfmodel.sources.dlperf", SOURCES, convert)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The fifth held-out set (issue 47, 2026-11-29; results/reference/convert_fifth.py): DLPerf's
+"""The fifth held-out set (issue 47, 2026-11-29; fleetbench/perfmodel/sources/dlperf_bert.py): DLPerf's
 BERT-Base pretraining tables of PaddlePaddle 1.8, TensorFlow 2.3 and MXNet 1.6. Every file loads with
 the record count docs/explain.md reports, is held out, and every multi-node cell is predicted from
 its table's 1-node run; the reader takes DLPerf's headings. The accuracy is a reported number
@@ -11,7 +11,7 @@ import pytest
 from fleetbench.perfmodel import validate
 from fleetbench.measure import results
 from fleetbench.perfmodel import published
-from results.reference import convert_fifth
+from fleetbench.perfmodel.sources import dlperf_bert
 from util import REPO
 
 REFERENCE = REPO / "results" / "reference"
@@ -33,7 +33,7 @@ def test_each_file_loads_is_held_out_new_and_every_multi_node_cell_is_predicted(
         results.validate(record, name)
         source, config = record["source"], record["config"]
         assert source["name"] == name and name not in validate.FITTED_TABLES
-        assert source["url"] == convert_fifth.SOURCES[name]["url"] and convert_fifth.COMMIT in source["url"]
+        assert source["url"] == dlperf_bert.SOURCES[name]["url"] and dlperf_bert.COMMIT in source["url"]
         assert source["assumed"] and source["derived"]
         assert (config["model"], config["seq_len"], record["metrics"]["unit"]) == ("BERT-Base", 128, "sequences/s")
         assert (record["network"] is None) == (record["nodes"] == 1)
@@ -46,7 +46,7 @@ def test_each_file_loads_is_held_out_new_and_every_multi_node_cell_is_predicted(
 def test_no_table_of_the_fifth_set_was_in_an_earlier_set():
     earlier = {json.loads(line)["source"]["url"] for path in REFERENCE.glob("*.jsonl")
                if path.stem not in FIFTH_SET for line in path.read_text().splitlines()}
-    assert not {s["url"] for s in convert_fifth.SOURCES.values()} & earlier
+    assert not {s["url"] for s in dlperf_bert.SOURCES.values()} & earlier
 
 
 def test_reader_takes_the_batch_from_any_heading_case_and_the_precision_from_fp16_or_fp32():
@@ -56,13 +56,13 @@ def test_reader_takes_the_batch_from_any_heading_case_and_the_precision_from_fp1
         "| 1 | 1 | 289.23 | 1 |", "| 2 | 16 | 1999.38 | 6.91 |", "",
         "### BERT-base FP32", "#### Batch size = 48 & W/O xla",
         "| node_num | gpu_num | samples/s | speedup |", "| --- | --- | --- | --- |", "| 4 | 32 | 4105.29 | 26.7 |"])
-    one, two, fp32 = convert_fifth.markdown_tables("dlperf-mxnet-bert", text)
+    one, two, fp32 = dlperf_bert.markdown_tables("dlperf-mxnet-bert", text)
     assert (one["world_size"], one["config"]["precision"], one["config"]["grad_dtype"]) == (1, "amp", "float16")
     assert (two["nodes"], two["devices_per_node"], two["config"]["batch_size"]) == (2, 8, 64)
     assert (fp32["nodes"], fp32["devices_per_node"], fp32["config"]["batch_size"]) == (4, 8, 48)
     assert fp32["config"]["precision"] == "fp32" and "grad_dtype" not in fp32["config"]
     assert two["network"]["rate_gbit"] == 100 and one["network"] is None
     with pytest.raises(SystemExit, match="Chinese"):
-        convert_fifth.markdown_tables("dlperf-mxnet-bert", text.replace("W/O xla", "W/O xla 混合"))
+        dlperf_bert.markdown_tables("dlperf-mxnet-bert", text.replace("W/O xla", "W/O xla 混合"))
     assert not any(re.search(r"[\u3000-\u9fff]", (REFERENCE / f"{n}.jsonl").read_text(encoding="utf-8"))
                    for n in FIFTH_SET)

@@ -3,11 +3,11 @@ schema-1 published records, for `fleetbench explain --published`: tables this pr
 used before issue 47, converted and reported before any constant was changed for them.
 
     git -C DLE show 729963dd:TensorFlow/LanguageModeling/BERT/README.md > /tmp/tf1.md
-    python results/reference/convert_dle_more.py tf1-bert /tmp/tf1.md > results/reference/dle-tf1-bert.jsonl
+    python -m fleetbench.perfmodel.sources.nvidia_dle_bert_txl tf1-bert /tmp/tf1.md > results/reference/dle-tf1-bert.jsonl
     git -C DLE show 729963dd:TensorFlow2/LanguageModeling/BERT/README.md > /tmp/tf2.md
-    python results/reference/convert_dle_more.py tf2-bert /tmp/tf2.md > results/reference/dle-tf2-bert.jsonl
+    python -m fleetbench.perfmodel.sources.nvidia_dle_bert_txl tf2-bert /tmp/tf2.md > results/reference/dle-tf2-bert.jsonl
     git -C DLE show 729963dd:PyTorch/LanguageModeling/Transformer-XL/README.md > /tmp/txl.md
-    python results/reference/convert_dle_more.py pytorch-txl /tmp/txl.md > results/reference/dle-pytorch-txl.jsonl
+    python -m fleetbench.perfmodel.sources.nvidia_dle_bert_txl pytorch-txl /tmp/txl.md > results/reference/dle-pytorch-txl.jsonl
 
 What each table does not print but a record needs is said in the record's `source.assumed`: how
 the framework all-reduces (read from the example's scripts at that commit), the Transformer-XL
@@ -23,10 +23,9 @@ import sys
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import convert_dle as dle  # noqa: E402  (the table reader and the DGX A100 network)
+from fleetbench.perfmodel.sources import nvidia_dle as dle  # the table reader and the DGX A100 network
 
-from fleetbench.measure import results  # noqa: E402
+from fleetbench.measure import results
 
 DGX2_NET = {"profile": "dgx2-ib", "rate_gbit": 100, "transport": "rdma", "nics": 8,
             "label": "8x 100 Gb/s EDR InfiniBand a node (DGX-2/DGX-2H datasheet)"}
@@ -77,9 +76,9 @@ SOURCES = {
 
 
 def published_record(key: str, spec: dict, machine: tuple, datasheet: str, shape: tuple[int, int], config: dict,
-                     metrics: dict, cell: str, benchmark: str, method: str, derived: list[str]) -> dict:
+                     metrics: dict, *, cell: str, benchmark: str, method: str, derived: list[str]) -> dict:
     """One published DeepLearningExamples cell as a record; `machine`: (gpu, topology, network) of
-    the system, `datasheet`: whose datasheet gave them. Also convert_dle_rule.py's."""
+    the system, `datasheet`: whose datasheet gave them. Also nvidia_dle_frameworks.py's."""
     nodes, per_node = shape
     gpu, topology, network = machine
     record = {
@@ -104,9 +103,9 @@ def published_record(key: str, spec: dict, machine: tuple, datasheet: str, shape
 def _record(key: str, spec: dict, system: str, shape: tuple[int, int], config: dict, metrics: dict,
             cell: str) -> dict:
     bert = spec["kind"] == "bert"
-    return published_record(key, spec, SYSTEMS[system], system.upper(), shape, config, metrics, cell,
-                            "bert_large" if bert else "transformer_xl", "bsp" if bert else "mgwfbp",
-                            ["config.batch_size: the table's batch a GPU (a micro-batch)"])
+    return published_record(key, spec, SYSTEMS[system], system.upper(), shape, config, metrics, cell=cell,
+                            benchmark="bert_large" if bert else "transformer_xl", method="bsp" if bert else "mgwfbp",
+                            derived=["config.batch_size: the table's batch a GPU (a micro-batch)"])
 
 
 def _pair(text: str) -> tuple[float, float]:
@@ -168,7 +167,7 @@ def convert(key: str, text: str) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    return dle.main(argv, SOURCES, convert, "convert_dle_more.py")
+    return dle.main(argv, SOURCES, convert, "python -m fleetbench.perfmodel.sources.nvidia_dle_bert_txl")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""The third held-out set (issue 47, 2026-11-29; results/reference/convert_dle_third.py): every file
+"""The third held-out set (issue 47, 2026-11-29; fleetbench/perfmodel/sources/nvidia_dle_cnn_translation.py): every file
 loads with the record count the converter's docstring and docs/explain.md report, and every model
-definition has the parameter count the example's own code builds (dle_third_counts/). Shape only:
+definition has the parameter count the example's own code builds (tools/nvidia_dle_counts/). Shape only:
 nothing here predicts or compares a throughput."""
 import json
 
@@ -9,7 +9,7 @@ import pytest
 from fleetbench.perfmodel import validate
 from fleetbench.measure import results
 from fleetbench.perfmodel import modeldef, published
-from results.reference import dle_third_models as models
+from fleetbench.perfmodel.sources import nvidia_dle_layers as models
 from util import REPO
 
 REFERENCE = REPO / "results" / "reference"

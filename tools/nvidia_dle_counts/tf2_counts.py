@@ -1,4 +1,4 @@
-"""The parameter counts DeepLearningExamples' own TF2 EfficientNet code builds (convert_dle_third.py's
+"""The parameter counts DeepLearningExamples' own TF2 EfficientNet code builds (nvidia_dle_cnn_translation.py's
 "stated" counts): run with a Python that has tensorflow-cpu (2.21 here) and tf_keras (the examples
 are Keras 2 code), DLE_SRC the checkout of `git archive 729963dd TensorFlow2/Classification/ConvNets`."""
 import os

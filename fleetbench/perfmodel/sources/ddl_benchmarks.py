@@ -1,6 +1,6 @@
 """Convert the published ddl-benchmarks table (results of 2020-05-29) into schema-1 records.
 
-    python results/reference/convert_ddl_benchmarks.py SEED.md > results/reference/ddl-benchmarks-2020-05-29.jsonl
+    python -m fleetbench.perfmodel.sources.ddl_benchmarks SEED.md > results/reference/ddl-benchmarks-2020-05-29.jsonl
 
 Each "mean +- std" cell becomes one published record carrying mean and std as printed; the
 "Baseline" column (one value per DNN) becomes one single-device record per DNN. Nothing is
@@ -46,7 +46,7 @@ def parse_rows(text: str) -> list[list[str]]:
     return rows
 
 
-def record(dnn, bs, connection, method, mode, gpus, metrics, note):
+def record(dnn, bs, connection, method, mode, gpus, metrics, *, note):
     benchmark, _ = BENCHMARKS[dnn]
     network = None if connection is None else dict(NETWORKS[connection], label=connection)
     rec = {
@@ -83,14 +83,14 @@ def convert(text: str) -> list[dict]:
             metrics = {"throughput": float(match[1]), "unit": unit,
                        "throughput_std": float(match[2]), "std_ddof": 0, "repeats": None}
             note = f"{dnn} | {bs} | {connection} | {method} | {gpus} GPUs"
-            out.append(record(dnn, int(bs), connection, method, mode, gpus, metrics, note))
+            out.append(record(dnn, int(bs), connection, method, mode, gpus, metrics, note=note))
     for dnn, values in baselines.items():
         if len(values) != 1:
             raise SystemExit(f"{dnn}: rows disagree on Baseline ({sorted(values)})")
         (bs, baseline), = values
         metrics = {"throughput": float(baseline), "unit": BENCHMARKS[dnn][1], "repeats": None}
         out.append(record(dnn, bs, None, results.SINGLE, "collective", 1, metrics,
-                          f"{dnn} | {bs} | Baseline (1 GPU)"))
+                          note=f"{dnn} | {bs} | Baseline (1 GPU)"))
     return out
 
 
