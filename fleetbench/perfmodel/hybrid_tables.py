@@ -3,8 +3,9 @@ cell predicted by perfmodel/hybrid.py and listed with its error: `fleetbench pla
 
 A table file names its cluster, the defaults of its cells, which keys were assumed rather than
 read (listed in every cell's note), the FLOPs its TFLOP/s counts (`flops`: the recomputation whose
-forward it includes: Megatron's Table 1 counts full recomputation's, MFU tables none), and its
-`role`: `fit` (the model's constants were fitted on it) or `check` (never used for fitting). A
+forward it includes: Megatron's Table 1 counts full recomputation's, MFU tables none). Its role,
+`fit` (the model's constants were fitted on it) or `check` (never used for fitting), is
+results/reference/manifest.yaml's (hybrid_tables). A
 published figure in tokens/s a GPU (`unit: tokens/s/gpu`) or seconds an iteration (`unit:
 s/iteration`) is converted to TFLOP/s with measure/flops.py. Every row becomes a cell; a row the model cannot price (a split check() refuses)
 is listed with its reason, never dropped.
@@ -22,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from fleetbench.measure.registry import PRESET_DIR
-from fleetbench.perfmodel import hybrid
+from fleetbench.perfmodel import hybrid, manifest
 
 TABLES_DIR = PRESET_DIR / "published"
 WITHIN = 0.15  # the acceptance: >= 85% of cells within 15%, median <= 7%
@@ -47,6 +48,7 @@ class Cell:
 def load(path: Path) -> dict:
     table = yaml.safe_load(Path(path).read_text())
     table["file"] = Path(path).name
+    table["role"] = manifest.hybrid_role(table["file"])  # fit or check: results/reference/manifest.yaml
     return table
 
 

@@ -16,7 +16,7 @@ them apart, so one is taken from elsewhere:
 3. no 1-node run exposes anything (super-linear or fully hidden), or none exists: the topology's
    link if known, else PCIe of the GPU's generation as the assumed floor of a node's ring; said.
    With no 1-node run at all, a prediction (not a breakdown) assumes the node-sharing prior
-   (`prior`, fitted on other tables' 1-node cells by tools/fit_node_prior.py; said).
+   (`prior`, fitted on other tables' 1-node cells by perfmodel/fit_node_prior.py; said).
 
 Sharing and link carry their ranges: the node and 1-GPU runs' spread, sharing between its value
 and none, a topology link between 70% and 100% of its data rate (NCCL's rings reach ~75-90% of
@@ -28,7 +28,7 @@ import dataclasses
 import math
 import statistics
 
-from fleetbench.perfmodel import alphabeta, nccl, overlap, ranges
+from fleetbench.perfmodel import alphabeta, manifest, nccl, overlap, ranges
 from fleetbench.perfmodel import cells as cellmod
 from fleetbench.perfmodel.cells import Cell
 
@@ -179,13 +179,10 @@ def of_work(cell: Cell, cells: list[Cell], node_comm: alphabeta.Link | None, bou
 #     sharing(d) = 1 + c x log2(d)
 # c: (median, 10th, 90th percentile) of each fitting cell's (measured / predicted step - 1) / log2(d),
 # predicted with the prior off; the cells: nodes = 1, d > 1 of PRIOR_TABLES at --validate world_size=1
-# (tools/fit_node_prior.py computes it; tests hold the two together). Not ddl-benchmarks: it gives no
+# (perfmodel/fit_node_prior.py computes it; tests hold the two together). Not ddl-benchmarks: it gives no
 # node topology, so its 1-node errors from one GPU mix an assumed PCIe link with sharing.
-PRIOR = (0.0161, -0.0076, 0.0702)  # 121 cells of the 11 PRIOR_TABLES (tools/fit_node_prior.py, 2026-11-29)
-PRIOR_TABLES = frozenset({"dle-paddle-bert-dgxa100", "dle-pytorch-bert-dgxa100", "dle-mxnet-rn50",
-                          "dle-paddle-rn50", "dle-tf1-bert-dgx1", "dle-pytorch-bert-dgx1",
-                          "dle-pytorch-txl-dgxa100-dgx1", "dle-tf1-txl", "dle-pytorch-rn50", "dle-tf1-rn50",
-                          "dle-paddle-rn50-asp"})
+PRIOR = (0.0161, -0.0076, 0.0702)  # 121 cells of the 11 PRIOR_TABLES (python -m fleetbench.perfmodel.fit_node_prior)
+PRIOR_TABLES = manifest.node_prior()  # node_prior: true in results/reference/manifest.yaml
 
 
 def _prior_factors(per_node: int) -> tuple[float, float, float]:

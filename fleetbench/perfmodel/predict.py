@@ -43,7 +43,7 @@ class Target:
     nics: int | None = None  # NICs a node for a link given by rate
     sync_every: int | None = None  # micro-steps between all-reduces (None: the reference cell's)
     network_rate: tuple | None = None  # (rate, transport, NICs) of `network` when no fitted record has it
-    node_prior: bool = True  # from one GPU alone, assume node.prior (off: to fit it, tools/fit_node_prior.py)
+    node_prior: bool = True  # from one GPU alone, assume node.prior (off: to fit it, perfmodel/fit_node_prior.py)
 
     def change(self) -> dict:
         return {"rate_gbit": self.rate_gbit, "transport": self.transport, "efficiency": self.efficiency,

@@ -14,7 +14,7 @@ import statistics
 from fleetbench.perfmodel import breakdown as bd
 from fleetbench.perfmodel import cells as cellmod
 from fleetbench.perfmodel import specs
-from fleetbench.perfmodel import node, published
+from fleetbench.perfmodel import manifest, published
 from fleetbench.perfmodel.cells import Cell, Shape
 from fleetbench.perfmodel.predict import Target, calibrate, predict_ps, predict_range, work_values
 from fleetbench.measure.repeats import experiment
@@ -24,12 +24,9 @@ CHANGE_KEYS = ("nodes", "devices_per_node", "network", "rate_gbit", "transport",
 SELECT_KEYS = FILTER_KEYS + ("network", "nodes", "devices_per_node", "world_size")
 LISTS = ("nodes", "rate_gbit", "devices_per_node")  # keys a what-if grid may give several values of
 WITHIN = 0.15
-# Tables whose cells informed a constant of the model (docs/explain.md, "Which tables informed
-# which constants"); every other table is held out: converted and reported before any change. The
-# second held-out set's seven single-node tables moved here when the node-sharing prior was fitted
-# on their 1-node cells (node.PRIOR_TABLES).
-FITTED_TABLES = frozenset({"ddl-benchmarks-2020-05-29", "dle-paddle-bert-dgxa100", "dle-pytorch-bert-dgxa100",
-                           "dle-mxnet-rn50", "dle-paddle-rn50"}) | node.PRIOR_TABLES
+# Tables whose cells informed a constant of the model (role: fit in results/reference/manifest.yaml);
+# every other table is held out: converted and reported before any change
+FITTED_TABLES = manifest.fitted()
 SpecError = specs.SpecError
 
 
@@ -191,7 +188,7 @@ def _dropped(records: list[dict], cells: list[Cell]) -> list[dict]:
 def validate(records: list[dict], selector: dict, node_prior: bool = True) -> list[dict]:
     """Fit on the records the selector picks; predict every other training cell; compare. Every
     held-out record gives a row: predicted, or not with why. `node_prior` off: a GPU cell predicted
-    from one GPU alone assumes no node sharing (to fit the prior, tools/fit_node_prior.py)."""
+    from one GPU alone assumes no node sharing (to fit the prior, perfmodel/fit_node_prior.py)."""
     fit_records = [r for r in records if _matches(record_values(r), selector)]
     rest = [r for r in records if not _matches(record_values(r), selector)]
     fitted, comm = cellmod.pool(fit_records)

@@ -1,5 +1,5 @@
 """The converters of published tables into schema-1 records (results/reference/*.jsonl), one module
-a source, each runnable as `python -m fleetbench.perfmodel.sources.NAME KEY FILE`: ddl_benchmarks
+a source, each runnable as `python -m` with its dotted name and `KEY FILE`: ddl_benchmarks
 (HKBU-HPML/ddl-benchmarks), nvidia_dle* (NVIDIA DeepLearningExamples at 729963dd: nvidia_dle the
 README table reader and the DGX A100 BERT/ResNet-50 tables, nvidia_dle_bert_txl TF1/TF2 BERT and
 PyTorch Transformer-XL, nvidia_dle_frameworks the other BERT, Transformer-XL and ResNet-50 tables,

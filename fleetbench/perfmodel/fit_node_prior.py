@@ -3,7 +3,7 @@ prior for a prediction from one GPU alone"): validate node.PRIOR_TABLES from the
 (`world_size=1`) with the prior off, and take (measured / predicted step - 1) / log2(d) over their
 1-node cells of d > 1 GPUs: the median is c, the 10th and 90th percentiles its range.
 
-    .venv/bin/python tools/fit_node_prior.py [results/reference]
+    python -m fleetbench.perfmodel.fit_node_prior [results/reference]
 """
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from fleetbench.perfmodel import validate
-from fleetbench.perfmodel import node, published
+from fleetbench.perfmodel import manifest, node, published, validate
 
 
 def fitting_rows(reference: Path) -> list[dict]:
@@ -23,7 +22,7 @@ def fitting_rows(reference: Path) -> list[dict]:
 
 
 def main(argv: list[str]) -> int:
-    reference = Path(argv[0]) if argv else Path(__file__).resolve().parents[1] / "results" / "reference"
+    reference = Path(argv[0]) if argv else manifest.MANIFEST.parent
     rows = [r for r in fitting_rows(reference) if r.get("predicted_step_ms") and r["nodes"] == 1
             and r["devices_per_node"] > 1]
     c, low, high = node.prior_fit(rows)
