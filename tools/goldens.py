@@ -31,7 +31,7 @@ REFERENCE = REPO / "results" / "reference"
 class Golden:
     """One command whose output is kept: `argv` after `fleetbench` (or after `python` when
     `python` is set); `<tmp>` in it is a fresh temporary directory; `setup` the files written
-    there first; `files` the paths under it whose text is kept after stdout; `exits` the exit
+    there first; `files` the paths (or glob patterns) under it whose text is kept after stdout; `exits` the exit
     statuses that are the command's answer (compare's 1 says a cell got slower)."""
     name: str
     argv: tuple
@@ -97,6 +97,17 @@ def goldens() -> list[Golden]:
         Golden("plan-gpt3-175b-1024.json", ("plan",) + GPT3 + ("--json",)),
         Golden("plan-llama7b-64.txt", ("plan",) + LLAMA7B),
         Golden("plan-gpt3-175b-split.json", ("plan",) + GPT3 + ("--tp", "8", "--pp", "16", "--json")),
+        Golden("explain-predict-grid.txt", ("explain", "results/reference/ddl-benchmarks-2020-05-29.jsonl", "--published",
+                                            "--predict", "nodes=2,8,32,rate_gbit=10,25,100,method=mgwfbp,benchmark=resnet50",
+                                            "--target-efficiency", "0.9")),
+        Golden("explain-predict-grid.json", ("explain", "results/reference/ddl-benchmarks-2020-05-29.jsonl", "--published",
+                                             "--predict", "nodes=2,8,32,rate_gbit=10,25,100,method=mgwfbp,benchmark=resnet50",
+                                             "--json")),
+        Golden("explain-predict-validate-images.txt", ("explain", "results/reference/ddl-benchmarks-2020-05-29.jsonl",
+                                                       "--published", "--predict",
+                                                       "nodes=2,8,rate_gbit=10,25,method=mgwfbp,benchmark=resnet50",
+                                                       "--validate", "nodes=1", "--images", "<tmp>/images"),
+               files=("images/*.csv",)),
         Golden("explain-measured.txt", ("explain",) + MEASURED),
         Golden("explain-measured.json", ("explain",) + MEASURED + ("--json",)),
         Golden("report.json", ("report",) + MEASURED + ("--json",)),
@@ -130,8 +141,9 @@ def run(golden: Golden) -> str:
         if done.returncode not in golden.exits:
             raise SystemExit(f"goldens: {golden.name}: exit {done.returncode}\n{done.stderr[-2000:]}")
         text = done.stdout
-        for name in golden.files:
-            text += f"\n==> {name} <==\n" + (Path(tmp) / name).read_text()
+        for pattern in golden.files:
+            for path in sorted(Path(tmp).glob(pattern)):
+                text += f"\n==> {path.relative_to(tmp)} <==\n" + path.read_text()
         return _normalised(text + f"\n==> exit {done.returncode} <==\n", tmp)
 
 
