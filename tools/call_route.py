@@ -5,7 +5,7 @@ module it already left (a concept split over modules that call each other back a
     python tools/call_route.py --records 2 explain TABLE --published   # the table's first 2 records only
 
 The command runs in this process under a profiler that notes the fleetbench module executing after
-every call and every return. Consecutive events in one module are one visit; a loop's repetitions
+every call and every return (a module's body, run by an import, is not counted). Consecutive events in one module are one visit; a loop's repetitions
 are counted once (a transition from module A to module B already seen is not counted again), so
 the route is the one a reader follows through the code. Printed: the modules and rooms visited,
 the returns (transitions into a module entered before), and the modules entered most often.
@@ -29,13 +29,17 @@ def _module(filename: str) -> str | None:
 
 def traced(argv: list[str]) -> list[str]:
     """The modules in the order the command executes in them (consecutive repeats collapsed)."""
+    import importlib
+
     from fleetbench import cli
     seen: list[str] = []
+    importlib.import_module(cli.SUBCOMMANDS[argv[0]][0])  # imported first: what its import runs is no step
 
     def profile(frame, event, arg):
         if event in ("call", "return"):
             current = frame if event == "call" else frame.f_back
-            module = _module(current.f_code.co_filename) if current else None
+            # a module's body running is an import, not a step of the route
+            module = _module(current.f_code.co_filename) if current and current.f_code.co_name != "<module>" else None
             if module and (not seen or seen[-1] != module):
                 seen.append(module)
 
@@ -57,6 +61,21 @@ def route(sequence: list[str]) -> tuple[list[tuple[str, str]], collections.Count
             edges.append((a, b))
             entered[b] += 1
     return edges, entered
+
+
+# Rooms every command passes through on its way (the subcommand table, the shared parser, the
+# package root) and the vocabulary and pure tables every room reads: left out of the room walk.
+THROUGH = ("cli", "cmdline", "__init__", "__main__", "measure", "emulate")
+
+
+def room_walk(sequence: list[str]) -> list[str]:
+    """The rooms the command works in, in turn, a room named again only when it is re-entered."""
+    walk: list[str] = []
+    for module in sequence:
+        room = module.split("/")[0]
+        if room not in THROUGH and (not walk or walk[-1] != room):
+            walk.append(room)
+    return walk
 
 
 def _first_records(argv: list[str], n: int, tmp: str) -> list[str]:
@@ -91,12 +110,14 @@ def main() -> int:
         else:
             first.append(b)
     rooms = sorted({m.split("/")[0] for m in first})
+    walk = room_walk(sequence)
     summary = {"modules": len(first), "rooms": rooms, "transitions": len(edges), "returns": returns,
-               "most_entered": entered.most_common(5)}
+               "most_entered": entered.most_common(5), "room_walk": walk}
     print(json.dumps(summary) if args.json else
           f"{len(first)} modules in {len(rooms)} rooms ({', '.join(rooms)}); {len(edges)} distinct transitions, "
           f"{returns} returns to a module already left; most entered: "
-          + ", ".join(f"{m} {n}" for m, n in entered.most_common(5)))
+          + ", ".join(f"{m} {n}" for m, n in entered.most_common(5))
+          + f"\nthe rooms in turn (cli, cmdline, the package root, measure and emulate's tables left out): {' -> '.join(walk)}")
     return 0
 
 

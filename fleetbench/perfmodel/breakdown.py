@@ -171,31 +171,3 @@ def parts_check(b: dict) -> dict | None:
     worst = max(off, key=lambda p: abs(off[p]))
     missing = worst if abs(off[worst]) > PART_TOLERANCE * b["measured_step_ms"] else None
     return {"predicted": predicted, "measured": dict(measured), "off_ms": off, "misses": missing}
-
-
-def miss_text(cell: dict) -> str:
-    """For a cell whose prediction misses and no weak input explains it (report/explain.py's Why
-    off): what its own breakdown shows, the part that misses and, for exposed communication, the
-    host cost the calibration brought from the work's other cells against the one this cell took
-    beyond its link model (on CPU a slow emulated link's residual is not a fast one's per byte:
-    leave-one-out prices each from the other)."""
-    check = cell.get("parts_check")
-    if not check:
-        return ""
-    part = check["misses"] or max(check["off_ms"], key=lambda p: abs(check["off_ms"][p]))
-    text = (("" if check["misses"] else f"no part alone beyond {PART_TOLERANCE:.0%} of the step, the largest miss ")
-            + f"{PART_NAMES[part]} predicted {check['predicted'][part]:.0f} ms, measured {check['measured'][part]:.0f}")
-    host, comm = cell.get("predicted_host_ms"), cell.get("predicted_comm_ms")
-    if part == "exposed_comm_ms" and host and comm is not None and cell.get("exposed_comm_ms") is not None:
-        own = cell["exposed_comm_ms"] - comm
-        text += (f": host cost {host:.0f} ms from the work's other cells, {own:.0f} here beyond the link "
-                 "model (it is not one cost per byte across these links)")
-    return text
-
-
-def parts_text(check: dict) -> str:
-    """`compute 120/118, exposed comm 40/61 (misses), imbalance 3/5, reader 0/0` (predicted /
-    measured ms a step), or what the miss is when none is beyond the tolerance."""
-    text = ", ".join(f"{PART_NAMES[p]} {check['predicted'][p]:.0f}/{check['measured'][p]:.0f}"
-                     + (" (misses)" if check["misses"] == p else "") for p in cellmod.MEASURED_PARTS)
-    return text + ("" if check["misses"] else f"; every part within {PART_TOLERANCE:.0%} of the step")

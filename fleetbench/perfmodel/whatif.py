@@ -59,26 +59,3 @@ def tables(rows: list[dict], target: float | None) -> list[dict]:
             f", {p}" for p in work[2:4] if p) + (f", batch {work[4]}" if work[4] else "") + f" — {work[5]}"
         out.append({"title": title, "networks": networks, "sizes": sizes, "cells": cells, "slowest": slowest})
     return out
-
-
-def text(rows: list[dict], target: float | None) -> str:
-    """The efficiency tables as console text, with the slowest network keeping `target`."""
-    parts = []
-    for t in tables(rows, target):
-        head = ["GPUs"] + [str(n) for n in t["networks"]] + (
-            [f"slowest network keeping {target:.0%}"] if target else [])
-        lines = [head]
-        for size in t["sizes"]:
-            line = [str(size)]
-            for network in t["networks"]:
-                eff = t["cells"].get((size, network))
-                line.append("-" if eff is None else f"{eff[0]:.0%} ({eff[1]:.0%}-{eff[2]:.0%})")
-            if target:
-                found = t["slowest"].get(size)
-                line.append("none of these" if found is None else
-                            f"{found[0]}" + ("" if found[1] else " (not at the range's slow end)"))
-            lines.append(line)
-        widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
-        parts.append("\n".join([f"predicted efficiency: {t['title']} (point, range)"] +
-                               ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in lines]))
-    return "\n\n".join(parts)

@@ -14,6 +14,7 @@ from fleetbench.perfmodel.alphabeta import Hierarchical, Link
 from fleetbench.perfmodel.cells import Shape
 from fleetbench.measure import results
 from fleetbench.measure.repeats import aggregate
+from fleetbench.perfmodel import explanation
 from fleetbench.report import explain
 
 RATES = {"1gbe": 1.0, "10gbe": 10.0, "unshaped": None}
@@ -449,7 +450,7 @@ def test_explain_puts_each_part_predicted_beside_measured(comm_ms, misses):
     check = b["parts_check"]
     assert check["predicted"]["exposed_comm_ms"] == pytest.approx(100.0)
     assert check["measured"]["exposed_comm_ms"] == pytest.approx(comm_ms) and check["misses"] == misses
-    text = explain.markdown(explain.label_cells([b]), {}, str)
+    text = explain.markdown(explanation.label_cells([b]), {}, str)
     assert "| 7% |" in text  # MFU beside the row
     line = next(t for t in text.splitlines() if "part by part" in t)
     assert ("exposed comm 100/40 (misses)" in line) == (misses is not None)

@@ -11,6 +11,7 @@ from util import cli_code
 from fleetbench.perfmodel import validate, whatif
 
 from fleetbench.perfmodel import published
+from fleetbench.perfmodel import explanation
 from fleetbench.report import explain
 from test_predict_overlap import pub
 
@@ -111,6 +112,7 @@ def test_readme_rows_split_the_loss_as_the_console_does_and_add_up():
               "losses": {"contention": 0.05, "communication": 0.69, "imbalance": 0.01, "reader": 0.0,
                          "unexplained": 0.0},
               "prediction_notes": ["no comm record of network 1gbe: its rate ...", "link: ... latency unknown)"]}]
+    cells = explanation.label_cells(cells)  # the renderer takes the model's cells, labelled
     row = [line for line in explain.markdown(cells, {}, str).splitlines() if line.startswith("| resnet50")][0]
     parts = [p.strip() for p in row.split("|")]
     lost = [float(v.rstrip("%")) for v in parts[11].split(" / ")]
@@ -128,7 +130,7 @@ def test_cells_of_one_name_from_different_files_are_told_apart():
              dict(base, circumstances={"paddle": "2.6.2"}, files=["explain"]),
              dict(base, circumstances={"paddle": "3.3.1"}, files=["versions"], config={"steps": 50}),
              dict(base, nodes=2, devices_per_node=1, circumstances={}, files=["demo"])]
-    labels = [c["label"] for c in explain.label_cells(cells)]
+    labels = [c["label"] for c in explanation.label_cells(cells)]
     assert len(set(labels)) == 4
     assert labels[0] == "resnet50 tiny mgwfbp local 1x2 [paddle 2.6.2; from demo]"
     assert labels[3] == "resnet50 tiny mgwfbp local 2x1"

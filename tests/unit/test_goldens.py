@@ -9,7 +9,7 @@ import pytest
 
 from util import REPO
 
-SUBSET = ["explain-ddl-benchmarks-2020-05-29.txt", "explain-dle-paddle-bert-dgxa100.json",
+SUBSET = ["explain-ddl-benchmarks-2020-05-29.txt", "explain-predict-grid.txt", "explain-dle-paddle-bert-dgxa100.json",
           "explain-fleetx-paddle-rn50.txt", "explain-dle-pytorch-rn50.txt", "explain-measured.json",
           "plan-validate.json", "plan-gpt3-175b-1024.txt", "plan-llama7b-64.txt", "report.json",
           "report-readme.md", "compare-versions.txt", "history.json", "diagnose-judging.json"]
