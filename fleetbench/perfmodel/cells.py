@@ -154,7 +154,7 @@ PS_PARTS_SHOWN = ("compute", "pull", "push", "reader", "client_cpu")
 
 def ps_measured_parts(metrics: dict) -> dict | None:
     """A PS run's step breakdown as ms a step of its median worker (by step), and its servers'
-    mean busy share (cores' worth); None for a record without one (before 2026-11-28)."""
+    mean busy share (cores' worth); None for a record without one (written before the step breakdown)."""
     block = metrics.get("step_breakdown") or {}
     rows = block.get("ranks") or []
     if block.get("family") != "ps" or not rows:

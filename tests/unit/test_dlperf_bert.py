@@ -1,4 +1,4 @@
-"""The fifth held-out set (issue 47, 2026-11-29; fleetbench/perfmodel/sources/dlperf_bert.py): DLPerf's
+"""The fifth held-out set (fleetbench/perfmodel/sources/dlperf_bert.py): DLPerf's
 BERT-Base pretraining tables of PaddlePaddle 1.8, TensorFlow 2.3 and MXNet 1.6. Every file loads with
 the record count docs/explain.md reports, is held out, and every multi-node cell is predicted from
 its table's 1-node run; the reader takes DLPerf's headings. The accuracy is a reported number

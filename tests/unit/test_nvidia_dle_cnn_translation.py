@@ -1,4 +1,4 @@
-"""The third held-out set (issue 47, 2026-11-29; fleetbench/perfmodel/sources/nvidia_dle_cnn_translation.py): every file
+"""The third held-out set (fleetbench/perfmodel/sources/nvidia_dle_cnn_translation.py): every file
 loads with the record count the converter's docstring and docs/explain.md report, and every model
 definition has the parameter count the example's own code builds (tools/nvidia_dle_counts/). Shape only:
 nothing here predicts or compares a throughput."""

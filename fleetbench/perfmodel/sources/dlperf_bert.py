@@ -1,5 +1,5 @@
-"""Convert the fifth held-out set (issue 47, rule in docs/explain.md, *The fifth held-out set*,
-committed before this file): DLPerf's BERT-Base pretraining tables of PaddlePaddle, TensorFlow 2 and
+"""DLPerf's BERT-Base pretraining tables (the fifth held-out set: rule in docs/explain.md, *The fifth
+held-out set*, committed before this converter) of PaddlePaddle, TensorFlow 2 and
 MXNet, each framework's own code, into schema-1 published records for `fleetbench explain --published`.
 
     git -C DLPERF show c89430bac64f64caabb0445ff7eb80175641454c:PATH > /tmp/t        (PATH in SOURCES)

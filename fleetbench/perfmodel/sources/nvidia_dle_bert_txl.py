@@ -1,6 +1,6 @@
-"""Convert more multi-node tables of NVIDIA's DeepLearningExamples READMEs (commit 729963dd) into
-schema-1 published records, for `fleetbench explain --published`: tables this project had not
-used before issue 47, converted and reported before any constant was changed for them.
+"""NVIDIA DeepLearningExamples' multi-node TF1 and TF2 BERT and PyTorch Transformer-XL tables (commit
+729963dd, DGX-2 and DGX A100) into schema-1 published records for `fleetbench explain --published`:
+converted and reported before any constant was changed for them.
 
     git -C DLE show 729963dd:TensorFlow/LanguageModeling/BERT/README.md > /tmp/tf1.md
     python -m fleetbench.perfmodel.sources.nvidia_dle_bert_txl tf1-bert /tmp/tf1.md > results/reference/dle-tf1-bert.jsonl

@@ -1,10 +1,10 @@
-"""Convert the third held-out set of NVIDIA DeepLearningExamples tables (commit 729963dd) into
-schema-1 published records, for `fleetbench explain --published` (issue 47, point 7: tables never
-used for fitting).
+"""NVIDIA DeepLearningExamples' image-classification CNNs other than ResNet-50 and its translation
+models (commit 729963dd) into schema-1 published records for `fleetbench explain --published`
+(docs/explain.md: the third held-out set; tables never used for fitting).
 
 Selection rule, written down before any prediction was run on these tables:
 
-    Third held-out set (issue 47), rule written 2026-11-29 before any prediction on these tables:
+    Third held-out set, rule written before any prediction on these tables:
     every training-throughput table of a README of github.com/NVIDIA/DeepLearningExamples at commit
     729963dd that (1) has rows at two or more GPU counts, (2) trains from scratch (training or
     pretraining; not fine-tuning, not inference), data-parallel only, (3) is of a model that is NOT

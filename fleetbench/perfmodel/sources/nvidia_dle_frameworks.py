@@ -1,5 +1,7 @@
-"""Convert the second held-out set of NVIDIA DeepLearningExamples tables (commit 729963dd) into
-schema-1 published records, for `fleetbench explain --published` (issue 47, 2026-11-29).
+"""NVIDIA DeepLearningExamples' BERT, Transformer-XL and ResNet-50 tables (commit 729963dd) of the
+frameworks and systems nvidia_dle and nvidia_dle_bert_txl leave out (DGX-1, BioBERT, TF1
+Transformer-XL, ResNet-50 with ASP), into schema-1 published records for `fleetbench explain
+--published` (docs/explain.md: the second held-out set).
 
 Selection rule, written down before any prediction was run on these tables:
 
