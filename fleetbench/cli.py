@@ -33,7 +33,7 @@ GROUPS = (
     }),
     ("model", "why a figure is what it is, and what an unmeasured setup would do", {
         "explain": ("fleetbench.report.explain", "why not better: step-time breakdown, prediction, validation"),
-        "plan": ("fleetbench.plan.cli", "predict hybrid-parallel GPT training (TP x PP x DP x sharding): step, MFU, memory"),
+        "plan": ("fleetbench.perfmodel.plan_cli", "predict hybrid-parallel GPT training (TP x PP x DP x sharding): step, MFU, memory"),
     }),
     ("health", "which node or link is sick", {
         "diagnose": ("fleetbench.diagnose.cli", "find the sick node and the slow link (per-node and pair-wise tests)"),

@@ -1,6 +1,6 @@
-"""Write fleetbench/model/gradient_order.json: for each model of measure/registry.GRADIENTS, its
+"""Write fleetbench/perfmodel/gradient_order.json: for each model of measure/registry.GRADIENTS, its
 trainable gradients in the order backward makes them ready, each with its float32 bytes and the
-share of backward FLOPs done when it is ready (model/overlap.py reads it).
+share of backward FLOPs done when it is ready (perfmodel/overlap.py reads it).
 
     .venv/bin/python tools/gradient_order.py            # rewrite the file
     .venv/bin/python tools/gradient_order.py --check    # exit 1 if the file differs from the models
@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 import paddle  # noqa: E402
 
-from fleetbench.model import overlap  # noqa: E402
+from fleetbench.perfmodel import overlap  # noqa: E402
 from fleetbench.measure import config, registry  # noqa: E402
 
 

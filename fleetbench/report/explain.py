@@ -22,11 +22,12 @@ import os
 import sys
 
 from fleetbench import cmdline
-from fleetbench.analysis import stragglers, validate, whatif
-from fleetbench.model import predict, published
-from fleetbench.analysis import specs as spec_checks
-from fleetbench.model.breakdown import ACCOUNTING_TOLERANCE, LOSSES, miss_text, parts_text
-from fleetbench.measure.repeats import experiment, stability
+from fleetbench.perfmodel import explanation, stragglers, validate
+from fleetbench.perfmodel import breakdown as bd
+from fleetbench.perfmodel.cells import MEASURED_PARTS
+from fleetbench.perfmodel.breakdown import ACCOUNTING_TOLERANCE, LOSSES
+from fleetbench.store import select
+from fleetbench.measure.repeats import stability
 from fleetbench.report import explain_scaling as scaling
 from fleetbench.store import select
 
@@ -57,45 +58,31 @@ def _losses_text(cell: dict) -> str:
     return " ".join(f"{name[:4]} {cell['losses'][name]:.0%}" for name in LOSSES)
 
 
-def cell_name(cell: dict) -> str:
-    if cell.get("label"):
-        return cell["label"]
-    if cell.get("framework") or cell.get("precision") or cell.get("model"):
-        return validate.name(cell)  # a published table's cell: model, framework, precision, batch
-    shape = f"{cell['nodes']}x{cell['devices_per_node']}"
-    return " ".join(str(p) for p in (cell["benchmark"], cell["preset"] or "", cell["method"],
-                                      cell["network"] or "local", shape) if p != "")
+def miss_text(cell: dict) -> str:
+    """For a cell whose prediction misses and no weak input explains it (the Why off column): what its own breakdown shows, the part that misses and, for exposed communication, the
+    host cost the calibration brought from the work's other cells against the one this cell took
+    beyond its link model (on CPU a slow emulated link's residual is not a fast one's per byte:
+    leave-one-out prices each from the other)."""
+    check = cell.get("parts_check")
+    if not check:
+        return ""
+    part = check["misses"] or max(check["off_ms"], key=lambda p: abs(check["off_ms"][p]))
+    text = (("" if check["misses"] else f"no part alone beyond {bd.PART_TOLERANCE:.0%} of the step, the largest miss ")
+            + f"{bd.PART_NAMES[part]} predicted {check['predicted'][part]:.0f} ms, measured {check['measured'][part]:.0f}")
+    host, comm = cell.get("predicted_host_ms"), cell.get("predicted_comm_ms")
+    if part == "exposed_comm_ms" and host and comm is not None and cell.get("exposed_comm_ms") is not None:
+        own = cell["exposed_comm_ms"] - comm
+        text += (f": host cost {host:.0f} ms from the work's other cells, {own:.0f} here beyond the link "
+                 "model (it is not one cost per byte across these links)")
+    return text
 
 
-def label_cells(cells: list[dict]) -> list[dict]:
-    """Each cell with a `label` no other cell shares: cells of the same name (from different files,
-    builds or hosts, or differing in a config key) get what tells them apart in brackets."""
-    groups: dict = {}
-    for c in cells:
-        groups.setdefault(cell_name(c), []).append(c)
-    out = []
-    for c in cells:
-        group = groups[cell_name(c)]
-        label = cell_name(c)
-        if len(group) > 1:
-            label += f" [{_difference(c, group)}]"
-        out.append(dict(c, label=label))
-    return out
-
-
-def _difference(cell: dict, group: list[dict]) -> str:
-    """What tells `cell` from the others of its name: build or machine, else the files it came
-    from, else the first config keys whose values differ."""
-    parts = [f"{k} {cell['circumstances'][k]}" for k in ("paddle", "device", "host")
-             if len({str((g.get("circumstances") or {}).get(k)) for g in group}) > 1]
-    if len({tuple(g.get("files") or ()) for g in group}) > 1:
-        parts.append("from " + ", ".join(cell.get("files") or ["?"]))
-    if not parts:
-        flats = [experiment.flat_config(g.get("config") or {}) for g in group]
-        keys = [k for k in experiment.differing([g.get("config") or {} for g in group]) if all(k in f for f in flats)]
-        flat = experiment.flat_config(cell.get("config") or {})
-        parts = [f"{k}={flat[k]}" for k in keys[:2]] or ["config recorded with other keys"]
-    return "; ".join(parts)
+def parts_text(check: dict) -> str:
+    """`compute 120/118, exposed comm 40/61 (misses), imbalance 3/5, reader 0/0` (predicted /
+    measured ms a step), or what the miss is when none is beyond the tolerance."""
+    text = ", ".join(f"{bd.PART_NAMES[p]} {check['predicted'][p]:.0f}/{check['measured'][p]:.0f}"
+                     + (" (misses)" if check["misses"] == p else "") for p in MEASURED_PARTS)
+    return text + ("" if check["misses"] else f"; every part within {bd.PART_TOLERANCE:.0%} of the step")
 
 
 def console_table(cells: list[dict]) -> str:
@@ -103,7 +90,7 @@ def console_table(cells: list[dict]) -> str:
             "pred.comm", "overlap", "imbal", "reader", "eff", "efficiency lost to")
     rows = [head]
     for c in cells:
-        rows.append((cell_name(c), str(c["runs"]) + (f" (+{c['excluded']} outlier)" if c.get("excluded") else ""),
+        rows.append((c["label"], str(c["runs"]) + (f" (+{c['excluded']} outlier)" if c.get("excluded") else ""),
                      _ms(c["measured_step_ms"]), _ms(c.get("explained_step_ms")),
                      _acct(c), _ms(c.get("predicted_step_ms")),
                      _pct(c.get("prediction_error")), _ms(c.get("compute_ms")), _ms(c.get("exposed_comm_ms")),
@@ -112,7 +99,7 @@ def console_table(cells: list[dict]) -> str:
                      _losses_text(c)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
-    notes = sorted({f"{cell_name(c)}: {n}" for c in cells for n in c.get("notes", [])})
+    notes = sorted({f"{c['label']}: {n}" for c in cells for n in c.get("notes", [])})
     legend = (f"(ms per step; acct: explained/measured - 1, ! beyond {ACCOUNTING_TOLERANCE:.0%}; "
               f"efficiency lost to {', '.join(LOSSES)})")
     return "\n".join(lines + [legend] + notes)
@@ -145,11 +132,12 @@ def predictions_table(rows: list[dict], title: str, notes: bool = True) -> str:
     return "\n".join(lines)
 
 
-def validation_text(rows: list[dict], selector: dict) -> str:
+def validation_text(found: explanation.Validation) -> str:
     """Every held-out cell (predicted or why not), then per source table its count within 15%,
     median error and worst cells with the notes that explain them."""
-    parts = [predictions_table(rows, f"validation: fitted on {selector}, predicting the other cells", notes=False)]
-    for s in validate.summary(rows):
+    parts = [predictions_table(found.rows, f"validation: fitted on {found.selector}, predicting the other cells",
+                               notes=False)]
+    for s in found.summary:
         median = "-" if s["median_error"] is None else f"{s['median_error']:.1%}"
         lines = [f"{s['source']}: {s['predicted']} of {s['cells']} cells predicted, {s['within']} within 15% of "
                  f"the throughput, median error {median}, {s['in_range']} of {s['ranged']} inside their 80% "
@@ -162,7 +150,31 @@ def validation_text(rows: list[dict], selector: dict) -> str:
     parts.append("\n".join(f"{t['group']} tables: {t['within']} of {t['predicted']} predicted cells within 15% "
                            f"({t['within'] / max(1, t['predicted']):.0%}), {t['in_range']} of {t['ranged']} inside "
                            f"their 80% range ({t['in_range'] / max(1, t['ranged']):.0%}); {t['cells']} cells"
-                           for t in validate.totals(rows)))
+                           for t in found.totals))
+    return "\n\n".join(parts)
+
+
+def whatif_text(tables: list[dict], target: float | None) -> str:
+    """The what-if efficiency tables (perfmodel/whatif.tables) as console text, with the slowest
+    network keeping `target`."""
+    parts = []
+    for t in tables:
+        head = ["GPUs"] + [str(n) for n in t["networks"]] + (
+            [f"slowest network keeping {target:.0%}"] if target else [])
+        lines = [head]
+        for size in t["sizes"]:
+            line = [str(size)]
+            for network in t["networks"]:
+                eff = t["cells"].get((size, network))
+                line.append("-" if eff is None else f"{eff[0]:.0%} ({eff[1]:.0%}-{eff[2]:.0%})")
+            if target:
+                found = t["slowest"].get(size)
+                line.append("none of these" if found is None else
+                            f"{found[0]}" + ("" if found[1] else " (not at the range's slow end)"))
+            lines.append(line)
+        widths = [max(len(r[i]) for r in lines) for i in range(len(head))]
+        parts.append("\n".join([f"predicted efficiency: {t['title']} (point, range)"] +
+                               ["  " + "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in lines]))
     return "\n\n".join(parts)
 
 
@@ -175,7 +187,7 @@ def chart_rows(cells: list[dict]) -> list[dict]:
         if c.get("compute_ms") is None:
             continue
         contention = c.get("contention_ms") or 0.0
-        rows.append({"cell": cell_name(c), "method": c["method"], "network": c["network"] or "",
+        rows.append({"cell": c["label"], "method": c["method"], "network": c["network"] or "",
                      "nodes": c["nodes"], "devices_per_node": c["devices_per_node"],
                      "compute_1dev_ms": c["compute_ms"] - contention, "contention_ms": contention,
                      "exposed_comm_ms": c["exposed_comm_ms"], "imbalance_ms": c["imbalance_ms"],
@@ -287,13 +299,13 @@ def markdown(cells: list[dict], images: dict, link) -> str:
             controlled = (c.get("compute_source") or "").startswith("method=none control")
             source = "control" if controlled else "1 device" + (" x sharing" if c.get("contention_ms") else "")
             out.append("| " + " | ".join([
-                cell_name(c), _ms(c["measured_step_ms"]) + stability.excluded_note(c["runs"], c.get("excluded", 0)),
+                c["label"], _ms(c["measured_step_ms"]) + stability.excluded_note(c["runs"], c.get("excluded", 0)),
                 f"{_ms(c.get('compute_ms'))} ({source})",
                 _ms(c.get("exposed_comm_ms")), _ms(c.get("predicted_comm_ms")), _ms(c.get("imbalance_ms")),
                 _ms(c.get("reader_ms")), _ms(c.get("predicted_step_ms")), _pct(c.get("prediction_error")),
                 "—" if c.get("efficiency") is None else f"{c['efficiency']:.0%}", _lost(c),
                 _why_off(c) or "—", "—" if c.get("mfu") is None else f"{100 * c['mfu']:.2g}%"]) + " |")
-        checks = [f"- {cell_name(c)}, part by part (predicted/measured ms): {parts_text(c['parts_check'])}"
+        checks = [f"- {c['label']}, part by part (predicted/measured ms): {parts_text(c['parts_check'])}"
                   for c in group if c.get("parts_check")]
         out += [""] + checks if checks else []
         if key in images:
@@ -305,7 +317,7 @@ def markdown(cells: list[dict], images: dict, link) -> str:
 def section(records: list[dict], images_dir: str, link) -> tuple[str, list[str]]:
     """For `fleetbench report`: (markdown section, files written); empty when no multi-device
     cell has a breakdown (a control or a 1-device run of its work)."""
-    cells = label_cells([c for c in predict.explain(records) if c.get("compute_ms") is not None])
+    cells = explanation.breakdowns(records)
     if not cells:
         return "", []
     images = write_charts(cells, images_dir)
@@ -336,7 +348,7 @@ def parser() -> cmdline.Parser:
                         "(docs/guide/explain.md)")
     p.add_argument("--model-def", type=cmdline.INPUT_FILE, metavar="FILE",
                    help="YAML or JSON mapping a model name (a record's config.model) to its definition "
-                        "(model/modeldef: gpt, bert, vit, transformer_xl, layers, params), for models "
+                        "(perfmodel/modeldef: gpt, bert, vit, transformer_xl, layers, params), for models "
                         "outside the registry")
     p.add_argument("--straggler-pct", type=cmdline.number(0.0), default=stragglers.DEFAULT_THRESHOLD_PCT,
                    help="name ranks this much slower than their peers' median (default 10)")
@@ -344,89 +356,41 @@ def parser() -> cmdline.Parser:
     return p
 
 
-def known_values(records: list[dict]) -> dict:
-    """key -> the names a spec may use: the records' (network: its profile name), the registry's
-    benchmarks, the emulator's network profiles and the cloud instances (model/links.INSTANCES)."""
-    from fleetbench.model.links import INSTANCES  # pure table
-    from fleetbench.emulate.netem_plan import PROFILES  # pure table
-    from fleetbench.measure.registry import BENCHMARKS
-
-    known: dict = {"benchmark": set(BENCHMARKS), "network": set(PROFILES) | set(INSTANCES)}
-    for record in records:
-        for key, value in validate.record_values(record).items():
-            if key in known:
-                known[key].add(str(value) if value is not None else "local")
-    return known
-
-
-def _specs(args) -> tuple[list[dict], list[dict]]:
-    """The --predict specs (grids expanded) and --validate selectors, checked (SpecError, one line)."""
-    if args.target_efficiency is not None and not 0 < args.target_efficiency <= 1:
-        raise validate.SpecError(f"--target-efficiency must be a share in (0, 1] (got {args.target_efficiency:g})")
-    if args.target_efficiency is not None and not args.predict:
-        raise validate.SpecError("--target-efficiency needs --predict (a grid of GPU counts and network rates)")
-    specs = [validate.parse_spec(one, validate.FILTER_KEYS + validate.CHANGE_KEYS, "--predict")
-             for s in args.predict for one in validate.expand(s)]
-    return specs, [validate.parse_spec(s, validate.SELECT_KEYS, "--validate") for s in args.validate]
-
-
-def _text(args, records, cells, predicted, validation, selectors) -> str:
+def _text(args, found: explanation.Explanation) -> str:
+    cells = found.cells
     parts = [console_table(cells) if cells else "no multi-device training cell to explain" + (
-        "" if args.published or not any(published.is_published(r) for r in records)
-        else " (published records are read with --published)")]
-    if predicted:
-        grid = len(predicted) > 12 or args.target_efficiency is not None
-        parts.append(predictions_table(predicted, "predicted (not measured), with ranges:", notes=not grid))
+        " (published records are read with --published)" if found.published_left_out else "")]
+    if found.predicted:
+        grid = len(found.predicted) > 12 or args.target_efficiency is not None
+        parts.append(predictions_table(found.predicted, "predicted (not measured), with ranges:", notes=not grid))
         if grid:
-            parts.append(whatif.text(predicted, args.target_efficiency))
-    for selector in selectors:
-        parts.append(validation_text([r for r in validation if r["selector"] is selector], selector))
-    slow = stragglers.report(records, args.straggler_pct)
-    if slow:
-        parts.append("stragglers (ranks slower than their peers' median):\n" + "\n".join(f"  {line}" for line in slow))
+            parts.append(whatif_text(found.whatif, args.target_efficiency))
+    for v in found.validations:
+        parts.append(validation_text(v))
+    if found.stragglers:
+        parts.append("stragglers (ranks slower than their peers' median):\n" + "\n".join(f"  {line}" for line in found.stragglers))
     return "\n\n".join(parts)
 
 
 def run(args) -> str:
-    """The output text; raises ValueError (one line) on bad input, before writing anything."""
+    """The output text; raises ValueError (one line) on bad input, before writing anything: the
+    request is checked, the records loaded, the model asked once (perfmodel/explanation), its
+    answer rendered."""
     from fleetbench.store import results
 
-    specs, selectors = _specs(args)
-    records = select.marked(args.results, results.load, args.db, args.where)
-    if args.model_def:
-        from fleetbench.model import modeldef
-
-        records = modeldef.apply(records, modeldef.read_table(args.model_def))
-    records = published.adopt(records, args.published)
-    known = known_values(records)
-    for spec in specs:
-        spec_checks.unknown(spec, known, "--predict")
-    for selector in selectors:
-        spec_checks.unknown(selector, known, "--validate")
-    cells = label_cells([dict(c, kind="measured") for c in predict.explain(records)])
-    predicted = [dict(r, kind="predicted", spec=s) for s in specs for r in validate.predict_spec(records, s)]
-    validation = [dict(r, kind="validation", selector=s) for s in selectors for r in validate.validate(records, s)]
-    for text, selector in zip(args.validate, selectors):
-        _check_fitted(text, [r for r in validation if r["selector"] is selector])
-    images = write_charts(cells, args.images) if args.images else {}
+    req = explanation.request(args.predict, args.validate, args.target_efficiency, published=args.published,
+                              model_def=args.model_def, straggler_pct=args.straggler_pct)
+    found = explanation.explain(select.marked(args.results, results.load, args.db, args.where), req)
+    validation = [r for v in found.validations for r in v.rows]
+    images = write_charts(found.cells, args.images) if args.images else {}
     if args.images:
-        scaling.write_charts(cells, predicted + validation, args.images)
-        scaling.write_efficiency(predicted, args.images)
+        scaling.write_charts(found.cells, found.predicted + validation, args.images)
+        scaling.write_efficiency(found.predicted, args.images)
     if args.json:
-        return json.dumps(cells + predicted + validation, indent=1, sort_keys=True)
+        return json.dumps(found.rows(), indent=1, sort_keys=True)
     if args.markdown:
-        return markdown(cells, images, lambda png: os.path.relpath(os.path.abspath(png)).replace(os.sep, "/"))
-    return _text(args, records, cells, predicted, validation, selectors)
-
-
-def _check_fitted(text: str, rows: list[dict]) -> None:
-    """A --validate that fits nothing, or leaves nothing to predict, validates nothing: refused."""
-    if not rows:
-        raise ValueError(f"--validate {text}: every cell matches it, none is left to predict "
-                         "(expected a selector of some cells, e.g. nodes=1)")
-    if not any(r.get("from_cell") for r in rows):
-        raise ValueError(f"--validate {text}: fits no cell (no record matches it, or none of the predicted "
-                         "cells' work and method); expected a selector of records these files hold, e.g. nodes=1")
+        return markdown(found.cells, images, lambda png: os.path.relpath(os.path.abspath(png)).replace(os.sep, "/"))
+    return _text(args, found)
 
 
 def cli(argv: list[str]) -> int:

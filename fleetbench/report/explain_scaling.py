@@ -5,7 +5,7 @@ run's throughput times the devices) a dashed black line. The CSV beside the PNG 
 drawn number, with the throughput error where a measured cell and a prediction meet."""
 from __future__ import annotations
 
-from fleetbench.analysis import whatif
+from fleetbench.perfmodel import whatif
 
 
 LINES = ("-", "-.", ":", (0, (5, 1)))

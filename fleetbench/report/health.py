@@ -1,13 +1,13 @@
 """The report's cluster-health section (pure): the verdicts `fleetbench diagnose --results` stored
-in the same files as the results (docs/guide/diagnose.md), and the stragglers named from training runs'
-per-rank step times (fleetbench.analysis.stragglers, as `fleetbench explain`).
+in the same files as the results (docs/diagnose.md), and the stragglers named from training runs'
+per-rank step times (fleetbench.perfmodel.stragglers, as `fleetbench explain`).
 
 A result measured on a cluster with a sick node is a figure of that node; this section puts the
 diagnosis in the same report as the results it qualifies, so a reader sees both.
 """
 from __future__ import annotations
 
-from fleetbench.analysis import stragglers
+from fleetbench.perfmodel import stragglers
 
 
 def _broken(entry: dict) -> str:

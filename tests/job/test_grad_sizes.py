@@ -1,5 +1,5 @@
 """The registry's gradient sizes (measure/registry.GRADIENTS) and the gradient order the overlap
-model reads (model/gradient_order.json) are the Paddle models' own: each entry's model is built
+model reads (perfmodel/gradient_order.json) are the Paddle models' own: each entry's model is built
 from its benchmark script at that preset's config (tools/gradient_order.py, as it wrote the file),
 its trainable parameters counted and one forward pass hooked. Builds BERT-Large on the CPU (1.3 GB
 of parameters, a few seconds)."""
@@ -9,7 +9,7 @@ import json
 import pytest
 from util import REPO
 
-from fleetbench.model import overlap
+from fleetbench.perfmodel import overlap
 from fleetbench.measure import registry
 
 paddle = pytest.importorskip("paddle")

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetbench.analysis import validate
+from fleetbench.perfmodel import validate
 
-from fleetbench.model import links, published
+from fleetbench.perfmodel import explanation, links, published
 from fleetbench.report import explain
 
 REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
@@ -33,7 +33,7 @@ def test_rdma_and_a_given_efficiency_are_not_capped_by_streams():
 
 
 def test_every_instance_names_a_rate_transport_and_streams_and_is_a_known_network():
-    known = explain.known_values([])["network"]
+    known = explanation.known_values([])["network"]
     for name, spec in links.INSTANCES.items():
         assert spec["rate_gbit"] > 0 and spec["transport"] in links.TRANSPORTS and spec["sockets"] >= 1
         assert name in known

@@ -1,4 +1,4 @@
-"""fleetbench.analysis: the all-reduce model, the breakdown's accounting, prediction and validation,
+"""fleetbench.perfmodel: the all-reduce model, the breakdown's accounting, prediction and validation,
 on constructed records (pure: no Paddle process)."""
 import json
 import os
@@ -7,12 +7,14 @@ import uuid
 import pytest
 from util import cli_code
 
-from fleetbench.analysis import validate
+from fleetbench.perfmodel import validate
 
-from fleetbench.model import alphabeta, breakdown, cells, overlap, predict, scaling
-from fleetbench.model.alphabeta import Hierarchical, Link
-from fleetbench.model.cells import Shape
+from fleetbench.perfmodel import alphabeta, breakdown, cells, overlap, predict, scaling
+from fleetbench.perfmodel.alphabeta import Hierarchical, Link
+from fleetbench.perfmodel.cells import Shape
+from fleetbench.store import results
 from fleetbench.measure.repeats import aggregate
+from fleetbench.perfmodel import explanation
 from fleetbench.report import explain
 from fleetbench.store import results
 
@@ -449,7 +451,7 @@ def test_explain_puts_each_part_predicted_beside_measured(comm_ms, misses):
     check = b["parts_check"]
     assert check["predicted"]["exposed_comm_ms"] == pytest.approx(100.0)
     assert check["measured"]["exposed_comm_ms"] == pytest.approx(comm_ms) and check["misses"] == misses
-    text = explain.markdown(explain.label_cells([b]), {}, str)
+    text = explain.markdown(explanation.label_cells([b]), {}, str)
     assert "| 7% |" in text  # MFU beside the row
     line = next(t for t in text.splitlines() if "part by part" in t)
     assert ("exposed comm 100/40 (misses)" in line) == (misses is not None)

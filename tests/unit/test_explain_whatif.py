@@ -8,9 +8,10 @@ import json
 import pytest
 from util import cli_code
 
-from fleetbench.analysis import validate, whatif
+from fleetbench.perfmodel import validate, whatif
 
-from fleetbench.model import published
+from fleetbench.perfmodel import published
+from fleetbench.perfmodel import explanation
 from fleetbench.report import explain
 from test_predict_overlap import pub
 
@@ -111,6 +112,7 @@ def test_readme_rows_split_the_loss_as_the_console_does_and_add_up():
               "losses": {"contention": 0.05, "communication": 0.69, "imbalance": 0.01, "reader": 0.0,
                          "unexplained": 0.0},
               "prediction_notes": ["no comm record of network 1gbe: its rate ...", "link: ... latency unknown)"]}]
+    cells = explanation.label_cells(cells)  # the renderer takes the model's cells, labelled
     row = [line for line in explain.markdown(cells, {}, str).splitlines() if line.startswith("| resnet50")][0]
     parts = [p.strip() for p in row.split("|")]
     lost = [float(v.rstrip("%")) for v in parts[11].split(" / ")]
@@ -128,7 +130,7 @@ def test_cells_of_one_name_from_different_files_are_told_apart():
              dict(base, circumstances={"paddle": "2.6.2"}, files=["explain"]),
              dict(base, circumstances={"paddle": "3.3.1"}, files=["versions"], config={"steps": 50}),
              dict(base, nodes=2, devices_per_node=1, circumstances={}, files=["demo"])]
-    labels = [c["label"] for c in explain.label_cells(cells)]
+    labels = [c["label"] for c in explanation.label_cells(cells)]
     assert len(set(labels)) == 4
     assert labels[0] == "resnet50 tiny mgwfbp local 1x2 [paddle 2.6.2; from demo]"
     assert labels[3] == "resnet50 tiny mgwfbp local 2x1"
@@ -147,14 +149,14 @@ text after the table
 
 
 def test_dle_converter_reads_the_table_as_printed_and_says_what_it_derived():
-    from results.reference import convert_dle
+    from fleetbench.perfmodel.sources import nvidia_dle
 
-    spec = dict(convert_dle.SOURCES["paddle-bert"], tables=[REFERENCE_HEADING])
-    convert_dle.SOURCES["test"] = spec
+    spec = dict(nvidia_dle.SOURCES["paddle-bert"], tables=[REFERENCE_HEADING])
+    nvidia_dle.SOURCES["test"] = spec
     try:
-        records = convert_dle.convert("test", README_EXCERPT)
+        records = nvidia_dle.convert("test", README_EXCERPT)
     finally:
-        del convert_dle.SOURCES["test"]
+        del nvidia_dle.SOURCES["test"]
     assert len(records) == 4
     amp4 = next(r for r in records if r["nodes"] == 4 and r["config"]["precision"] == "amp")
     assert amp4["metrics"] == {"throughput": 19000.0, "unit": "sequences/s", "repeats": None}

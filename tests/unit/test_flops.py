@@ -98,7 +98,7 @@ def test_transformer_macs_by_layers_and_width():
 def test_published_records_naming_a_gpu_get_mfu():
     from util import REPO
 
-    from fleetbench.model import published
+    from fleetbench.perfmodel import published
     from fleetbench.store import results
 
     seen = over = 0

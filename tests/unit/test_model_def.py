@@ -3,9 +3,9 @@ against the published ones, the ready order, and a constructed table of a model 
 predicted through `--published --validate`."""
 import pytest
 
-from fleetbench.analysis import validate
+from fleetbench.perfmodel import validate
 
-from fleetbench.model import modeldef, published
+from fleetbench.perfmodel import modeldef, published
 from fleetbench.measure import registry
 
 TXL_LARGE = {"kind": "transformer_xl", "n_token": 267735, "n_layer": 18, "n_head": 16, "d_model": 1024,
@@ -123,7 +123,7 @@ def test_model_def_file_gives_a_table_its_models(tmp_path, capsys):
 def test_mixed_precision_shrinks_the_overlap_window_and_latency_counts_more():
     """Issue 47, item 1: AMP cuts compute about 3x while fp16 gradients halve the bytes, so less of
     the all-reduce hides behind a shorter backward and the per-call latency is a larger part."""
-    from fleetbench.model import overlap
+    from fleetbench.perfmodel import overlap
 
     order = overlap.registered("bert_large", "full")
     alpha_ms, gbps = 0.05, 10.0

@@ -10,10 +10,10 @@ import yaml
 from util import REPO
 
 from fleetbench.measure import flops
-from fleetbench.plan import cli, model, published, search
+from fleetbench.perfmodel import hybrid, hybrid_search, hybrid_tables, plan_cli
 
-A100 = model.Cluster("A100-80GB", 8, 8, 200.0)
-GPT175 = model.Shape(96, 12288, 96, 2048, 51200)
+A100 = hybrid.Cluster("A100-80GB", 8, 8, 200.0)
+GPT175 = hybrid.Shape(96, 12288, 96, 2048, 51200)
 
 
 @pytest.mark.parametrize("layers,hidden,seq,vocab", [(24, 2304, 2048, 51200), (96, 12288, 2048, 51200),
@@ -38,27 +38,27 @@ def test_flops_orders_the_recomputations_and_counts_swiglu_three_matrices():
 
 @pytest.mark.parametrize("tp", [2, 4, 8])
 def test_activation_memory_is_korthikantis(tp):
-    split = model.Split(tp, 1, 1, 1, 1)
+    split = hybrid.Split(tp, 1, 1, 1, 1)
     s, b, h, a = GPT175.seq, 1, GPT175.hidden, GPT175.heads
-    none = model.layer_activation_bytes(GPT175, split, "none")
+    none = hybrid.layer_activation_bytes(GPT175, split, "none")
     assert none == pytest.approx(s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp)))
-    sp = model.Split(tp, 1, 1, 1, 1, sequence_parallel=True)
-    assert model.layer_activation_bytes(GPT175, sp, "selective") == pytest.approx(34 * s * b * h / tp)
-    assert model.layer_activation_bytes(GPT175, sp, "full") == pytest.approx(2 * s * b * h / tp)
+    sp = hybrid.Split(tp, 1, 1, 1, 1, sequence_parallel=True)
+    assert hybrid.layer_activation_bytes(GPT175, sp, "selective") == pytest.approx(34 * s * b * h / tp)
+    assert hybrid.layer_activation_bytes(GPT175, sp, "full") == pytest.approx(2 * s * b * h / tp)
     # Korthikanti's headline: SP + selective keeps ~5x less than TP alone at 175B, tp 8
-    assert none / model.layer_activation_bytes(GPT175, sp, "selective") > (4 if tp == 8 else 1.5)
+    assert none / hybrid.layer_activation_bytes(GPT175, sp, "selective") > (4 if tp == 8 else 1.5)
 
 
 @pytest.mark.parametrize("stage,factor", [(0, 1), (1, 1), (2, 16), (3, 24)])
 def test_stages_2_and_3_reduce_gradients_every_micro_batch(stage, factor):
-    once = model.dp_comm_s(GPT175, model.Split(8, 1, 8, 1, 128), A100)
-    assert model.dp_comm_s(GPT175, model.Split(8, 1, 8, 1, 128, sharding_stage=stage), A100) == \
+    once = hybrid.dp_comm_s(GPT175, hybrid.Split(8, 1, 8, 1, 128), A100)
+    assert hybrid.dp_comm_s(GPT175, hybrid.Split(8, 1, 8, 1, 128, sharding_stage=stage), A100) == \
         pytest.approx(once * factor)
 
 
 @pytest.mark.parametrize("dp", [2, 8, 64])
 def test_sharding_stages_divide_what_zero_says(dp):
-    parts = [model.memory_bytes(GPT175, model.Split(8, 8, dp, 1, dp * 8, sharding_stage=st)) for st in range(4)]
+    parts = [hybrid.memory_bytes(GPT175, hybrid.Split(8, 8, dp, 1, dp * 8, sharding_stage=st)) for st in range(4)]
     assert parts[1]["optimizer"] == pytest.approx(parts[0]["optimizer"] / dp)
     assert parts[2]["gradients"] == pytest.approx(parts[0]["gradients"] / dp)
     assert parts[3]["weights"] == pytest.approx(parts[0]["weights"] / dp)
@@ -68,55 +68,55 @@ def test_sharding_stages_divide_what_zero_says(dp):
 
 @pytest.mark.parametrize("pp,m,v", [(2, 8, 1), (8, 64, 1), (8, 64, 2), (16, 32, 4)])
 def test_bubble_is_p_minus_1_over_v_micro_batches(pp, m, v):
-    split = model.Split(8, pp, 1, 1, m, interleave=v)
-    found = model.predict(GPT175, split, A100)
+    split = hybrid.Split(8, pp, 1, 1, m, interleave=v)
+    found = hybrid.predict(GPT175, split, A100)
     per_mb = found.parts["compute"] / m + found.parts["tp_comm"] / m + found.parts["pp_p2p"] / m
     assert found.parts["bubble"] == pytest.approx((pp - 1) / v * per_mb)
 
 
 def test_more_gpus_of_data_parallelism_cost_communication_not_compute():
-    one, many = (model.predict(GPT175, model.Split(8, 8, dp, 1, 512), A100) for dp in (8, 64))
+    one, many = (hybrid.predict(GPT175, hybrid.Split(8, 8, dp, 1, 512), A100) for dp in (8, 64))
     assert many.parts["dp_comm"] > 0 and many.parts["compute"] < one.parts["compute"]
     assert many.tokens_per_s > one.tokens_per_s and many.mfu < one.mfu
 
 
 def test_every_published_row_is_a_cell_and_none_is_dropped():
-    for table in published.tables():
-        raw = yaml.safe_load((published.TABLES_DIR / table["file"]).read_text())
-        found = published.cells(table)
+    for table in hybrid_tables.tables():
+        raw = yaml.safe_load((hybrid_tables.TABLES_DIR / table["file"]).read_text())
+        found = hybrid_tables.cells(table)
         assert [c.name for c in found] == [str(r[0]) for r in raw["rows"]]
         assert all(c.predicted is not None for c in found), [c.note for c in found]
 
 
 def test_published_tables_reach_the_issues_accuracy():
-    every = [c for t in published.tables() for c in published.cells(t)]
-    fit = published.summary([c for c in every if c.role == "fit"])
-    check = published.summary([c for c in every if c.role == "check"])
+    every = [c for t in hybrid_tables.tables() for c in hybrid_tables.cells(t)]
+    fit = hybrid_tables.summary([c for c in every if c.role == "fit"])
+    check = hybrid_tables.summary([c for c in every if c.role == "check"])
     assert fit["within_15pct"] >= 0.85 and fit["median_abs_error"] <= 0.07
     # the tables never fitted on reach the same (docs/guide/gpt.md lists every cell)
     assert check["within_15pct"] >= 0.85 and check["median_abs_error"] <= 0.07 and check["cells"] >= 17
-    assert {t["role"] for t in published.tables()} == {"fit", "check"}
+    assert {t["role"] for t in hybrid_tables.tables()} == {"fit", "check"}
 
 
 def test_korthikantis_iteration_times_convert_to_the_mfu_megatrons_readme_prints():
     # two sources of Table 5 (Calculon's times and splits, Megatron-LM's MFU) agree under the
     # stated FLOPs formula: a mistyped time, split or shape would show here
-    table = published.load(published.TABLES_DIR / "korthikanti-2022-table5.yaml")
+    table = hybrid_tables.load(hybrid_tables.TABLES_DIR / "korthikanti-2022-table5.yaml")
     readme = {r[0]: r[-1] for r in table["rows"] if r[-1] is not None}
-    found = {c.name: c.published * 1e12 / model.Cluster(**table["cluster"]).peak_flops for c in published.cells(table)}
+    found = {c.name: c.published * 1e12 / hybrid.Cluster(**table["cluster"]).peak_flops for c in hybrid_tables.cells(table)}
     assert len(readme) == 4 and all(abs(found[name] - mfu) < 0.005 for name, mfu in readme.items()), found
 
 
 def test_fit_finds_the_constants_the_model_carries():
-    best = published.fit()
+    best = hybrid_tables.fit()
     assert (best["EFF_MAX"], best["EFF_HALF_WIDTH"], best["MEM_TRAFFIC"]) == pytest.approx(
-        (model.EFF_MAX, model.EFF_HALF_WIDTH, model.MEM_TRAFFIC))
+        (hybrid.EFF_MAX, hybrid.EFF_HALF_WIDTH, hybrid.MEM_TRAFFIC))
 
 
-@pytest.mark.parametrize("gpus,shape", [(1024, GPT175), (64, model.Shape(40, 5120, 40, 4096, 32000, 13824, True, True)),
-                                        (8, model.Shape(24, 2048, 16, 2048, 51200))])
+@pytest.mark.parametrize("gpus,shape", [(1024, GPT175), (64, hybrid.Shape(40, 5120, 40, 4096, 32000, 13824, True, True)),
+                                        (8, hybrid.Shape(24, 2048, 16, 2048, 51200))])
 def test_search_lists_only_splits_that_fit_fastest_first(gpus, shape):
-    found, priced = search.ranked(shape, gpus, 512, A100, search.Choices())
+    found, priced = hybrid_search.ranked(shape, gpus, 512, A100, hybrid_search.Choices())
     assert found and priced >= len(found)
     assert all(p.fits and p.split.gpus == gpus for p in found)
     speeds = [p.tokens_per_s for p in found]
@@ -124,7 +124,7 @@ def test_search_lists_only_splits_that_fit_fastest_first(gpus, shape):
 
 
 def test_search_keeps_what_the_user_fixed():
-    found, _ = search.ranked(GPT175, 512, 512, A100, search.Choices(recompute="full", sharding_stage=1))
+    found, _ = hybrid_search.ranked(GPT175, 512, 512, A100, hybrid_search.Choices(recompute="full", sharding_stage=1))
     assert {(p.split.recompute, p.split.sharding_stage) for p in found} == {("full", 1)}
 
 
@@ -174,9 +174,9 @@ def test_plan_refuses_a_split_in_one_line(args, words):
 def test_validate_lists_every_cell():
     out = plan("--validate")
     assert out.returncode == 0
-    rows = sum(len(t["rows"]) for t in published.tables())
+    rows = sum(len(t["rows"]) for t in hybrid_tables.tables())
     assert sum(1 for line in out.stdout.splitlines() if line.split()[0].endswith(".yaml")) == rows
-    assert cli.parser().prog == "fleetbench plan"
+    assert plan_cli.parser().prog == "fleetbench plan"
 
 
 class GptCfg:  # the keys hybrid.utilization reads (collective/gpt.GptConfig's)
@@ -191,12 +191,12 @@ class GptCfg:  # the keys hybrid.utilization reads (collective/gpt.GptConfig's)
 def test_the_gpt_record_mfu_is_model_flops_over_the_peak_every_benchmark_uses(device, precision, peak):
     """The GPT record's MFU is the formula's model FLOPs over the peak train/trace.model_flops put in
     the record (all ranks': devices.py's on a GPU, the measured GEMM on a CPU): one MFU definition."""
-    from fleetbench.train import hybrid
+    from fleetbench.train import hybrid as train_hybrid
 
     ranks, per_device = 2, 1000.0  # tokens/s a device
     standard = {"throughput_per_device": per_device, "samples_per_s": ranks * per_device / GptCfg.seq_len,
                 "peak_flops": None if peak is None else ranks * peak}
-    got = hybrid.utilization(GptCfg())(standard)  # the device's peak is in the record's peak_flops
+    got = train_hybrid.utilization(GptCfg())(standard)  # the device's peak is in the record's peak_flops
     per_token = flops.gpt_train_flops_per_token(24, 2048, 2048, 50304)
     assert got["flops_per_token"] == per_token and got["model_tflops_per_device"] == pytest.approx(per_token * 1e-9)
     assert got["model_flops_per_sample"] == per_token * GptCfg.seq_len

@@ -195,7 +195,7 @@ def test_measured_report_labels_efficiency_from_measured_baseline(tmp_path, caps
 
 def test_reference_file_is_exactly_what_the_converter_makes_of_the_seed(capsys):
     import runpy
-    converter = runpy.run_path(str(REPO / "results" / "reference" / "convert_ddl_benchmarks.py"))
+    converter = runpy.run_path(str(REPO / "fleetbench" / "perfmodel" / "sources" / "ddl_benchmarks.py"))
     assert converter["main"]([str(SEED)]) == 0
     assert capsys.readouterr().out == REFERENCE.read_text()
 

@@ -3,9 +3,9 @@ model on constructed gradient orders, the registry's order of the real models, a
 mgwfbp tables that have no bsp run at all."""
 import pytest
 
-from fleetbench.analysis import validate
+from fleetbench.perfmodel import validate
 
-from fleetbench.model import alphabeta, cells, node, overlap, published, ranges
+from fleetbench.perfmodel import alphabeta, cells, node, overlap, published, ranges
 from fleetbench.measure import registry
 
 MB = 1e6

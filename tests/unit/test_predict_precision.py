@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from fleetbench.analysis import validate
+from fleetbench.perfmodel import validate
 
-from fleetbench.model import cells, gradbytes, published
+from fleetbench.perfmodel import cells, gradbytes, published
 from fleetbench.measure import registry
 from fleetbench.report import explain
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from fleetbench.analysis import validate
+from fleetbench.perfmodel import validate
 
-from fleetbench.model import alphabeta, cells, links, nccl, node, published
+from fleetbench.perfmodel import alphabeta, cells, links, nccl, node, published
 from fleetbench.measure import registry
 from fleetbench.report import explain
 
@@ -17,7 +17,7 @@ TCP = 1448 / 1538
 
 
 def pub(method, gpus, throughput, network="10gbe", rate=10, transport="tcp", model="ResNet-50", batch=64):
-    """A record as results/reference/convert_ddl_benchmarks.py writes it."""
+    """A record as fleetbench/perfmodel/sources/ddl_benchmarks.py writes it."""
     net = None if network is None else {"profile": network, "rate_gbit": rate, "transport": transport}
     return {"schema": 1, "id": f"{method}{gpus}{network}{model}", "benchmark": model.lower(), "mode": "collective",
             "method": method, "preset": None, "config": {"model": model, "batch_size": batch, "device": "GPU"},
@@ -144,8 +144,8 @@ def test_scaling_chart_png_beside_csv(tmp_path, capsys):
     assert all(float(r["ideal_throughput"]) == pytest.approx(256.0 * int(r["devices"])) for r in rows)
 
 
-# The second held-out set (issue 47, 2026-11-29; results/reference/convert_dle_rule.py): every file
-# loads and validates, and every cell is predicted or says why, with the counts docs/validation/explain.md
+# The second held-out set (issue 47, 2026-11-29; fleetbench/perfmodel/sources/nvidia_dle_frameworks.py): every file
+# loads and validates, and every cell is predicted or says why, with the counts docs/explain.md
 # reports (table: records, selector, cells, predicted).
 SECOND_SET = {"dle-tf1-biobert": (36, "nodes", 28, 28), "dle-tf1-bert-dgx1": (24, "world_size", 16, 16),
               "dle-pytorch-bert-dgx1": (8, "world_size", 4, 4),

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from fleetbench.model import alphabeta, nccl
-from fleetbench.model.cells import CommCell, Shape, link_for
+from fleetbench.perfmodel import alphabeta, nccl
+from fleetbench.perfmodel.cells import CommCell, Shape, link_for
 
 # intra-node: 4 ranks at 10 GB/s bus; network "10gbe": 2 nodes x 1 rank at 1.1 GB/s
 INTRA = alphabeta.Link(alpha_us=60.0, bandwidth_GBps=10.0, ranks=4, source="intra")

@@ -1,7 +1,7 @@
 """--predict/--validate values are checked before anything is computed (issue 22)."""
 import pytest
 
-from fleetbench.analysis import validate
+from fleetbench.perfmodel import validate
 from fleetbench.report import explain
 
 KEYS = validate.FILTER_KEYS + validate.CHANGE_KEYS

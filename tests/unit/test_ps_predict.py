@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetbench.analysis import validate
+from fleetbench.perfmodel import validate
 
-from fleetbench.model import cells, links, predict, published
+from fleetbench.perfmodel import cells, links, predict, published
 
 ROOT = Path(__file__).resolve().parents[2] / "results"
 OWN = ["kvm-2vcpu-paddle2.6.2-arch.jsonl", "kvm-2vcpu-paddle2.6.2-demo.jsonl", "kvm-2vcpu-paddle2.6.2-network.jsonl"]

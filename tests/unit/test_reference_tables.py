@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetbench.analysis import validate
+from fleetbench.perfmodel import validate
 
-from fleetbench.model import published
+from fleetbench.perfmodel import published
 from fleetbench.store import results
 
 REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
@@ -77,7 +77,7 @@ def _all_rows() -> list[dict]:
 
 
 def test_model_error_constants_are_what_the_fitted_tables_give_and_ranges_hold_70_to_90_percent():
-    from fleetbench.model import ranges
+    from fleetbench.perfmodel import ranges
 
     rows = _all_rows()
     fitted = [r for r in rows if r.get("source") in validate.FITTED_TABLES and r.get("throughput_error") is not None]
@@ -106,7 +106,7 @@ def test_model_error_constants_are_what_the_fitted_tables_give_and_ranges_hold_7
 
 
 def test_the_80_percent_range_contains_the_inputs_range_and_grows_with_nodes():
-    from fleetbench.model import ranges
+    from fleetbench.perfmodel import ranges
 
     assert ranges.widened(100.0, 99.0, 101.0, 1) == pytest.approx((100 * (1 + ranges.MODEL_ERROR[0]),
                                                                    100 * (1 + ranges.MODEL_ERROR[1])))
@@ -133,7 +133,7 @@ def _from_one_gpu(names, node_prior: bool) -> list[dict]:
 
 
 def test_node_prior_is_what_its_tables_give_and_those_tables_are_no_longer_held_out():
-    from fleetbench.model import node
+    from fleetbench.perfmodel import node
 
     rows = _from_one_gpu(node.PRIOR_TABLES, node_prior=False)
     assert node.prior_fit(rows) == pytest.approx(node.PRIOR, abs=6e-5)

@@ -113,7 +113,7 @@ def test_chart_rows_and_caption_say_the_cell_is_unstable_and_its_outlier_exclude
 
 
 def test_explain_cells_leave_the_same_outlier_out(tmp_path):
-    from fleetbench.model import cells
+    from fleetbench.perfmodel import cells
 
     trained, _ = cells.pool(records(store(tmp_path)))
     (one,) = [c for c in trained if c.shape.world_size == 1]

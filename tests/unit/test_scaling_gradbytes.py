@@ -3,9 +3,9 @@
 import pytest
 from test_explain import comm_record, record
 
-from fleetbench.model import alphabeta, breakdown, cells, gradbytes, predict, scaling
-from fleetbench.model.alphabeta import Link
-from fleetbench.model.cells import Shape
+from fleetbench.perfmodel import alphabeta, breakdown, cells, gradbytes, predict, scaling
+from fleetbench.perfmodel.alphabeta import Link
+from fleetbench.perfmodel.cells import Shape
 
 
 def work(rec, benchmark="resnet18", cpu=None):

@@ -1,5 +1,5 @@
 """The straggler report names the slow rank and its host, from records that can show one."""
-from fleetbench.analysis import stragglers
+from fleetbench.perfmodel import stragglers
 from fleetbench.report import explain
 
 

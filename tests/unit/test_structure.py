@@ -1,7 +1,9 @@
 """The package's shape, read from its source (docs/architecture.md): rooms import each other only
 down the declared room order (so no room circle, no upward import; lazy imports count), no module
-imports in a circle, measure/ is the paddle-free vocabulary; rooms, modules, functions and
-positional parameter lists stay small enough to read at once."""
+imports in a circle, measure/ is the paddle-free vocabulary; functions and positional parameter
+lists stay small enough to read at once. Rooms and modules are as large as their concept: a room is
+one concept, never split to meet a count; a module over NOTE_MODULE_LINES is named (a note, not a
+failure) so that its opening comment says why it is one module."""
 import ast
 import os
 import re
@@ -12,15 +14,7 @@ from pathlib import Path
 from util import REPO
 
 PACKAGE = REPO / "fleetbench"
-MAX_MODULE_LINES, MAX_FUNCTION_LINES, MAX_POSITIONAL = 600, 45, 7
-# A room (a package: fleetbench/'s subpackages, their sub-rooms such as diagnose/judging/, and
-# datasets/) holds at most this many modules of its own, __init__.py counted; a sub-room's modules
-# count in the sub-room, not its parent.
-MAX_ROOM_MODULES = 14
-# Rooms over it today, each at most the count it has (a ratchet: it may not grow), with the change
-# that brings it down. The check fails once a room here is back within MAX_ROOM_MODULES, so the
-# entry is dropped with it.
-ROOMS_OVER = {}
+NOTE_MODULE_LINES, MAX_FUNCTION_LINES, MAX_POSITIONAL = 600, 45, 7
 # Rooms whose every function has its parameters and return annotated (the others as they are
 # brought there)
 ANNOTATED = ("fleetbench/train", "fleetbench/machine", "fleetbench/job", "fleetbench/hosts", "fleetbench/engines",
@@ -304,23 +298,6 @@ def test_every_one_line_refusal_is_a_user_error():
     assert found == []
 
 
-def room_sizes(tops=(PACKAGE, REPO / "datasets"), base: Path = REPO) -> dict:
-    """{room folder: its own modules, __init__.py counted} of every package under the given tops."""
-    return {str(init.parent.relative_to(base)): len(list(init.parent.glob("*.py")))
-            for top in tops for init in sorted(top.rglob("__init__.py"))}
-
-
-def rooms_too_big(sizes: dict, over: dict) -> list:
-    """Rooms above MAX_ROOM_MODULES (or above their listed count), and listed rooms back within it."""
-    found = []
-    for name, count in sorted(sizes.items()):
-        allowed = over.get(name, (MAX_ROOM_MODULES,))[0]
-        if count > allowed:
-            found.append(f"{name}: {count} modules (at most {allowed})")
-    return found + [f"{name}: {sizes.get(name, 0)} modules, within {MAX_ROOM_MODULES}: drop it from ROOMS_OVER"
-                    for name in sorted(over) if sizes.get(name, 0) <= MAX_ROOM_MODULES]
-
-
 # Sub-rooms that stand apart from the rest of their room: they import none of its other modules
 # (diagnose/judging/: figures and rules in, verdicts out; the part that runs tests hands it figures).
 APART = ("fleetbench.diagnose.judging",)
@@ -334,29 +311,31 @@ def test_a_sub_room_kept_apart_imports_nothing_else_of_its_room():
     assert found == []
 
 
-def test_rooms_hold_at_most_14_modules():
-    assert rooms_too_big(room_sizes(), ROOMS_OVER) == []
+def long_modules(top: Path = PACKAGE, base: Path = REPO) -> list:
+    """Modules over NOTE_MODULE_LINES lines: each should say in its opening comment why it is one."""
+    return [f"{path.relative_to(base)}: {path.read_text().count(chr(10))} lines" for path in sorted(top.rglob("*.py"))
+            if path.read_text().count("\n") > NOTE_MODULE_LINES]
 
 
-def test_the_room_size_check_counts_init_and_sub_rooms_apart(tmp_path):
-    for name in ["pkg/__init__.py", "pkg/a.py", "pkg/b.py", "pkg/sub/__init__.py", "pkg/sub/c.py", "pkg/data.json"]:
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text("")
-    sizes = room_sizes((tmp_path / "pkg",), tmp_path)
-    assert sizes == {"pkg": 3, "pkg/sub": 2}
-    assert rooms_too_big(dict(sizes, big=MAX_ROOM_MODULES + 1), {}) == [f"big: {MAX_ROOM_MODULES + 1} modules (at most 14)"]
-    assert rooms_too_big(dict(sizes, big=16), {"big": (16, "why")}) == []
-    assert rooms_too_big(dict(sizes, big=17), {"big": (16, "why")}) == ["big: 17 modules (at most 16)"]
-    assert rooms_too_big(sizes, {"pkg": (16, "why")}) == ["pkg: 3 modules, within 14: drop it from ROOMS_OVER"]
+def test_modules_over_the_note_length_are_named_not_failed(capsys):
+    found = long_modules()
+    with capsys.disabled():
+        for line in found:
+            print(f"\nnote: {line} (over {NOTE_MODULE_LINES}: its opening comment should say why it is one module)")
 
 
-def test_modules_functions_and_parameter_lists_stay_small():
+def test_the_long_module_note_names_a_module_over_the_length(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg/short.py").write_text("x = 1\n")
+    (tmp_path / "pkg/long.py").write_text("x = 1\n" * (NOTE_MODULE_LINES + 1))
+    assert long_modules(tmp_path / "pkg", tmp_path) == [f"pkg/long.py: {NOTE_MODULE_LINES + 1} lines"]
+
+
+def test_functions_and_parameter_lists_stay_small():
     too_big = []
     for path in sorted(PACKAGE.rglob("*.py")):
         source = path.read_text()
         where = path.relative_to(REPO)
-        if source.count("\n") > MAX_MODULE_LINES:
-            too_big.append(f"{where}: {source.count(chr(10))} lines")
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = node.end_lineno - node.lineno + 1
