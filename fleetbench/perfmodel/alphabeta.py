@@ -31,13 +31,15 @@ import dataclasses
 import math
 import statistics
 
+from fleetbench import cmdline
+
 ALLREDUCE = "all_reduce"
 # Rows at or below this size are latency-dominated on every link here (at 10gbe 256 KiB is 0.2 ms
 # on the wire against 0.3-2.2 ms measured a call): they are priced as measured (module doc).
 SMALL_MAX = 256 * 1024
 
 
-class FitError(ValueError):
+class FitError(cmdline.UserError):
     """A comm record whose rows cannot give a latency-bandwidth fit; one line."""
 
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from fleetbench import cmdline
+
 ROW_COUNT_BYTES = 8  # one int64 row count per rank, all-reduced before the gathers
 
 
@@ -127,7 +129,7 @@ GRAD_BYTES = {"fp32": 4, "tf32": 4, "amp": 4, "amp_o2": 2, "bf16": 2}
 DTYPES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2}
 
 
-class PrecisionError(ValueError):
+class PrecisionError(cmdline.UserError):
     """An unknown precision or gradient dtype; the message is one line."""
 
 

@@ -26,10 +26,12 @@ so the share done when a layer's gradients are ready is the FLOPs of the layers 
 """
 from __future__ import annotations
 
+from fleetbench import cmdline
+
 KINDS = ("gpt", "bert", "vit", "transformer_xl", "layers", "params")
 
 
-class ModelDefError(ValueError):
+class ModelDefError(cmdline.UserError):
     """A model definition that cannot be read; one line naming the key."""
 
 

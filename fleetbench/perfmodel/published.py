@@ -30,6 +30,7 @@ import json
 import math
 import re
 
+from fleetbench import cmdline
 from fleetbench.measure import flops, registry
 from fleetbench.perfmodel import gradbytes, modeldef
 
@@ -62,7 +63,7 @@ BUCKET_MIB = {"bsp": 128, "fp16_allreduce": 128}  # Paddle's fused_allreduce_gra
 OVERLAPPED_BUCKET_MIB = 25  # Paddle DataParallel's default comm_buffer_size
 
 
-class PublishedError(ValueError):
+class PublishedError(cmdline.UserError):
     """A published record the model cannot read; the message is one line naming it."""
 
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import math
 
+from fleetbench import cmdline
 from fleetbench.perfmodel import links
 
 NAMED = ("benchmark", "network")
 
 
-class SpecError(ValueError):
+class SpecError(cmdline.UserError):
     """A bad --predict or --validate value; one line naming the flag."""
 
 
