@@ -1,4 +1,4 @@
-"""Fit the node-sharing prior (fleetbench/perfmodel/node.py PRIOR; docs/explain.md, "A node-sharing
+"""Fit the node-sharing prior (fleetbench/perfmodel/node.py PRIOR; docs/validation/explain.md, "A node-sharing
 prior for a prediction from one GPU alone"): validate node.PRIOR_TABLES from their 1-GPU runs
 (`world_size=1`) with the prior off, and take (measured / predicted step - 1) / log2(d) over their
 1-node cells of d > 1 GPUs: the median is c, the 10th and 90th percentiles its range.

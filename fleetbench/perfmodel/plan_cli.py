@@ -7,7 +7,7 @@
     fleetbench plan ... --gpus N          (no --tp/--pp: the splits that fit, ranked)
     fleetbench plan --validate [--json]   (every published cell: predicted, published, error)
 
-The model is perfmodel/hybrid.py (docs/plan.md); GPUs are measure/devices.py's, the network is NICs x a
+The model is perfmodel/hybrid.py (docs/guide/gpt.md#fleetbench-plan); GPUs are measure/devices.py's, the network is NICs x a
 rate (`8x200gbit`, or a profile of `fleetbench cluster`: `100gbe`), all-reduces perfmodel/nccl.py's.
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The report's cluster-health section (pure): the verdicts `fleetbench diagnose --results` stored
-in the same files as the results (docs/diagnose.md), and the stragglers named from training runs'
+in the same files as the results (docs/guide/diagnose.md), and the stragglers named from training runs'
 per-rank step times (fleetbench.perfmodel.stragglers, as `fleetbench explain`).
 
 A result measured on a cluster with a sick node is a figure of that node; this section puts the

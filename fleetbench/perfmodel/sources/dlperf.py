@@ -1,7 +1,7 @@
 """DLPerf's multi-node ResNet-50 training tables (github.com/Oneflow-Inc/DLPerf at c89430ba: its
 PaddlePaddle, PyTorch, MXNet and TensorFlow 2 READMEs) into schema-1 published records for
 `fleetbench explain --published`; the markdown reader and record writer DLPerf's BERT tables
-(dlperf_bert) and PaddleFleetX's (paddle_fleetx) share. Selection rule: docs/explain.md, *The
+(dlperf_bert) and PaddleFleetX's (paddle_fleetx) share. Selection rule: docs/validation/explain.md, *The
 fourth held-out set*.
 
     git -C DLPERF show c89430bac64f64caabb0445ff7eb80175641454c:PATH > /tmp/t        (PATH in SOURCES)

@@ -1,4 +1,4 @@
-"""DLPerf's BERT-Base pretraining tables (the fifth held-out set: rule in docs/explain.md, *The fifth
+"""DLPerf's BERT-Base pretraining tables (the fifth held-out set: rule in docs/validation/explain.md, *The fifth
 held-out set*, committed before this converter) of PaddlePaddle, TensorFlow 2 and
 MXNet, each framework's own code, into schema-1 published records for `fleetbench explain --published`.
 

@@ -1,6 +1,6 @@
 """NVIDIA DeepLearningExamples' image-classification CNNs other than ResNet-50 and its translation
 models (commit 729963dd) into schema-1 published records for `fleetbench explain --published`
-(docs/explain.md: the third held-out set; tables never used for fitting).
+(docs/validation/explain.md: the third held-out set; tables never used for fitting).
 
 Selection rule, written down before any prediction was run on these tables:
 

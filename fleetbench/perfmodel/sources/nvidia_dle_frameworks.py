@@ -1,7 +1,7 @@
 """NVIDIA DeepLearningExamples' BERT, Transformer-XL and ResNet-50 tables (commit 729963dd) of the
 frameworks and systems nvidia_dle and nvidia_dle_bert_txl leave out (DGX-1, BioBERT, TF1
 Transformer-XL, ResNet-50 with ASP), into schema-1 published records for `fleetbench explain
---published` (docs/explain.md: the second held-out set).
+--published` (docs/validation/explain.md: the second held-out set).
 
 Selection rule, written down before any prediction was run on these tables:
 

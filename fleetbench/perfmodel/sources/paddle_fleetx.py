@@ -1,7 +1,7 @@
 """PaddleFleetX's multi-node ResNet-50 benchmark (github.com/PaddlePaddle/PaddleFleetX at 2524271e,
 docs/source/paddle_fleet_rst/fleet_benchmark_resnet50_cn.rst: reStructuredText tables) into schema-1
 published records for `fleetbench explain --published`, written as DLPerf's (dlperf: same V100
-clusters' kind, the same record). Selection rule: docs/explain.md, *The fourth held-out set*.
+clusters' kind, the same record). Selection rule: docs/validation/explain.md, *The fourth held-out set*.
 
     git -C FLEETX show 2524271ea94f37e9b0aa1859c5b1384d5b3770af:docs/source/paddle_fleet_rst/fleet_benchmark_resnet50_cn.rst > /tmp/t
     python -m fleetbench.perfmodel.sources.paddle_fleetx fleetx-paddle-rn50 /tmp/t > results/reference/fleetx-paddle-rn50.jsonl
