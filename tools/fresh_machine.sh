@@ -72,6 +72,7 @@ fi
 inner() {
   local root=$1 host=$2
   shift 2
+  mount --bind "$root" "$root"  # its / a mount point, as a machine's is (ip netns exec remounts / rslave)
   mount -t proc proc "$root/proc"
   mount -t sysfs sysfs "$root/sys"  # this network namespace's devices only
   mount --rbind /sys/fs/cgroup "$root/sys/fs/cgroup" 2>/dev/null || true

@@ -418,8 +418,10 @@ def test_word2vec_geo_two_by_two_explicit_endpoints_new_launcher(tmp_path, cache
     ports = reserve_ports(5)  # --gloo_port too: its default is the fixed 6767
     servers = ",".join(f"127.0.0.1:{p}" for p in ports[:2])
     trainers = ",".join(f"127.0.0.1:{p}" for p in ports[2:4])
+    # --host: the launcher places the job where this host's name resolves unless told (127.0.1.1 on a
+    # Debian machine whose /etc/hosts maps its name there), and the endpoints are 127.0.0.1's
     out, recs, logs = job(tmp_path, cache, ["--servers", servers, "--trainers", trainers, "--gloo_port",
-                                            str(ports[4])], "word2vec.py", "mode=geo")
+                                            str(ports[4]), "--host", "127.0.0.1"], "word2vec.py", "mode=geo")
     check_record(recs[0], "word2vec", "geo", 2, "words/s")
 
 

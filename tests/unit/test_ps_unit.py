@@ -117,6 +117,11 @@ def test_role_from_env(monkeypatch):
     where = role.placement(1)
     assert (where.rank, where.world_size, where.nodes, where.devices_per_node) == (1, 3, 2, 2)
     assert where.runtime == {"servers": 2, "workers": 3}
+    # placed where no endpoint is (the launcher took this host's name, 127.0.1.1 on Debian, while the
+    # endpoints say 127.0.0.1): one line naming both and the flag, not Paddle's "... is not in list"
+    monkeypatch.setenv("POD_IP", "127.0.1.1")
+    with pytest.raises(config.ConfigError, match=r"at 127\.0\.1\.1 .*\(10\.0\.0\.1, 10\.0\.0\.2\).*--host"):
+        roles.role_from_env()
 
 
 def test_threads_split_cores_between_local_workers_and_dataset_threads(monkeypatch):

@@ -33,6 +33,11 @@ def role_from_env() -> Role:
     workers = [e for e in env.get("PADDLE_TRAINER_ENDPOINTS", "").split(",") if e]
     hosts = {e.rsplit(":", 1)[0] for e in servers + workers}
     here = env.get("POD_IP")
+    if here and hosts and here not in hosts:  # else Paddle's role maker fails with "... is not in list"
+        raise config.ConfigError(
+            f"the launcher placed this {role.lower()} at {here} (POD_IP: where this host's name resolves, "
+            f"e.g. 127.0.1.1 on Debian), an address none of the endpoints uses ({', '.join(sorted(hosts))}): "
+            "give the launcher --host with the endpoints' address")
     local = [e for e in servers + workers if e.rsplit(":", 1)[0] == here] if here else []
     return Role(role="server" if role == "PSERVER" else "worker", servers=servers,
                 workers=int(env.get("PADDLE_TRAINERS_NUM") or len(workers) or 1),
