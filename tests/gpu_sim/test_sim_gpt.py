@@ -139,6 +139,26 @@ def test_tp2_pp4_sharding_1_on_two_by_eight_runs_its_pipeline_across_the_nodes(d
         assert len(nodes_of(ranks, got["groups"]["pipe"])) == 2 and len(nodes_of(ranks, got["groups"]["model"])) == 1
 
 
+def test_ep16_on_two_by_eight_splits_the_experts_over_all_sixteen(dgx, tmp_path):
+    # expert parallelism: Paddle's MoELayer's moe_group is the data-parallel group, one expert a rank
+    ranks = two_nodes(dgx, tmp_path, "num_experts=16", "ep=16")
+    for r, got in ranks.items():
+        assert got["ep"] == 16 and got["num_experts"] == 16
+        assert got["groups"].pop("expert") == got["groups"]["data"] == list(range(16))
+    assert_placed(ranks, {"dp": 16, "pp": 1, "sharding": 1, "sep": 1, "mp": 1}, 0)
+
+
+def test_tp2_pp2_sep2_ep2_on_two_by_eight_puts_each_axis_where_paddle_does(dgx, tmp_path):
+    ranks = two_nodes(dgx, tmp_path, "tp=2", "pp=2", "sep=2", "num_experts=4", "ep=2", "num_kv_heads=2")
+    degrees = {"dp": 2, "pp": 2, "sharding": 1, "sep": 2, "mp": 2}
+    for r, got in ranks.items():
+        expert = got["groups"].pop("expert")
+        assert expert == got["groups"]["data"] == [r % 8, r % 8 + 8]  # the all-to-all crosses the nodes
+        assert got["groups"]["sep"] == [r // 4 * 4 + r % 2, r // 4 * 4 + r % 2 + 2]  # inside a node
+        assert got["num_kv_heads"] == 2 and len(nodes_of(ranks, got["groups"]["model"])) == 1
+    assert_placed(ranks, degrees, 0)
+
+
 def test_without_dry_topology_cpu_ranks_refuse_tp_in_one_line(dgx, tmp_path):
     p = subprocess.run([PYTHON, "-m", "fleetbench", "launch", "--quiet", "--log_dir", str(tmp_path / "log"), "--gpus",
                         "0-7", "collective/gpt.py", "--preset", "tiny", "--set", "tp=4"], cwd=REPO,
@@ -149,6 +169,7 @@ def test_without_dry_topology_cpu_ranks_refuse_tp_in_one_line(dgx, tmp_path):
 class Cfg:  # the keys hybrid.topology reads
     tp, pp, sharding_stage, sequence_parallel, recompute, micro_batch, global_batch = 4, 2, 0, True, "selective", 1, 0
     seq_len, hidden_size = 2048, 2048
+    ep, sep, num_experts, num_kv_heads, num_heads = 1, 1, 0, 0, 16
 
 
 @pytest.mark.parametrize("tp,pp,stage", [(8, 1, 1), (8, 2, 2), (2, 2, 3)])

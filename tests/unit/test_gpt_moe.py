@@ -122,3 +122,11 @@ def test_the_balance_loss_is_one_when_balanced_and_grows_with_imbalance():
     assert float(moe.balance_loss(even, index, 4)) == pytest.approx(1.0)
     skewed = paddle.to_tensor([[0.7, 0.1, 0.1, 0.1]] * 8)
     assert float(moe.balance_loss(skewed, paddle.to_tensor([[0, 1]] * 8), 4)) == pytest.approx(4 * (0.5 * 0.7 + 0.5 * 0.1))
+
+
+def test_ep_other_than_the_data_parallel_width_is_refused_in_one_line():
+    cfg = tiny(num_experts=8, ep=4, tp=2, sep=1, sharding_stage=0)
+    hybrid.check_experts(cfg, 8)  # 8 ranks / tp 2: a data-parallel width of 4
+    with pytest.raises(ConfigError) as err:
+        hybrid.check_experts(cfg, 16)
+    assert "\n" not in str(err.value) and "config key 'ep' (4) must equal" in str(err.value) and "= 8" in str(err.value)
