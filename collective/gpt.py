@@ -1,5 +1,7 @@
-"""GPT pretraining (decoder-only, pre-LN; LLaMA's RMSNorm, SwiGLU, rotary as options) over Fleet's
-hybrid parallelism: tensor (tp), pipeline (pp), sharding stages 0-3, sequence parallelism, recompute.
+"""GPT pretraining (decoder-only, pre-LN; LLaMA's RMSNorm, SwiGLU, rotary, grouped-query attention and
+mixture-of-experts MLPs as options) over Fleet's hybrid parallelism: tensor (tp), pipeline (pp),
+sharding stages 0-3, sequence parallelism, recompute, expert parallelism (ep) and Paddle's segment
+parallelism (sep: its degree and groups only; the model does not yet cut its sequence over them).
 
     fleetbench launch --nproc_per_node 2 collective/gpt.py --preset tiny [--set sharding_stage=1]
 Model: fleetbench/train/workloads/gpt_model.py; the split: fleetbench/train/hybrid.py; data: datasets/text.py
@@ -39,7 +41,7 @@ class GptConfig(config.CollectiveConfig):
     tp: int = 1
     pp: int = 1
     ep: int = 1  # expert parallel: experts split over ep data-parallel ranks (all-to-all; GPU builds)
-    sep: int = 1  # Paddle's segment parallelism (sep_degree): the sequence split over sep ranks (GPU builds)
+    sep: int = 1  # Paddle's segment parallelism (sep_degree): its groups made; GPU builds (module doc)
     sharding_stage: int = 0  # 0: data parallel; 1: optimizer state; 2: + gradients; 3: + weights
     sequence_parallel: bool = False
     recompute: str = "none"  # none | selective | full

@@ -1,6 +1,6 @@
 """A decoder-only, pre-LN GPT for collective/gpt.py, with LLaMA's options (RMSNorm, SwiGLU, rotary
-positions) and Fleet's model parallelism: tensor-parallel layers from fleet.meta_parallel when
-tp > 1 (ColumnParallelLinear / RowParallelLinear / VocabParallelEmbedding / ParallelCrossEntropy;
+positions, grouped-query attention), mixture-of-experts MLPs (workloads/moe.py) and Fleet's model
+parallelism: tensor-parallel layers from fleet.meta_parallel when tp > 1 (ColumnParallelLinear / RowParallelLinear / VocabParallelEmbedding / ParallelCrossEntropy;
 their sequence-parallel forms with sequence_parallel), a PipelineLayer of LayerDescs when pp > 1,
 and recomputation (full: a block; selective: attention's scores, softmax and context, the part
 Korthikanti et al. 2022 recompute).
