@@ -1,9 +1,10 @@
 """A decoder-only, pre-LN GPT for collective/gpt.py, with LLaMA's options (RMSNorm, SwiGLU, rotary
 positions, grouped-query attention), mixture-of-experts MLPs (workloads/moe.py) and Fleet's model
-parallelism: tensor-parallel layers from fleet.meta_parallel when tp > 1 (ColumnParallelLinear / RowParallelLinear / VocabParallelEmbedding / ParallelCrossEntropy;
-their sequence-parallel forms with sequence_parallel), a PipelineLayer of LayerDescs when pp > 1,
-and recomputation (full: a block; selective: attention's scores, softmax and context, the part
-Korthikanti et al. 2022 recompute).
+parallelism: tensor-parallel layers from fleet.meta_parallel when tp > 1 (ColumnParallelLinear /
+RowParallelLinear / VocabParallelEmbedding / ParallelCrossEntropy; their sequence-parallel forms
+with sequence_parallel), a PipelineLayer of LayerDescs when pp > 1, and recomputation (full: a
+block; selective: attention's scores, softmax and context, the part Korthikanti et al. 2022
+recompute).
 
 Sequence parallelism (Korthikanti et al. 2022), wired as Paddle's fleet/utils/sequence_parallel_utils
 expects it and as PaddleNLP's GPT uses it: the embedding's [b, s, h] is turned to [s, b, h] and cut
@@ -14,8 +15,8 @@ batch-first); the logits' column linear is the final gather, turned back to [b, 
 the parallel cross-entropy. The norms' weights and biases are marked (mark_sequence_parallel) so
 that hybrid.prepare's all-reduce hooks sum their partial gradients over the TP group.
 
-Tested for real on CPU: tp = pp = 1 (data parallel and sharding stage 1). The tp, sp and pp paths
-run only on GPU builds (a CPU build refuses them before launch: train/hybrid.check) and are
+Tested for real on CPU: tp = pp = 1 (data parallel and sharding stage 1), with grouped-query
+attention and with experts local to every rank. The tp, sp, pp and ep paths run only on GPU builds (a CPU build refuses them before launch: train/hybrid.check) and are
 untested in kernels here (docs/gpt.md).
 """
 from __future__ import annotations
