@@ -1,5 +1,7 @@
-"""GPT pretraining (decoder-only, pre-LN; LLaMA's RMSNorm, SwiGLU, rotary as options) over Fleet's
-hybrid parallelism: tensor (tp), pipeline (pp), sharding stages 0-3, sequence parallelism, recompute.
+"""GPT pretraining (decoder-only, pre-LN; LLaMA's RMSNorm, SwiGLU, rotary, grouped-query attention and
+mixture-of-experts MLPs as options) over Fleet's hybrid parallelism: tensor (tp), pipeline (pp),
+sharding stages 0-3, sequence parallelism, recompute, expert parallelism (ep) and Paddle's segment
+parallelism (sep: its degree and groups only; the model does not yet cut its sequence over them).
 
     fleetbench launch --nproc_per_node 2 collective/gpt.py --preset tiny [--set sharding_stage=1]
 Model: fleetbench/train/workloads/gpt_model.py; the split: fleetbench/train/hybrid.py; data: datasets/text.py
@@ -25,13 +27,21 @@ class GptConfig(config.CollectiveConfig):
     hidden_size: int = 2048
     num_layers: int = 24
     num_heads: int = 16
+    num_kv_heads: int = 0  # K/V heads (grouped-query attention; 1: multi-query); 0: num_heads
     ffn_hidden: int = 0  # 0: 4 x hidden_size
     seq_len: int = 2048
     norm: str = "layernorm"  # layernorm | rmsnorm
     mlp: str = "gelu"  # gelu | swiglu
     position: str = "learned"  # learned | rotary
+    num_experts: int = 0  # mixture-of-experts: expert MLPs in each MoE layer (0: dense)
+    top_k: int = 2  # experts a token is routed to
+    moe_every: int = 1  # every n-th layer holds experts (1: all, as Mixtral; 2: every other, as GShard)
+    capacity_factor: float = 0.0  # an expert's slots: factor x tokens x top_k / num_experts (0: unlimited)
+    aux_loss_coef: float = 0.01  # weight of the load-balancing loss (Switch's 0.01)
     tp: int = 1
     pp: int = 1
+    ep: int = 1  # expert parallel: experts split over ep data-parallel ranks (all-to-all; GPU builds)
+    sep: int = 1  # Paddle's segment parallelism (sep_degree): its groups made; GPU builds (module doc)
     sharding_stage: int = 0  # 0: data parallel; 1: optimizer state; 2: + gradients; 3: + weights
     sequence_parallel: bool = False
     recompute: str = "none"  # none | selective | full
@@ -50,6 +60,14 @@ class GptConfig(config.CollectiveConfig):
         require(self.sharding_stage in (0, 1, 2, 3), "sharding_stage", "must be 0, 1, 2 or 3", self.sharding_stage)
         require(self.tp >= 1 and self.num_heads % self.tp == 0, "tp", f"must divide num_heads ({self.num_heads})", self.tp)
         require(self.pp >= 1 and self.num_layers % self.pp == 0, "pp", f"must divide num_layers ({self.num_layers})", self.pp)
+        kv = self.num_kv_heads or self.num_heads
+        require(self.num_kv_heads >= 0 and self.num_heads % kv == 0, "num_kv_heads",
+                f"must divide num_heads ({self.num_heads}): each K/V head serves whole query heads", self.num_kv_heads)
+        require(kv % self.tp == 0, "tp", f"must divide num_kv_heads ({kv}): a TP rank holds whole K/V heads",
+                self.tp)
+        self.validate_experts()
+        require(self.sep >= 1 and self.seq_len % self.sep == 0, "sep", f"must divide seq_len ({self.seq_len})",
+                self.sep)
         require(self.hidden_size % self.num_heads == 0, "hidden_size", "must be a multiple of num_heads", self.hidden_size)
         require(not self.sequence_parallel or self.tp > 1, "sequence_parallel", "needs tp > 1", self.sequence_parallel)
         if self.sequence_parallel:  # activations [seq_len/tp, b, h] between the TP layers: seq_len must divide
@@ -60,6 +78,22 @@ class GptConfig(config.CollectiveConfig):
         self.batch_size = self.micro_batch  # what a rank runs at once, as every record names it
         if self.data.path is not None:  # a bad file fails here in one line, before training
             text.load(self.data.path, self.vocab_size, self.seq_len)
+
+    def validate_experts(self):
+        require(self.num_experts >= 0, "num_experts", "must be >= 0 (0: dense)", self.num_experts)
+        require(self.ep >= 1, "ep", "must be >= 1", self.ep)
+        if not self.num_experts:
+            require(self.ep == 1, "ep", "needs num_experts > 0 (experts to split)", self.ep)
+            return
+        require(1 <= self.top_k <= self.num_experts, "top_k", f"must be 1 to num_experts ({self.num_experts})",
+                self.top_k)
+        require(1 <= self.moe_every <= self.num_layers, "moe_every", f"must be 1 to num_layers ({self.num_layers})",
+                self.moe_every)
+        require(self.capacity_factor >= 0, "capacity_factor", "must be >= 0 (0: unlimited)", self.capacity_factor)
+        require(self.num_experts % self.ep == 0, "ep", f"must divide num_experts ({self.num_experts})", self.ep)
+        # tokens a rank routes differ in number per expert: the sequence-parallel gathers need equal pieces
+        require(not self.sequence_parallel, "sequence_parallel", "cannot be combined with num_experts > 0",
+                self.sequence_parallel)
 
     def fleet_strategy(self):
         return hybrid.strategy(self)
@@ -76,6 +110,7 @@ def data_rank(cfg: GptConfig, world: int) -> int:
 def build(cfg: GptConfig) -> loop.Workload:
     world = paddle.distributed.get_world_size()
     width, rank = hybrid.width(cfg, world), data_rank(cfg, world)
+    hybrid.check_experts(cfg, world)
     if cfg.pp == 1 and cfg.global_batch not in (0, cfg.micro_batch * width):
         raise config.ConfigError(f"config key 'global_batch' must be micro_batch x {width} data-parallel ranks "
                                  f"with pp=1 (got {cfg.global_batch}): accumulation runs in the pipeline schedule")

@@ -17,6 +17,7 @@ GEMM rate (fp32 matmul, the diagnose probe's) each rank reaches on its own threa
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Sequence
 
@@ -127,39 +128,70 @@ def mfu(flops_per_sample: float | None, samples_per_s: float | None, peak: float
 # FLOPs; "full" adds a layer forward; "selective" adds the attention-score forward only
 # (Korthikanti: QK^T, softmax, attention x V are what selective recomputation recomputes).
 
+#
+# Grouped-query attention (num_kv_heads K/V heads of num_heads): the K and V projections are
+# kv_share = num_kv_heads / num_heads of the query's, so the projections are 2 (2 + 2 kv_share) h^2;
+# the scores are unchanged (every query head still attends over the whole sequence).
+# Mixture-of-experts (Fedus et al. 2021, Switch; Jiang et al. 2024, Mixtral): a token runs through its
+# top_k experts only, so an MoE layer's MLP counts top_k experts' FLOPs (the active parameters, not
+# the num_experts held) plus the router's 2 h E; tokens a capacity limit drops are counted anyway.
+
 RECOMPUTE = ("none", "selective", "full")
 
 
-def layer_forward_flops(hidden: int, seq: int, ffn: int | None = None, gated: bool = False) -> tuple:
-    """(matrix FLOPs, attention-score FLOPs) of one layer's forward, a token."""
+@dataclasses.dataclass(frozen=True)
+class MoeShape:
+    """The experts of a mixture-of-experts model: num_experts MLPs in each of `layers` layers,
+    each token routed to top_k of them."""
+    num_experts: int
+    top_k: int
+    layers: int
+
+
+def layer_forward_flops(hidden: int, seq: int, ffn: int | None = None, gated: bool = False, *,
+                        kv_share: float = 1.0) -> tuple:
+    """(matrix FLOPs, attention-score FLOPs) of one dense layer's forward, a token."""
     f = ffn or 4 * hidden
-    projections = 2 * 4 * hidden * hidden
+    projections = 2 * (2 + 2 * kv_share) * hidden * hidden
     mlp = 2 * (3 if gated else 2) * hidden * f
     return projections + mlp, 2 * 2 * seq * hidden
 
 
+def moe_extra_flops(hidden: int, ffn: int | None, gated: bool, moe: MoeShape | None) -> float:
+    """What MoE layers add a token's forward over dense ones: top_k - 1 more expert MLPs and the router."""
+    if moe is None or not moe.layers:
+        return 0.0
+    mlp = 2 * (3 if gated else 2) * hidden * (ffn or 4 * hidden)
+    return float(moe.layers * ((moe.top_k - 1) * mlp + 2 * hidden * moe.num_experts))
+
+
 def gpt_train_flops_per_token(layers: int, hidden: int, seq: int, vocab: int, ffn: int | None = None,
-                              gated: bool = False, recompute: str = "none") -> float:
+                              gated: bool = False, recompute: str = "none", *, kv_share: float = 1.0,
+                              moe: MoeShape | None = None) -> float:
     """Training FLOPs (forward + backward, + the recomputed forward) a token (module doc)."""
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute {recompute!r}: expected one of {', '.join(RECOMPUTE)}")
-    dense, scores = layer_forward_flops(hidden, seq, ffn, gated)
+    dense, scores = layer_forward_flops(hidden, seq, ffn, gated, kv_share=kv_share)
+    layer_work = layers * (dense + scores) + moe_extra_flops(hidden, ffn, gated, moe)
     logits = 2 * hidden * vocab
-    total = 3 * (layers * (dense + scores) + logits)
+    total = 3 * (layer_work + logits)
     if recompute == "full":
-        total += layers * (dense + scores)
+        total += layer_work
     elif recompute == "selective":
         total += layers * scores
     return float(total)
 
 
 def gpt_parameters(layers: int, hidden: int, vocab: int, ffn: int | None = None, gated: bool = False,
-                   seq: int = 0) -> float:
-    """Parameters: layers (4h^2 attention + the MLP's matrices + norms and biases), the embedding
-    (tied with the logits), `seq` learned positions (0: rotary, none)."""
+                   seq: int = 0, *, kv_share: float = 1.0, experts: int = 1, moe_layers: int = 0) -> float:
+    """Parameters: layers (attention's (2 + 2 kv_share) h^2 + the MLP's matrices, `experts` of them and
+    a router in `moe_layers` of the layers, + norms and biases), the embedding (tied with the logits),
+    `seq` learned positions (0: rotary, none). Active parameters: experts = top_k, router aside."""
     f = ffn or 4 * hidden
-    per_layer = 4 * hidden * hidden + (3 if gated else 2) * hidden * f + 9 * hidden
-    return float(layers * per_layer + vocab * hidden + seq * hidden + 2 * hidden)
+    mlp = (3 if gated else 2) * hidden * f
+    per_layer = (2 + 2 * kv_share) * hidden * hidden + mlp + 9 * hidden
+    moe = moe_layers * ((experts - 1) * mlp + hidden * experts) if moe_layers else 0
+    return float(layers * per_layer + moe + vocab * hidden + seq * hidden + 2 * hidden)
 
 
 def narayanan_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int, recompute: bool) -> float:

@@ -32,20 +32,29 @@ from fleetbench.train import capability
 
 Cfg = Any  # collective/gpt.GptConfig: the keys read here are its split (tp, pp, sharding_stage, ...)
 
-GPU_ONLY = ("tp", "pp", "sequence_parallel", "sharding_stage")
+GPU_ONLY = ("tp", "pp", "sep", "sequence_parallel", "sharding_stage")
 AXES = {"dp": "data", "pp": "pipe", "sharding": "sharding", "mp": "model", "sep": "sep", "cp": "context",
         "ep": "expert", "moe_sharding": "moe_sharding"}
 
 
 def width(cfg: Cfg, world: int) -> int:
-    return max(1, world // (cfg.tp * cfg.pp))
+    return max(1, world // (cfg.tp * cfg.pp * cfg.sep))
 
 
 def degrees(cfg: Cfg, world: int) -> dict:
     w = width(cfg, world)
     stage1 = cfg.sharding_stage == 1
-    return {"dp_degree": 1 if stage1 else w, "mp_degree": cfg.tp, "pp_degree": cfg.pp,
-            "sharding_degree": w if stage1 else 1}
+    out = {"dp_degree": 1 if stage1 else w, "mp_degree": cfg.tp, "pp_degree": cfg.pp,
+           "sharding_degree": w if stage1 else 1}
+    return dict(out, sep_degree=cfg.sep) if cfg.sep > 1 else out
+
+
+def check_experts(cfg: Cfg, world: int) -> None:
+    """Expert parallelism splits the experts over the data-parallel group (Paddle's MoELayer's
+    moe_group): ep must be that group's width."""
+    if cfg.ep > 1 and cfg.ep != width(cfg, world):
+        raise ConfigError(f"config key 'ep' ({cfg.ep}) must equal the data-parallel width world / (tp x pp x sep) "
+                          f"= {width(cfg, world)}: the experts are split over the data-parallel group")
 
 
 def strategy(cfg: Cfg) -> Any:
@@ -67,7 +76,15 @@ def check(cfg: Cfg) -> None:
     """ConfigError (one line) when this Paddle build and these ranks cannot run the split."""
     if cfg.dry_topology:
         return  # no kernel, no process group: orchestration only
-    asked = [k for k in GPU_ONLY if (getattr(cfg, k) > (1 if k in ("tp", "pp") else 0)
+    if cfg.ep > 1 and not gpu_ranks():
+        raise ConfigError(
+            f"config key 'ep' is {cfg.ep} but {capability.paddle_build()} runs CPU ranks over gloo, which has no "
+            "all-to-all (expert parallelism's dispatch and combine): use a CUDA build of paddlepaddle-gpu 2.6.2 or "
+            "3.3.1 with NCCL where GPUs are visible, or ep=1 here (every rank holds all the experts)")
+    if cfg.ep > 1 and cfg.sharding_stage:
+        raise ConfigError(f"config key 'ep' ({cfg.ep}) needs sharding_stage 0: the experts are split over the "
+                          f"data-parallel group (got sharding_stage {cfg.sharding_stage})")
+    asked = [k for k in GPU_ONLY if (getattr(cfg, k) > (1 if k in ("tp", "pp", "sep") else 0)
                                      if k != "sequence_parallel" else getattr(cfg, k))]
     asked = [k for k in asked if k != "sharding_stage" or cfg.sharding_stage >= 2]
     if asked and not gpu_ranks():
@@ -75,9 +92,10 @@ def check(cfg: Cfg) -> None:
         key = "sequence_parallel" if "sequence_parallel" in asked else asked[0]
         raise ConfigError(
             f"config key '{key}' is {getattr(cfg, key)!r} but {capability.paddle_build()} runs CPU ranks: tensor/"
-            "pipeline/sequence parallelism and sharding stages 2-3 run on GPU builds only (ColumnParallelLinear: "
+            "pipeline/segment/sequence parallelism and sharding stages 2-3 run on GPU builds only "
+            "(ColumnParallelLinear: "
             "'Only support xpu, gpu and custom_device'); use a CUDA build of paddlepaddle-gpu 2.6.2 or 3.3.1 "
-            "where GPUs are visible, or tp=pp=1, sequence_parallel=false, sharding_stage 0 or 1 here")
+            "where GPUs are visible, or tp=pp=sep=1, sequence_parallel=false, sharding_stage 0 or 1 here")
 
 
 def sequence_layout(seq_len: int, micro_batch: int, hidden: int, tp: int) -> list[int]:
@@ -102,12 +120,15 @@ def topology(cfg: Cfg, world: int, rank: int) -> dict:
     names = [AXES.get(axis, axis) for axis in order]
     topo = CommunicateTopology(hybrid_group_names=names, dims=dims)
     groups = {name: next(g for g in topo.get_comm_list(name) if rank in g) for name in names}
+    if cfg.ep > 1:  # Paddle's MoELayer's moe_group (workloads/moe.py): the data-parallel group
+        groups["expert"] = groups["data"]
     return {"rank": rank, "world_size": world, "order": order, "degrees": dict(zip(order, dims)),
             "groups": groups, "coord": dict(topo.get_coord(rank)._asdict()),
             "device": os.environ.get("FLAGS_selected_gpus"), "local_rank": os.environ.get("PADDLE_LOCAL_RANK"),
             # which node: the address Paddle's launcher gave this rank (its node's --host), of how many
             "endpoint": os.environ.get("PADDLE_CURRENT_ENDPOINT"), "nnodes": os.environ.get("PADDLE_NNODES"),
-            "sharding_stage": cfg.sharding_stage, "sequence_parallel": cfg.sequence_parallel,
+            "sharding_stage": cfg.sharding_stage, "sequence_parallel": cfg.sequence_parallel, "ep": cfg.ep,
+            "num_experts": cfg.num_experts, "num_kv_heads": cfg.num_kv_heads or cfg.num_heads,
             "sequence_layout": (sequence_layout(cfg.seq_len, cfg.micro_batch, cfg.hidden_size, cfg.tp)
                                 if cfg.sequence_parallel else None), "recompute": cfg.recompute}
 
@@ -118,10 +139,19 @@ def print_topology(cfg: Cfg) -> bool:
         return False
     world = int(os.environ.get("PADDLE_TRAINERS_NUM", "1"))
     rank = int(os.environ.get("PADDLE_TRAINER_ID", "0"))
-    if world % (cfg.tp * cfg.pp):
-        raise ConfigError(f"config key 'tp' x 'pp' ({cfg.tp * cfg.pp}) must divide the job's {world} ranks")
+    if world % (cfg.tp * cfg.pp * cfg.sep):
+        raise ConfigError(f"config key 'tp' x 'pp' x 'sep' ({cfg.tp * cfg.pp * cfg.sep}) must divide the job's "
+                          f"{world} ranks")
+    check_experts(cfg, world)
     print("FLEETBENCH_TOPOLOGY " + json.dumps(topology(cfg, world, rank)), flush=True)
     return True
+
+
+def moe_shape(cfg: Cfg) -> flops.MoeShape | None:
+    """The experts the FLOPs count (top_k of num_experts a token: the active ones), None when dense."""
+    if not cfg.num_experts:
+        return None
+    return flops.MoeShape(cfg.num_experts, cfg.top_k, cfg.num_layers // cfg.moe_every)
 
 
 def utilization(cfg: Cfg) -> Callable[[dict], dict]:
@@ -129,9 +159,13 @@ def utilization(cfg: Cfg) -> Callable[[dict], dict]:
     products counted, no recomputation), in place of the layer-hook count of train/trace.py (which
     misses the attention products a custom layer computes with paddle.matmul); MFU against the one
     peak every benchmark is held to (train/trace.model_flops: devices.py on a GPU, the GEMM the
-    ranks measure on a CPU), so one MFU definition for every benchmark."""
+    ranks measure on a CPU), so one MFU definition for every benchmark. Grouped-query attention's
+    smaller K/V projections are counted as they are; of a mixture of experts only the top_k experts
+    a token runs (its active parameters), and the router."""
     per_token = flops.gpt_train_flops_per_token(cfg.num_layers, cfg.hidden_size, cfg.seq_len, cfg.vocab_size,
-                                                cfg.ffn_hidden or None, cfg.mlp == "swiglu")
+                                                cfg.ffn_hidden or None, cfg.mlp == "swiglu",
+                                                kv_share=(cfg.num_kv_heads or cfg.num_heads) / cfg.num_heads,
+                                                moe=moe_shape(cfg))
 
     def figures(standard: dict) -> dict:
         per_sample = per_token * cfg.seq_len

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 import simhost
-from util import PYTHON, REPO, env, worker_log_tails
+from util import PYTHON, REPO, env, paddle3_python, worker_log_tails
 
 from fleetbench.train import hybrid
 
@@ -26,6 +26,7 @@ MASTER_PORTS = range(32001, 32700)
 # serve it), so that only node 0 serves the master, as on a real cluster
 ADDRESSES = ("127.0.0.2", "127.0.0.3")
 ORDER = ["dp", "pp", "sharding", "sep", "mp"]  # Paddle 2.6.2's hybrid_parallel_order, mp fastest
+ORDER3 = ["dp", "pp", "sharding", "sep", "cp", "mp"]  # 3.3.1's: context parallelism beside sep
 
 
 @pytest.fixture(scope="module")
@@ -44,13 +45,13 @@ def master_port() -> int:
     pytest.fail(f"no free port in {MASTER_PORTS} for the master")
 
 
-def two_nodes(sim, tmp_path, *sets) -> dict:
+def two_nodes(sim, tmp_path, *sets, python: str = PYTHON) -> dict:
     """{rank: its FLEETBENCH_TOPOLOGY line, with the log (node<i>/workerlog.<j>) it was in} of a
     2 x 8 dry-topology job of collective/gpt.py --preset tiny with `sets`."""
     flags = [x for s in ("dry_topology=true", *sets) for x in ("--set", s)]
     master = f"{ADDRESSES[0]}:{master_port()}"
     nodes = [subprocess.Popen(
-        [PYTHON, "-m", "fleetbench", "launch", "--quiet", "--timeout", "300", "--log_dir", str(tmp_path / f"node{i}"),
+        [python, "-m", "fleetbench", "launch", "--quiet", "--timeout", "300", "--log_dir", str(tmp_path / f"node{i}"),
          "--master", master, "--nnodes", "2", "--rank", str(i), "--host", ADDRESSES[i], "--gpus", "0-7",
          "collective/gpt.py", "--preset", "tiny", *flags], cwd=REPO, env=env(**sim.env()), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True) for i in (0, 1)]
@@ -72,10 +73,10 @@ def two_nodes(sim, tmp_path, *sets) -> dict:
     return found
 
 
-def groups_by_arithmetic(rank: int, degrees: dict) -> dict:
+def groups_by_arithmetic(rank: int, degrees: dict, order: list = ORDER) -> dict:
     """Each axis's group of `rank` when ranks are numbered over ORDER's axes with the last fastest
     (a mixed-radix number): worked out here, not by Paddle, to check what Paddle gave the ranks."""
-    sizes = [degrees[axis] for axis in ORDER]
+    sizes = [degrees[axis] for axis in order]
     coord, rest = [], rank
     for size in reversed(sizes):
         rest, digit = divmod(rest, size)
@@ -87,7 +88,7 @@ def groups_by_arithmetic(rank: int, degrees: dict) -> dict:
             out = out * size + digit
         return out
     return {hybrid.AXES[axis]: [number(coord[:i] + [k] + coord[i + 1:]) for k in range(size)]
-            for i, (axis, size) in enumerate(zip(ORDER, sizes))}
+            for i, (axis, size) in enumerate(zip(order, sizes))}
 
 
 def assert_placed(ranks: dict, degrees: dict, stage: int) -> None:
@@ -139,6 +140,32 @@ def test_tp2_pp4_sharding_1_on_two_by_eight_runs_its_pipeline_across_the_nodes(d
         assert len(nodes_of(ranks, got["groups"]["pipe"])) == 2 and len(nodes_of(ranks, got["groups"]["model"])) == 1
 
 
+def test_ep16_on_two_by_eight_splits_the_experts_over_all_sixteen(dgx, tmp_path):
+    # expert parallelism: Paddle's MoELayer's moe_group is the data-parallel group, one expert a rank
+    ranks = two_nodes(dgx, tmp_path, "num_experts=16", "ep=16")
+    for r, got in ranks.items():
+        assert got["ep"] == 16 and got["num_experts"] == 16
+        assert got["groups"].pop("expert") == got["groups"]["data"] == list(range(16))
+    assert_placed(ranks, {"dp": 16, "pp": 1, "sharding": 1, "sep": 1, "mp": 1}, 0)
+
+
+@pytest.mark.parametrize("build", ["2.6.2-cu118", "3.3.1-cu126"])
+def test_tp2_pp2_sep2_ep2_on_two_by_eight_puts_each_axis_where_paddle_does(tmp_path, build):
+    python, order = (PYTHON, ORDER) if build.startswith("2.") else (paddle3_python(), ORDER3)
+    sim = simhost.install(tmp_path / "host", "dgx-a100", build, python=python)
+    ranks = two_nodes(sim, tmp_path, "tp=2", "pp=2", "sep=2", "num_experts=4", "ep=2", "num_kv_heads=2",
+                      python=python)
+    degrees = dict({"dp": 2, "pp": 2, "sharding": 1, "sep": 2, "mp": 2}, **({"cp": 1} if "cp" in order else {}))
+    for r, got in ranks.items():
+        expert = got["groups"].pop("expert")
+        assert expert == got["groups"]["data"] == [r % 8, r % 8 + 8]  # the all-to-all crosses the nodes
+        assert got["groups"]["sep"] == [r // 4 * 4 + r % 2, r // 4 * 4 + r % 2 + 2]  # inside a node
+        assert got["num_kv_heads"] == 2 and len(nodes_of(ranks, got["groups"]["model"])) == 1
+        assert got["order"] == order and got["degrees"] == degrees, got
+        assert got["groups"] == groups_by_arithmetic(r, degrees, order), (r, got["groups"])
+        assert got["world_size"] == 16 and got["device"] == str(r % 8)
+
+
 def test_without_dry_topology_cpu_ranks_refuse_tp_in_one_line(dgx, tmp_path):
     p = subprocess.run([PYTHON, "-m", "fleetbench", "launch", "--quiet", "--log_dir", str(tmp_path / "log"), "--gpus",
                         "0-7", "collective/gpt.py", "--preset", "tiny", "--set", "tp=4"], cwd=REPO,
@@ -149,6 +176,7 @@ def test_without_dry_topology_cpu_ranks_refuse_tp_in_one_line(dgx, tmp_path):
 class Cfg:  # the keys hybrid.topology reads
     tp, pp, sharding_stage, sequence_parallel, recompute, micro_batch, global_batch = 4, 2, 0, True, "selective", 1, 0
     seq_len, hidden_size = 2048, 2048
+    ep, sep, num_experts, num_kv_heads, num_heads = 1, 1, 0, 0, 16
 
 
 @pytest.mark.parametrize("tp,pp,stage", [(8, 1, 1), (8, 2, 2), (2, 2, 3)])

@@ -2,7 +2,8 @@
 `make test-paddle3`): data parallel and sharding stage 1 train for real, on a tokenised text file,
 give the same losses for the same seed, and record tokens/s, FLOPs and memory; what a CPU build
 cannot run (tp, pp, sequence parallelism, sharding stages 2-3) is refused in one line, exit 2,
-before any rank starts."""
+before any rank starts. tiny_gqa (grouped-query attention) and tiny_moe (experts local to every
+rank) train on 2 ranks too; expert (ep) and segment (sep) parallelism are refused the same way."""
 import pytest
 import util
 
@@ -107,3 +108,52 @@ def test_llama_layers_train_and_recomputation_changes_no_loss(tmp_path):
         assert record["metrics"]["parallel"]["recompute"] == mode
     assert losses["selective"] == pytest.approx(losses["none"], rel=1e-5) == losses["full"]
     assert losses["none"][1] < 0.8 * losses["none"][0]
+
+
+@pytest.fixture(scope="module")
+def gqa_moe(tmp_path_factory):
+    """tiny_gqa and tiny_moe on 2 CPU ranks, data parallel (every rank holds all the experts)."""
+    got = {}
+    for preset in ("tiny_gqa", "tiny_moe"):
+        tmp = tmp_path_factory.mktemp(preset)
+        proc = util.fleetrun(tmp / "log", "--nproc_per_node", 2, "collective/gpt.py", "--preset", preset,
+                             "--results", tmp / "r.jsonl", **util.CPU_RANKS)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        (got[preset],) = util.records(tmp / "r.jsonl")
+    return got
+
+
+@pytest.mark.parametrize("preset", ["tiny_gqa", "tiny_moe"])
+def test_gqa_and_moe_train_and_the_loss_falls(gqa_moe, preset):
+    record = gqa_moe[preset]
+    m = record["metrics"]
+    assert record["world_size"] == 2 and record["error"] is None and m["parallel"]["dp_degree"] == 2
+    # loss_first and loss_last are the means of the first and last 4-step windows of 24 steps
+    assert m["loss_last"] < 0.8 * m["loss_first"], (m["loss_first"], m["loss_last"])
+    results.validate(record)
+
+
+@pytest.mark.parametrize("preset", ["tiny_gqa", "tiny_moe"])
+def test_gqa_and_moe_mfu_is_the_active_flops_over_the_measured_gemm(gqa_moe, preset):
+    m, c = gqa_moe[preset]["metrics"], gqa_moe[preset]["config"]
+    moe = flops.MoeShape(c["num_experts"], c["top_k"], c["num_layers"]) if c["num_experts"] else None
+    per_token = flops.gpt_train_flops_per_token(c["num_layers"], c["hidden_size"], c["seq_len"], c["vocab_size"],
+                                                c["ffn_hidden"] or None, c["mlp"] == "swiglu",
+                                                kv_share=(c["num_kv_heads"] or c["num_heads"]) / c["num_heads"], moe=moe)
+    assert m["flops_per_token"] == per_token == {"tiny_gqa": 700416, "tiny_moe": 1133568}[preset]  # by hand: unit
+    assert m["peak_flops_source"].startswith("fp32 GEMM measured") and m["peak_flops"] > 0
+    assert m["mfu"] == pytest.approx(per_token * c["seq_len"] * m["samples_per_s"] / m["peak_flops"])
+    assert 0 < m["mfu"] <= 1
+
+
+@pytest.mark.parametrize("key,says", [("ep=2", "gloo, which has no all-to-all"), ("sep=2", "GPU builds only")])
+def test_a_cpu_build_refuses_expert_and_segment_parallelism_in_one_line(tmp_path, key, says):
+    sets = ["--set", key] + (["--preset", "tiny_moe"] if key.startswith("ep") else ["--preset", "tiny"])
+    proc = util._run([util.PYTHON, "-m", "fleetbench", "launch", "--nproc_per_node", "2", "--log_dir",
+                      str(tmp_path / "log"), "collective/gpt.py", *sets], 120, util.CPU_RANKS)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert f"config key '{key.split('=')[0]}' is 2" in lines[0] and "CPU" in lines[0] and says in lines[0]
+    if key.startswith("ep"):
+        assert "CUDA build" in lines[0] and "NCCL" in lines[0]
+    assert not (tmp_path / "log").exists() or not list((tmp_path / "log").glob("workerlog.*"))

@@ -32,7 +32,8 @@ def test_a_sequence_tp_does_not_divide_is_refused_in_one_line(seq_len, tp):
 def tiny(**keys) -> types.SimpleNamespace:
     """The keys gpt_model reads, at the tiny preset's shape (fleetbench/presets/gpt.yaml)."""
     base = dict(vocab_size=256, hidden_size=64, num_layers=2, num_heads=4, ffn_hidden=0, seq_len=32, norm="layernorm",
-                mlp="gelu", position="learned", tp=1, pp=1, sequence_parallel=False, recompute="none")
+                mlp="gelu", position="learned", tp=1, pp=1, sequence_parallel=False, recompute="none",
+                num_kv_heads=0, num_experts=0)
     return types.SimpleNamespace(**dict(base, **keys))
 
 

@@ -181,6 +181,7 @@ def test_validate_lists_every_cell():
 
 class GptCfg:  # the keys hybrid.utilization reads (collective/gpt.GptConfig's)
     num_layers, hidden_size, seq_len, vocab_size, ffn_hidden, mlp = 24, 2048, 2048, 50304, 0, "gelu"
+    num_heads, num_kv_heads, num_experts = 16, 0, 0
 
 
 @pytest.mark.parametrize("device,precision,peak", [("NVIDIA A100-SXM4-80GB", "bf16", 312e12),

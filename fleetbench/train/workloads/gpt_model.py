@@ -1,9 +1,10 @@
 """A decoder-only, pre-LN GPT for collective/gpt.py, with LLaMA's options (RMSNorm, SwiGLU, rotary
-positions) and Fleet's model parallelism: tensor-parallel layers from fleet.meta_parallel when
-tp > 1 (ColumnParallelLinear / RowParallelLinear / VocabParallelEmbedding / ParallelCrossEntropy;
-their sequence-parallel forms with sequence_parallel), a PipelineLayer of LayerDescs when pp > 1,
-and recomputation (full: a block; selective: attention's scores, softmax and context, the part
-Korthikanti et al. 2022 recompute).
+positions, grouped-query attention), mixture-of-experts MLPs (workloads/moe.py) and Fleet's model
+parallelism: tensor-parallel layers from fleet.meta_parallel when tp > 1 (ColumnParallelLinear /
+RowParallelLinear / VocabParallelEmbedding / ParallelCrossEntropy; their sequence-parallel forms
+with sequence_parallel), a PipelineLayer of LayerDescs when pp > 1, and recomputation (full: a
+block; selective: attention's scores, softmax and context, the part Korthikanti et al. 2022
+recompute).
 
 Sequence parallelism (Korthikanti et al. 2022), wired as Paddle's fleet/utils/sequence_parallel_utils
 expects it and as PaddleNLP's GPT uses it: the embedding's [b, s, h] is turned to [s, b, h] and cut
@@ -14,9 +15,10 @@ batch-first); the logits' column linear is the final gather, turned back to [b, 
 the parallel cross-entropy. The norms' weights and biases are marked (mark_sequence_parallel) so
 that hybrid.prepare's all-reduce hooks sum their partial gradients over the TP group.
 
-Tested for real on CPU: tp = pp = 1 (data parallel and sharding stage 1). The tp, sp and pp paths
-run only on GPU builds (a CPU build refuses them before launch: train/hybrid.check) and are
-untested in kernels here (docs/guide/gpt.md).
+Tested for real on CPU: tp = pp = 1 (data parallel and sharding stage 1), with grouped-query
+attention and with experts local to every rank. The tp, sp, pp and ep paths run only on GPU builds
+(a CPU build refuses them before launch: train/hybrid.check) and are untested in kernels here
+(docs/guide/gpt.md).
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ import paddle.nn.functional as F
 from paddle import nn
 from paddle.distributed import fleet
 from paddle.distributed.fleet.utils import recompute as recompute_fn
+
+from fleetbench.train.workloads import moe
 
 Cfg = Any  # collective/gpt.GptConfig (the script declares it; this module reads its keys)
 Tensor = paddle.Tensor
@@ -86,18 +90,33 @@ def core_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return context.transpose([0, 2, 1, 3])
 
 
+def kv_heads(cfg: Cfg) -> int:
+    """K/V heads: num_kv_heads (grouped-query attention; 1: multi-query), 0 meaning num_heads."""
+    return cfg.num_kv_heads or cfg.num_heads
+
+
 class Attention(nn.Layer):
+    """Multi-head attention, grouped-query when num_kv_heads < num_heads: each K/V head serves
+    num_heads / num_kv_heads query heads. The fused projection is laid out group by group (a KV
+    head's query heads, then its K, then its V), so a column-parallel split hands each TP rank
+    whole groups (num_kv_heads / tp of them); with one head a group it is the classic per-head layout."""
+
     def __init__(self, cfg: Cfg) -> None:
         super().__init__()
-        self.cfg, self.heads = cfg, cfg.num_heads // cfg.tp  # this rank's heads
-        self.qkv, self.out = _column(cfg, cfg.hidden_size, 3 * cfg.hidden_size), _row(cfg, cfg.hidden_size, cfg.hidden_size)
+        self.cfg, self.heads, self.groups = cfg, cfg.num_heads // cfg.tp, kv_heads(cfg) // cfg.tp  # this rank's
+        self.head_dim = cfg.hidden_size // cfg.num_heads
+        fused = cfg.hidden_size + 2 * kv_heads(cfg) * self.head_dim
+        self.qkv, self.out = _column(cfg, cfg.hidden_size, fused), _row(cfg, cfg.hidden_size, cfg.hidden_size)
 
     def forward(self, x: Tensor) -> Tensor:
-        qkv = self.qkv(x)  # with SP: [s, b, 3h/tp], the all-gather inside restored the whole sequence
+        qkv = self.qkv(x)  # with SP: [s, b, fused/tp], the all-gather inside restored the whole sequence
         if self.cfg.sequence_parallel:
             qkv = qkv.transpose([1, 0, 2])
-        batch, seq = qkv.shape[0], qkv.shape[1]
-        q, k, v = qkv.reshape([batch, seq, self.heads, -1]).split(3, axis=-1)
+        batch, seq, ratio, d = qkv.shape[0], qkv.shape[1], self.heads // self.groups, self.head_dim
+        q, k, v = qkv.reshape([batch, seq, self.groups, (ratio + 2) * d]).split([ratio * d, d, d], axis=-1)
+        q = q.reshape([batch, seq, self.heads, d])  # query head j belongs to group j // ratio
+        if ratio > 1:  # each K/V head repeated for its group's query heads
+            k, v = (t.repeat_interleave(ratio, axis=2) for t in (k, v))
         if self.cfg.position == "rotary":
             q, k = rotate(q), rotate(k)
         if self.cfg.recompute == "selective" and self.training:
@@ -126,13 +145,20 @@ class MLP(nn.Layer):
         return self.down(F.gelu(h))
 
 
-class Block(nn.Layer):
-    """Pre-LN: x + attention(norm(x)), then x + mlp(norm(x))."""
+def is_moe_layer(cfg: Cfg, index: int) -> bool:
+    """Layer `index` (from 0) holds experts: every moe_every-th layer, the last of each run (GShard's
+    every other layer with moe_every 2; Mixtral's every layer with 1)."""
+    return cfg.num_experts > 0 and (index + 1) % cfg.moe_every == 0
 
-    def __init__(self, cfg: Cfg) -> None:
+
+class Block(nn.Layer):
+    """Pre-LN: x + attention(norm(x)), then x + mlp(norm(x)); the MLP is experts in MoE layers."""
+
+    def __init__(self, cfg: Cfg, index: int = 0) -> None:
         super().__init__()
         self.cfg = cfg
-        self.norm1, self.attn, self.norm2, self.mlp = _norm(cfg), Attention(cfg), _norm(cfg), MLP(cfg)
+        mlp = moe.build(cfg, lambda: MLP(cfg)) if is_moe_layer(cfg, index) else MLP(cfg)
+        self.norm1, self.attn, self.norm2, self.mlp = _norm(cfg), Attention(cfg), _norm(cfg), mlp
 
     def inner(self, x: Tensor) -> Tensor:
         x = x + self.attn(self.norm1(x))
@@ -192,7 +218,7 @@ class GPT(nn.Layer):
     def __init__(self, cfg: Cfg) -> None:
         super().__init__()
         self.embed, self.head = Embed(cfg), Head(cfg)
-        self.blocks = nn.LayerList([Block(cfg) for _ in range(cfg.num_layers)])
+        self.blocks = nn.LayerList([Block(cfg, i) for i in range(cfg.num_layers)])
 
     def forward(self, ids: Tensor) -> Tensor:
         x = self.embed(ids)
@@ -224,7 +250,7 @@ def build(cfg: Cfg) -> nn.Layer:
         model = GPT(cfg)
     else:
         from paddle.distributed.fleet.meta_parallel import LayerDesc, PipelineLayer
-        blocks = [LayerDesc(Block, cfg) for _ in range(cfg.num_layers)]
+        blocks = [LayerDesc(Block, cfg, i) for i in range(cfg.num_layers)]
         descs = [LayerDesc(Embed, cfg)] + blocks + [LayerDesc(Head, cfg)]
         model = PipelineLayer(layers=descs, num_stages=cfg.pp, loss_fn=LanguageModelLoss(cfg), seg_method="layer:Block")
     if cfg.sequence_parallel:
