@@ -10,34 +10,38 @@ import sys
 # The subcommands in groups, as the README's Commands table groups them: (group, what it is for,
 # {name: (module, one line)}). `fleetbench --help` lists them so; SUBCOMMANDS is the flat table.
 GROUPS = (
-    ("run", "run benchmarks and make their data", {
+    ("run", "run benchmarks", {
         "launch": ("fleetbench.hosts.launch", "run a script under Paddle's launcher with timeouts and fault reports"),
         "sweep": ("fleetbench.sweep.runner", "run a matrix of benchmark cells with repeats"),
-        "data": ("datasets.cli", "generate and validate data sets"),
-        "env": ("fleetbench.machine.env", "environment report (Paddle, CUDA, GPUs, CPU, memory, NICs)"),
-    }),
-    ("clusters", "many nodes: emulated on this machine, or a real scheduler's", {
-        "cluster": ("fleetbench.emulate.netem", "emulated multi-node cluster in network namespaces"),
-        "sshd": ("fleetbench.emulate.sshd", "an OpenSSH server on every node of the emulated cluster"),
-        "slurmd": ("fleetbench.emulate.slurmd", "a real Slurm (munged, slurmctld, slurmd) on the emulated cluster"),
-        "slurm": ("fleetbench.engines.slurm", "write an sbatch script that runs a sweep on a Slurm allocation"),
-        "k8s": ("fleetbench.engines.k8s", "write Kubeflow PaddleJob manifests for a benchmark or a sweep"),
     }),
     ("results", "what the stored records say, and whether it got slower", {
-        "results": ("fleetbench.store.cli",
-                    "store the records printed in logs (results import LOG...), or index stores in a database"),
         "report": ("fleetbench.report.generate", "charts and README tables from stored results"),
         "compare": ("fleetbench.report.regression.comparison", "did it get slower: cells of two sides of runs, tested"),
         "history": ("fleetbench.report.regression.history_view", "each cell's figures through time, with change points"),
         "gate": ("fleetbench.report.regression.gate", "CI gate: new runs against a baseline in the results database"),
+        "results": ("fleetbench.store.cli",
+                    "store the records printed in logs (results import LOG...), or index stores in a database"),
     }),
-    ("model", "why a figure is what it is, and what an unmeasured setup would do", {
+    ("why", "why a figure is what it is, what a split would do, which node is sick", {
         "explain": ("fleetbench.report.explain", "why not better: step-time breakdown, prediction, validation"),
         "plan": ("fleetbench.perfmodel.plan_cli", "predict hybrid-parallel GPT training (TP x PP x DP x sharding): step, MFU, memory"),
-    }),
-    ("health", "which node or link is sick", {
         "diagnose": ("fleetbench.diagnose.cli", "find the sick node and the slow link (per-node and pair-wise tests)"),
+    }),
+    ("machine", "what a run runs on", {
+        "env": ("fleetbench.machine.env", "environment report (Paddle, CUDA, GPUs, CPU, memory, NICs)"),
         "topo": ("fleetbench.machine.topology", "parse and analyse `nvidia-smi topo -m`"),
+    }),
+    ("clusters", "a real scheduler's jobs", {
+        "slurm": ("fleetbench.engines.slurm", "write an sbatch script that runs a sweep on a Slurm allocation"),
+        "k8s": ("fleetbench.engines.k8s", "write Kubeflow PaddleJob manifests for a benchmark or a sweep"),
+    }),
+    ("emulated", "many nodes on this machine", {
+        "cluster": ("fleetbench.emulate.netem", "emulated multi-node cluster in network namespaces"),
+        "sshd": ("fleetbench.emulate.sshd", "an OpenSSH server on every node of the emulated cluster"),
+        "slurmd": ("fleetbench.emulate.slurmd", "a real Slurm (munged, slurmctld, slurmd) on the emulated cluster"),
+    }),
+    ("data", "the data sets", {
+        "data": ("datasets.cli", "generate and validate data sets"),
     }),
 )
 SUBCOMMANDS = {name: entry for _, _, members in GROUPS for name, entry in members.items()}
