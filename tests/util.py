@@ -405,3 +405,26 @@ def result_line(output: str, record: dict, store) -> str:
     assert abs(float(printed) - value) <= 0.5 * 10 ** -decimals * (1 + 1e-9), line  # rounded, not another figure
     assert line.endswith(f"{store} id {record['id'][:8]}"), line
     return line
+
+
+def emulated_sweep(tmp_path, monkeypatch, spec: dict, tag: str) -> tuple:
+    """`fleetbench sweep` of `spec` (a sweep file's dict) on an emulated cluster of its own, its
+    state under tmp_path, torn down whatever happens; (the finished process, the store, the name)."""
+    import yaml
+
+    from fleetbench.emulate import netem
+
+    name, state_dir = cluster_name(tag), tmp_path / "state"  # its subnet: the first free one, under a lock
+    path, store = tmp_path / "sweep.yaml", tmp_path / "runs.jsonl"
+    path.write_text(yaml.safe_dump(spec))
+    try:
+        p = subprocess.run([PYTHON, "-m", "fleetbench", "sweep", str(path), "--results", str(store),
+                            "--log-dir", str(tmp_path / "log"), "--cluster-name", name], cwd=REPO,
+                           env=env(FLEETBENCH_CLUSTER_STATE_DIR=state_dir), capture_output=True, text=True,
+                           timeout=600)
+    finally:
+        monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(state_dir))
+        netem.down(name)  # the sweep already did; this guards a failed run
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p, store, name
+

@@ -82,7 +82,7 @@ two_rank=(tests/job/test_registered.py tests/job/test_resnet50.py tests/job/test
 rest_jobs=("${two_rank[@]}" tests/job/test_grad_sizes.py tests/job/test_blame.py tests/job/test_nhwc.py
            tests/job/test_methods.py tests/job/test_diagnose_probe.py tests/job/test_supervisor.py tests/job/test_run.py
            tests/job/test_hang_report.py)
-root_cpu=(tests/root/test_diagnose.py tests/root/test_probe_quota.py tests/root/test_k8s_collective.py)
+root_cpu=(tests/root/test_diagnose.py tests/root/test_diagnose_noise_nodes.py tests/root/test_probe_quota.py tests/root/test_k8s_collective.py)
 slow3=(tests/job/test_launch.py tests/job/test_gpt.py "${two_rank[@]}")
 
 # one function a session, named s_NAME; the queue is their names, in starting order

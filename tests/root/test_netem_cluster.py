@@ -8,8 +8,7 @@ implies, depend on the machine's load and are measured by bench/netem_link.py (d
 import subprocess
 
 import pytest
-import yaml
-from util import PYTHON, REPO, cluster_name, env, records
+from util import PYTHON, emulated_sweep, env, records
 
 from fleetbench.emulate import netem
 
@@ -26,22 +25,9 @@ def gradient_bytes():
 
 
 def test_a_1gbe_step_never_moves_its_gradients_faster_than_the_link(tmp_path, monkeypatch):
-    name = cluster_name("fbc")  # its subnet: the first free one, under netem's machine-wide lock
-    state_dir = tmp_path / "state"
-    spec = tmp_path / "net.yaml"
-    spec.write_text(yaml.safe_dump({"repeats": 1, "timeout": 300, "stall": 150, "cells": [
+    p, store, name = emulated_sweep(tmp_path, monkeypatch, {"repeats": 1, "timeout": 300, "stall": 150, "cells": [
         {"benchmark": "resnet50", "preset": "tiny", "method": "bsp", "nodes": 2, "network": ["unshaped", "1gbe"],
-         "set": {"batch_size": 2, "steps": 6, "warmup_steps": 1}}]}))
-    store = tmp_path / "runs.jsonl"
-    run_env = env(FLEETBENCH_CLUSTER_STATE_DIR=state_dir)
-    try:
-        p = subprocess.run([PYTHON, "-m", "fleetbench", "sweep", str(spec), "--results", str(store),
-                            "--log-dir", str(tmp_path / "log"), "--cluster-name", name],
-                           cwd=REPO, env=run_env, capture_output=True, text=True, timeout=600)
-    finally:
-        monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(state_dir))
-        netem.down(name)  # the sweep already did; this guards a failed run
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+         "set": {"batch_size": 2, "steps": 6, "warmup_steps": 1}}]}, "fbc")
     # down left nothing: no namespace, no link (their qdiscs go with them)
     assert netem.leftovers(name) == [] and netem.load_state(name) is None
 

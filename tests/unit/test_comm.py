@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 import pytest
-import yaml
-from util import CPU_RANKS, PYTHON, REPO, cluster_name, env, fleetrun, kept_store, limit_consistent, records, result_line, run_script
+from util import (CPU_RANKS, PYTHON, REPO, emulated_sweep, env, fleetrun, kept_store, limit_consistent,
+                  records, result_line, run_script)
 
 from fleetbench.comm import limits, linkprobe, opmath
 from fleetbench.emulate import netem, sshd
@@ -388,22 +388,9 @@ def test_two_emulated_nodes_measure_the_raw_tcp_rate_of_their_shaped_link(tmp_pa
     """`benchmark: comm` sweep cells over a 1 Gbit/s link: the job streams raw TCP between two
     namespaces (node0 -> node1) before the collectives and stores the rate beside busbw. The second
     cell needs 3 nodes, so the sweep rebuilds its cluster (and the nodes' sshd) between them."""
-    name = cluster_name("fbm")  # its subnet: the first free one, under netem's machine-wide lock
-    spec = tmp_path / "comm.yaml"
-    spec.write_text(yaml.safe_dump({"repeats": 1, "timeout": 300, "stall": 120, "cells": [
+    p, store, name = emulated_sweep(tmp_path, monkeypatch, {"repeats": 1, "timeout": 300, "stall": 120, "cells": [
         {"benchmark": "comm", "preset": "tiny", "set": {"op": "all_reduce", "tcp_probe_s": 1.0},
-         "nodes": [2, 3], "network": "1gbe"}]}))
-    store = tmp_path / "runs.jsonl"
-    state_dir = tmp_path / "state"
-    try:
-        p = subprocess.run([PYTHON, "-m", "fleetbench", "sweep", str(spec), "--results", str(store),
-                            "--log-dir", str(tmp_path / "log"), "--cluster-name", name], cwd=REPO,
-                           env=env(FLEETBENCH_CLUSTER_STATE_DIR=state_dir), capture_output=True, text=True,
-                           timeout=600)
-    finally:
-        monkeypatch.setenv("FLEETBENCH_CLUSTER_STATE_DIR", str(state_dir))
-        netem.down(name)
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+         "nodes": [2, 3], "network": "1gbe"}]}, "fbm")
     recs = records(store)
     assert [r["nodes"] for r in recs] == [2, 3] and all(r["error"] is None for r in recs)
     for rec in recs:

@@ -366,3 +366,12 @@ def test_the_annotated_rooms_stay_annotated(tmp_path):
     (tmp_path / "m.py").write_text("def f(a: int, *rest, b: str = '') -> None: ...\n"
                                    "class C:\n    def g(self, x: int): ...\n    def h(self) -> int: ...\n")
     assert unannotated(tmp_path / "m.py", tmp_path) == ["m.py:1 f", "m.py:3 g"]
+
+
+def test_no_two_test_files_share_a_name():
+    """tests/ has no __init__.py: pytest imports each file by its basename, so two files of one
+    name in different tiers fail the collection of any session that holds both."""
+    names = {}
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        names.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    assert {name: paths for name, paths in names.items() if len(paths) > 1} == {}
