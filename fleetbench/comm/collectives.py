@@ -145,7 +145,7 @@ class Collective:
 
     def zero(self) -> None:
         """The timed phase's fill: zeros in every buffer, in place (new buffers before the old were
-        freed doubled the device peak: issue 26 finding 2; zero_ exists in Paddle 2.6 and 3.x)."""
+        freed doubled the device peak; zero_ exists in Paddle 2.6 and 3.x)."""
         if self.send is not None:
             self.send.zero_()
             if self.recv is not self.send:

@@ -306,8 +306,8 @@ def _reduce(arrays, redop: str) -> np.ndarray:
 class Expected:
     """What an output must hold, by period: segment k is `segments[k][0]` elements tiling the
     7-element `segments[k][1]`. Every rank's fill repeats every 7 elements, so sums and maxima over
-    ranks do too: the check never needs a buffer-size host copy (issue 26 finding 2: one copy per
-    rank was ~80 GiB at an 8 GiB step). `terms`: values summed into each element (rounding)."""
+    ranks do too: the check never needs a buffer-size host copy (one copy per rank
+    is ~80 GiB at an 8 GiB step). `terms`: values summed into each element (rounding)."""
     segments: tuple
     terms: int = 1
 
@@ -332,7 +332,7 @@ class Expected:
 def send_fill(op: str, rank: int, ranks: int, count: int) -> Optional[tuple]:
     """This rank's input buffer as (elements, period): the buffer tiles the PATTERN values of
     `period` from its first element (period None: zeros), so it is built on the device, in the
-    op's dtype, from these few values (issue 33, finding 6: a float32 host copy of the buffer, a
+    op's dtype, from these few values (a float32 host copy of the buffer, a
     float32 device copy and a cast ran float16 and bfloat16 checks out of memory at nccl_full's
     sizes). None for barrier. Broadcast's non-root ranks send nothing: their buffer starts at
     zero, so a broadcast that does not arrive shows."""
@@ -398,7 +398,7 @@ def tolerance(dtype: str, terms: int) -> float:
     """Allowed |error| relative to the expected value when `terms` values were summed in `dtype`:
     each of the terms - 1 additions rounds by at most half an ulp of a partial sum no larger than
     the result (2^-(mantissa+1) relative), so a fixed figure gave false wrongs once sums passed
-    2^(mantissa+1) (bfloat16 above ~37 ranks, issue 26 finding 7). Never below TOLERANCE."""
+    2^(mantissa+1) (bfloat16 above ~37 ranks). Never below TOLERANCE."""
     return max(TOLERANCE[dtype], terms * 2.0 ** -(MANTISSA_BITS[dtype] + 1))
 
 

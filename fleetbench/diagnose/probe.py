@@ -35,8 +35,8 @@ def _best_rate(work: float, run, seconds: float) -> float:
 
 def on_cpu():
     """paddle, with the CPU as its device: these probes time the node's CPU, and a CUDA build's
-    default place is GPU 0 (framework._current_expected_place), so without this they timed GPU 0
-    (issue 33, finding 9). The GPU probes (diagnose/gpu.py) choose each device themselves."""
+    default place is GPU 0 (framework._current_expected_place), so without this they timed GPU 0.
+    The GPU probes (diagnose/gpu.py) choose each device themselves."""
     import paddle
 
     paddle.set_device("cpu")

@@ -129,8 +129,8 @@ def _daemon(d: str, name: str, cmd: list[str]) -> None:
         time.sleep(0.1)
 
 
-# How long slurmctld and the slurmds may take to come up and register. 30 s was not enough on a
-# 2-core machine running four test sessions (2026-11-29: sinfo still answered nothing); a quiet one
+# How long slurmctld and the slurmds may take to come up and register. 30 s is not enough on a
+# 2-core machine running four test sessions (sinfo answers nothing yet); a quiet one
 # takes a few seconds, and a cluster that never comes up is still refused, naming its logs.
 IDLE_TIMEOUT_S = 120
 

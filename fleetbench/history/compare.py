@@ -215,7 +215,7 @@ def widen(ignore) -> tuple:
 def unify(keys) -> dict[tuple, tuple]:
     """{cell key: the key it is matched as}. A key whose every item is in exactly one larger key
     (the largest of its kind), which adds config keys only, is matched as that one: a benchmark
-    that grew a config key (data.val_path, 2026-11-22) records it from then on, and its older
+    that grew a config key (e.g. data.val_path) records it from then on, and its older
     runs, which cannot say it, are the same work. Two candidates: kept apart (ambiguous)."""
     keys = set(keys)
     out = {k: k for k in keys}

@@ -75,10 +75,9 @@ def free_port(port_range: str | None = None) -> int:
     """A port to tell a node's Paddle launcher (`--master`, PS endpoints, `--gloo_port`), outside the
     range that launcher probes for its own ports: LAUNCHER_PORT_RANGE (what fleetbench gives it) and
     `port_range` (PORT_RANGE here, if set). Node 0's launcher picks its collective master's port
-    before it starts the `--master` server, so from one range it can pick the very port it was told:
-    a fresh clone's 2-node job (2026-11-29) had both on 10.77.0.1:28005, and rank 0's TCP store
-    failed to bind it ("Bind network on IP_ANY:28005 failed"; 1 in ~12,000 jobs). Ports on other
-    hosts cannot be probed from here: a random one keeps concurrent jobs apart."""
+    before it starts the `--master` server, so from one range it can pick the very port it was told,
+    and rank 0's TCP store then fails to bind it ("Bind network on IP_ANY:PORT failed"; ~1 in 12,000
+    jobs). Ports on other hosts cannot be probed from here: a random one keeps concurrent jobs apart."""
     given = port_range or os.environ.get("PORT_RANGE") or LAUNCHER_PORT_RANGE
     free = [range(PORT_FLOOR, EPHEMERAL_START)]  # what no launcher's range covers, cut range by range
     for text in (LAUNCHER_PORT_RANGE, given):

@@ -242,7 +242,7 @@ def results_path(args: LaunchArgs) -> str:
 def prepare(args: LaunchArgs, env: dict, on_hosts: bool = False) -> contract.RunIdentity:
     """Every check that can fail before launching; the run's identity for a failure record. With
     hosts, a collective job's device and config checks run on its nodes (nodecheck), not here: the
-    head of a job need not have GPUs (issue 33, finding 2)."""
+    head of a job need not have GPUs."""
     if not os.path.exists(args.script):
         raise LaunchError(f"SCRIPT {args.script}: no such file (expected a Python script)")
     results.check_appendable(results_path(args))
@@ -336,8 +336,8 @@ def checked_on_nodes(args: LaunchArgs, ex: executors.Executor, job: executors.Jo
     """The job with the ranks each node will start, and the benchmark's config, from the checks
     its nodes ran (fleetbench.hosts.nodecheck: devices, ranks, the benchmark's --check there). A
     node gets --nproc_per_node when given, else its host's slots when they say more than one, else
-    what Paddle's launcher counts there: one rank per listed or visible GPU (finding 3: a 4x8 job
-    ran 4 ranks). Slots given bound a node's ranks."""
+    what Paddle's launcher counts there: one rank per listed or visible GPU (the head's own
+    count ran a 4x8 job as 4 ranks). Slots given bound a node's ranks."""
     from fleetbench.hosts import nodecheck
 
     devices, nproc = args.flag("--devices"), args.flag("--nproc_per_node")

@@ -211,7 +211,7 @@ def check_cell(opts: HostOptions, cell: SweepCell, results_path: str, env: dict)
     """The config of a sweep cell that runs on real hosts, from its nodes: each checks the devices
     and the ranks it will start (the cell's count there) and runs the benchmark's --check
     (fleetbench.hosts.nodecheck), so a head without GPUs (a Slurm login node, an ssh jump host)
-    refuses neither an amp cell nor the GPU readiness check (issue 33, finding 2). HostsError or
+    refuses neither an amp cell nor the GPU readiness check. HostsError or
     preflight.LaunchError (one line naming the node) when a node refuses."""
     from fleetbench.hosts import nodecheck
 

@@ -70,8 +70,8 @@ class Supervisor:
     # -- observation
     def _scan(self, now: float) -> None:
         # Events and process states first, logs last: whatever a rank wrote before the exit or the
-        # state a decision acts on is then read with it. Logs first lost a self-killed worker's last
-        # line (CI, 2026-11-29): it printed, died and its wrapper recorded the exit between the two.
+        # state a decision acts on is then read with it. Logs first lose a self-killed worker's last
+        # line: it prints, dies and its wrapper records the exit between the two.
         self._read_all_events()
         self._sample(now)
         self._poll_logs(now)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 
 from fleetbench import cmdline
 # Without persistence mode the driver initialises every GPU on each nvidia-smi call: seconds on an
-# 8-GPU node (NVIDIA's driver persistence docs); 1.2 s dropped the GPU list there (issue 26 finding 7).
+# 8-GPU node (NVIDIA's driver persistence docs); 1.2 s dropped the GPU list there.
 # It runs once per record, not per step, so a generous bound costs nothing on a healthy host.
 NVIDIA_SMI_TIMEOUT_S = 15.0
 GPU_QUERY = "index,name,memory.total,driver_version,pci.bus_id"

@@ -38,18 +38,15 @@ GEMM_N = 384  # 113 MFLOP a product: ~1.1 ms on one core at 100 GFLOP/s
 GPU_GEMM_N = 4096  # 137 GFLOP a product: ~10 ms on a datacentre GPU
 TRIAD_ELEMENTS = 1 << 21  # float32: 8 MiB an array, beyond most per-core caches
 # Each figure is the faster of TRIALS trials of at least TRIAL_S: a trial outlasts the half of a
-# CFS period (100 ms) that a CPU quota of a third leaves, so a quota slows every trial (trials of
-# 10 ms, best of 4, fitted in a tenth's 20 ms and read 99.6 GFLOP/s under it against 101.5 alone;
-# 50 ms trials read 22.0 and 53.8 under a tenth and three tenths of 2 cores, 2026-11-28).
+# CFS period (100 ms) that a CPU quota of a third leaves, so a quota slows every trial (a 10 ms
+# trial fits inside a tenth's 20 ms slice and does not see the quota).
 TRIAL_S = 0.05
 TRIALS = 2
 # The triad's trials are shorter: the GEMM already sees a quota, and the triad's noise (cv 10-15 %
 # here, stability.TRIAD_PCT) was the same with trials of 10 ms and of 50 ms.
 TRIAD_TRIAL_S = 0.02
-# scalar: the interpreter's integer arithmetic, one thread. Why a third figure: a CTR run's every
-# part of the step (its meter, pure Python, 0.13 -> 0.17-0.20 ms) ran 15-50 % slower for a minute
-# while both one-thread GEMM edges read 100-102 GFLOP/s; sampled idle, such a loop moved by a cv of
-# 6.5 % (min -36 %) where the GEMM moved 1.4 % (2026-11-28): the guest's scalar speed drifts apart.
+# scalar: the interpreter's integer arithmetic, one thread. Why a third figure: a guest's scalar
+# speed drifts apart from its GEMM's, and pure-Python parts of a step slow with it unseen by the GEMM.
 SCALAR_N = 20_000  # iterations a call: ~1 ms on this guest
 SCALAR_TRIAL_S = 0.03
 DEFINITION = {
@@ -105,8 +102,7 @@ class Probe:
         # numpy's BLAS on one thread from here on, set once and not at each edge: setting it starts
         # OpenBLAS's thread pool again when a fork has shut it down (its atfork handler; a PS
         # worker's data pipes fork), and a new pool thread spins for ~0.1 s. Set at the edge, that
-        # thread took a core from the probe: CTR 2/2 worker 0's before edge read 51-74 GFLOP/s
-        # against 85 in 8 of 11 runs (2026-11-29). Build the probe seconds before its first edge.
+        # thread takes a core from the probe. Build the probe seconds before its first edge.
         # Nothing a benchmark times runs on numpy's BLAS (Paddle's kernels have their own).
         threadpool_limits(limits=1, user_api="blas")  # applied now; only its __exit__ would undo it
         self.device = device
@@ -188,7 +184,7 @@ def in_turn(device: str, gather: Callable[[list], list], rank: int,
     GPU ranks probe at once: each GEMM runs on the rank's own device, nothing shared to take turns
     over, and a round's barrier would make every rank wait out the slowest device's probe (on the
     simulated GPU host, whose "devices" compute on the CPU, a 4096^3 GEMM under load outlasted
-    gloo's 30 s barrier time-out: tests/gpu_sim, 2026-11-29)."""
+    gloo's 30 s barrier time-out: tests/gpu_sim)."""
     probe = Probe(device)
     if probe.on_gpu:
         return probe.measure

@@ -53,7 +53,7 @@ class MeasureConfig:
 
     probe: bool = True  # time machine/speed's fixed workload at the measured window's edges
     # a parameter-server worker's step taken apart by py_func marks in its program (train/ps/marks.py);
-    # off by default: a mark costs 63 us (bench/py_func_cost.py, quiet, 2026-11-29), 6 of them 5.8%
+    # off by default: a mark costs 63 us (bench/py_func_cost.py), 6 of them 5.8%
     # of a CTR tiny step, over the 2% the suite may add; `--trace` turns them on (its spans are theirs)
     breakdown: bool = False
     # warm-up goes on past warmup_steps until the step time settles (timing.settled), at most this

@@ -180,7 +180,7 @@ class Steady:
     """When warm-up ends and how many steps are measured, from the step times (`timing.settled`,
     `calibrated_steps`): warm-up runs at least `min_warmup` steps, then until the step time settled
     or `max_warmup` steps in all (`max_warmup` <= `min_warmup`: exactly `min_warmup`, the fixed
-    warm-up every record before issue 44 had). The window is then calibrated to `window_s`."""
+    warm-up of older records). The window is then calibrated to `window_s`."""
 
     def __init__(self, min_warmup: int, max_warmup: int, window_s: float, min_measured: int) -> None:
         self.min_warmup, self.max_warmup = min_warmup, max(min_warmup, max_warmup)

@@ -51,7 +51,7 @@ def wrapped_text(fig, x: float, y: float, text: str, fontsize: float, **kwargs) 
     edge: the lines matplotlib's `wrap=True` makes (the longest run of words whose rendered width
     fits, at least one word), found by bisection over the words. Why not wrap=True: it measures
     every prefix of every line again at each layout of the text, ~0.1 CPU s for a chart's caption,
-    a fifth of a chart (`fleetbench report` over the reference tables: 66 charts, 42 CPU s, 2026-11-29)."""
+    a fifth of a chart."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.font_manager import FontProperties
 

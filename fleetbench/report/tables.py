@@ -129,7 +129,7 @@ def columns(groups: list[dict]) -> list[tuple]:
     return [(lay, str(lay[0]) if unique else f"{lay[0]} ({lay[1]}×{lay[2]})") for lay in layouts]
 
 
-SHOWN_ITEMS = 8  # a longer list is summarised: a model definition's layers run to hundreds (issue 47)
+SHOWN_ITEMS = 8  # a longer list is summarised: a model definition's layers run to hundreds
 
 
 def _shown(text: str | None) -> str:
@@ -228,7 +228,7 @@ def fold_failures(groups: list[dict]) -> list[dict]:
     """`groups` with each all-failed group counted in the one successful group at its place whose
     config agrees with every key the failed runs' config has. A failed run's record lacks what only
     a run that started can say (its runtime block: threads, servers, the Paddle version); kept apart,
-    it made every such key a column of the whole table (the demo's CTR table, 2026-11-22)."""
+    it made every such key a column of the whole table."""
     def place(g):
         return (g["network"], g["mode"], g["method"], layout(g), g["paddle"], g["device"], g["host"])
     out = [dict(g) for g in groups]

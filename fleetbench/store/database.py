@@ -277,7 +277,7 @@ def write(eng, made: dict) -> list[str]:
 
 def _sqlstate(exc: Exception) -> str | None:
     """PostgreSQL's error code: SQLAlchemy wraps the driver's error (`orig`); the COPY path's
-    raw psycopg cursor raises it bare (a deadlock there went unretried: issue 43's fresh clone)."""
+    raw psycopg cursor raises it bare (a deadlock there is retried too)."""
     return getattr(getattr(exc, "orig", None) or exc, "sqlstate", None)
 
 

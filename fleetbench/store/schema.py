@@ -116,7 +116,7 @@ PROBE_FIGURES = ("probe_gemm_gflops_before", "probe_gemm_gflops_after", "probe_t
 
 def _timing_problem(metrics: dict) -> str | None:
     """The speed probe's figures (> 0 or null), its definition (an object or null) and the step
-    times (by rank, each a list of milliseconds >= 0), where a record has them (issue 44)."""
+    times (by rank, each a list of milliseconds >= 0), where a record has them."""
     for key in PROBE_FIGURES:
         value = metrics.get(key)
         if value is not None and (not _is_number(value) or value <= 0):

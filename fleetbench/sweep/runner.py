@@ -185,7 +185,7 @@ class Sweep:
                  f"({sum(d for _, d in plan)} done earlier), results in {self.results_path}")
         if self.policy.interleave and len(plan) > 1:
             self.say(order.rounds_text([d for _, d in plan], [self.policy.limit(c) for c, _ in plan]))
-        if todo:  # no stored run on a machine that has not settled (issue 44: the demo's first 3 runs)
+        if todo:  # no stored run on a machine that has not settled (its first runs read slow)
             self.settle_machine()
         tally = Tally(started, todo)
         try:
@@ -387,8 +387,8 @@ def parser() -> cmdline.Parser:
 
 
 # Emulated nodes share one machine's devices and are given none by number, so on a CUDA build every
-# node would take GPUs 0..K-1, and NCCL would bypass the shaped link (issue 26): such cells are
-# skipped with this reason, the others run (issue 33: `make demo` on a GPU host).
+# node would take GPUs 0..K-1, and NCCL would bypass the shaped link: such cells are
+# skipped with this reason, the others run (so `make demo` works on a GPU host).
 # The sweep's warm-up: the speed probe (~0.1-0.3 s) until it settles, at most this many times (2-5 s),
 # on the machine the sweep runs on (remote nodes warm up in their first run)
 MACHINE_WARMUP_TRIES = 15

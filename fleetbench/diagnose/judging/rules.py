@@ -104,7 +104,7 @@ def below_by_pct(value: float, pct: float, reference: Reference | None) -> bool:
     """More than pct% below the reference, whatever its spread: enough to corroborate a figure that
     broke its own rule (beyond its noise) already. Judged by peers, one peer's lone matmul dip
     widens the peers' spread: a node at 0.6 CPU had matmul 35% under their median yet inside 3
-    spreads, and its training step, far below, stood alone (issue 35's matrix, node 3)."""
+    spreads, and its training step, far below, stood alone."""
     return reference is not None and reference.usable and value < pct_under(reference.value, pct)
 
 

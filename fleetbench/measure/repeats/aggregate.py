@@ -57,7 +57,7 @@ def stability_fields(ok: list[dict], cv_threshold: float, disturbed_pct: float =
     agree is judged on the undisturbed ones, the far-off among them included (they did disagree):
     cv, unstable (cv > cv_threshold), and until_stable: how a sweep's adaptive repeats ended
     (stability.verdict; null without them). A neighbour that stays must not make a disturbed
-    majority look stable (issue 34), nor one disturbed run an undisturbed cell look unstable; a
+    majority look stable, nor one disturbed run an undisturbed cell look unstable; a
     group whose every run was disturbed has no stability verdict (cv null, not unstable,
     `figure_disturbed`), and `agreement` says so. Also: runs (id, throughput, interference,
     disturbed, in store order; a rank far slower a step than another: stability.imbalance_text) and
@@ -90,8 +90,8 @@ def stability_fields(ok: list[dict], cv_threshold: float, disturbed_pct: float =
 def _judged(ok: list[dict], values: list, quiet: list, judged: list, cv_threshold: float) -> tuple:
     """(until-stable verdict or None, unstable, the CI target it repeated for or None). A cell
     repeated until stable is judged by the rule it was repeated under (its mean's 95 % CI within its
-    target), as the sweep judged it: the README marked ResNet50's 8-run cell unstable (cv 6 %) where
-    the sweep had stopped it stable at ±4.8 % (2026-11-28), one word, two meanings. One undisturbed
+    target), as the sweep judged it: judged by cv, a cell the sweep stopped as stable could read
+    unstable (one word, two meanings). One undisturbed
     run has no spread to judge under either rule (`cv undefined`, not unstable)."""
     policy = _policy(ok)
     until = stability.verdict(policy, values, quiet)

@@ -33,31 +33,22 @@ TARGET_CI_PCT = 2.0  # --until-stable: 95 % CI half-width of the mean within ±2
 MAX_REPEATS = 10  # --until-stable: runs of a cell at most, unless --max-repeats says otherwise
 MAD_LIMIT = 3.0  # outlier: more than this many scaled MADs from the median
 MAD_SCALE = 1.4826  # MAD x this estimates the std of normally distributed runs
-# A run is `disturbed` when more than this share (%) of the machine's CPU time in its timed window
-# went to processes outside the job (metrics.interference_cpu_pct, measure/interference.py), or a
-# process outside the job used one of its GPUs. 10 %: the machine's own daemons take ~1 %, a
-# neighbour on one of 2 cores takes ~50 %; a run slowed by a tenth is no figure of the job.
+# A run is `disturbed` when processes outside the job took more than this share (%) of the machine's
+# CPU in its timed window (measure/interference.py) or used one of its GPUs: the machine's daemons
+# take ~1 %, a neighbour on one of 2 cores ~50 %; a run slowed by a tenth is no figure of the job.
 DISTURBED_PCT = 10.0
-# A run is also `disturbed` when the machine-speed probe (machine/speed.py: a fixed GEMM and triad
-# timed at the window's edges; metrics.PROBE_KEYS) differs by more than its limit (%) between the
-# run's own two edges, or, at its slower edge, from the median of its cell's runs: the hypervisor
-# slowed this guest's vCPUs by 26-38 % with nothing in /proc/stat, and a CPU quota of a tenth
-# slows the probe's GEMM five-fold. Each limit stands well above its probe's own noise on a quiet
-# machine (bench/probe_cv.py; docs/reference/metrics.md): the one-thread GEMM's cv is 1.3-1.7 % here, the
-# triad's 10-15 % (its arrays live in a memory shared with the host's other guests: p10 at 75-90 %
-# of the median, 2026-11-28), so the triad names only a large fall.
-PROBE_PCT = 15.0  # the GEMM's limit
-TRIAD_PCT = 40.0  # the triad's
-# The scalar loop is recorded and shown, not judged (None), yet: in the demo of 2026-11-28 its slow
-# edges did go with CTR's slow runs (4771 and 4843 examples/s read 16.2 and 14.4 M/s before, against
-# 20-21 in the 5741-6227 runs), but in the parameter-server cells one edge in three or four read
-# 25-40 % low, so a cell's median of slower edges fell with them and normal runs read "machine fast
-# +26 % vs the cell's median": not a verdict to print. Judging it needs a cell median of its usual
-# edge, not its slower one, and its own in-job noise measured (bench/probe_in_job.py shows it).
+# Also `disturbed`: the speed probe (machine/speed.py) moved by more than its limit (%) between the
+# run's edges or, at its slower edge, from its cell's median, since a hypervisor slows vCPUs unseen
+# in /proc/stat. Each limit stands well above its probe's quiet noise (bench/probe_cv.py; docs/reference/metrics.md).
+PROBE_PCT = 15.0  # the GEMM's limit: its quiet cv is 1.3-1.7 %
+TRIAD_PCT = 40.0  # the triad's: its memory is shared with the host's other guests (cv 10-15 %)
+# The scalar loop is shown, not judged: its slower edges drift without the run slowing, so judging
+# needs its usual edge's median and its in-job noise first (bench/probe_in_job.py).
 SCALAR_PCT = None
 PROBES = (("gemm", "probe_gemm_gflops"), ("triad", "probe_triad_gbps"), ("scalar", "probe_scalar_mops"))
 LIMITS = {"gemm": PROBE_PCT, "triad": TRIAD_PCT, "scalar": SCALAR_PCT}  # by probe label; None: shown, not judged
 
+# scipy is a dependency now: this table stays, for byte-identical intervals, until scipy.stats.t replaces it.
 # Two-sided 95 % Student t quantiles t(0.975, df) (standard tables). A df between entries takes
 # the entry below it: a slightly larger t, so the interval is never narrower than it should be.
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
@@ -111,10 +102,10 @@ def excluded(values: Sequence[float], quiet: Sequence[bool] | None = None) -> li
     `quiet` (a flag per run: not `disturbed`), only the undisturbed runs are judged, and the
     disturbed ones are never in the figure anyway (`kept`).
 
-    Why a cap: one disturbed run among a few is what exclusion is for (issue 23: 16.58 beside
-    42.08 and 42.39 images/s made a baseline of 34 ± 15). Two of five runs far from the median is a
-    cell that varies, not one run disturbed: a figure that dropped both rested on three runs and
-    was called stable at ±1.7% (the demo's 2-process cell, 2026-11-24). MLPerf's olympic mean drops
+    Why a cap: one disturbed run among a few is what exclusion is for (one slow run beside two
+    fast ones widens a mean's spread several-fold). Two of five runs far from the median is a cell
+    that varies, not one run disturbed: a figure that dropped both would rest on three runs and call
+    a varying cell stable. MLPerf's olympic mean drops
     one run at each end of 5 to 10; a quarter at most is of that order."""
     pool = quiet_runs(values, quiet)
     sub = [values[i] for i in pool]
@@ -360,10 +351,8 @@ def run_mark(run_id: str, excluded_ids, outlier_ids, disturbed: dict | None = No
     return f" ({'; '.join(marks)})" if marks else ""
 
 
-# One rank of a run this many times slower a step than another: said beside the run. A quiet demo's
-# GEO 2/2 cell had one run at half the others' figure (its outlier), its probes and interference clean:
-# worker 0 took 10.0 ms a step for the whole window, worker 1 4.7 ms, 27% of the cores idle; every
-# other run of the demo had its ranks within 1.15x of each other (2026-11-29).
+# One rank of a run this many times slower a step than another: said beside the run (it explains an
+# outlier whose probes and interference are clean; healthy runs' ranks stay within ~1.15x).
 IMBALANCE_RATIO = 1.5
 
 

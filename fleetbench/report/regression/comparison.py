@@ -221,7 +221,7 @@ def notes(cell: dict) -> list[str]:
 def sequential_lines(cells: list[dict]) -> list[str]:
     """A line for each cell whose sides were measured one after the other (compare.design), or one
     line for the comparison when every cell was and in the same order: a drift of the machine
-    between the sides reads as a change (issue 34). The verdicts stand as they are."""
+    between the sides reads as a change. The verdicts stand as they are."""
     seq = [c for c in cells if c.get("design") == compare.SEQUENTIAL]
     if not seq:
         return []

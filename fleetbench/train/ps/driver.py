@@ -174,7 +174,7 @@ def run_worker(bench: run.Run, role: roles.Role, build: Callable, files: list, f
     if job.fail_together(problem):
         return 1
     # The after edge once every client has stopped: an async worker's communicator kept sending
-    # (and its server serving) after the last pass, and read 21-26 % slower there (2026-11-28).
+    # (and its server serving) after the last pass, and the probe read slower there.
     job.stop_client()
     after = probed(job, probe)
     mine_figures.probe = metrics.probe_row(before, after)
