@@ -1,12 +1,12 @@
 """The GPU half of a node's probe. Per device: matmul TFLOPS in fp32, TF32 (where the GPU has it)
 and fp16, and the device memory's copy bandwidth, each timed between paddle.device.synchronize()
 calls (a kernel launch returns before the kernel ends); and nvidia-smi's clocks, temperature and ECC
-counters, sampled while the device is under load (issue 33, finding 7: read after the load, the
+counters, sampled while the device is under load (read after the load, the
 clocks had dropped to idle and the temperature with them, so throttling could not show).
 
 - fp32 is fp32: Paddle lets cuBLAS use TF32 tensor cores for float32 matmuls on Ampere and newer by
-  default (its cuBLAS switch, core.get_cublas_switch()), so an "fp32" figure there was a TF32 one
-  (finding 8). fp32 is timed with the switch off; TF32 is its own figure on GPUs of compute
+  default (its cuBLAS switch, core.get_cublas_switch()), so an "fp32" figure there was a TF32 one.
+  fp32 is timed with the switch off; TF32 is its own figure on GPUs of compute
   capability 8.0 and newer (unless NVIDIA_TF32_OVERRIDE=0 turns TF32 off for the process).
 - Which nvidia-smi row is the device's: nvidia-smi numbers GPUs in PCI bus order and CUDA (unless
   CUDA_DEVICE_ORDER=PCI_BUS_ID) fastest first, and CUDA_VISIBLE_DEVICES renumbers them, so an index

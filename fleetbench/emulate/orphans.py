@@ -3,7 +3,7 @@
 `up` keeps a cluster's state in FLEETBENCH_CLUSTER_STATE_DIR (else /run/fleetbench), so a cluster
 made under another state directory (a test's temporary one, a run killed before it could clean
 up) leaves nothing where a later `down` looks: it answered "nothing to remove" and left the
-namespaces, links and daemons of N running (seen 2026-11-29 after a flake hunt was killed mid-test).
+namespaces, links and daemons of N running.
 
 Without the state, what proves an object is N's is the mark `up` gave it, `fleetbench-cluster N
 <token>`, whatever the token: a link's alias, a namespace's loopback alias, a hosts file's first

@@ -16,8 +16,8 @@ ran on other CPUs or GPUs: two experiments; `compare --across-hardware` judges t
 
 How a cell's sides were measured (`design`, from its runs' times): INTERLEAVED when the two sides'
 time spans overlap, SEQUENTIAL when every run of one side came before every run of the other.
-Sequential sides carry whatever the machine's speed did between them (issue 34: +-10% between sets
-of runs minutes apart on a quiet guest, 3 of 20 A/A comparisons called different); the verdict is
+Sequential sides carry whatever the machine's speed did between them (+-10% between sets of runs
+minutes apart on a quiet guest); the verdict is
 the same either way, and the report says so beside it.
 """
 from __future__ import annotations

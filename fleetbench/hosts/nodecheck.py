@@ -2,7 +2,7 @@
 
 The head of a job (a Slurm login node, an ssh jump host) need not have GPUs, nor the nodes' Paddle:
 what the devices are, whether Paddle can use them and whether the benchmark's config holds there
-(amp needs a GPU) is each node's to say (issue 33, finding 2). So `fleetbench launch --hosts ...`
+(amp needs a GPU) is each node's to say. So `fleetbench launch --hosts ...`
 starts, through the job's own transport (ssh, srun), `python -m fleetbench.hosts.nodecheck SPEC` on
 each node at once; each answers one `NODECHECK {json}` line:
 
@@ -10,7 +10,7 @@ each node at once; each answers one `NODECHECK {json}` line:
   device list checked against them;
 - how many ranks Paddle's launcher will start there (job.preflight.ranks_per_node: the
   --nproc_per_node the head asks for, else one per listed device, else one per visible GPU, one on a
-  CPU node), so the head never plans one rank for eight GPUs (finding 3);
+  CPU node), so the head never plans one rank for eight GPUs;
 - for a benchmark, its own `--check` there (config, capability, and the GPU readiness check on a
   CUDA build), whose resolved config becomes the job's.
 

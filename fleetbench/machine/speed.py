@@ -1,5 +1,5 @@
 """How fast this machine is right now: a short fixed reference workload timed just before and just
-after every run's timed window, on every rank (issue 44).
+after every run's timed window, on every rank.
 
 Why: the hypervisor of a cloud guest can slow its vCPUs for seconds with nothing in /proc/stat
 (steal included): a matmul ran at 47-56 GFLOP/s where it ran at 76, both threads on-CPU the whole
@@ -20,7 +20,7 @@ Why one thread, and the ranks of one machine in turn (`Turns`): the probe must s
 not the job around it. Run on the rank's threads it shared the cores with the job's own: Paddle's
 OpenMP workers spin after each parallel region (Intel OpenMP's KMP_BLOCKTIME, 200 ms by default)
 and numpy's BLAS pool is a second pool beside them, so one quiet 1-rank ResNet50 run read 171-183
-GFLOP/s at its before edge and 101-108 at its after edge, every run (2026-11-28); and two ranks
+GFLOP/s at its before edge and 101-108 at its after edge, every run; and two ranks
 probing at once shared the memory bus, their triads 12-54 GB/s. One probing thread at a time on a
 machine, beside at most (threads - 1) spinning workers per rank, is never more busy threads than
 cores, whatever the job's thread count.

@@ -6,8 +6,8 @@ which reads the store.
     commit=03c1503      the fleetbench commit, a prefix
     paddle=2.6          the Paddle version, a prefix
     tag=main            the tag given at import (fleetbench results import --tag)
-    since=2026-11-22    runs at or after this date (or ISO time)
-    until=2026-11-23    runs before it
+    since=YYYY-MM-DD    runs at or after this date (or ISO time)
+    until=YYYY-MM-DD    runs before it
     id=RUN_ID
     nodes=2  devices_per_node=8  world_size=16
 """

@@ -2,8 +2,8 @@
 
 In turn order a cell takes all its repeats before the next cell starts. Interleaved (`fleetbench
 sweep --interleave`, `interleave: true`) the sweep runs in rounds: round r runs repeat r of every
-cell not yet over, in cell order. A machine's speed drifts between runs minutes apart (issue 34's
-A/A chain: +-10% between sets of runs, with nothing else running), and when one cell's runs all
+cell not yet over, in cell order. A machine's speed drifts between runs minutes apart (+-10%
+between sets of runs, with nothing else running), and when one cell's runs all
 come before another's, that drift reads as a difference between them; interleaved, it falls on
 every cell alike (benchstat's and pyperf's advice). The rule works from counts alone, so a
 resumed sweep goes on with the round it stopped in, then the next: the next turn is the open

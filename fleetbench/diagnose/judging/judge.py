@@ -14,8 +14,8 @@ References, each with its spread (rules.Reference):
 
 A figure that breaks a rule while others used more than DISTURBED_PCT of the machine in every one
 of its measurements (metrics.OTHERS; it was re-measured first) is not judged: its node or link is
-`disturbed`, said with the share, never `defective` and never `healthy`. A clean run here once
-flagged a healthy node at 52 and again 54 GFLOP/s against its peers' 76 (log of issue 35's A/A).
+`disturbed`, said with the share, never `defective` and never `healthy`: a busy machine alone
+puts a healthy node's figure below its peers'.
 
 A node rule with `corroborated_by` counts only when its partner figure breaks its rule too
 (`corroborated`; rules.py says why); one that breaks alone is the node's `uncorroborated` list.

@@ -18,8 +18,8 @@ rule of its own): the rule then counts only when that figure breaks its rule too
 of capacity (a quota, fewer or slower cores) slows every CPU-bound test alike (in every CPU fault
 of the matrix, matmul and the training step fell together, docs/guide/diagnose.md), while here a healthy
 node's matmul alone fell to 0.6x for seconds with both its threads running the whole time and
-nothing else on the machine (the vCPUs ran slower: log of issue 35); that lone drop flagged a
-healthy node twice. An uncorroborated drop is reported beside the verdict, never dropped in silence.
+nothing else on the machine (the vCPUs ran slower); such a lone drop would flag a healthy node.
+An uncorroborated drop is reported beside the verdict, never dropped in silence.
 """
 from __future__ import annotations
 

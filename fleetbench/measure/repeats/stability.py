@@ -12,8 +12,8 @@
   `disturbed_reasons`: against its own other edge and its cell's median; LIMITS): shown, never in a figure, not in the cv that judges
   whether a cell is stable, and not counted towards the until-stable stop (`quiet` flags, one per
   run, say which runs were not disturbed).
-- `ci_half_width`: the 95 % confidence interval half-width of the mean (Student t; scipy is not a
-  dependency, so a table of t quantiles is here).
+- `ci_half_width`: the 95 % confidence interval half-width of the mean (Student t, from a table of t
+  quantiles kept for byte-identical intervals until scipy.stats replaces it).
 - `stop_reason`: the stop rule of adaptive repeats (`fleetbench sweep --until-stable`), judged on
   the kept runs.
 - `ratio_rel_error`: the relative uncertainty of a ratio of two means (speedup, efficiency).

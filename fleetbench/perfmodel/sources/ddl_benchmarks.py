@@ -1,4 +1,4 @@
-"""Convert the published ddl-benchmarks table (results of 2020-05-29) into schema-1 records.
+"""Convert the published ddl-benchmarks table (NAME, URL below) into schema-1 records.
 
     python -m fleetbench.perfmodel.sources.ddl_benchmarks SEED.md > results/reference/ddl-benchmarks-2020-05-29.jsonl
 

@@ -5,7 +5,7 @@ published records (results/reference/dle-*.jsonl), for `fleetbench explain --pub
     python -m fleetbench.perfmodel.sources.nvidia_dle paddle-bert /tmp/readme.md > results/reference/dle-paddle-bert-dgxa100.jsonl
 
 SOURCES names each table this reads (a README of github.com/NVIDIA/DeepLearningExamples at commit
-729963dd, 2024-04-04), and what the table does not print but the record needs, each said in the
+729963dd), and what the table does not print but the record needs, each said in the
 record's `source.assumed`: the framework and how it all-reduces (read from the example's scripts),
 and the system's topology (NVIDIA's DGX datasheets: DGX A100 has 8 GPUs on NVSwitch (NVLink 3) and
 8 single-port 200 Gb/s HDR InfiniBand NICs for compute; DGX-1V 8 V100 in an NVLink hybrid cube
