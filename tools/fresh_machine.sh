@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The fresh-machine check: `git clone`, `make test` and `make demo` as a new Debian 12 machine runs them.
 #
-#   tools/fresh_machine.sh [--runs N] [--steps LIST] [--rev REV] [--dir DIR] [--keep]
+#   tools/fresh_machine.sh [--runs N] [--steps LIST] [--rev REV] [--dir DIR] [--keep] [--shell CMD]
 #
 # Each run is a machine of its own: a root filesystem made from nothing with debootstrap (Debian 12,
 # minbase, plus what a new machine of this kind has: python3 with venv, git, make, and libgomp1, GCC's
@@ -16,12 +16,13 @@
 #   demo-user   `make demo` as a user who is not root, in that user's own clone (no sudo exists)
 #   demo        `make demo` as root
 #   look        what the machine holds (Debian packages, state directories, links, namespaces, caches)
+#   shell       the command given with --shell CMD, as root in the checkout (to look into a failure)
 # Defaults: --runs 1 --steps demo-user,test (the demo first, on a machine without the suite's
 # packages), the checkout's HEAD, DIR /var/tmp/fleetbench-fresh; a
 # run's root is removed at its end unless --keep. Needs root, debootstrap and slirp4netns (installed
 # when missing). docs/testing.md says how long it takes.
 set -euo pipefail
-runs=1 steps=demo-user,test rev=HEAD dir=/var/tmp/fleetbench-fresh keep=
+runs=1 steps=demo-user,test rev=HEAD dir=/var/tmp/fleetbench-fresh keep= shell_cmd=
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs=$2; shift 2 ;;
@@ -29,20 +30,23 @@ while [ $# -gt 0 ]; do
     --rev) rev=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "tools/fresh_machine.sh: $1: expected --runs N, --steps LIST, --rev REV, --dir DIR or --keep" >&2; exit 2 ;;
+    --shell) shell_cmd=$2; shift 2 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "tools/fresh_machine.sh: $1: expected --runs N, --steps LIST, --rev REV, --dir DIR, --keep or --shell CMD" >&2; exit 2 ;;
   esac
 done
 case "$runs" in ''|*[!0-9]*|0) echo "tools/fresh_machine.sh: --runs $runs: expected a count of 1 or more" >&2; exit 2 ;; esac
 IFS=, read -ra step_list <<<"$steps"
 for s in "${step_list[@]}"; do
-  case "$s" in test|test-again|demo-user|demo|look) ;;
-    *) echo "tools/fresh_machine.sh: --steps $steps: $s: expected test, test-again, demo-user, demo or look" >&2; exit 2 ;;
+  case "$s" in test|test-again|demo-user|demo|look|shell) ;;
+    *) echo "tools/fresh_machine.sh: --steps $steps: $s: expected test, test-again, demo-user, demo, look or shell" >&2; exit 2 ;;
   esac
 done
 repo=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
 sha=$(git -C "$repo" rev-parse -q --verify "$rev^{commit}" 2>/dev/null) \
   || { echo "tools/fresh_machine.sh: --rev $rev: not a commit of $repo" >&2; exit 2; }
+case ",$steps," in *,shell,*) [ -n "$shell_cmd" ] || { echo "tools/fresh_machine.sh: --steps shell: expected --shell CMD too" >&2; exit 2; } ;; esac
+export FRESH_SHELL=$shell_cmd
 [ "$(id -u)" = 0 ] || { echo "tools/fresh_machine.sh: needs root (debootstrap, namespaces)" >&2; exit 2; }
 
 need=()
@@ -90,6 +94,7 @@ inner() {
     case "$step" in
       test|test-again) cmd="cd /root/fleetbench && make test" ;;
       demo) cmd="cd /root/fleetbench && make demo" ;;
+      shell) cmd="cd /root/fleetbench && $FRESH_SHELL" ;;
       look) cmd="echo \"debian packages: \$(dpkg-query -W | wc -l)\"; for p in /etc/netns /run/fleetbench \
 /etc/munge/munge.key /var/lib/postgresql /root/.ssh /root/.cache/pip /root/fleetbench/.venv /usr/sbin/sshd /usr/bin/ip; do \
 [ -e \$p ] && echo \"present: \$p\" || echo \"absent: \$p\"; done; ls /sys/class/net | tr '\\n' ' '; echo; \
@@ -108,7 +113,7 @@ cd /home/fbuser/fleetbench && runuser -u fbuser -- env HOME=/home/fbuser make de
     if [ $step_rc -ne 0 ]; then
       tail -n 25 "$root/../$step.log" | sed "s/^/fresh: $host: $step: | /"
       rc=1
-    elif [ "$step" = look ]; then
+    elif [ "$step" = look ] || [ "$step" = shell ]; then
       sed "s/^/fresh: $host: look: | /" "$root/../$step.log"
     else
       grep -E '^[0-9]+ passed|^sweep finished|^skipped cell|make demo: not root|tests? sessions?|^make test' "$root/../$step.log" \
