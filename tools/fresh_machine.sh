@@ -84,6 +84,17 @@ inner() {
   mount -t tmpfs -o mode=1777 tmpfs "$root/dev/shm"
   mount -t tmpfs -o mode=755 tmpfs "$root/run"
   hostname "$host"
+  # pivot_root, not chroot: the root is the mount namespace's own, as on a machine (a chroot's
+  # processes in namespaces of their own, such as `ip netns exec`'s, read /proc/PID/exe with the
+  # host's path in front); the host's tree is unmounted, so nothing of it is left to see
+  mkdir -p "$root/.host"
+  cd "$root"
+  pivot_root . .host
+  cd /
+  umount -l /.host
+  rmdir /.host
+  local logs=/var/log/fresh-check  # copied out by the host once the run ends
+  mkdir -p "$logs"
   local keep_env=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 TERM=dumb CI=true)
   for v in PIP_DEFAULT_TIMEOUT PIP_DISABLE_PIP_VERSION_CHECK OPENBLAS_CORETYPE OPENBLAS_L2_SIZE PYTHONDONTWRITEBYTECODE; do
     [ -n "${!v:-}" ] && keep_env+=("$v=${!v}")
@@ -105,21 +116,21 @@ cd /home/fbuser/fleetbench && runuser -u fbuser -- env HOME=/home/fbuser make de
     esac
     echo "fresh: $host: $step: $cmd"
     set +e
-    chroot "$root" /usr/bin/env -i "${keep_env[@]}" bash -c "$cmd" >"$root/../$step.log" 2>&1
+    /usr/bin/env -i "${keep_env[@]}" bash -c "$cmd" >"$logs/$step.log" 2>&1
     local step_rc=$?
     set -e
     local took=$((SECONDS - t0))
     printf 'fresh: %s: %s: exit %d after %d:%02d\n' "$host" "$step" "$step_rc" $((took / 60)) $((took % 60))
     if [ $step_rc -ne 0 ]; then
-      tail -n 25 "$root/../$step.log" | sed "s/^/fresh: $host: $step: | /"
+      tail -n 25 "$logs/$step.log" | sed "s/^/fresh: $host: $step: | /"
       rc=1
     elif [ "$step" = look ] || [ "$step" = shell ]; then
-      sed "s/^/fresh: $host: look: | /" "$root/../$step.log"
+      sed "s/^/fresh: $host: $step: | /" "$logs/$step.log"
     else
-      grep -E '^[0-9]+ passed|^sweep finished|^skipped cell|make demo: not root|tests? sessions?|^make test' "$root/../$step.log" \
+        grep -E '^[0-9]+ passed|^sweep finished|^skipped cell|make demo: not root|tests? sessions?|^make test' "$logs/$step.log" \
         | tail -n 12 | sed "s/^/fresh: $host: $step: | /" || true
     fi
-    [ -d "$root/root/fleetbench/log" ] && cp -r "$root/root/fleetbench/log" "$root/../log-$step" 2>/dev/null || true
+    [ -d /root/fleetbench/log ] && cp -r /root/fleetbench/log "$logs/log-$step" 2>/dev/null || true
   done
   return $rc
 }
@@ -170,6 +181,7 @@ for n in $(seq 1 "$runs"); do
   set -e
   cleanup
   trap - INT TERM
+  cp -r "$root/var/log/fresh-check/." "$run_dir/" 2>/dev/null || true
   if grep -q " $root" /proc/self/mountinfo; then  # never remove a tree with a mount in it (/dev)
     echo "fresh: run $n: $root still has mounts; left in place" >&2
   elif [ -z "$keep" ]; then

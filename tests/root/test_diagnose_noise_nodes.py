@@ -14,6 +14,8 @@ import subprocess
 
 from util import PYTHON, REPO, cluster_name, env
 
+from fleetbench.measure.repeats.stability import DISTURBED_PCT
+
 
 def fleetbench(*args, timeout=400, **extra_env):
     return subprocess.run([PYTHON, "-m", "fleetbench", *map(str, args)], cwd=REPO, env={**env(), **extra_env},
@@ -37,7 +39,14 @@ def test_a_starved_node_of_four_is_never_called_healthy_on_a_busy_machine(tmp_pa
     assert node0["verdict"] in ("defective", "unresolved"), node0
     if node0["verdict"] == "unresolved":  # said with its figures
         assert all(v["value"] < v["reference"] and v["flagged_below"] < v["value"] for v in node0["unresolved"])
-    assert all(n["verdict"] in ("healthy", "unresolved") for n in peers), peers
+    # A peer is never flagged for node 0's starvation (compute), nor on a figure measured while the
+    # machine was quiet. --disturbed 100 judges figures others' work lowered too: a peer's lone triad
+    # once read 7.7 GB/s against the peers' 11.0 while 3.x sessions ran beside this one, and that is
+    # what was asked for; by default (10%) such a figure is not judged.
+    for peer in peers:
+        assert peer["verdict"] in ("healthy", "unresolved") or "compute" not in peer["categories"], peer
+        for v in peer["violations"] if peer["verdict"] == "defective" else ():
+            assert peer["figures"]["others_cpu_pct"][v["metric"]] > DISTURBED_PCT, peer
     repeat = {r["metric"]: r.get("repeat_spread_pct") for r in report["resolution"]}
     assert repeat["matmul_gflops"] is not None and repeat["train_images_per_s"] is not None, report["resolution"]
     assert 0 <= report["resolve_rounds"] <= 2 and ("resolve_s" in report["phases"]) == (report["resolve_rounds"] > 0)
