@@ -78,7 +78,7 @@ test: deps-test
 	@$(MAKE) --no-print-directory -j2 install install-paddle3
 	@bash tools/test.sh $(PY) $(PY3) "$(PADDLE3_MARKS)"
 
-# The fresh-machine check (root): make test, then make demo as a user who is not root, on a new Debian
+# The fresh-machine check (root): make demo as a user who is not root, then make test, on a new Debian
 # 12 machine made with debootstrap and entered with namespaces of its own (docs/testing.md).
 test-fresh:
 	bash tools/fresh_machine.sh
