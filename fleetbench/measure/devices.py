@@ -17,6 +17,9 @@ Figures are the vendors' datasheet peaks for *dense* math (no 2:4 sparsity), per
   the H100's math (fp32 67, tf32 494.7, bf16 989.4, fp8 1978.9) with 141 GB of HBM3e at 4.8 TB/s,
   NVLink 4 (450 GB/s each way); B200 (HGX B200, 1000 W: the 8-GPU board's sparse figures / 8 / 2):
   fp32 75, tf32 1125, fp16/bf16 2250, fp8 4500, 180 GB of HBM3e at 8 TB/s, NVLink 5 (900 GB/s each way).
+- GB200 and GB300 (a Blackwell GPU of the NVL72 rack, 1200 W: the rack's sparse figures / 72 / 2):
+  GB200 fp32 80, tf32 1250, bf16 2500, fp8 5000, 186 GB HBM3e at 8 TB/s; GB300 the same bf16 and
+  fp8 (its gain is FP4), fp32 75, 288 GB; both NVLink 5, 72 GPUs a domain (`--gpus-per-node 72`).
 - A10: fp32 31.2, tf32 62.5, fp16 125. T4: fp32 8.1, fp16 65. P100 SXM2: fp32 10.6, fp16 21.2.
 - K80 (one of the board's two GK210 GPUs, boost): fp32 4.37, no fp16 math faster than fp32.
 A CPU has no row: its peak is measured on the rank's threads (the diagnose probe's GEMM).
@@ -48,6 +51,10 @@ class Device:
 
 
 TABLE = (
+    Device("GB300", {"fp32": 75.0, "tf32": 1250.0, "fp16": 2500.0, "bf16": 2500.0, "fp8": 5000.0}, (288,), 900.0,
+           r"\bgb300\b"),
+    Device("GB200", {"fp32": 80.0, "tf32": 1250.0, "fp16": 2500.0, "bf16": 2500.0, "fp8": 5000.0}, (186,), 900.0,
+           r"\bgb200\b"),
     Device("B200", {"fp32": 75.0, "tf32": 1125.0, "fp16": 2250.0, "bf16": 2250.0, "fp8": 4500.0}, (180,), 900.0,
            r"\bb200\b"),
     Device("H200", {"fp32": 67.0, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8": 1978.9}, (141,), 450.0,
@@ -117,7 +124,7 @@ def peak_flops(name: str | None, precision: str = "fp32") -> float | None:
 # Memory bandwidth a GPU, GB/s (vendors' datasheets), by TABLE name and memory size where the two
 # sizes differ (A100 40GB: HBM2 1555; 80GB: HBM2e 2039 SXM, 1935 PCIe). `fleetbench plan` prices
 # a layer's memory-bound work (norms, dropout, softmax, activations) with it.
-HBM_GBPS = {"B200": 8000.0, "H200": 4800.0, "H100-SXM": 3350.0, "H100-PCIe": 2000.0, "H800": 3350.0, "A100-SXM": {80: 2039.0, 40: 1555.0},
+HBM_GBPS = {"GB300": 8000.0, "GB200": 8000.0, "B200": 8000.0, "H200": 4800.0, "H100-SXM": 3350.0, "H100-PCIe": 2000.0, "H800": 3350.0, "A100-SXM": {80: 2039.0, 40: 1555.0},
             "A100-PCIe": {80: 1935.0, 40: 1555.0}, "A800": {80: 2039.0, 40: 1555.0}, "V100-SXM": 900.0,
             "V100-PCIe": 900.0, "A10": 600.0, "T4": 320.0, "P100": 732.0, "K80": 240.0}
 

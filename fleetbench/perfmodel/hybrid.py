@@ -43,7 +43,7 @@ import dataclasses
 
 from fleetbench.measure import devices, flops
 from fleetbench.perfmodel import hybrid_comm as comm
-from fleetbench.perfmodel.hybrid_split import OVERLAPS, Cluster, Moe, Shape, Split, check  # noqa: F401 (the model's records)
+from fleetbench.perfmodel.hybrid_split import OVERLAPS, Cluster, Moe, Shape, Split, check, fold_stages  # noqa: F401 (the model's records)
 
 GIB = 2 ** 30
 EFF_MAX = 0.66         # fitted: perfmodel/hybrid_tables.py fit() on Megatron-LM's Table 1
@@ -319,7 +319,8 @@ def _stage_parts(shape: Shape, split: Split, cluster: Cluster, stage: tuple) -> 
     tp_s = comm.tp_comm_s(shape, split, cluster, layers / per)
     hidden = {}
     if "tp_comm" in split.overlap:
-        exposed = max(0.0, tp_s - compute * gemm_share(shape, split, cluster))
+        # decomposed into tp chunks (ring exchange), the first chunk's transfer waits for nothing to hide under
+        exposed = max(tp_s / split.tp, tp_s - compute * gemm_share(shape, split, cluster))
         hidden["tp_comm"], tp_s = tp_s - exposed, exposed
     parts = {"compute": compute, "tp_comm": tp_s, "pp_p2p": comm.pp_p2p_s(shape, split, cluster)}
     if split.cp > 1:
@@ -328,6 +329,9 @@ def _stage_parts(shape: Shape, split: Split, cluster: Cluster, stage: tuple) -> 
         parts["sep_comm"] = comm.sep_alltoall_s(shape, split, cluster, layers / per)
     if split.ep > 1:
         parts["ep_comm"] = comm.ep_alltoall_s(shape, split, cluster, layers / per)
+        if "ep_a2a" in split.overlap:  # Megatron's 1F1B all-to-all overlap: under another micro-batch's compute
+            exposed = max(0.0, parts["ep_comm"] - compute)
+            hidden["ep_comm"], parts["ep_comm"] = parts["ep_comm"] - exposed, exposed
     return parts, hidden
 
 

@@ -108,7 +108,7 @@ class Shape:
                                                attention_width=self.attention_width)
 
 
-OVERLAPS = ("grad_reduce", "param_gather", "tp_comm")
+OVERLAPS = ("grad_reduce", "param_gather", "tp_comm", "ep_a2a")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +154,14 @@ class Split:
         extra += ["overlap " + "+".join(sorted(self.overlap))] if self.overlap else []
         return (f"tp{self.tp} pp{self.pp} dp{self.dp} mb{self.micro_batch} {self.recompute}"
                 + "".join(" " + e for e in extra))
+
+
+def fold_stages(stages: tuple, pp: int) -> tuple:
+    """Layers a GPU's stage holds from layers a virtual stage (pp x v of them, Megatron's order:
+    virtual stage j on GPU j mod pp); layers a stage (pp of them) as they are."""
+    if len(stages) <= pp or len(stages) % pp:
+        return tuple(stages)
+    return tuple(sum(stages[i::pp]) for i in range(pp))
 
 
 def _runs(counts: tuple) -> str:
@@ -211,8 +219,7 @@ def _stage_problems(shape: Shape, split: Split) -> list:
     stages = split.stage_layers
     return [(len(stages) != split.pp, f"--stage-layers has {len(stages)} stages, expected pp {split.pp}"),
             (sum(stages) != shape.layers, f"--stage-layers sum to {sum(stages)}, expected the {shape.layers} layers"),
-            (min(stages) < split.interleave,
-             f"--stage-layers: expected every stage to hold at least interleave {split.interleave} layers")]
+            (min(stages) < 1, "--stage-layers: expected every stage to hold a layer")]
 
 
 def _attention_problems(shape: Shape, split: Split) -> list:
@@ -256,6 +263,7 @@ def check(shape: Shape, split: Split, cluster: Cluster) -> str | None:
          "--tp-comm-overlap needs --sequence-parallel (its all-gathers and reduce-scatters are what overlap)"),
         ("param_gather" in split.overlap and not (split.distributed_optimizer or split.sharding_stage),
          "--overlap-param-gather needs --distributed-optimizer or a sharding stage (only they gather weights)"),
+        ("ep_a2a" in split.overlap and split.ep == 1, "--ep-a2a-overlap needs --ep > 1 (an all-to-all to overlap)"),
         (split.distributed_optimizer and split.sharding_stage, "--distributed-optimizer with --sharding-stage: expected one"),
         (split.shard_group is not None and (split.sharding_stage < 2 or split.dp % (split.shard_group or 1)),
          f"--shard-group {split.shard_group}: expected a divisor of dp {split.dp} with sharding stage 2 or 3"),

@@ -6,7 +6,7 @@
                     [--interleave V] [--json]
                     [--kv-heads K] [--head-dim D] [--precision fp8] [--gpu-tflops X] [--gpu-memory-gib M]
                     [--stage-layers a,b,...] [--cp N | --sep N] [--shard-group N] [--distributed-optimizer]
-                    [--overlap-grad-reduce] [--overlap-param-gather] [--tp-comm-overlap]
+                    [--overlap-grad-reduce] [--overlap-param-gather] [--tp-comm-overlap] [--ep-a2a-overlap]
                     [--experts E --top-k k [--ep N] [--moe-ffn-hidden F] [--shared-experts S]
                      [--dense-layers D] [--capacity-factor C] [--expert-imbalance X]]
     fleetbench plan ... --gpus N          (no --tp/--pp: the splits that fit, ranked)
@@ -87,6 +87,7 @@ def parser() -> cmdline.Parser:
     p.add_argument("--overlap-grad-reduce", action="store_true", help="gradient reduction under the backward")
     p.add_argument("--overlap-param-gather", action="store_true", help="weight all-gather under the next forward")
     p.add_argument("--tp-comm-overlap", action="store_true", help="TP's all-gathers/reduce-scatters under its GEMMs")
+    p.add_argument("--ep-a2a-overlap", action="store_true", help="EP's all-to-alls under another micro-batch's compute")
     p.add_argument("--experts", type=cmdline.COUNT, help="routed experts a layer (mixture-of-experts)")
     p.add_argument("--top-k", type=cmdline.COUNT, help="experts a token is routed to")
     p.add_argument("--ep", type=cmdline.COUNT, help="expert parallelism (ranks the experts are split over)")
@@ -148,7 +149,7 @@ def _inputs(p: cmdline.Parser, args) -> tuple:
 
 
 OVERLAP_FLAGS = {"grad_reduce": "overlap_grad_reduce", "param_gather": "overlap_param_gather",
-                 "tp_comm": "tp_comm_overlap"}
+                 "tp_comm": "tp_comm_overlap", "ep_a2a": "ep_a2a_overlap"}
 
 
 def _overlap(args) -> frozenset:
@@ -163,7 +164,8 @@ def _split(p: cmdline.Parser, args) -> hybrid.Split:
     dp = args.dp or args.gpus // model_parallel
     return hybrid.Split(args.tp, args.pp, dp, args.micro_batch or 1, args.global_batch, args.recompute or "none",
                         args.sharding_stage or 0, bool(args.sequence_parallel), args.interleave or 1,
-                        cp=args.cp or 1, sep=args.sep or 1, ep=args.ep or 1, stage_layers=args.stage_layers,
+                        cp=args.cp or 1, sep=args.sep or 1, ep=args.ep or 1,
+                        stage_layers=args.stage_layers and hybrid.fold_stages(args.stage_layers, args.pp),
                         overlap=_overlap(args), distributed_optimizer=args.distributed_optimizer,
                         shard_group=args.shard_group)
 
