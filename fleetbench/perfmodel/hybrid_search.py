@@ -102,7 +102,7 @@ def candidates(shape: hybrid.Shape, gpus: int, global_batch: int, cluster: hybri
                 _options(choices.micro_batch, MICRO_BATCHES), _options(choices.recompute, ("none", "selective", "full")),
                 _options(choices.sharding_stage, (0, 1, 2, 3) if dp > 1 else (0,)),
                 _options(choices.sequence_parallel, (False, True) if tp > 1 else (False,)),
-                _options(choices.interleave, INTERLEAVES if pp > 1 else (1,)),
+                _options(choices.interleave, [v for v in INTERLEAVES if pp > 1 and min(stages or (v,)) >= v] or (1,)),
                 _experts(shape, dp * cp, choices))
             found += [hybrid.Split(tp, pp, dp, mb, global_batch, rc, st, sp, v, cp=cp, sep=sep, ep=ep,
                                    stage_layers=stages, overlap=choices.overlap,
