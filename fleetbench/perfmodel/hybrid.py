@@ -1,23 +1,29 @@
 """The performance model of hybrid-parallel GPT training: memory a GPU and the time of a step, from
-the model's shape, the split (TP x PP x DP, sharding, recomputation) and the cluster. Pure code.
+the model's shape, the split (TP x CP x PP x DP x EP, sharding, recomputation, uneven stages,
+overlap) and the cluster (perfmodel/hybrid_split.py's records). Pure code; the collectives are
+perfmodel/hybrid_comm.py's; docs/guide/plan.md says how each newer feature is priced.
 
 Step (one global batch), for m = global_batch / (dp x micro_batch) micro-batches a pipeline:
 
     micro-batch   compute: the training FLOPs of its tokens (measure/flops.py, with the recomputed
-                  forward) / (tp x pp) at the GPU's peak x GEMM efficiency (below); TP: 4 collectives
-                  a layer (2 forward, 2 backward; 6 with full recomputation) of the micro-batch's
-                  activations (b s h x 2 bytes), ring all-reduce over NVLink, or reduce-scatter +
-                  all-gather with sequence parallelism (the same bytes); not overlapped (Megatron-LM
-                  and Paddle's meta_parallel layers wait for them); PP: an activation forward and a
-                  gradient back a stage, b s h x 2 / tp bytes (scatter-gather) over the network
+                  forward) / (tp x pp x cp) at the GPU's peak x GEMM efficiency (below), under FP8
+                  the linear GEMMs at the FP8 peak (Work); TP: 4 collectives a layer (2 forward, 2
+                  backward; 6 with full recomputation) of the micro-batch's activations (b s h x 2
+                  bytes), ring all-reduce over NVLink, or reduce-scatter + all-gather with sequence
+                  parallelism (the same bytes); exposed unless --tp-comm-overlap; PP: an activation
+                  forward and a gradient back a stage, b s h x 2 / tp bytes over the network; CP's
+                  ring, sep's and EP's all-to-alls (hybrid_comm)
     pipeline      (m + (pp - 1) / v) micro-batches: 1F1B's bubble is (pp - 1) micro-batch times,
-                  the interleaved schedule's (v model chunks a GPU) (pp - 1) / v (Narayanan, sec. 2.2)
+                  the interleaved schedule's (v model chunks a GPU) (pp - 1) / v (Narayanan, sec. 2.2);
+                  uneven stages: (m - 1) x the slowest stage + every stage once (/ v)
     DP/sharding   the gradients a GPU holds (bf16/fp16: 2 bytes a parameter) all-reduced over the dp
                   group with perfmodel/nccl.py (ring or tree, NVLink inside a node, the NICs across);
-                  sharding stage 1 reduce-scatters + all-gathers the same bytes once a step; stages 2-3
-                  every micro-batch (a rank keeps only its gradient shard, so accumulation cannot wait),
-                  stage 3 gathering the weights once more for backward (x1.5); exposed (after
-                  backward), as Megatron-LM's 2021 code and Paddle's sharding without overlap run it
+                  sharding stage 1 reduce-scatters + all-gathers the same bytes once a step; stage 2
+                  every micro-batch (a rank keeps only its gradient shard, so accumulation cannot
+                  wait); stage 3 gathers each layer's weights forward and backward and scatters its
+                  gradients every micro-batch, prefetched under the layer before; exposed (after
+                  backward), as Megatron-LM's 2021 code and Paddle's sharding without overlap run it,
+                  unless --overlap-grad-reduce / --overlap-param-gather
 
 GEMM efficiency: the share of peak a GPU's matrix multiplications reach grows with their width; the
 model uses eff = EFF_MAX x w / (w + EFF_HALF_WIDTH), w = hidden / tp, a saturating curve; beside
@@ -35,7 +41,8 @@ Memory a GPU (Korthikanti et al. 2022, sec. 4, bytes; s seq, b micro-batch, h hi
         full                 2 s b h,                            with SP: 2 s b h / t
     (flash attention keeps no s x s scores: the 5as/h term goes, as with selective); the first
     stage holds min(m, pp) micro-batches of its l/pp layers (1F1B), x (1 + (pp-1)/(pp v)) interleaved;
-    plus the fp32 logits of one micro-batch (4 s b V / t).
+    plus the fp32 logits of one micro-batch (4 s b V / t). GQA, head widths, MoE and FP8 generalise
+    the 10 and 24 (_activation_terms); CP and sep divide them; uneven stages are priced one by one.
 """
 from __future__ import annotations
 
