@@ -234,7 +234,7 @@ def _split_json(split: Split) -> dict:
     """The split's fields, those of the newer dimensions only where they are set."""
     found = dataclasses.asdict(split)
     defaults = {"cp": 1, "sep": 1, "ep": 1, "stage_layers": None, "overlap": frozenset(),
-                "distributed_optimizer": False, "shard_group": None}
+                "distributed_optimizer": False, "shard_group": None, "etp": None}
     found = {k: v for k, v in found.items() if k not in defaults or v != defaults[k]}
     if "overlap" in found:
         found["overlap"] = sorted(found["overlap"])
@@ -252,7 +252,7 @@ def _stage_memory(shape: Shape, split: Split, fp8: bool, stage: tuple) -> dict:
         params, experts = comm.stage_parameters(shape, split, layers / per)
         params += embed * shape.vocab * shape.hidden / split.tp
     shard = split.shard_degree * split.cp if split.sharding_stage or split.distributed_optimizer else 1
-    expert_shard = max(1, shard // split.ep) if shard > 1 else 1
+    expert_shard = max(1, shard * split.tp // split.expert_split) if shard > 1 else 1
     st = split.sharding_stage
     weights = 2 * params / (shard if st >= 3 else 1) + 2 * experts / (expert_shard if st >= 3 else 1)
     grad_bytes = 4 if split.distributed_optimizer else 2  # Megatron's distributed optimizer keeps fp32 grads

@@ -89,7 +89,7 @@ def ring_gather_s(cluster: Cluster, ranks: int, stride: int, nbytes: float) -> f
 
 def stage_parameters(shape: Shape, split: Split, layers: float) -> tuple:
     """(dense, routed-expert) parameters a GPU holds for `layers` layers (embedding aside)."""
-    experts = shape.routed_expert_parameters() / shape.layers * layers / (split.tp * split.ep)
+    experts = shape.routed_expert_parameters() / shape.layers * layers / split.expert_split
     dense = (shape.parameters() - shape.vocab * shape.hidden - shape.routed_expert_parameters()) / shape.layers
     return dense * layers / split.tp, experts
 
@@ -108,7 +108,7 @@ def dp_comm_s(shape: Shape, split: Split, cluster: Cluster) -> float:
         dense += shape.vocab * shape.hidden / (split.tp * split.pp)
         ranks, stride = split.dp * split.cp, split.tp
         seconds = allreduce_s(cluster, ranks, stride, dense * ACT_BYTES) + allreduce_s(
-            cluster, ranks // split.ep, stride * split.ep, experts * ACT_BYTES)
+            cluster, split.expert_dp, split.expert_split, experts * ACT_BYTES)
     if split.sharding_stage == 2:
         seconds *= split.micro_batches
     return seconds
@@ -172,5 +172,5 @@ def ep_alltoall_s(shape: Shape, split: Split, cluster: Cluster, layers: float) -
     moe_layers = layers * shape.moe_layers / shape.layers
     tokens = split.micro_batch * shape.seq / (split.cp * split.sep * split.tp if split.sequence_parallel else split.cp * split.sep)
     nbytes = tokens * m.top_k * shape.hidden * ACT_BYTES * m.load * (split.ep - 1) / split.ep
-    bandwidth, hop = _group_link_GBps(cluster, split.tp * split.cp * split.ep)
+    bandwidth, hop = _group_link_GBps(cluster, split.ep_span)
     return moe_layers * 4 * (hop * 2 + nbytes / (bandwidth * 1e9))

@@ -45,6 +45,7 @@ class Choices:
     overlap: frozenset = frozenset()
     distributed_optimizer: bool = False
     shard_group: int | None = None
+    etp: int | None = None
 
 
 def _divisors(n: int) -> list[int]:
@@ -103,11 +104,11 @@ def candidates(shape: hybrid.Shape, gpus: int, global_batch: int, cluster: hybri
                 _options(choices.sharding_stage, (0, 1, 2, 3) if dp > 1 else (0,)),
                 _options(choices.sequence_parallel, (False, True) if tp > 1 else (False,)),
                 _options(choices.interleave, [v for v in INTERLEAVES if pp > 1 and min(stages or (v,)) >= v] or (1,)),
-                _experts(shape, dp * cp, choices))
+                _experts(shape, dp * cp if choices.etp is None else tp * dp * cp // choices.etp, choices))
             found += [hybrid.Split(tp, pp, dp, mb, global_batch, rc, st, sp, v, cp=cp, sep=sep, ep=ep,
                                    stage_layers=stages, overlap=choices.overlap,
                                    distributed_optimizer=choices.distributed_optimizer and not st,
-                                   shard_group=choices.shard_group if st >= 2 else None)
+                                   shard_group=choices.shard_group if st >= 2 else None, etp=choices.etp)
                       for mb, rc, st, sp, v, ep in combos]
     return found
 

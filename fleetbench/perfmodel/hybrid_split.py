@@ -129,6 +129,23 @@ class Split:
     overlap: frozenset = frozenset()  # of OVERLAPS: what Megatron-Core overlaps with compute
     distributed_optimizer: bool = False  # Megatron's: optimizer state sharded over dp (fp32 grads)
     shard_group: int | None = None    # FSDP hybrid sharding: shard over this many dp ranks, replicate across
+    etp: int | None = None            # expert TP (None: the experts split over tp like the dense MLP)
+
+    @property
+    def expert_split(self) -> int:
+        """The GPUs one set of experts is divided among: expert TP x EP."""
+        return (self.etp or self.tp) * self.ep
+
+    @property
+    def expert_dp(self) -> int:
+        """Replicas of an expert: the tp x dp x cp ranks a stage has over expert TP x EP (MoE
+        parallel folding: with expert TP below tp, EP spans TP ranks too)."""
+        return self.tp * self.dp * self.cp // self.expert_split
+
+    @property
+    def ep_span(self) -> int:
+        """Consecutive GPUs an EP group spans (TP innermost, then CP, then DP)."""
+        return self.etp * self.ep if self.etp else self.tp * self.cp * self.ep
 
     @property
     def gpus(self) -> int:
@@ -145,6 +162,7 @@ class Split:
 
     def label(self) -> str:
         extra = [f"{k}{v}" for k, v in (("cp", self.cp), ("sep", self.sep), ("ep", self.ep)) if v > 1]
+        extra += [f"etp{self.etp}"] if self.etp is not None else []
         extra += [f"sharding{self.sharding_stage}"] if self.sharding_stage else []
         extra += [f"hsdp{self.shard_group}"] if self.shard_group else []
         extra += ["distopt"] if self.distributed_optimizer else []
@@ -243,10 +261,13 @@ def _attention_problems(shape: Shape, split: Split) -> list:
 def _expert_problems(shape: Shape, split: Split) -> list:
     m = shape.moe
     if m is None:
-        return [(split.ep > 1, "--ep without --experts: expected an MoE model")]
+        return [(split.ep > 1 or split.etp is not None, "--ep or --etp without --experts: expected an MoE model")]
     return [(m.top_k > m.experts, f"--top-k {m.top_k} exceeds --experts {m.experts}"),
             (m.experts % split.ep, f"--experts {m.experts} do not divide among ep {split.ep}"),
-            ((split.dp * split.cp) % split.ep, f"ep {split.ep} does not divide dp x cp ({split.dp * split.cp})"),
+            (split.etp is None and (split.dp * split.cp) % split.ep,
+             f"ep {split.ep} does not divide dp x cp ({split.dp * split.cp}) (EP across TP ranks: --etp)"),
+            (split.etp is not None and (split.tp * split.dp * split.cp) % split.expert_split,
+             f"etp {split.etp} x ep {split.ep} does not divide tp x dp x cp ({split.tp * split.dp * split.cp})"),
             (m.dense_layers >= shape.layers, f"--dense-layers {m.dense_layers}: expected fewer than the layers")]
 
 

@@ -63,14 +63,13 @@ def tables(directory: Path = TABLES_DIR) -> list[dict]:
 # the newer fields a cell may set, read into the model (the tables helper's names)
 MODEL_KEYS = ("kv_heads", "head_dim", "experts", "top_k", "moe_ffn", "shared_experts", "dense_layers", "cp", "ep",
               "stage_layers", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "ep_a2a_overlap",
-              "shard_group", "precision")
+              "shard_group", "precision", "etp")
 # read, and priced as the model's nearest configuration; each is named in the cell's note
 APPROXIMATED = {
     "balance": "router balance {} priced as a balanced router (imbalance 1)",
     "moe_dispatcher": "dispatcher {} priced as NCCL's all-to-all",
     "pipeline_layout": "pipeline layout not read by the table: stages balanced, the remainder on the middle ones",
     "recompute_modules": "recompute of {} not priced (no recomputed forward counted)",
-    "etp": "expert TP {} priced as the experts split over TP like the dense MLP",
 }
 FP8_RECIPES = ("fp8", "fp8-cs", "fp8-rowwise", "fp8-blockwise", "mxfp8")  # the GEMMs in FP8; scale granularity not priced
 OVERLAP_KEYS = {"grad_reduce": "overlap_grad_reduce", "param_gather": "overlap_param_gather", "tp_comm": "tp_comm_overlap",
@@ -102,7 +101,8 @@ def _cell_inputs(table: dict, row: list) -> tuple:
     split = hybrid.Split(tp=tp, pp=pp, dp=int(values["gpus"]) // (tp * pp * cp),
                         **{k: values[k] for k in SPLIT_KEYS if k in values and values[k] is not None},
                         cp=cp, ep=int(values.get("ep") or 1), stage_layers=_stages(values, shape.layers, pp),
-                        overlap=overlap, shard_group=values.get("shard_group"))
+                        overlap=overlap, shard_group=values.get("shard_group"),
+                        etp=None if values.get("etp") in (None, tp) else int(values["etp"]))
     cluster = dict(table["cluster"])
     if values.get("precision") in FP8_RECIPES:
         cluster["precision"] = "fp8"

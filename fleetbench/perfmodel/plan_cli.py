@@ -7,7 +7,7 @@
                     [--kv-heads K] [--head-dim D] [--precision fp8] [--gpu-tflops X] [--gpu-memory-gib M]
                     [--stage-layers a,b,...] [--cp N | --sep N] [--shard-group N] [--distributed-optimizer]
                     [--overlap-grad-reduce] [--overlap-param-gather] [--tp-comm-overlap] [--ep-a2a-overlap]
-                    [--experts E --top-k k [--ep N] [--moe-ffn-hidden F] [--shared-experts S]
+                    [--experts E --top-k k [--ep N] [--etp N] [--moe-ffn-hidden F] [--shared-experts S]
                      [--dense-layers D] [--capacity-factor C] [--expert-imbalance X]]
     fleetbench plan ... --gpus N          (no --tp/--pp: the splits that fit, ranked)
     fleetbench plan --validate [--json]   (every published cell: predicted, published, error)
@@ -60,7 +60,7 @@ def _layer_list(text: str) -> tuple:
 GPU = cmdline.Kind("a known GPU name", _gpu, ("", "tpu-v9"))
 LAYER_LIST = cmdline.Kind("layers a stage, comma-separated counts >= 1 (30,32,32,32)", _layer_list,
                           ("", "a,b", "4,0,4", "4,,4"))
-MOE_FLAGS = ("top_k", "ep", "moe_ffn_hidden", "shared_experts", "dense_layers", "capacity_factor", "expert_imbalance")
+MOE_FLAGS = ("top_k", "ep", "etp", "moe_ffn_hidden", "shared_experts", "dense_layers", "capacity_factor", "expert_imbalance")
 SHAPE_FLAGS = ("layers", "hidden", "heads", "seq", "vocab", "global_batch", "gpu", "gpus_per_node")
 
 
@@ -91,6 +91,7 @@ def parser() -> cmdline.Parser:
     p.add_argument("--experts", type=cmdline.COUNT, help="routed experts a layer (mixture-of-experts)")
     p.add_argument("--top-k", type=cmdline.COUNT, help="experts a token is routed to")
     p.add_argument("--ep", type=cmdline.COUNT, help="expert parallelism (ranks the experts are split over)")
+    p.add_argument("--etp", type=cmdline.COUNT, help="expert tensor parallelism (default tp; below it EP spans TP ranks)")
     p.add_argument("--moe-ffn-hidden", type=cmdline.COUNT, help="an expert's MLP width (default --ffn-hidden)")
     p.add_argument("--shared-experts", type=cmdline.NON_NEGATIVE, help="experts every token runs through")
     p.add_argument("--dense-layers", type=cmdline.NON_NEGATIVE, help="leading layers with a dense MLP")
@@ -167,7 +168,7 @@ def _split(p: cmdline.Parser, args) -> hybrid.Split:
                         cp=args.cp or 1, sep=args.sep or 1, ep=args.ep or 1,
                         stage_layers=args.stage_layers and hybrid.fold_stages(args.stage_layers, args.pp),
                         overlap=_overlap(args), distributed_optimizer=args.distributed_optimizer,
-                        shard_group=args.shard_group)
+                        shard_group=args.shard_group, etp=args.etp)
 
 
 def cli(argv=None) -> int:
@@ -182,7 +183,7 @@ def cli(argv=None) -> int:
         choices = hybrid_search.Choices(None, None, args.micro_batch, args.recompute, args.sharding_stage,
                                         args.sequence_parallel, args.interleave, args.cp, args.ep, args.sep,
                                         args.stage_layers, _overlap(args), args.distributed_optimizer,
-                                        args.shard_group)
+                                        args.shard_group, args.etp)
         found, priced = hybrid_search.ranked(shape, args.gpus, args.global_batch, cluster, choices)
         return _print_search(shape, cluster, found[:args.top], priced, len(found), args.json)
     split = _split(p, args)

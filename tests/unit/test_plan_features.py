@@ -257,3 +257,16 @@ def test_every_new_flag_refuses_bad_values_in_one_line(args, words):
         base += ["--gpu", "H100"]
     out = plan(*base, *args)
     assert out.returncode == 2 and words in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
+
+
+def test_moe_parallel_folding_lets_ep_span_tp_ranks_with_expert_tp_below_tp():
+    # tp 4, dp 2: EP 8 cannot come out of dp alone; with expert TP 1 the experts fold over tp x dp
+    folded = hybrid.Split(4, 1, 2, 1, 8, sequence_parallel=True, ep=8, etp=1)
+    assert "EP across TP ranks" in hybrid.check(MIXTRAL, hybrid.Split(4, 1, 2, 1, 8, ep=8), H100)
+    assert hybrid.check(MIXTRAL, folded, H100) is None
+    mem = hybrid.memory_bytes(MIXTRAL, folded)
+    dense = hybrid.memory_bytes(MIXTRAL, hybrid.Split(4, 1, 2, 1, 8, sequence_parallel=True))
+    routed = MIXTRAL.routed_expert_parameters()
+    # every GPU holds 1 of 8 experts whole (not a quarter of 8): 2 bytes x routed / 8, against routed / 4
+    assert mem["weights"] - dense["weights"] == pytest.approx(2 * routed / 8 - 2 * routed / 4)
+    assert folded.expert_dp == 1 and folded.ep_span == 8
