@@ -270,3 +270,12 @@ def test_moe_parallel_folding_lets_ep_span_tp_ranks_with_expert_tp_below_tp():
     # every GPU holds 1 of 8 experts whole (not a quarter of 8): 2 bytes x routed / 8, against routed / 4
     assert mem["weights"] - dense["weights"] == pytest.approx(2 * routed / 8 - 2 * routed / 4)
     assert folded.expert_dp == 1 and folded.ep_span == 8
+
+
+def test_ep_a2a_overlap_hides_the_all_to_all_under_compute_and_needs_ep():
+    split = hybrid.Split(1, 1, 8, 1, 8, ep=8)
+    plain = hybrid.predict(MIXTRAL, split, H100)
+    hidden = hybrid.predict(MIXTRAL, dataclasses.replace(split, overlap=frozenset({"ep_a2a"})), H100)
+    assert hidden.parts["ep_comm"] + hidden.hidden["ep_comm"] == pytest.approx(plain.parts["ep_comm"])
+    assert "--ep-a2a-overlap needs --ep > 1" in hybrid.check(
+        MIXTRAL, hybrid.Split(1, 1, 8, 1, 8, overlap=frozenset({"ep_a2a"})), H100)
