@@ -194,7 +194,7 @@ def complete(record: dict) -> dict:
     """A copy of `record` with the step time, gradient sizes and calls it lacks derived (and
     named in metrics.derived); the record itself when there is nothing to derive."""
     metrics = record.get("metrics") or {}
-    out = copy.deepcopy(record)
+    out = copy.deepcopy(dict(record))  # a loaded Record is read-only: complete a plain copy of its JSON object
     m, derived = out["metrics"], []
     if is_published(record):
         out["method"] = METHODS.get(record["method"], record["method"])
@@ -253,7 +253,7 @@ def single_from_node(records: list[dict]) -> list[dict]:
         if record["nodes"] != 1 or record["world_size"] == 1 or key in singles or key in seen:
             continue
         seen.add(key)
-        single = copy.deepcopy(record)
+        single = copy.deepcopy(dict(record))
         single.update(devices_per_node=1, world_size=1, id=f"{record['id']}-1gpu")
         single["metrics"]["throughput"] = record["metrics"]["throughput"] / record["world_size"]
         single["metrics"].pop("throughput_std", None)
