@@ -26,6 +26,7 @@ class Request:
     selectors: list[dict]
     selector_texts: list[str]
     target_efficiency: float | None = None
+    anchor: dict | None = None  # --anchor: the records a --predict starts from (a selector)
     published: bool = False
     model_def: str | None = None
     straggler_pct: float = stragglers.DEFAULT_THRESHOLD_PCT
@@ -70,8 +71,12 @@ def request(predict: list[str] = (), selectors: list[str] = (), target_efficienc
         raise validate.SpecError("--target-efficiency needs --predict (a grid of GPU counts and network rates)")
     specs = [validate.parse_spec(one, validate.FILTER_KEYS + validate.CHANGE_KEYS, "--predict")
              for s in predict for one in validate.expand(s)]
-    parsed = [validate.parse_spec(s, validate.SELECT_KEYS, "--validate") for s in selectors]
-    return Request(specs, parsed, list(selectors), target_efficiency, **options)
+    parsed = [validate.parse_spec(s, validate.SELECT_KEYS, "--validate", compare=True) for s in selectors]
+    anchor = options.pop("anchor", None)
+    if anchor is not None and not predict:
+        raise validate.SpecError("--anchor needs --predict (the cells to predict from the anchors)")
+    anchors = validate.parse_spec(anchor, validate.SELECT_KEYS, "--anchor", compare=True) if anchor else None
+    return Request(specs, parsed, list(selectors), target_efficiency, anchors, **options)
 
 
 def known_values(records: list[dict]) -> dict:
@@ -123,8 +128,14 @@ def explain(records: list[dict], req: Request) -> Explanation:
         spec_checks.unknown(spec, known, "--predict")
     for selector in req.selectors:
         spec_checks.unknown(selector, known, "--validate")
+    if req.anchor:
+        spec_checks.unknown(req.anchor, known, "--anchor")
     cells = label_cells([dict(c, kind="measured") for c in predict.explain(records)])
-    predicted = [dict(r, kind="predicted", spec=s) for s in req.specs for r in validate.predict_spec(records, s)]
+    predicted = [dict(r, kind="predicted", spec=s) for s in req.specs
+                 for r in validate.predict_spec(records, s, req.anchor)]
+    if req.anchor and not predicted:
+        raise validate.SpecError(f"--anchor {req.anchor}: picks no training cell of these records to predict "
+                                 "from (expected a selector of some cells, e.g. nodes<=2)")
     validations = _validations(records, req)
     grid = len(predicted) > 12 or req.target_efficiency is not None
     return Explanation(records, cells, predicted, validations,
