@@ -113,7 +113,8 @@ def summary(kind: str) -> dict:
     and sources that informed it, and the folds' own coverage."""
     term = load()[kind]
     return {"kind": kind, "low": term.error.low, "high": term.error.high, "cells": term.error.cells,
-            "tables": list(term.error.tables), "folds": list(term.folds),
+            "tables": len(term.error.tables), "set": "fleetbench/perfmodel/calibration.json (its tables named there)",
+            "folds": list(term.folds),
             "cross_validated": {k: term.coverage.get(k) for k in ("cells", "inside", "median_width")}}
 
 

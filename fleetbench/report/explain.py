@@ -113,7 +113,7 @@ def _range(values, fmt: str) -> str:
 def _start(row: dict) -> str:
     """Where a prediction started and where its range came from (perfmodel/anchor, calibration)."""
     cal = row.get("range_calibration")
-    where = (f"; 80% range from {cal['cells']} cells of {len(cal['tables'])} tables ({cal['kind']}, "
+    where = (f"; 80% range from {cal['cells']} cells of {cal['tables']} tables ({cal['kind']}, "
              f"leave-one-source-out)") if cal else ""
     if row.get("anchor"):
         return f"; from anchor {row['anchor']['cell']} ({row['carried_ms']:+.1f} ms carried){where}"
