@@ -12,8 +12,8 @@ stages run:
     scaling               compute: core sharing from thread scaling
     overlap               how much communication hides behind backward
     breakdown             compute, exposed communication, overlap, imbalance, reader, measured
-    predict               the step of a cell not measured: all-reduce cells, and (predict_ps)
-                          parameter-server cells
+    predict               the step of an all-reduce cell not measured
+    ps                    parameter-server cells: their measured parts, their step predicted
     ranges                the range each prediction carries
     validate, specs       held-out and published cells predicted and scored; --predict/--validate values
     whatif, stragglers    what-if grids; which rank lags

@@ -148,33 +148,6 @@ def measured_parts(metrics: dict) -> dict:
             "reader_ms": statistics.median(r["reader"] for r in rows)}
 
 
-# a PS worker's measured parts (metrics.step_breakdown, train/ps/marks.py) that explain names
-PS_PARTS_SHOWN = ("compute", "pull", "push", "reader", "client_cpu")
-
-
-def ps_measured_parts(metrics: dict) -> dict | None:
-    """A PS run's step breakdown as ms a step of its median worker (by step), and its servers'
-    mean busy share (cores' worth); None for a record without one (written before the step breakdown)."""
-    block = metrics.get("step_breakdown") or {}
-    rows = block.get("ranks") or []
-    if block.get("family") != "ps" or not rows:
-        return None
-    median = sorted(rows, key=lambda r: r["step"])[(len(rows) - 1) // 2]
-    busy = [s["busy"] for s in block.get("servers") or [] if s.get("busy") is not None]
-    return {**{p: median.get(p) for p in PS_PARTS_SHOWN}, "servers_busy": statistics.fmean(busy) if busy else None}
-
-
-def ps_parts_note(runs: list[dict]) -> str:
-    """One line: a PS cell's measured parts (mean over its runs), beside the prediction's step."""
-    def mean(key: str) -> float | None:
-        values = [r[key] for r in runs if r.get(key) is not None]
-        return statistics.fmean(values) if values else None
-    shown = [f"{p} {mean(p):.1f}" for p in PS_PARTS_SHOWN if mean(p) is not None]
-    busy = mean("servers_busy")
-    return ("measured a step (median worker): " + ", ".join(shown) + " ms"
-            + (f"; servers busy {busy:.2f} cores" if busy is not None else ""))
-
-
 def _run_figures(record: dict) -> dict:
     m = record["metrics"]
     ranks = _rank_steps(m)

@@ -7,7 +7,8 @@ forward it includes: Megatron's Table 1 counts full recomputation's, MFU tables 
 `fit` (the model's constants were fitted on it) or `check` (never used for fitting), is
 results/reference/manifest.yaml's (hybrid_tables). A
 published figure in tokens/s a GPU (`unit: tokens/s/gpu`) or seconds an iteration (`unit:
-s/iteration`) is converted to TFLOP/s with measure/flops.py. Every row becomes a cell; a row the model cannot price (a split check() refuses)
+s/iteration`) is converted to TFLOP/s with measure/flops.py. Every row becomes a cell; a row the model cannot price (a split check() refuses, a
+set field it does not read, a GPU it lacks)
 is listed with its reason, never dropped.
 
 Fit (FIT, run by `fit()`; its result is written into perfmodel/hybrid.py's EFF_MAX, EFF_HALF_WIDTH by
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from fleetbench.measure import devices
 from fleetbench.measure.registry import PRESET_DIR
 from fleetbench.perfmodel import hybrid, manifest
 
@@ -29,6 +31,8 @@ TABLES_DIR = PRESET_DIR / "published"
 WITHIN = 0.15  # the acceptance: >= 85% of cells within 15%, median <= 7%
 SHAPE_KEYS = ("layers", "hidden", "heads", "seq", "vocab", "ffn", "gated", "flash")
 SPLIT_KEYS = ("micro_batch", "global_batch", "recompute", "sharding_stage", "sequence_parallel", "interleave")
+# read here, not by the model: the cell, its figure, and figures listed beside it (memory, a cross-check MFU)
+CELL_KEYS = ("name", "published", "gpus", "tp", "pp", "memory_mib", "mfu_readme")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +81,19 @@ def tflops_per_gpu(table: dict, values: dict, shape: hybrid.Shape, figure: float
     return figure
 
 
+def unexpressed(values: dict, cluster: hybrid.Cluster) -> str | None:
+    """Why the model cannot express this cell: a field it does not read, set (null and false are
+    what the model assumes: a cell priced as if its GQA, FP8 or experts were absent would be a wrong
+    figure, not a miss), or a GPU it lacks."""
+    known = set(SHAPE_KEYS) | set(SPLIT_KEYS) | set(CELL_KEYS)
+    unread = [f"{k} {v}" for k, v in values.items() if k not in known and v not in (None, False)]
+    if unread:
+        return "cannot be expressed: the model reads no " + ", ".join(unread)
+    if devices.lookup(cluster.gpu) is None:
+        return f"cannot be expressed: GPU {cluster.gpu} is not in measure/devices.py"
+    return None
+
+
 def cells(table: dict) -> list[Cell]:
     out = []
     assumed = ", ".join(table.get("assumed") or []) or "nothing"
@@ -84,7 +101,7 @@ def cells(table: dict) -> list[Cell]:
         values, shape, split, cluster = _cell_inputs(table, row)
         published = float(values["published"])
         published = tflops_per_gpu(table, values, shape, published)
-        why = hybrid.check(shape, split, cluster)
+        why = unexpressed(values, cluster) or hybrid.check(shape, split, cluster)
         found = None if why else hybrid.predict(shape, split, cluster)
         predicted = found.tflops_per_gpu(table["flops"]) if found else None
         note = why or f"{split.label()}; assumed: {assumed}"

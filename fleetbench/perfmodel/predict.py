@@ -23,13 +23,11 @@ it is, at its slow end; `predicted_step_range` and `predicted_throughput_range` 
 from __future__ import annotations
 
 import dataclasses
-import statistics
 
 from fleetbench.perfmodel import breakdown as bd
 from fleetbench.perfmodel import cells as cellmod
 from fleetbench.perfmodel import gradbytes, links, node, overlap, published, ranges, scaling
 from fleetbench.perfmodel.cells import Cell, Shape
-from fleetbench.measure.repeats import experiment
 
 
 @dataclasses.dataclass(frozen=True)
@@ -318,95 +316,3 @@ def explain(records: list[dict]) -> list[dict]:
         b["predicted_host_ms"] = prediction.get("host_ms")  # what the calibration added beyond the link
         b["parts_check"] = bd.parts_check(b)  # predicted beside measured, part by part
     return breakdowns
-
-
-# --- Parameter-server cells (the prediction stage's other kind of cell) ---
-# Parameter-server training (Paddle's fleet PS: `async` and `geo`) predicted from the same work's
-# 1-node run of as many workers and the link (docs/guide/explain.md, "Parameter servers").
-#
-# A worker's step is its compute plus what the link adds. Paddle's PS communicator pushes and
-# pulls on its own threads beside the trainer (`async`: every step's gradients, merged while a send
-# is under way; `geo`: the parameters' change once every `k_steps`), so the transfer hides behind
-# compute until it is longer than a step:
-#
-#     step = step(1-node run, same workers) + max(0, wire - step(1-node run))
-#     wire = 2 x bytes a step x (nodes - 1) / nodes / (k for geo, 1 for async) / B
-#
-# (the shards on the worker's own node's server stay off the wire), with B the worker's link
-# (links.delivered: its rate and transport) and bytes a step those the
-# record gives (metrics.comm_bytes_per_step or grad_bytes); a record without them is predicted on
-# compute alone, and the note says the wire was not priced. The 1-node run has the same processes
-# on the same cores as nodes emulated on that host, so core sharing needs no model here; on real
-# nodes each has its own cores and the 1-node run is an upper bound of the step.
-# A synchronous PS of published tables (BytePS, one server a node) is a collective's bus traffic
-# (published.SYNC_PS) and goes through the all-reduce model instead.
-
-PS_CONFIG_NOISE = ("runtime",)  # who ran it (threads, servers), not the work
-
-
-def _ps_work(record: dict) -> tuple:
-    config = {k: v for k, v in (record.get("config") or {}).items() if k not in PS_CONFIG_NOISE}
-    return (record["benchmark"], record.get("preset"), record["method"], repr(sorted(config.items(), key=str)))
-
-
-def _ps_cells(records: list[dict]) -> dict:
-    """(work, network, nodes, world size) -> the step times of its runs."""
-    out: dict = {}
-    for r in records:
-        if r.get("mode") != "ps" or r.get("error") is not None or not (r.get("metrics") or {}).get("step_time_ms"):
-            continue
-        key = (_ps_work(r), experiment.network_name(r.get("network")), r["nodes"], r["world_size"])
-        cell = out.setdefault(key, {"runs": [], "throughput": [], "record": r})
-        cell["runs"].append(r["metrics"]["step_time_ms"])
-        cell["throughput"].append(r["metrics"]["throughput"])
-        parts = cellmod.ps_measured_parts(r["metrics"])
-        if parts:  # the run's own step breakdown (train/ps/marks.py), shown beside the prediction
-            cell.setdefault("parts", []).append(parts)
-    return out
-
-
-def _ps_wire_ms(record: dict) -> tuple[float | None, str]:
-    """(ms the link needs for a step's push and pull, note); None when the record has no bytes."""
-    metrics, net = record.get("metrics") or {}, record.get("network") or {}
-    nbytes = metrics.get("comm_bytes_per_step") or metrics.get("grad_bytes")
-    if not nbytes or not net.get("rate_gbit"):
-        return None, "wire not priced: the record gives no bytes a step" if net.get("rate_gbit") else \
-            "wire not priced: no link rate"
-    k = int(record["config"].get("k_steps") or 1) if record["method"] == "geo" else 1
-    remote = 2 * nbytes * (record["nodes"] - 1) / record["nodes"] / k
-    share, why = links.delivered(net.get("transport"), None, net["rate_gbit"], net.get("sockets") or 0)
-    return remote / (net["rate_gbit"] / 8 * share * 1e9) * 1e3, f"wire {remote / 1e6:.2f} MB a step over {why}"
-
-
-def predict_ps(fit: list[dict], held_out: list[dict]) -> list[dict]:
-    """A validation row for every multi-node PS cell of `held_out`: predicted from the 1-node cell of
-    the same work and workers in `fit`, or not predicted with why."""
-    refs = {(k[0], k[3]): v for k, v in _ps_cells(fit).items() if k[2] == 1}
-    rows = []
-    for (work, network, nodes, world), cell in sorted(_ps_cells(held_out).items(), key=str):
-        if nodes == 1:
-            continue
-        record, measured = cell["record"], statistics.mean(cell["runs"])
-        k = (record.get("config") or {}).get("k_steps")
-        row = {"cell": f"{record['benchmark']} {record.get('preset') or ''} {record['method']} PS"
-                       f"{f' [k_steps {k}]' if k else ''} {network or 'local'} {nodes}x{record['devices_per_node']}",
-               "benchmark": record["benchmark"], "preset": record.get("preset"), "method": record["method"],
-               "network": network, "nodes": nodes, "devices_per_node": record["devices_per_node"],
-               "world_size": world, "measured_step_ms": measured, "source": experiment.source_name(record),
-               "notes": [cellmod.ps_parts_note(cell["parts"])] if cell.get("parts") else [],
-               "error": None, "predicted_step_ms": None}
-        ref = refs.get((work, world))
-        if ref is None:
-            row["not_predicted"] = "parameter server: no fitted 1-node run of this work with as many workers"
-            rows.append(row)
-            continue
-        base = statistics.mean(ref["runs"])
-        wire, note = _ps_wire_ms(record)
-        step = base + max(0.0, (wire or 0.0) - base)
-        throughput = statistics.mean(cell["throughput"])
-        row.update(predicted_step_ms=step, error=step / measured - 1, measured_throughput=throughput,
-                   predicted_throughput=throughput * measured / step, throughput_error=measured / step - 1,
-                   notes=[f"base: the 1-node run of {world} workers, {base:.1f} ms a step", note,
-                          "the communicator hides the wire behind a step", *row["notes"]])
-        rows.append(row)
-    return rows

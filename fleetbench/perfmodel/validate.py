@@ -17,10 +17,10 @@ import statistics
 from fleetbench.perfmodel import breakdown as bd
 from fleetbench.perfmodel import cells as cellmod
 from fleetbench.perfmodel import specs
-from fleetbench.perfmodel import manifest, published
+from fleetbench.perfmodel import manifest, ps, published
 from fleetbench.perfmodel.cells import Cell, Shape
 from fleetbench.perfmodel import anchor
-from fleetbench.perfmodel.predict import Target, calibrate, predict_ps, predict_range, work_values
+from fleetbench.perfmodel.predict import Target, calibrate, predict_range, work_values
 from fleetbench.perfmodel.predict import predict as model_step
 from fleetbench.measure.repeats import experiment
 
@@ -243,7 +243,7 @@ def validate(records: list[dict], selector: dict, node_prior: bool = True) -> li
     held_out, _ = cellmod.pool(rest)
     cal = calibrate([bd.breakdown(c, fitted, comm) for c in bd.training_cells(fitted)])
     rows = [_row(cell, fitted, comm, cal, node_prior) for cell in bd.training_cells(held_out)]
-    ps_rows = predict_ps(fit_records, rest)  # parameter-server cells measured here
+    ps_rows = ps.predict(fit_records, rest)  # parameter-server cells measured here
     rest = [r for r in rest if not (r["mode"] == "ps" and r["nodes"] > 1 and not published.is_published(r))]
     return rows + ps_rows + _dropped(rest, bd.training_cells(held_out))
 

@@ -112,8 +112,9 @@ def write_charts(cells: list[dict], predicted: list[dict], images_dir: str) -> l
     from fleetbench.report import output, style
 
     written = []
-    for key in dict.fromkeys(_key(p) for p in predicted if p.get("predicted_throughput")):
-        mine = [p for p in predicted if _key(p) == key]
+    drawn = [p for p in predicted if p.get("predicted_throughput")]  # a row not predicted draws nothing
+    for key in dict.fromkeys(_key(p) for p in drawn):
+        mine = [p for p in drawn if _key(p) == key]
         if len({p["world_size"] for p in mine}) < 2:
             continue
         measured = [c for c in cells if _key(c) == key]

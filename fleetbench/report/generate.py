@@ -14,6 +14,7 @@ deterministically). Which tables and rows the groups make is `tables`, the drawi
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -154,15 +155,14 @@ def build(paths, images_dir: str, base: str, title: str = "Results", cv_threshol
     records = _load(paths) if records is None else records
     # comm records (bus bandwidth by message size) have their own charts and tables: report.comm;
     # diagnose records (cluster health, docs/guide/diagnose.md) have no throughput to tabulate
-    planned = tables.plan([r for r in records if r["mode"] not in ("comm", "diagnose")], cv_threshold)
-    for table in planned:
-        table["charts"] = charts.plan(table)
+    planned = [dataclasses.replace(table, charts=tuple(charts.plan(table)))
+               for table in tables.plan([r for r in records if r["mode"] not in ("comm", "diagnose")], cv_threshold)]
     os.makedirs(images_dir, exist_ok=True)
 
     def link(png: str) -> str:
         return os.path.relpath(os.path.abspath(png), base).replace(os.sep, "/")
     written, links = [], {}
-    for chart in (c for table in planned for c in table["charts"]):
+    for chart in (c for table in planned for c in table.charts):
         png = save_chart(images_dir, chart["name"], charts.chart_rows(chart), charts.draw(chart))
         written += [png, png[:-4] + ".csv"]
         links[chart["name"]] = link(png)
@@ -191,7 +191,7 @@ def groups_json(paths, cv_threshold=stability.CV_THRESHOLD) -> str:
     (see fleetbench.measure.repeats.experiment), then n, mean, std, median, min, max, unit, failed runs,
     and speedup/efficiency against the baseline the report uses, with their errors; cv, unstable,
     outliers (record ids), runs and ci95_pct (aggregate.stability_fields)."""
-    return "".join(json.dumps(group, sort_keys=True, ensure_ascii=False) + "\n"
+    return "".join(json.dumps(group.as_dict(), sort_keys=True, ensure_ascii=False) + "\n"
                    for group in aggregate.summarize_records(_load(paths), cv_threshold))
 
 

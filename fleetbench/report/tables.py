@@ -7,10 +7,14 @@ never share a place in a table, so nothing that was not pooled looks as if it we
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from fleetbench.measure.repeats import aggregate, experiment, stability
+from fleetbench.measure.repeats.aggregate import Group
 from fleetbench.measure.registry import SINGLE
 
 # Experiment fields shown by name when they distinguish groups, before any config key.
@@ -224,22 +228,23 @@ def distinguishing(groups: list[dict]) -> list[str]:
     return [name for name in names if name in dims]
 
 
-def fold_failures(groups: list[dict]) -> list[dict]:
+def fold_failures(groups: list[Group]) -> list[Group]:
     """`groups` with each all-failed group counted in the one successful group at its place whose
     config agrees with every key the failed runs' config has. A failed run's record lacks what only
     a run that started can say (its runtime block: threads, servers, the Paddle version); kept apart,
     it made every such key a column of the whole table."""
     def place(g):
-        return (g["network"], g["mode"], g["method"], layout(g), g["paddle"], g["device"], g["host"])
-    out = [dict(g) for g in groups]
-    for failed in [g for g in out if g["mean"] is None]:
-        mine = experiment.flat_config(failed["config"])
-        hosts = [g for g in out if g["mean"] is not None and place(g) == place(failed)
-                 and all(experiment.flat_config(g["config"]).get(k) == v for k, v in mine.items())]
+        return (g.network, g.mode, g.method, layout(g), g.paddle, g.device, g.host)
+    out = list(groups)
+    for failed in [g for g in out if g.mean is None]:
+        mine = experiment.flat_config(failed.config)
+        hosts = [i for i, g in enumerate(out) if g.mean is not None and place(g) == place(failed)
+                 and all(experiment.flat_config(g.config).get(k) == v for k, v in mine.items())]
         if len(hosts) == 1:
-            hosts[0]["failed"] += failed["failed"]
-            hosts[0]["errors"] = sorted(set(hosts[0]["errors"]) | set(failed["errors"]))
-            out.remove(failed)
+            host = out[hosts[0]]
+            out[hosts[0]] = dataclasses.replace(host, failed=host.failed + failed.failed,
+                                                errors=sorted(set(host.errors) | set(failed.errors)))
+            out = [g for g in out if g is not failed]
     return out
 
 
@@ -278,7 +283,35 @@ def row_key(table: dict, group: dict) -> tuple:
     return (network,) + line_key(table, group)
 
 
-def plan(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD) -> list[dict]:
+@dataclasses.dataclass(frozen=True, eq=False)
+class Table(Mapping):
+    """One table of the report: a (source, benchmark, preset), its groups in row order, the
+    traits that tell its rows apart (`dims`), its job-size columns and, once planned, its charts."""
+    source: str | None
+    benchmark: str
+    preset: str | None
+    order: dict  # first appearance of tables, methods and networks in the input (`_first_seen`)
+    dims: list[str]
+    columns: list[tuple]
+    groups: list[Group]
+    charts: tuple = ()  # charts.plan's, set by the report (dataclasses.replace)
+
+    def __getitem__(self, key: str) -> Any:  # read as a mapping by the charts' planning
+        if key not in _TABLE_FIELDS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self):
+        return iter(_TABLE_FIELDS)
+
+    def __len__(self) -> int:
+        return len(_TABLE_FIELDS)
+
+
+_TABLE_FIELDS = [f.name for f in dataclasses.fields(Table)]
+
+
+def plan(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD) -> list[Table]:
     """One table per (source, benchmark, preset): its groups (with efficiency), in row order."""
     order = _first_seen(records)
     by_table: dict[tuple, list[dict]] = {}
@@ -291,10 +324,9 @@ def plan(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD) -> l
     for (source, benchmark, preset), groups in sorted(by_table.items(),
                                                       key=lambda item: order["table"][item[0]]):
         groups = fold_failures(groups)
-        table = {"source": source or None, "benchmark": benchmark, "preset": preset or None,
-                 "order": order, "dims": distinguishing(groups), "columns": columns(groups)}
-        table["groups"] = sorted(groups, key=lambda g: (row_key(table, g), layout(g)))
-        tables.append(table)
+        table = Table(source=source or None, benchmark=benchmark, preset=preset or None, order=order,
+                      dims=distinguishing(groups), columns=columns(groups), groups=[])
+        tables.append(dataclasses.replace(table, groups=sorted(groups, key=lambda g: (row_key(table, g), layout(g)))))
     return tables
 
 
@@ -434,6 +466,6 @@ def report_markdown(title: str, tables: list[dict], images: dict, inputs: list[s
             heading += f" — published: {table['source']}"
         out += [f"### {heading}", "", _caption(table), "", table_markdown(table), ""]
         out += [f"- {line}" for line in stability_lines(table)] + ([""] if stability_lines(table) else [])
-        for chart in table["charts"]:
+        for chart in table.charts:
             out += [f"![{chart['name']}]({images[chart['name']]})", ""]
     return "\n".join(out).rstrip("\n") + "\n"

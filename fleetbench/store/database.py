@@ -34,6 +34,7 @@ import os
 from fleetbench import cmdline
 from fleetbench.measure.repeats import experiment
 from fleetbench.store import results
+from fleetbench.store.schema import Record
 
 SCHEMA_VERSION = 1
 BUSY_TIMEOUT_S = 60  # a writer waits this long for another's transaction (SQLite)
@@ -218,13 +219,13 @@ def _number(value):
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def record_of(rest_text: str, env: dict | None) -> dict:
+def record_of(rest_text: str, env: dict | None) -> Record:
     """The record a row was made from (`rows` inverted), given its environment's block (`env` of
     the environments row's JSON)."""
-    record = json.loads(rest_text)
-    own = record.pop("env")
-    record["env"] = None if own is None else {**env, **own}
-    return record
+    doc = json.loads(rest_text)
+    own = doc.pop("env")
+    doc["env"] = None if own is None else {**env, **own}
+    return Record.of(doc)
 
 
 # ---- writing ----------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ import uuid
 from fleetbench import cmdline
 from fleetbench.measure import contract
 from fleetbench.measure.contract import RunIdentity
+from fleetbench.store.schema import Record
 from fleetbench.store.schema import (  # noqa: F401
     MODES,
     SCHEMA,
@@ -90,9 +91,10 @@ def make_record(identity: RunIdentity, metrics: dict | None, error: str | None =
 # ---------------------------------------------------------------------------------------------
 # store
 
-def dumps(record: dict) -> str:
-    """The one serialisation of a record: one line, keys sorted (diffable, stable)."""
-    return json.dumps(record, sort_keys=True, ensure_ascii=False)
+def dumps(record) -> str:
+    """The one serialisation of a record (a dict or a Record: its JSON object): one line, keys
+    sorted (diffable, stable)."""
+    return json.dumps(record.doc if isinstance(record, Record) else record, sort_keys=True, ensure_ascii=False)
 
 
 def append(path: str, record: dict) -> None:
@@ -221,12 +223,12 @@ def emit(path: str, record: dict) -> None:
                          f"kept in this rank's log as the {RESULT_PREFIX.strip()} line") from exc
 
 
-def load(paths) -> list[dict]:
+def load(paths) -> list[Record]:
     """Records of every file in `paths`, in order. A torn last line (no newline, not JSON) is
     reported on stderr and skipped; any other bad line raises RecordError naming file:line."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    return [record for path in paths for record in _read(path)]
+    return [Record.of(record) for path in paths for record in _read(path)]
 
 
 def _read(path: str, warn: bool = True) -> list[dict]:

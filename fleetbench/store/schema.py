@@ -1,11 +1,21 @@
-"""Schema 1 of a result record: its constants and what a valid record is (pure; no I/O).
+"""Schema 1 of a result record: its constants, what a valid record is, and a loaded record as a
+type (pure; no I/O).
 
 docs/reference/records.md describes every field; store/results.py builds and stores records,
 measure/repeats/aggregate.py groups them.
+
+`Record` holds what every record has as fields (identity, shape, metrics with their unit,
+environment, origin), built once from a validated object by `Record.of`: readers take fields
+rather than looking keys up. A Record is frozen and is also a read-only mapping of the JSON object
+it was read from (`record["metrics"]`, `dict(record)`): that object is what the store writes back
+and imports, byte for byte, and what code that has not moved to the fields yet still reads.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from fleetbench import cmdline
 
@@ -29,7 +39,7 @@ def _is_number(value) -> bool:
 
 def _problem(record) -> str | None:
     """What is wrong with `record`, or None. Checks in reading order; first problem wins."""
-    if not isinstance(record, dict):
+    if not isinstance(record, Mapping):
         return f"expected a JSON object, got {type(record).__name__}"
     if record.get("schema") != SCHEMA:
         return f"schema: expected {SCHEMA}, got {record.get('schema')!r}"
@@ -135,3 +145,167 @@ def validate(record, where: str = "") -> None:
     problem = _problem(record)
     if problem:
         raise RecordError(f"{where or 'record'}: {problem}")
+
+
+# ---- a loaded record ----------------------------------------------------------------------------
+
+
+def _number(value) -> float | None:
+    """`value` when it is a number (as stored: an int stays an int), else None."""
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+    """What a run measured: its figure with its unit (both None for a failed run or a diagnosis),
+    the published spread and repeats where a source gave them, and every figure by name."""
+    throughput: float | None
+    unit: str | None
+    throughput_std: float | None
+    repeats: int | None
+    doc: Mapping[str, Any] = dataclasses.field(repr=False)
+
+    @classmethod
+    def of(cls, doc: Mapping | None) -> Metrics:
+        doc = doc or {}
+        return cls(throughput=_number(doc.get("throughput")), unit=doc.get("unit"),
+                   throughput_std=_number(doc.get("throughput_std")), repeats=doc.get("repeats"), doc=doc)
+
+    def figure(self, name: str) -> float | None:
+        """A numeric figure by name (`mfu`, `interference_cpu_pct`, ...); None when absent or not a number."""
+        return _number(self.doc.get(name))
+
+    def block(self, name: str, default: Any = None) -> Any:
+        """A structured figure by name (`epochs`, `ops`, `nodes`, `trace_files`): lists and objects
+        as stored, `default` when absent or null."""
+        value = self.doc.get(name)
+        return default if value is None else value
+
+    def names(self) -> list[str]:
+        """The figures this record has a value for (not null)."""
+        return [name for name, value in self.doc.items() if value is not None]
+
+
+@dataclasses.dataclass(frozen=True)
+class PaddleBuild:
+    """The Paddle a run used (env.paddle)."""
+    version: str | None
+    compiled_with_cuda: bool
+    cuda: str | None
+    cudnn: str | None
+    nccl: str | None
+    commit: str | None
+    simulated: bool
+
+    @classmethod
+    def of(cls, doc: Mapping) -> PaddleBuild:
+        return cls(version=doc.get("version"), compiled_with_cuda=bool(doc.get("compiled_with_cuda")),
+                   cuda=doc.get("cuda"), cudnn=doc.get("cudnn"), nccl=doc.get("nccl"),
+                   commit=doc.get("commit"), simulated=bool(doc.get("simulated")))
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+    """The software and machine of a run (its `env` block, rank 0's): the parts readers compare,
+    and the block as stored (`doc`) for the rest."""
+    cpu_model: str | None
+    cpu_cores: int | None
+    cpu_threads: int | None  # usable by the run where the record says, else the CPU's
+    gpus: tuple[str, ...]  # one model name a GPU ("?" where not reported)
+    gpu_count: int | None
+    nvidia_driver: str | None
+    paddle: PaddleBuild | None
+    kernel: str | None
+    omp_threads: int | None
+    memory_total_mib: int | None
+    infiniband: tuple
+    doc: Mapping[str, Any] = dataclasses.field(repr=False)
+
+    @classmethod
+    def of(cls, doc: Mapping) -> Environment:
+        cpu, memory = doc.get("cpu") or {}, doc.get("memory") or {}
+        return cls(cpu_model=cpu.get("model"), cpu_cores=cpu.get("cores"),
+                   cpu_threads=cpu.get("usable_threads") or cpu.get("threads"),
+                   gpus=tuple(gpu.get("name") or "?" for gpu in doc.get("gpus") or ()),
+                   gpu_count=doc.get("gpu_count"), nvidia_driver=doc.get("nvidia_driver"),
+                   paddle=PaddleBuild.of(doc["paddle"]) if doc.get("paddle") else None,
+                   kernel=(doc.get("os") or {}).get("kernel"),
+                   omp_threads=(doc.get("threads") or {}).get("omp_num_threads"),
+                   memory_total_mib=memory.get("total_mib"), infiniband=tuple(doc.get("infiniband") or ()), doc=doc)
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where a record not measured here was published (`source`)."""
+    kind: str
+    name: str
+    citation: str
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Record(Mapping):
+    """One schema-1 result record (docs/reference/records.md), loaded."""
+    id: str
+    time: str
+    benchmark: str
+    preset: str | None
+    mode: str
+    method: str
+    nodes: int
+    devices_per_node: int
+    world_size: int
+    config: Mapping[str, Any] = dataclasses.field(repr=False)
+    network: Mapping[str, Any] | None
+    launch: Mapping[str, Any] | None
+    metrics: Metrics = dataclasses.field(repr=False)
+    env: Environment | None = dataclasses.field(repr=False)
+    topology: Mapping[str, Any] | None = dataclasses.field(repr=False)
+    source: Source | None
+    git: str | None
+    error: str | None
+    doc: Mapping[str, Any] = dataclasses.field(repr=False)
+
+    @classmethod
+    def of(cls, doc: Mapping) -> Record:
+        """The Record of a schema-1 object that passed schema.validate (a Record passes through)."""
+        if isinstance(doc, Record):
+            return doc
+        source = doc.get("source")
+        return cls(id=doc["id"], time=doc["time"], benchmark=doc["benchmark"], preset=doc.get("preset"),
+                   mode=doc["mode"], method=doc["method"], nodes=doc["nodes"],
+                   devices_per_node=doc["devices_per_node"], world_size=doc["world_size"], config=doc["config"],
+                   network=doc.get("network"), launch=doc.get("launch"), metrics=Metrics.of(doc.get("metrics")),
+                   env=Environment.of(doc["env"]) if doc.get("env") is not None else None,
+                   topology=doc.get("topology"),
+                   source=Source(source["kind"], source["name"], source["citation"]) if source else None,
+                   git=doc.get("git"), error=doc.get("error"), doc=doc)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run succeeded (no error)."""
+        return self.error is None
+
+    @property
+    def measured(self) -> bool:
+        """Measured here, not a published figure."""
+        return self.source is None
+
+    def setting(self, dotted: str, default: Any = None) -> Any:
+        """A config value by dotted key (`runtime.threads.omp_num_threads`), `default` when absent or null."""
+        value: Any = self.config
+        for part in dotted.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        return default if value is None else value
+
+    # the JSON object as stored, read-only
+    def __getitem__(self, key: str) -> Any:
+        return self.doc[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.doc)
+
+    def __len__(self) -> int:
+        return len(self.doc)
+
+    def __hash__(self) -> int:
+        return hash(self.id)

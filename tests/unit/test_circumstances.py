@@ -19,7 +19,7 @@ def changed_copy(tmp_path, name, edit, factor=0.8):
     """The demo's records with new ids, `edit(record)` applied and throughput x `factor`."""
     path = tmp_path / f"{name}.jsonl"
     for record in results.load(DEMO):
-        record = copy.deepcopy(record)
+        record = copy.deepcopy(dict(record))
         record["id"] = name + record["id"][len(name):]
         edit(record)
         if record["metrics"] and record["metrics"].get("throughput"):

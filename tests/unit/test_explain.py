@@ -365,6 +365,16 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert "--validate" in capsys.readouterr().err
 
 
+def test_images_of_a_validation_beside_a_prediction_skip_rows_not_predicted(tmp_path, capsys):
+    """The committed explain runs: --validate nodes=2 holds 1-device rows (not predicted, no world
+    size of their own) of a work that --predict nodes=3 draws a scaling curve of."""
+    images = tmp_path / "images"
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "results", "kvm-2vcpu-paddle2.6.2-explain.jsonl")
+    assert explain.cli([path, "--predict", "nodes=3", "--validate", "nodes=2", "--images", str(images)]) == 0
+    assert "validation: fitted on" in capsys.readouterr().out
+    assert (images / "explain-resnet50-tiny.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_post_backward_bucket_count_is_what_paddles_build_groups_makes():
     import paddle
     from paddle.distributed.parallel import build_groups

@@ -127,8 +127,6 @@ def test_every_run_disturbed_keeps_a_figure_that_says_so():
 
 def test_the_report_marks_disturbed_runs():
     planned = tables.plan([run(32.53, 2.0, 0), run(32.0, 3.0, 1), run(19.23, 47.0, 2)])
-    for table in planned:
-        table["charts"] = []
     text = tables.report_markdown("R", planned, {}, ["x"], 3)
     assert "19.23 [r2-19.23] (disturbed: 47% CPU to others)" in text
     assert "1 run(s) were disturbed: more than 10% of the machine's CPU time" in text

@@ -9,7 +9,7 @@ import pytest
 
 from fleetbench.perfmodel import validate
 
-from fleetbench.perfmodel import cells, links, predict, published
+from fleetbench.perfmodel import cells, links, ps, published
 
 ROOT = Path(__file__).resolve().parents[2] / "results"
 OWN = ["kvm-2vcpu-paddle2.6.2-arch.jsonl", "kvm-2vcpu-paddle2.6.2-demo.jsonl", "kvm-2vcpu-paddle2.6.2-network.jsonl"]
@@ -47,13 +47,13 @@ def _ps(nodes, step, method="async", rate=1.0, nbytes=None, k=10):
     ("geo", 50e6, 100.0),                       # GEO sends the change once every 10 steps: hidden
 ])
 def test_the_wire_shows_only_when_it_is_longer_than_a_step(method, nbytes, expect):
-    (row,) = predict.predict_ps([_ps(1, 100.0, method)], [_ps(2, 120.0, method, nbytes=nbytes)])
+    (row,) = ps.predict([_ps(1, 100.0, method)], [_ps(2, 120.0, method, nbytes=nbytes)])
     assert row["predicted_step_ms"] == pytest.approx(expect, rel=1e-6)
     assert ("wire not priced" in " ".join(row["notes"])) == (nbytes is None)
 
 
 def test_a_ps_cell_without_a_one_node_run_says_why():
-    (row,) = predict.predict_ps([], [_ps(2, 120.0)])
+    (row,) = ps.predict([], [_ps(2, 120.0)])
     assert row["predicted_step_ms"] is None and "no fitted 1-node run" in row["not_predicted"]
 
 
@@ -99,11 +99,11 @@ def test_a_ps_cells_measured_parts_stand_beside_its_prediction():
     worker's parts and the servers' busy share, and the collective model reads none of it."""
     fit, held = _ps(1, 100.0), _ps(2, 120.0, nbytes=1e6)
     held["metrics"]["step_breakdown"] = _ps_breakdown([110.0, 120.0, 130.0], [0.5, None, 0.3])
-    (row,) = predict.predict_ps([fit], [held])
+    (row,) = ps.predict([fit], [held])
     assert row["notes"][0].startswith("base:") and row["predicted_step_ms"] == pytest.approx(100.0)
     assert row["notes"][-1] == ("measured a step (median worker): compute 60.0, pull 36.0, push 12.0, reader 0.1, "
                                 "client_cpu 2.0 ms; servers busy 0.40 cores")
-    assert cells.ps_measured_parts({"step_breakdown": {"ranks": [{"step": 1.0}]}}) is None  # a collective block
+    assert ps.measured_parts({"step_breakdown": {"ranks": [{"step": 1.0}]}}) is None  # a collective block
     assert cells.measured_parts(held["metrics"]) == dict.fromkeys(cells.MEASURED_PARTS)
     # and the whole validation, as explain runs it, takes such records
     assert any("measured a step" in n for r in validate.validate([fit, held], {"nodes": 1}) for n in r["notes"])

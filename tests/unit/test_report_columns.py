@@ -9,8 +9,6 @@ from fleetbench.store import results
 
 def markdown(records):
     planned = tables.plan(records)
-    for table in planned:
-        table["charts"] = []
     return tables.report_markdown("R", planned, {}, ["x"], len(records))
 
 

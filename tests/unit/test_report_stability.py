@@ -80,8 +80,6 @@ def test_the_figure_excludes_the_flagged_run_and_says_so(tmp_path):
 def test_markdown_marks_the_cell_lists_its_runs_and_prints_supported_digits(tmp_path):
     path = store(tmp_path)
     planned = tables.plan(records(path))
-    for table in planned:
-        table["charts"] = []
     markdown = tables.report_markdown("R", planned, {}, [str(path)], 6)
     assert ("| — | mgwfbp | 42.2 ± 0.2 (n=2; 1 outlier excluded) ! | 35.6 ± 0.3 (0.843x, 42.1 ± 0.3%) |"
             in markdown)

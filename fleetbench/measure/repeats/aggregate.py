@@ -5,7 +5,9 @@ import this; ranks never do.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from fleetbench import cmdline
 from fleetbench.measure.registry import CONTROL, SINGLE
@@ -21,12 +23,124 @@ class GroupError(cmdline.UserError):
 network_profile = experiment.network_name
 
 
+class _Fields(Mapping):
+    """A frozen dataclass read as a mapping of its shown fields (`_shown`), as JSON output
+    and code that has not moved to the fields yet read it."""
+
+    def _shown(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self)]
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._shown():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._shown())
+
+    def __len__(self) -> int:
+        return len(self._shown())
+
+    def as_dict(self) -> dict:
+        """The shown fields as plain JSON values."""
+        return {name: _plain(getattr(self, name)) for name in self._shown()}
+
+
+def _plain(value):
+    if isinstance(value, _Fields):
+        return value.as_dict()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Run(_Fields):
+    """One successful run of a measured group, in store order (`stability_fields`)."""
+    id: str
+    throughput: float
+    disturbed: bool
+    interference_cpu_pct: float | None
+    interference_gpu_procs: int | None
+    probe_gemm_gflops: float | None
+    mfu: float | None  # model FLOPs utilisation (measure/flops.py), shown beside the figure
+    imbalance: str  # a rank far slower a step than another (stability.imbalance_text), or ""
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Group(_Fields):
+    """The repeats of one experiment (`aggregate`) and, after `add_efficiency`, its scaling
+    against a measured baseline. Identity: the Experiment's fields. Figure: n, mean, std, median,
+    min, max over the runs kept (`stability_fields`), or the publisher's (`published_aggregate`).
+    Agreement: cv, unstable and the rest of `stability_fields`."""
+    source: str | None
+    benchmark: str
+    preset: str | None
+    mode: str
+    method: str
+    network: str | None
+    nodes: int
+    devices_per_node: int
+    world_size: int
+    paddle: str | None
+    device: str | None
+    host: str | None
+    config: dict
+    unit: str | None
+    failed: int  # runs with an error, left out of the figure
+    errors: list[str]
+    noise_differs: list[str]  # noise keys (e.g. seed) whose values differ between the pooled runs
+    n: int | None
+    mean: float | None
+    std: float | None
+    median: float | None
+    min: float | None
+    max: float | None
+    runs: list[Run]
+    cv: float | None
+    unstable: bool
+    target_ci_pct: float | None
+    cv_threshold: float
+    outliers: list[str]
+    excluded: list[str]
+    disturbed: dict  # {run id: why it was disturbed}
+    disturbed_pct: float | None
+    figure_disturbed: bool
+    mean_all: float | None
+    ci95_pct: float | None
+    until_stable: str | None
+    published_aggregate: bool
+    published_figures: int | None = None  # a published configuration printed in several of its tables
+    # scaling (add_efficiency; axis None before it)
+    axis: str | None = None
+    scale: int | None = None
+    baseline_note: str | None = None
+    baseline: dict | None = None
+    ideal: float | None = None
+    speedup: float | None = None
+    efficiency: float | None = None
+    speedup_err: float | None = None
+    efficiency_err: float | None = None
+
+    def _shown(self) -> list[str]:
+        names = _GROUP_FIELDS if self.axis is not None else _GROUP_FIELDS[:_SCALING]
+        return [n for n in names if n != "published_figures" or self.published_figures is not None]
+
+    def experiment(self) -> Experiment:
+        """The Experiment this group pools (`experiment.of` of its runs)."""
+        return experiment.key_of(self)
+
+
+_GROUP_FIELDS = [f.name for f in dataclasses.fields(Group)]
+_SCALING = _GROUP_FIELDS.index("axis")
+
+
 def aggregate(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD,
-              disturbed_pct: float = stability.DISTURBED_PCT) -> list[dict]:
+              disturbed_pct: float = stability.DISTURBED_PCT) -> list[Group]:
     """One group per experiment (`experiment.of`): throughput n/mean/std/median/min/max over the
     group's successful runs that are not outliers, groups in a fixed order.
 
-    A group is a dict: the Experiment's fields (source, benchmark, preset, mode, method, network,
+    A Group holds the Experiment's fields (source, benchmark, preset, mode, method, network,
     nodes, devices_per_node, world_size, paddle, device, host, config without the noise keys),
     then unit, the statistics, failed, errors, noise_differs and published_aggregate. Failed runs
     (error set) are counted in `failed` and excluded from the statistics. A published record
@@ -68,12 +182,12 @@ def stability_fields(ok: list[dict], cv_threshold: float, disturbed_pct: float =
     judged = [v for v, q in zip(values, quiet) if q]
     pool = stability.figure_quiet([r["metrics"] for r in ok], disturbed_pct)  # None: all disturbed, says so
     figure = stability.kept(values, pool)
-    runs = [{"id": r["id"], "throughput": v, "disturbed": not q,
-             "interference_cpu_pct": r["metrics"].get("interference_cpu_pct"),
-             "interference_gpu_procs": r["metrics"].get("interference_gpu_procs"),
-             "probe_gemm_gflops": stability.probe_figure(r["metrics"], "probe_gemm_gflops"),
-             "mfu": r["metrics"].get("mfu"),  # model FLOPs utilisation (measure/flops.py), shown beside it
-             "imbalance": stability.imbalance_text(r["metrics"], "worker" if r.get("mode") == "ps" else "rank")}
+    runs = [Run(id=r["id"], throughput=v, disturbed=not q,
+                interference_cpu_pct=r["metrics"].get("interference_cpu_pct"),
+                interference_gpu_procs=r["metrics"].get("interference_gpu_procs"),
+                probe_gemm_gflops=stability.probe_figure(r["metrics"], "probe_gemm_gflops"),
+                mfu=r["metrics"].get("mfu"),
+                imbalance=stability.imbalance_text(r["metrics"], "worker" if r.get("mode") == "ps" else "rank"))
             for r, v, q in zip(ok, values, quiet)]
     until, unstable, target = _judged(ok, values, quiet, judged, cv_threshold)
     return dict(summarize(figure), runs=runs,
@@ -176,7 +290,7 @@ def _policy(ok: list[dict]) -> dict | None:
     return ((ok[-1]["config"].get("runtime") or {}).get("repeats")) if ok else None
 
 
-def _group(exp: Experiment, members: list[dict], cv_threshold: float, disturbed_pct: float) -> dict:
+def _group(exp: Experiment, members: list[dict], cv_threshold: float, disturbed_pct: float) -> Group:
     ok = [r for r in members if r.get("error") is None]
     failed = [r for r in members if r.get("error") is not None]
     units = sorted({r["metrics"]["unit"] for r in ok})
@@ -203,7 +317,7 @@ def _group(exp: Experiment, members: list[dict], cv_threshold: float, disturbed_
                      unstable=published_cv is not None and published_cv > cv_threshold)
     else:
         group.update(stability_fields(ok, cv_threshold, disturbed_pct), published_aggregate=False)
-    return group
+    return Group(**group)
 
 
 def series_key(group: dict, comparable: Callable[[dict], tuple] = experiment.comparable) -> tuple:
@@ -260,7 +374,7 @@ def baseline_for(group: dict, groups: list[dict],
                              "benchmark in these results")
 
 
-def add_efficiency(groups: list[dict]) -> list[dict]:
+def add_efficiency(groups: list) -> list:
     """Copies of `groups` with scale, ideal, speedup and efficiency = thr(N) / (N x thr(1))
     against the measured baseline found by `baseline_for`, plus a `baseline_note` saying which,
     and speedup_err / efficiency_err carrying the uncertainty of both means (`_ratio_errors`)."""
@@ -268,25 +382,32 @@ def add_efficiency(groups: list[dict]) -> list[dict]:
     # 42 s here (163,744 keys).
     keys = {id(g): experiment.comparable(g) for g in groups}
     out = []
-    for original in groups:
-        group = dict(original)
-        baseline, axis, note = (baseline_for(original, groups, lambda g: keys[id(g)]) if _usable(group)
+    for group in groups:
+        baseline, axis, note = (baseline_for(group, groups, lambda g: keys[id(g)]) if _usable(group)
                                 else (None, "devices", ""))
         if is_control(group):
             baseline, note = None, "control run (method=none): not a training result, no efficiency"
-        scale = group["world_size"] if axis == "devices" else group["nodes"]
-        group.update({"axis": axis, "scale": scale, "baseline_note": note, "baseline": None,
-                      "ideal": None, "speedup": None, "efficiency": None, "speedup_err": None,
-                      "efficiency_err": None})
-        if baseline is not None and baseline["mean"] > 0:
-            group["baseline"] = {k: baseline[k] for k in ("method", "network", "nodes",
-                                                          "devices_per_node", "world_size",
-                                                          "mean", "std", "n", "excluded")}
-            group["ideal"] = scale * baseline["mean"]
-            group["speedup"] = group["mean"] / baseline["mean"]
-            group["efficiency"] = group["speedup"] / scale
-            group.update(_ratio_errors(group, baseline))
-        out.append(group)
+        out.append(_with(group, **_scaling(group, baseline, axis, note)))
+    return out
+
+
+def _with(group, **fields):
+    """`group` with `fields` set: a Group replaced, a dict (a sweep's row) copied."""
+    return dataclasses.replace(group, **fields) if isinstance(group, Group) else dict(group, **fields)
+
+
+def _scaling(group, baseline, axis: str, note: str) -> dict:
+    """The scaling fields of `group` against `baseline` (None: no efficiency)."""
+    scale = group["world_size"] if axis == "devices" else group["nodes"]
+    out = {"axis": axis, "scale": scale, "baseline_note": note, "baseline": None, "ideal": None,
+           "speedup": None, "efficiency": None, "speedup_err": None, "efficiency_err": None}
+    if baseline is None or not baseline["mean"] > 0:
+        return out
+    speedup = group["mean"] / baseline["mean"]
+    out.update(baseline={k: baseline[k] for k in ("method", "network", "nodes", "devices_per_node", "world_size",
+                                                  "mean", "std", "n", "excluded")},
+               ideal=scale * baseline["mean"], speedup=speedup, efficiency=speedup / scale)
+    out.update(_ratio_errors(dict(group, **out), baseline))
     return out
 
 
@@ -301,6 +422,6 @@ def _ratio_errors(group: dict, baseline: dict) -> dict:
 
 
 def summarize_records(records: list[dict], cv_threshold: float = stability.CV_THRESHOLD,
-                      disturbed_pct: float = stability.DISTURBED_PCT) -> list[dict]:
+                      disturbed_pct: float = stability.DISTURBED_PCT) -> list[Group]:
     """aggregate + add_efficiency: the groups a sweep or a report prints."""
     return add_efficiency(aggregate(records, cv_threshold, disturbed_pct))

@@ -12,8 +12,7 @@
   `disturbed_reasons`: against its own other edge and its cell's median; LIMITS): shown, never in a figure, not in the cv that judges
   whether a cell is stable, and not counted towards the until-stable stop (`quiet` flags, one per
   run, say which runs were not disturbed).
-- `ci_half_width`: the 95 % confidence interval half-width of the mean (Student t, from a table of t
-  quantiles kept for byte-identical intervals until scipy.stats replaces it).
+- `ci_half_width`: the 95 % confidence interval half-width of the mean (Student t, scipy.stats).
 - `stop_reason`: the stop rule of adaptive repeats (`fleetbench sweep --until-stable`), judged on
   the kept runs.
 - `ratio_rel_error`: the relative uncertainty of a ratio of two means (speedup, efficiency).
@@ -24,6 +23,7 @@ Nothing here imports Paddle or reads files: figures in, numbers or text out.
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
@@ -48,15 +48,7 @@ SCALAR_PCT = None
 PROBES = (("gemm", "probe_gemm_gflops"), ("triad", "probe_triad_gbps"), ("scalar", "probe_scalar_mops"))
 LIMITS = {"gemm": PROBE_PCT, "triad": TRIAD_PCT, "scalar": SCALAR_PCT}  # by probe label; None: shown, not judged
 
-# scipy is a dependency now: this table stays, for byte-identical intervals, until scipy.stats.t replaces it.
-# Two-sided 95 % Student t quantiles t(0.975, df) (standard tables). A df between entries takes
-# the entry below it: a slightly larger t, so the interval is never narrower than it should be.
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-        9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120,
-        17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064,
-        25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042, 40: 2.021, 60: 2.000,
-        120: 1.980}
-Z975 = 1.960  # df above the table
+CONFIDENCE = 0.95  # every interval here: two-sided 95 %
 
 
 def cv(values: Sequence[float]) -> float | None:
@@ -231,12 +223,19 @@ def disturbed_reasons(metrics: Sequence[dict], limit_pct: float = DISTURBED_PCT,
 
 
 def t975(df: int) -> float:
-    """The two-sided 95 % Student t quantile for `df` degrees of freedom (df >= 1)."""
+    """The two-sided 95 % Student t quantile for `df` degrees of freedom (df >= 1), scipy.stats.t."""
     if df < 1:
         raise ValueError(f"t quantile: df {df}: expected >= 1")
-    if df > max(T975):
-        return Z975
-    return T975[max(k for k in T975 if k <= df)]
+    return _t_quantile(df)
+
+
+@functools.lru_cache(maxsize=256)
+def _t_quantile(df: int) -> float:
+    # imported here, not at the top: ranks import this module (measure/resultline) after Paddle,
+    # and scipy imported after Paddle 2.6.2 crashed in zlib (bench/pairs.py)
+    from scipy import stats
+
+    return float(stats.t.ppf(0.5 + CONFIDENCE / 2, df))
 
 
 def ci_half_width(values: Sequence[float]) -> float | None:
