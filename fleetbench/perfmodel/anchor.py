@@ -56,10 +56,11 @@ def _steps(shape: str, nodes: int) -> float:
 
 
 def find(method: str, network: str | None, ref: Cell, cells: list[Cell]) -> Cell | None:
-    """The largest measured multi-node cell of `ref`'s work and `method`, of `network` first."""
+    """The largest measured multi-node cell of `ref`'s work and `method` on `network`: another
+    network's residual holds that link model's error too, not the framework's cost alone."""
     found = [c for c in cells if not c.control and c.method == method and c.shape.nodes > 1
-             and cellmod.same_work(c, ref) and c.step_ms]
-    return max(found, key=lambda c: (c.network == network, c.shape.nodes, c.shape.world_size), default=None)
+             and c.network == network and cellmod.same_work(c, ref) and c.step_ms]
+    return max(found, key=lambda c: (c.shape.nodes, c.shape.world_size), default=None)
 
 
 def _name(cell: Cell) -> str:
