@@ -29,6 +29,7 @@ class Request:
     selectors: list[dict]
     selector_texts: list[str]
     target_efficiency: float | None = None
+    anchor: dict | None = None  # --anchor: the records a --predict starts from (a selector)
     published: bool = False
     model_def: str | None = None
     straggler_pct: float = stragglers.DEFAULT_THRESHOLD_PCT
@@ -80,8 +81,12 @@ def request(predict: list[str] = (), selectors: list[str] = (), target_efficienc
         raise validate.SpecError("--target-efficiency needs --predict (a grid of GPU counts and network rates)")
     specs = [validate.parse_spec(one, validate.FILTER_KEYS + validate.CHANGE_KEYS, "--predict")
              for s in predict for one in validate.expand(s)]
-    parsed = [validate.parse_spec(s, validate.SELECT_KEYS, "--validate") for s in selectors]
-    return Request(specs, parsed, list(selectors), target_efficiency, **options)
+    parsed = [validate.parse_spec(s, validate.SELECT_KEYS, "--validate", compare=True) for s in selectors]
+    anchor = options.pop("anchor", None)
+    if anchor is not None and not predict:
+        raise validate.SpecError("--anchor needs --predict (the cells to predict from the anchors)")
+    anchors = validate.parse_spec(anchor, validate.SELECT_KEYS, "--anchor", compare=True) if anchor else None
+    return Request(specs, parsed, list(selectors), target_efficiency, anchors, **options)
 
 
 def known_values(records: list[dict]) -> dict:
@@ -132,21 +137,29 @@ def _check_values(records: list[dict], req: Request) -> None:
         spec_checks.unknown(spec, known, "--predict")
     for selector in req.selectors:
         spec_checks.unknown(selector, known, "--validate")
+    if req.anchor:
+        spec_checks.unknown(req.anchor, known, "--anchor")
 
 
 def explain(records: list[dict], predict: list[str] = (), selectors: list[str] = (),
             target_efficiency: float | None = None, **options) -> Explanation:
     """The model's whole answer over `records` to --predict texts, --validate texts and
-    --target-efficiency (`options`: published, model_def, straggler_pct); ValueError (one line) on
-    bad input (SpecError, RecordError, FitError), before anything is drawn or written."""
+    --target-efficiency (`options`: published, anchor, model_def, straggler_pct); ValueError (one
+    line) on bad input (SpecError, RecordError, FitError), before anything is drawn or written."""
     req = request(predict, selectors, target_efficiency, **options)
     records = complete(records, req)
     _check_values(records, req)
     pool = cellmod.Pool()
     cells, comm = pool(records)
     measured = prediction.explain_cells(cells, comm)
-    cal = prediction.calibrate(measured)  # every measured cell's, for cells not measured
-    predicted = [dict(r, kind="predicted", spec=s) for s in req.specs for r in validate.predict_cells(cells, comm, cal, s)]
+    # --anchor: predictions start from the cells it picks alone, calibrated on those
+    base, base_comm = pool(validate.anchored(records, req.anchor)) if req.anchor else (cells, comm)
+    cal = prediction.calibrate(prediction.explain_cells(base, base_comm) if req.anchor else measured)
+    predicted = [dict(r, kind="predicted", spec=s) for s in req.specs
+                 for r in validate.predict_cells(base, base_comm, cal, s)]
+    if req.anchor and not predicted:
+        raise validate.SpecError(f"--anchor {req.anchor}: picks no training cell of these records to predict "
+                                 "from (expected a selector of some cells, e.g. nodes<=2)")
     grid = len(predicted) > 12 or req.target_efficiency is not None
     return Explanation(records, label_cells([dict(c, kind="measured") for c in measured]), predicted,
                        _validations(records, req, pool),

@@ -271,10 +271,11 @@ def predict_range(target: Target, ref: Cell, cells: list[Cell], comm: list, cal:
     low, high = min(ends + [out["predicted_step_ms"]]), max(ends + [out["predicted_step_ms"]])
     per_step = out["predicted_throughput"] * out["predicted_step_ms"]
     out["inputs_step_range"] = [low, high]
-    if ref.gpu:  # the model's own error, calibrated on the fitted GPU tables (ranges.MODEL_ERROR),
-        # widened by the node-sharing prior's spread where the prediction assumed it
+    if ref.gpu:  # the model's own error, calibrated out of sample (perfmodel/calibration), from one
+        # node with the framework's, widened by the node-sharing prior's spread where it was assumed
         spread = node.prior_spread(target.shape.devices_per_node) if out.get("node_prior") else (1.0, 1.0)
-        low, high = ranges.widened(out["predicted_step_ms"], low, high, target.shape.nodes, spread)
+        low, high = ranges.widened(out["predicted_step_ms"], low, high, target.shape.nodes, spread,
+                                   framework=ref.config.get("framework"))
     out["predicted_step_range"] = [low, high]
     out["predicted_throughput_range"] = [per_step / high, per_step / low]
     return out

@@ -7,13 +7,11 @@ sends (precision.grad_bytes), node sharing (between its value and none), a topol
 of its data rate, and the bucket merge (a method's buckets, or the best merge).
 
 The inputs' range bounds what the model's inputs allow, not what the model leaves out; a GPU
-prediction's 80% range adds the model's own error (MODEL_ERROR): the 10th and 90th percentiles of
-measured / predicted step - 1 over the fitted tables' cells (validate.FITTED_TABLES), each divided
-by log2(2 x nodes), since what a 1-node run cannot show grows with the steps across nodes (a
-tree's depth). `model_error` recomputes them from validation rows (tests hold the two together)."""
+prediction's 80% range adds the model's own error, calibrated out of sample (perfmodel/calibration:
+leave-one-source-out over the calibration tables, scaled by what the prediction extrapolates)."""
 from __future__ import annotations
 
-import math
+from fleetbench.perfmodel import calibration
 
 POINT, FAST, SLOW = "point", "fast", "slow"
 BOUNDS = (FAST, POINT, SLOW)
@@ -32,34 +30,20 @@ def ordered(triple: tuple, fast_high: bool) -> tuple:
     return (high, point, low) if fast_high else (low, point, high)
 
 
-# (10th, 90th) percentile of (measured / predicted step - 1) / log2(2 x nodes) on the fitted
-# tables' predicted cells (228 cells, `fleetbench explain results/reference/*.jsonl --published
-# --validate nodes=1`), as model_error computes them.
-MODEL_ERROR = (-0.0453, 0.0275)
 COVER = (0.1, 0.9)  # the range's probability: 80%
+MODEL_ERROR = calibration.error(calibration.ONE_NODE)  # (low, high) from one node, over every framework
 
 
-def _scale(nodes: int) -> float:
-    return math.log2(2 * max(1, nodes))
-
-
-def model_error(rows: list[dict]) -> tuple[float, float]:
-    """(low, high) percentiles COVER of the scaled step error over predicted validation rows."""
-    import statistics
-
-    errors = sorted((r["measured_step_ms"] / r["predicted_step_ms"] - 1) / _scale(r["nodes"])
-                    for r in rows if r.get("predicted_step_ms") and r.get("measured_step_ms"))
-    cuts = statistics.quantiles(errors, n=10, method="inclusive")
-    return cuts[0], cuts[-1]
-
-
-def widened(point: float, low: float, high: float, nodes: int,
-            spread: tuple[float, float] = (1.0, 1.0)) -> tuple[float, float]:
+def widened(point: float, low: float, high: float, nodes: int, spread: tuple[float, float] = (1.0, 1.0),
+            **term) -> tuple[float, float]:
     """The 80% range of a predicted step: the inputs' range joined with the model's error at
     `nodes`, that error's ends scaled by `spread` (an assumed input's fast and slow ends over its
-    point: the node-sharing prior's, which the fitted tables' MODEL_ERROR does not contain). Its
-    fast end may pass 100% efficiency: published tables are super-linear at times (TF1 BERT FP32
-    on DGX-2H: 4.45 x at 4 nodes), and the range says how far the model errs."""
-    scale = _scale(nodes)
-    return (min(low, point * (1 + MODEL_ERROR[0] * scale) * spread[0]),
-            max(high, point * (1 + MODEL_ERROR[1] * scale) * spread[1]))
+    point: the node-sharing prior's, which the calibration's cells do not all contain). `term`:
+    kind (calibration.ONE_NODE or ANCHORED), framework, anchor_nodes. Its fast end may pass 100%
+    efficiency: published tables are super-linear at times (TF1 BERT FP32 on DGX-2H: 4.45 x at 4
+    nodes), and the range says how far the model errs."""
+    kind = term.get("kind", calibration.ONE_NODE)
+    error = calibration.error(kind, term.get("framework"))
+    scale = calibration.scale(kind, nodes, term.get("anchor_nodes", 1))
+    return (min(low, point * (1 + error[0] * scale) * spread[0]),
+            max(high, point * (1 + error[1] * scale) * spread[1]))

@@ -8,7 +8,10 @@ device (x accumulation), method, network, nodes x devices (`name`).
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import operator
+import re
 import statistics
 
 from fleetbench.perfmodel import breakdown as bd
@@ -16,7 +19,9 @@ from fleetbench.perfmodel import cells as cellmod
 from fleetbench.perfmodel import specs
 from fleetbench.perfmodel import manifest, ps, published
 from fleetbench.perfmodel.cells import Cell, Shape
+from fleetbench.perfmodel import anchor
 from fleetbench.perfmodel.predict import Target, calibrate, predict_range, work_values
+from fleetbench.perfmodel.predict import predict as model_step
 from fleetbench.measure.repeats import experiment
 
 FILTER_KEYS = ("benchmark", "preset", "method")
@@ -30,18 +35,47 @@ FITTED_TABLES = manifest.fitted()
 SpecError = specs.SpecError
 
 
-def parse_spec(text: str, allowed: tuple, flag: str) -> dict:
-    """`key=value,key=value` (or space separated) into a dict; SpecError names the flag."""
+COUNTS = ("nodes", "devices_per_node", "world_size", "nics")  # integer keys; a selector may bound them
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """A selector's `KEY<=N` (or <, >=, >): the cells whose count holds it."""
+    op: str
+    n: int
+
+    def holds(self, value) -> bool:
+        return value is not None and COMPARE[self.op](int(value), self.n)
+
+    def __str__(self) -> str:
+        return f"{self.op}{self.n}"
+
+    __repr__ = __str__
+
+
+COMPARE = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt}
+_PAIR = re.compile(r"^([a-z_]+)(<=|>=|<|>|=)(.*)$")
+
+
+def _grammar(allowed: tuple, compare: bool) -> str:
+    ops = f"key=value or {'/'.join(f'key{op}N' for op in COMPARE)} pairs (N for {', '.join(COUNTS[:3])})" \
+        if compare else "key=value pairs"
+    return f"expected {ops} with keys from {', '.join(allowed)}"
+
+
+def parse_spec(text: str, allowed: tuple, flag: str, compare: bool = False) -> dict:
+    """`key=value,key=value` (or space separated) into a dict; with `compare` (a selector), a count
+    may be bounded instead (`nodes<=2`: a Bound). SpecError names the flag and the grammar."""
     spec = {}
     for part in text.replace(",", " ").split():
-        key, sep, value = part.partition("=")
-        if not sep or key not in allowed or not value:
-            raise SpecError(f"{flag} {text!r}: expected key=value pairs with keys from "
-                            f"{', '.join(allowed)} (got {part!r})")
-        if key in ("nodes", "devices_per_node", "world_size", "nics"):
-            if not value.isdigit() or int(value) < 1:
+        found = _PAIR.match(part)
+        key, sep, value = found.groups() if found else (part, "", "")
+        if not sep or key not in allowed or not value or (sep != "=" and not (compare and key in COUNTS[:3])):
+            raise SpecError(f"{flag} {text!r}: {_grammar(allowed, compare)} (got {part!r})")
+        if key in COUNTS:
+            if not value.isdigit() or int(value) < (0 if sep in (">", ">=") else 1):
                 raise SpecError(f"{flag} {text!r}: {key} must be an integer >= 1 (got {value!r})")
-            value = int(value)
+            value = int(value) if sep == "=" else Bound(sep, int(value))
         elif key in ("rate_gbit", "efficiency", "transport"):
             value = specs.value(key, value, f"{flag} {text!r}")
         spec[key] = value
@@ -74,8 +108,8 @@ def expand(text: str) -> list[str]:
 
 
 def _matches(values: dict, spec: dict) -> bool:
-    return all(str(values.get(k) if values.get(k) is not None else "local") == str(v)
-               for k, v in spec.items())
+    return all(v.holds(values.get(k)) if isinstance(v, Bound) else
+               str(values.get(k) if values.get(k) is not None else "local") == str(v) for k, v in spec.items())
 
 
 def cell_values(cell: Cell) -> dict:
@@ -97,8 +131,12 @@ def name(values: dict) -> str:
                                 values.get("network") or "local", shape) if p)
 
 
-def predict_spec(records: list[dict], spec: dict) -> list[dict]:
-    """Every measured training cell of `records` passing the spec's filters, with its changes applied."""
+def predict_spec(records: list[dict], spec: dict, anchors: dict | None = None) -> list[dict]:
+    """Every measured training cell passing the spec's filters, with its changes applied, each
+    started from the largest multi-node cell of its work and method (perfmodel/anchor); with
+    `anchors` (an --anchor selector), from the records it picks alone."""
+    if anchors:
+        records = anchored(records, anchors)
     cells, comm = cellmod.pool(records)
     return predict_cells(cells, comm, calibrate([bd.breakdown(c, cells, comm) for c in bd.training_cells(cells)]),
                          spec)
@@ -121,6 +159,7 @@ def predict_cells(cells: list[Cell], comm: list, cal: dict, spec: dict) -> list[
         if key not in seen:
             seen.add(key)
             row = predict_range(target, ref, cells, comm, cal)
+            row = anchor.carry(row, anchor.measure(target, ref, cells, comm, cal, model_step), target, ref)
             out.append(dict(row, from_cell=ref.label, sync_every=ref.sync_every,
                             cell=name(dict(row, sync_every=ref.sync_every))))
     return out
@@ -132,6 +171,11 @@ def _reference(target: Cell, fitted: list[Cell]) -> Cell | None:
     same = [c for c in fitted if not c.control and cellmod.same_work(c, target)]
     return min(same, key=lambda c: (c.method != target.method, c.shape.world_size == 1, c.network != target.network,
                                     abs(c.shape.world_size - target.shape.world_size)), default=None)
+
+
+def anchored(records: list[dict], anchors: dict) -> list[dict]:
+    """The records an --anchor selector picks."""
+    return [r for r in records if _matches(record_values(r), anchors)]
 
 
 def record_values(record: dict) -> dict:
@@ -155,9 +199,13 @@ def _row(cell: Cell, fitted: list[Cell], comm: list, cal: dict, node_prior: bool
                     network_rate=(cell.rate_gbit, cell.transport, cell.nics, cell.sockets) if cell.rate_gbit
                     else None, node_prior=node_prior)
     prediction = predict_range(target, ref, fitted, comm, cal, emulated=cell.emulated)
-    row.update(predicted_step_ms=prediction["predicted_step_ms"], from_cell=ref.label, notes=prediction["notes"],
+    prediction = anchor.carry(prediction, anchor.measure(target, ref, fitted, comm, cal, model_step), target, ref)
+    row.update(anchor=prediction["anchor"], range_calibration=prediction["range_calibration"],
+               predicted_step_ms=prediction["predicted_step_ms"], from_cell=ref.label, notes=prediction["notes"],
                predicted_throughput=prediction["predicted_throughput"],
-               predicted_throughput_range=prediction.get("predicted_throughput_range"))
+               predicted_throughput_range=prediction.get("predicted_throughput_range"),
+               predicted_step_range=prediction.get("predicted_step_range"),
+               inputs_step_range=prediction.get("inputs_step_range"), exposed_share=_exposed_share(prediction))
     if prediction["predicted_step_ms"] is None:
         row["not_predicted"] = next((n for n in prediction["notes"] if n.startswith(("no link", "base: no",
                                                                                    "no gradient bytes"))),
@@ -166,6 +214,12 @@ def _row(cell: Cell, fitted: list[Cell], comm: list, cal: dict, node_prior: bool
         row["error"] = prediction["predicted_step_ms"] / cell.step_ms - 1
         row["throughput_error"] = prediction["predicted_throughput"] / cell.throughput - 1
     return row
+
+
+def _exposed_share(prediction: dict) -> float | None:
+    """What of the predicted step is not compute: the share the model's error grows with."""
+    step, base = prediction.get("predicted_step_ms"), prediction.get("base_ms")
+    return None if not step or base is None else max(0.0, 1 - base / step)
 
 
 def _dropped(records: list[dict], cells: list[Cell]) -> list[dict]:

@@ -1,7 +1,7 @@
 """`fleetbench explain`: why a multi-device cell is not N times faster, and what unmeasured cells
 would do.
 
-    fleetbench explain RESULTS.jsonl... [--json] [--predict SPEC]... [--validate SELECTOR]...
+    fleetbench explain RESULTS.jsonl... [--json] [--predict SPEC]... [--anchor SELECTOR] [--validate SELECTOR]...
                        [--target-efficiency E] [--images DIR] [--markdown] [--published]
 
 Without options: one console line per multi-device training cell (breakdown of its step time and
@@ -9,7 +9,8 @@ the efficiency lost to each part). --predict nodes=3 (or nodes=2,4,8 and rate_gb
 grid, one prediction per combination)[,network=1gbe|rate_gbit=5][,devices_per_node=2][,nics=8]
 [,benchmark=..,preset=..,method=..]: every measured cell passing the filters, moved to the new
 shape/network, each with its range; a grid prints the efficiency table and, with
---target-efficiency 0.9, the slowest network keeping it. --validate nodes=2: fit on the records
+--target-efficiency 0.9, the slowest network keeping it; --anchor nodes<=2: from those records alone,
+each from the largest multi-node cell of its work and method. --validate nodes<=2: fit on the records
 the selector picks, predict the others, every held-out cell listed (predicted or why not) and a
 summary per source table. --json: a list of cells (kind measured | predicted | validation).
 --images DIR: a stacked-bar chart per benchmark, scaling and efficiency charts, with their CSVs.
@@ -108,6 +109,19 @@ def _range(values, fmt: str) -> str:
     return f" ({fmt.format(values[0])}-{fmt.format(values[1])})" if values else ""
 
 
+def _start(row: dict) -> str:
+    """Where a prediction started and where its range came from (perfmodel/anchor, calibration)."""
+    cal = row.get("range_calibration")
+    where = (f"; 80% range from {cal['cells']} cells of {cal['tables']} tables ({cal['kind']}, "
+             f"leave-one-source-out)") if cal else ""
+    if row.get("anchor"):
+        carried = f" ({row['carried_ms']:+.1f} ms carried)" if row.get("carried_ms") is not None else ""
+        return f"; from anchor {row['anchor']['cell']}{carried}{where}"  # a validation row carries no cost
+    if cal:
+        return f"; from one node: the framework's multi-node cost unknown, inside the range{where}"
+    return ""
+
+
 def predictions_table(rows: list[dict], title: str, notes: bool = True) -> str:
     lines = [title]
     for r in rows:
@@ -123,6 +137,7 @@ def predictions_table(rows: list[dict], title: str, notes: bool = True) -> str:
             text += f", {r['predicted_throughput']:.4g} per s{_range(r.get('predicted_throughput_range'), '{:.4g}')}"
             if r.get("throughput_error") is not None:
                 text += f" ({_pct(r['throughput_error'])} of {r['measured_throughput']:.4g})"
+        text += _start(r)
         lines.append(text + (f"  [{'; '.join(r['notes'])}]" if notes and r.get("notes") else ""))
     errors = [abs(r["error"]) for r in rows if r.get("error") is not None]
     if errors:
@@ -334,6 +349,10 @@ def parser() -> cmdline.Parser:
     p.add_argument("--predict", action="append", default=[], metavar="SPEC",
                    help="key=value,... with keys " + ", ".join(validate.FILTER_KEYS + validate.CHANGE_KEYS)
                    + "; nodes, devices_per_node and rate_gbit take lists (a what-if grid)")
+    p.add_argument("--anchor", metavar="SELECTOR",
+                   help="with --predict: start from the records matching key=value or key<=N,... (keys "
+                   + ", ".join(validate.SELECT_KEYS) + "), e.g. nodes<=2: the largest multi-node cell of a "
+                   "work and method carries its measured multi-node cost forward")
     p.add_argument("--validate", action="append", default=[], metavar="SELECTOR",
                    help="fit on records matching key=value,... (keys " + ", ".join(validate.SELECT_KEYS)
                    + "), predict the others")
@@ -377,14 +396,14 @@ def run(args) -> str:
 
     found = explanation.explain(select.marked(args.results, results.load, args.db, args.where), args.predict,
                                 args.validate, args.target_efficiency, published=args.published,
-                                model_def=args.model_def, straggler_pct=args.straggler_pct)
+                                anchor=args.anchor, model_def=args.model_def, straggler_pct=args.straggler_pct)
     validation = [r for v in found.validations for r in v.rows]
     images = write_charts(found.cells, args.images) if args.images else {}
     if args.images:
         scaling.write_charts(found.cells, found.predicted + validation, args.images)
         scaling.write_efficiency(found.predicted, found.networks, args.images)
     if args.json:
-        return json.dumps(found.rows(), indent=1, sort_keys=True)
+        return json.dumps(found.rows(), indent=1, sort_keys=True, default=str)  # a Bound as `<=2`
     if args.markdown:
         return markdown(found.cells, images, lambda png: os.path.relpath(os.path.abspath(png)).replace(os.sep, "/"))
     return _text(found)
