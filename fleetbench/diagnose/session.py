@@ -200,7 +200,8 @@ def resolve(m: dict, hosts: list[Host], opts: Options, rules: list[Rule], refere
     judged = [h for h in hosts if h.index in m["nodes"]]
     while m["resolve_rounds"] < opts.resolve_rounds and any(
             v["verdict"] == "unresolved" for baseline in references
-            for v in judge.judge_nodes(m["nodes"], rules, baseline, None, m["remeasured"], limit)):
+            for v in judge.judge_nodes(m["nodes"], rules, baseline, None, m["remeasured"], limit,
+                                       passes=m.get("passes"))):
         spent: dict = {}
         for i, new in probe_nodes(judged, opts, spent, m.setdefault("passes", {}))[0].items():
             m["nodes"][i] = _merged(m["nodes"][i], new)

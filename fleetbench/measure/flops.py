@@ -135,6 +135,12 @@ def mfu(flops_per_sample: float | None, samples_per_s: float | None, peak: float
 # Mixture-of-experts (Fedus et al. 2021, Switch; Jiang et al. 2024, Mixtral): a token runs through its
 # top_k experts only, so an MoE layer's MLP counts top_k experts' FLOPs (the active parameters, not
 # the num_experts held) plus the router's 2 h E; tokens a capacity limit drops are counted anyway.
+# An MoE layer's experts may be narrower than the dense MLP (MoeShape.ffn) and `shared` experts run
+# on every token beside the routed ones (DeepSeek): the layer's MLP is then (top_k + shared) expert
+# MLPs of that width in place of the dense one.
+# Attention wider or narrower than the hidden size (heads x head_dim != hidden: Qwen3, GPT-OSS):
+# `attention_width` = heads x head_dim is the width Q, the scores and the output projection run
+# at, the K/V projections at kv_share of it.
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -146,32 +152,38 @@ class MoeShape:
     num_experts: int
     top_k: int
     layers: int
+    ffn: int | None = None  # an expert's MLP width (None: the dense MLP's)
+    shared: int = 0         # shared experts every token runs through beside its top_k
 
 
 def layer_forward_flops(hidden: int, seq: int, ffn: int | None = None, gated: bool = False, *,
-                        kv_share: float = 1.0) -> tuple:
+                        kv_share: float = 1.0, attention_width: int | None = None) -> tuple:
     """(matrix FLOPs, attention-score FLOPs) of one dense layer's forward, a token."""
     f = ffn or 4 * hidden
-    projections = 2 * (2 + 2 * kv_share) * hidden * hidden
     mlp = 2 * (3 if gated else 2) * hidden * f
-    return projections + mlp, 2 * 2 * seq * hidden
+    if attention_width is None:
+        return 2 * (2 + 2 * kv_share) * hidden * hidden + mlp, 2 * 2 * seq * hidden
+    projections = 2 * (2 + 2 * kv_share) * hidden * attention_width
+    return projections + mlp, 2 * 2 * seq * attention_width
 
 
 def moe_extra_flops(hidden: int, ffn: int | None, gated: bool, moe: MoeShape | None) -> float:
-    """What MoE layers add a token's forward over dense ones: top_k - 1 more expert MLPs and the router."""
+    """What MoE layers add a token's forward over dense ones: top_k + shared expert MLPs in place of
+    the dense one, and the router."""
     if moe is None or not moe.layers:
         return 0.0
     mlp = 2 * (3 if gated else 2) * hidden * (ffn or 4 * hidden)
-    return float(moe.layers * ((moe.top_k - 1) * mlp + 2 * hidden * moe.num_experts))
+    expert = 2 * (3 if gated else 2) * hidden * (moe.ffn or ffn or 4 * hidden)
+    return float(moe.layers * ((moe.top_k + moe.shared) * expert - mlp + 2 * hidden * moe.num_experts))
 
 
 def gpt_train_flops_per_token(layers: int, hidden: int, seq: int, vocab: int, ffn: int | None = None,
                               gated: bool = False, recompute: str = "none", *, kv_share: float = 1.0,
-                              moe: MoeShape | None = None) -> float:
+                              moe: MoeShape | None = None, attention_width: int | None = None) -> float:
     """Training FLOPs (forward + backward, + the recomputed forward) a token (module doc)."""
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute {recompute!r}: expected one of {', '.join(RECOMPUTE)}")
-    dense, scores = layer_forward_flops(hidden, seq, ffn, gated, kv_share=kv_share)
+    dense, scores = layer_forward_flops(hidden, seq, ffn, gated, kv_share=kv_share, attention_width=attention_width)
     layer_work = layers * (dense + scores) + moe_extra_flops(hidden, ffn, gated, moe)
     logits = 2 * hidden * vocab
     total = 3 * (layer_work + logits)
@@ -183,14 +195,18 @@ def gpt_train_flops_per_token(layers: int, hidden: int, seq: int, vocab: int, ff
 
 
 def gpt_parameters(layers: int, hidden: int, vocab: int, ffn: int | None = None, gated: bool = False,
-                   seq: int = 0, *, kv_share: float = 1.0, experts: int = 1, moe_layers: int = 0) -> float:
-    """Parameters: layers (attention's (2 + 2 kv_share) h^2 + the MLP's matrices, `experts` of them and
-    a router in `moe_layers` of the layers, + norms and biases), the embedding (tied with the logits),
-    `seq` learned positions (0: rotary, none). Active parameters: experts = top_k, router aside."""
+                   seq: int = 0, *, kv_share: float = 1.0, experts: int = 1, moe_layers: int = 0,
+                   attention_width: int | None = None, moe_ffn: int | None = None, shared: int = 0) -> float:
+    """Parameters: layers (attention's (2 + 2 kv_share) h^2, h x attention_width if given, + the MLP's
+    matrices, `experts` (+ `shared`) of them of width moe_ffn and a router in `moe_layers` of the
+    layers, + norms and biases), the embedding (tied with the logits), `seq` learned positions (0:
+    rotary, none). Active parameters: experts = top_k, router aside."""
     f = ffn or 4 * hidden
     mlp = (3 if gated else 2) * hidden * f
-    per_layer = (2 + 2 * kv_share) * hidden * hidden + mlp + 9 * hidden
-    moe = moe_layers * ((experts - 1) * mlp + hidden * experts) if moe_layers else 0
+    attention = (2 + 2 * kv_share) * hidden * (hidden if attention_width is None else attention_width)
+    per_layer = attention + mlp + 9 * hidden
+    expert = (3 if gated else 2) * hidden * (moe_ffn or f)
+    moe = moe_layers * ((experts + shared) * expert - mlp + hidden * experts) if moe_layers else 0
     return float(layers * per_layer + moe + vocab * hidden + seq * hidden + 2 * hidden)
 
 

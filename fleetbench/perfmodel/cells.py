@@ -231,44 +231,72 @@ def _comm_fit(record: dict) -> tuple[float, float] | None:
     return alphabeta.fit_rows(rows, record["world_size"]) if rows else None
 
 
-def _comm_cells(records: list[dict]) -> list[CommCell]:
+def _comm_groups(records: list[dict], fit_of=None) -> dict:
+    """(network, nodes, devices per node) -> [(fit, record)] of the all_reduce comm runs."""
     groups: dict[tuple, list] = {}
     for record in records:
         if record["world_size"] < 2:
             continue  # one rank sends nothing: no fit
         try:
-            fit = _comm_fit(record)
+            fit = (fit_of or _comm_fit)(record)
         except alphabeta.FitError as err:
             raise alphabeta.FitError(f"comm record {record['id']}: {err}") from None
         if fit is not None:
             key = (experiment.network_name(record.get("network")), record["nodes"],
                    record["devices_per_node"])
             groups.setdefault(key, []).append((fit, record))
-    out = []
-    for (network, nodes, per_node), members in groups.items():
-        shape = Shape(nodes, per_node)
-        source = f"comm record{'s' if len(members) > 1 else ''} {network or 'local'} {shape}, n={len(members)}"
-        rows = [row for _, r in members if r["config"].get("dtype", "float32") == "float32"
-                for row in (r.get("metrics") or {}).get("rows") or []]
-        link = alphabeta.pooled_link([fit for fit, _ in members], shape.world_size, source, rows)
-        rate = (members[0][1].get("network") or {}).get("rate_gbit")
-        out.append(CommCell(network, shape, link, rate))
-    return out
+    return groups
+
+
+def _comm_cell(key: tuple, members: list) -> CommCell:
+    network, nodes, per_node = key
+    shape = Shape(nodes, per_node)
+    source = f"comm record{'s' if len(members) > 1 else ''} {network or 'local'} {shape}, n={len(members)}"
+    rows = [row for _, r in members if r["config"].get("dtype", "float32") == "float32"
+            for row in (r.get("metrics") or {}).get("rows") or []]
+    link = alphabeta.pooled_link([fit for fit, _ in members], shape.world_size, source, rows)
+    rate = (members[0][1].get("network") or {}).get("rate_gbit")
+    return CommCell(network, shape, link, rate)
+
+
+def _explained(record: dict) -> bool:
+    """A run the breakdown can take apart: collective, successful, with a step time (records
+    without one, hand-made or of an older schema, have nothing to explain); a published record's
+    only once derived (perfmodel/published, --published)."""
+    return (record.get("error") is None and record["mode"] == "collective"
+            and (not record.get("source") or (record.get("metrics") or {}).get("derived"))
+            and (record.get("metrics") or {}).get("step_time_ms") is not None)
+
+
+class Pool:
+    """Records pooled once: the cells of any part of them (a --validate selector's fitted and
+    held-out records) hold the same runs as the whole's, so each cell is built once and shared."""
+
+    def __init__(self) -> None:
+        self._made: dict = {}  # (kind, the runs' ids) -> the Cell or CommCell of those runs
+
+    def __call__(self, records: list[dict]) -> tuple[list[Cell], list[CommCell]]:
+        """Training cells (collective, successful runs) and all_reduce comm cells of `records`."""
+        groups: dict = {}
+        for record in records:  # repeats pool as in every report: one group per experiment
+            if _explained(record):
+                groups.setdefault(experiment.of(record), []).append(record)
+        cells = [self._once("cell", members, lambda m=members: _cell(m)) for members in groups.values()]
+        comm = _comm_groups([r for r in records if r["mode"] == "comm" and r.get("error") is None],
+                            lambda r: self._once("fit", [r], lambda: _comm_fit(r)))
+        return cells, [self._once("comm", [r for _, r in members], lambda k=key, m=members: _comm_cell(k, m))
+                       for key, members in comm.items()]
+
+    def _once(self, kind: str, members: list[dict], make):
+        key = (kind, tuple(id(r) for r in members))
+        if key not in self._made:
+            self._made[key] = make()
+        return self._made[key]
 
 
 def pool(records: list[dict]) -> tuple[list[Cell], list[CommCell]]:
     """Training cells (collective, successful runs) and all_reduce comm cells of `records`."""
-    groups: dict = {}
-    for record in records:  # repeats pool as in every report: one group per experiment
-        # a step time is what the breakdown takes apart: records without one (hand-made, or from
-        # an older schema) have nothing to explain
-        # published records only once their step time is derived (perfmodel/published, --published)
-        if (record.get("error") is None and record["mode"] == "collective"
-                and (not record.get("source") or (record.get("metrics") or {}).get("derived"))
-                and (record.get("metrics") or {}).get("step_time_ms") is not None):
-            groups.setdefault(experiment.of(record), []).append(record)
-    comm = [r for r in records if r["mode"] == "comm" and r.get("error") is None]
-    return [_cell(members) for members in groups.values()], _comm_cells(comm)
+    return Pool()(records)
 
 
 # ---- matching ---------------------------------------------------------------------------------

@@ -1,18 +1,21 @@
-"""The performance model's one façade: `explain(records, request) -> Explanation`. Everything
-`fleetbench explain` asks of the model happens here, once: records completed (model definitions,
-published records adopted), the --predict and --validate values checked against what the records
-hold, every multi-device cell taken apart, the cells asked for predicted, held-out cells validated
-and scored per table, what-if tables, stragglers. report/ loads the records before and renders
-what this returns after; it asks the model nothing else.
+"""The performance model's one façade: `explain(records, ...) -> Explanation`. Everything
+`fleetbench explain` asks of the model happens here, once: the --predict and --validate texts
+parsed, records completed (model definitions, published records adopted), their values checked
+against what the records hold, the records pooled into cells once, every multi-device cell taken
+apart, the cells asked for predicted, held-out cells validated and scored per table, what-if
+tables, stragglers. report/ loads the records before and renders what this returns after; it
+asks the model nothing else.
 
-    request = explanation.request(predict=["nodes=2,4"], selectors=["nodes=1"], published=True)
-    found = explanation.explain(records, request)   # found.cells, found.predicted, found.validations
+    found = explanation.explain(records, predict=["nodes=2,4"], selectors=["nodes=1"], published=True)
+    found.cells, found.predicted, found.validations, found.whatif, found.stragglers
 """
 from __future__ import annotations
 
 import dataclasses
 
-from fleetbench.perfmodel import modeldef, predict, published, stragglers, validate, whatif
+from fleetbench.perfmodel import cells as cellmod
+from fleetbench.perfmodel import modeldef, published, stragglers, validate, whatif
+from fleetbench.perfmodel import predict as prediction
 from fleetbench.perfmodel import specs as spec_checks
 from fleetbench.measure.repeats import experiment
 
@@ -46,7 +49,7 @@ class Explanation:
     """The model's answer: `records` as it read them; `cells`, the breakdowns of the measured
     multi-device cells (kind measured, each with its `label`); `predicted`, the --predict cells
     (kind predicted); one Validation a selector; the what-if tables of a grid (whatif.tables);
-    straggler lines."""
+    straggler lines; `networks`, the networks of the predictions in rate order (charts draw them so)."""
     records: list[dict]
     cells: list[dict]
     predicted: list[dict]
@@ -54,10 +57,17 @@ class Explanation:
     whatif: list[dict]
     stragglers: list[str]
     published_left_out: bool = False  # published records were read but not adopted (no --published)
+    target_efficiency: float | None = None
+    networks: tuple = ()
 
     def rows(self) -> list[dict]:
         """Every cell, predicted cell and validation row, in that order (--json)."""
         return self.cells + self.predicted + [r for v in self.validations for r in v.rows]
+
+    @property
+    def grid(self) -> bool:
+        """Whether the predictions are a what-if grid (then printed as its tables, notes aside)."""
+        return len(self.predicted) > 12 or self.target_efficiency is not None
 
 
 def request(predict: list[str] = (), selectors: list[str] = (), target_efficiency: float | None = None,
@@ -106,31 +116,45 @@ def _check_fitted(text: str, rows: list[dict]) -> None:
                          "cells' work and method); expected a selector of records these files hold, e.g. nodes=1")
 
 
-def _validations(records: list[dict], req: Request) -> list[Validation]:
+def _validations(records: list[dict], req: Request, pool: cellmod.Pool) -> list[Validation]:
     """Each selector's rows, then each checked: a selector that validates nothing is refused."""
-    rows = [[dict(r, kind="validation", selector=s) for r in validate.validate(records, s)] for s in req.selectors]
+    rows = [[dict(r, kind="validation", selector=s) for r in validate.validate(records, s, pool=pool)]
+            for s in req.selectors]
     for text, found in zip(req.selector_texts, rows):
         _check_fitted(text, found)
     return [Validation(s, found, validate.summary(found), validate.totals(found)) for s, found in zip(req.selectors, rows)]
 
 
-def explain(records: list[dict], req: Request) -> Explanation:
-    """The model's whole answer to `req` over `records`; ValueError (one line) on bad input
-    (RecordError, SpecError, FitError), before anything is drawn or written."""
-    records = complete(records, req)
+def _check_values(records: list[dict], req: Request) -> None:
+    """Every value a spec or selector names is one the records (or the known tables) hold."""
     known = known_values(records)
     for spec in req.specs:
         spec_checks.unknown(spec, known, "--predict")
     for selector in req.selectors:
         spec_checks.unknown(selector, known, "--validate")
-    cells = label_cells([dict(c, kind="measured") for c in predict.explain(records)])
-    predicted = [dict(r, kind="predicted", spec=s) for s in req.specs for r in validate.predict_spec(records, s)]
-    validations = _validations(records, req)
+
+
+def explain(records: list[dict], predict: list[str] = (), selectors: list[str] = (),
+            target_efficiency: float | None = None, **options) -> Explanation:
+    """The model's whole answer over `records` to --predict texts, --validate texts and
+    --target-efficiency (`options`: published, model_def, straggler_pct); ValueError (one line) on
+    bad input (SpecError, RecordError, FitError), before anything is drawn or written."""
+    req = request(predict, selectors, target_efficiency, **options)
+    records = complete(records, req)
+    _check_values(records, req)
+    pool = cellmod.Pool()
+    cells, comm = pool(records)
+    measured = prediction.explain_cells(cells, comm)
+    cal = prediction.calibrate(measured)  # every measured cell's, for cells not measured
+    predicted = [dict(r, kind="predicted", spec=s) for s in req.specs for r in validate.predict_cells(cells, comm, cal, s)]
     grid = len(predicted) > 12 or req.target_efficiency is not None
-    return Explanation(records, cells, predicted, validations,
+    return Explanation(records, label_cells([dict(c, kind="measured") for c in measured]), predicted,
+                       _validations(records, req, pool),
                        whatif.tables(predicted, req.target_efficiency) if predicted and grid else [],
                        stragglers.report(records, req.straggler_pct),
-                       not req.published and any(published.is_published(r) for r in records))
+                       not req.published and any(published.is_published(r) for r in records),
+                       req.target_efficiency,
+                       tuple(sorted({p["network"] or "local" for p in predicted}, key=whatif.network_order)))
 
 
 def cell_name(cell: dict) -> str:
@@ -176,4 +200,4 @@ def _difference(cell: dict, group: list[dict]) -> str:
 
 def breakdowns(records: list[dict]) -> list[dict]:
     """The measured multi-device cells that have a breakdown (`fleetbench report`'s section)."""
-    return label_cells([c for c in predict.explain(records) if c.get("compute_ms") is not None])
+    return label_cells([c for c in prediction.explain(records) if c.get("compute_ms") is not None])

@@ -25,7 +25,7 @@ import yaml
 
 from fleetbench.measure import devices
 from fleetbench.measure.registry import PRESET_DIR
-from fleetbench.perfmodel import hybrid, manifest
+from fleetbench.perfmodel import hybrid, hybrid_search, manifest
 
 TABLES_DIR = PRESET_DIR / "published"
 WITHIN = 0.15  # the acceptance: >= 85% of cells within 15%, median <= 7%
@@ -60,13 +60,61 @@ def tables(directory: Path = TABLES_DIR) -> list[dict]:
     return [load(p) for p in sorted(Path(directory).glob("*.yaml"))]
 
 
+# the newer fields a cell may set, read into the model (the tables helper's names)
+MODEL_KEYS = ("kv_heads", "head_dim", "experts", "top_k", "moe_ffn", "shared_experts", "dense_layers", "cp", "ep",
+              "stage_layers", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap", "ep_a2a_overlap",
+              "shard_group", "precision", "etp")
+# read, and priced as the model's nearest configuration; each is named in the cell's note
+APPROXIMATED = {
+    "balance": "router balance {} priced as a balanced router (imbalance 1)",
+    "moe_dispatcher": "dispatcher {} priced as NCCL's all-to-all",
+    "pipeline_layout": "pipeline layout not read by the table: stages balanced, the remainder on the middle ones",
+    "recompute_modules": "recompute of {} not priced (no recomputed forward counted)",
+}
+FP8_RECIPES = ("fp8", "fp8-cs", "fp8-rowwise", "fp8-blockwise", "mxfp8")  # the GEMMs in FP8; scale granularity not priced
+OVERLAP_KEYS = {"grad_reduce": "overlap_grad_reduce", "param_gather": "overlap_param_gather", "tp_comm": "tp_comm_overlap",
+                "ep_a2a": "ep_a2a_overlap"}
+
+
+def _moe(values: dict) -> hybrid.Moe | None:
+    if not values.get("experts"):
+        return None
+    return hybrid.Moe(int(values["experts"]), int(values["top_k"]), values.get("moe_ffn"),
+                      int(values.get("shared_experts") or 0), int(values.get("dense_layers") or 0))
+
+
+def _stages(values: dict, layers: int, pp: int) -> tuple | None:
+    given = values.get("stage_layers")
+    if given:
+        return hybrid.fold_stages(tuple(int(x) for x in str(given).split(",")), pp)
+    return None if layers % pp == 0 else hybrid_search.balanced_stages(layers, pp)
+
+
 def _cell_inputs(table: dict, row: list) -> tuple:
     values = dict(table.get("defaults") or {}, **dict(zip(table["columns"], row)))
-    shape = hybrid.Shape(**{k: values[k] for k in SHAPE_KEYS if k in values})
-    tp, pp = int(values.get("tp", 1)), int(values.get("pp", 1))
-    split = hybrid.Split(tp=tp, pp=pp, dp=int(values["gpus"]) // (tp * pp),
-                        **{k: values[k] for k in SPLIT_KEYS if k in values})
-    return values, shape, split, hybrid.Cluster(**table["cluster"])
+    shape = hybrid.Shape(**{k: values[k] for k in SHAPE_KEYS if k in values}, kv_heads=values.get("kv_heads"),
+                         head_dim=values.get("head_dim"), moe=_moe(values))
+    tp, pp, cp = int(values.get("tp", 1)), int(values.get("pp", 1)), int(values.get("cp") or 1)
+    if tp == 1:  # Megatron turns sequence parallelism off without TP
+        values["sequence_parallel"] = False
+    overlap = frozenset(k for k, key in OVERLAP_KEYS.items() if values.get(key))
+    split = hybrid.Split(tp=tp, pp=pp, dp=int(values["gpus"]) // (tp * pp * cp),
+                        **{k: values[k] for k in SPLIT_KEYS if k in values and values[k] is not None},
+                        cp=cp, ep=int(values.get("ep") or 1), stage_layers=_stages(values, shape.layers, pp),
+                        overlap=overlap, shard_group=values.get("shard_group"),
+                        etp=None if values.get("etp") in (None, tp) else int(values["etp"]))
+    cluster = dict(table["cluster"])
+    if values.get("precision") in FP8_RECIPES:
+        cluster["precision"] = "fp8"
+    return values, shape, split, hybrid.Cluster(**cluster)
+
+
+def approximations(values: dict) -> list[str]:
+    """What of the cell the model prices as its nearest configuration, in words."""
+    found = [APPROXIMATED[k].format(values[k]) for k in APPROXIMATED if values.get(k) not in (None, False)]
+    if values.get("precision") in FP8_RECIPES[1:]:
+        found.append(f"precision {values['precision']} priced as FP8 GEMMs (scale granularity not priced)")
+    return found
 
 
 def tflops_per_gpu(table: dict, values: dict, shape: hybrid.Shape, figure: float) -> float:
@@ -85,7 +133,9 @@ def unexpressed(values: dict, cluster: hybrid.Cluster) -> str | None:
     """Why the model cannot express this cell: a field it does not read, set (null and false are
     what the model assumes: a cell priced as if its GQA, FP8 or experts were absent would be a wrong
     figure, not a miss), or a GPU it lacks."""
-    known = set(SHAPE_KEYS) | set(SPLIT_KEYS) | set(CELL_KEYS)
+    known = set(SHAPE_KEYS) | set(SPLIT_KEYS) | set(CELL_KEYS) | set(MODEL_KEYS) | set(APPROXIMATED)
+    if values.get("precision") not in (None, "bf16", "fp16") + FP8_RECIPES:
+        return f"cannot be expressed: precision {values['precision']}"
     unread = [f"{k} {v}" for k, v in values.items() if k not in known and v not in (None, False)]
     if unread:
         return "cannot be expressed: the model reads no " + ", ".join(unread)
@@ -104,7 +154,7 @@ def cells(table: dict) -> list[Cell]:
         why = unexpressed(values, cluster) or hybrid.check(shape, split, cluster)
         found = None if why else hybrid.predict(shape, split, cluster)
         predicted = found.tflops_per_gpu(table["flops"]) if found else None
-        note = why or f"{split.label()}; assumed: {assumed}"
+        note = why or "; ".join([split.label()] + approximations(values) + [f"assumed: {assumed}"])
         if found and values.get("memory_mib"):
             note += (f"; memory {found.memory_gib * 1024:.0f} MiB predicted, {values['memory_mib']} published "
                      "(not in the error)")

@@ -298,9 +298,13 @@ def work_values(cell: Cell) -> dict:
 # ---- the measured cells explained -----------------------------------------------------------------
 
 def explain(records: list[dict]) -> list[dict]:
+    """Breakdown of every multi-device training cell of `records` (explain_cells)."""
+    return explain_cells(*cellmod.pool(records))
+
+
+def explain_cells(cells: list[Cell], comm: list) -> list[dict]:
     """Breakdown of every multi-device training cell, each with the step time the model predicts
     from its control, its gradient bytes and its comm record (overlap from the other cells)."""
-    cells, comm = cellmod.pool(records)
     targets = bd.training_cells(cells)
     breakdowns = [bd.breakdown(c, cells, comm) for c in targets]
     for cell, b in zip(targets, breakdowns):

@@ -98,9 +98,15 @@ def name(values: dict) -> str:
 
 
 def predict_spec(records: list[dict], spec: dict) -> list[dict]:
-    """Every measured training cell passing the spec's filters, with its changes applied."""
+    """Every measured training cell of `records` passing the spec's filters, with its changes applied."""
     cells, comm = cellmod.pool(records)
-    cal = calibrate([bd.breakdown(c, cells, comm) for c in bd.training_cells(cells)])
+    return predict_cells(cells, comm, calibrate([bd.breakdown(c, cells, comm) for c in bd.training_cells(cells)]),
+                         spec)
+
+
+def predict_cells(cells: list[Cell], comm: list, cal: dict, spec: dict) -> list[dict]:
+    """Every measured training cell passing the spec's filters, with its changes applied; `cal`
+    calibrated on the breakdowns of `cells` (predict.calibrate)."""
     filters = {k: v for k, v in spec.items() if k in FILTER_KEYS}
     out, seen = [], set()
     for ref in bd.training_cells(cells):
@@ -185,14 +191,16 @@ def _dropped(records: list[dict], cells: list[Cell]) -> list[dict]:
     return [r for r in rows if r["cell"] not in pooled]
 
 
-def validate(records: list[dict], selector: dict, node_prior: bool = True) -> list[dict]:
+def validate(records: list[dict], selector: dict, node_prior: bool = True, pool: cellmod.Pool | None = None) -> list[dict]:
     """Fit on the records the selector picks; predict every other training cell; compare. Every
     held-out record gives a row: predicted, or not with why. `node_prior` off: a GPU cell predicted
-    from one GPU alone assumes no node sharing (to fit the prior, perfmodel/fit_node_prior.py)."""
+    from one GPU alone assumes no node sharing (to fit the prior, perfmodel/fit_node_prior.py).
+    `pool`: the one that pooled `records` already (its cells are reused)."""
+    pool = pool or cellmod.Pool()
     fit_records = [r for r in records if _matches(record_values(r), selector)]
     rest = [r for r in records if not _matches(record_values(r), selector)]
-    fitted, comm = cellmod.pool(fit_records)
-    held_out, _ = cellmod.pool(rest)
+    fitted, comm = pool(fit_records)
+    held_out, _ = pool(rest)
     cal = calibrate([bd.breakdown(c, fitted, comm) for c in bd.training_cells(fitted)])
     rows = [_row(cell, fitted, comm, cal, node_prior) for cell in bd.training_cells(held_out)]
     ps_rows = ps.predict(fit_records, rest)  # parameter-server cells measured here

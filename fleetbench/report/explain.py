@@ -26,7 +26,6 @@ from fleetbench.perfmodel import explanation, stragglers, validate
 from fleetbench.perfmodel import breakdown as bd
 from fleetbench.perfmodel.cells import MEASURED_PARTS
 from fleetbench.perfmodel.breakdown import ACCOUNTING_TOLERANCE, LOSSES
-from fleetbench.store import select
 from fleetbench.measure.repeats import stability
 from fleetbench.report import explain_scaling as scaling
 from fleetbench.store import select
@@ -356,15 +355,14 @@ def parser() -> cmdline.Parser:
     return p
 
 
-def _text(args, found: explanation.Explanation) -> str:
+def _text(found: explanation.Explanation) -> str:
     cells = found.cells
     parts = [console_table(cells) if cells else "no multi-device training cell to explain" + (
         " (published records are read with --published)" if found.published_left_out else "")]
     if found.predicted:
-        grid = len(found.predicted) > 12 or args.target_efficiency is not None
-        parts.append(predictions_table(found.predicted, "predicted (not measured), with ranges:", notes=not grid))
-        if grid:
-            parts.append(whatif_text(found.whatif, args.target_efficiency))
+        parts.append(predictions_table(found.predicted, "predicted (not measured), with ranges:", notes=not found.grid))
+        if found.grid:
+            parts.append(whatif_text(found.whatif, found.target_efficiency))
     for v in found.validations:
         parts.append(validation_text(v))
     if found.stragglers:
@@ -374,23 +372,22 @@ def _text(args, found: explanation.Explanation) -> str:
 
 def run(args) -> str:
     """The output text; raises ValueError (one line) on bad input, before writing anything: the
-    request is checked, the records loaded, the model asked once (perfmodel/explanation), its
-    answer rendered."""
+    records loaded, the model asked once (perfmodel/explanation), its answer rendered."""
     from fleetbench.store import results
 
-    req = explanation.request(args.predict, args.validate, args.target_efficiency, published=args.published,
-                              model_def=args.model_def, straggler_pct=args.straggler_pct)
-    found = explanation.explain(select.marked(args.results, results.load, args.db, args.where), req)
+    found = explanation.explain(select.marked(args.results, results.load, args.db, args.where), args.predict,
+                                args.validate, args.target_efficiency, published=args.published,
+                                model_def=args.model_def, straggler_pct=args.straggler_pct)
     validation = [r for v in found.validations for r in v.rows]
     images = write_charts(found.cells, args.images) if args.images else {}
     if args.images:
         scaling.write_charts(found.cells, found.predicted + validation, args.images)
-        scaling.write_efficiency(found.predicted, args.images)
+        scaling.write_efficiency(found.predicted, found.networks, args.images)
     if args.json:
         return json.dumps(found.rows(), indent=1, sort_keys=True)
     if args.markdown:
         return markdown(found.cells, images, lambda png: os.path.relpath(os.path.abspath(png)).replace(os.sep, "/"))
-    return _text(args, found)
+    return _text(found)
 
 
 def cli(argv: list[str]) -> int:

@@ -5,8 +5,6 @@ run's throughput times the devices) a dashed black line. The CSV beside the PNG 
 drawn number, with the throughput error where a measured cell and a prediction meet."""
 from __future__ import annotations
 
-from fleetbench.perfmodel import whatif
-
 
 LINES = ("-", "-.", ":", (0, (5, 1)))
 
@@ -126,8 +124,9 @@ def write_charts(cells: list[dict], predicted: list[dict], images_dir: str) -> l
     return written
 
 
-def efficiency_rows(predicted: list[dict]) -> list[dict]:
-    """One row per (network, devices): the predicted efficiency and its range."""
+def efficiency_rows(predicted: list[dict], networks: tuple) -> list[dict]:
+    """One row per (network, devices): the predicted efficiency and its range; `networks` in the
+    order they are drawn (the model's: by rate, perfmodel/whatif.network_order)."""
     rows = []
     for p in predicted:
         if p.get("predicted_efficiency") is None:
@@ -137,7 +136,7 @@ def efficiency_rows(predicted: list[dict]) -> list[dict]:
         rows.append({"network": p["network"] or "local", "devices": p["world_size"],
                      "efficiency": p["predicted_efficiency"], "efficiency_low": scale / high,
                      "efficiency_high": scale / low})
-    return sorted(rows, key=lambda r: (whatif.network_order(r["network"]), r["devices"]))
+    return sorted(rows, key=lambda r: (networks.index(r["network"]), r["devices"]))
 
 
 def draw_efficiency(rows: list[dict], title: str) -> bytes:
@@ -161,14 +160,15 @@ def draw_efficiency(rows: list[dict], title: str) -> bytes:
                             "bands: the prediction's range")
 
 
-def write_efficiency(predicted: list[dict], images_dir: str) -> list[str]:
+def write_efficiency(predicted: list[dict], networks: tuple, images_dir: str) -> list[str]:
     """images_dir/explain-efficiency-<benchmark>-<preset>-<method>.png (+ CSV): predicted efficiency
-    against devices, a line per network, for every work and method predicted at two sizes or more."""
+    against devices, a line per network (in the order of `networks`), for every work and method
+    predicted at two sizes or more."""
     from fleetbench.report import output, style
 
     written = []
     for key in dict.fromkeys(_key(p) for p in predicted if p.get("predicted_efficiency") is not None):
-        rows = efficiency_rows([p for p in predicted if _key(p) == key and p.get("kind") != "validation"])
+        rows = efficiency_rows([p for p in predicted if _key(p) == key and p.get("kind") != "validation"], networks)
         if len({r["devices"] for r in rows}) < 2:
             continue
         title = f"{_title(key)}: predicted efficiency against devices"

@@ -11,6 +11,7 @@ from fleetbench.measure import devices
     ("NVIDIA A100 80GB PCIe", "A100-PCIe"), ("NVIDIA H100 80GB HBM3", "H100-SXM"),
     ("NVIDIA H100 PCIe", "H100-PCIe"), ("NVIDIA H800", "H800"), ("NVIDIA A800-SXM4-80GB", "A800"),
     ("Tesla T4", "T4"), ("NVIDIA A10", "A10"), ("Tesla K80", "K80"), ("Tesla P100-SXM2-16GB", "P100"),
+    ("NVIDIA H200", "H200"), ("NVIDIA B200", "B200"), ("h200", "H200"),
     ("v100", "V100-SXM"), ("A100", "A100-SXM"), ("a100-40gb", "A100-SXM"), ("h100-sxm", "H100-SXM"),
 ])
 def test_names_find_their_row(name, row):
@@ -30,8 +31,12 @@ def test_peaks_by_precision_with_fallbacks():
     assert devices.peak_flops("A100", "tf32") == 156e12
     assert devices.peak_flops("H100", "bf16") == 989.4e12
     assert devices.peak_flops("K80", "fp16") == 4.37e12
-    with pytest.raises(ValueError, match="fp8"):
-        devices.peak_flops("H100", "fp8")
+    assert devices.peak_flops("H100", "fp8") == 1978.9e12   # FP8 tensor cores: twice bf16, dense
+    assert devices.peak_flops("B200", "fp8") == 2 * devices.peak_flops("B200", "bf16") == 4500e12
+    with pytest.raises(KeyError):                            # no FP8 before Hopper, and no fallback
+        devices.peak_flops("A100", "fp8")
+    with pytest.raises(ValueError, match="fp4"):
+        devices.peak_flops("H100", "fp4")
 
 
 def test_memory_from_the_name_or_the_default():
