@@ -30,6 +30,7 @@ from fleetbench.history import circumstances, compare
 from fleetbench.measure.repeats import experiment, stability
 from fleetbench.measure.timing import summarize
 from fleetbench.store import results
+from fleetbench.store.results import Record
 
 ORDERS = ("time", "paddle", "commit")
 MIN_SEGMENT = 2  # runs on each side of a change: a test needs a spread on both
@@ -48,10 +49,10 @@ def version_key(text: str | None) -> tuple:
     return tuple(int(p) if p.isdigit() else -1 for p in re.split(r"[.\-+]", head)), text or ""
 
 
-def run_point(record: dict) -> dict:
+def run_point(record: Record) -> dict:
     """What a run ran on, its point's label parts: date, Paddle build, host, commit."""
-    return {"date": (record.get("time") or "")[:10], "paddle": experiment.paddle_build(record.get("env")),
-            "host": experiment.host_class(record), "git": results.short_commit(record.get("git"), 7)}
+    return {"date": record.time[:10], "paddle": experiment.paddle_build(record["env"]),
+            "host": experiment.host_class(record), "git": results.short_commit(record.git, 7)}
 
 
 def point_label(point: dict, by: str) -> str:
@@ -64,11 +65,10 @@ def point_label(point: dict, by: str) -> str:
 
 
 def order_key(by: str):
-    def key(record: dict):
-        time = record.get("time") or ""
+    def key(record: Record):
         if by == "paddle":
-            return version_key(experiment.paddle_build(record.get("env"))), time
-        return time
+            return version_key(experiment.paddle_build(record["env"])), record.time
+        return record.time
     return key
 
 
@@ -80,7 +80,7 @@ def series(records: list[dict], by: str = "time", ignore=(), match=(),
     ordered by the first time their commit was seen, then by time."""
     if by not in ORDERS:
         raise ValueError(f"--by {by}: expected one of {', '.join(ORDERS)}")
-    runs = [r for r in compare.comparable_records(records) if r.get("error") is None and not r.get("source")]
+    runs = [r for r in map(Record.of, compare.comparable_records(records)) if r.ok and r.measured]
     keys = compare.cell_keys(runs, ignore, match)
     canonical = compare.unify(set(keys))
     cells: dict[tuple, list[dict]] = {}
@@ -91,17 +91,17 @@ def series(records: list[dict], by: str = "time", ignore=(), match=(),
         runs = sorted(cells[key], key=order_key(by))
         if by == "commit":
             first = {}
-            for r in sorted(runs, key=lambda r: r.get("time") or ""):
-                first.setdefault(r.get("git"), r.get("time") or "")
-            runs.sort(key=lambda r: (first[r.get("git")], r.get("time") or ""))
+            for r in sorted(runs, key=lambda r: r.time):
+                first.setdefault(r.git, r.time)
+            runs.sort(key=lambda r: (first[r.git], r.time))
         out.append(_series(dict(key), runs, by, disturbed_pct))
     return out
 
 
-def _series(key: dict, runs: list[dict], by: str, disturbed_pct: float) -> dict:
-    items = [{"id": r["id"], "time": r.get("time"), "throughput": r["metrics"]["throughput"],
+def _series(key: dict, runs: list[Record], by: str, disturbed_pct: float) -> dict:
+    items = [{"id": r.id, "time": r.time, "throughput": r.metrics.throughput,
               "disturbed": stability.is_disturbed(r["metrics"], disturbed_pct),
-              "interference_cpu_pct": r["metrics"].get("interference_cpu_pct"),
+              "interference_cpu_pct": r.metrics.figure("interference_cpu_pct"),
               "point": point_label(run_point(r), by), "record": r} for r in runs]
     points: list[dict] = []
     for index, item in enumerate(items):
@@ -237,9 +237,9 @@ def together(cells: list[dict]) -> None:
     slower) in the same
     interval of time (between the last run before it and the first run after it, overlapping),
     so that one cause seen in several series is said once as one event."""
-    windows = [(sorted((compare.run_time(c.get("from")), compare.run_time(c.get("to")))), cell["label"], c)
+    windows = [(sorted((compare.run_time(c["from"]), compare.run_time(c["to"]))), cell["label"], c)
                for cell in cells for c in cell["changes"]
-               if c.get("from") and c.get("to") and c["verdict"] in (compare.FASTER, compare.SLOWER)]
+               if c["from"] and c["to"] and c["verdict"] in (compare.FASTER, compare.SLOWER)]
     items = sorted(((w[0], w[1], label, c) for w, label, c in windows if None not in w), key=lambda item: item[0])
     for change in (c for cell in cells for c in cell["changes"]):
         change["together"] = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from fleetbench.measure.repeats import experiment
 from fleetbench.store import results
+from fleetbench.store.results import Environment, PaddleBuild, Record
 
 # (name, label): the order in which differences are printed
 FIELDS = (("cpu", "CPU"), ("cpu_threads", "CPU threads"), ("gpu", "GPU"), ("gpu_count", "GPUs"),
@@ -30,21 +31,20 @@ def _text(value) -> str | None:
     return None if value is None or value == "" else str(value)
 
 
-def of(record: dict) -> dict:
-    """{name: text or None} of FIELDS for one record (None: the record does not say)."""
-    env = record.get("env") or {}
-    cpu, paddle, osys = env.get("cpu") or {}, env.get("paddle") or {}, env.get("os") or {}
-    gpus = env.get("gpus") or []
-    threads = (env.get("threads") or {}).get("omp_num_threads")
-    if threads is None:
-        threads = (((record.get("config") or {}).get("runtime") or {}).get("threads") or {}).get("omp_num_threads")
-    values = {"cpu": cpu.get("model"), "cpu_threads": cpu.get("usable_threads") or cpu.get("threads"),
-              "gpu": " + ".join(sorted({g.get("name") or "?" for g in gpus})) or None,
-              "gpu_count": env.get("gpu_count") if gpus else None, "driver": env.get("nvidia_driver"),
-              "cuda": paddle.get("cuda"), "cudnn": paddle.get("cudnn"), "nccl": paddle.get("nccl"),
-              "paddle": paddle.get("version"), "paddle_commit": (paddle.get("commit") or "")[:8] or None,
-              "kernel": osys.get("kernel"), "fleetbench": results.short_commit(record.get("git")) or None,
-              "network": experiment.network_name(record.get("network")) or "local", "threads": threads}
+def of(record) -> dict:
+    """{name: text or None} of FIELDS for one record (a Record or a schema-1 object; None: the
+    record does not say)."""
+    record = Record.of(record)
+    env = record.env or Environment.of({})
+    paddle = env.paddle or PaddleBuild.of({})
+    threads = env.omp_threads if env.omp_threads is not None else record.setting("runtime.threads.omp_num_threads")
+    values = {"cpu": env.cpu_model, "cpu_threads": env.cpu_threads,
+              "gpu": " + ".join(sorted(set(env.gpus))) or None,
+              "gpu_count": env.gpu_count if env.gpus else None, "driver": env.nvidia_driver,
+              "cuda": paddle.cuda, "cudnn": paddle.cudnn, "nccl": paddle.nccl,
+              "paddle": paddle.version, "paddle_commit": (paddle.commit or "")[:8] or None,
+              "kernel": env.kernel, "fleetbench": results.short_commit(record.git) or None,
+              "network": experiment.network_name(record.network) or "local", "threads": threads}
     return {name: _text(values[name]) for name, _ in FIELDS}
 
 

@@ -27,6 +27,10 @@ import datetime
 import math
 import statistics
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fleetbench.measure.repeats.aggregate import Group
 
 ALPHA = 0.05
 THRESHOLD_PCT = 2.0  # --threshold: the least change worth a verdict, whatever the noise
@@ -182,26 +186,24 @@ def comparable_records(records: list[dict]) -> list[dict]:
     return [r for r in records if r["mode"] not in ("comm", "diagnose")]
 
 
-def side_of(group: dict, times: dict | None = None) -> dict:
+def side_of(group: Group, times: dict | None = None) -> dict:
     """A cell's side: its figure's runs (stability.kept: undisturbed, outliers left out, as the
     report's figure), their n/mean/std/median/cv, what was left out, the circumstances, and the
     first and last time of all its runs (`from`, `to`; None unless `times`, {run id: record time},
     gives every run's)."""
     first_last = span(group, times or {})
-    left_out = set(group.get("excluded") or ())
-    if not group.get("figure_disturbed"):
-        left_out |= set(group.get("disturbed") or ())
-    runs = [r for r in group.get("runs") or () if r["id"] not in left_out]
-    values = [r["throughput"] for r in runs]
-    return {"ids": [r["id"] for r in runs], "values": values, "n": len(values) if runs else group.get("n"),
-            "mean": group["mean"], "std": group["std"], "median": group.get("median"),
-            "cv_pct": cv_pct(values), "unit": group["unit"], "runs": len(group.get("runs") or ()),
-            "excluded": sorted(group.get("excluded") or ()), "disturbed": dict(group.get("disturbed") or {}),
-            "figure_disturbed": bool(group.get("figure_disturbed")), "failed": group.get("failed", 0),
-            "published": bool(group.get("published_aggregate")),
+    left_out = set(group.excluded) | (set() if group.figure_disturbed else set(group.disturbed))
+    runs = [r for r in group.runs if r.id not in left_out]
+    values = [r.throughput for r in runs]
+    return {"ids": [r.id for r in runs], "values": values, "n": len(values) if runs else group.n,
+            "mean": group.mean, "std": group.std, "median": group.median,
+            "cv_pct": cv_pct(values), "unit": group.unit, "runs": len(group.runs),
+            "excluded": sorted(group.excluded), "disturbed": dict(group.disturbed),
+            "figure_disturbed": group.figure_disturbed, "failed": group.failed,
+            "published": group.published_aggregate,
             "from": first_last[0].isoformat() if first_last else None,
             "to": first_last[1].isoformat() if first_last else None,
-            **{name: group.get(name) for name in ("paddle", "device", "host")}}
+            "paddle": group.paddle, "device": group.device, "host": group.host}
 
 
 def widen(ignore) -> tuple:
@@ -259,7 +261,7 @@ def match_cells(base: list[dict], new: list[dict], ignore=(), match=()) -> dict:
     apart compares them apart."""
     from fleetbench.measure.repeats import experiment
     by_side = []
-    usable = [[g for g in groups if g.get("mean") is not None] for groups in (base, new)]
+    usable = [[g for g in groups if g.mean is not None] for groups in (base, new)]
     canonical = unify(experiment.cell_key(g, ignore, match) for side in usable for g in side)
     for groups in usable:
         keyed: dict[tuple, list[dict]] = {}
@@ -298,7 +300,7 @@ def run_time(text: str | None) -> datetime.datetime | None:
 def span(group: dict, times: dict) -> tuple[datetime.datetime, datetime.datetime] | None:
     """(first, last) time of a group's successful runs, from `times` ({run id: record time}); None
     when a run's time is unknown (a published figure has no runs)."""
-    when = [run_time(times.get(r["id"])) for r in group.get("runs") or ()]
+    when = [run_time(times.get(r.id)) for r in group.runs]
     return (min(when), max(when)) if when and None not in when else None
 
 

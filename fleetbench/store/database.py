@@ -169,46 +169,47 @@ def digest(text: str) -> str:
 RUN_OWN = ("env_vars", "memory", "unavailable")
 
 
-def environment(record: dict) -> dict:
+def environment(record: Record) -> dict:
     """The software and machine a run ran on: its env block without what differs from run to run
     (the launcher's variables, free memory), and fleetbench's commit."""
-    env = {k: v for k, v in (record.get("env") or {}).items() if k not in RUN_OWN}
-    total = ((record.get("env") or {}).get("memory") or {}).get("total_mib")
-    return {"env": env, "memory_gib": round(total / 1024) if total else None, "fleetbench": record.get("git")}
+    env = record.env
+    total = env.memory_total_mib if env else None
+    return {"env": {k: v for k, v in env.doc.items() if k not in RUN_OWN} if env else {},
+            "memory_gib": round(total / 1024) if total else None, "fleetbench": record.git}
 
 
-def cluster(record: dict) -> dict:
+def cluster(record: Record) -> dict:
     """The job's shape and fabric: nodes, devices per node, world size, device model, network,
     interconnect (InfiniBand devices, the topology matrix) and the hosts' executor."""
-    env = record.get("env") or {}
-    gpus = " + ".join(sorted({g.get("name") or "?" for g in env.get("gpus") or []}))
-    return {"nodes": record.get("nodes"), "devices_per_node": record.get("devices_per_node"),
-            "world_size": record.get("world_size"), "device": gpus or (env.get("cpu") or {}).get("model"),
-            "network": record.get("network"), "infiniband": env.get("infiniband") or [],
-            "topology": record.get("topology"), "executor": (record.get("launch") or {}).get("executor")}
+    env = record.env
+    gpus = " + ".join(sorted(set(env.gpus))) if env else ""
+    return {"nodes": record.nodes, "devices_per_node": record.devices_per_node, "world_size": record.world_size,
+            "device": gpus or (env.cpu_model if env else None), "network": record.network,
+            "infiniband": list(env.infiniband) if env else [], "topology": record.topology,
+            "executor": record.launch["executor"] if record.launch else None}
 
 
-def rows(record: dict, where: str, tag: str | None) -> dict:
-    """{"environments": row, "clusters": row, "runs": row, "figures": [rows]} of one record."""
+def rows(record, where: str, tag: str | None) -> dict:
+    """{"environments": row, "clusters": row, "runs": row, "figures": [rows]} of one record (a
+    Record, or a validated schema-1 object)."""
+    record = Record.of(record)
     env_text = canonical(environment(record))
     cluster_text = canonical(cluster(record))
-    env = record.get("env")
+    env, metrics = record.env, record.metrics
     rest = {k: v for k, v in record.items() if k != "env"}
-    rest["env"] = None if env is None else {k: v for k, v in env.items() if k in RUN_OWN}
-    metrics = record.get("metrics") or {}
+    rest["env"] = None if env is None else {k: v for k, v in env.doc.items() if k in RUN_OWN}
     path, _, line = where.rpartition(":")
-    run = {"id": record["id"], "time": record.get("time"), "benchmark": record.get("benchmark"),
-           "preset": record.get("preset"), "mode": record.get("mode"), "method": record.get("method"),
-           "source": experiment.source_name(record), "network": experiment.network_name(record.get("network")),
-           "git": record.get("git"),
-           "paddle": ((env or {}).get("paddle") or {}).get("version"), "tag": tag, "unit": metrics.get("unit"),
-           "file": path, "line": int(line) if line.isdigit() else None, "nodes": record.get("nodes"),
-           "devices_per_node": record.get("devices_per_node"), "world_size": record.get("world_size"),
-           "throughput": _number(metrics.get("throughput")), "error": record.get("error"),
+    run = {"id": record.id, "time": record.time, "benchmark": record.benchmark, "preset": record.preset,
+           "mode": record.mode, "method": record.method, "source": record.source.name if record.source else None,
+           "network": experiment.network_name(record.network), "git": record.git,
+           "paddle": env.paddle.version if env and env.paddle else None, "tag": tag, "unit": metrics.unit,
+           "file": path, "line": int(line) if line.isdigit() else None, "nodes": record.nodes,
+           "devices_per_node": record.devices_per_node, "world_size": record.world_size,
+           "throughput": _number(metrics.throughput), "error": record.error,
            "env_hash": digest(env_text), "cluster_hash": digest(cluster_text),
            "rest": results.dumps(rest)}
-    figures = [{"run_id": record["id"], "name": name, "rank": rank, "value": _number(value)}
-               for name, per_rank in sorted(metrics.items())
+    figures = [{"run_id": record.id, "name": name, "rank": rank, "value": _number(value)}
+               for name, per_rank in sorted(metrics.doc.items())
                if name.startswith("rank_") and isinstance(per_rank, list)
                for rank, value in enumerate(per_rank)]
     return {"environments": {"hash": run["env_hash"], "json": env_text},

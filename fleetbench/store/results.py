@@ -24,12 +24,15 @@ import uuid
 from fleetbench import cmdline
 from fleetbench.measure import contract
 from fleetbench.measure.contract import RunIdentity
-from fleetbench.store.schema import Record
 from fleetbench.store.schema import (  # noqa: F401
     MODES,
     SCHEMA,
     SOURCE_KINDS,
     UNITS,
+    Environment,
+    Metrics,
+    PaddleBuild,
+    Record,
     RecordError,
     validate,
 )

@@ -25,6 +25,16 @@ UNITS = ("images/s", "tokens/s", "samples/s", "sequences/s", "words/s", "example
 # A record with `source` set was not measured here (e.g. a published table); see docs/guide/results.md.
 SOURCE_KINDS = ("published",)
 
+def at(doc, *path: str, default: Any = None) -> Any:
+    """The value at `path` (nested keys) of a JSON object: `default` where a step is absent, null
+    or not an object. The one lookup of a key in a stored document, where it is parsed."""
+    for key in path:
+        doc = doc[key] if isinstance(doc, Mapping) and key in doc else None
+        if doc is None:
+            return default
+    return doc
+
+
 class RecordError(cmdline.UserError):
     """A record or results file that does not follow schema 1; the message is one line."""
 
@@ -41,40 +51,40 @@ def _problem(record) -> str | None:
     """What is wrong with `record`, or None. Checks in reading order; first problem wins."""
     if not isinstance(record, Mapping):
         return f"expected a JSON object, got {type(record).__name__}"
-    if record.get("schema") != SCHEMA:
-        return f"schema: expected {SCHEMA}, got {record.get('schema')!r}"
+    if at(record, "schema") != SCHEMA:
+        return f"schema: expected {SCHEMA}, got {at(record, 'schema')!r}"
     for key in ("id", "time", "benchmark", "method"):
-        if not isinstance(record.get(key), str) or not record.get(key):
-            return f"{key}: expected a non-empty string, got {record.get(key)!r}"
-    if record.get("mode") not in MODES:
-        return f"mode: expected one of {'|'.join(MODES)}, got {record.get('mode')!r}"
-    if record.get("preset") is not None and not isinstance(record["preset"], str):
+        if not isinstance(at(record, key), str) or not at(record, key):
+            return f"{key}: expected a non-empty string, got {at(record, key)!r}"
+    if at(record, "mode") not in MODES:
+        return f"mode: expected one of {'|'.join(MODES)}, got {at(record, 'mode')!r}"
+    if at(record, "preset") is not None and not isinstance(record["preset"], str):
         return f"preset: expected a string or null, got {record['preset']!r}"
-    if not isinstance(record.get("config"), dict):
-        return f"config: expected an object, got {record.get('config')!r}"
+    if not isinstance(at(record, "config"), dict):
+        return f"config: expected an object, got {at(record, 'config')!r}"
     for key in ("nodes", "devices_per_node", "world_size"):
-        if not _is_int(record.get(key)) or record[key] < 1:
-            return f"{key}: expected an integer >= 1, got {record.get(key)!r}"
-    network = record.get("network")
+        if not _is_int(at(record, key)) or record[key] < 1:
+            return f"{key}: expected an integer >= 1, got {at(record, key)!r}"
+    network = at(record, "network")
     if network is not None and not isinstance(network, dict):
         return f"network: expected an object or null, got {network!r}"
-    launch = record.get("launch")
-    if launch is not None and not (isinstance(launch, dict) and isinstance(launch.get("executor"), str)
-                                   and isinstance(launch.get("hosts"), list)):
+    launch = at(record, "launch")
+    if launch is not None and not (isinstance(launch, dict) and isinstance(at(launch, "executor"), str)
+                                   and isinstance(at(launch, "hosts"), list)):
         return f"launch: expected null or an object with executor (a string) and hosts (a list), got {launch!r}"
-    error = record.get("error")
+    error = at(record, "error")
     if error is not None and (not isinstance(error, str) or not error):
         return f"error: expected null or a non-empty message, got {error!r}"
     if record["mode"] == "diagnose":  # figures with units in their names, no one throughput (docs/guide/diagnose.md)
-        metrics_problem = None if isinstance(record.get("metrics"), dict) else "metrics: expected an object"
+        metrics_problem = None if isinstance(at(record, "metrics"), dict) else "metrics: expected an object"
     else:
-        metrics_problem = _metrics_problem(record.get("metrics"), failed=error is not None)
-    problem = metrics_problem or _origin_problem(record.get("source"), record.get("env"))
+        metrics_problem = _metrics_problem(at(record, "metrics"), failed=error is not None)
+    problem = metrics_problem or _origin_problem(at(record, "source"), at(record, "env"))
     if problem:
         return problem
-    if record.get("topology") is not None and not isinstance(record["topology"], dict):
+    if at(record, "topology") is not None and not isinstance(record["topology"], dict):
         return f"topology: expected an object or null, got {record['topology']!r}"
-    if record.get("git") is not None and not isinstance(record["git"], str):
+    if at(record, "git") is not None and not isinstance(record["git"], str):
         return f"git: expected a commit sha or null, got {record['git']!r}"
     return None
 
@@ -82,10 +92,10 @@ def _problem(record) -> str | None:
 def _origin_problem(source, env) -> str | None:
     """A published record names its source and may lack env; one measured here carries env."""
     if source is not None:
-        if not isinstance(source, dict) or source.get("kind") not in SOURCE_KINDS:
+        if not isinstance(source, dict) or at(source, "kind") not in SOURCE_KINDS:
             return f"source: expected null or an object with kind in {'|'.join(SOURCE_KINDS)}"
         for key in ("name", "citation"):
-            if not isinstance(source.get(key), str) or not source[key]:
+            if not isinstance(at(source, key), str) or not source[key]:
                 return f"source.{key}: expected a non-empty string (short name; where it was published)"
     if source is None and not isinstance(env, dict):
         return "env: expected an object (every result measured here carries its environment)"
@@ -101,7 +111,7 @@ def _metrics_problem(metrics, failed: bool) -> str | None:
         return f"metrics: expected an object, got {metrics!r}"
     if failed and "throughput" not in metrics:
         return None  # partial metrics of a failed run
-    throughput = metrics.get("throughput")
+    throughput = at(metrics, "throughput")
     if not _is_number(throughput):
         return f"metrics.throughput: expected a finite number, got {throughput!r}"
     if throughput < 0:
@@ -110,10 +120,10 @@ def _metrics_problem(metrics, failed: bool) -> str | None:
         return f"metrics.unit: missing (expected one of {', '.join(UNITS)})"
     if metrics["unit"] not in UNITS:
         return f"metrics.unit: expected one of {', '.join(UNITS)}, got {metrics['unit']!r}"
-    std = metrics.get("throughput_std")
+    std = at(metrics, "throughput_std")
     if std is not None and (not _is_number(std) or std < 0):
         return f"metrics.throughput_std: expected a number >= 0 or null, got {std!r}"
-    repeats = metrics.get("repeats")
+    repeats = at(metrics, "repeats")
     if repeats is not None and (not _is_int(repeats) or repeats < 1):
         return f"metrics.repeats: expected an integer >= 1 or null, got {repeats!r}"
     return _timing_problem(metrics)
@@ -128,12 +138,12 @@ def _timing_problem(metrics: dict) -> str | None:
     """The speed probe's figures (> 0 or null), its definition (an object or null) and the step
     times (by rank, each a list of milliseconds >= 0), where a record has them."""
     for key in PROBE_FIGURES:
-        value = metrics.get(key)
+        value = at(metrics, key)
         if value is not None and (not _is_number(value) or value <= 0):
             return f"metrics.{key}: expected a number > 0 or null, got {value!r}"
-    if metrics.get("probe") is not None and not isinstance(metrics["probe"], dict):
+    if at(metrics, "probe") is not None and not isinstance(metrics["probe"], dict):
         return f"metrics.probe: expected an object (the probe's workload) or null, got {metrics['probe']!r}"
-    times = metrics.get("step_times_ms")
+    times = at(metrics, "step_times_ms")
     if times is not None and not (isinstance(times, list) and all(
             isinstance(row, list) and all(_is_number(t) and t >= 0 for t in row) for row in times)):
         return "metrics.step_times_ms: expected a list (by rank) of lists of milliseconds >= 0, or null"
@@ -168,18 +178,17 @@ class Metrics:
     @classmethod
     def of(cls, doc: Mapping | None) -> Metrics:
         doc = doc or {}
-        return cls(throughput=_number(doc.get("throughput")), unit=doc.get("unit"),
-                   throughput_std=_number(doc.get("throughput_std")), repeats=doc.get("repeats"), doc=doc)
+        return cls(throughput=_number(at(doc, "throughput")), unit=at(doc, "unit"),
+                   throughput_std=_number(at(doc, "throughput_std")), repeats=at(doc, "repeats"), doc=doc)
 
     def figure(self, name: str) -> float | None:
         """A numeric figure by name (`mfu`, `interference_cpu_pct`, ...); None when absent or not a number."""
-        return _number(self.doc.get(name))
+        return _number(at(self.doc, name))
 
     def block(self, name: str, default: Any = None) -> Any:
         """A structured figure by name (`epochs`, `ops`, `nodes`, `trace_files`): lists and objects
         as stored, `default` when absent or null."""
-        value = self.doc.get(name)
-        return default if value is None else value
+        return at(self.doc, name, default=default)
 
     def names(self) -> list[str]:
         """The figures this record has a value for (not null)."""
@@ -199,9 +208,9 @@ class PaddleBuild:
 
     @classmethod
     def of(cls, doc: Mapping) -> PaddleBuild:
-        return cls(version=doc.get("version"), compiled_with_cuda=bool(doc.get("compiled_with_cuda")),
-                   cuda=doc.get("cuda"), cudnn=doc.get("cudnn"), nccl=doc.get("nccl"),
-                   commit=doc.get("commit"), simulated=bool(doc.get("simulated")))
+        return cls(version=at(doc, "version"), compiled_with_cuda=bool(at(doc, "compiled_with_cuda")),
+                   cuda=at(doc, "cuda"), cudnn=at(doc, "cudnn"), nccl=at(doc, "nccl"),
+                   commit=at(doc, "commit"), simulated=bool(at(doc, "simulated")))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,15 +232,15 @@ class Environment:
 
     @classmethod
     def of(cls, doc: Mapping) -> Environment:
-        cpu, memory = doc.get("cpu") or {}, doc.get("memory") or {}
-        return cls(cpu_model=cpu.get("model"), cpu_cores=cpu.get("cores"),
-                   cpu_threads=cpu.get("usable_threads") or cpu.get("threads"),
-                   gpus=tuple(gpu.get("name") or "?" for gpu in doc.get("gpus") or ()),
-                   gpu_count=doc.get("gpu_count"), nvidia_driver=doc.get("nvidia_driver"),
-                   paddle=PaddleBuild.of(doc["paddle"]) if doc.get("paddle") else None,
-                   kernel=(doc.get("os") or {}).get("kernel"),
-                   omp_threads=(doc.get("threads") or {}).get("omp_num_threads"),
-                   memory_total_mib=memory.get("total_mib"), infiniband=tuple(doc.get("infiniband") or ()), doc=doc)
+        cpu, memory = at(doc, "cpu") or {}, at(doc, "memory") or {}
+        return cls(cpu_model=at(cpu, "model"), cpu_cores=at(cpu, "cores"),
+                   cpu_threads=at(cpu, "usable_threads") or at(cpu, "threads"),
+                   gpus=tuple(at(gpu, "name") or "?" for gpu in at(doc, "gpus") or ()),
+                   gpu_count=at(doc, "gpu_count"), nvidia_driver=at(doc, "nvidia_driver"),
+                   paddle=PaddleBuild.of(doc["paddle"]) if at(doc, "paddle") else None,
+                   kernel=at(doc, "os", "kernel"),
+                   omp_threads=at(doc, "threads", "omp_num_threads"),
+                   memory_total_mib=at(memory, "total_mib"), infiniband=tuple(at(doc, "infiniband") or ()), doc=doc)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,15 +279,15 @@ class Record(Mapping):
         """The Record of a schema-1 object that passed schema.validate (a Record passes through)."""
         if isinstance(doc, Record):
             return doc
-        source = doc.get("source")
-        return cls(id=doc["id"], time=doc["time"], benchmark=doc["benchmark"], preset=doc.get("preset"),
+        source = at(doc, "source")
+        return cls(id=doc["id"], time=doc["time"], benchmark=doc["benchmark"], preset=at(doc, "preset"),
                    mode=doc["mode"], method=doc["method"], nodes=doc["nodes"],
                    devices_per_node=doc["devices_per_node"], world_size=doc["world_size"], config=doc["config"],
-                   network=doc.get("network"), launch=doc.get("launch"), metrics=Metrics.of(doc.get("metrics")),
-                   env=Environment.of(doc["env"]) if doc.get("env") is not None else None,
-                   topology=doc.get("topology"),
+                   network=at(doc, "network"), launch=at(doc, "launch"), metrics=Metrics.of(at(doc, "metrics")),
+                   env=Environment.of(doc["env"]) if at(doc, "env") is not None else None,
+                   topology=at(doc, "topology"),
                    source=Source(source["kind"], source["name"], source["citation"]) if source else None,
-                   git=doc.get("git"), error=doc.get("error"), doc=doc)
+                   git=at(doc, "git"), error=at(doc, "error"), doc=doc)
 
     @property
     def ok(self) -> bool:
@@ -292,10 +301,7 @@ class Record(Mapping):
 
     def setting(self, dotted: str, default: Any = None) -> Any:
         """A config value by dotted key (`runtime.threads.omp_num_threads`), `default` when absent or null."""
-        value: Any = self.config
-        for part in dotted.split("."):
-            value = value.get(part) if isinstance(value, Mapping) else None
-        return default if value is None else value
+        return at(self.config, *dotted.split("."), default=default)
 
     # the JSON object as stored, read-only
     def __getitem__(self, key: str) -> Any:
