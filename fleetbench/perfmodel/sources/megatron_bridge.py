@@ -1,10 +1,10 @@
 """NeMo Megatron-Bridge's published pre-training performance (github.com/NVIDIA-NeMo/Megatron-Bridge at
-067f987d, `docs/performance-summary-archive.md`, the 26.04.01 container's section) into hybrid-parallel
+067f987d, `Megatron-Bridge/docs/performance-summary-archive.md`, the 26.04.01 container's section) into hybrid-parallel
 tables for `fleetbench plan --validate`, held out (role check). Selection rule:
 docs/validation/plan-held-out.md (its DGX-H100 and DGX-B200 rows; DGX-GB200, GB300 and B300 rows not
 entered, by the rule).
 
-    git -C BRIDGE show 067f987df03b8355b03192d88d70f1709fedf51a:docs/performance-summary-archive.md > results/reference/megatron-bridge/performance-summary-archive.md
+    git -C BRIDGE show 067f987df03b8355b03192d88d70f1709fedf51a:./docs/performance-summary-archive.md > results/reference/megatron-bridge/performance-summary-archive.md
     python -m fleetbench.perfmodel.sources.megatron_bridge KEY results/reference/megatron-bridge/performance-summary-archive.md > fleetbench/presets/published/KEY.yaml
 
     KEY                 rows
@@ -114,7 +114,7 @@ def convert(key: str, text: str) -> str:
                f"pre-training row but the Nemotron ones (listed in docs/validation/plan-held-out.md), converted by\n"
                f"`python -m fleetbench.perfmodel.sources.megatron_bridge {key}`. Tokens/s a GPU as printed; the\n"
                "printed model TFLOP/s is kept in the name. Held out (role check); rule: docs/validation/plan-held-out.md.")
-    meta = {"source": "Megatron-Bridge docs/performance-summary-archive.md, 26.04.01", "url": URL, "commit": COMMIT,
+    meta = {"source": "Megatron-Bridge/docs/performance-summary-archive.md, 26.04.01", "url": URL, "commit": COMMIT,
             "flops": "none", "unit": "tokens/s/gpu", "cluster": CLUSTERS[SOURCES[key]], "assumed": ASSUMED}
     return md.table_yaml(comment, meta, cells_of(key, text))
 
