@@ -37,7 +37,7 @@ def test_each_file_has_its_records_and_every_model_its_stated_parameters(name):
     for record in records:
         results.validate(record, name)
         source, config = record["source"], record["config"]
-        assert source["name"] == name and name not in validate.FITTED_TABLES
+        assert source["name"] == name and name in validate.FITTED_TABLES  # the ranges' calibration set (manifest role fit)
         assert source["url"].startswith("https://github.com/NVIDIA/DeepLearningExamples/blob/729963dd/")
         assert source["assumed"] and source["derived"]
         params, tensors = STATED[config["model"]]
