@@ -11,19 +11,13 @@ def _one(v: dict) -> str:
         return f"{v['metric']} failed: {v['rule']}"
     again = v.get("remeasured")
     measured = f"; re-measured: {again[0]:.4g} then {again[1]:.4g}" if again and None not in again else ""
-    if "passes" in v:  # decided pass by pass (judging/sequential.py)
-        measured = f": {v['ratio']:g}x its peers over {v['passes']} passes, +-{v['spread_pct']:g}% a pass"
     return f"{v['metric']} {v['value']:g} vs {v['reference']:g} ({v['reference_kind']}{measured})"
 
 
 def unresolved_text(v: dict) -> str:
-    """A deficit inside the noise, with its figures: how far below, and where it would flag (and,
-    tested pass by pass, where it would be cleared)."""
+    """A deficit inside the noise, with its figures: how far below, and where it would flag."""
     took = v.get(OTHERS)
     busy = f", others used {took:g}% of the machine" if took else ""
-    if "passes" in v:
-        return (f"{_one(v)}: neither below {v['flagged_below']:g} (a loss) nor above {v['healthy_above']:g} "
-                f"(none){busy}")
     return (f"{_one(v)} is {v['below_pct']:g}% below, inside its spread +-{v['spread']:g} "
             f"(flagged below {v['flagged_below']:g}{busy})")
 
@@ -85,9 +79,8 @@ def _notes(report: dict) -> list[str]:
     if unsure:
         again = report.get("resolve_rounds", 0)
         lines.append(f"cannot tell at this noise: {', '.join(unsure)}: a figure more than its rule's percentage "
-                     f"below its reference inside the reference's spread, or its pass-by-pass test undecided, "
-                     f"after {again} more round(s) of every node's passes; never called healthy (exit 3 when "
-                     f"nothing else is found)")
+                     f"below its reference, inside the reference's spread after {again} more round(s) of every "
+                     f"node's passes; never called healthy (exit 3 when nothing else is found)")
     shaken = [name for name in verdicts.not_judged(report) if name not in unsure]
     if shaken:
         lines.append(f"not judged: {', '.join(shaken)}: a figure broke a rule in every measurement while other "

@@ -200,8 +200,7 @@ def resolve(m: dict, hosts: list[Host], opts: Options, rules: list[Rule], refere
     judged = [h for h in hosts if h.index in m["nodes"]]
     while m["resolve_rounds"] < opts.resolve_rounds and any(
             v["verdict"] == "unresolved" for baseline in references
-            for v in judge.judge_nodes(m["nodes"], rules, baseline, None, m["remeasured"], limit,
-                                       passes=m.get("passes"))):
+            for v in judge.judge_nodes(m["nodes"], rules, baseline, None, m["remeasured"], limit)):
         spent: dict = {}
         for i, new in probe_nodes(judged, opts, spent, m.setdefault("passes", {}))[0].items():
             m["nodes"][i] = _merged(m["nodes"][i], new)

@@ -37,10 +37,8 @@ def test_a_starved_node_of_four_is_never_called_healthy_on_a_busy_machine(tmp_pa
     report = json.loads(p.stdout)
     node0, *peers = report["nodes"]
     assert node0["verdict"] in ("defective", "unresolved"), node0
-    if node0["verdict"] == "unresolved":  # said with its figures: pass by pass, where it would flag and clear
-        for v in node0["unresolved"]:
-            assert (v["flagged_below"] < v["healthy_above"] if "passes" in v
-                    else v["value"] < v["reference"] and v["flagged_below"] < v["value"]), v
+    if node0["verdict"] == "unresolved":  # said with its figures
+        assert all(v["value"] < v["reference"] and v["flagged_below"] < v["value"] for v in node0["unresolved"])
     # A peer is never flagged for node 0's starvation (compute), nor on a figure measured while the
     # machine was quiet. --disturbed 100 judges figures others' work lowered too: a peer's lone triad
     # once read 7.7 GB/s against the peers' 11.0 while 3.x sessions ran beside this one, and that is
@@ -51,8 +49,4 @@ def test_a_starved_node_of_four_is_never_called_healthy_on_a_busy_machine(tmp_pa
             assert peer["figures"]["others_cpu_pct"][v["metric"]] > DISTURBED_PCT, peer
     repeat = {r["metric"]: r.get("repeat_spread_pct") for r in report["resolution"]}
     assert repeat["matmul_gflops"] is not None and repeat["train_images_per_s"] is not None, report["resolution"]
-    # the pass-by-pass test's resolution at the passes measured: this machine's, stated
-    tested = {r["metric"]: r["pass_test"] for r in report["resolution"] if "pass_test" in r}
-    assert set(tested) >= {"matmul_gflops", "train_images_per_s"}, report["resolution"]
-    assert all(t["flagged_below_ratio"] < t["healthy_above_ratio"] and t["passes"] >= 2 for t in tested.values())
     assert 0 <= report["resolve_rounds"] <= 2 and ("resolve_s" in report["phases"]) == (report["resolve_rounds"] > 0)

@@ -86,12 +86,8 @@ def test_measured_again_a_healthy_suspect_reaches_its_peers_and_is_healthy(monke
     assert [n["verdict"] for n in verdicts.report(m, RULES, None, HOSTS)["nodes"]] == ["healthy"] * 4
 
 
-# node 0 back at its peers' level in every other pass: the passes swing it 0.73x to 1.13x its peers
-SWUNG = {**NOISY, 0: {"matmul_gflops": 70.0, "triad_gbps": 20.0, "train_images_per_s": 510.0}}
-
-
 def test_a_deficit_still_inside_the_noise_when_the_rounds_run_out_stays_unresolved(monkeypatch):
-    calls = _scripted(monkeypatch, [NOISY, SWUNG] * 2)  # the machine stays this noisy
+    calls = _scripted(monkeypatch, [NOISY])  # the machine stays this noisy
     m = _m(NOISY)
     session.resolve(m, HOSTS, session.Options(passes=2, resolve_rounds=2), RULES, [None])
     assert m["resolve_rounds"] == 2 and len(calls) == 2 * 2 * 4  # 2 rounds of 2 passes of 4 nodes

@@ -35,7 +35,6 @@ import statistics
 
 from fleetbench.diagnose.judging import baseline as baselines
 from fleetbench.diagnose.judging import rules as rulebook
-from fleetbench.diagnose.judging import sequential
 from fleetbench.diagnose.judging.metrics import OTHERS
 from fleetbench.diagnose.judging.rules import Reference, Rule, robust_spread
 from fleetbench.measure.repeats.stability import DISTURBED_PCT
@@ -113,14 +112,12 @@ def with_own_noise(ref: Reference | None, twice: list | None) -> Reference | Non
 
 def judge_nodes(figures: dict[int, dict], rules: list[Rule], baseline: dict | None = None,
                 problems: dict[int, tuple[str, str]] | None = None, remeasured: dict | None = None,
-                disturbed_pct: float = DISTURBED_PCT, *, passes: dict | None = None) -> list[dict]:
+                disturbed_pct: float = DISTURBED_PCT) -> list[dict]:
     """One verdict per node. `figures`: node -> {metric: value}; `problems`: node -> (category,
     message) for a node that could not be reached or whose probe failed (a verdict, not a crash);
     `remeasured`: "node i" -> {metric: [first, second]}; `disturbed_pct`: above it, a figure's
-    others_cpu_pct makes it not judged (module docstring); `passes`: node -> every pass's figures,
-    which judged by peers decide each node rule pass by pass (sequential.py) where they can."""
+    others_cpu_pct makes it not judged (module docstring)."""
     problems, remeasured = problems or {}, remeasured or {}
-    tested = sequential.tests(passes, rules) if passes and not baseline else {}
     verdicts = []
     for node in sorted(set(figures) | set(problems)):
         if node in problems:
@@ -129,11 +126,8 @@ def judge_nodes(figures: dict[int, dict], rules: list[Rule], baseline: dict | No
                              "categories": [category], "violations": [], "message": message})
             continue
         found, low = _node_violations(node, figures, rules, baseline, remeasured, disturbed_pct)
-        if node in tested:
-            found, low, hidden = by_passes(tested[node], rules, figures[node], found, low, disturbed_pct)
         found, alone = corroborated(found, low, figures[node])
-        if node not in tested:
-            hidden = unresolved(node, figures, rules, baseline, remeasured, low)
+        hidden = unresolved(node, figures, rules, baseline, remeasured, low)
         verdicts.append({**verdict(node, [v for v in found if not shaken(v)], [v for v in found if shaken(v)], hidden),
                          **({"uncorroborated": alone} if alone else {})})
     return verdicts
@@ -180,43 +174,6 @@ def unresolved(node: int, figures: dict[int, dict], rules: list[Rule], baseline:
                     "below_pct": round(100 * (1 - value / ref.value), 1),
                     OTHERS: (figures[node].get(OTHERS) or {}).get(rule.metric)})
     return out
-
-
-def _pass_entry(rule: Rule, test: sequential.PassTest) -> dict:
-    """A pass-by-pass decision as a violation's figures: the node's median, the peers' it is held
-    to, and the test's own (passes, mean ratio, spread, log-likelihood ratio, its two bounds)."""
-    ref = Reference(test.reference, test.reference * test.spread_pct / 100, "peer passes")
-    return {**_violation(rule, test.value, ref), "passes": test.passes, "ratio": test.ratio,
-            "spread_pct": test.spread_pct, "llr": test.llr, "flagged_below": round(test.reference * test.flag_below, 3),
-            "healthy_above": round(test.reference * test.clear_above, 3),
-            "below_pct": round(100 * (1 - test.value / test.reference), 1) if test.reference else None}
-
-
-def by_passes(tests: dict, rules: list[Rule], figures: dict, found: list, low: dict,
-              disturbed_pct: float) -> tuple[list, dict, list[dict]]:
-    """A node's best-of violations with its pass-by-pass decisions added (sequential.py): a loss
-    decided is a violation (corroborated as any other), a test undecided is `unresolved` (never
-    healthy), and so is a loss whose partner figure's test is still undecided. These replace the
-    best-of rule's `unresolved`: the passes say more than one best figure and its peers' spread."""
-    # a figure corroborates another when its own passes decided a loss (not its best figure alone)
-    found, low, hidden = list(found), {k: v for k, v in low.items() if k not in tests}, []
-    broken = {rule.metric for rule, _ in found}
-    node_rules = {r.metric: r for r in rules if r.scope == "node"}
-    for metric, test in tests.items():
-        rule = node_rules[metric]
-        entry = {**_pass_entry(rule, test), OTHERS: (figures.get(OTHERS) or {}).get(metric)}
-        if test.decision == "loss":
-            low[metric] = others_took(figures, metric, disturbed_pct)
-            partner = tests.get(rule.corroborated_by)
-            if partner is not None and partner.decision == "undecided":
-                hidden.append(entry)
-            elif metric not in broken:  # disturbed in every pass: not judged (shaken), as a best-of violation
-                took = others_took(figures, metric, disturbed_pct)
-                violation = {k: v for k, v in entry.items() if k != OTHERS}
-                found.append((rule, {**violation, **({OTHERS: took} if took is not None else {})}))
-        elif test.decision == "undecided":
-            hidden.append(entry)
-    return found, low, hidden
 
 
 def corroborated(found: list[tuple[Rule, dict]], low: dict, figures: dict) -> tuple[list[dict], list[dict]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 
-from fleetbench.diagnose.judging import judge, metrics, rules as rulebook, sequential
+from fleetbench.diagnose.judging import judge, metrics, rules as rulebook
 from fleetbench.diagnose.judging.rules import Rule, robust_spread
 
 
@@ -66,30 +66,14 @@ def repeat_spread_pct(passes: dict, metric: str) -> float | None:
     return round(100 * robust_spread(deviations), 1) if len(deviations) >= 3 else None
 
 
-def by_passes(rule: Rule, passes: dict) -> dict | None:
-    """The pass-by-pass test's resolution of a node rule judged by peers (sequential.py): after
-    this many passes at the spread measured, the ratio to the peers below which a loss is decided
-    and above which none is, and the test's error rates; None when the passes cannot test it."""
-    ratios = sequential.log_ratios(passes, rule.metric) if rule.criterion == "below_reference_pct" else {}
-    if not ratios:
-        return None
-    count, spread = min(map(len, ratios.values())), sequential.pooled_spread(ratios)
-    below, above = sequential.bounds(count, spread, rule.threshold)
-    return {"passes": count, "spread_pct": round(100 * spread, 1), "flagged_below_ratio": round(below, 3),
-            "healthy_above_ratio": round(above, 3), "alpha": sequential.ALPHA, "beta": sequential.BETA}
-
-
 def resolution(m: dict, rules: list[Rule], baseline: dict | None) -> list[dict]:
     """Every measured node or link rule's resolution (module docstring)."""
     out = []
     for rule in (r for r in rules if r.needs_reference and r.scope in ("node", "link")):
         found = of_rule(rule, m, baseline)
-        node = rule.scope == "node"
-        repeat = repeat_spread_pct(m.get("passes") or {}, rule.metric) if node else None
-        tested = by_passes(rule, m.get("passes") or {}) if node and not baseline else None
+        repeat = repeat_spread_pct(m.get("passes") or {}, rule.metric) if rule.scope == "node" else None
         if found:
-            out.append({**found, **({"repeat_spread_pct": repeat} if repeat is not None else {}),
-                        **({"pass_test": tested} if tested else {})})
+            out.append({**found, **({"repeat_spread_pct": repeat} if repeat is not None else {})})
     return out
 
 
@@ -112,12 +96,4 @@ def text(entry: dict) -> str:
     hidden = (f"; one between {pct:g}% under and that: cannot tell at this noise (never healthy)"
               if pct is not None and entry["loss_pct"] is not None and entry["loss_pct"] > pct else "")
     return (f"{entry['metric']}: a node below {below:g} {unit} ({entry['loss_pct']:g}% under its reference, "
-            f"best healthy {top:g}) is flagged{partner}{hidden}; a smaller loss is not seen{noise}"
-            + (passes_text(entry["pass_test"]) if entry.get("pass_test") else ""))
-
-
-def passes_text(t: dict) -> str:
-    """The pass-by-pass test's resolution, as the tail of a resolution line."""
-    return (f"; pass by pass ({t['passes']} passes, +-{t['spread_pct']:g}% a pass): below {t['flagged_below_ratio']:g}x "
-            f"its peers a loss, above {t['healthy_above_ratio']:g}x none, between: cannot tell (false flag and "
-            f"miss rates {100 * t['alpha']:g}% and {100 * t['beta']:g}%)")
+            f"best healthy {top:g}) is flagged{partner}{hidden}; a smaller loss is not seen{noise}")

@@ -33,8 +33,7 @@ def not_measured(rules: list[Rule], m: dict) -> list[dict]:
 def report(m: dict, rules: list[Rule], baseline: dict | None, hosts: list[Host]) -> dict:
     """The verdicts of measurement `m` (fleetbench.diagnose.session.measure)."""
     limit = m.get("disturbed_pct", DISTURBED_PCT)
-    nodes = judge.judge_nodes(m["nodes"], rules, baseline, m["problems"], m["remeasured"], limit,
-                              passes=m.get("passes"))
+    nodes = judge.judge_nodes(m["nodes"], rules, baseline, m["problems"], m["remeasured"], limit)
     slow, shaken = judge.disturbed(judge.slow_links(m["links"], rules, baseline, m["remeasured"], limit))
     links, charged, explains = blame.blame(m["links"], slow, nodes)
     links = [{**l, "verdict": "disturbed", "violations": [], "disturbed": shaken[(l["a"], l["b"])]}
