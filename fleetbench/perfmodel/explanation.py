@@ -84,7 +84,7 @@ def request(predict: list[str] = (), selectors: list[str] = (), target_efficienc
     parsed = [validate.parse_spec(s, validate.SELECT_KEYS, "--validate", compare=True) for s in selectors]
     anchor = options.pop("anchor", None)
     if anchor is not None and not predict:
-        raise validate.SpecError("--anchor needs --predict (the cells to predict from the anchors)")
+        raise validate.SpecError("--anchor needs --predict: expected --predict SPEC beside it (the cells to predict from the anchors)")
     anchors = validate.parse_spec(anchor, validate.SELECT_KEYS, "--anchor", compare=True) if anchor else None
     return Request(specs, parsed, list(selectors), target_efficiency, anchors, **options)
 

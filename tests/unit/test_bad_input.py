@@ -94,6 +94,7 @@ ROWS = {
     ("explain", "results"): ["{corrupt}"],
     ("explain", "--validate"): ["nodes=9", "nosuch=1", ""],
     ("explain", "--predict"): ["nosuch=1", "nodes=abc", ""],
+    ("explain", "--anchor"): ["nosuch=1", "nodes<=x", ""],
     ("explain", "--model-def"): ["{bad_yaml}"],
     ("sweep", "file"): ["{bad_yaml}"],
     ("sweep", "--hostfile"): ["{bad_hostfile}"],
