@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import yaml
 
@@ -57,3 +60,13 @@ def table_yaml(comment: str, meta: dict, cells: list[dict]) -> str:
     body = dict(meta, defaults=constant, columns=columns, rows=[[c.get(k) for k in columns] for c in cells])
     head = "".join(f"# {line}".rstrip() + "\n" for line in comment.strip().splitlines())
     return head + yaml.safe_dump(body, sort_keys=False, width=200, default_flow_style=None, allow_unicode=True)
+
+
+def main(module: str, sources: Iterable[str], convert: Callable[[str, str], str], argv: list[str] | None) -> int:
+    """A converter's command line: `python -m MODULE KEY FILE` writes KEY's table of the page FILE."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] not in sources:
+        print(f"usage: python -m {module} {{{'|'.join(sources)}}} FILE", file=sys.stderr)
+        return 2
+    sys.stdout.write(convert(args[0], Path(args[1]).read_text()))
+    return 0

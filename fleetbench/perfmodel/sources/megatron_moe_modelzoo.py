@@ -27,7 +27,6 @@ and scripts of the same commit (model_configs/benchmarking/Qwen3-*.yaml, best_pr
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from fleetbench.perfmodel.sources import markdown_tables as md
 
@@ -175,13 +174,7 @@ def convert(key: str, text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2 or args[0] not in SOURCES:
-        print(f"usage: python -m fleetbench.perfmodel.sources.megatron_moe_modelzoo {{{'|'.join(SOURCES)}}} FILE",
-              file=sys.stderr)
-        return 2
-    sys.stdout.write(convert(args[0], Path(args[1]).read_text()))
-    return 0
+    return md.main("fleetbench.perfmodel.sources.megatron_moe_modelzoo", SOURCES, convert, argv)
 
 
 if __name__ == "__main__":
